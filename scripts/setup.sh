@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# One-time set-up on a fresh Debian 12 machine: installs the Debian packages shardlm needs
+# (build, tests, the PyTorch and SentencePiece references, the KJV corpus) and builds.
+# Run as root (or with sudo). Usage: scripts/setup.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+PKGS=(build-essential cmake pkg-config clang libclang-rt-14-dev
+      libopenblas-dev libopenmpi-dev openmpi-bin libcjson-dev libpcre2-dev libxxhash-dev
+      python3 python3-numpy python3-torch sentencepiece python3-sentencepiece bible-kjv)
+missing=()
+for p in "${PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
+cmake --build build -j"$(nproc)"
+echo "shardlm built: build/shardlm"

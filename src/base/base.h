@@ -1,0 +1,175 @@
+// base: status codes and error messages, logging, fatal-error path, checked allocation,
+// deterministic RNG, timers, growable buffers, file helpers (atomic write, mmap) and hashing.
+//
+// Invariants: every fallible function in shardlm returns an slm_status and, on failure, has
+// recorded a human message with slm_fail() that names what failed and where (file, tensor,
+// line, rank). Messages are thread-local, so worker threads can fail independently.
+// Programmer errors (broken invariants) go through slm_fatal(), which flushes logs and calls
+// the replaceable abort hook (dist/ installs one that calls MPI_Abort).
+// This module knows nothing of MPI, tokenizers or models.
+#ifndef SLM_BASE_H
+#define SLM_BASE_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+// ---------------------------------------------------------------------------------------------
+// Status and messages
+
+typedef enum slm_status {
+    SLM_OK = 0,
+    SLM_E_ARG = 1,         // bad argument / option / config value
+    SLM_E_IO = 2,          // open/read/write/fsync/rename failed
+    SLM_E_FORMAT = 3,      // malformed file contents (bad magic, JSON, protobuf, field type)
+    SLM_E_CHECKSUM = 4,    // checksum mismatch
+    SLM_E_NOMEM = 5,       // allocation failed
+    SLM_E_UNSUPPORTED = 6, // valid input that shardlm does not implement
+    SLM_E_NUMERIC = 7,     // NaN/Inf or other numeric failure
+    SLM_E_COMM = 8,        // collective failed
+    SLM_E_TIMEOUT = 9,     // collective or wait timed out
+    SLM_E_INTERRUPTED = 10 // stopped by a signal at a step boundary
+} slm_status;
+
+// Records a printf-style message for the calling thread and returns `code`, so callers write
+// `return slm_fail(SLM_E_IO, "%s: cannot open: %s", path, strerror(errno));`.
+slm_status slm_fail(slm_status code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+// Prefixes the current thread's message with context ("while loading X: <old message>").
+// Returns `code` unchanged.
+slm_status slm_fail_wrap(slm_status code, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+// The calling thread's last message ("" if none). Valid until the next slm_fail on this thread.
+const char *slm_errmsg(void);
+// Copies `msg` into the calling thread's message slot (to carry a worker thread's error).
+void slm_set_errmsg(const char *msg);
+// Short name of a status code ("io", "format", ...).
+const char *slm_status_name(slm_status st);
+
+// ---------------------------------------------------------------------------------------------
+// Logging. Lines look like "shardlm[rank 3/8] error: ..." (rank part omitted in a world of one).
+
+typedef enum { SLM_LOG_DEBUG, SLM_LOG_INFO, SLM_LOG_WARN, SLM_LOG_ERROR } slm_log_level;
+
+// Sets the rank shown in log prefixes. Thread-safe to call once at start-up.
+void slm_log_set_rank(int rank, int world);
+void slm_log_set_level(slm_log_level min_level);
+// Writes one line to stderr (a newline is added).
+void slm_log(slm_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define slm_info(...) slm_log(SLM_LOG_INFO, __VA_ARGS__)
+#define slm_warn(...) slm_log(SLM_LOG_WARN, __VA_ARGS__)
+#define slm_error(...) slm_log(SLM_LOG_ERROR, __VA_ARGS__)
+
+// Fatal programmer error: logs, flushes, calls the abort hook (default: abort()). Never returns.
+void slm_fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+// Replaces the abort hook; `hook(code)` must not return (dist/ installs MPI_Abort).
+void slm_set_abort_hook(void (*hook)(int code));
+
+#define SLM_ASSERT(cond)                                                                           \
+    do {                                                                                           \
+        if (!(cond)) slm_fatal("%s:%d: assertion failed: %s", __FILE__, __LINE__, #cond);          \
+    } while (0)
+
+// Checked allocation: aborts through slm_fatal with the size on failure. Returned memory is
+// owned by the caller and released with free(). slm_xaligned returns 64-byte aligned memory.
+void *slm_xmalloc(size_t bytes);
+void *slm_xcalloc(size_t n, size_t size);
+void *slm_xrealloc(void *p, size_t bytes);
+void *slm_xaligned(size_t bytes);
+char *slm_xstrdup(const char *s);
+
+// ---------------------------------------------------------------------------------------------
+// Deterministic RNG: xoshiro256** seeded through splitmix64 (Blackman & Vigna, 2018).
+// The same seed gives the same stream on every platform; the state is 4 words a checkpoint can
+// store.
+
+typedef struct slm_rng {
+    uint64_t s[4];
+} slm_rng;
+
+void slm_rng_seed(slm_rng *r, uint64_t seed);
+uint64_t slm_rng_u64(slm_rng *r);
+// Uniform in [0, 1) with 24 random bits.
+float slm_rng_uniform(slm_rng *r);
+// Standard normal (Box-Muller, one value per call; deterministic).
+float slm_rng_normal(slm_rng *r);
+// Uniform integer in [0, n), n > 0 (Lemire's unbiased method).
+uint64_t slm_rng_below(slm_rng *r, uint64_t n);
+// splitmix64 finaliser: a fast, good 64-bit mix (used for seeds and keyed hashes).
+uint64_t slm_mix64(uint64_t x);
+
+// ---------------------------------------------------------------------------------------------
+// Time
+
+// Monotonic seconds since an arbitrary origin.
+double slm_time_s(void);
+
+// ---------------------------------------------------------------------------------------------
+// Growable buffers. Zero-initialised structs are valid empty buffers; *_free is safe on them.
+
+typedef struct slm_buf {
+    char *data; // owned; always NUL-terminated when len < cap
+    size_t len; // bytes
+    size_t cap;
+} slm_buf;
+
+void slm_buf_reserve(slm_buf *b, size_t cap);
+void slm_buf_append(slm_buf *b, const void *data, size_t len);
+void slm_buf_appendf(slm_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void slm_buf_free(slm_buf *b);
+
+typedef struct slm_ivec {
+    int32_t *data; // owned
+    size_t len;    // elements
+    size_t cap;
+} slm_ivec;
+
+void slm_ivec_push(slm_ivec *v, int32_t x);
+void slm_ivec_reserve(slm_ivec *v, size_t cap);
+void slm_ivec_free(slm_ivec *v);
+
+// ---------------------------------------------------------------------------------------------
+// Files
+
+// Reads a whole file into a new NUL-terminated buffer (caller frees *out).
+// Errors: SLM_E_IO naming the path and errno text.
+slm_status slm_file_read_all(const char *path, char **out, size_t *len);
+// Writes `len` bytes to `path` atomically: writes `path.tmp.<pid>`, fsyncs it, renames it over
+// `path`, fsyncs the directory. On failure the previous `path` is untouched and the temp file
+// removed. Errors: SLM_E_IO naming the path, the failing step and errno text.
+slm_status slm_file_write_atomic(const char *path, const void *data, size_t len);
+// fsync a directory (to make a rename durable).
+slm_status slm_fsync_dir(const char *dir);
+// mkdir -p; existing directories are fine.
+slm_status slm_mkdir_p(const char *dir);
+// True if `path` exists and is a directory / a regular file.
+bool slm_is_dir(const char *path);
+bool slm_is_file(const char *path);
+// Joins two path parts with one '/' into a new string (caller frees).
+char *slm_path_join(const char *a, const char *b);
+
+// Read-only memory map of a whole file. Zero-length files map to data == NULL, len == 0.
+typedef struct slm_map {
+    const uint8_t *data;
+    size_t len; // bytes
+} slm_map;
+slm_status slm_map_file(const char *path, slm_map *m);
+void slm_map_free(slm_map *m);
+
+// ---------------------------------------------------------------------------------------------
+// Hashing: XXH64 (xxHash, Yann Collet) of a buffer / a whole file. Shards, manifests and
+// checkpoints use seed 0.
+uint64_t slm_xxh64(const void *data, size_t len, uint64_t seed);
+slm_status slm_file_xxh64(const char *path, uint64_t *out);
+// Formats a 64-bit hash as 16 lowercase hex digits into out[17].
+void slm_hex64(uint64_t h, char out[17]);
+// Parses 16 hex digits; returns false on malformed input.
+bool slm_parse_hex64(const char *s, uint64_t *out);
+
+// ---------------------------------------------------------------------------------------------
+// Number parsing for CLI options and config files: whole-string, range-checked.
+// Errors: SLM_E_ARG naming `what` and the text.
+slm_status slm_parse_i64(const char *what, const char *s, int64_t lo, int64_t hi, int64_t *out);
+slm_status slm_parse_f64(const char *what, const char *s, double *out);
+
+#endif

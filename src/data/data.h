@@ -1,0 +1,134 @@
+// data: token shard files, the dataset manifest, corpus preparation (prep) and the
+// deterministic distributed loader.
+//
+// A prepared dataset is a directory: manifest.json, the tokenizer file, and shard files
+// (train_*.bin / val_*.bin), each a fixed header + little-endian tokens (docs/formats.md).
+// Invariants: a shard or manifest is only ever visible under its final name once complete
+// (temp name + fsync + rename). The loader refuses corrupt data (checksum, size, magic,
+// token >= vocab) before yielding any batch. The loader's whole position is slm_loader_state,
+// so a checkpoint can store it and a job with a different world size can resume from it.
+// This module does not know about models.
+#ifndef SLM_DATA_H
+#define SLM_DATA_H
+
+#include "base/base.h"
+#include "tokenizer/tokenizer.h"
+
+// --- Shard files ----------------------------------------------------------------------------
+
+#define SLM_SHARD_MAGIC "SLMSHRD1" // 8 bytes at offset 0
+#define SLM_SHARD_VERSION 1
+#define SLM_SHARD_HEADER_BYTES 64
+
+// The parsed fixed header of a shard file (layout in docs/formats.md).
+typedef struct slm_shard_header {
+    uint32_t version;     // SLM_SHARD_VERSION
+    uint32_t token_bytes; // 2 (uint16 tokens) or 4 (uint32 tokens)
+    uint64_t n_tokens;    // tokens in the payload
+    uint64_t n_docs;      // documents in the payload
+    uint64_t payload_xxh64;
+    uint32_t vocab_size; // vocab of the tokenizer that wrote it (all tokens are < this)
+} slm_shard_header;
+
+// Writes `n` tokens (each < vocab_size) of `n_docs` documents as a shard file at `path`,
+// atomically (temp name, fsync, rename). Token width: uint16 if vocab_size <= 65536 else uint32.
+// Errors: SLM_E_IO; SLM_E_ARG if a token is >= vocab_size (names its index).
+slm_status slm_shard_write(const char *path, const int32_t *tokens, uint64_t n, uint64_t n_docs,
+                           uint32_t vocab_size);
+// Parses and checks a shard header against the file size; `data` is the whole mapped file.
+// Errors: SLM_E_FORMAT naming `path` (short file, wrong magic, version, token width, size).
+slm_status slm_shard_parse_header(const char *path, const uint8_t *data, size_t len,
+                                  slm_shard_header *h);
+
+// --- Preparation ----------------------------------------------------------------------------
+
+typedef struct slm_prep_opts {
+    const char *tokenizer_path;
+    const char *const *inputs; // files, directories (recursive), *.jsonl (field "text"), "-"
+    int n_inputs;
+    const char *out_dir;
+    int64_t shard_tokens; // target tokens per shard file
+    double val_fraction;  // fraction of documents assigned to val, by hash(content, seed)
+    int workers;          // threads per process
+    uint64_t seed;
+    bool progress; // progress bar (terminal) / log lines
+} slm_prep_opts;
+
+// Prepares a corpus into `out_dir` (see the module comment). Under MPI (world > 1, via dist/)
+// each rank takes a disjoint part of the inputs and rank 0 writes the manifest after all ranks
+// finished. Collective when world > 1.
+// Errors: SLM_E_IO / SLM_E_FORMAT naming the file and line (bad JSONL, missing "text"),
+// SLM_E_ARG for an empty corpus or bad options. On error no file that looks complete remains.
+slm_status slm_prep_run(const slm_prep_opts *opts);
+
+// --- Manifest ---------------------------------------------------------------------------------
+
+typedef struct slm_shard_info {
+    char *file; // name relative to the dataset directory (owned)
+    uint64_t n_tokens, n_docs, bytes, xxh64;
+} slm_shard_info;
+
+typedef struct slm_split_info {
+    int n_shards;
+    slm_shard_info *shards; // owned
+    uint64_t n_tokens, n_docs;
+} slm_split_info;
+
+typedef struct slm_dataset {
+    char *dir;            // owned copy of the dataset directory
+    char *tokenizer_file; // path of the tokenizer inside dir (owned)
+    uint64_t tokenizer_xxh64;
+    int32_t vocab_size;
+    int32_t bos_id, eos_id; // -1 if none
+    slm_split_info train, val;
+} slm_dataset;
+
+// Reads DIR/manifest.json. Errors: SLM_E_IO (missing: "no manifest.json in DIR; run shardlm
+// prep"), SLM_E_FORMAT naming the field.
+slm_status slm_dataset_open(const char *dir, slm_dataset *ds);
+void slm_dataset_free(slm_dataset *ds);
+
+// --- Loader ---------------------------------------------------------------------------------
+
+// Position of the loader in the global window sequence: a checkpoint stores these integers.
+typedef struct slm_loader_state {
+    uint64_t seed;
+    int64_t epoch; // completed passes over the split
+    int64_t pos;   // windows consumed by all ranks together in the current epoch
+} slm_loader_state;
+
+typedef struct slm_loader slm_loader;
+
+typedef struct slm_loader_opts {
+    const char *dir;   // prepared dataset directory
+    const char *split; // "train" or "val"
+    int T;             // sequence length; a window is T+1 tokens
+    int B_global;      // windows per global batch (all ranks together)
+    int rank, world;   // this rank's slice: B_global / world windows (world must divide B_global)
+    uint64_t seed;
+    bool shuffle; // train: true (per-epoch permutation of windows); val: false
+} slm_loader_opts;
+
+// Opens the split: maps shards, verifies every shard (size, magic, checksum, tokens < vocab).
+// Windows: the split's shards concatenated in manifest order, window k = tokens
+// [k*T, k*T + T] (T+1 tokens); per epoch a seeded permutation of the windows.
+// Errors: SLM_E_IO / SLM_E_FORMAT / SLM_E_CHECKSUM naming the shard; SLM_E_ARG if the split has
+// fewer windows than B_global or world does not divide B_global.
+slm_status slm_loader_open(const slm_loader_opts *opts, slm_loader **out);
+void slm_loader_free(slm_loader *l);
+
+// Fills tokens[B_local, T+1] (int32) with this rank's slice of the next global batch and
+// advances the global position by B_global (starting a new epoch when fewer than B_global
+// windows remain). The concatenation over ranks 0..world-1 equals the world-of-one batch.
+void slm_loader_next(slm_loader *l, int32_t *tokens);
+// Validation walk: fills this rank's slice of the next batch in order and returns the number of
+// windows written (< B_local at the end, 0 when the split is exhausted); no epoch wrap.
+int slm_loader_next_val(slm_loader *l, int32_t *tokens);
+int64_t slm_loader_n_windows(const slm_loader *l);
+slm_loader_state slm_loader_get_state(const slm_loader *l);
+// Restores a position (possibly saved under another world size). Errors: SLM_E_ARG if the
+// state is outside the split.
+slm_status slm_loader_set_state(slm_loader *l, slm_loader_state s);
+const slm_dataset *slm_loader_dataset(const slm_loader *l);
+
+#endif

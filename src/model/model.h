@@ -1,0 +1,138 @@
+// model: the Llama-2 architecture (Touvron et al. 2023) on flat parameter buffers, with
+// forward, backward and a KV-cache decode step for the CPU.
+//
+// Parameter storage (what makes FSDP, checkpoints and resharding simple): the model is split
+// into units, as FSDP's transformer wrap policy does: unit l (0 <= l < L) is decoder block l, and
+// unit L is the root (embedding, final norm, lm_head). Each unit's parameters live in ONE
+// contiguous fp32 buffer, its FlatParameter; every tensor is a view (HF name, shape, offset)
+// into it. Gradients use the identical layout. Layout is [out, in] (HF / nn.Linear) for weights.
+//
+// Per block, in HF order: input_layernorm.weight [C], self_attn.q_proj.weight [H*D, C],
+// k_proj [KV*D, C], v_proj [KV*D, C], o_proj [C, H*D], post_attention_layernorm.weight [C],
+// mlp.gate_proj [F, C], mlp.up_proj [F, C], mlp.down_proj [C, F]; root: embed_tokens [V, C],
+// norm [C], lm_head [V, C] (absent when tie_word_embeddings: the embedding is reused).
+// RoPE follows HF `rotate_half`: the head dim is split in two halves (x1 = x[:D/2],
+// x2 = x[D/2:]) and rotated as (x1 cos - x2 sin, x2 cos + x1 sin), frequency
+// theta^(-2i/D) for i < D/2 (not the interleaved-pairs convention of Meta's original code).
+//
+// The model does not know about MPI or sharding: the per-unit hooks let fsdp/ gather a unit's
+// parameters before it runs and reduce-scatter its gradients after, by pointing params[u] /
+// grads[u] at its own buffers.
+#ifndef SLM_MODEL_H
+#define SLM_MODEL_H
+
+#include "base/base.h"
+
+// Hugging Face LlamaConfig fields (same names, same meaning).
+typedef struct slm_llama_config {
+    int32_t vocab_size;
+    int32_t hidden_size;             // C
+    int32_t intermediate_size;       // F
+    int32_t num_hidden_layers;       // L
+    int32_t num_attention_heads;     // H
+    int32_t num_key_value_heads;     // KV (GQA when KV < H; must divide H)
+    int32_t max_position_embeddings; // longest T
+    float rms_norm_eps;
+    float rope_theta;
+    bool tie_word_embeddings;
+    float initializer_range; // std of the normal init (HF default 0.02)
+} slm_llama_config;
+
+// Named presets ("tiny", "small", "gqa", ... see model/config.c). Errors: SLM_E_ARG naming the
+// unknown preset and listing the known ones.
+slm_status slm_llama_config_preset(const char *name, slm_llama_config *c);
+// Reads an HF config.json (fields above; others ignored). Missing optional fields take HF's
+// defaults. Errors: SLM_E_IO, SLM_E_FORMAT naming the file and field (wrong JSON type),
+// then slm_llama_config_validate's errors.
+slm_status slm_llama_config_load(const char *path, slm_llama_config *c);
+// `spec` is a preset name or a path to a config.json.
+slm_status slm_llama_config_resolve(const char *spec, slm_llama_config *c);
+// Checks consistency (positive sizes, hidden_size divisible by heads, even head dim, KV heads
+// dividing heads, ...). Errors: SLM_E_ARG naming the field and the expectation.
+slm_status slm_llama_config_validate(const slm_llama_config *c);
+// Writes an HF-compatible config.json (architectures: LlamaForCausalLM) atomically.
+slm_status slm_llama_config_save(const slm_llama_config *c, const char *path);
+// Parameter counts: all parameters / matmul parameters (incl. lm_head; embedding excluded),
+// the N of the MFU formula 6N + 12 L C T.
+int64_t slm_llama_n_params(const slm_llama_config *c);
+int64_t slm_llama_n_matmul_params(const slm_llama_config *c);
+
+// One tensor of a unit: a view into the unit's FlatParameter.
+typedef struct slm_param_view {
+    char name[96];    // HF name, e.g. "model.layers.0.self_attn.q_proj.weight"
+    int ndim;         // 1 or 2
+    int64_t shape[2]; // [out, in] for weights, [C] for norms
+    int64_t offset;   // elements from the start of the unit's flat buffer
+    int64_t numel;
+    bool weight_decay; // AdamW decays it (matmul weights) or not (norms, embedding)
+} slm_param_view;
+
+// One FSDP unit: a list of views over one FlatParameter of `numel` fp32 elements.
+typedef struct slm_unit_layout {
+    int n_views;
+    slm_param_view *views; // owned
+    int64_t numel;
+} slm_unit_layout;
+
+// Callbacks around each unit's compute (fsdp/ gathers / frees / reduce-scatters here).
+// `unit` is 0..L-1 for blocks, L for the root. May be NULL.
+typedef struct slm_unit_hooks {
+    void *ctx;
+    void (*pre_forward)(void *ctx, int unit);
+    void (*post_forward)(void *ctx, int unit);
+    void (*pre_backward)(void *ctx, int unit);
+    void (*post_backward)(void *ctx, int unit);
+} slm_unit_hooks;
+
+typedef struct slm_llama_acts slm_llama_acts; // activation workspace (private)
+
+typedef struct slm_llama {
+    slm_llama_config cfg;
+    int n_units;            // L + 1
+    slm_unit_layout *units; // [n_units], owned
+    float **params;         // [n_units] -> [units[u].numel] f32 FlatParameter of each unit
+    float **grads;          // [n_units] -> same layout, gradients (accumulated by backward)
+    bool owns_buffers;      // params/grads allocated by slm_llama_init (freed by slm_llama_free)
+    slm_unit_hooks hooks;
+    bool activation_checkpointing; // keep block inputs only, recompute in backward
+    slm_llama_acts *acts;          // owned
+} slm_llama;
+
+// Builds the unit layout for `cfg` and, if `alloc` is true, allocates zeroed params and grads
+// (64-byte aligned). With alloc == false params[u] / grads[u] are NULL for the caller (fsdp/)
+// to point at its own buffers. Errors: slm_llama_config_validate's.
+slm_status slm_llama_init(slm_llama *m, const slm_llama_config *cfg, bool alloc);
+void slm_llama_free(slm_llama *m);
+// Finds a view by HF name; returns NULL if absent. *unit receives its unit index.
+const slm_param_view *slm_llama_find(const slm_llama *m, const char *name, int *unit);
+
+// Seeded init (documented in docs/model.md): every matmul weight and the embedding ~ N(0,
+// initializer_range), norms = 1, drawn unit by unit, view by view from one xoshiro stream per
+// view seeded by (seed, unit, view index), so the result does not depend on threads or sharding.
+void slm_llama_init_weights(slm_llama *m, uint64_t seed);
+
+// Forward pass over tokens[B, T] (int32 ids < vocab_size). If `targets` [B, T] is non-NULL,
+// returns the mean cross-entropy over targets != -1 (the ignore index) in nats and keeps
+// what backward needs; otherwise returns 0. Logits of the last call are available through
+// slm_llama_logits only when `keep_logits` was set in slm_llama_set_shape.
+// B * T must not exceed the shape given to slm_llama_set_shape.
+float slm_llama_forward(slm_llama *m, const int32_t *tokens, const int32_t *targets, int B, int T);
+// Backward of the last forward: ADDS d(loss * loss_scale)/d(param) into grads (so gradient
+// accumulation over micro-batches is a sum; zero with slm_llama_zero_grad).
+void slm_llama_backward(slm_llama *m, float loss_scale);
+void slm_llama_zero_grad(slm_llama *m);
+// (Re)allocates activation workspace for up to B x T tokens. keep_logits: retain [B, T, V]
+// logits for slm_llama_logits (tests, eval); otherwise the loss is fused and logits are
+// processed in chunks.
+void slm_llama_set_shape(slm_llama *m, int B, int T, bool keep_logits);
+// Logits [B, T, V] f32 of the last forward (requires keep_logits). Borrowed.
+const float *slm_llama_logits(const slm_llama *m);
+
+// KV-cache decoding for generation: cache for `max_T` positions of batch 1.
+typedef struct slm_kv_cache slm_kv_cache;
+slm_kv_cache *slm_kv_cache_new(const slm_llama *m, int max_T);
+void slm_kv_cache_free(slm_kv_cache *c);
+// Runs one token at position `pos` (0-based, < max_T) and writes logits [V] f32.
+void slm_llama_decode_step(slm_llama *m, slm_kv_cache *c, int32_t token, int pos, float *logits);
+
+#endif

@@ -1,0 +1,93 @@
+// tokenizer: byte-level BPE (GPT-2 / Llama-3 family, Hugging Face tokenizer.json) and
+// SentencePiece BPE models (tokenizer.model, the format Llama 2 ships), behind one interface.
+//
+// Invariants: a loaded tokenizer is immutable, so encode/decode may be called concurrently
+// from many threads on the same object (each call keeps its own scratch state).
+// Byte-level BPE is lossless: decode(encode(x)) == x for every byte string.
+// Special tokens (BOS/EOS/PAD/added tokens) in ordinary text are encoded as ordinary text
+// unless the caller passes SLM_ENC_ALLOW_SPECIAL.
+// A SentencePiece model whose normalizer or options shardlm does not implement exactly is
+// refused at load with SLM_E_UNSUPPORTED, never encoded differently.
+// This module does not know about shards, MPI or models.
+#ifndef SLM_TOKENIZER_H
+#define SLM_TOKENIZER_H
+
+#include "base/base.h"
+
+typedef enum slm_tok_type {
+    SLM_TOK_BYTE_BPE = 1, // byte-level BPE, tokenizer.json (GPT-2 / Llama-3 family)
+    SLM_TOK_SPM_BPE = 2   // SentencePiece BPE with byte fallback, tokenizer.model (Llama 2)
+} slm_tok_type;
+
+typedef struct slm_tokenizer slm_tokenizer;
+
+// Per-call flags for slm_tokenizer_encode.
+enum {
+    SLM_ENC_ADD_BOS = 1 << 0,       // prepend the BOS id (if the tokenizer has one)
+    SLM_ENC_ADD_EOS = 1 << 1,       // append the EOS id (if the tokenizer has one)
+    SLM_ENC_ALLOW_SPECIAL = 1 << 2, // match special/added tokens' text in the input to their ids
+};
+
+// Loads a tokenizer file. The type is detected from the contents: a protobuf SentencePiece
+// model (tokenizer.model) or a JSON tokenizer.json with model.type == "BPE" and a ByteLevel
+// pre-tokenizer. Returns an owned object in *out (free with slm_tokenizer_free).
+// Errors: SLM_E_IO (unreadable), SLM_E_FORMAT (malformed; names the path and the field),
+// SLM_E_UNSUPPORTED (a valid file of a kind shardlm does not implement; names what).
+slm_status slm_tokenizer_load(const char *path, slm_tokenizer **out);
+void slm_tokenizer_free(slm_tokenizer *t);
+
+slm_tok_type slm_tokenizer_type(const slm_tokenizer *t);
+// "byte_bpe" or "sentencepiece_bpe".
+const char *slm_tokenizer_type_name(const slm_tokenizer *t);
+// Number of ids (the model's vocab size must be >= this).
+int32_t slm_tokenizer_vocab_size(const slm_tokenizer *t);
+// Special ids, or -1 when the tokenizer has none.
+int32_t slm_tokenizer_bos_id(const slm_tokenizer *t);
+int32_t slm_tokenizer_eos_id(const slm_tokenizer *t);
+int32_t slm_tokenizer_unk_id(const slm_tokenizer *t);
+int32_t slm_tokenizer_pad_id(const slm_tokenizer *t);
+// XXH64 of the file the tokenizer was loaded from (or of its saved JSON for a trained one).
+uint64_t slm_tokenizer_hash(const slm_tokenizer *t);
+// The text of token `id` as stored (byte-level symbols / SentencePiece piece); NULL if out of
+// range. Borrowed; valid while `t` lives.
+const char *slm_tokenizer_piece(const slm_tokenizer *t, int32_t id);
+
+// Encodes `len` bytes of `text` and appends the ids to `out`.
+// Errors: SLM_E_ARG on invalid flags. Never fails on any byte content for byte-level BPE;
+// SentencePiece maps unknown characters through byte fallback (or UNK when the model has none).
+// Thread-safe.
+slm_status slm_tokenizer_encode(const slm_tokenizer *t, const char *text, size_t len, int flags,
+                                slm_ivec *out);
+// Decodes ids and appends the bytes to `out`. BOS/EOS/PAD ids produce no text.
+// Errors: SLM_E_ARG naming the first id outside [0, vocab_size). Thread-safe.
+slm_status slm_tokenizer_decode(const slm_tokenizer *t, const int32_t *ids, size_t n,
+                                slm_buf *out);
+
+// --- Byte-level BPE training ----------------------------------------------------------------
+
+typedef struct slm_bpe_train_opts {
+    const char *const *inputs; // text files (and directories, recursively) to learn from
+    int n_inputs;
+    int32_t vocab_size;          // total ids: 256 byte tokens + merges + specials
+    const char *const *specials; // added special tokens, e.g. {"<|bos|>", "<|eos|>", "<|pad|>"}
+    int n_specials;              // the first two are BOS and EOS when present
+    int threads;                 // counting threads (0: OpenMP default)
+    bool verbose;                // progress lines on stderr
+} slm_bpe_train_opts;
+
+// Trains a byte-level BPE on the inputs: GPT-2 regex pre-tokenization (PCRE2, Unicode
+// properties), the 256 bytes mapped to printable symbols (GPT-2 bytes_to_unicode), merges
+// chosen by pair frequency with ties broken by the lexicographically smallest
+// (left symbol, right symbol) byte strings, pair counts updated incrementally after each merge.
+// Deterministic: the result does not depend on the thread count.
+// Returns an owned tokenizer in *out. Errors: SLM_E_IO on inputs, SLM_E_ARG if vocab_size is
+// smaller than 256 + n_specials, SLM_E_FORMAT on an empty corpus.
+// Source: Sennrich et al. 2016 (BPE); Radford et al. 2019 (GPT-2 byte-level BPE).
+slm_status slm_bpe_train(const slm_bpe_train_opts *opts, slm_tokenizer **out);
+
+// Writes a byte-level BPE tokenizer as a Hugging Face tokenizer.json (model BPE, vocab, merges,
+// ByteLevel pre-tokenizer and decoder, added_tokens) atomically.
+// Errors: SLM_E_IO; SLM_E_UNSUPPORTED for a SentencePiece tokenizer.
+slm_status slm_tokenizer_save_json(const slm_tokenizer *t, const char *path);
+
+#endif

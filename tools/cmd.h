@@ -1,0 +1,19 @@
+// Subcommand entry points of the shardlm CLI. Each parses its own arguments, calls one module
+// entry point, prints the error message on failure and returns the process exit code:
+//   0 success, 1 runtime error (I/O, bad data, numeric failure), 2 usage error (bad options).
+// Only tools/ calls exit().
+#ifndef SLM_CMD_H
+#define SLM_CMD_H
+
+#define SLM_EXIT_OK 0
+#define SLM_EXIT_ERROR 1
+#define SLM_EXIT_USAGE 2
+
+int slm_cmd_tokenizer(int argc, char **argv); // shardlm tokenizer train|encode|decode|info
+int slm_cmd_prep(int argc, char **argv);      // shardlm prep
+int slm_cmd_train(int argc, char **argv);     // shardlm train
+int slm_cmd_eval(int argc, char **argv);      // shardlm eval
+int slm_cmd_generate(int argc, char **argv);  // shardlm generate
+int slm_cmd_bench_peak(int argc, char **argv); // shardlm bench-peak
+
+#endif

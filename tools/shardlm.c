@@ -1,0 +1,47 @@
+// shardlm: one binary, one subcommand per job. Dispatch only; each cmd_*.c parses its options.
+#include "cmd.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "base/base.h"
+
+typedef struct {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *help;
+} command;
+
+static const command commands[] = {
+    // One line per subcommand, registered as its module lands.
+    {NULL, NULL, NULL},
+};
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: shardlm <command> [options]   (shardlm <command> --help for options)\n\n"
+               "commands:\n");
+    for (size_t i = 0; commands[i].name; i++)
+        fprintf(f, "  %-11s %s\n", commands[i].name, commands[i].help);
+    fprintf(f, "  version     print the version\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return SLM_EXIT_USAGE;
+    }
+    const char *name = argv[1];
+    if (!strcmp(name, "-h") || !strcmp(name, "--help") || !strcmp(name, "help")) {
+        usage(stdout);
+        return SLM_EXIT_OK;
+    }
+    if (!strcmp(name, "version") || !strcmp(name, "--version")) {
+        printf("shardlm 0.1.0\n");
+        return SLM_EXIT_OK;
+    }
+    for (size_t i = 0; commands[i].name; i++)
+        if (!strcmp(name, commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
+    slm_error("unknown command \"%s\"", name);
+    usage(stderr);
+    return SLM_EXIT_USAGE;
+}
