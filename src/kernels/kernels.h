@@ -1,0 +1,78 @@
+// kernels: the compute ops of the Llama model, forward and backward, on the CPU (fp32,
+// OpenBLAS sgemm for matmuls, OpenMP for the rest). A second backend (cuda/) implements the same
+// signatures over device memory; the model calls only what is declared here.
+//
+// Conventions: row-major; N = B*T rows of tokens; C = hidden size, H heads, KV key/value heads,
+// D = head dim, F = ffn size, V = vocab. Backward functions ACCUMULATE (+=) into parameter
+// gradients (dW, dw) and, where stated, into input gradients, so residual branches and gradient
+// accumulation need no extra adds. Element counts and offsets are int64_t.
+// Determinism: for a fixed thread count every kernel gives bitwise-identical results run to run
+// (no atomics in reductions; static OpenMP schedules).
+#ifndef SLM_KERNELS_H
+#define SLM_KERNELS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+// nn.Linear without bias: out[N, O] = inp[N, I] @ W[O, I]^T   (accumulate: out += ...)
+void slm_matmul_fwd(float *out, const float *inp, const float *W, int64_t N, int64_t I, int64_t O,
+                    bool accumulate);
+// Backward of slm_matmul_fwd: dinp[N, I] += dout[N, O] @ W[O, I] (skipped when dinp is NULL);
+// dW[O, I] += dout^T @ inp (skipped when dW is NULL).
+void slm_matmul_bwd(float *dinp, float *dW, const float *dout, const float *inp, const float *W,
+                    int64_t N, int64_t I, int64_t O);
+
+// RMSNorm (Zhang & Sennrich 2019), HF LlamaRMSNorm: out = inp * rstd * w,
+// rstd[n] = 1 / sqrt(mean(inp[n]^2) + eps). out, inp [N, C]; w [C]; rstd [N] written.
+void slm_rmsnorm_fwd(float *out, float *rstd, const float *inp, const float *w, int64_t N, int C,
+                     float eps);
+// dinp[N, C] += ..., dw[C] += ... given dout [N, C] and the saved rstd.
+void slm_rmsnorm_bwd(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                     const float *rstd, int64_t N, int C);
+
+// RoPE tables for positions [0, T): cos, sin [T, D/2], frequency theta^(-2i/D).
+void slm_rope_tables(float *cos_t, float *sin_t, int T, int D, float theta);
+// Rotates x [B, T, nh, D] in place, HF rotate_half convention (halves, not pairs), position
+// of row t is pos0 + t. Backward: the same call with inverse = true (rotation by -angle).
+void slm_rope_apply(float *x, const float *cos_t, const float *sin_t, int B, int T, int nh, int D,
+                    int pos0, bool inverse);
+
+// Causal scaled-dot-product attention with GQA (query head h uses kv head h / (H / KV)),
+// computed block-wise with an online softmax (Milakov & Gimelshein 2018; FlashAttention,
+// Dao et al. 2022): no [T, T] score matrix is stored.
+//   q [B, T, H, D], k, v [B, T, KV, D] -> out [B, T, H, D]; lse [B, H, T] (log-sum-exp of the
+//   scaled scores per query, saved for backward). scale = 1/sqrt(D).
+void slm_attention_fwd(float *out, float *lse, const float *q, const float *k, const float *v,
+                       int B, int T, int H, int KV, int D);
+// Backward (FlashAttention-2 style recomputation from lse): writes (=, not +=) dq [B, T, H, D],
+// dk, dv [B, T, KV, D] given dout [B, T, H, D] and the forward's out and lse.
+void slm_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                       const float *k, const float *v, const float *out, const float *lse, int B,
+                       int T, int H, int KV, int D);
+
+// SwiGLU (Shazeer 2020): h = silu(gate) * up, all [N, F].
+void slm_swiglu_fwd(float *h, const float *gate, const float *up, int64_t N, int64_t F);
+// dgate, dup [N, F] written (=) from dh.
+void slm_swiglu_bwd(float *dgate, float *dup, const float *dh, const float *gate, const float *up,
+                    int64_t N, int64_t F);
+
+// Embedding lookup: out[N, C] = table[tokens[n]]. Backward: dtable[tokens[n]] += dout[n]
+// (deterministic order).
+void slm_embedding_fwd(float *out, const int32_t *tokens, const float *table, int64_t N, int C);
+void slm_embedding_bwd(float *dtable, const int32_t *tokens, const float *dout, int64_t N, int C);
+
+// Fused softmax + cross-entropy over logits [N, V] (in place): for each row with
+// targets[n] != -1 (the ignore index), losses[n] = logsumexp(row) - row[target] and the row is
+// overwritten with dloss/dlogits * dscale = (softmax(row) - onehot(target)) * dscale; ignored rows
+// get loss 0 and a zero gradient. When dscale == 0 the logits are left unchanged.
+void slm_cross_entropy_fused(float *logits, float *losses, const int32_t *targets, int64_t N,
+                             int64_t V, float dscale);
+
+// out[n] = a[n] + b[n]   (n elements; out may alias a)
+void slm_add(float *out, const float *a, const float *b, int64_t n);
+
+// Measured sgemm peak of this machine in GFLOP/s (square fp32 GEMMs of size `n`, best of
+// `reps`), for MFU denominators.
+double slm_sgemm_peak_gflops(int n, int reps);
+
+#endif
