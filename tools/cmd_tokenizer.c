@@ -1,0 +1,301 @@
+// shardlm tokenizer train|encode|decode|info: byte-level BPE training and a stdin -> stdout
+// front end to the generic tokenizer API (byte-level BPE tokenizer.json or SentencePiece
+// tokenizer.model).
+#include "cmd.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "tokenizer/tokenizer.h"
+
+static void usage(FILE *f) {
+    fprintf(
+        f,
+        "usage: shardlm tokenizer train --input PATH... --vocab-size N --out tokenizer.json\n"
+        "                               [--special \"<|bos|>,<|eos|>,<|pad|>\"] [--threads N] "
+        "[--quiet]\n"
+        "       shardlm tokenizer encode --tokenizer FILE [--bos] [--eos] [--allow-special] "
+        "[--whole]\n"
+        "       shardlm tokenizer decode --tokenizer FILE\n"
+        "       shardlm tokenizer info   --tokenizer FILE\n"
+        "\n"
+        "train   learns a byte-level BPE (GPT-2 regex pre-tokenization, GPT-2 byte symbols)\n"
+        "        from text files and directories (recursed; dot-files skipped) and writes a\n"
+        "        Hugging Face tokenizer.json. --special lists the added special tokens\n"
+        "        (comma-separated; the first is BOS, the second EOS; \"\" for none). --threads\n"
+        "        counts in parallel (the result does not depend on it).\n"
+        "encode  reads text on stdin and writes, per input line (without its newline), the\n"
+        "        ids as space-separated integers on one line. BOS/EOS only with --bos/--eos;\n"
+        "        special-token text is plain text unless --allow-special. --whole encodes all of\n"
+        "        stdin as one text (newlines included) and writes one line of ids.\n"
+        "decode  reads lines of space-separated ids and writes each line's text and a newline.\n"
+        "info    prints the type, vocab size, BOS/EOS/UNK/PAD ids and the file's XXH64.\n"
+        "FILE is a tokenizer.json (byte-level BPE) or a SentencePiece tokenizer.model.\n"
+        "Exit status: 0 ok, 1 runtime error, 2 usage error.\n");
+}
+
+static int fail_usage(const char *msg, const char *arg) {
+    slm_error("tokenizer: %s%s%s", msg, arg ? " " : "", arg ? arg : "");
+    usage(stderr);
+    return SLM_EXIT_USAGE;
+}
+
+static int fail_runtime(void) {
+    slm_error("%s", slm_errmsg());
+    return SLM_EXIT_ERROR;
+}
+
+// Splits a comma-separated list in place into `out` (at most `max` items).
+static int split_commas(char *s, const char **out, int max) {
+    int n = 0;
+    if (!*s) return 0;
+    for (char *p = s;;) {
+        char *c = strchr(p, ',');
+        if (c) *c = 0;
+        if (n < max) out[n] = p;
+        n++;
+        if (!c) break;
+        p = c + 1;
+    }
+    return n;
+}
+
+static int cmd_train(int argc, char **argv) {
+    const char **inputs = calloc((size_t)argc + 1, sizeof *inputs);
+    const char *specials[64];
+    char *special_arg = NULL;
+    const char *out_path = NULL;
+    int n_inputs = 0, n_specials = -1, rc = SLM_EXIT_OK;
+    int64_t vocab = 0, threads = 0;
+    bool quiet = false;
+    slm_tokenizer *t = NULL;
+    if (!inputs) return fail_runtime();
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--input")) {
+            if (i + 1 >= argc) {
+                rc = fail_usage("--input needs a path", NULL);
+                goto out;
+            }
+            while (i + 1 < argc && strncmp(argv[i + 1], "--", 2))
+                inputs[n_inputs++] = argv[++i];
+        } else if (!strcmp(a, "--vocab-size") && i + 1 < argc) {
+            if (slm_parse_i64("--vocab-size", argv[++i], 1, 1 << 22, &vocab)) {
+                rc = fail_usage(slm_errmsg(), NULL);
+                goto out;
+            }
+        } else if (!strcmp(a, "--threads") && i + 1 < argc) {
+            if (slm_parse_i64("--threads", argv[++i], 0, 1024, &threads)) {
+                rc = fail_usage(slm_errmsg(), NULL);
+                goto out;
+            }
+        } else if (!strcmp(a, "--out") && i + 1 < argc) {
+            out_path = argv[++i];
+        } else if (!strcmp(a, "--special") && i + 1 < argc) {
+            free(special_arg);
+            special_arg = slm_xstrdup(argv[++i]);
+            n_specials = split_commas(special_arg, specials, 64);
+            if (n_specials > 64) {
+                rc = fail_usage("at most 64 --special tokens", NULL);
+                goto out;
+            }
+        } else if (!strcmp(a, "--quiet")) {
+            quiet = true;
+        } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            goto out;
+        } else {
+            rc = fail_usage("unknown or incomplete option", a);
+            goto out;
+        }
+    }
+    if (!n_inputs || !vocab || !out_path) {
+        rc = fail_usage("train needs --input, --vocab-size and --out", NULL);
+        goto out;
+    }
+    slm_bpe_train_opts o = {
+        .inputs = inputs,
+        .n_inputs = n_inputs,
+        .vocab_size = (int32_t)vocab,
+        .specials = n_specials >= 0 ? specials : NULL, // NULL: <|bos|>,<|eos|>,<|pad|>
+        .n_specials = n_specials >= 0 ? n_specials : 0,
+        .threads = (int)threads,
+        .verbose = !quiet,
+    };
+    if (slm_bpe_train(&o, &t) || slm_tokenizer_save_json(t, out_path)) {
+        rc = fail_runtime();
+        goto out;
+    }
+    char hex[17];
+    slm_hex64(slm_tokenizer_hash(t), hex);
+    if (!quiet)
+        slm_info("wrote %s: %d ids, bos %d, eos %d, pad %d, xxh64 %s", out_path,
+                 slm_tokenizer_vocab_size(t), slm_tokenizer_bos_id(t), slm_tokenizer_eos_id(t),
+                 slm_tokenizer_pad_id(t), hex);
+out:
+    slm_tokenizer_free(t);
+    free(special_arg);
+    free(inputs);
+    return rc;
+}
+
+// Appends the decimal of x and a separator.
+static void put_int(slm_buf *b, int32_t x, char sep) {
+    char tmp[16];
+    int n = 0;
+    uint32_t u = x < 0 ? (uint32_t)(-(int64_t)x) : (uint32_t)x;
+    do {
+        tmp[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    slm_buf_reserve(b, b->len + (size_t)n + 2);
+    if (x < 0) b->data[b->len++] = '-';
+    while (n)
+        b->data[b->len++] = tmp[--n];
+    b->data[b->len++] = sep;
+}
+
+static bool flush_out(slm_buf *b, bool force) {
+    if (!force && b->len < (1 << 16)) return true;
+    bool ok = fwrite(b->data, 1, b->len, stdout) == b->len;
+    b->len = 0;
+    return ok;
+}
+
+static int cmd_codec(int argc, char **argv, bool encode) {
+    const char *path = NULL;
+    int flags = 0;
+    bool whole = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--tokenizer") && i + 1 < argc)
+            path = argv[++i];
+        else if (encode && !strcmp(a, "--whole"))
+            whole = true;
+        else if (encode && !strcmp(a, "--bos"))
+            flags |= SLM_ENC_ADD_BOS;
+        else if (encode && !strcmp(a, "--eos"))
+            flags |= SLM_ENC_ADD_EOS;
+        else if (encode && !strcmp(a, "--allow-special"))
+            flags |= SLM_ENC_ALLOW_SPECIAL;
+        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return SLM_EXIT_OK;
+        } else
+            return fail_usage("unknown or incomplete option", a);
+    }
+    if (!path) return fail_usage("--tokenizer FILE is required", NULL);
+    slm_tokenizer *t = NULL;
+    if (slm_tokenizer_load(path, &t)) return fail_runtime();
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    slm_buf ob = {0};
+    slm_ivec ids = {0};
+    int rc = SLM_EXIT_OK;
+    int64_t lineno = 0;
+    if (whole) { // all of stdin as one text: read it as one "line" without stripping
+        slm_buf in = {0};
+        char chunk[1 << 16];
+        size_t k;
+        while ((k = fread(chunk, 1, sizeof chunk, stdin)) > 0)
+            slm_buf_append(&in, chunk, k);
+        if (!in.data) slm_buf_append(&in, "", 0);
+        line = in.data;
+        n = (ssize_t)in.len;
+    }
+    while (whole || (n = getline(&line, &cap, stdin)) >= 0) {
+        lineno++;
+        size_t len = (size_t)n;
+        if (!whole && len && line[len - 1] == '\n') len--;
+        ids.len = 0;
+        if (encode) {
+            if (slm_tokenizer_encode(t, line, len, flags, &ids)) {
+                rc = fail_runtime();
+                break;
+            }
+            for (size_t k = 0; k < ids.len; k++)
+                put_int(&ob, ids.data[k], k + 1 < ids.len ? ' ' : '\n');
+            if (!ids.len) slm_buf_append(&ob, "\n", 1);
+        } else {
+            line[len] = 0;
+            char *p = line, *end;
+            for (;;) {
+                while (*p == ' ' || *p == '\t' || *p == '\r')
+                    p++;
+                if (!*p) break;
+                long v = strtol(p, &end, 10);
+                if (end == p || v < INT32_MIN || v > INT32_MAX ||
+                    (*end && *end != ' ' && *end != '\t' && *end != '\r')) {
+                    slm_error(
+                        "tokenizer decode: stdin line %lld: expected integer ids, got \"%.20s\"",
+                        (long long)lineno, p);
+                    rc = SLM_EXIT_ERROR;
+                    goto done;
+                }
+                slm_ivec_push(&ids, (int32_t)v);
+                p = end;
+            }
+            if (slm_tokenizer_decode(t, ids.data, ids.len, &ob)) {
+                slm_error("stdin line %lld: %s", (long long)lineno, slm_errmsg());
+                rc = SLM_EXIT_ERROR;
+                break;
+            }
+            slm_buf_append(&ob, "\n", 1);
+        }
+        if (!flush_out(&ob, false) || whole) break;
+    }
+done:
+    if (!flush_out(&ob, true) || fflush(stdout)) {
+        slm_error("tokenizer %s: write to stdout failed", encode ? "encode" : "decode");
+        rc = SLM_EXIT_ERROR;
+    }
+    free(line);
+    slm_buf_free(&ob);
+    slm_ivec_free(&ids);
+    slm_tokenizer_free(t);
+    return rc;
+}
+
+static int cmd_info(int argc, char **argv) {
+    const char *path = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--tokenizer") && i + 1 < argc)
+            path = argv[++i];
+        else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            usage(stdout);
+            return SLM_EXIT_OK;
+        } else
+            return fail_usage("unknown or incomplete option", argv[i]);
+    }
+    if (!path) return fail_usage("--tokenizer FILE is required", NULL);
+    slm_tokenizer *t = NULL;
+    if (slm_tokenizer_load(path, &t)) return fail_runtime();
+    char hex[17];
+    slm_hex64(slm_tokenizer_hash(t), hex);
+    printf("type: %s\nvocab_size: %d\nbos_id: %d\neos_id: %d\nunk_id: %d\npad_id: %d\n"
+           "hash: %s\n",
+           slm_tokenizer_type_name(t), slm_tokenizer_vocab_size(t), slm_tokenizer_bos_id(t),
+           slm_tokenizer_eos_id(t), slm_tokenizer_unk_id(t), slm_tokenizer_pad_id(t), hex);
+    slm_tokenizer_free(t);
+    return SLM_EXIT_OK;
+}
+
+int slm_cmd_tokenizer(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return SLM_EXIT_USAGE;
+    }
+    const char *sub = argv[1];
+    if (!strcmp(sub, "-h") || !strcmp(sub, "--help")) {
+        usage(stdout);
+        return SLM_EXIT_OK;
+    }
+    if (!strcmp(sub, "train")) return cmd_train(argc - 1, argv + 1);
+    if (!strcmp(sub, "encode")) return cmd_codec(argc - 1, argv + 1, true);
+    if (!strcmp(sub, "decode")) return cmd_codec(argc - 1, argv + 1, false);
+    if (!strcmp(sub, "info")) return cmd_info(argc - 1, argv + 1);
+    return fail_usage("unknown subcommand", sub);
+}
