@@ -39,6 +39,12 @@ slm_status slm_shard_write(const char *path, const int32_t *tokens, uint64_t n, 
 // Errors: SLM_E_FORMAT naming `path` (short file, wrong magic, version, token width, size).
 slm_status slm_shard_parse_header(const char *path, const uint8_t *data, size_t len,
                                   slm_shard_header *h);
+// Full check of a mapped shard: the header (as slm_shard_parse_header), the payload XXH64
+// against the header, and every token < vocab_size (pass the dataset's vocab; 0 uses the
+// header's). Errors: SLM_E_FORMAT (header, token out of range: names the token index and value),
+// SLM_E_CHECKSUM (header vs payload hash), each naming `path`.
+slm_status slm_shard_verify(const char *path, const uint8_t *data, size_t len, uint32_t vocab_size,
+                            slm_shard_header *h);
 
 // --- Preparation ----------------------------------------------------------------------------
 
@@ -52,13 +58,21 @@ typedef struct slm_prep_opts {
     int workers;          // threads per process
     uint64_t seed;
     bool progress; // progress bar (terminal) / log lines
+    int64_t unit_bytes; // work unit size in bytes (0: 1 MiB); the output's token multiset does
+                        // not depend on it (tests use small units to cut documents across units)
 } slm_prep_opts;
 
 // Prepares a corpus into `out_dir` (see the module comment). Under MPI (world > 1, via dist/)
 // each rank takes a disjoint part of the inputs and rank 0 writes the manifest after all ranks
-// finished. Collective when world > 1.
+// finished. Collective when world > 1. Document rules (blank-line separated text, JSONL "text",
+// stdin), the train/val hash, the work split and what does / does not depend on workers and
+// ranks: docs/formats.md "Token shards". Starts opts->workers threads; installs SIGINT/SIGTERM
+// handlers for its duration (restored on return).
 // Errors: SLM_E_IO / SLM_E_FORMAT naming the file and line (bad JSONL, missing "text"),
-// SLM_E_ARG for an empty corpus or bad options. On error no file that looks complete remains.
+// SLM_E_ARG for an empty corpus or bad options, SLM_E_INTERRUPTED on SIGINT/SIGTERM. On error
+// every file this run wrote is removed (shards, manifest, tokenizer copy); shards carry a
+// ".partial" suffix until the whole run succeeded, so even a killed run leaves no shard-named
+// file and no manifest.
 slm_status slm_prep_run(const slm_prep_opts *opts);
 
 // --- Manifest ---------------------------------------------------------------------------------
@@ -81,11 +95,25 @@ typedef struct slm_dataset {
     int32_t vocab_size;
     int32_t bos_id, eos_id; // -1 if none
     slm_split_info train, val;
+    char *tokenizer_type;  // "byte_bpe" / "sentencepiece_bpe" (owned; may be NULL if unknown)
+    uint32_t token_bytes;  // 2 or 4: the width every shard of this dataset uses
+    uint64_t seed;         // prep's --seed (train/val assignment hash key), < 2^53
+    double val_fraction;   // prep's --val-fraction
 } slm_dataset;
 
 // Reads DIR/manifest.json. Errors: SLM_E_IO (missing: "no manifest.json in DIR; run shardlm
 // prep"), SLM_E_FORMAT naming the field.
 slm_status slm_dataset_open(const char *dir, slm_dataset *ds);
+// Parses manifest JSON text (`len` bytes, need not be NUL-terminated) for the dataset in `dir`
+// into *ds (owned; free with slm_dataset_free, also on error). `what` names the source in
+// messages. Checks types and ranges of every field and that the split totals add up.
+// Errors: SLM_E_FORMAT naming `what` and the field.
+slm_status slm_dataset_parse(const char *dir, const char *what, const char *json, size_t len,
+                             slm_dataset *ds);
+// Writes ds->dir/manifest.json atomically from *ds (format in docs/formats.md).
+// Errors: SLM_E_IO.
+slm_status slm_dataset_write(const slm_dataset *ds);
+// Frees what *ds owns and zeroes it; safe on a zeroed struct.
 void slm_dataset_free(slm_dataset *ds);
 
 // --- Loader ---------------------------------------------------------------------------------
@@ -112,14 +140,18 @@ typedef struct slm_loader_opts {
 // Opens the split: maps shards, verifies every shard (size, magic, checksum, tokens < vocab).
 // Windows: the split's shards concatenated in manifest order, window k = tokens
 // [k*T, k*T + T] (T+1 tokens); per epoch a seeded permutation of the windows.
-// Errors: SLM_E_IO / SLM_E_FORMAT / SLM_E_CHECKSUM naming the shard; SLM_E_ARG if the split has
-// fewer windows than B_global or world does not divide B_global.
+// Errors: SLM_E_IO / SLM_E_FORMAT / SLM_E_CHECKSUM naming the shard; SLM_E_ARG if world does not
+// divide B_global, or the split has fewer windows than B_global (shuffle) / no window at all
+// (shuffle = false: a validation walk may end with a ragged batch).
 slm_status slm_loader_open(const slm_loader_opts *opts, slm_loader **out);
 void slm_loader_free(slm_loader *l);
 
 // Fills tokens[B_local, T+1] (int32) with this rank's slice of the next global batch and
-// advances the global position by B_global (starting a new epoch when fewer than B_global
-// windows remain). The concatenation over ranks 0..world-1 equals the world-of-one batch.
+// advances the global position by B_global. A batch that reaches the end of an epoch continues
+// with the next epoch's permutation (nothing is dropped: every window appears exactly once per
+// epoch; epoch/pos wrap accordingly). The concatenation over ranks 0..world-1 equals the
+// world-of-one batch. No I/O errors are possible here: all shards were verified at open.
+// Permutation: a keyed Feistel network with cycle walking (details in loader.c).
 void slm_loader_next(slm_loader *l, int32_t *tokens);
 // Validation walk: fills this rank's slice of the next batch in order and returns the number of
 // windows written (< B_local at the end, 0 when the split is exhausted); no epoch wrap.

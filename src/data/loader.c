@@ -1,0 +1,285 @@
+// The deterministic distributed loader.
+//
+// The split is one token stream: its shards concatenated in manifest order. Window k is tokens
+// [k*T, k*T + T] (T+1 tokens: inputs and shifted targets), k in [0, n_windows) with
+// n_windows = (n_tokens - 1) / T. The global window sequence is the infinite concatenation of
+// per-epoch permutations perm_0, perm_1, ...; global position g (counted from the start of the
+// current epoch) is window perm_{epoch + g / n}(g mod n). Global batch b holds positions
+// [b*B, (b+1)*B) and rank r takes [r*B_local, (r+1)*B_local) of it. A batch that crosses the
+// end of an epoch continues with the next epoch's permutation, so every window appears exactly
+// once per epoch and the state (seed, epoch, pos) is independent of B and of the world size.
+//
+// perm_e is a keyed bijection: a balanced Feistel network on [0, 4^h) (4^h >= n, h minimal)
+// with round keys from (seed, e), restricted to [0, n) by cycle walking (re-encrypt until the
+// value falls in range; a bijection on the larger domain restricted this way is a bijection on
+// [0, n), Black & Rogaway 2002). Memory O(1), any position O(1) expected.
+#include "data/data.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FEISTEL_ROUNDS 6
+
+struct slm_loader {
+    slm_dataset ds;
+    const slm_split_info *split;
+    slm_map *maps;       // [n_shards] mapped shard files
+    const uint8_t **pay; // [n_shards] payload start
+    uint32_t *tb;        // [n_shards] token bytes
+    int64_t *cum;        // [n_shards + 1] first token index of each shard in the stream
+    int n_shards;
+    int64_t n_tokens, n_windows;
+    int T, B_global, B_local, rank, world;
+    bool shuffle;
+    int half_bits; // Feistel half width h: domain [0, 4^h)
+    slm_loader_state st;
+};
+
+static void feistel_keys(uint64_t seed, int64_t epoch, uint64_t keys[FEISTEL_ROUNDS]) {
+    uint64_t base = slm_mix64(seed ^ 0x5eed5eed5eed5eedULL) ^ slm_mix64((uint64_t)epoch + 1);
+    for (int i = 0; i < FEISTEL_ROUNDS; i++)
+        keys[i] = slm_mix64(base + (uint64_t)i * 0x9E3779B97F4A7C15ULL);
+}
+
+static uint64_t feistel_enc(uint64_t x, int h, const uint64_t keys[FEISTEL_ROUNDS]) {
+    uint64_t mask = (1ULL << h) - 1;
+    uint64_t L = x >> h, R = x & mask;
+    for (int i = 0; i < FEISTEL_ROUNDS; i++) {
+        uint64_t F = slm_mix64(R ^ keys[i]) & mask;
+        uint64_t nl = R;
+        R = L ^ F;
+        L = nl;
+    }
+    return (L << h) | R;
+}
+
+// perm_epoch(i) for i in [0, n).
+static int64_t permute(const slm_loader *l, int64_t epoch, int64_t i) {
+    if (!l->shuffle) return i;
+    uint64_t keys[FEISTEL_ROUNDS];
+    feistel_keys(l->st.seed, epoch, keys);
+    uint64_t y = (uint64_t)i;
+    do {
+        y = feistel_enc(y, l->half_bits, keys);
+    } while (y >= (uint64_t)l->n_windows);
+    return (int64_t)y;
+}
+
+// Copies T+1 tokens of window k into out (int32), across shard boundaries when needed.
+static void copy_window(const slm_loader *l, int64_t k, int32_t *out) {
+    int64_t t0 = k * (int64_t)l->T, need = (int64_t)l->T + 1;
+    // Binary search: last shard s with cum[s] <= t0.
+    int lo = 0, hi = l->n_shards - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (l->cum[mid] <= t0)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    int s = lo;
+    while (need > 0) {
+        int64_t off = t0 - l->cum[s];
+        int64_t avail = l->cum[s + 1] - t0;
+        int64_t n = avail < need ? avail : need;
+        if (n > 0) {
+            const uint8_t *p = l->pay[s];
+            if (l->tb[s] == 2) {
+                const uint8_t *q = p + 2 * off;
+                for (int64_t j = 0; j < n; j++)
+                    out[j] = (int32_t)((uint32_t)q[2 * j] | ((uint32_t)q[2 * j + 1] << 8));
+            } else {
+                const uint8_t *q = p + 4 * off;
+                for (int64_t j = 0; j < n; j++)
+                    out[j] =
+                        (int32_t)((uint32_t)q[4 * j] | ((uint32_t)q[4 * j + 1] << 8) |
+                                  ((uint32_t)q[4 * j + 2] << 16) | ((uint32_t)q[4 * j + 3] << 24));
+            }
+            out += n;
+            t0 += n;
+            need -= n;
+        }
+        s++;
+        SLM_ASSERT(need == 0 || s < l->n_shards);
+    }
+}
+
+void slm_loader_free(slm_loader *l) {
+    if (!l) return;
+    for (int i = 0; i < l->n_shards; i++)
+        slm_map_free(&l->maps[i]);
+    free(l->maps);
+    free(l->pay);
+    free(l->tb);
+    free(l->cum);
+    slm_dataset_free(&l->ds);
+    free(l);
+}
+
+static slm_status open_shards(slm_loader *l) {
+    const slm_split_info *sp = l->split;
+    int n = sp->n_shards;
+    l->n_shards = n;
+    l->maps = slm_xcalloc((size_t)n + 1, sizeof *l->maps);
+    l->pay = slm_xcalloc((size_t)n + 1, sizeof *l->pay);
+    l->tb = slm_xcalloc((size_t)n + 1, sizeof *l->tb);
+    l->cum = slm_xcalloc((size_t)n + 1, sizeof *l->cum);
+    for (int i = 0; i < n; i++) {
+        const slm_shard_info *si = &sp->shards[i];
+        char *path = slm_path_join(l->ds.dir, si->file);
+        slm_status st = slm_map_file(path, &l->maps[i]);
+        if (st) {
+            free(path);
+            return st;
+        }
+        const uint8_t *d = l->maps[i].data;
+        size_t len = l->maps[i].len;
+        if (len != si->bytes) {
+            st = slm_fail(SLM_E_FORMAT,
+                          "%s: file is %zu bytes, manifest says %" PRIu64 " (truncated or "
+                          "replaced); HINT: rerun shardlm prep",
+                          path, len, si->bytes);
+            free(path);
+            return st;
+        }
+        uint64_t fh = slm_xxh64(d, len, 0);
+        if (fh != si->xxh64) {
+            char a[17], b[17];
+            slm_hex64(si->xxh64, a);
+            slm_hex64(fh, b);
+            st = slm_fail(SLM_E_CHECKSUM,
+                          "%s: checksum mismatch (manifest xxh64 %s, file %s): the shard is "
+                          "corrupt; HINT: rerun shardlm prep",
+                          path, a, b);
+            free(path);
+            return st;
+        }
+        slm_shard_header h;
+        st = slm_shard_verify(path, d, len, (uint32_t)l->ds.vocab_size, &h);
+        if (st == SLM_OK && (h.n_tokens != si->n_tokens || h.n_docs != si->n_docs))
+            st = slm_fail(SLM_E_FORMAT,
+                          "%s: header has %" PRIu64 " tokens / %" PRIu64
+                          " docs, manifest says %" PRIu64 " / %" PRIu64,
+                          path, h.n_tokens, h.n_docs, si->n_tokens, si->n_docs);
+        free(path);
+        if (st) return st;
+        l->pay[i] = d + SLM_SHARD_HEADER_BYTES;
+        l->tb[i] = h.token_bytes;
+        l->cum[i + 1] = l->cum[i] + (int64_t)h.n_tokens;
+    }
+    l->n_tokens = l->cum[n];
+    return SLM_OK;
+}
+
+slm_status slm_loader_open(const slm_loader_opts *o, slm_loader **out) {
+    *out = NULL;
+    if (!o->dir || !o->split) return slm_fail(SLM_E_ARG, "loader: dir and split are required");
+    bool train = !strcmp(o->split, "train");
+    if (!train && strcmp(o->split, "val") != 0)
+        return slm_fail(SLM_E_ARG, "loader: split \"%s\", expected \"train\" or \"val\"", o->split);
+    if (o->T < 1) return slm_fail(SLM_E_ARG, "loader: T = %d, expected >= 1", o->T);
+    if (o->B_global < 1 || o->world < 1 || o->rank < 0 || o->rank >= o->world ||
+        o->B_global % o->world != 0)
+        return slm_fail(SLM_E_ARG,
+                        "loader: B_global %d, rank %d, world %d: need world | B_global and "
+                        "0 <= rank < world",
+                        o->B_global, o->rank, o->world);
+    slm_loader *l = slm_xcalloc(1, sizeof *l);
+    slm_status st = slm_dataset_open(o->dir, &l->ds);
+    if (st) goto fail;
+    if (!slm_is_file(l->ds.tokenizer_file)) {
+        st = slm_fail(SLM_E_IO, "%s: tokenizer file named by the manifest is missing",
+                      l->ds.tokenizer_file);
+        goto fail;
+    }
+    uint64_t th = 0;
+    if ((st = slm_file_xxh64(l->ds.tokenizer_file, &th))) goto fail;
+    if (th != l->ds.tokenizer_xxh64) {
+        char a[17], b[17];
+        slm_hex64(l->ds.tokenizer_xxh64, a);
+        slm_hex64(th, b);
+        st = slm_fail(SLM_E_CHECKSUM, "%s: checksum mismatch (manifest xxh64 %s, file %s)",
+                      l->ds.tokenizer_file, a, b);
+        goto fail;
+    }
+    l->split = train ? &l->ds.train : &l->ds.val;
+    l->T = o->T;
+    l->B_global = o->B_global;
+    l->B_local = o->B_global / o->world;
+    l->rank = o->rank;
+    l->world = o->world;
+    l->shuffle = o->shuffle;
+    if ((st = open_shards(l))) goto fail;
+    l->n_windows = l->n_tokens > 0 ? (l->n_tokens - 1) / o->T : 0;
+    // A shuffled (training) split must fill one global batch; a sequential (validation) walk
+    // only needs one window: its last batch may be ragged.
+    if (l->n_windows < (o->shuffle ? o->B_global : 1)) {
+        st = slm_fail(SLM_E_ARG,
+                      "%s: %s split has %" PRId64 " tokens = %" PRId64
+                      " windows of T+1 = %d tokens, fewer than B_global = %d",
+                      o->dir, o->split, l->n_tokens, l->n_windows, o->T + 1, o->B_global);
+        goto fail;
+    }
+    l->half_bits = 1;
+    while (l->half_bits < 31 && (1ULL << (2 * l->half_bits)) < (uint64_t)l->n_windows)
+        l->half_bits++;
+    l->st.seed = o->seed;
+    *out = l;
+    return SLM_OK;
+fail:
+    slm_loader_free(l);
+    return st;
+}
+
+void slm_loader_next(slm_loader *l, int32_t *tokens) {
+    int64_t n = l->n_windows;
+    int64_t g0 = l->st.pos + (int64_t)l->rank * l->B_local;
+    for (int i = 0; i < l->B_local; i++) {
+        int64_t g = g0 + i;
+        int64_t e = l->st.epoch + g / n;
+        int64_t k = permute(l, e, g % n);
+        copy_window(l, k, tokens + (int64_t)i * (l->T + 1));
+    }
+    l->st.pos += l->B_global;
+    while (l->st.pos >= n) {
+        l->st.pos -= n;
+        l->st.epoch++;
+    }
+}
+
+int slm_loader_next_val(slm_loader *l, int32_t *tokens) {
+    int64_t g0 = l->st.pos + (int64_t)l->rank * l->B_local;
+    int cnt = 0;
+    for (int i = 0; i < l->B_local && g0 + i < l->n_windows; i++) {
+        copy_window(l, g0 + i, tokens + (int64_t)i * (l->T + 1));
+        cnt++;
+    }
+    if (l->st.pos < l->n_windows) l->st.pos += l->B_global;
+    if (l->st.pos > l->n_windows) l->st.pos = l->n_windows;
+    return cnt;
+}
+
+int64_t slm_loader_n_windows(const slm_loader *l) {
+    return l->n_windows;
+}
+
+slm_loader_state slm_loader_get_state(const slm_loader *l) {
+    return l->st;
+}
+
+slm_status slm_loader_set_state(slm_loader *l, slm_loader_state s) {
+    // pos == n_windows is the end of a finished validation walk; training positions are < n.
+    if (s.epoch < 0 || s.pos < 0 || s.pos > l->n_windows || (s.pos == l->n_windows && l->shuffle))
+        return slm_fail(SLM_E_ARG,
+                        "loader state epoch %" PRId64 ", pos %" PRId64
+                        " is outside the split (%" PRId64 " windows)",
+                        s.epoch, s.pos, l->n_windows);
+    l->st = s;
+    return SLM_OK;
+}
+
+const slm_dataset *slm_loader_dataset(const slm_loader *l) {
+    return &l->ds;
+}

@@ -1,0 +1,777 @@
+// shardlm prep: tokenizes a corpus into token shards and writes the dataset manifest.
+//
+// Documents (docs/formats.md "Token shards"):
+//   - a plain text file is split into documents at blank lines (lines of only spaces, tabs,
+//     CR): a document is a maximal run of non-blank lines, with their newlines, the separating
+//     blank lines dropped;
+//   - a *.jsonl file holds one document per line: the "text" string field of a JSON object
+//     (blank lines are skipped; anything else that is not such an object is an error);
+//   - "-" reads standard input as plain text (rank 0 only under MPI).
+// Empty documents produce nothing. Each document is encoded with the tokenizer's BOS prepended
+// and EOS appended when it has them, and goes to val if XXH64(document bytes, seed) / 2^64 <
+// val_fraction, else to train: a property of the content only.
+//
+// Parallelism, shared-nothing: every source file is cut into fixed-size units (1 MiB default);
+// a unit owns the documents that START inside it (a document may run past the unit's end; the
+// unit's worker reads on). Global unit u goes to rank u % world, and a rank's i-th unit to
+// worker i % W. Each worker fills its own train and val buffers and writes its own shards named
+// <split>_<rank:4>_<worker:3>_<index:6>.bin, flushed at document boundaries once a buffer holds
+// >= shard_tokens tokens. Documents never split across shards. The token multiset of each split
+// does not depend on W or world; the order of documents across shards does.
+// Shards are written as NAME.partial (temp + fsync + rename) and renamed to NAME only once every
+// rank finished without error; then the shard lists are all-gathered and rank 0 writes
+// manifest.json (shards in (split, rank, worker, index) order). So a killed run leaves no file
+// under a shard name and no manifest. On any error (or SIGINT/SIGTERM) every rank removes the
+// shards it wrote, rank 0 the manifest and the tokenizer copy.
+#include "data/data.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dist/dist.h"
+
+#define UNIT_BYTES ((size_t)1 << 20) // default work unit size
+#define REC_FIELDS 7                 // split, worker, index, n_tokens, n_docs, bytes, xxh64
+
+typedef struct {
+    char *path; // owned; "<stdin>" for stdin
+    bool jsonl;
+    bool is_stdin;
+    size_t size;      // bytes
+    char *stdin_data; // owned, stdin only (rank 0)
+} source;
+
+typedef struct {
+    int src;
+    size_t begin, end;
+} unit;
+
+typedef struct {
+    int64_t split, worker, index, n_tokens, n_docs, bytes;
+    uint64_t xxh64;
+} shard_rec;
+
+typedef struct prep_ctx prep_ctx;
+
+typedef struct {
+    prep_ctx *ctx;
+    int id;
+    slm_ivec buf[2];  // [0] train, [1] val tokens not yet flushed
+    uint64_t docs[2]; // documents in buf
+    int64_t next_index[2];
+    shard_rec *recs; // shards written
+    int n_recs, cap_recs;
+    slm_status st;
+    char err[2048];
+    pthread_t thread;
+} worker;
+
+struct prep_ctx {
+    const slm_prep_opts *o;
+    slm_tokenizer *tok;
+    uint32_t vocab;
+    int rank, world;
+    source *srcs;
+    int n_srcs;
+    unit *units; // this rank's units
+    int n_units;
+    uint64_t val_threshold; // val if (hash >> 11) < threshold (53-bit fixed point)
+    worker *workers;
+    atomic_int failed;
+    atomic_int done;
+    _Atomic uint64_t bytes_done;
+};
+
+static const char *split_name(int s) {
+    return s ? "val" : "train";
+}
+
+// Final path of a shard; with `partial`, the name it has until the whole run succeeded.
+static char *shard_path(const prep_ctx *c, int split, int64_t w, int64_t idx, int rank,
+                        bool partial) {
+    char name[80];
+    snprintf(name, sizeof name, "%s_%04d_%03d_%06" PRId64 ".bin%s", split_name(split), rank, (int)w,
+             idx, partial ? ".partial" : "");
+    return slm_path_join(c->o->out_dir, name);
+}
+
+// SIGINT / SIGTERM while prep runs: workers stop at the next document, the run fails with
+// SLM_E_INTERRUPTED and removes its output. Previous handlers are restored on return.
+static volatile sig_atomic_t g_signal;
+static void on_signal(int sig) {
+    g_signal = sig;
+}
+
+static bool stop_requested(prep_ctx *c) {
+    return atomic_load(&c->failed) || g_signal != 0;
+}
+
+// --- Inputs ---------------------------------------------------------------------------------
+
+static bool ends_with(const char *s, const char *suf) {
+    size_t a = strlen(s), b = strlen(suf);
+    return a >= b && !strcmp(s + a - b, suf);
+}
+
+static void add_source(source **v, int *n, int *cap, source s) {
+    if (*n == *cap) {
+        *cap = *cap ? 2 * *cap : 16;
+        *v = slm_xrealloc(*v, (size_t)*cap * sizeof **v);
+    }
+    (*v)[(*n)++] = s;
+}
+
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+// Adds `path` (a file, or a directory walked recursively in byte-wise sorted order, skipping
+// names that start with '.').
+static slm_status add_path(const char *path, source **v, int *n, int *cap, int depth) {
+    struct stat st;
+    if (stat(path, &st) != 0) return slm_fail(SLM_E_IO, "input %s: %s", path, strerror(errno));
+    if (S_ISREG(st.st_mode)) {
+        source s = {slm_xstrdup(path), ends_with(path, ".jsonl"), false, (size_t)st.st_size, NULL};
+        add_source(v, n, cap, s);
+        return SLM_OK;
+    }
+    if (!S_ISDIR(st.st_mode))
+        return slm_fail(SLM_E_IO, "input %s: not a regular file or directory", path);
+    if (depth > 64) return slm_fail(SLM_E_IO, "input %s: directories nested too deep", path);
+    DIR *d = opendir(path);
+    if (!d) return slm_fail(SLM_E_IO, "input %s: cannot open directory: %s", path, strerror(errno));
+    char **names = NULL;
+    size_t nn = 0, cn = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        if (nn == cn) {
+            cn = cn ? 2 * cn : 64;
+            names = slm_xrealloc(names, cn * sizeof *names);
+        }
+        names[nn++] = slm_xstrdup(e->d_name);
+    }
+    closedir(d);
+    if (nn) qsort(names, nn, sizeof *names, cmp_str);
+    slm_status rc = SLM_OK;
+    for (size_t i = 0; i < nn; i++) {
+        if (rc == SLM_OK) {
+            char *p = slm_path_join(path, names[i]);
+            rc = add_path(p, v, n, cap, depth + 1);
+            free(p);
+        }
+        free(names[i]);
+    }
+    free(names);
+    return rc;
+}
+
+static slm_status read_stdin(char **out, size_t *len) {
+    slm_buf b = {0};
+    slm_buf_reserve(&b, 1 << 16);
+    for (;;) {
+        if (b.cap - b.len < 4096) slm_buf_reserve(&b, 2 * b.cap);
+        ssize_t r = read(0, b.data + b.len, b.cap - b.len - 1);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            int e = errno;
+            slm_buf_free(&b);
+            return slm_fail(SLM_E_IO, "<stdin>: read failed: %s", strerror(e));
+        }
+        if (r == 0) break;
+        b.len += (size_t)r;
+    }
+    b.data[b.len] = 0;
+    *out = b.data;
+    *len = b.len;
+    return SLM_OK;
+}
+
+// --- Worker -----------------------------------------------------------------------------------
+
+static slm_status flush_split(worker *w, int split) {
+    prep_ctx *c = w->ctx;
+    slm_ivec *b = &w->buf[split];
+    if (b->len == 0) return SLM_OK;
+    int64_t idx = w->next_index[split]++;
+    char *path = shard_path(c, split, w->id, idx, c->rank, true);
+    slm_status st = slm_shard_write(path, b->data, b->len, w->docs[split], c->vocab);
+    uint64_t h = 0;
+    if (st == SLM_OK) st = slm_file_xxh64(path, &h);
+    if (st == SLM_OK) {
+        if (w->n_recs == w->cap_recs) {
+            w->cap_recs = w->cap_recs ? 2 * w->cap_recs : 16;
+            w->recs = slm_xrealloc(w->recs, (size_t)w->cap_recs * sizeof *w->recs);
+        }
+        shard_rec r = {split,
+                       w->id,
+                       idx,
+                       (int64_t)b->len,
+                       (int64_t)w->docs[split],
+                       (int64_t)(SLM_SHARD_HEADER_BYTES + b->len * (c->vocab <= 65536u ? 2 : 4)),
+                       h};
+        w->recs[w->n_recs++] = r;
+    } else {
+        unlink(path);
+    }
+    free(path);
+    b->len = 0;
+    w->docs[split] = 0;
+    return st;
+}
+
+static slm_status emit_doc(worker *w, const char *text, size_t len) {
+    if (len == 0) return SLM_OK;
+    prep_ctx *c = w->ctx;
+    uint64_t h = slm_xxh64(text, len, c->o->seed);
+    int split = (h >> 11) < c->val_threshold ? 1 : 0;
+    slm_ivec *b = &w->buf[split];
+    size_t before = b->len;
+    slm_status st = slm_tokenizer_encode(c->tok, text, len, SLM_ENC_ADD_BOS | SLM_ENC_ADD_EOS, b);
+    if (st) return st;
+    if (b->len == before) return SLM_OK;
+    w->docs[split]++;
+    if ((int64_t)b->len >= c->o->shard_tokens) return flush_split(w, split);
+    return SLM_OK;
+}
+
+static bool blank_span(const char *p, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (p[i] != ' ' && p[i] != '\t' && p[i] != '\r' && p[i] != '\n' && p[i] != '\f' &&
+            p[i] != '\v')
+            return false;
+    return true;
+}
+
+static size_t line_end(const char *d, size_t S, size_t p) {
+    const char *nl = memchr(d + p, '\n', S - p);
+    return nl ? (size_t)(nl - d) + 1 : S;
+}
+
+// First line start >= a (S if none).
+static size_t first_line_start(const char *d, size_t S, size_t a) {
+    if (a == 0) return 0;
+    const char *nl = memchr(d + a - 1, '\n', S - (a - 1));
+    return nl ? (size_t)(nl - d) + 1 : S;
+}
+
+static int64_t line_number(const char *d, size_t p) {
+    int64_t n = 1;
+    for (size_t i = 0; i < p; i++)
+        n += d[i] == '\n';
+    return n;
+}
+
+static slm_status do_text_unit(worker *w, const char *d, size_t S, size_t a, size_t b) {
+    size_t p = first_line_start(d, S, a);
+    // Is the line before p blank (or is p the start of the file)?
+    bool prev_blank = true;
+    if (p > 0 && p < S) {
+        size_t q = p - 1; // the '\n' ending the previous line
+        while (q > 0 && d[q - 1] != '\n' && blank_span(d + q - 1, 1))
+            q--;
+        prev_blank = (q == 0 || d[q - 1] == '\n');
+    }
+    while (p < S) {
+        if (stop_requested(w->ctx)) return SLM_OK;
+        size_t e = line_end(d, S, p);
+        if (blank_span(d + p, e - p)) {
+            prev_blank = true;
+            p = e;
+            continue;
+        }
+        if (!prev_blank) { // inside a document that started in an earlier unit
+            p = e;
+            continue;
+        }
+        if (p >= b) break;
+        size_t s0 = p, last = e;
+        p = e;
+        while (p < S) {
+            e = line_end(d, S, p);
+            if (blank_span(d + p, e - p)) break;
+            last = e;
+            p = e;
+        }
+        slm_status st = emit_doc(w, d + s0, last - s0);
+        if (st) return st;
+        prev_blank = false; // p is at a blank line (handled above) or at S
+    }
+    return SLM_OK;
+}
+
+static slm_status do_jsonl_unit(worker *w, const source *src, const char *d, size_t S, size_t a,
+                                size_t b) {
+    size_t p = first_line_start(d, S, a);
+    while (p < b && p < S) {
+        if (stop_requested(w->ctx)) return SLM_OK;
+        size_t e = line_end(d, S, p);
+        if (!blank_span(d + p, e - p)) {
+            cJSON *j = cJSON_ParseWithLength(d + p, e - p);
+            const char *why = NULL;
+            const cJSON *t = NULL;
+            if (!j)
+                why = "not valid JSON";
+            else if (!cJSON_IsObject(j))
+                why = "not a JSON object";
+            else if (!(t = cJSON_GetObjectItemCaseSensitive(j, "text")))
+                why = "no \"text\" field";
+            else if (!cJSON_IsString(t) || !t->valuestring)
+                why = "field \"text\" is not a string";
+            slm_status st = SLM_OK;
+            if (why)
+                st = slm_fail(SLM_E_FORMAT, "%s:%" PRId64 ": %s; expected {\"text\": \"...\"}",
+                              src->path, line_number(d, p), why);
+            else
+                st = emit_doc(w, t->valuestring, strlen(t->valuestring));
+            cJSON_Delete(j);
+            if (st) return st;
+        }
+        p = e;
+    }
+    return SLM_OK;
+}
+
+static void *worker_main(void *arg) {
+    worker *w = arg;
+    prep_ctx *c = w->ctx;
+    int W = c->o->workers;
+    int cur = -1;
+    slm_map m = {0};
+    slm_status st = SLM_OK;
+    for (int i = w->id; i < c->n_units && st == SLM_OK; i += W) {
+        if (stop_requested(c)) break;
+        const unit *u = &c->units[i];
+        const source *src = &c->srcs[u->src];
+        const char *d;
+        size_t S;
+        if (src->is_stdin) {
+            d = src->stdin_data;
+            S = src->size;
+        } else {
+            if (cur != u->src) {
+                slm_map_free(&m);
+                cur = -1;
+                st = slm_map_file(src->path, &m);
+                if (st) break;
+                cur = u->src;
+                if (m.len != src->size) {
+                    st = slm_fail(SLM_E_IO, "%s: file changed size during prep (%zu -> %zu bytes)",
+                                  src->path, src->size, m.len);
+                    break;
+                }
+            }
+            d = (const char *)m.data;
+            S = m.len;
+        }
+        st = src->jsonl ? do_jsonl_unit(w, src, d, S, u->begin, u->end)
+                        : do_text_unit(w, d, S, u->begin, u->end);
+        atomic_fetch_add(&c->bytes_done, (uint64_t)(u->end - u->begin));
+    }
+    slm_map_free(&m);
+    for (int s = 0; s < 2 && st == SLM_OK; s++)
+        if (!stop_requested(c)) st = flush_split(w, s);
+    if (st) {
+        w->st = st;
+        snprintf(w->err, sizeof w->err, "%s", slm_errmsg());
+        atomic_store(&c->failed, 1);
+    }
+    atomic_fetch_add(&c->done, 1);
+    return NULL;
+}
+
+// --- Progress -----------------------------------------------------------------------------
+
+static void fmt_eta(double s, char *out, size_t n) {
+    if (!(s >= 0) || s > 359999) {
+        snprintf(out, n, "--:--");
+        return;
+    }
+    int t = (int)(s + 0.5);
+    if (t >= 3600)
+        snprintf(out, n, "%d:%02d:%02d", t / 3600, t / 60 % 60, t % 60);
+    else
+        snprintf(out, n, "%d:%02d", t / 60, t % 60);
+}
+
+static void progress(prep_ctx *c, uint64_t total, double t0, bool tty, bool final) {
+    double mb = (double)atomic_load(&c->bytes_done) / 1e6, tot = (double)total / 1e6;
+    double dt = slm_time_s() - t0;
+    double rate = dt > 0 ? mb / dt : 0;
+    char eta[32];
+    fmt_eta(rate > 0 ? (tot - mb) / rate : -1, eta, sizeof eta);
+    if (tty) {
+        int width = 30, fill = tot > 0 ? (int)(width * mb / tot) : width;
+        char bar[32];
+        for (int i = 0; i < width; i++)
+            bar[i] = i < fill ? '#' : '.';
+        bar[width] = 0;
+        fprintf(stderr, "\rprep [%s] %8.1f / %.1f MB  %7.2f MB/s  ETA %s ", bar, mb, tot, rate,
+                eta);
+        if (final) fprintf(stderr, "\n");
+        fflush(stderr);
+    } else {
+        slm_info("prep: %.1f of %.1f MB (%.0f%%), %.2f MB/s, ETA %s", mb, tot,
+                 tot > 0 ? 100 * mb / tot : 100.0, rate, eta);
+    }
+}
+
+// --- Driver -------------------------------------------------------------------------------
+
+// Removes manifest.json and files named like shards of an earlier prep in `dir`, so a
+// directory being rewritten is never loadable halfway.
+static void remove_old_dataset(const char *dir) {
+    char *m = slm_path_join(dir, "manifest.json");
+    unlink(m);
+    free(m);
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        int r, wk, ix, used = 0;
+        char sp[8] = {0};
+        size_t len = strlen(e->d_name);
+        if (len > 8 && !strcmp(e->d_name + len - 8, ".partial")) len -= 8;
+        if (sscanf(e->d_name, "%5[a-z]_%4d_%3d_%6d.bin%n", sp, &r, &wk, &ix, &used) == 4 &&
+            used == (int)len && (!strcmp(sp, "train") || !strcmp(sp, "val"))) {
+            char *p = slm_path_join(dir, e->d_name);
+            unlink(p);
+            free(p);
+        }
+    }
+    closedir(d);
+}
+
+static slm_status check_opts(const slm_prep_opts *o) {
+    if (!o->tokenizer_path) return slm_fail(SLM_E_ARG, "prep: --tokenizer is required");
+    if (!o->out_dir || !*o->out_dir) return slm_fail(SLM_E_ARG, "prep: --out is required");
+    if (o->n_inputs < 1) return slm_fail(SLM_E_ARG, "prep: at least one --input is required");
+    if (o->shard_tokens < 1)
+        return slm_fail(SLM_E_ARG, "prep: shard_tokens %" PRId64 ", expected >= 1",
+                        o->shard_tokens);
+    if (!(o->val_fraction >= 0 && o->val_fraction < 1))
+        return slm_fail(SLM_E_ARG, "prep: val_fraction %g, expected in [0, 1)", o->val_fraction);
+    if (o->workers < 1 || o->workers > 999)
+        return slm_fail(SLM_E_ARG, "prep: workers %d, expected in [1, 999]", o->workers);
+    if (o->seed >= (1ULL << 53))
+        return slm_fail(SLM_E_ARG, "prep: seed %" PRIu64 " must be < 2^53 (stored in JSON)",
+                        o->seed);
+    int n_stdin = 0;
+    for (int i = 0; i < o->n_inputs; i++)
+        n_stdin += !strcmp(o->inputs[i], "-");
+    if (n_stdin > 1) return slm_fail(SLM_E_ARG, "prep: \"-\" (stdin) given more than once");
+    return SLM_OK;
+}
+
+// Agrees on a status across ranks (no-op in a world of one).
+static slm_status agree(const prep_ctx *c, slm_status st) {
+    return c->world > 1 ? slm_dist_agree(st) : st;
+}
+
+// Copies the tokenizer file into the dataset directory (atomically). *copied is set when a new
+// file was written (so it is removed on failure); a tokenizer already in place is left alone.
+static slm_status copy_tokenizer(const char *src, const char *dst, uint64_t *hash, bool *copied) {
+    *copied = false;
+    char *data = NULL;
+    size_t len = 0;
+    slm_status st = slm_file_read_all(src, &data, &len);
+    if (st) return st;
+    *hash = slm_xxh64(data, len, 0);
+    char rs[PATH_MAX], rd[PATH_MAX];
+    bool same = realpath(src, rs) && realpath(dst, rd) && !strcmp(rs, rd);
+    if (!same) {
+        st = slm_file_write_atomic(dst, data, len);
+        *copied = st == SLM_OK;
+    }
+    free(data);
+    return st;
+}
+
+static const char *base_name(const char *p) {
+    const char *s = strrchr(p, '/');
+    return s ? s + 1 : p;
+}
+
+slm_status slm_prep_run(const slm_prep_opts *o) {
+    prep_ctx c;
+    memset(&c, 0, sizeof c);
+    c.o = o;
+    c.rank = slm_dist_rank();
+    c.world = slm_dist_world();
+    slm_dataset ds;
+    memset(&ds, 0, sizeof ds);
+    int n_cap = 0, W = o->workers;
+    bool tok_copied = false, manifest_written = false;
+    char *tok_dst = NULL;
+    int64_t *recv = NULL;
+    double t0 = slm_time_s();
+
+    slm_status st = check_opts(o);
+    if (st) return st;
+    // Interruptible from here on (handlers restored at the end).
+    struct sigaction sa, old_int, old_term;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    g_signal = 0;
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+    if (st == SLM_OK) st = slm_tokenizer_load(o->tokenizer_path, &c.tok);
+    if (st == SLM_OK) {
+        int32_t v = slm_tokenizer_vocab_size(c.tok);
+        if (v <= 0)
+            st = slm_fail(SLM_E_FORMAT,
+                          "%s: vocab size %" PRId32 " does not fit the uint32 "
+                          "token dtype",
+                          o->tokenizer_path, v);
+        c.vocab = (uint32_t)v;
+    }
+    // Inputs: every rank enumerates the same list (a shared file system is assumed).
+    for (int i = 0; i < o->n_inputs && st == SLM_OK; i++) {
+        if (!strcmp(o->inputs[i], "-")) {
+            source s = {slm_xstrdup("<stdin>"), false, true, 0, NULL};
+            if (c.rank == 0) st = read_stdin(&s.stdin_data, &s.size);
+            add_source(&c.srcs, &c.n_srcs, &n_cap, s);
+        } else {
+            st = add_path(o->inputs[i], &c.srcs, &c.n_srcs, &n_cap, 0);
+        }
+    }
+    if (st == SLM_OK) st = slm_mkdir_p(o->out_dir);
+    if (st == SLM_OK && c.rank == 0) {
+        remove_old_dataset(o->out_dir);
+        tok_dst = slm_path_join(o->out_dir, base_name(o->tokenizer_path));
+        st = copy_tokenizer(o->tokenizer_path, tok_dst, &ds.tokenizer_xxh64, &tok_copied);
+    }
+    st = agree(&c, st); // also orders the old-dataset cleanup before any shard is written
+    if (st) goto out;
+
+    // Units: global index u over file sources -> rank u % world; stdin units stay on rank 0.
+    {
+        size_t ub = o->unit_bytes > 0 ? (size_t)o->unit_bytes : UNIT_BYTES;
+        int64_t u = 0;
+        int cap = 0;
+        for (int s = 0; s < c.n_srcs; s++) {
+            const source *src = &c.srcs[s];
+            for (size_t a = 0; a < src->size; a += ub) {
+                bool mine = src->is_stdin ? c.rank == 0 : (u % c.world) == c.rank;
+                if (!src->is_stdin) u++;
+                if (!mine) continue;
+                if (c.n_units == cap) {
+                    cap = cap ? 2 * cap : 64;
+                    c.units = slm_xrealloc(c.units, (size_t)cap * sizeof *c.units);
+                }
+                size_t b = a + ub < src->size ? a + ub : src->size;
+                c.units[c.n_units++] = (unit){s, a, b};
+            }
+        }
+    }
+    uint64_t total = 0;
+    for (int i = 0; i < c.n_units; i++)
+        total += c.units[i].end - c.units[i].begin;
+    // val iff (hash >> 11) < val_fraction * 2^53, exact in doubles.
+    c.val_threshold = (uint64_t)(o->val_fraction * 9007199254740992.0);
+
+    c.workers = slm_xcalloc((size_t)W, sizeof *c.workers);
+    atomic_init(&c.failed, 0);
+    atomic_init(&c.done, 0);
+    atomic_init(&c.bytes_done, 0);
+    int started = 0;
+    for (int i = 0; i < W; i++) {
+        c.workers[i].ctx = &c;
+        c.workers[i].id = i;
+        if (pthread_create(&c.workers[i].thread, NULL, worker_main, &c.workers[i]) != 0) {
+            st = slm_fail(SLM_E_IO, "prep: cannot start worker thread %d", i);
+            atomic_store(&c.failed, 1);
+            break;
+        }
+        started++;
+    }
+    {
+        bool tty = o->progress && isatty(2) && c.rank == 0;
+        bool logs = o->progress && !tty;
+        double last = slm_time_s();
+        while (atomic_load(&c.done) < started) {
+            struct timespec ts = {0, 100 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+            double now = slm_time_s();
+            if (tty && now - last >= 0.2) {
+                progress(&c, total, t0, true, false);
+                last = now;
+            } else if (logs && now - last >= 5.0) {
+                progress(&c, total, t0, false, false);
+                last = now;
+            }
+        }
+        for (int i = 0; i < started; i++)
+            pthread_join(c.workers[i].thread, NULL);
+        if (tty) progress(&c, total, t0, true, true);
+    }
+    for (int i = 0; i < started && st == SLM_OK; i++)
+        if (c.workers[i].st) {
+            st = c.workers[i].st;
+            slm_set_errmsg(c.workers[i].err);
+        }
+    if (st == SLM_OK && g_signal)
+        st = slm_fail(SLM_E_INTERRUPTED,
+                      "prep: interrupted by signal %d; removed this run's output", (int)g_signal);
+    st = agree(&c, st);
+    if (st) goto out;
+
+    // Gather every rank's shard records: counts first, then fixed-size rows.
+    {
+        int64_t n_local = 0, max_n = 0;
+        for (int i = 0; i < W; i++)
+            n_local += c.workers[i].n_recs;
+        int64_t *counts = slm_xcalloc((size_t)c.world, sizeof *counts);
+        if (c.world > 1)
+            slm_dist_allgather(&n_local, counts, 1, SLM_DT_I64, "prep shard counts");
+        else
+            counts[0] = n_local;
+        for (int r = 0; r < c.world; r++)
+            max_n = counts[r] > max_n ? counts[r] : max_n;
+        int64_t row = (max_n > 0 ? max_n : 1) * REC_FIELDS;
+        int64_t *send = slm_xcalloc((size_t)row, sizeof *send);
+        recv = slm_xcalloc((size_t)(row * c.world), sizeof *recv);
+        int64_t k = 0;
+        for (int i = 0; i < W; i++)
+            for (int j = 0; j < c.workers[i].n_recs; j++) {
+                const shard_rec *r = &c.workers[i].recs[j];
+                int64_t *q = send + REC_FIELDS * k++;
+                q[0] = r->split;
+                q[1] = r->worker;
+                q[2] = r->index;
+                q[3] = r->n_tokens;
+                q[4] = r->n_docs;
+                q[5] = r->bytes;
+                memcpy(&q[6], &r->xxh64, 8);
+            }
+        if (c.world > 1)
+            slm_dist_allgather(send, recv, row, SLM_DT_I64, "prep shard records");
+        else
+            memcpy(recv, send, (size_t)row * sizeof *send);
+        free(send);
+
+        // Manifest order: split, then rank, worker, index (rows are rank-major; within a rank
+        // each worker's records are in index order, workers in id order).
+        int64_t total_recs = 0;
+        for (int r = 0; r < c.world; r++)
+            total_recs += counts[r];
+        slm_split_info *sps[2] = {&ds.train, &ds.val};
+        for (int s = 0; s < 2; s++)
+            sps[s]->shards = slm_xcalloc((size_t)total_recs + 1, sizeof(slm_shard_info));
+        for (int s = 0; s < 2; s++)
+            for (int r = 0; r < c.world; r++)
+                for (int64_t i = 0; i < counts[r]; i++) {
+                    const int64_t *q = recv + r * row + REC_FIELDS * i;
+                    if (q[0] != s) continue;
+                    slm_shard_info *si = &sps[s]->shards[sps[s]->n_shards++];
+                    char *p = shard_path(&c, s, q[1], q[2], r, false);
+                    si->file = slm_xstrdup(base_name(p));
+                    free(p);
+                    si->n_tokens = (uint64_t)q[3];
+                    si->n_docs = (uint64_t)q[4];
+                    si->bytes = (uint64_t)q[5];
+                    memcpy(&si->xxh64, &q[6], 8);
+                    sps[s]->n_tokens += si->n_tokens;
+                    sps[s]->n_docs += si->n_docs;
+                }
+        free(counts);
+    }
+    if (ds.train.n_docs + ds.val.n_docs == 0) {
+        st = slm_fail(SLM_E_ARG, "prep: empty corpus: no non-empty documents in the %d input(s)",
+                      o->n_inputs);
+        goto out;
+    }
+    // Every shard is complete on every rank: give this rank's shards their final names.
+    for (int i = 0; i < W && st == SLM_OK; i++)
+        for (int j = 0; j < c.workers[i].n_recs && st == SLM_OK; j++) {
+            const shard_rec *r = &c.workers[i].recs[j];
+            char *from = shard_path(&c, (int)r->split, r->worker, r->index, c.rank, true);
+            char *to = shard_path(&c, (int)r->split, r->worker, r->index, c.rank, false);
+            if (rename(from, to) != 0)
+                st = slm_fail(SLM_E_IO, "%s: rename to %s failed: %s", from, to, strerror(errno));
+            free(from);
+            free(to);
+        }
+    if (st == SLM_OK) st = slm_fsync_dir(o->out_dir);
+    if (st == SLM_OK && g_signal)
+        st = slm_fail(SLM_E_INTERRUPTED,
+                      "prep: interrupted by signal %d; removed this run's output", (int)g_signal);
+    st = agree(&c, st);
+    if (st) goto out;
+    if (c.rank == 0) {
+        ds.dir = slm_xstrdup(o->out_dir);
+        ds.tokenizer_file = slm_xstrdup(tok_dst);
+        ds.tokenizer_type = slm_xstrdup(slm_tokenizer_type_name(c.tok));
+        ds.vocab_size = (int32_t)c.vocab;
+        ds.bos_id = slm_tokenizer_bos_id(c.tok);
+        ds.eos_id = slm_tokenizer_eos_id(c.tok);
+        ds.token_bytes = c.vocab <= 65536u ? 2 : 4;
+        ds.seed = o->seed;
+        ds.val_fraction = o->val_fraction;
+        st = slm_dataset_write(&ds);
+        manifest_written = st == SLM_OK;
+    }
+    st = agree(&c, st);
+    if (st == SLM_OK && c.rank == 0) {
+        double dt = slm_time_s() - t0;
+        slm_info("prep: %s: train %" PRIu64 " tokens / %" PRIu64 " docs / %d shards, val %" PRIu64
+                 " tokens / %" PRIu64 " docs / %d shards; %.1f MB local input in %.2f s",
+                 o->out_dir, ds.train.n_tokens, ds.train.n_docs, ds.train.n_shards, ds.val.n_tokens,
+                 ds.val.n_docs, ds.val.n_shards, (double)total / 1e6, dt);
+    }
+
+out:
+    if (st) {
+        // Remove everything this run wrote: own shards, and on rank 0 the manifest and the
+        // tokenizer copy. Temp files were already removed by the failing writer.
+        for (int i = 0; c.workers && i < W; i++)
+            for (int j = 0; j < c.workers[i].n_recs; j++) {
+                const shard_rec *r = &c.workers[i].recs[j];
+                for (int partial = 0; partial < 2; partial++) {
+                    char *p = shard_path(&c, (int)r->split, r->worker, r->index, c.rank, partial);
+                    unlink(p);
+                    free(p);
+                }
+            }
+        if (c.rank == 0) {
+            if (manifest_written) {
+                char *m = slm_path_join(o->out_dir, "manifest.json");
+                unlink(m);
+                free(m);
+            }
+            if (tok_copied) unlink(tok_dst);
+        }
+    }
+    for (int i = 0; c.workers && i < W; i++) {
+        slm_ivec_free(&c.workers[i].buf[0]);
+        slm_ivec_free(&c.workers[i].buf[1]);
+        free(c.workers[i].recs);
+    }
+    free(c.workers);
+    for (int i = 0; i < c.n_srcs; i++) {
+        free(c.srcs[i].path);
+        free(c.srcs[i].stdin_data);
+    }
+    free(c.srcs);
+    free(c.units);
+    free(recv);
+    free(tok_dst);
+    slm_dataset_free(&ds);
+    slm_tokenizer_free(c.tok);
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
+    return st;
+}

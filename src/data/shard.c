@@ -1,0 +1,166 @@
+// Token shard files: a fixed 64-byte header followed by little-endian tokens.
+//
+// Header layout (all integers little-endian; docs/formats.md "Token shards"):
+//   0  char[8] magic "SLMSHRD1"      8  u32 version        12 u32 token_bytes (2 or 4)
+//   16 u64 n_tokens                  24 u64 n_docs          32 u64 payload XXH64 (seed 0)
+//   40 u32 vocab_size                44 20 reserved bytes, all zero
+#include "data/data.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void put_u32(uint8_t *p, uint32_t v) {
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+static void put_u64(uint8_t *p, uint64_t v) {
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+static uint32_t get_u32(const uint8_t *p) {
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+static uint64_t get_u64(const uint8_t *p) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+slm_status slm_shard_write(const char *path, const int32_t *tokens, uint64_t n, uint64_t n_docs,
+                           uint32_t vocab_size) {
+    if (vocab_size == 0) return slm_fail(SLM_E_ARG, "%s: vocab_size must be > 0", path);
+    uint32_t tb = vocab_size <= 65536u ? 2u : 4u;
+    if (n > (SIZE_MAX - SLM_SHARD_HEADER_BYTES) / tb)
+        return slm_fail(SLM_E_ARG, "%s: %" PRIu64 " tokens do not fit in memory", path, n);
+    size_t bytes = SLM_SHARD_HEADER_BYTES + (size_t)n * tb;
+    uint8_t *buf = slm_xcalloc(1, bytes);
+    uint8_t *pay = buf + SLM_SHARD_HEADER_BYTES;
+    for (uint64_t i = 0; i < n; i++) {
+        int32_t t = tokens[i];
+        if (t < 0 || (uint32_t)t >= vocab_size) {
+            free(buf);
+            return slm_fail(SLM_E_ARG,
+                            "%s: token %" PRIu64 " is %" PRId32 ", outside [0, vocab_size %" PRIu32
+                            ")",
+                            path, i, t, vocab_size);
+        }
+        if (tb == 2) {
+            pay[2 * i] = (uint8_t)t;
+            pay[2 * i + 1] = (uint8_t)((uint32_t)t >> 8);
+        } else {
+            put_u32(pay + 4 * i, (uint32_t)t);
+        }
+    }
+    memcpy(buf, SLM_SHARD_MAGIC, 8);
+    put_u32(buf + 8, SLM_SHARD_VERSION);
+    put_u32(buf + 12, tb);
+    put_u64(buf + 16, n);
+    put_u64(buf + 24, n_docs);
+    put_u64(buf + 32, slm_xxh64(pay, (size_t)n * tb, 0));
+    put_u32(buf + 40, vocab_size);
+    slm_status st = slm_file_write_atomic(path, buf, bytes);
+    free(buf);
+    return st;
+}
+
+slm_status slm_shard_parse_header(const char *path, const uint8_t *data, size_t len,
+                                  slm_shard_header *h) {
+    memset(h, 0, sizeof *h);
+    if (len < SLM_SHARD_HEADER_BYTES)
+        return slm_fail(SLM_E_FORMAT,
+                        "%s: truncated shard: %zu bytes, shorter than the %d-byte header", path,
+                        len, SLM_SHARD_HEADER_BYTES);
+    if (memcmp(data, SLM_SHARD_MAGIC, 8) != 0)
+        return slm_fail(SLM_E_FORMAT, "%s: not a shardlm token shard (magic is not \"%s\")", path,
+                        SLM_SHARD_MAGIC);
+    h->version = get_u32(data + 8);
+    if (h->version != SLM_SHARD_VERSION)
+        return slm_fail(SLM_E_FORMAT, "%s: shard format version %" PRIu32 ", expected %d", path,
+                        h->version, SLM_SHARD_VERSION);
+    h->token_bytes = get_u32(data + 12);
+    if (h->token_bytes != 2 && h->token_bytes != 4)
+        return slm_fail(SLM_E_FORMAT, "%s: token width %" PRIu32 " bytes, expected 2 or 4", path,
+                        h->token_bytes);
+    h->n_tokens = get_u64(data + 16);
+    h->n_docs = get_u64(data + 24);
+    h->payload_xxh64 = get_u64(data + 32);
+    h->vocab_size = get_u32(data + 40);
+    for (int i = 44; i < SLM_SHARD_HEADER_BYTES; i++)
+        if (data[i] != 0)
+            return slm_fail(SLM_E_FORMAT, "%s: reserved header byte %d is not zero", path, i);
+    if (h->vocab_size == 0) return slm_fail(SLM_E_FORMAT, "%s: vocab_size is 0", path);
+    uint32_t want_tb = h->vocab_size <= 65536u ? 2u : 4u;
+    if (h->token_bytes != want_tb)
+        return slm_fail(SLM_E_FORMAT,
+                        "%s: token width %" PRIu32 " does not match vocab_size %" PRIu32
+                        " (expected %" PRIu32 ")",
+                        path, h->token_bytes, h->vocab_size, want_tb);
+    if (h->n_docs > h->n_tokens)
+        return slm_fail(SLM_E_FORMAT, "%s: %" PRIu64 " documents in %" PRIu64 " tokens", path,
+                        h->n_docs, h->n_tokens);
+    // Size check without overflow: payload bytes must equal len - header exactly.
+    uint64_t pay = (uint64_t)(len - SLM_SHARD_HEADER_BYTES);
+    if (h->n_tokens > pay / h->token_bytes || h->n_tokens * h->token_bytes != pay)
+        return slm_fail(SLM_E_FORMAT,
+                        "%s: file is %zu bytes but the header promises %" PRIu64
+                        " tokens of %" PRIu32 " bytes (%s)",
+                        path, len, h->n_tokens, h->token_bytes,
+                        h->n_tokens > pay / h->token_bytes ? "truncated" : "trailing bytes");
+    return SLM_OK;
+}
+
+slm_status slm_shard_verify(const char *path, const uint8_t *data, size_t len, uint32_t vocab_size,
+                            slm_shard_header *h) {
+    slm_status st = slm_shard_parse_header(path, data, len, h);
+    if (st) return st;
+    const uint8_t *pay = data + SLM_SHARD_HEADER_BYTES;
+    size_t pay_bytes = len - SLM_SHARD_HEADER_BYTES;
+    uint64_t got = slm_xxh64(pay, pay_bytes, 0);
+    if (got != h->payload_xxh64) {
+        char a[17], b[17];
+        slm_hex64(h->payload_xxh64, a);
+        slm_hex64(got, b);
+        return slm_fail(SLM_E_CHECKSUM,
+                        "%s: payload checksum mismatch (header xxh64 %s, payload %s): the file is "
+                        "corrupt; HINT: rerun shardlm prep",
+                        path, a, b);
+    }
+    uint32_t v = vocab_size ? vocab_size : h->vocab_size;
+    if (h->vocab_size > v)
+        return slm_fail(SLM_E_FORMAT, "%s: shard vocab_size %" PRIu32 " > dataset vocab %" PRIu32,
+                        path, h->vocab_size, v);
+    // Scan for out-of-range tokens: max-reduce first (vectorises), locate only on failure.
+    uint32_t mx = 0;
+    if (h->token_bytes == 2) {
+        for (uint64_t i = 0; i < h->n_tokens; i++) {
+            uint32_t t = (uint32_t)pay[2 * i] | ((uint32_t)pay[2 * i + 1] << 8);
+            mx = t > mx ? t : mx;
+        }
+    } else {
+        for (uint64_t i = 0; i < h->n_tokens; i++) {
+            uint32_t t = get_u32(pay + 4 * i);
+            mx = t > mx ? t : mx;
+        }
+    }
+    if (h->n_tokens > 0 && mx >= v) {
+        for (uint64_t i = 0; i < h->n_tokens; i++) {
+            uint32_t t = h->token_bytes == 2
+                             ? ((uint32_t)pay[2 * i] | ((uint32_t)pay[2 * i + 1] << 8))
+                             : get_u32(pay + 4 * i);
+            if (t >= v)
+                return slm_fail(SLM_E_FORMAT,
+                                "%s: token %" PRIu64 " is %" PRIu32 ", >= vocab_size %" PRIu32,
+                                path, i, t, v);
+        }
+    }
+    return SLM_OK;
+}
