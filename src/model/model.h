@@ -38,14 +38,19 @@ typedef struct slm_llama_config {
     float initializer_range; // std of the normal init (HF default 0.02)
 } slm_llama_config;
 
-// Named presets ("tiny", "small", "gqa", ... see model/config.c). Errors: SLM_E_ARG naming the
-// unknown preset and listing the known ones.
+// Named presets ("tiny", "small", "gqa", "kjv"; sizes in model/config.c and docs/model.md).
+// A caller may overwrite c->vocab_size afterwards to match its tokenizer (then validate).
+// Errors: SLM_E_ARG naming the unknown preset and listing the known ones.
 slm_status slm_llama_config_preset(const char *name, slm_llama_config *c);
 // Reads an HF config.json (fields above; others ignored). Missing optional fields take HF's
 // defaults. Errors: SLM_E_IO, SLM_E_FORMAT naming the file and field (wrong JSON type),
 // then slm_llama_config_validate's errors.
 slm_status slm_llama_config_load(const char *path, slm_llama_config *c);
-// `spec` is a preset name or a path to a config.json.
+// The same from JSON text [len bytes] in memory; `path` only names it in messages.
+slm_status slm_llama_config_parse(const char *text, size_t len, const char *path,
+                                  slm_llama_config *c);
+// `spec` is a preset name or a path to a config.json (an existing file wins; a spec containing
+// '/' or ".json" that does not exist is SLM_E_IO).
 slm_status slm_llama_config_resolve(const char *spec, slm_llama_config *c);
 // Checks consistency (positive sizes, hidden_size divisible by heads, even head dim, KV heads
 // dividing heads, ...). Errors: SLM_E_ARG naming the field and the expectation.
@@ -75,7 +80,15 @@ typedef struct slm_unit_layout {
 } slm_unit_layout;
 
 // Callbacks around each unit's compute (fsdp/ gathers / frees / reduce-scatters here).
-// `unit` is 0..L-1 for blocks, L for the root. May be NULL.
+// `unit` is 0..L-1 for blocks, L for the root. May be NULL. Order of one step:
+//   forward:  pre_forward(L) [embedding] pre_forward(0) post_forward(0) ... pre_forward(L-1)
+//             post_forward(L-1) [final norm, lm_head, loss, lm_head backward] post_forward(L)
+//   backward: pre_backward(L) [lm_head + final norm grads] pre_backward(L-1) post_backward(L-1)
+//             ... pre_backward(0) post_backward(0) [embedding grads] post_backward(L)
+// So the root's parameters are needed from pre_forward(L) to post_forward(L) and again from
+// pre_backward(L) to the final-norm backward; its grads from pre_backward(L) to
+// post_backward(L). params[u] / grads[u] are read only after the unit's pre hook.
+// slm_llama_decode_step calls pre_forward / post_forward in the forward order.
 typedef struct slm_unit_hooks {
     void *ctx;
     void (*pre_forward)(void *ctx, int unit);
@@ -95,6 +108,10 @@ typedef struct slm_llama {
     bool owns_buffers;      // params/grads allocated by slm_llama_init (freed by slm_llama_free)
     slm_unit_hooks hooks;
     bool activation_checkpointing; // keep block inputs only, recompute in backward
+    bool loss_only; // forward with targets computes the loss only (eval): no head backward,
+                    // no slm_llama_backward possible. Default false.
+    int head_chunk_rows; // rows per lm_head + cross-entropy chunk; 0 = automatic (~16 MiB of
+                         // logits, >= 256 rows). Read by slm_llama_set_shape.
     slm_llama_acts *acts;          // owned
 } slm_llama;
 
@@ -106,33 +123,48 @@ void slm_llama_free(slm_llama *m);
 // Finds a view by HF name; returns NULL if absent. *unit receives its unit index.
 const slm_param_view *slm_llama_find(const slm_llama *m, const char *name, int *unit);
 
+// Initializes one unit's FlatParameter `flat` [units[unit].numel] exactly as
+// slm_llama_init_weights does for that unit (for callers that own the unit buffers).
+void slm_llama_init_unit_weights(const slm_llama *m, uint64_t seed, int unit, float *flat);
+
 // Seeded init (documented in docs/model.md): every matmul weight and the embedding ~ N(0,
 // initializer_range), norms = 1, drawn unit by unit, view by view from one xoshiro stream per
 // view seeded by (seed, unit, view index), so the result does not depend on threads or sharding.
+// Units whose params[u] is NULL are skipped.
 void slm_llama_init_weights(slm_llama *m, uint64_t seed);
 
 // Forward pass over tokens[B, T] (int32 ids < vocab_size). If `targets` [B, T] is non-NULL,
 // returns the mean cross-entropy over targets != -1 (the ignore index) in nats and keeps
 // what backward needs; otherwise returns 0. Logits of the last call are available through
 // slm_llama_logits only when `keep_logits` was set in slm_llama_set_shape.
-// B * T must not exceed the shape given to slm_llama_set_shape.
+// B * T must not exceed the shape given to slm_llama_set_shape (called with B, T, false if it
+// never was). Tokens / targets outside the vocabulary are fatal (the loader validates data).
+// With targets (and !loss_only) the forward also runs the lm_head backward for the mean loss,
+// chunk by chunk, so the [B*T, V] logits never exist (unless keep_logits).
 float slm_llama_forward(slm_llama *m, const int32_t *tokens, const int32_t *targets, int B, int T);
 // Backward of the last forward: ADDS d(loss * loss_scale)/d(param) into grads (so gradient
-// accumulation over micro-batches is a sum; zero with slm_llama_zero_grad).
+// accumulation over micro-batches is a sum; zero with slm_llama_zero_grad). At most one
+// backward per forward (fatal otherwise).
 void slm_llama_backward(slm_llama *m, float loss_scale);
 void slm_llama_zero_grad(slm_llama *m);
 // (Re)allocates activation workspace for up to B x T tokens. keep_logits: retain [B, T, V]
 // logits for slm_llama_logits (tests, eval); otherwise the loss is fused and logits are
 // processed in chunks.
 void slm_llama_set_shape(slm_llama *m, int B, int T, bool keep_logits);
+// Bytes of activation workspace currently allocated (for reports: activation checkpointing
+// keeps the [L+1, B*T, C] block inputs and one block's activations instead of L blocks').
+size_t slm_llama_act_bytes(const slm_llama *m);
 // Logits [B, T, V] f32 of the last forward (requires keep_logits). Borrowed.
 const float *slm_llama_logits(const slm_llama *m);
 
-// KV-cache decoding for generation: cache for `max_T` positions of batch 1.
+// KV-cache decoding for generation: cache for `max_T` positions of batch 1; k and v of every
+// layer after RoPE, [L, KV, max_T, D] f32. Owned by the caller (slm_kv_cache_free).
 typedef struct slm_kv_cache slm_kv_cache;
 slm_kv_cache *slm_kv_cache_new(const slm_llama *m, int max_T);
 void slm_kv_cache_free(slm_kv_cache *c);
-// Runs one token at position `pos` (0-based, < max_T) and writes logits [V] f32.
+// Runs one token at position `pos` (0-based, < max_T) and writes logits [V] f32. Positions
+// must be fed in order 0, 1, ... (re-feeding pos p overwrites p and forgets later ones). The
+// logits equal the full forward's at that position (up to fp32 summation order).
 void slm_llama_decode_step(slm_llama *m, slm_kv_cache *c, int32_t token, int pos, float *logits);
 
 #endif

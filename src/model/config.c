@@ -1,0 +1,309 @@
+// Llama configuration: named presets, HF config.json in and out, validation, parameter counts.
+#include "model.h"
+
+#include <cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+// Presets. Llama-2 conventions throughout: rms_norm_eps 1e-5, rope_theta 1e4, untied lm_head,
+// initializer_range 0.02. Sizes follow llama2.c's TinyStories models where they exist.
+typedef struct preset {
+    const char *name;
+    slm_llama_config cfg;
+} preset;
+
+#define LLAMA_PRESET(nm, V, C, F, L, H, KV, T)                                                     \
+    {                                                                                              \
+        nm, {                                                                                      \
+            .vocab_size = V, .hidden_size = C, .intermediate_size = F, .num_hidden_layers = L,     \
+            .num_attention_heads = H, .num_key_value_heads = KV, .max_position_embeddings = T,     \
+            .rms_norm_eps = 1e-5f, .rope_theta = 10000.0f, .tie_word_embeddings = false,           \
+            .initializer_range = 0.02f                                                             \
+        }                                                                                          \
+    }
+
+static const preset k_presets[] = {
+    // llama2.c stories15M shape with an 8k vocabulary.
+    LLAMA_PRESET("tiny", 8192, 288, 768, 6, 6, 6, 512),
+    LLAMA_PRESET("small", 8192, 512, 1376, 8, 8, 8, 1024),
+    // grouped-query attention (4 query heads per kv head) with Llama-2's 32k vocabulary.
+    LLAMA_PRESET("gqa", 32000, 512, 1376, 8, 8, 2, 1024),
+    // quick start on the KJV bible with a 4k SentencePiece vocabulary: minutes on a laptop CPU.
+    LLAMA_PRESET("kjv", 4096, 256, 688, 4, 8, 8, 256),
+};
+#define N_PRESETS ((int)(sizeof k_presets / sizeof k_presets[0]))
+
+slm_status slm_llama_config_preset(const char *name, slm_llama_config *c) {
+    for (int i = 0; i < N_PRESETS; i++) {
+        if (name && strcmp(name, k_presets[i].name) == 0) {
+            *c = k_presets[i].cfg;
+            return SLM_OK;
+        }
+    }
+    char known[256] = "";
+    for (int i = 0; i < N_PRESETS; i++) {
+        if (i) strncat(known, ", ", sizeof known - strlen(known) - 1);
+        strncat(known, k_presets[i].name, sizeof known - strlen(known) - 1);
+    }
+    return slm_fail(SLM_E_ARG,
+                    "unknown model preset \"%s\" (known presets: %s); HINT: or pass a path to "
+                    "an HF config.json",
+                    name ? name : "(null)", known);
+}
+
+slm_status slm_llama_config_validate(const slm_llama_config *c) {
+#define REQ_POS(field)                                                                             \
+    if (c->field <= 0)                                                                             \
+        return slm_fail(SLM_E_ARG, "model config: " #field " must be > 0, got %d", (int)c->field);
+    REQ_POS(vocab_size)
+    REQ_POS(hidden_size)
+    REQ_POS(intermediate_size)
+    REQ_POS(num_hidden_layers)
+    REQ_POS(num_attention_heads)
+    REQ_POS(num_key_value_heads)
+    REQ_POS(max_position_embeddings)
+#undef REQ_POS
+    if (c->hidden_size % c->num_attention_heads != 0)
+        return slm_fail(SLM_E_ARG,
+                        "model config: hidden_size (%d) must be divisible by "
+                        "num_attention_heads (%d)",
+                        c->hidden_size, c->num_attention_heads);
+    int D = c->hidden_size / c->num_attention_heads;
+    if (D % 2 != 0)
+        return slm_fail(SLM_E_ARG,
+                        "model config: head dim hidden_size / num_attention_heads = %d / %d = %d "
+                        "must be even (RoPE rotates pairs of halves)",
+                        c->hidden_size, c->num_attention_heads, D);
+    if (c->num_key_value_heads > c->num_attention_heads ||
+        c->num_attention_heads % c->num_key_value_heads != 0)
+        return slm_fail(SLM_E_ARG,
+                        "model config: num_key_value_heads (%d) must divide "
+                        "num_attention_heads (%d)",
+                        c->num_key_value_heads, c->num_attention_heads);
+    if (c->num_hidden_layers > 100000)
+        return slm_fail(SLM_E_ARG, "model config: num_hidden_layers must be <= 100000, got %d",
+                        c->num_hidden_layers);
+    // Keeps every element count far inside int64_t (and the unit layout allocatable).
+    double C = c->hidden_size, F = c->intermediate_size;
+    double n = c->num_hidden_layers * (4.0 * C * C + 3.0 * F * C) + 2.0 * c->vocab_size * C;
+    if (n > 1e14)
+        return slm_fail(SLM_E_ARG, "model config: %.3g parameters is beyond what shardlm supports",
+                        n);
+    if (!(c->rms_norm_eps > 0.0f) || !isfinite(c->rms_norm_eps))
+        return slm_fail(SLM_E_ARG, "model config: rms_norm_eps must be a finite number > 0, got %g",
+                        (double)c->rms_norm_eps);
+    if (!(c->rope_theta > 0.0f) || !isfinite(c->rope_theta))
+        return slm_fail(SLM_E_ARG, "model config: rope_theta must be a finite number > 0, got %g",
+                        (double)c->rope_theta);
+    if (!(c->initializer_range >= 0.0f) || !isfinite(c->initializer_range))
+        return slm_fail(SLM_E_ARG,
+                        "model config: initializer_range must be a finite number >= 0, got %g",
+                        (double)c->initializer_range);
+    return SLM_OK;
+}
+
+// HF LlamaConfig defaults (transformers' configuration_llama.py) for fields a config.json omits.
+static void hf_defaults(slm_llama_config *c) {
+    c->vocab_size = 32000;
+    c->hidden_size = 4096;
+    c->intermediate_size = 11008;
+    c->num_hidden_layers = 32;
+    c->num_attention_heads = 32;
+    c->num_key_value_heads = 0; // 0: same as num_attention_heads (resolved after parsing)
+    c->max_position_embeddings = 2048;
+    c->rms_norm_eps = 1e-6f;
+    c->rope_theta = 10000.0f;
+    c->tie_word_embeddings = false;
+    c->initializer_range = 0.02f;
+}
+
+// Reads an optional integer field. Absent or (for nullable fields) null leaves *out unchanged.
+static slm_status json_int(const char *path, const cJSON *root, const char *field, bool nullable,
+                           int32_t *out) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, field);
+    if (!it || (nullable && cJSON_IsNull(it))) return SLM_OK;
+    if (!cJSON_IsNumber(it))
+        return slm_fail(SLM_E_FORMAT, "%s: field \"%s\": expected an integer, got %s", path, field,
+                        cJSON_IsString(it) ? "a string"
+                        : cJSON_IsBool(it) ? "a boolean"
+                        : cJSON_IsNull(it) ? "null"
+                                           : "an array or object");
+    double v = it->valuedouble;
+    if (v != floor(v) || v < -2147483648.0 || v > 2147483647.0)
+        return slm_fail(SLM_E_FORMAT, "%s: field \"%s\": expected a 32-bit integer, got %.17g",
+                        path, field, v);
+    *out = (int32_t)v;
+    return SLM_OK;
+}
+
+static slm_status json_float(const char *path, const cJSON *root, const char *field, float *out) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, field);
+    if (!it) return SLM_OK;
+    if (!cJSON_IsNumber(it))
+        return slm_fail(SLM_E_FORMAT, "%s: field \"%s\": expected a number, got %s", path, field,
+                        cJSON_IsString(it) ? "a string"
+                        : cJSON_IsBool(it) ? "a boolean"
+                        : cJSON_IsNull(it) ? "null"
+                                           : "an array or object");
+    *out = (float)it->valuedouble;
+    return SLM_OK;
+}
+
+static slm_status json_bool(const char *path, const cJSON *root, const char *field, bool *out) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, field);
+    if (!it) return SLM_OK;
+    if (!cJSON_IsBool(it))
+        return slm_fail(SLM_E_FORMAT, "%s: field \"%s\": expected true or false, got %s", path,
+                        field, cJSON_IsNumber(it) ? "a number" : "a non-boolean value");
+    *out = cJSON_IsTrue(it);
+    return SLM_OK;
+}
+
+// Fields whose non-default values change the architecture beyond what shardlm implements.
+static slm_status check_unsupported(const char *path, const cJSON *root, int C, int H) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, "hidden_act");
+    if (it && !(cJSON_IsString(it) && strcmp(it->valuestring, "silu") == 0))
+        return slm_fail(SLM_E_UNSUPPORTED, "%s: field \"hidden_act\": only \"silu\" is supported",
+                        path);
+    it = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
+    if (it && !cJSON_IsNull(it))
+        return slm_fail(SLM_E_UNSUPPORTED, "%s: field \"rope_scaling\": only null is supported",
+                        path);
+    const char *bias_fields[] = {"attention_bias", "mlp_bias"};
+    for (int i = 0; i < 2; i++) {
+        it = cJSON_GetObjectItemCaseSensitive(root, bias_fields[i]);
+        if (it && !cJSON_IsFalse(it))
+            return slm_fail(SLM_E_UNSUPPORTED, "%s: field \"%s\": only false is supported", path,
+                            bias_fields[i]);
+    }
+    it = cJSON_GetObjectItemCaseSensitive(root, "head_dim");
+    if (it && !cJSON_IsNull(it) &&
+        !(cJSON_IsNumber(it) && H > 0 && it->valuedouble == (double)(C / H)))
+        return slm_fail(SLM_E_UNSUPPORTED,
+                        "%s: field \"head_dim\": only hidden_size / num_attention_heads (%d) is "
+                        "supported",
+                        path, H > 0 ? C / H : 0);
+    return SLM_OK;
+}
+
+slm_status slm_llama_config_parse(const char *text, size_t len, const char *path,
+                                  slm_llama_config *c) {
+    cJSON *root = cJSON_ParseWithLength(text, len);
+    if (!root || !cJSON_IsObject(root)) {
+        const char *ep = cJSON_GetErrorPtr();
+        long off = (root == NULL && ep && ep >= text && ep <= text + len) ? (long)(ep - text) : -1;
+        cJSON_Delete(root);
+        if (off >= 0)
+            return slm_fail(SLM_E_FORMAT, "%s: not valid JSON (error near byte %ld)", path, off);
+        return slm_fail(SLM_E_FORMAT, "%s: expected a JSON object at the top level", path);
+    }
+    slm_llama_config t;
+    hf_defaults(&t);
+    slm_status st;
+    if ((st = json_int(path, root, "vocab_size", false, &t.vocab_size)) ||
+        (st = json_int(path, root, "hidden_size", false, &t.hidden_size)) ||
+        (st = json_int(path, root, "intermediate_size", false, &t.intermediate_size)) ||
+        (st = json_int(path, root, "num_hidden_layers", false, &t.num_hidden_layers)) ||
+        (st = json_int(path, root, "num_attention_heads", false, &t.num_attention_heads)) ||
+        (st = json_int(path, root, "num_key_value_heads", true, &t.num_key_value_heads)) ||
+        (st = json_int(path, root, "max_position_embeddings", false, &t.max_position_embeddings)) ||
+        (st = json_float(path, root, "rms_norm_eps", &t.rms_norm_eps)) ||
+        (st = json_float(path, root, "rope_theta", &t.rope_theta)) ||
+        (st = json_float(path, root, "initializer_range", &t.initializer_range)) ||
+        (st = json_bool(path, root, "tie_word_embeddings", &t.tie_word_embeddings)) ||
+        (st = check_unsupported(path, root, t.hidden_size, t.num_attention_heads)))
+        goto out;
+    if (t.num_key_value_heads == 0) t.num_key_value_heads = t.num_attention_heads;
+    if ((st = slm_llama_config_validate(&t))) {
+        st = slm_fail_wrap(st, "%s", path);
+        goto out;
+    }
+    *c = t;
+out:
+    cJSON_Delete(root);
+    return st;
+}
+
+slm_status slm_llama_config_load(const char *path, slm_llama_config *c) {
+    char *text = NULL;
+    size_t len = 0;
+    slm_status st = slm_file_read_all(path, &text, &len);
+    if (st) return st;
+    st = slm_llama_config_parse(text, len, path, c);
+    free(text);
+    return st;
+}
+
+slm_status slm_llama_config_resolve(const char *spec, slm_llama_config *c) {
+    if (!spec || !*spec) return slm_fail(SLM_E_ARG, "model: empty preset name / config path");
+    if (slm_is_file(spec)) return slm_llama_config_load(spec, c);
+    if (strchr(spec, '/') || strstr(spec, ".json"))
+        return slm_fail(SLM_E_IO, "%s: model config file not found", spec);
+    return slm_llama_config_preset(spec, c);
+}
+
+// Adds a float as the shortest decimal that reads back to the same float ("1e-05", not
+// "9.9999997473787516e-06").
+static void add_float(cJSON *obj, const char *name, float v) {
+    char buf[48];
+    for (int prec = 6; prec <= 9; prec++) {
+        snprintf(buf, sizeof buf, "%.*g", prec, (double)v);
+        if (strtof(buf, NULL) == v) break;
+    }
+    // JSON has no "inf"; validated configs are finite.
+    cJSON_AddItemToObject(obj, name, cJSON_CreateRaw(buf));
+}
+
+slm_status slm_llama_config_save(const slm_llama_config *c, const char *path) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON *arch = cJSON_AddArrayToObject(o, "architectures");
+    cJSON_AddItemToArray(arch, cJSON_CreateString("LlamaForCausalLM"));
+    cJSON_AddStringToObject(o, "model_type", "llama");
+    cJSON_AddStringToObject(o, "hidden_act", "silu");
+    cJSON_AddNumberToObject(o, "vocab_size", c->vocab_size);
+    cJSON_AddNumberToObject(o, "hidden_size", c->hidden_size);
+    cJSON_AddNumberToObject(o, "intermediate_size", c->intermediate_size);
+    cJSON_AddNumberToObject(o, "num_hidden_layers", c->num_hidden_layers);
+    cJSON_AddNumberToObject(o, "num_attention_heads", c->num_attention_heads);
+    cJSON_AddNumberToObject(o, "num_key_value_heads", c->num_key_value_heads);
+    cJSON_AddNumberToObject(o, "max_position_embeddings", c->max_position_embeddings);
+    add_float(o, "rms_norm_eps", c->rms_norm_eps);
+    add_float(o, "rope_theta", c->rope_theta);
+    cJSON_AddNullToObject(o, "rope_scaling");
+    cJSON_AddBoolToObject(o, "tie_word_embeddings", c->tie_word_embeddings);
+    add_float(o, "initializer_range", c->initializer_range);
+    cJSON_AddBoolToObject(o, "attention_bias", false);
+    cJSON_AddBoolToObject(o, "mlp_bias", false);
+    cJSON_AddStringToObject(o, "torch_dtype", "float32");
+    char *text = cJSON_Print(o);
+    cJSON_Delete(o);
+    if (!text) return slm_fail(SLM_E_NOMEM, "%s: cannot format the model config", path);
+    size_t n = strlen(text);
+    char *withnl = slm_xmalloc(n + 2);
+    memcpy(withnl, text, n);
+    withnl[n] = '\n';
+    withnl[n + 1] = 0;
+    cJSON_free(text);
+    slm_status st = slm_file_write_atomic(path, withnl, n + 1);
+    free(withnl);
+    return st;
+}
+
+int64_t slm_llama_n_matmul_params(const slm_llama_config *c) {
+    int64_t C = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
+    int64_t D = C / c->num_attention_heads;
+    int64_t HD = (int64_t)c->num_attention_heads * D, KVD = (int64_t)c->num_key_value_heads * D;
+    int64_t per_block = HD * C + 2 * KVD * C + C * HD + 3 * F * C;
+    // lm_head counts even when tied: it is a matmul either way.
+    return c->num_hidden_layers * per_block + V * C;
+}
+
+int64_t slm_llama_n_params(const slm_llama_config *c) {
+    int64_t C = c->hidden_size, V = c->vocab_size;
+    int64_t n = slm_llama_n_matmul_params(c) + (int64_t)c->num_hidden_layers * 2 * C + C;
+    // embedding; the lm_head matrix is the same tensor when tied.
+    return c->tie_word_embeddings ? n : n + V * C;
+}

@@ -1,0 +1,568 @@
+// Llama-2 on per-unit FlatParameters: layout, seeded init, forward, backward (with optional
+// activation checkpointing) and the chunked fused lm_head + cross-entropy.
+//
+// Shapes: N = B*T token rows, C hidden, H heads, KV kv heads, D = C/H head dim, F ffn, V vocab.
+// Every tensor of a block is [N, features] row-major, so q_proj's output [N, H*D] is already the
+// [B, T, H, D] layout the attention kernel takes: no transposes anywhere.
+#include "model.h"
+
+#include "kernels/kernels.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+// View indices inside a block unit and the root unit (HF order).
+enum { BV_LN1, BV_Q, BV_K, BV_V, BV_O, BV_LN2, BV_GATE, BV_UP, BV_DOWN, BV_COUNT };
+enum { RV_EMB, RV_NORM, RV_LM };
+
+// Saved activations of one block (per layer, or one shared set under activation checkpointing).
+typedef struct block_acts {
+    float *ln1;           // [N, C] input_layernorm output
+    float *rstd1;         // [N]
+    float *q;             // [N, H*D] = [B, T, H, D], after RoPE
+    float *k;             // [N, KV*D] = [B, T, KV, D], after RoPE
+    float *v;             // [N, KV*D]
+    float *att;           // [N, H*D] attention output (o_proj input)
+    float *lse;           // [B, H, T] attention log-sum-exp
+    float *xmid;          // [N, C] residual stream after the attention branch
+    float *ln2;           // [N, C] post_attention_layernorm output
+    float *rstd2;         // [N]
+    float *gate, *up, *h; // [N, F] gate_proj, up_proj outputs, silu(gate) * up
+} block_acts;
+
+struct slm_llama_acts {
+    int B, T;         // capacity: B*T rows, T positions
+    int64_t N;        // B * T
+    bool keep_logits; // logits [N, V] retained
+    bool ckpt;        // allocated for activation checkpointing
+    int rope_T;       // rows of the RoPE tables
+    float *rope_cos;  // [rope_T, D/2]
+    float *rope_sin;  // [rope_T, D/2]
+    float *x;         // [L+1, N, C] block inputs; x[L] is the last block's output
+    block_acts *blk;  // [n_blk]
+    int n_blk;        // L, or 1 with activation checkpointing
+    float *lnf;       // [N, C] final norm output
+    float *rstdf;     // [N]
+    float *logits;    // [N, V] (keep_logits only)
+    float *chunk;     // [chunk_rows, V] logits / dlogits of one row chunk
+    int64_t chunk_rows;
+    float *losses;   // [N] per-row cross-entropy
+    float *dlnf;     // [N, C] d(mean loss)/d(lnf), from the forward's fused head
+    float *dwlm;     // [V, C] d(mean loss)/d(lm_head weight), lazily allocated
+    int32_t *tokens; // [N] copy of the last forward's tokens (embedding backward)
+    // backward scratch, lazily allocated
+    float *dx;               // [N, C] gradient of the residual stream
+    float *dln;              // [N, C] gradient of a norm output / of the attention output
+    float *dq;               // [N, H*D]
+    float *dk, *dv;          // [N, KV*D]
+    float *dh, *dgate, *dup; // [N, F]
+    // last forward
+    int cur_B, cur_T;
+    bool can_backward;
+    int blk0_layer; // under checkpointing: the layer whose activations blk[0] holds (-1: none)
+    size_t bytes; // activation bytes allocated (reported by slm_llama_act_bytes)
+};
+
+static float *falloc(slm_llama_acts *a, int64_t n) {
+    size_t bytes = (size_t)n * sizeof(float);
+    a->bytes += bytes;
+    return slm_xaligned(bytes ? bytes : 64);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Layout
+
+static void add_view(slm_unit_layout *u, const char *name, int ndim, int64_t d0, int64_t d1,
+                     bool wd) {
+    slm_param_view *v = &u->views[u->n_views++];
+    memset(v, 0, sizeof *v);
+    snprintf(v->name, sizeof v->name, "%s", name);
+    v->ndim = ndim;
+    v->shape[0] = d0;
+    v->shape[1] = ndim == 2 ? d1 : 0;
+    v->numel = ndim == 2 ? d0 * d1 : d0;
+    v->offset = u->numel;
+    v->weight_decay = wd;
+    u->numel += v->numel;
+}
+
+static void build_layout(slm_llama *m) {
+    const slm_llama_config *c = &m->cfg;
+    int L = c->num_hidden_layers;
+    int64_t C = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
+    int64_t D = C / c->num_attention_heads;
+    int64_t HD = c->num_attention_heads * D, KVD = c->num_key_value_heads * D;
+    m->n_units = L + 1;
+    m->units = slm_xcalloc((size_t)m->n_units, sizeof *m->units);
+    char nm[96];
+    for (int l = 0; l < L; l++) {
+        slm_unit_layout *u = &m->units[l];
+        u->views = slm_xcalloc(BV_COUNT, sizeof *u->views);
+#define BLOCK_VIEW(suffix, nd, a, b, wd)                                                           \
+    snprintf(nm, sizeof nm, "model.layers.%d.%s", l, suffix);                                      \
+    add_view(u, nm, nd, a, b, wd)
+        BLOCK_VIEW("input_layernorm.weight", 1, C, 0, false);
+        BLOCK_VIEW("self_attn.q_proj.weight", 2, HD, C, true);
+        BLOCK_VIEW("self_attn.k_proj.weight", 2, KVD, C, true);
+        BLOCK_VIEW("self_attn.v_proj.weight", 2, KVD, C, true);
+        BLOCK_VIEW("self_attn.o_proj.weight", 2, C, HD, true);
+        BLOCK_VIEW("post_attention_layernorm.weight", 1, C, 0, false);
+        BLOCK_VIEW("mlp.gate_proj.weight", 2, F, C, true);
+        BLOCK_VIEW("mlp.up_proj.weight", 2, F, C, true);
+        BLOCK_VIEW("mlp.down_proj.weight", 2, C, F, true);
+#undef BLOCK_VIEW
+    }
+    slm_unit_layout *r = &m->units[L];
+    r->views = slm_xcalloc(3, sizeof *r->views);
+    add_view(r, "model.embed_tokens.weight", 2, V, C, false);
+    add_view(r, "model.norm.weight", 1, C, 0, false);
+    if (!c->tie_word_embeddings) add_view(r, "lm_head.weight", 2, V, C, true);
+}
+
+slm_status slm_llama_init(slm_llama *m, const slm_llama_config *cfg, bool alloc) {
+    memset(m, 0, sizeof *m);
+    slm_status st = slm_llama_config_validate(cfg);
+    if (st) return st;
+    m->cfg = *cfg;
+    build_layout(m);
+    m->params = slm_xcalloc((size_t)m->n_units, sizeof *m->params);
+    m->grads = slm_xcalloc((size_t)m->n_units, sizeof *m->grads);
+    m->owns_buffers = alloc;
+    if (alloc) {
+        for (int u = 0; u < m->n_units; u++) {
+            size_t bytes = (size_t)m->units[u].numel * sizeof(float);
+            m->params[u] = slm_xaligned(bytes);
+            m->grads[u] = slm_xaligned(bytes);
+            memset(m->params[u], 0, bytes);
+            memset(m->grads[u], 0, bytes);
+        }
+    }
+    return SLM_OK;
+}
+
+static void acts_free(slm_llama_acts *a);
+
+void slm_llama_free(slm_llama *m) {
+    if (!m) return;
+    if (m->units) {
+        for (int u = 0; u < m->n_units; u++)
+            free(m->units[u].views);
+    }
+    if (m->owns_buffers) {
+        for (int u = 0; u < m->n_units; u++) {
+            if (m->params) free(m->params[u]);
+            if (m->grads) free(m->grads[u]);
+        }
+    }
+    free(m->units);
+    free(m->params);
+    free(m->grads);
+    acts_free(m->acts);
+    memset(m, 0, sizeof *m);
+}
+
+const slm_param_view *slm_llama_find(const slm_llama *m, const char *name, int *unit) {
+    for (int u = 0; u < m->n_units; u++) {
+        for (int i = 0; i < m->units[u].n_views; i++) {
+            if (strcmp(m->units[u].views[i].name, name) == 0) {
+                if (unit) *unit = u;
+                return &m->units[u].views[i];
+            }
+        }
+    }
+    return NULL;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Init
+
+// Seed of the stream of view `view` of unit `unit` (documented in docs/model.md).
+static uint64_t view_seed(uint64_t seed, int unit, int view) {
+    return slm_mix64(slm_mix64(slm_mix64(seed) ^ (uint64_t)unit) ^ (uint64_t)view);
+}
+
+static void init_view(const slm_llama *m, uint64_t seed, int unit, int vi, float *flat) {
+    const slm_param_view *v = &m->units[unit].views[vi];
+    float *p = flat + v->offset;
+    if (v->ndim == 1) { // RMSNorm weights
+        for (int64_t i = 0; i < v->numel; i++)
+            p[i] = 1.0f;
+        return;
+    }
+    slm_rng r;
+    slm_rng_seed(&r, view_seed(seed, unit, vi));
+    float std = m->cfg.initializer_range;
+    for (int64_t i = 0; i < v->numel; i++)
+        p[i] = std * slm_rng_normal(&r);
+}
+
+void slm_llama_init_unit_weights(const slm_llama *m, uint64_t seed, int unit, float *flat) {
+    SLM_ASSERT(unit >= 0 && unit < m->n_units && flat);
+    for (int i = 0; i < m->units[unit].n_views; i++)
+        init_view(m, seed, unit, i, flat);
+}
+
+void slm_llama_init_weights(slm_llama *m, uint64_t seed) {
+    // One task per (unit, view): independent streams, so any schedule gives the same bits.
+    int total = 0;
+    for (int u = 0; u < m->n_units; u++)
+        total += m->units[u].n_views;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int t = 0; t < total; t++) {
+        int u = 0, i = t;
+        while (i >= m->units[u].n_views)
+            i -= m->units[u++].n_views;
+        if (m->params[u]) init_view(m, seed, u, i, m->params[u]);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Activation workspace
+
+static void acts_free(slm_llama_acts *a) {
+    if (!a) return;
+    free(a->rope_cos);
+    free(a->rope_sin);
+    free(a->x);
+    for (int i = 0; i < a->n_blk; i++) {
+        block_acts *b = &a->blk[i];
+        float *ptrs[] = {b->ln1,  b->rstd1, b->q,     b->k,    b->v,  b->att, b->lse,
+                         b->xmid, b->ln2,   b->rstd2, b->gate, b->up, b->h};
+        for (size_t j = 0; j < sizeof ptrs / sizeof ptrs[0]; j++)
+            free(ptrs[j]);
+    }
+    free(a->blk);
+    free(a->lnf);
+    free(a->rstdf);
+    free(a->logits);
+    free(a->chunk);
+    free(a->losses);
+    free(a->dlnf);
+    free(a->dwlm);
+    free(a->tokens);
+    free(a->dx);
+    free(a->dln);
+    free(a->dq);
+    free(a->dk);
+    free(a->dv);
+    free(a->dh);
+    free(a->dgate);
+    free(a->dup);
+    free(a);
+}
+
+static slm_llama_acts *acts_new(const slm_llama *m, int B, int T, bool keep_logits) {
+    const slm_llama_config *c = &m->cfg;
+    int L = c->num_hidden_layers;
+    int64_t C = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
+    int H = c->num_attention_heads;
+    int64_t D = C / H, HD = C, KVD = c->num_key_value_heads * D;
+    slm_llama_acts *a = slm_xcalloc(1, sizeof *a);
+    a->B = B;
+    a->T = T;
+    a->N = (int64_t)B * T;
+    int64_t N = a->N;
+    a->keep_logits = keep_logits;
+    a->ckpt = m->activation_checkpointing;
+    a->rope_T = T;
+    a->rope_cos = falloc(a, (int64_t)a->rope_T * (D / 2));
+    a->rope_sin = falloc(a, (int64_t)a->rope_T * (D / 2));
+    slm_rope_tables(a->rope_cos, a->rope_sin, a->rope_T, (int)D, c->rope_theta);
+    a->x = falloc(a, (int64_t)(L + 1) * N * C);
+    a->n_blk = a->ckpt ? 1 : L;
+    a->blk = slm_xcalloc((size_t)a->n_blk, sizeof *a->blk);
+    for (int i = 0; i < a->n_blk; i++) {
+        block_acts *b = &a->blk[i];
+        b->ln1 = falloc(a, N * C);
+        b->rstd1 = falloc(a, N);
+        b->q = falloc(a, N * HD);
+        b->k = falloc(a, N * KVD);
+        b->v = falloc(a, N * KVD);
+        b->att = falloc(a, N * HD);
+        b->lse = falloc(a, N * H);
+        b->xmid = falloc(a, N * C);
+        b->ln2 = falloc(a, N * C);
+        b->rstd2 = falloc(a, N);
+        b->gate = falloc(a, N * F);
+        b->up = falloc(a, N * F);
+        b->h = falloc(a, N * F);
+    }
+    a->lnf = falloc(a, N * C);
+    a->rstdf = falloc(a, N);
+    if (keep_logits) a->logits = falloc(a, N * V);
+    // Row chunks of ~16 MiB of logits, at least 256 rows so the lm_head GEMMs stay efficient.
+    int64_t rows = ((int64_t)1 << 22) / V;
+    if (rows < 256) rows = 256;
+    if (m->head_chunk_rows > 0) rows = m->head_chunk_rows;
+    if (rows > N) rows = N;
+    a->chunk_rows = rows;
+    a->chunk = falloc(a, rows * V);
+    a->losses = falloc(a, N);
+    a->dlnf = falloc(a, N * C);
+    a->tokens = slm_xmalloc((size_t)N * sizeof(int32_t));
+    return a;
+}
+
+static void acts_alloc_backward(const slm_llama *m, slm_llama_acts *a) {
+    if (a->dx) return;
+    const slm_llama_config *c = &m->cfg;
+    int64_t N = a->N, C = c->hidden_size, F = c->intermediate_size;
+    int64_t KVD = (int64_t)c->num_key_value_heads * (C / c->num_attention_heads);
+    a->dx = falloc(a, N * C);
+    a->dln = falloc(a, N * C);
+    a->dq = falloc(a, N * C);
+    a->dk = falloc(a, N * KVD);
+    a->dv = falloc(a, N * KVD);
+    a->dh = falloc(a, N * F);
+    a->dgate = falloc(a, N * F);
+    a->dup = falloc(a, N * F);
+}
+
+void slm_llama_set_shape(slm_llama *m, int B, int T, bool keep_logits) {
+    SLM_ASSERT(B > 0 && T > 0);
+    acts_free(m->acts);
+    m->acts = acts_new(m, B, T, keep_logits);
+}
+
+size_t slm_llama_act_bytes(const slm_llama *m) {
+    return m->acts ? m->acts->bytes : 0;
+}
+
+const float *slm_llama_logits(const slm_llama *m) {
+    SLM_ASSERT(m->acts && m->acts->keep_logits);
+    return m->acts->logits;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Forward
+
+#define HOOK(m, which, u)                                                                          \
+    do {                                                                                           \
+        if ((m)->hooks.which) (m)->hooks.which((m)->hooks.ctx, (u));                               \
+    } while (0)
+
+static const float *unit_params(const slm_llama *m, int u) {
+    if (!m->params[u]) slm_fatal("model: params of unit %d are NULL (not gathered?)", u);
+    return m->params[u];
+}
+
+static float *unit_grads(const slm_llama *m, int u) {
+    if (!m->grads[u]) slm_fatal("model: grads of unit %d are NULL", u);
+    return m->grads[u];
+}
+
+// Block l forward from xin [N, C] into the saved activations `b`; writes the block output into
+// xout [N, C] unless xout is NULL (the recomputation under activation checkpointing needs
+// everything but the output, which is the next block's saved input).
+static void block_forward(const slm_llama *m, int l, const slm_llama_acts *a, const float *xin,
+                          block_acts *b, float *xout, int B, int T) {
+    const slm_llama_config *c = &m->cfg;
+    const slm_param_view *vw = m->units[l].views;
+    int C = c->hidden_size, H = c->num_attention_heads, KV = c->num_key_value_heads, D = C / H;
+    int64_t F = c->intermediate_size, N = (int64_t)B * T, KVD = (int64_t)KV * D;
+    const float *p = unit_params(m, l);
+    // attention branch: x + o_proj(attn(rope(q_proj(n)), rope(k_proj(n)), v_proj(n))), n = norm(x)
+    slm_rmsnorm_fwd(b->ln1, b->rstd1, xin, p + vw[BV_LN1].offset, N, C, c->rms_norm_eps);
+    slm_matmul_fwd(b->q, b->ln1, p + vw[BV_Q].offset, N, C, C, false);
+    slm_matmul_fwd(b->k, b->ln1, p + vw[BV_K].offset, N, C, KVD, false);
+    slm_matmul_fwd(b->v, b->ln1, p + vw[BV_V].offset, N, C, KVD, false);
+    slm_rope_apply(b->q, a->rope_cos, a->rope_sin, B, T, H, D, 0, false);
+    slm_rope_apply(b->k, a->rope_cos, a->rope_sin, B, T, KV, D, 0, false);
+    slm_attention_fwd(b->att, b->lse, b->q, b->k, b->v, B, T, H, KV, D);
+    memcpy(b->xmid, xin, (size_t)N * C * sizeof(float));
+    slm_matmul_fwd(b->xmid, b->att, p + vw[BV_O].offset, N, C, C, true); // residual add fused
+    // MLP branch: xmid + down_proj(silu(gate_proj(n)) * up_proj(n)), n = norm(xmid)
+    slm_rmsnorm_fwd(b->ln2, b->rstd2, b->xmid, p + vw[BV_LN2].offset, N, C, c->rms_norm_eps);
+    slm_matmul_fwd(b->gate, b->ln2, p + vw[BV_GATE].offset, N, C, F, false);
+    slm_matmul_fwd(b->up, b->ln2, p + vw[BV_UP].offset, N, C, F, false);
+    slm_swiglu_fwd(b->h, b->gate, b->up, N, F);
+    if (xout) {
+        memcpy(xout, b->xmid, (size_t)N * C * sizeof(float));
+        slm_matmul_fwd(xout, b->h, p + vw[BV_DOWN].offset, N, F, C, true);
+    }
+}
+
+// Final norm -> lm_head -> cross-entropy in row chunks. With `grad`, the backward of the head
+// for the mean loss is done here too, chunk by chunk, while the chunk's dlogits are at hand:
+// dlnf = dlogits @ W_lm, dwlm = dlogits^T @ lnf (so no [N, V] buffer is ever needed).
+static float head_forward(slm_llama *m, const int32_t *targets, int64_t N, bool grad) {
+    slm_llama_acts *a = m->acts;
+    const slm_llama_config *c = &m->cfg;
+    int L = c->num_hidden_layers;
+    int64_t C = c->hidden_size, V = c->vocab_size;
+    const float *root = unit_params(m, L);
+    const slm_param_view *rv = m->units[L].views;
+    const float *Wlm = root + (c->tie_word_embeddings ? rv[RV_EMB].offset : rv[RV_LM].offset);
+    slm_rmsnorm_fwd(a->lnf, a->rstdf, a->x + (int64_t)L * N * C, root + rv[RV_NORM].offset, N,
+                    (int)C, c->rms_norm_eps);
+    if (a->keep_logits) slm_matmul_fwd(a->logits, a->lnf, Wlm, N, C, V, false);
+    if (!targets) return 0.0f;
+    int64_t n_valid = 0;
+    for (int64_t i = 0; i < N; i++) {
+        if (targets[i] == -1) continue;
+        if (targets[i] < 0 || targets[i] >= V)
+            slm_fatal("model: target %d at row %lld is outside [0, %lld) and not the ignore "
+                      "index -1",
+                      targets[i], (long long)i, (long long)V);
+        n_valid++;
+    }
+    float dscale = (grad && n_valid > 0) ? 1.0f / (float)n_valid : 0.0f;
+    if (grad) {
+        if (!a->dwlm) a->dwlm = falloc(a, V * C);
+        memset(a->dwlm, 0, (size_t)(V * C) * sizeof(float));
+        memset(a->dlnf, 0, (size_t)(N * C) * sizeof(float));
+    }
+    for (int64_t r0 = 0; r0 < N; r0 += a->chunk_rows) {
+        int64_t rows = N - r0 < a->chunk_rows ? N - r0 : a->chunk_rows;
+        float *lg = a->chunk; // [rows, V]
+        if (a->keep_logits)
+            memcpy(lg, a->logits + r0 * V, (size_t)(rows * V) * sizeof(float));
+        else
+            slm_matmul_fwd(lg, a->lnf + r0 * C, Wlm, rows, C, V, false);
+        slm_cross_entropy_fused(lg, a->losses + r0, targets + r0, rows, V, dscale);
+        if (dscale != 0.0f)
+            slm_matmul_bwd(a->dlnf + r0 * C, a->dwlm, lg, a->lnf + r0 * C, Wlm, rows, C, V);
+    }
+    double sum = 0.0;
+    for (int64_t i = 0; i < N; i++)
+        sum += a->losses[i];
+    return n_valid ? (float)(sum / (double)n_valid) : 0.0f;
+}
+
+float slm_llama_forward(slm_llama *m, const int32_t *tokens, const int32_t *targets, int B, int T) {
+    const slm_llama_config *c = &m->cfg;
+    int L = c->num_hidden_layers, C = c->hidden_size;
+    SLM_ASSERT(B > 0 && T > 0);
+    if (!m->acts) slm_llama_set_shape(m, B, T, false);
+    slm_llama_acts *a = m->acts;
+    if (a->ckpt != m->activation_checkpointing) {
+        // activation_checkpointing was toggled since set_shape: re-plan the workspace.
+        slm_llama_set_shape(m, a->B, a->T, a->keep_logits);
+        a = m->acts;
+    }
+    int64_t N = (int64_t)B * T;
+    if (N > a->N || T > a->rope_T)
+        slm_fatal("model: forward on B=%d T=%d exceeds the workspace (B=%d T=%d): call "
+                  "slm_llama_set_shape first",
+                  B, T, a->B, a->T);
+    for (int64_t i = 0; i < N; i++) {
+        if (tokens[i] < 0 || tokens[i] >= c->vocab_size)
+            slm_fatal("model: token %d at row %lld is outside [0, %d)", tokens[i], (long long)i,
+                      c->vocab_size);
+    }
+    a->cur_B = B;
+    a->cur_T = T;
+    a->can_backward = false;
+    a->blk0_layer = a->ckpt ? L - 1 : -1; // the last block's activations stay in blk[0]
+    memcpy(a->tokens, tokens, (size_t)N * sizeof(int32_t));
+    bool grad = targets != NULL && !m->loss_only;
+
+    HOOK(m, pre_forward, L);
+    const float *root = unit_params(m, L);
+    slm_embedding_fwd(a->x, tokens, root + m->units[L].views[RV_EMB].offset, N, C);
+    for (int l = 0; l < L; l++) {
+        HOOK(m, pre_forward, l);
+        block_acts *b = &a->blk[a->ckpt ? 0 : l];
+        block_forward(m, l, a, a->x + (int64_t)l * N * C, b, a->x + (int64_t)(l + 1) * N * C, B, T);
+        HOOK(m, post_forward, l);
+    }
+    float loss = 0.0f;
+    if (targets || a->keep_logits) loss = head_forward(m, targets, N, grad);
+    HOOK(m, post_forward, L);
+    a->can_backward = grad;
+    return loss;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Backward
+
+// Block l backward. On entry a->dx holds dL/d(block output); on exit dL/d(block input).
+// Parameter gradients are added into grads[l].
+static void block_backward(const slm_llama *m, int l, slm_llama_acts *a, const float *xin,
+                           const block_acts *b) {
+    const slm_llama_config *c = &m->cfg;
+    const slm_param_view *vw = m->units[l].views;
+    int B = a->cur_B, T = a->cur_T;
+    int C = c->hidden_size, H = c->num_attention_heads, KV = c->num_key_value_heads, D = C / H;
+    int64_t F = c->intermediate_size, N = (int64_t)B * T, KVD = (int64_t)KV * D;
+    const float *p = unit_params(m, l);
+    float *g = unit_grads(m, l);
+    size_t nc_bytes = (size_t)N * C * sizeof(float);
+    // MLP branch; the residual passes dx through unchanged and the norm backward adds into it.
+    memset(a->dh, 0, (size_t)(N * F) * sizeof(float));
+    slm_matmul_bwd(a->dh, g + vw[BV_DOWN].offset, a->dx, b->h, p + vw[BV_DOWN].offset, N, F, C);
+    slm_swiglu_bwd(a->dgate, a->dup, a->dh, b->gate, b->up, N, F);
+    memset(a->dln, 0, nc_bytes);
+    slm_matmul_bwd(a->dln, g + vw[BV_GATE].offset, a->dgate, b->ln2, p + vw[BV_GATE].offset, N, C,
+                   F);
+    slm_matmul_bwd(a->dln, g + vw[BV_UP].offset, a->dup, b->ln2, p + vw[BV_UP].offset, N, C, F);
+    slm_rmsnorm_bwd(a->dx, g + vw[BV_LN2].offset, a->dln, b->xmid, p + vw[BV_LN2].offset, b->rstd2,
+                    N, C);
+    // attention branch (a->dln holds d(att) first, then d(ln1))
+    memset(a->dln, 0, nc_bytes);
+    slm_matmul_bwd(a->dln, g + vw[BV_O].offset, a->dx, b->att, p + vw[BV_O].offset, N, C, C);
+    slm_attention_bwd(a->dq, a->dk, a->dv, a->dln, b->q, b->k, b->v, b->att, b->lse, B, T, H, KV,
+                      D);
+    // RoPE is a rotation: its backward rotates the gradient by the opposite angle.
+    slm_rope_apply(a->dq, a->rope_cos, a->rope_sin, B, T, H, D, 0, true);
+    slm_rope_apply(a->dk, a->rope_cos, a->rope_sin, B, T, KV, D, 0, true);
+    memset(a->dln, 0, nc_bytes);
+    slm_matmul_bwd(a->dln, g + vw[BV_Q].offset, a->dq, b->ln1, p + vw[BV_Q].offset, N, C, C);
+    slm_matmul_bwd(a->dln, g + vw[BV_K].offset, a->dk, b->ln1, p + vw[BV_K].offset, N, C, KVD);
+    slm_matmul_bwd(a->dln, g + vw[BV_V].offset, a->dv, b->ln1, p + vw[BV_V].offset, N, C, KVD);
+    slm_rmsnorm_bwd(a->dx, g + vw[BV_LN1].offset, a->dln, xin, p + vw[BV_LN1].offset, b->rstd1, N,
+                    C);
+}
+
+void slm_llama_backward(slm_llama *m, float loss_scale) {
+    slm_llama_acts *a = m->acts;
+    if (!a || !a->can_backward)
+        slm_fatal("model: backward without a preceding forward with targets (or called twice, "
+                  "or loss_only set)");
+    a->can_backward = false;
+    acts_alloc_backward(m, a);
+    const slm_llama_config *c = &m->cfg;
+    int L = c->num_hidden_layers, C = c->hidden_size;
+    int64_t V = c->vocab_size, N = (int64_t)a->cur_B * a->cur_T;
+    const slm_param_view *rv = m->units[L].views;
+
+    HOOK(m, pre_backward, L);
+    const float *root = unit_params(m, L);
+    float *groot = unit_grads(m, L);
+    // lm_head: the forward left d(mean loss)/dW in dwlm; scale and add.
+    float *gW = groot + (c->tie_word_embeddings ? rv[RV_EMB].offset : rv[RV_LM].offset);
+    const float *dwlm = a->dwlm;
+    int64_t VC = V * C;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < VC; i++)
+        gW[i] += loss_scale * dwlm[i];
+    if (loss_scale != 1.0f) {
+        for (int64_t i = 0; i < N * C; i++)
+            a->dlnf[i] *= loss_scale;
+    }
+    memset(a->dx, 0, (size_t)N * C * sizeof(float));
+    slm_rmsnorm_bwd(a->dx, groot + rv[RV_NORM].offset, a->dlnf, a->x + (int64_t)L * N * C,
+                    root + rv[RV_NORM].offset, a->rstdf, N, C);
+    for (int l = L - 1; l >= 0; l--) {
+        HOOK(m, pre_backward, l);
+        const float *xin = a->x + (int64_t)l * N * C;
+        block_acts *b = &a->blk[a->ckpt ? 0 : l];
+        // Recompute, except for the last block, whose forward activations are still there.
+        if (a->ckpt && a->blk0_layer != l) {
+            block_forward(m, l, a, xin, b, NULL, a->cur_B, a->cur_T);
+            a->blk0_layer = l;
+        }
+        block_backward(m, l, a, xin, b);
+        HOOK(m, post_backward, l);
+    }
+    slm_embedding_bwd(groot + rv[RV_EMB].offset, a->tokens, a->dx, N, C);
+    HOOK(m, post_backward, L);
+}
+
+void slm_llama_zero_grad(slm_llama *m) {
+    for (int u = 0; u < m->n_units; u++) {
+        if (m->grads[u]) memset(m->grads[u], 0, (size_t)m->units[u].numel * sizeof(float));
+    }
+}
