@@ -7,7 +7,12 @@
 // gradients (dW, dw) and, where stated, into input gradients, so residual branches and gradient
 // accumulation need no extra adds. Element counts and offsets are int64_t.
 // Determinism: for a fixed thread count every kernel gives bitwise-identical results run to run
-// (no atomics in reductions; static OpenMP schedules).
+// (no atomics in reductions; static OpenMP schedules wherever the split affects the result).
+// Threads (CPU): every kernel runs on the OpenMP threads (OMP_NUM_THREADS / omp_set_num_threads);
+// the kernels keep OpenBLAS itself single-threaded and slice GEMMs over the OpenMP threads, so
+// openblas_set_num_threads has no lasting effect. Where OpenBLAS 0.3.21 does not recognise the
+// CPU and falls back to its SSE3 kernels, the first kernel call switches it to its AVX-512 /
+// AVX2 kernels (set OPENBLAS_CORETYPE to choose yourself). Details in kernels/blas.c.
 #ifndef SLM_KERNELS_H
 #define SLM_KERNELS_H
 
