@@ -14,6 +14,12 @@ typedef struct {
 
 static const command commands[] = {
     // One line per subcommand, registered as its module lands.
+    {"prep", slm_cmd_prep, "tokenize a corpus into token shards + manifest.json"},
+    {"train", slm_cmd_train, "train a Llama model (AdamW, cosine LR) into a run directory"},
+    {"eval", slm_cmd_eval, "loss / perplexity of a run on a split or token ids; unigram entropy"},
+    {"generate", slm_cmd_generate, "sample text from a run with the KV cache"},
+    {"bench-peak", slm_cmd_bench_peak, "measure the sgemm peak (MFU denominator)"},
+    {"tokenizer", slm_cmd_tokenizer, "train a byte-level BPE; encode/decode/info for tokenizers"},
     {NULL, NULL, NULL},
 };
 

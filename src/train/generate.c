@@ -1,0 +1,136 @@
+// Generation: KV-cache decoding with temperature, top-k and nucleus (top-p) sampling, streamed
+// through a callback as the decoded text grows. Contracts in train.h.
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "train/train.h"
+
+typedef struct cand {
+    int32_t id;
+    float p;
+} cand;
+
+// Descending probability; ties by ascending id so the order (and the sample) is deterministic.
+static int cmp_cand(const void *a, const void *b) {
+    const cand *x = a, *y = b;
+    if (x->p != y->p) return x->p < y->p ? 1 : -1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+int32_t slm_sample_logits(float *logits, int32_t V, const slm_gen_opts *o, slm_rng *rng) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < V; i++)
+        if (logits[i] > logits[best]) best = i;
+    if (!(o->temperature > 0)) return best; // greedy
+    // softmax(logits / temperature), max-subtracted.
+    double sum = 0;
+    float mx = logits[best];
+    for (int32_t i = 0; i < V; i++) {
+        logits[i] = expf((logits[i] - mx) / o->temperature);
+        sum += logits[i];
+    }
+    bool filter = (o->top_k > 0 && o->top_k < V) || (o->top_p > 0 && o->top_p < 1);
+    if (!filter) {
+        double u = (double)slm_rng_uniform(rng) * sum, acc = 0;
+        for (int32_t i = 0; i < V; i++) {
+            acc += logits[i];
+            if (u < acc) return i;
+        }
+        return best; // rounding at the very end of the cumulative sum
+    }
+    cand *c = slm_xmalloc((size_t)V * sizeof *c);
+    for (int32_t i = 0; i < V; i++) c[i] = (cand){i, (float)(logits[i] / sum)};
+    qsort(c, (size_t)V, sizeof *c, cmp_cand);
+    int32_t n = V;
+    if (o->top_k > 0 && o->top_k < n) n = o->top_k;
+    if (o->top_p > 0 && o->top_p < 1) {
+        // Smallest prefix whose probability mass reaches top_p (always at least one token).
+        double acc = 0;
+        for (int32_t i = 0; i < n; i++) {
+            acc += c[i].p;
+            if (acc >= o->top_p) {
+                n = i + 1;
+                break;
+            }
+        }
+    }
+    double kept = 0;
+    for (int32_t i = 0; i < n; i++) kept += c[i].p;
+    double u = (double)slm_rng_uniform(rng) * kept, acc = 0;
+    int32_t pick = c[n - 1].id;
+    for (int32_t i = 0; i < n; i++) {
+        acc += c[i].p;
+        if (u < acc) {
+            pick = c[i].id;
+            break;
+        }
+    }
+    free(c);
+    return pick;
+}
+
+slm_status slm_generate(slm_llama *m, const slm_tokenizer *tok, const char *prompt,
+                        const slm_gen_opts *o, slm_gen_emit_fn emit, void *ctx,
+                        slm_ivec *out_ids) {
+    if (o->max_new < 0) return slm_fail(SLM_E_ARG, "--max-new must be >= 0 (got %d)", o->max_new);
+    if (o->temperature < 0) return slm_fail(SLM_E_ARG, "--temperature must be >= 0");
+    if (o->top_k < 0) return slm_fail(SLM_E_ARG, "--top-k must be >= 0");
+    if (!(o->top_p > 0 && o->top_p <= 1)) return slm_fail(SLM_E_ARG, "--top-p must be in (0, 1]");
+    slm_ivec ids = {0};
+    slm_buf text = {0};
+    slm_status st = slm_tokenizer_encode(tok, prompt, strlen(prompt),
+                                         o->add_bos ? SLM_ENC_ADD_BOS : 0, &ids);
+    if (st) goto out;
+    if (ids.len == 0) {
+        st = slm_fail(SLM_E_ARG, "the prompt is empty and the tokenizer has no BOS token to "
+                                 "start from; give --prompt some text");
+        goto out;
+    }
+    int maxT = m->cfg.max_position_embeddings;
+    if ((int64_t)ids.len > maxT) {
+        st = slm_fail(SLM_E_ARG, "the prompt is %zu tokens; the model's context is %d", ids.len,
+                      maxT);
+        goto out;
+    }
+    int cache_T = (int)ids.len + o->max_new < maxT ? (int)ids.len + o->max_new : maxT;
+    slm_kv_cache *kv = slm_kv_cache_new(m, cache_T);
+    int32_t V = m->cfg.vocab_size;
+    int32_t tv = slm_tokenizer_vocab_size(tok);
+    float *logits = slm_xmalloc((size_t)V * sizeof(float));
+    slm_rng rng;
+    slm_rng_seed(&rng, o->seed);
+    for (size_t i = 0; i < ids.len; i++)
+        slm_llama_decode_step(m, kv, ids.data[i], (int)i, logits);
+    // Text already shown: the decoded prompt. Each new token's bytes are the growth of the
+    // decoded sequence, so SentencePiece's leading-space rule and byte-fallback pieces stream
+    // correctly too (byte-level BPE decodes token by token anyway).
+    st = slm_tokenizer_decode(tok, ids.data, ids.len, &text);
+    size_t shown = text.len;
+    int32_t eos = slm_tokenizer_eos_id(tok);
+    for (int i = 0; !st && i < o->max_new; i++) {
+        // Ids the model knows but the tokenizer does not (a padded vocab) are never sampled.
+        for (int32_t v = tv; v < V; v++) logits[v] = -INFINITY;
+        int32_t next = slm_sample_logits(logits, V, o, &rng);
+        slm_ivec_push(&ids, next);
+        if (o->stop_at_eos && next == eos) break;
+        text.len = 0;
+        st = slm_tokenizer_decode(tok, ids.data, ids.len, &text);
+        if (st) break;
+        if (emit) emit(ctx, next, text.data + (text.len > shown ? shown : text.len),
+                       text.len > shown ? text.len - shown : 0);
+        if (text.len > shown) shown = text.len;
+        if ((int)ids.len >= cache_T) break; // context full
+        slm_llama_decode_step(m, kv, next, (int)ids.len - 1, logits);
+    }
+    free(logits);
+    slm_kv_cache_free(kv);
+    if (!st && out_ids) {
+        out_ids->len = 0;
+        for (size_t i = 0; i < ids.len; i++) slm_ivec_push(out_ids, ids.data[i]);
+    }
+out:
+    slm_ivec_free(&ids);
+    slm_buf_free(&text);
+    return st;
+}

@@ -1,0 +1,157 @@
+// The run directory: model.bin (weights, unit by unit), config.json and the tokenizer copy.
+// Format in train.h; the checkpoint issue replaces model.bin with sharded checkpoints.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "train/train.h"
+
+#define MODEL_MAGIC "SLMMODL1"
+#define MODEL_VERSION 1u
+#define MODEL_HEADER_BYTES 64
+
+static void put_u32(uint8_t *p, uint32_t x) {
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(x >> (8 * i));
+}
+static void put_u64(uint8_t *p, uint64_t x) {
+    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(x >> (8 * i));
+}
+static uint32_t get_u32(const uint8_t *p) {
+    uint32_t x = 0;
+    for (int i = 0; i < 4; i++) x |= (uint32_t)p[i] << (8 * i);
+    return x;
+}
+static uint64_t get_u64(const uint8_t *p) {
+    uint64_t x = 0;
+    for (int i = 0; i < 8; i++) x |= (uint64_t)p[i] << (8 * i);
+    return x;
+}
+
+slm_status slm_model_save(const slm_llama *m, const char *path) {
+    int64_t total = 0;
+    for (int u = 0; u < m->n_units; u++) total += m->units[u].numel;
+    size_t index_bytes = (size_t)m->n_units * 8;
+    size_t bytes = MODEL_HEADER_BYTES + index_bytes + (size_t)total * sizeof(float);
+    uint8_t *buf = slm_xcalloc(1, bytes);
+    uint8_t *payload = buf + MODEL_HEADER_BYTES + index_bytes;
+    size_t off = 0;
+    for (int u = 0; u < m->n_units; u++) {
+        put_u64(buf + MODEL_HEADER_BYTES + 8 * (size_t)u, (uint64_t)m->units[u].numel);
+        // The host is little-endian (x86-64 / aarch64); f32 bytes are stored as they are.
+        memcpy(payload + off, m->params[u], (size_t)m->units[u].numel * sizeof(float));
+        off += (size_t)m->units[u].numel * sizeof(float);
+    }
+    memcpy(buf, MODEL_MAGIC, 8);
+    put_u32(buf + 8, MODEL_VERSION);
+    put_u32(buf + 12, (uint32_t)m->n_units);
+    put_u64(buf + 16, (uint64_t)total);
+    put_u64(buf + 24, slm_xxh64(payload, (size_t)total * sizeof(float), 0));
+    slm_status st = slm_file_write_atomic(path, buf, bytes);
+    free(buf);
+    return st;
+}
+
+slm_status slm_model_load(slm_llama *m, const char *path) {
+    slm_map map = {0};
+    slm_status st = slm_map_file(path, &map);
+    if (st) return st;
+    const uint8_t *d = map.data;
+    int64_t total = 0;
+    for (int u = 0; u < m->n_units; u++) total += m->units[u].numel;
+    size_t index_bytes = (size_t)m->n_units * 8;
+    size_t want = MODEL_HEADER_BYTES + index_bytes + (size_t)total * sizeof(float);
+    if (map.len < MODEL_HEADER_BYTES || memcmp(d, MODEL_MAGIC, 8) != 0) {
+        st = slm_fail(SLM_E_FORMAT, "%s: not a shardlm model.bin (magic \"%s\" expected)", path,
+                      MODEL_MAGIC);
+        goto out;
+    }
+    if (get_u32(d + 8) != MODEL_VERSION) {
+        st = slm_fail(SLM_E_FORMAT, "%s: version %u, expected %u", path, get_u32(d + 8),
+                      MODEL_VERSION);
+        goto out;
+    }
+    if (get_u32(d + 12) != (uint32_t)m->n_units || get_u64(d + 16) != (uint64_t)total) {
+        st = slm_fail(SLM_E_FORMAT,
+                      "%s: %u units / %llu elements, but config.json describes %d units / %lld "
+                      "elements (weights from another model?)",
+                      path, get_u32(d + 12), (unsigned long long)get_u64(d + 16), m->n_units,
+                      (long long)total);
+        goto out;
+    }
+    if (map.len != want) {
+        st = slm_fail(SLM_E_FORMAT, "%s: %zu bytes, expected %zu (truncated?)", path, map.len,
+                      want);
+        goto out;
+    }
+    for (int u = 0; u < m->n_units; u++) {
+        uint64_t n = get_u64(d + MODEL_HEADER_BYTES + 8 * (size_t)u);
+        if (n != (uint64_t)m->units[u].numel) {
+            st = slm_fail(SLM_E_FORMAT, "%s: unit %d has %llu elements, expected %lld", path, u,
+                          (unsigned long long)n, (long long)m->units[u].numel);
+            goto out;
+        }
+    }
+    const uint8_t *payload = d + MODEL_HEADER_BYTES + index_bytes;
+    uint64_t h = slm_xxh64(payload, (size_t)total * sizeof(float), 0);
+    if (h != get_u64(d + 24)) {
+        char a[17], b[17];
+        slm_hex64(get_u64(d + 24), a);
+        slm_hex64(h, b);
+        st = slm_fail(SLM_E_CHECKSUM, "%s: payload checksum mismatch (header %s, data %s)", path,
+                      a, b);
+        goto out;
+    }
+    size_t off = 0;
+    for (int u = 0; u < m->n_units; u++) {
+        memcpy(m->params[u], payload + off, (size_t)m->units[u].numel * sizeof(float));
+        off += (size_t)m->units[u].numel * sizeof(float);
+    }
+out:
+    slm_map_free(&map);
+    return st;
+}
+
+slm_status slm_run_open(const char *run_dir, slm_llama *m, slm_tokenizer **tok,
+                        bool need_tokenizer) {
+    if (tok) *tok = NULL;
+    if (!slm_is_dir(run_dir))
+        return slm_fail(SLM_E_IO, "%s: not a directory (expected a run directory written by "
+                                  "shardlm train)", run_dir);
+    char *cfg_path = slm_path_join(run_dir, "config.json");
+    char *bin_path = slm_path_join(run_dir, "model.bin");
+    slm_llama_config cfg;
+    slm_status st = slm_llama_config_load(cfg_path, &cfg);
+    if (st) goto out;
+    st = slm_llama_init(m, &cfg, true);
+    if (st) goto out;
+    st = slm_model_load(m, bin_path);
+    if (st) goto fail_model;
+    if (tok) {
+        static const char *names[] = {"tokenizer.json", "tokenizer.model"};
+        for (int i = 0; i < 2 && !*tok; i++) {
+            char *p = slm_path_join(run_dir, names[i]);
+            if (slm_is_file(p)) st = slm_tokenizer_load(p, tok);
+            free(p);
+            if (st) goto fail_model;
+        }
+        if (!*tok && need_tokenizer) {
+            st = slm_fail(SLM_E_IO, "%s: no tokenizer.json or tokenizer.model in the run "
+                                    "directory", run_dir);
+            goto fail_model;
+        }
+        if (*tok && slm_tokenizer_vocab_size(*tok) > cfg.vocab_size) {
+            st = slm_fail(SLM_E_ARG, "%s: tokenizer has %d ids but the model's vocab_size is %d",
+                          run_dir, slm_tokenizer_vocab_size(*tok), cfg.vocab_size);
+            slm_tokenizer_free(*tok);
+            *tok = NULL;
+            goto fail_model;
+        }
+    }
+    goto out;
+fail_model:
+    slm_llama_free(m);
+out:
+    free(cfg_path);
+    free(bin_path);
+    return st;
+}

@@ -1,0 +1,528 @@
+// The training loop (world of one): seeded init, loader, gradient accumulation, global-norm
+// clipping, AdamW with the warmup + cosine schedule, periodic validation, per-step hooks,
+// metrics.jsonl, and the run directory. Contract in train.h.
+#include <math.h>
+#include <omp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data/data.h"
+#include "dist/dist.h"
+#include "kernels/kernels.h"
+#include "train/train.h"
+#include "train/train_internal.h"
+
+static volatile sig_atomic_t g_stop = 0;
+
+static void on_signal(int sig) {
+    (void)sig;
+    g_stop = 1;
+}
+
+void slm_train_install_signal_handlers(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+void slm_train_request_stop(void) { g_stop = 1; }
+bool slm_train_stop_requested(void) { return g_stop != 0; }
+void slm_train_reset_stop(void) { g_stop = 0; }
+
+void slm_train_opts_default(slm_train_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->grad_accum = 1;
+    o->adamw.lr_peak = 3e-4f;
+    o->adamw.beta1 = 0.9f;
+    o->adamw.beta2 = 0.95f;
+    o->adamw.eps = 1e-8f;
+    o->adamw.weight_decay = 0.1f;
+    o->min_lr = -1.0f; // resolved to lr / 10 at run time
+    o->grad_clip = 1.0f;
+    o->seed = 1337;
+    o->eval_batches = 20;
+    o->log_every = 1;
+}
+
+slm_status slm_train_add_hook(slm_train_opts *o, slm_step_hook_fn fn, void *ctx) {
+    if (o->n_hooks >= SLM_TRAIN_MAX_HOOKS)
+        return slm_fail(SLM_E_ARG, "too many step hooks (at most %d)", SLM_TRAIN_MAX_HOOKS);
+    o->hooks[o->n_hooks].fn = fn;
+    o->hooks[o->n_hooks].ctx = ctx;
+    o->n_hooks++;
+    return SLM_OK;
+}
+
+double slm_train_flops_per_token(const slm_llama_config *c, int T) {
+    // 6N: forward 2N + backward 4N multiply-adds counted as 2 FLOPs each; 12 L C T: the
+    // attention score and value products (QK^T and AV), forward and backward.
+    return 6.0 * (double)slm_llama_n_matmul_params(c) +
+           12.0 * (double)c->num_hidden_layers * (double)c->hidden_size * (double)T;
+}
+
+slm_status slm_train_resolve_config(const char *spec, int32_t vocab_override, int T,
+                                    slm_llama_config *cfg) {
+    if (!spec) return slm_fail(SLM_E_ARG, "no model given (--model PRESET|config.json)");
+    slm_status st = slm_llama_config_resolve(spec, cfg);
+    if (st) return st;
+    if (vocab_override > 0) cfg->vocab_size = vocab_override;
+    st = slm_llama_config_validate(cfg);
+    if (st) return slm_fail_wrap(st, "model %s", spec);
+    if (T > cfg->max_position_embeddings)
+        return slm_fail(SLM_E_ARG,
+                        "--seq %d is longer than the model's max_position_embeddings %d (%s); "
+                        "HINT: use --seq <= %d or a config.json with a larger "
+                        "max_position_embeddings",
+                        T, cfg->max_position_embeddings, spec, cfg->max_position_embeddings);
+    return SLM_OK;
+}
+
+slm_status slm_train_check_vocab(const slm_dataset *ds, const slm_tokenizer *tok,
+                                 const slm_llama_config *cfg, const char *model_spec) {
+    int32_t tv = slm_tokenizer_vocab_size(tok);
+    if (tv != ds->vocab_size)
+        return slm_fail(SLM_E_ARG,
+                        "%s: the tokenizer %s has %d ids but manifest.json says vocab_size %d "
+                        "(dataset prepared with another tokenizer?)",
+                        ds->dir, ds->tokenizer_file, tv, ds->vocab_size);
+    if (cfg->vocab_size != ds->vocab_size)
+        return slm_fail(SLM_E_ARG,
+                        "vocab mismatch: model %s has vocab_size %d but dataset %s (tokenizer %s) "
+                        "has %d; HINT: pass --vocab-size %d or a config.json with vocab_size %d",
+                        model_spec, cfg->vocab_size, ds->dir, ds->tokenizer_file, ds->vocab_size,
+                        ds->vocab_size, ds->vocab_size);
+    return SLM_OK;
+}
+
+// Splits windows[b, T+1] into inputs[b, T] = w[:, :-1] and targets[b, T] = w[:, 1:]; returns the
+// number of targets that are not the ignore index.
+int64_t slm_train_split_windows(const int32_t *win, int b, int T, int32_t *inp, int32_t *tgt) {
+    int64_t n = 0;
+    for (int i = 0; i < b; i++) {
+        const int32_t *w = win + (int64_t)i * (T + 1);
+        memcpy(inp + (int64_t)i * T, w, (size_t)T * sizeof(int32_t));
+        memcpy(tgt + (int64_t)i * T, w + 1, (size_t)T * sizeof(int32_t));
+        for (int t = 0; t < T; t++) n += w[t + 1] != -1;
+    }
+    return n;
+}
+
+// Validation over the first `max_batches` batches of B windows (0: all) of an open val loader
+// (B_global 1: it fills the batch itself, so a split smaller than B still evaluates).
+slm_status slm_train_eval_loader(slm_llama *m, slm_loader *l, int B, int T, int64_t max_batches,
+                                 slm_eval_result *res) {
+    int32_t *win = slm_xmalloc((size_t)B * (T + 1) * sizeof(int32_t));
+    int32_t *inp = slm_xmalloc((size_t)B * T * sizeof(int32_t));
+    int32_t *tgt = slm_xmalloc((size_t)B * T * sizeof(int32_t));
+    double sum = 0;
+    int64_t n_tok = 0, n_seq = 0;
+    slm_status st = SLM_OK;
+    bool was_loss_only = m->loss_only;
+    m->loss_only = true; // no lm_head backward work during evaluation
+    for (int64_t batch = 0; max_batches <= 0 || batch < max_batches; batch++) {
+        int b = 0;
+        while (b < B && slm_loader_next_val(l, win + (int64_t)b * (T + 1)) == 1) b++;
+        if (b == 0) break;
+        int64_t n = slm_train_split_windows(win, b, T, inp, tgt);
+        float loss = slm_llama_forward(m, inp, tgt, b, T);
+        if (!isfinite(loss)) {
+            st = slm_fail(SLM_E_NUMERIC, "validation batch %lld: loss is %f",
+                          (long long)batch, (double)loss);
+            break;
+        }
+        sum += (double)loss * (double)n;
+        n_tok += n;
+        n_seq += b;
+        if (b < B) break;
+    }
+    m->loss_only = was_loss_only;
+    free(win), free(inp), free(tgt);
+    if (st) return st;
+    res->n_tokens = n_tok;
+    res->n_seqs = n_seq;
+    res->loss = n_tok ? sum / (double)n_tok : NAN;
+    res->perplexity = exp(res->loss);
+    return SLM_OK;
+}
+
+static slm_status copy_file(const char *src, const char *dst) {
+    char *data = NULL;
+    size_t len = 0;
+    slm_status st = slm_file_read_all(src, &data, &len);
+    if (st) return st;
+    st = slm_file_write_atomic(dst, data, len);
+    free(data);
+    return st;
+}
+
+// Everything one run owns, released in one place.
+typedef struct run_state {
+    slm_llama model;
+    bool model_init;
+    slm_dataset ds;
+    bool ds_open;
+    slm_tokenizer *tok;
+    slm_loader *train_l, *val_l;
+    slm_loader_state val_start;
+    float **m, **v;           // AdamW moments per unit, same layout as the FlatParameter
+    slm_decay_range **ranges; // per unit: one range per view
+    int32_t *win, *inp, *tgt; // [K][B, T+1], [B, T], [B, T]
+    FILE *jsonl;
+    char *model_path;
+} run_state;
+
+static void run_state_free(run_state *r) {
+    if (r->m)
+        for (int u = 0; u < r->model.n_units; u++) free(r->m[u]), free(r->v[u]), free(r->ranges[u]);
+    free(r->m), free(r->v), free(r->ranges);
+    free(r->win), free(r->inp), free(r->tgt);
+    if (r->jsonl) fclose(r->jsonl);
+    free(r->model_path);
+    if (r->train_l) slm_loader_free(r->train_l);
+    if (r->val_l) slm_loader_free(r->val_l);
+    if (r->tok) slm_tokenizer_free(r->tok);
+    if (r->ds_open) slm_dataset_free(&r->ds);
+    if (r->model_init) slm_llama_free(&r->model);
+}
+
+static slm_status check_opts(const slm_train_opts *o) {
+    if (o->B < 1) return slm_fail(SLM_E_ARG, "--batch must be >= 1 (got %d)", o->B);
+    if (o->T < 1) return slm_fail(SLM_E_ARG, "--seq must be >= 1 (got %d)", o->T);
+    if (o->grad_accum < 1)
+        return slm_fail(SLM_E_ARG, "--grad-accum must be >= 1 (got %d)", o->grad_accum);
+    if (o->steps < 1) return slm_fail(SLM_E_ARG, "--steps must be >= 1 (got %lld)", (long long)o->steps);
+    if (o->warmup < 0) return slm_fail(SLM_E_ARG, "--warmup must be >= 0");
+    if (!(o->adamw.lr_peak > 0) || !isfinite(o->adamw.lr_peak))
+        return slm_fail(SLM_E_ARG, "--lr must be a positive number");
+    if (!(o->adamw.weight_decay >= 0)) return slm_fail(SLM_E_ARG, "--weight-decay must be >= 0");
+    if (!o->synthetic && !o->data_dir)
+        return slm_fail(SLM_E_ARG, "no dataset given (--data DIR, or --synthetic)");
+    return SLM_OK;
+}
+
+static void jsonl_num(slm_buf *b, const char *key, double x) {
+    if (isfinite(x))
+        slm_buf_appendf(b, ",\"%s\":%.9g", key, x);
+    else
+        slm_buf_appendf(b, ",\"%s\":null", key);
+}
+
+static void write_step_json(FILE *f, const slm_step_metrics *s) {
+    if (!f) return;
+    slm_buf b = {0};
+    slm_buf_appendf(&b, "{\"event\":\"step\",\"step\":%lld", (long long)s->step);
+    jsonl_num(&b, "loss", s->loss);
+    jsonl_num(&b, "lr", s->lr);
+    jsonl_num(&b, "grad_norm", s->grad_norm);
+    jsonl_num(&b, "tokens_per_s", s->tokens_per_s);
+    jsonl_num(&b, "mfu", s->mfu);
+    jsonl_num(&b, "ms_per_step", s->ms_per_step);
+    jsonl_num(&b, "val_loss", s->val_loss);
+    slm_buf_appendf(&b, ",\"tokens\":%lld", (long long)s->tokens_seen);
+    jsonl_num(&b, "elapsed_s", s->elapsed_s);
+    slm_buf_appendf(&b, "}\n");
+    fputs(b.data, f);
+    fflush(f);
+    slm_buf_free(&b);
+}
+
+slm_status slm_train_run(const slm_train_opts *o, slm_train_result *res) {
+    run_state r;
+    memset(&r, 0, sizeof r);
+    slm_status st = check_opts(o);
+    if (st) return st;
+    if (slm_dist_world() > 1)
+        return slm_fail(SLM_E_UNSUPPORTED,
+                        "world size %d: shardlm train runs on one process for now; FSDP lands in "
+                        "a later issue (run without mpirun)",
+                        slm_dist_world());
+    // kernels/ splits GEMMs over the OpenMP threads itself (OpenBLAS stays single-threaded).
+    if (o->threads > 0) omp_set_num_threads(o->threads);
+    const int B = o->B, T = o->T, K = o->grad_accum;
+    float min_lr = o->min_lr >= 0 ? o->min_lr : o->adamw.lr_peak / 10.0f;
+
+    // --- Config, dataset, tokenizer: every mismatch is an error before any allocation.
+    slm_llama_config cfg;
+    st = slm_train_resolve_config(o->model, o->vocab_size, T, &cfg);
+    if (st) goto out;
+    if (!o->synthetic) {
+        st = slm_dataset_open(o->data_dir, &r.ds);
+        if (st) goto out;
+        r.ds_open = true;
+        st = slm_tokenizer_load(r.ds.tokenizer_file, &r.tok);
+        if (st) {
+            st = slm_fail_wrap(st, "dataset %s", o->data_dir);
+            goto out;
+        }
+        st = slm_train_check_vocab(&r.ds, r.tok, &cfg, o->model);
+        if (st) goto out;
+        slm_loader_opts lo = {.dir = o->data_dir, .split = "train", .T = T, .B_global = B,
+                              .rank = 0, .world = 1, .seed = o->seed, .shuffle = true};
+        st = slm_loader_open(&lo, &r.train_l);
+        if (st) goto out;
+        if (o->eval_every > 0) {
+            if (r.ds.val.n_tokens < (uint64_t)T + 1) {
+                slm_warn("dataset %s: the val split has %llu tokens, fewer than one window of "
+                         "%d; validation is skipped",
+                         o->data_dir, (unsigned long long)r.ds.val.n_tokens, T + 1);
+            } else {
+                slm_loader_opts vo = lo;
+                vo.split = "val";
+                vo.B_global = 1;
+                vo.shuffle = false;
+                st = slm_loader_open(&vo, &r.val_l);
+                if (st) goto out;
+                r.val_start = slm_loader_get_state(r.val_l);
+            }
+        }
+    }
+
+    // --- Run directory: config, tokenizer copy, metrics log.
+    if (o->out_dir) {
+        st = slm_mkdir_p(o->out_dir);
+        if (st) goto out;
+        char *p = slm_path_join(o->out_dir, "config.json");
+        st = slm_llama_config_save(&cfg, p);
+        free(p);
+        if (st) goto out;
+        if (r.tok) {
+            // Under its canonical name, where slm_run_open looks for it.
+            p = slm_path_join(o->out_dir, slm_tokenizer_type(r.tok) == SLM_TOK_SPM_BPE
+                                              ? "tokenizer.model"
+                                              : "tokenizer.json");
+            st = copy_file(r.ds.tokenizer_file, p);
+            free(p);
+            if (st) goto out;
+        }
+        p = slm_path_join(o->out_dir, "metrics.jsonl");
+        r.jsonl = fopen(p, "w");
+        if (!r.jsonl) st = slm_fail(SLM_E_IO, "%s: cannot open for writing", p);
+        free(p);
+        if (st) goto out;
+        r.model_path = slm_path_join(o->out_dir, "model.bin");
+    }
+
+    // --- Model, optimizer state.
+    st = slm_llama_init(&r.model, &cfg, true);
+    if (st) goto out;
+    r.model_init = true;
+    slm_llama_init_weights(&r.model, o->seed);
+    r.model.activation_checkpointing = o->activation_checkpointing;
+    slm_llama_set_shape(&r.model, B, T, false);
+    int NU = r.model.n_units;
+    r.m = slm_xcalloc((size_t)NU, sizeof(float *));
+    r.v = slm_xcalloc((size_t)NU, sizeof(float *));
+    r.ranges = slm_xcalloc((size_t)NU, sizeof(slm_decay_range *));
+    for (int u = 0; u < NU; u++) {
+        size_t bytes = (size_t)r.model.units[u].numel * sizeof(float);
+        r.m[u] = slm_xaligned(bytes);
+        r.v[u] = slm_xaligned(bytes);
+        memset(r.m[u], 0, bytes);
+        memset(r.v[u], 0, bytes);
+        // One decay range per view (matmul weights decayed; norms and embedding not).
+        r.ranges[u] = slm_xmalloc((size_t)r.model.units[u].n_views * sizeof(slm_decay_range));
+        for (int i = 0; i < r.model.units[u].n_views; i++) {
+            const slm_param_view *pv = &r.model.units[u].views[i];
+            r.ranges[u][i] = (slm_decay_range){pv->offset, pv->offset + pv->numel,
+                                               pv->weight_decay};
+        }
+    }
+    r.win = slm_xmalloc((size_t)K * B * (T + 1) * sizeof(int32_t));
+    r.inp = slm_xmalloc((size_t)B * T * sizeof(int32_t));
+    r.tgt = slm_xmalloc((size_t)B * T * sizeof(int32_t));
+
+    // n 2048, best of 5: n 1024 and single runs read low (too little work per thread, and a
+    // shared machine).
+    double peak = o->peak_gflops > 0 ? o->peak_gflops : slm_sgemm_peak_gflops(2048, 5);
+    double fpt = slm_train_flops_per_token(&cfg, T);
+    slm_info("model %s: %lld parameters (%lld in matmuls), %d layers, hidden %d, vocab %d; "
+             "B %d x T %d x accum %d = %lld tokens/step; activations %.1f MiB%s; peak %.1f "
+             "GFLOP/s; %.3g FLOPs/token",
+             o->model, (long long)slm_llama_n_params(&cfg),
+             (long long)slm_llama_n_matmul_params(&cfg), cfg.num_hidden_layers, cfg.hidden_size,
+             cfg.vocab_size, B, T, K, (long long)B * T * K,
+             (double)slm_llama_act_bytes(&r.model) / 1048576.0,
+             o->activation_checkpointing ? " (activation checkpointing)" : "", peak, fpt);
+    if (r.jsonl) {
+        fprintf(r.jsonl,
+                "{\"event\":\"start\",\"model\":\"%s\",\"n_params\":%lld,\"batch\":%d,\"seq\":%d,"
+                "\"grad_accum\":%d,\"steps\":%lld,\"warmup\":%lld,\"lr\":%.9g,\"min_lr\":%.9g,"
+                "\"weight_decay\":%.9g,\"grad_clip\":%.9g,\"seed\":%llu,\"threads\":%d,"
+                "\"peak_gflops\":%.6g,\"flops_per_token\":%.9g}\n",
+                o->model, (long long)slm_llama_n_params(&cfg), B, T, K, (long long)o->steps,
+                (long long)o->warmup, (double)o->adamw.lr_peak, (double)min_lr,
+                (double)o->adamw.weight_decay, (double)o->grad_clip,
+                (unsigned long long)o->seed, omp_get_max_threads(), peak, fpt);
+        fflush(r.jsonl);
+    }
+
+    slm_rng synth;
+    slm_rng_seed(&synth, o->seed ^ SLM_TRAIN_SYNTH_SEED_XOR);
+    double t_start = slm_time_s();
+    double sum_tps = 0, sum_mfu = 0, last_loss = NAN, last_val = NAN;
+    int64_t n_rate = 0, tokens_seen = 0, step = 0;
+    bool interrupted = false;
+    for (step = 0; step < o->steps; step++) {
+        if (g_stop) {
+            interrupted = true;
+            break;
+        }
+        if (o->max_minutes > 0 && slm_time_s() - t_start >= o->max_minutes * 60.0) {
+            slm_info("--max-minutes %.3g reached after %lld steps; stopping", o->max_minutes,
+                     (long long)step);
+            break;
+        }
+        double t0 = slm_time_s();
+        // All micro-batches first, so the loss scale (this micro-batch's share of the step's
+        // target tokens) is known before the first backward.
+        int64_t per_win = (int64_t)B * (T + 1);
+        for (int k = 0; k < K; k++) {
+            int32_t *w = r.win + k * per_win;
+            if (o->synthetic)
+                for (int64_t i = 0; i < per_win; i++)
+                    w[i] = (int32_t)slm_rng_below(&synth, (uint64_t)cfg.vocab_size);
+            else
+                slm_loader_next(r.train_l, w);
+        }
+        int64_t n_total = 0;
+        for (int64_t i = 0; i < K * per_win; i++)
+            n_total += (i % (T + 1)) != 0 && r.win[i] != -1; // targets: every token but the first
+        if (n_total == 0) n_total = 1;
+        slm_llama_zero_grad(&r.model);
+        double loss_sum = 0;
+        for (int k = 0; k < K; k++) {
+            int64_t n = slm_train_split_windows(r.win + k * per_win, B, T, r.inp, r.tgt);
+            float loss = slm_llama_forward(&r.model, r.inp, r.tgt, B, T);
+            if (!isfinite(loss)) {
+                st = slm_fail(SLM_E_NUMERIC,
+                              "step %lld, micro-batch %d: training loss is %f; HINT: lower --lr "
+                              "(now %g) or --grad-clip",
+                              (long long)step + 1, k, (double)loss, (double)o->adamw.lr_peak);
+                goto out;
+            }
+            // d(mean over the step's tokens)/dp = sum_k (n_k / n_total) d(mean_k)/dp
+            slm_llama_backward(&r.model, (float)((double)n / (double)n_total));
+            loss_sum += (double)loss * (double)n;
+        }
+        double loss = loss_sum / (double)n_total;
+        double sumsq = 0;
+        for (int u = 0; u < NU; u++) sumsq += slm_sumsq(r.model.grads[u], r.model.units[u].numel);
+        double gnorm = sqrt(sumsq);
+        if (!isfinite(gnorm)) {
+            st = slm_fail(SLM_E_NUMERIC,
+                          "step %lld: gradient norm is %f (loss %.4f); HINT: lower --lr",
+                          (long long)step + 1, gnorm, loss);
+            goto out;
+        }
+        // torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when that is < 1.
+        if (o->grad_clip > 0) {
+            double coef = (double)o->grad_clip / (gnorm + 1e-6);
+            if (coef < 1.0)
+                for (int u = 0; u < NU; u++)
+                    slm_scale(r.model.grads[u], r.model.units[u].numel, (float)coef);
+        }
+        // With time_schedule the schedule advances by whichever is further along: steps or
+        // the share of max_minutes spent, so it completes within the time budget.
+        int64_t sched_step = step;
+        if (o->time_schedule && o->max_minutes > 0) {
+            double frac = (slm_time_s() - t_start) / (o->max_minutes * 60.0);
+            int64_t by_time = (int64_t)(frac * (double)o->steps);
+            if (by_time > sched_step) sched_step = by_time;
+        }
+        float lr = slm_lr_at(sched_step, o->warmup, o->steps, o->adamw.lr_peak, min_lr);
+        for (int u = 0; u < NU; u++)
+            slm_adamw_step(r.model.params[u], r.model.grads[u], r.m[u], r.v[u],
+                           r.model.units[u].numel, &o->adamw, lr, step + 1, r.ranges[u],
+                           r.model.units[u].n_views);
+        double dt = slm_time_s() - t0;
+        int64_t step_tokens = (int64_t)B * T * K;
+        tokens_seen += step_tokens;
+        slm_step_metrics sm = {.step = step + 1, .total_steps = o->steps, .loss = loss,
+                               .lr = lr, .grad_norm = gnorm,
+                               .tokens_per_s = (double)step_tokens / dt,
+                               .ms_per_step = dt * 1e3, .val_loss = NAN,
+                               .tokens_seen = tokens_seen};
+        sm.mfu = sm.tokens_per_s * fpt / (peak * 1e9);
+        last_loss = loss;
+        // The first step pays for first-touch page faults and thread start-up: kept out of the
+        // means when there is more than one step.
+        if (step > 0 || o->steps == 1) {
+            sum_tps += sm.tokens_per_s;
+            sum_mfu += sm.mfu;
+            n_rate++;
+        }
+        bool last = step + 1 == o->steps;
+        if (r.val_l && ((step + 1) % o->eval_every == 0 || last)) {
+            slm_eval_result er;
+            st = slm_loader_set_state(r.val_l, r.val_start);
+            if (st) goto out;
+            st = slm_train_eval_loader(&r.model, r.val_l, B, T, o->eval_batches, &er);
+            if (st) {
+                st = slm_fail_wrap(st, "step %lld", (long long)step + 1);
+                goto out;
+            }
+            sm.val_loss = last_val = er.loss;
+        }
+        sm.elapsed_s = slm_time_s() - t_start;
+        if (o->log_every > 0 && ((step + 1) % o->log_every == 0 || last || step == 0 ||
+                                 isfinite(sm.val_loss))) {
+            printf("step %6lld/%lld | loss %.4f | lr %.3e | grad norm %.3f | %.0f tok/s | "
+                   "MFU %.1f%% | %.1f ms/step",
+                   (long long)sm.step, (long long)o->steps, sm.loss, sm.lr, sm.grad_norm,
+                   sm.tokens_per_s, 100.0 * sm.mfu, sm.ms_per_step);
+            if (isfinite(sm.val_loss)) printf(" | val loss %.4f", sm.val_loss);
+            printf("\n");
+            fflush(stdout);
+        }
+        write_step_json(r.jsonl, &sm);
+        for (int h = 0; h < o->n_hooks; h++) o->hooks[h].fn(o->hooks[h].ctx, &sm);
+    }
+
+    // A stop before the planned end still evaluates what it has, so the run has a val loss.
+    if (r.val_l && step > 0 && step < o->steps && !interrupted) {
+        slm_eval_result er;
+        st = slm_loader_set_state(r.val_l, r.val_start);
+        if (!st) st = slm_train_eval_loader(&r.model, r.val_l, B, T, o->eval_batches, &er);
+        if (st) goto out;
+        last_val = er.loss;
+        printf("step %6lld | val loss %.4f\n", (long long)step, er.loss);
+        fflush(stdout);
+    }
+    if (r.model_path) {
+        st = slm_model_save(&r.model, r.model_path);
+        if (st) goto out;
+        slm_info("saved %s (step %lld)", r.model_path, (long long)step);
+    }
+    if (r.jsonl) {
+        slm_buf b = {0};
+        slm_buf_appendf(&b, "{\"event\":\"end\",\"steps\":%lld", (long long)step);
+        jsonl_num(&b, "loss", last_loss);
+        jsonl_num(&b, "val_loss", last_val);
+        jsonl_num(&b, "tokens_per_s", n_rate ? sum_tps / (double)n_rate : NAN);
+        jsonl_num(&b, "mfu", n_rate ? sum_mfu / (double)n_rate : NAN);
+        slm_buf_appendf(&b, ",\"interrupted\":%s}\n", interrupted ? "true" : "false");
+        fputs(b.data, r.jsonl);
+        slm_buf_free(&b);
+    }
+    if (res) {
+        res->steps_done = step;
+        res->final_loss = last_loss;
+        res->final_val_loss = last_val;
+        res->tokens_per_s = n_rate ? sum_tps / (double)n_rate : NAN;
+        res->mfu = n_rate ? sum_mfu / (double)n_rate : NAN;
+        res->peak_gflops = peak;
+        res->flops_per_token = fpt;
+    }
+    if (interrupted)
+        st = slm_fail(SLM_E_INTERRUPTED, "interrupted by a signal after step %lld%s%s",
+                      (long long)step, r.model_path ? "; model saved to " : "",
+                      r.model_path ? r.model_path : "");
+out:
+    run_state_free(&r);
+    return st;
+}

@@ -1,0 +1,203 @@
+// train: the loops that use a model — training (AdamW, warmup + cosine LR, global-norm
+// clipping, gradient accumulation, periodic validation), evaluation (mean loss, perplexity) and
+// generation (KV-cache decoding with temperature / top-k / top-p sampling) — plus the run
+// directory they share.
+//
+// A run directory (written by training, read by eval and generate) holds:
+//   config.json    HF LlamaConfig (model/ writes and reads it)
+//   model.bin      the weights, unit by unit (format below); the checkpoint issue replaces it
+//   tokenizer.json / tokenizer.model   copied from the dataset
+//   metrics.jsonl  one JSON object per line: {"event":"start",...}, {"event":"step",...},
+//                  {"event":"eval",...}, {"event":"end",...}
+// model.bin: 64-byte header — magic "SLMMODL1", u32 version (1), u32 n_units, u64 total
+// elements, u64 XXH64 of the payload, zero padding — then u64 numel[n_units], then every unit's
+// FlatParameter as little-endian f32 in unit order (blocks 0..L-1, then the root).
+//
+// Invariants: the same options, seed and thread count give bitwise-identical losses and
+// weights. The loop checks a stop flag (set by SIGINT / SIGTERM through
+// slm_train_install_signal_handlers) only at step boundaries, then saves and returns
+// SLM_E_INTERRUPTED. A world of one for now: FSDP (and data parallelism) land in a later issue.
+// This module does not parse command lines (tools/ does) and calls no exit().
+#ifndef SLM_TRAIN_H
+#define SLM_TRAIN_H
+
+#include "base/base.h"
+#include "model/model.h"
+#include "optim/optim.h"
+#include "tokenizer/tokenizer.h"
+
+// ---------------------------------------------------------------------------------------------
+// Per-step metrics and hooks (heartbeats, Prometheus and checkpoints attach here)
+
+// What one optimizer step measured. Passed to every hook after the step (and after its eval).
+typedef struct slm_step_metrics {
+    int64_t step;        // 1-based index of the optimizer step just completed
+    int64_t total_steps; // planned steps
+    double loss;         // mean training loss over all the step's target tokens, nats/token
+    double lr;           // learning rate used by this step
+    double grad_norm;    // global L2 norm of the gradient before clipping
+    double tokens_per_s; // target tokens of this step / its wall time
+    double mfu;          // model FLOPs utilisation, fraction (0..1) of the measured sgemm peak
+    double ms_per_step;  // wall time of the step in milliseconds (eval excluded)
+    double val_loss;     // validation loss if evaluated after this step, else NaN
+    int64_t tokens_seen; // target tokens trained on so far
+    double elapsed_s;    // wall seconds since training started
+} slm_step_metrics;
+
+// A callback run on the training thread after each step; must not block for long.
+typedef void (*slm_step_hook_fn)(void *ctx, const slm_step_metrics *m);
+typedef struct slm_step_hook {
+    slm_step_hook_fn fn;
+    void *ctx; // borrowed, passed back to fn
+} slm_step_hook;
+
+#define SLM_TRAIN_MAX_HOOKS 8
+#define SLM_TRAIN_SYNTH_SEED_XOR 0x5eedda7aull
+
+// ---------------------------------------------------------------------------------------------
+// Training
+
+typedef struct slm_train_opts {
+    const char *data_dir;  // prepared dataset (manifest.json); ignored when synthetic
+    bool synthetic;        // uniform random tokens over the model's vocab (benchmarks), no eval:
+                           // window by window, token by token, slm_rng_below(vocab_size) from
+                           // one slm_rng seeded with seed ^ SLM_TRAIN_SYNTH_SEED_XOR
+    const char *model;     // preset name or config.json path
+    int32_t vocab_size;    // > 0: overrides the model config's vocab_size
+    const char *out_dir;   // run directory to create / overwrite; NULL: save nothing
+    int B;                 // sequences per micro-batch
+    int T;                 // tokens per sequence (<= max_position_embeddings)
+    int grad_accum;        // micro-batches per optimizer step (>= 1)
+    int64_t steps;         // optimizer steps (the cosine schedule's length)
+    int64_t warmup;        // linear warmup steps
+    slm_adamw_hparams adamw; // lr_peak, betas, eps, weight_decay
+    float min_lr;          // floor of the cosine decay
+    float grad_clip;       // max global grad norm; <= 0 disables clipping
+    uint64_t seed;         // weight init and data order
+    int64_t eval_every;    // validate every this many steps (and at the end); 0: never
+    int eval_batches;      // micro-batches of B sequences per validation (0: the whole split)
+    bool activation_checkpointing;
+    int threads;           // OpenMP / BLAS threads; 0: leave as configured
+    double max_minutes;    // > 0: stop (and save) after this much wall time
+    bool time_schedule;    // with max_minutes: the LR schedule's step is max(step, share of
+                           // max_minutes elapsed x steps), so the cosine ends on time on a
+                           // machine of unknown speed (not bitwise reproducible)
+    double peak_gflops;    // > 0: MFU denominator; else measured at start (slm_sgemm_peak_gflops)
+    int log_every;         // print a step line every this many steps (0: never; default 1)
+    int n_hooks;
+    slm_step_hook hooks[SLM_TRAIN_MAX_HOOKS];
+} slm_train_opts;
+
+// Fills the defaults: grad_accum 1, lr 3e-4, betas (0.9, 0.95), eps 1e-8, weight decay 0.1,
+// min_lr = lr / 10, grad_clip 1.0, seed 1337, eval_batches 20, log_every 1, everything else 0.
+void slm_train_opts_default(slm_train_opts *o);
+// Appends a per-step hook. Errors: SLM_E_ARG when SLM_TRAIN_MAX_HOOKS are already set.
+slm_status slm_train_add_hook(slm_train_opts *o, slm_step_hook_fn fn, void *ctx);
+
+// What a finished (or stopped) run reports.
+typedef struct slm_train_result {
+    int64_t steps_done;
+    double final_loss;     // last step's training loss
+    double final_val_loss; // last validation loss (NaN if never evaluated)
+    double tokens_per_s;   // mean over the steps after the first (first step if only one)
+    double mfu;            // mean, same steps
+    double peak_gflops;    // the MFU denominator used
+    double flops_per_token;
+} slm_train_result;
+
+// Trains a model from a seeded init (slm_llama_init_weights) as described in the module comment:
+// per step, grad_accum micro-batches of B x T from the loader, loss scaled so the gradient is
+// that of the mean over all the step's target tokens, global-norm clipping, AdamW with no decay
+// on norms and embeddings (slm_param_view.weight_decay), LR from slm_lr_at. Writes the run
+// directory (config.json, tokenizer, model.bin at the end, metrics.jsonl as it goes) and prints
+// a step line per log_every steps to stderr. `res` may be NULL.
+// Errors: SLM_E_ARG (bad option; unknown preset; vocab mismatch between tokenizer, dataset and
+// model; T > max_position_embeddings), SLM_E_IO (no manifest, unwritable run dir),
+// SLM_E_FORMAT / SLM_E_CHECKSUM (bad data), SLM_E_NUMERIC (NaN/Inf loss or gradient, naming the
+// step), SLM_E_INTERRUPTED (the stop flag was set: the model is saved first),
+// SLM_E_UNSUPPORTED (world > 1). Reaching max_minutes is not an error: it saves and returns SLM_OK.
+slm_status slm_train_run(const slm_train_opts *o, slm_train_result *res);
+
+// SIGINT / SIGTERM set the stop flag the loop checks at step boundaries.
+void slm_train_install_signal_handlers(void);
+// Sets / reads the stop flag (async-signal-safe setter).
+void slm_train_request_stop(void);
+bool slm_train_stop_requested(void);
+// Clears the stop flag (tests, or a caller that starts another run in the same process).
+void slm_train_reset_stop(void);
+
+// FLOPs per trained token: 6 N + 12 L C T (Kaplan et al. 2020 / PaLM appendix B), N =
+// slm_llama_n_matmul_params (embedding excluded, lm_head included).
+double slm_train_flops_per_token(const slm_llama_config *c, int T);
+
+// ---------------------------------------------------------------------------------------------
+// Run directory
+
+// Writes m's weights to `path` in the model.bin format above, atomically.
+// Errors: SLM_E_IO naming the path.
+slm_status slm_model_save(const slm_llama *m, const char *path);
+// Reads model.bin into an initialised model of the same config (checks n_units and every unit's
+// numel against m's layout, and the checksum). Errors: SLM_E_IO, SLM_E_FORMAT naming the file and
+// the field, SLM_E_CHECKSUM.
+slm_status slm_model_load(slm_llama *m, const char *path);
+// Opens a run directory: config.json -> m (allocated; free with slm_llama_free), model.bin ->
+// weights, and, if `tok` is non-NULL, the tokenizer file (*tok owned; NULL if the run has none
+// and need_tokenizer is false). Errors: those of the loaders, naming RUN_DIR; SLM_E_ARG if the
+// tokenizer's vocab is larger than the model's.
+slm_status slm_run_open(const char *run_dir, slm_llama *m, slm_tokenizer **tok,
+                        bool need_tokenizer);
+
+// ---------------------------------------------------------------------------------------------
+// Evaluation
+
+typedef struct slm_eval_result {
+    double loss;       // mean cross-entropy, nats per target token
+    double perplexity; // exp(loss)
+    int64_t n_tokens;  // target tokens evaluated
+    int64_t n_seqs;    // sequences (windows or lines)
+} slm_eval_result;
+
+// Mean loss over a prepared split: windows of T+1 tokens in order, `max_batches` batches of B
+// (0: all). Errors: those of slm_loader_open; SLM_E_ARG on vocab mismatch or T too long;
+// SLM_E_NUMERIC on a non-finite loss.
+slm_status slm_eval_split(slm_llama *m, const char *data_dir, const char *split, int B, int T,
+                          int64_t max_batches, slm_eval_result *res);
+// Mean loss over a text file of whitespace-separated token ids, one sequence per line
+// (inputs = ids[:-1], targets = ids[1:]); lines with fewer than 2 ids are skipped; all lines'
+// target tokens weigh equally. Errors: SLM_E_IO; SLM_E_FORMAT naming the line and column of a
+// non-integer; SLM_E_ARG naming the line of an id >= vocab_size or a line longer than
+// max_position_embeddings + 1.
+slm_status slm_eval_token_ids(slm_llama *m, const char *path, slm_eval_result *res);
+// Unigram entropy of a split, nats/token: H = -sum_v p(v) ln p(v) with p the split's token
+// frequencies (the loss of the best context-free model, the quick start's yardstick).
+// Errors: those of slm_loader_open / slm_dataset_open.
+slm_status slm_unigram_entropy(const char *data_dir, const char *split, double *nats,
+                               int64_t *n_tokens);
+
+// ---------------------------------------------------------------------------------------------
+// Generation
+
+typedef struct slm_gen_opts {
+    int max_new;       // tokens to generate after the prompt
+    float temperature; // 0: greedy (argmax)
+    int top_k;         // 0: off
+    float top_p;       // 1: off (nucleus sampling, Holtzman et al. 2020)
+    uint64_t seed;
+    bool add_bos;      // prepend the tokenizer's BOS id (if it has one)
+    bool stop_at_eos;  // stop when the EOS id is sampled
+} slm_gen_opts;
+
+// Called with the bytes decoded so far that were not yet emitted (byte-level BPE: whole bytes,
+// possibly part of a UTF-8 character); `len` may be 0 for special tokens.
+typedef void (*slm_gen_emit_fn)(void *ctx, int32_t token, const char *bytes, size_t len);
+
+// Encodes `prompt`, runs it through the KV cache, then samples max_new tokens (or until EOS /
+// the context is full), calling emit after each new token. Deterministic for a fixed seed.
+// Errors: SLM_E_ARG for an empty prompt without BOS, or options out of range.
+slm_status slm_generate(slm_llama *m, const slm_tokenizer *tok, const char *prompt,
+                        const slm_gen_opts *o, slm_gen_emit_fn emit, void *ctx, slm_ivec *out_ids);
+// Samples one id from logits[V] (modified in place) with the options' temperature / top-k /
+// top-p and the RNG. Deterministic.
+int32_t slm_sample_logits(float *logits, int32_t V, const slm_gen_opts *o, slm_rng *rng);
+
+#endif

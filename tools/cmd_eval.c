@@ -1,0 +1,105 @@
+// shardlm eval: mean loss / perplexity of a run's model on a prepared split or a token-id file,
+// and the unigram entropy of a split (src/train/train.h).
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cmd.h"
+#include "train/train.h"
+
+static void eval_usage(FILE *f) {
+    fprintf(f,
+            "usage: shardlm eval --model RUN_DIR (--data DIR [--split val] | --token-ids FILE)\n"
+            "       shardlm eval --data DIR --unigram-entropy [--split val]\n"
+            "Mean cross-entropy (nats/token) and perplexity of a trained model.\n\n"
+            "  --model RUN_DIR     run directory written by shardlm train\n"
+            "  --data DIR          prepared dataset; windows of --seq + 1 tokens in order\n"
+            "  --split NAME        train or val (default val)\n"
+            "  --seq T             tokens per window (default min(256, max_position_embeddings))\n"
+            "  --batch B           windows per forward (default 8)\n"
+            "  --max-batches M     evaluate at most M batches (default 0 = the whole split)\n"
+            "  --token-ids FILE    whitespace-separated ids, one sequence per line\n"
+            "                      (inputs ids[:-1], targets ids[1:])\n"
+            "  --unigram-entropy   also print the split's unigram entropy (nats/token); works\n"
+            "                      without --model\n"
+            "  --threads N         OpenMP threads\n\n"
+            "Output lines on stdout: loss, perplexity, tokens, sequences, unigram_entropy.\n"
+            "exit codes: 0 ok, 1 runtime error, 2 usage error or mismatch (vocab, length)\n");
+}
+
+int slm_cmd_eval(int argc, char **argv) {
+    const char *run = NULL, *data = NULL, *split = "val", *ids = NULL;
+    int64_t B = 8, T = 0, max_batches = 0, threads = 0;
+    bool unigram = false;
+    slm_status st = SLM_OK;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            eval_usage(stdout);
+            return SLM_EXIT_OK;
+        }
+        if (!strcmp(a, "--unigram-entropy")) {
+            unigram = true;
+            continue;
+        }
+        if (strncmp(a, "--", 2) != 0 || i + 1 >= argc) {
+            slm_error("eval: %s \"%s\"", strncmp(a, "--", 2) ? "unexpected argument"
+                                                              : "missing value for", a);
+            eval_usage(stderr);
+            return SLM_EXIT_USAGE;
+        }
+        const char *v = argv[++i];
+        if (!strcmp(a, "--model")) run = v;
+        else if (!strcmp(a, "--data")) data = v;
+        else if (!strcmp(a, "--split")) split = v;
+        else if (!strcmp(a, "--token-ids")) ids = v;
+        else if (!strcmp(a, "--seq")) st = slm_parse_i64(a, v, 1, 1 << 24, &T);
+        else if (!strcmp(a, "--batch")) st = slm_parse_i64(a, v, 1, 1 << 20, &B);
+        else if (!strcmp(a, "--max-batches")) st = slm_parse_i64(a, v, 0, INT64_MAX, &max_batches);
+        else if (!strcmp(a, "--threads")) st = slm_parse_i64(a, v, 1, 4096, &threads);
+        else {
+            slm_error("eval: unknown option %s", a);
+            eval_usage(stderr);
+            return SLM_EXIT_USAGE;
+        }
+        if (st) {
+            slm_error("eval: %s", slm_errmsg());
+            return SLM_EXIT_USAGE;
+        }
+    }
+    if ((!run && !unigram) || (run && !data && !ids) || (data && ids) || (unigram && !data)) {
+        slm_error("eval: give --model RUN_DIR with exactly one of --data DIR or --token-ids "
+                  "FILE (or --data DIR --unigram-entropy)");
+        eval_usage(stderr);
+        return SLM_EXIT_USAGE;
+    }
+    if (threads > 0) omp_set_num_threads((int)threads);
+    if (unigram) {
+        double h = 0;
+        int64_t n = 0;
+        st = slm_unigram_entropy(data, split, &h, &n);
+        if (st) goto fail;
+        printf("unigram_entropy %.6f\nunigram_tokens %lld\n", h, (long long)n);
+    }
+    if (run) {
+        slm_llama m;
+        st = slm_run_open(run, &m, NULL, false);
+        if (st) goto fail;
+        slm_eval_result r;
+        if (ids) {
+            st = slm_eval_token_ids(&m, ids, &r);
+        } else {
+            if (T == 0) T = m.cfg.max_position_embeddings < 256 ? m.cfg.max_position_embeddings : 256;
+            st = slm_eval_split(&m, data, split, (int)B, (int)T, max_batches, &r);
+        }
+        slm_llama_free(&m);
+        if (st) goto fail;
+        printf("loss %.6f\nperplexity %.4f\ntokens %lld\nsequences %lld\n", r.loss, r.perplexity,
+               (long long)r.n_tokens, (long long)r.n_seqs);
+    }
+    return SLM_EXIT_OK;
+fail:
+    slm_error("eval: %s", slm_errmsg());
+    return st == SLM_E_ARG ? SLM_EXIT_USAGE : SLM_EXIT_ERROR;
+}

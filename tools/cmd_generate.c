@@ -1,0 +1,122 @@
+// shardlm generate: KV-cache sampling from a trained run, streamed to stdout token by token
+// (src/train/train.h).
+#include <omp.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cmd.h"
+#include "train/train.h"
+
+static void generate_usage(FILE *f) {
+    fprintf(f,
+            "usage: shardlm generate --model RUN_DIR --prompt TEXT [options]\n"
+            "Samples a continuation of TEXT with the run's model and tokenizer, printing the\n"
+            "prompt and then each new token's text as it is produced.\n\n"
+            "  --model RUN_DIR     run directory written by shardlm train\n"
+            "  --prompt TEXT       text to continue (may be empty when the tokenizer has BOS)\n"
+            "  --max-new N         tokens to generate (default 200)\n"
+            "  --temperature t     softmax temperature, 0 = greedy (default 0.8)\n"
+            "  --top-k k           keep the k most likely tokens, 0 = off (default 0)\n"
+            "  --top-p p           nucleus sampling mass, 1 = off (default 0.95)\n"
+            "  --seed s            sampling seed (default 1337): same seed, same text\n"
+            "  --no-bos            do not prepend the tokenizer's BOS id\n"
+            "  --stop-at-eos       stop when the EOS id is sampled\n"
+            "  --ids               also print the generated ids on stderr at the end\n"
+            "  --threads N         OpenMP threads\n\n"
+            "exit codes: 0 ok, 1 runtime error, 2 usage error\n");
+}
+
+static void emit_stdout(void *ctx, int32_t token, const char *bytes, size_t len) {
+    (void)ctx;
+    (void)token;
+    fwrite(bytes, 1, len, stdout);
+    fflush(stdout);
+}
+
+int slm_cmd_generate(int argc, char **argv) {
+    const char *run = NULL, *prompt = NULL;
+    slm_gen_opts o = {.max_new = 200, .temperature = 0.8f, .top_k = 0, .top_p = 0.95f,
+                      .seed = 1337, .add_bos = true, .stop_at_eos = false};
+    bool print_ids = false;
+    int64_t iv = 0;
+    double dv = 0;
+    slm_status st = SLM_OK;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            generate_usage(stdout);
+            return SLM_EXIT_OK;
+        }
+        if (!strcmp(a, "--no-bos")) {
+            o.add_bos = false;
+            continue;
+        }
+        if (!strcmp(a, "--stop-at-eos")) {
+            o.stop_at_eos = true;
+            continue;
+        }
+        if (!strcmp(a, "--ids")) {
+            print_ids = true;
+            continue;
+        }
+        if (strncmp(a, "--", 2) != 0 || i + 1 >= argc) {
+            slm_error("generate: %s \"%s\"",
+                      strncmp(a, "--", 2) ? "unexpected argument" : "missing value for", a);
+            generate_usage(stderr);
+            return SLM_EXIT_USAGE;
+        }
+        const char *v = argv[++i];
+        if (!strcmp(a, "--model")) run = v;
+        else if (!strcmp(a, "--prompt")) prompt = v;
+        else if (!strcmp(a, "--max-new")) {
+            if (!(st = slm_parse_i64(a, v, 0, 1 << 24, &iv))) o.max_new = (int)iv;
+        } else if (!strcmp(a, "--top-k")) {
+            if (!(st = slm_parse_i64(a, v, 0, 1 << 30, &iv))) o.top_k = (int)iv;
+        } else if (!strcmp(a, "--seed")) {
+            if (!(st = slm_parse_i64(a, v, 0, INT64_MAX, &iv))) o.seed = (uint64_t)iv;
+        } else if (!strcmp(a, "--threads")) {
+            if (!(st = slm_parse_i64(a, v, 1, 4096, &iv))) omp_set_num_threads((int)iv);
+        } else if (!strcmp(a, "--temperature")) {
+            if (!(st = slm_parse_f64(a, v, &dv))) o.temperature = (float)dv;
+        } else if (!strcmp(a, "--top-p")) {
+            if (!(st = slm_parse_f64(a, v, &dv))) o.top_p = (float)dv;
+        } else {
+            slm_error("generate: unknown option %s", a);
+            generate_usage(stderr);
+            return SLM_EXIT_USAGE;
+        }
+        if (st) {
+            slm_error("generate: %s", slm_errmsg());
+            return SLM_EXIT_USAGE;
+        }
+    }
+    if (!run || !prompt) {
+        slm_error("generate: --model RUN_DIR and --prompt TEXT are required");
+        generate_usage(stderr);
+        return SLM_EXIT_USAGE;
+    }
+    slm_llama m;
+    slm_tokenizer *tok = NULL;
+    st = slm_run_open(run, &m, &tok, true);
+    if (st) {
+        slm_error("generate: %s", slm_errmsg());
+        return st == SLM_E_ARG ? SLM_EXIT_USAGE : SLM_EXIT_ERROR;
+    }
+    fputs(prompt, stdout);
+    fflush(stdout);
+    slm_ivec ids = {0};
+    st = slm_generate(&m, tok, prompt, &o, emit_stdout, NULL, &ids);
+    printf("\n");
+    if (!st && print_ids) {
+        for (size_t i = 0; i < ids.len; i++) fprintf(stderr, "%s%d", i ? " " : "", ids.data[i]);
+        fprintf(stderr, "\n");
+    }
+    slm_ivec_free(&ids);
+    slm_tokenizer_free(tok);
+    slm_llama_free(&m);
+    if (st) {
+        slm_error("generate: %s", slm_errmsg());
+        return st == SLM_E_ARG ? SLM_EXIT_USAGE : SLM_EXIT_ERROR;
+    }
+    return SLM_EXIT_OK;
+}

@@ -1,0 +1,160 @@
+// shardlm train: option parsing for slm_train_run (src/train/train.h).
+#include <stdio.h>
+#include <string.h>
+
+#include "cmd.h"
+#include "dist/dist.h"
+#include "train/train.h"
+
+static void train_usage(FILE *f) {
+    fprintf(f,
+            "usage: shardlm train --data DIR --model PRESET|config.json --batch B --seq T\n"
+            "                     --steps N --out RUN_DIR [options]\n"
+            "Trains a Llama model from a seeded init on a prepared dataset (shardlm prep).\n\n"
+            "  --data DIR            prepared dataset (manifest.json, shards, tokenizer)\n"
+            "  --synthetic           uniform random tokens instead of --data (benchmarks)\n"
+            "  --model SPEC          preset (tiny, small, gqa, ...) or HF config.json\n"
+            "  --vocab-size V        override the model's vocab_size (must match the data)\n"
+            "  --batch B             sequences per micro-batch\n"
+            "  --seq T               tokens per sequence (<= max_position_embeddings)\n"
+            "  --grad-accum K        micro-batches per optimizer step (default 1)\n"
+            "  --steps N             optimizer steps (length of the cosine schedule)\n"
+            "  --lr LR               peak learning rate (default 3e-4)\n"
+            "  --min-lr LR           floor of the cosine decay (default lr/10)\n"
+            "  --warmup W            linear warmup steps (default 0)\n"
+            "  --weight-decay WD     AdamW decoupled weight decay on matmul weights (default 0.1)\n"
+            "  --beta1 B1 --beta2 B2 AdamW betas (default 0.9, 0.95)\n"
+            "  --grad-clip G         max global gradient norm, 0 disables (default 1.0)\n"
+            "  --seed S              weight init and data order (default 1337)\n"
+            "  --eval-every K        validation loss every K steps and at the end (default 0)\n"
+            "  --eval-batches M      validation batches of B sequences, 0 = all (default 20)\n"
+            "  --activation-checkpointing   recompute block activations in backward\n"
+            "  --threads N           OpenMP and BLAS threads (default: environment)\n"
+            "  --max-minutes M       stop and save after M minutes of training\n"
+            "  --time-schedule       with --max-minutes: the LR schedule follows the share of\n"
+            "                        the time budget spent when that is ahead of step/steps\n"
+            "  --peak-gflops G       MFU denominator (default: measured sgemm peak)\n"
+            "  --log-every K         step line every K steps (default 1)\n"
+            "  --out RUN_DIR         run directory: config.json, tokenizer, model.bin,\n"
+            "                        metrics.jsonl\n\n"
+            "exit codes: 0 done, 1 runtime error (data, I/O, NaN, interrupted), 2 usage error\n");
+}
+
+// Returns the value of option argv[*i] (advancing *i), or NULL with a message.
+static const char *opt_value(int argc, char **argv, int *i) {
+    if (*i + 1 >= argc) {
+        slm_error("train: option %s needs a value", argv[*i]);
+        return NULL;
+    }
+    return argv[++*i];
+}
+
+static int exit_code(slm_status st) {
+    return st == SLM_OK ? SLM_EXIT_OK : st == SLM_E_ARG ? SLM_EXIT_USAGE : SLM_EXIT_ERROR;
+}
+
+int slm_cmd_train(int argc, char **argv) {
+    slm_train_opts o;
+    slm_train_opts_default(&o);
+    bool have_steps = false, have_batch = false, have_seq = false;
+    slm_status st = SLM_OK;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = NULL;
+        int64_t iv = 0;
+        double dv = 0;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            train_usage(stdout);
+            return SLM_EXIT_OK;
+        } else if (!strcmp(a, "--synthetic")) {
+            o.synthetic = true;
+            continue;
+        } else if (!strcmp(a, "--time-schedule")) {
+            o.time_schedule = true;
+            continue;
+        } else if (!strcmp(a, "--activation-checkpointing")) {
+            o.activation_checkpointing = true;
+            continue;
+        }
+        if (strncmp(a, "--", 2) != 0) {
+            slm_error("train: unexpected argument \"%s\"", a);
+            train_usage(stderr);
+            return SLM_EXIT_USAGE;
+        }
+        if (!(v = opt_value(argc, argv, &i))) return SLM_EXIT_USAGE;
+        if (!strcmp(a, "--data")) o.data_dir = v;
+        else if (!strcmp(a, "--model")) o.model = v;
+        else if (!strcmp(a, "--out")) o.out_dir = v;
+        else if (!strcmp(a, "--vocab-size")) {
+            if (!(st = slm_parse_i64(a, v, 1, INT32_MAX, &iv))) o.vocab_size = (int32_t)iv;
+        } else if (!strcmp(a, "--batch")) {
+            if (!(st = slm_parse_i64(a, v, 1, 1 << 20, &iv))) o.B = (int)iv, have_batch = true;
+        } else if (!strcmp(a, "--seq")) {
+            if (!(st = slm_parse_i64(a, v, 1, 1 << 24, &iv))) o.T = (int)iv, have_seq = true;
+        } else if (!strcmp(a, "--grad-accum")) {
+            if (!(st = slm_parse_i64(a, v, 1, 1 << 20, &iv))) o.grad_accum = (int)iv;
+        } else if (!strcmp(a, "--steps")) {
+            if (!(st = slm_parse_i64(a, v, 1, INT64_MAX / 2, &iv))) o.steps = iv, have_steps = true;
+        } else if (!strcmp(a, "--warmup")) {
+            if (!(st = slm_parse_i64(a, v, 0, INT64_MAX / 2, &iv))) o.warmup = iv;
+        } else if (!strcmp(a, "--seed")) {
+            if (!(st = slm_parse_i64(a, v, 0, INT64_MAX, &iv))) o.seed = (uint64_t)iv;
+        } else if (!strcmp(a, "--eval-every")) {
+            if (!(st = slm_parse_i64(a, v, 0, INT64_MAX / 2, &iv))) o.eval_every = iv;
+        } else if (!strcmp(a, "--eval-batches")) {
+            if (!(st = slm_parse_i64(a, v, 0, 1 << 30, &iv))) o.eval_batches = (int)iv;
+        } else if (!strcmp(a, "--threads")) {
+            if (!(st = slm_parse_i64(a, v, 1, 4096, &iv))) o.threads = (int)iv;
+        } else if (!strcmp(a, "--log-every")) {
+            if (!(st = slm_parse_i64(a, v, 0, 1 << 30, &iv))) o.log_every = (int)iv;
+        } else if (!strcmp(a, "--lr")) {
+            if (!(st = slm_parse_f64(a, v, &dv))) o.adamw.lr_peak = (float)dv;
+        } else if (!strcmp(a, "--min-lr")) {
+            if (!(st = slm_parse_f64(a, v, &dv))) o.min_lr = (float)dv;
+        } else if (!strcmp(a, "--weight-decay")) {
+            if (!(st = slm_parse_f64(a, v, &dv))) o.adamw.weight_decay = (float)dv;
+        } else if (!strcmp(a, "--beta1")) {
+            if (!(st = slm_parse_f64(a, v, &dv))) o.adamw.beta1 = (float)dv;
+        } else if (!strcmp(a, "--beta2")) {
+            if (!(st = slm_parse_f64(a, v, &dv))) o.adamw.beta2 = (float)dv;
+        } else if (!strcmp(a, "--eps")) {
+            if (!(st = slm_parse_f64(a, v, &dv))) o.adamw.eps = (float)dv;
+        } else if (!strcmp(a, "--grad-clip")) {
+            if (!(st = slm_parse_f64(a, v, &dv))) o.grad_clip = (float)dv;
+        } else if (!strcmp(a, "--max-minutes")) {
+            if (!(st = slm_parse_f64(a, v, &dv))) o.max_minutes = dv;
+        } else if (!strcmp(a, "--peak-gflops")) {
+            if (!(st = slm_parse_f64(a, v, &dv))) o.peak_gflops = dv;
+        } else {
+            slm_error("train: unknown option %s", a);
+            train_usage(stderr);
+            return SLM_EXIT_USAGE;
+        }
+        if (st) {
+            slm_error("train: %s", slm_errmsg());
+            return SLM_EXIT_USAGE;
+        }
+    }
+    if (!o.model || !have_batch || !have_seq || !have_steps || (!o.data_dir && !o.synthetic)) {
+        slm_error("train: --model, --batch, --seq, --steps and --data (or --synthetic) are "
+                  "required");
+        train_usage(stderr);
+        return SLM_EXIT_USAGE;
+    }
+    st = slm_dist_init(&argc, &argv);
+    if (st) {
+        slm_error("train: %s", slm_errmsg());
+        return SLM_EXIT_ERROR;
+    }
+    slm_train_install_signal_handlers();
+    slm_train_result res;
+    st = slm_train_run(&o, &res);
+    if (st) {
+        slm_error("train: %s", slm_errmsg());
+    } else {
+        printf("done: %lld steps | final loss %.4f", (long long)res.steps_done, res.final_loss);
+        if (res.final_val_loss == res.final_val_loss) printf(" | val loss %.4f", res.final_val_loss);
+        printf(" | %.0f tok/s | MFU %.1f%%\n", res.tokens_per_s, 100.0 * res.mfu);
+    }
+    slm_dist_finalize();
+    return exit_code(st);
+}
