@@ -15,14 +15,16 @@ void slm_kernels_blas_setup(void);
 
 // exp(x) in fp32, max relative error ~2e-7 (about 2 ulp); exactly 0 below ln(FLT_MIN) and
 // saturating at exp(88) above 88 (callers pass arguments <= 0 after a max subtraction, or
-// -gate in sigmoid, where exp(88) instead of inf changes nothing).
+// -gate in sigmoid, where exp(88) instead of inf changes nothing); NaN in, NaN out.
 // Method (Cephes expf): x = n ln2 + r with n = rint(x / ln2), |r| <= ln2/2, ln2 split in a
 // high and a low part (Cody-Waite) so r is exact; exp(r) by a degree-5 minimax polynomial;
 // 2^n assembled in the exponent bits. Branch-free so loops over it vectorize (8 lanes on AVX2).
 static inline float slm_expf_fast(float x) {
     const float hi = 88.0f, lo = -87.3365447504f; // hi keeps n <= 127 (no inf)
-    float xc = x > hi ? hi : x;
-    xc = xc < lo ? lo : xc;
+    // Written so a NaN argument clamps to `hi` (comparisons with NaN are false) and the integer
+    // exponent below stays in range; the NaN itself is returned at the end.
+    float xc = x < hi ? x : hi;
+    xc = xc > lo ? xc : lo;
     // round to nearest by the 1.5 * 2^23 trick (floorf would block vectorization without
     // -ffast-math; |xc / ln2| < 128 keeps it exact). Needs strict FP semantics (no -ffast-math).
     const float magic = 12582912.0f;
@@ -40,7 +42,7 @@ static inline float slm_expf_fast(float x) {
     float s;
     memcpy(&s, &e, sizeof s);
     float y = p * s;
-    return x < lo ? 0.0f : y;
+    return x < lo ? 0.0f : (x == x ? y : x);
 }
 
 #endif
