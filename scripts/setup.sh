@@ -19,6 +19,8 @@ fi
 # references (HF tokenizers); tests use .venv/bin/python.
 if [ ! -x .venv/bin/python ]; then /usr/bin/python3 -m venv --system-site-packages .venv; fi
 .venv/bin/python -c "import tokenizers" 2>/dev/null || .venv/bin/python -m pip install -q tokenizers
+# optional second reader for the safetensors cross-check (tests/ckpt/hf_cross.py)
+.venv/bin/python -c "import safetensors" 2>/dev/null || .venv/bin/python -m pip install -q safetensors || true
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
 cmake --build build -j"$(nproc)"
 echo "shardlm built: build/shardlm"

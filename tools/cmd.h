@@ -15,5 +15,6 @@ int slm_cmd_train(int argc, char **argv);     // shardlm train
 int slm_cmd_eval(int argc, char **argv);      // shardlm eval
 int slm_cmd_generate(int argc, char **argv);  // shardlm generate
 int slm_cmd_bench_peak(int argc, char **argv); // shardlm bench-peak
+int slm_cmd_ckpt(int argc, char **argv);      // shardlm ckpt inspect|verify|export
 
 #endif

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cmd.h"
+#include "ckpt/ckpt.h"
 #include "train/train.h"
 
 static void eval_usage(FILE *f) {
@@ -14,6 +15,7 @@ static void eval_usage(FILE *f) {
             "       shardlm eval --data DIR --unigram-entropy [--split val]\n"
             "Mean cross-entropy (nats/token) and perplexity of a trained model.\n\n"
             "  --model RUN_DIR     run directory written by shardlm train\n"
+            "  --init-from-hf DIR  instead of --model: HF config.json + safetensors (+ tokenizer)\n"
             "  --data DIR          prepared dataset; windows of --seq + 1 tokens in order\n"
             "  --split NAME        train or val (default val)\n"
             "  --seq T             tokens per window (default min(256, max_position_embeddings))\n"
@@ -30,6 +32,7 @@ static void eval_usage(FILE *f) {
 
 int slm_cmd_eval(int argc, char **argv) {
     const char *run = NULL, *data = NULL, *split = "val", *ids = NULL;
+    bool hf = false; // --init-from-hf: an HF safetensors directory instead of a run
     int64_t B = 8, T = 0, max_batches = 0, threads = 0;
     bool unigram = false;
     slm_status st = SLM_OK;
@@ -51,6 +54,7 @@ int slm_cmd_eval(int argc, char **argv) {
         }
         const char *v = argv[++i];
         if (!strcmp(a, "--model")) run = v;
+        else if (!strcmp(a, "--init-from-hf")) run = v, hf = true;
         else if (!strcmp(a, "--data")) data = v;
         else if (!strcmp(a, "--split")) split = v;
         else if (!strcmp(a, "--token-ids")) ids = v;
@@ -84,7 +88,7 @@ int slm_cmd_eval(int argc, char **argv) {
     }
     if (run) {
         slm_llama m;
-        st = slm_run_open(run, &m, NULL, false);
+        st = hf ? slm_hf_open(run, &m, NULL, false) : slm_run_open(run, &m, NULL, false);
         if (st) goto fail;
         slm_eval_result r;
         if (ids) {

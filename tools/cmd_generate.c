@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cmd.h"
+#include "ckpt/ckpt.h"
 #include "train/train.h"
 
 static void generate_usage(FILE *f) {
@@ -13,6 +14,7 @@ static void generate_usage(FILE *f) {
             "Samples a continuation of TEXT with the run's model and tokenizer, printing the\n"
             "prompt and then each new token's text as it is produced.\n\n"
             "  --model RUN_DIR     run directory written by shardlm train\n"
+            "  --init-from-hf DIR  instead of --model: HF config.json + safetensors (+ tokenizer)\n"
             "  --prompt TEXT       text to continue (may be empty when the tokenizer has BOS)\n"
             "  --max-new N         tokens to generate (default 200)\n"
             "  --temperature t     softmax temperature, 0 = greedy (default 0.8)\n"
@@ -35,6 +37,7 @@ static void emit_stdout(void *ctx, int32_t token, const char *bytes, size_t len)
 
 int slm_cmd_generate(int argc, char **argv) {
     const char *run = NULL, *prompt = NULL;
+    bool hf = false; // --init-from-hf: an HF safetensors directory instead of a run
     slm_gen_opts o = {.max_new = 200, .temperature = 0.8f, .top_k = 0, .top_p = 0.95f,
                       .seed = 1337, .add_bos = true, .stop_at_eos = false};
     bool print_ids = false;
@@ -67,6 +70,7 @@ int slm_cmd_generate(int argc, char **argv) {
         }
         const char *v = argv[++i];
         if (!strcmp(a, "--model")) run = v;
+        else if (!strcmp(a, "--init-from-hf")) run = v, hf = true;
         else if (!strcmp(a, "--prompt")) prompt = v;
         else if (!strcmp(a, "--max-new")) {
             if (!(st = slm_parse_i64(a, v, 0, 1 << 24, &iv))) o.max_new = (int)iv;
@@ -97,7 +101,7 @@ int slm_cmd_generate(int argc, char **argv) {
     }
     slm_llama m;
     slm_tokenizer *tok = NULL;
-    st = slm_run_open(run, &m, &tok, true);
+    st = hf ? slm_hf_open(run, &m, &tok, true) : slm_run_open(run, &m, &tok, true);
     if (st) {
         slm_error("generate: %s", slm_errmsg());
         return st == SLM_E_ARG ? SLM_EXIT_USAGE : SLM_EXIT_ERROR;

@@ -35,8 +35,27 @@ static void train_usage(FILE *f) {
             "                        the time budget spent when that is ahead of step/steps\n"
             "  --peak-gflops G       MFU denominator (default: measured sgemm peak)\n"
             "  --log-every K         step line every K steps (default 1)\n"
+            "  under mpirun -np N (data parallel, FSDP; docs/cluster.md, docs/scaling.md):\n"
+            "  --sharding S          FULL_SHARD (default), SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD\n"
+            "  --shard-group-size G  HYBRID_SHARD: shard within groups of G consecutive ranks\n"
+            "  --param-dtype D       fp32 (default) or bf16: dtype of all-gathered parameters\n"
+            "  --reduce-dtype D      fp32 (default) or bf16: dtype of gradient communication\n"
+            "  --limit-all-gathers K units gathered or in flight for prefetch (default 2)\n"
+            "  --no-prefetch         no forward / backward prefetch of the next unit\n"
+            "  --collective-timeout S  abort the job when a collective waits > S s (default 600)\n"
+            "  --progress-thread US  with world > 1 a thread polls MPI every US microseconds so\n"
+            "                        all-gathers / reduce-scatters progress during compute\n"
+            "                        (MPI_THREAD_MULTIPLE; default 100, 0 = off)\n"
             "  --out RUN_DIR         run directory: config.json, tokenizer, model.bin,\n"
-            "                        metrics.jsonl\n\n"
+            "                        metrics.jsonl, checkpoints/ (always one at the end / stop)\n"
+            "  --ckpt-every-steps N  also checkpoint every N steps (asynchronous by default)\n"
+            "  --ckpt-every-minutes M  also checkpoint every M minutes\n"
+            "  --ckpt-keep K         keep the K newest checkpoints (default 0: all)\n"
+            "  --ckpt-sync           write checkpoints on the training thread (no overlap)\n"
+            "  --on-ckpt-error continue|abort   a failed save is logged (default) or fatal\n"
+            "  --resume auto|PATH    continue bitwise from RUN_DIR's latest checkpoint (auto:\n"
+            "                        if any) or from a checkpoint PATH\n"
+            "  --init-from-hf DIR    initial weights from a Hugging Face safetensors directory\n\n"
             "exit codes: 0 done, 1 runtime error (data, I/O, NaN, interrupted), 2 usage error\n");
 }
 
@@ -57,6 +76,9 @@ int slm_cmd_train(int argc, char **argv) {
     slm_train_opts o;
     slm_train_opts_default(&o);
     bool have_steps = false, have_batch = false, have_seq = false;
+    // FSDP on CPUs: Open MPI moves large messages only inside MPI calls, so without this thread
+    // the ranks wait for each other's next hook (2-3x slower FULL_SHARD steps, docs/scaling.md).
+    slm_dist_request_progress_thread(100.0);
     slm_status st = SLM_OK;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
@@ -73,6 +95,13 @@ int slm_cmd_train(int argc, char **argv) {
             continue;
         } else if (!strcmp(a, "--activation-checkpointing")) {
             o.activation_checkpointing = true;
+            continue;
+        } else if (!strcmp(a, "--ckpt-sync")) {
+            o.ckpt_sync = true;
+            continue;
+        }
+        if (!strcmp(a, "--no-prefetch")) {
+            o.fsdp.forward_prefetch = o.fsdp.backward_prefetch = false;
             continue;
         }
         if (strncmp(a, "--", 2) != 0) {
@@ -122,8 +151,37 @@ int slm_cmd_train(int argc, char **argv) {
             if (!(st = slm_parse_f64(a, v, &dv))) o.grad_clip = (float)dv;
         } else if (!strcmp(a, "--max-minutes")) {
             if (!(st = slm_parse_f64(a, v, &dv))) o.max_minutes = dv;
+        } else if (!strcmp(a, "--ckpt-every-steps")) {
+            if (!(st = slm_parse_i64(a, v, 0, INT64_MAX / 2, &iv))) o.ckpt_every_steps = iv;
+        } else if (!strcmp(a, "--ckpt-every-minutes")) {
+            if (!(st = slm_parse_f64(a, v, &dv))) o.ckpt_every_minutes = dv;
+        } else if (!strcmp(a, "--ckpt-keep")) {
+            if (!(st = slm_parse_i64(a, v, 0, 1 << 30, &iv))) o.ckpt_keep = (int)iv;
+        } else if (!strcmp(a, "--on-ckpt-error")) {
+            if (!strcmp(v, "abort") || !strcmp(v, "continue"))
+                o.ckpt_abort_on_error = !strcmp(v, "abort");
+            else
+                st = slm_fail(SLM_E_ARG, "--on-ckpt-error \"%s\": expected continue or abort", v);
+        } else if (!strcmp(a, "--resume")) {
+            o.resume = v;
+        } else if (!strcmp(a, "--init-from-hf")) {
+            o.init_from_hf = v;
         } else if (!strcmp(a, "--peak-gflops")) {
             if (!(st = slm_parse_f64(a, v, &dv))) o.peak_gflops = dv;
+        } else if (!strcmp(a, "--sharding")) {
+            st = slm_sharding_parse(v, &o.fsdp.sharding);
+        } else if (!strcmp(a, "--shard-group-size")) {
+            if (!(st = slm_parse_i64(a, v, 1, 1 << 20, &iv))) o.fsdp.shard_group_size = (int)iv;
+        } else if (!strcmp(a, "--param-dtype")) {
+            st = slm_precision_parse(a, v, &o.fsdp.param_dtype);
+        } else if (!strcmp(a, "--reduce-dtype")) {
+            st = slm_precision_parse(a, v, &o.fsdp.reduce_dtype);
+        } else if (!strcmp(a, "--limit-all-gathers")) {
+            if (!(st = slm_parse_i64(a, v, 0, 1 << 20, &iv))) o.fsdp.limit_all_gathers = (int)iv;
+        } else if (!strcmp(a, "--collective-timeout")) {
+            if (!(st = slm_parse_f64(a, v, &dv))) o.collective_timeout_s = dv;
+        } else if (!strcmp(a, "--progress-thread")) {
+            if (!(st = slm_parse_f64(a, v, &dv))) slm_dist_request_progress_thread(dv);
         } else {
             slm_error("train: unknown option %s", a);
             train_usage(stderr);
@@ -150,7 +208,7 @@ int slm_cmd_train(int argc, char **argv) {
     st = slm_train_run(&o, &res);
     if (st) {
         slm_error("train: %s", slm_errmsg());
-    } else {
+    } else if (slm_dist_rank() == 0) {
         printf("done: %lld steps | final loss %.4f", (long long)res.steps_done, res.final_loss);
         if (res.final_val_loss == res.final_val_loss) printf(" | val loss %.4f", res.final_val_loss);
         printf(" | %.0f tok/s | MFU %.1f%%\n", res.tokens_per_s, 100.0 * res.mfu);

@@ -20,6 +20,7 @@ static const command commands[] = {
     {"generate", slm_cmd_generate, "sample text from a run with the KV cache"},
     {"bench-peak", slm_cmd_bench_peak, "measure the sgemm peak (MFU denominator)"},
     {"tokenizer", slm_cmd_tokenizer, "train a byte-level BPE; encode/decode/info for tokenizers"},
+    {"ckpt", slm_cmd_ckpt, "inspect / verify checkpoints; export to Hugging Face safetensors"},
     {NULL, NULL, NULL},
 };
 

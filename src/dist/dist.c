@@ -2,6 +2,7 @@
 #include "dist/dist.h"
 
 #include <mpi.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,39 @@ static int g_started_mpi = 0; // we called MPI_Init (so we finalize)
 static int g_rank = 0, g_world = 1;
 static double g_timeout_s = 600.0;
 static char g_ctx[256] = "";
+static double g_wait_s = 0.0; // exposed communication time (slm_dist_wait_seconds)
+
+struct slm_comm {
+    MPI_Comm comm;
+    int rank, size;
+    char name[64];
+};
+static slm_comm g_world_comm = {0, 0, 1, "world"};
+static MPI_Op g_bf16_sum = MPI_OP_NULL;
+
+// Optional progress thread (slm_dist_request_progress_thread): polls MPI so non-blocking
+// collectives advance while the main thread computes. Needs MPI_THREAD_MULTIPLE.
+static double g_progress_us = 0;      // requested poll interval; 0: no thread
+static volatile int g_progress_run = 0;
+static pthread_t g_progress_tid;
+static MPI_Comm g_progress_comm = MPI_COMM_NULL;
+
+static void bf16_sum_fn(void *in, void *inout, int *len, MPI_Datatype *dt);
+
+// Drives Open MPI's progress engine (opal_progress, which also advances libnbc schedules) by
+// probing a private communicator no message is ever sent on; touches no user request.
+static void *progress_main(void *arg) {
+    (void)arg;
+    struct timespec ts = {0, (long)(g_progress_us * 1000.0)};
+    while (g_progress_run) {
+        int flag = 0;
+        MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, g_progress_comm, &flag, MPI_STATUS_IGNORE);
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
+
+void slm_dist_request_progress_thread(double poll_us) { g_progress_us = poll_us > 0 ? poll_us : 0; }
 
 static void abort_hook(int code) {
     int init = 0, fin = 0;
@@ -25,13 +59,31 @@ slm_status slm_dist_init(int *argc, char ***argv) {
     MPI_Initialized(&init);
     if (!init) {
         int provided = 0;
-        if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+        int want = g_progress_us > 0 ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED;
+        if (MPI_Init_thread(argc, argv, want, &provided) != MPI_SUCCESS)
             return slm_fail(SLM_E_COMM, "MPI_Init_thread failed");
         g_started_mpi = 1;
+        if (g_progress_us > 0 && provided < MPI_THREAD_MULTIPLE) {
+            slm_warn("MPI does not provide MPI_THREAD_MULTIPLE; no progress thread");
+            g_progress_us = 0;
+        }
     }
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g_world);
+    g_world_comm.comm = MPI_COMM_WORLD;
+    g_world_comm.rank = g_rank;
+    g_world_comm.size = g_world;
+    snprintf(g_world_comm.name, sizeof g_world_comm.name, "world");
+    if (g_bf16_sum == MPI_OP_NULL) MPI_Op_create(bf16_sum_fn, 1, &g_bf16_sum);
     slm_log_set_rank(g_rank, g_world);
+    if (g_progress_us > 0 && g_world > 1 && !g_progress_run) {
+        MPI_Comm_dup(MPI_COMM_WORLD, &g_progress_comm);
+        g_progress_run = 1;
+        if (pthread_create(&g_progress_tid, NULL, progress_main, NULL) != 0) {
+            g_progress_run = 0;
+            slm_warn("cannot start the MPI progress thread");
+        }
+    }
     slm_set_abort_hook(abort_hook);
     return SLM_OK;
 }
@@ -40,6 +92,13 @@ void slm_dist_finalize(void) {
     int init = 0, fin = 0;
     MPI_Initialized(&init);
     MPI_Finalized(&fin);
+    if (g_progress_run) {
+        g_progress_run = 0;
+        pthread_join(g_progress_tid, NULL);
+        if (init && !fin) MPI_Comm_free(&g_progress_comm);
+    }
+    if (init && !fin && g_bf16_sum != MPI_OP_NULL) MPI_Op_free(&g_bf16_sum);
+    g_bf16_sum = MPI_OP_NULL;
     if (g_started_mpi && init && !fin) MPI_Finalize();
     g_started_mpi = 0;
 }
@@ -55,6 +114,7 @@ static MPI_Datatype mpi_dt(slm_dtype_comm dt) {
     case SLM_DT_F64: return MPI_DOUBLE;
     case SLM_DT_I64: return MPI_INT64_T;
     case SLM_DT_U8: return MPI_UINT8_T;
+    case SLM_DT_BF16: return MPI_UINT16_T;
     }
     return MPI_BYTE;
 }
@@ -69,22 +129,32 @@ static MPI_Op mpi_op(slm_redop op) {
 }
 
 // Waits for `req` with the deadline; polls with a short sleep after a spin phase.
-static void wait_bounded(MPI_Request *req, const char *what) {
+static void wait_bounded(MPI_Request *req, const char *what, const slm_comm *c) {
     double t0 = MPI_Wtime();
     int done = 0;
     long spins = 0;
     for (;;) {
         MPI_Test(req, &done, MPI_STATUS_IGNORE);
-        if (done) return;
+        if (done) {
+            g_wait_s += MPI_Wtime() - t0;
+            return;
+        }
         if (++spins > 1000) {
             struct timespec ts = {0, 50000}; // 50 us
             nanosleep(&ts, NULL);
         }
         if (g_timeout_s > 0 && MPI_Wtime() - t0 > g_timeout_s)
-            slm_fatal("collective %s timed out after %.0f s (%s; group: world of %d); a peer rank "
+            slm_fatal("collective %s timed out after %.0f s (%s; group: %s, %d ranks); a peer rank "
                       "is dead or stuck; aborting the job",
-                      what, g_timeout_s, g_ctx[0] ? g_ctx : "no context", g_world);
+                      what, g_timeout_s, g_ctx[0] ? g_ctx : "no context", c ? c->name : "world",
+                      c ? c->size : g_world);
     }
+}
+
+static MPI_Op op_for(slm_dtype_comm dt, slm_redop op, const char *what) {
+    if (dt != SLM_DT_BF16) return mpi_op(op);
+    if (op != SLM_OP_SUM) slm_fatal("collective %s: bf16 supports SUM only", what);
+    return g_bf16_sum;
 }
 
 static int count_int(int64_t count, const char *what) {
@@ -98,23 +168,23 @@ void slm_dist_barrier(const char *what) {
     if (g_world == 1) return;
     MPI_Request r;
     MPI_Ibarrier(MPI_COMM_WORLD, &r);
-    wait_bounded(&r, what);
+    wait_bounded(&r, what, &g_world_comm);
 }
 
 void slm_dist_allreduce(void *buf, int64_t count, slm_dtype_comm dt, slm_redop op,
                         const char *what) {
     if (g_world == 1) return;
     MPI_Request r;
-    MPI_Iallreduce(MPI_IN_PLACE, buf, count_int(count, what), mpi_dt(dt), mpi_op(op),
+    MPI_Iallreduce(MPI_IN_PLACE, buf, count_int(count, what), mpi_dt(dt), op_for(dt, op, what),
                    MPI_COMM_WORLD, &r);
-    wait_bounded(&r, what);
+    wait_bounded(&r, what, &g_world_comm);
 }
 
 void slm_dist_bcast(void *buf, int64_t count, slm_dtype_comm dt, int root, const char *what) {
     if (g_world == 1) return;
     MPI_Request r;
     MPI_Ibcast(buf, count_int(count, what), mpi_dt(dt), root, MPI_COMM_WORLD, &r);
-    wait_bounded(&r, what);
+    wait_bounded(&r, what, &g_world_comm);
 }
 
 void slm_dist_allgather(const void *send, void *recv, int64_t count, slm_dtype_comm dt,
@@ -128,7 +198,7 @@ void slm_dist_allgather(const void *send, void *recv, int64_t count, slm_dtype_c
     MPI_Request r;
     MPI_Iallgather(send, count_int(count, what), mpi_dt(dt), recv, (int)count, mpi_dt(dt),
                    MPI_COMM_WORLD, &r);
-    wait_bounded(&r, what);
+    wait_bounded(&r, what, &g_world_comm);
 }
 
 slm_status slm_dist_agree(slm_status local) {
@@ -145,3 +215,215 @@ slm_status slm_dist_agree(slm_status local) {
     if (g_rank != who) slm_fail((slm_status)code, "rank %d failed: %s", (int)who, msg);
     return (slm_status)code;
 }
+
+// ---------------------------------------------------------------------------------------------
+// bfloat16
+
+// Round-to-nearest-even truncation of the low 16 bits (the usual bias trick: add 0x7fff plus the
+// lowest kept bit, then shift). NaNs keep a quiet-NaN pattern so rounding cannot make them Inf.
+static inline uint16_t f32_to_bf16_one(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu)) return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static inline float bf16_to_f32_one(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+void slm_f32_to_bf16(const float *x, uint16_t *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = f32_to_bf16_one(x[i]);
+}
+
+void slm_bf16_to_f32(const uint16_t *x, float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = bf16_to_f32_one(x[i]);
+}
+
+// The user-defined reduction for bf16 buffers: each pair is widened to fp32, added, and rounded
+// back to bf16 (so a k-way reduction rounds k-1 times, as NCCL's bf16 sum does).
+static void bf16_sum_fn(void *in, void *inout, int *len, MPI_Datatype *dt) {
+    (void)dt;
+    const uint16_t *a = in;
+    uint16_t *b = inout;
+    for (int i = 0; i < *len; i++) b[i] = f32_to_bf16_one(bf16_to_f32_one(a[i]) + bf16_to_f32_one(b[i]));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Communicators and non-blocking collectives
+
+slm_comm *slm_comm_world(void) { return &g_world_comm; }
+
+slm_comm *slm_comm_split(slm_comm *parent, int color, int key, const char *name) {
+    slm_comm *c = slm_xcalloc(1, sizeof *c);
+    if (MPI_Comm_split(parent->comm, color, key, &c->comm) != MPI_SUCCESS)
+        slm_fatal("MPI_Comm_split of %s (color %d) failed", parent->name, color);
+    MPI_Comm_rank(c->comm, &c->rank);
+    MPI_Comm_size(c->comm, &c->size);
+    snprintf(c->name, sizeof c->name, "%s", name ? name : "group");
+    return c;
+}
+
+void slm_comm_free(slm_comm *c) {
+    if (!c || c == &g_world_comm) return;
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (!fin) MPI_Comm_free(&c->comm);
+    free(c);
+}
+
+int slm_comm_rank(const slm_comm *c) { return c->rank; }
+int slm_comm_size(const slm_comm *c) { return c->size; }
+const char *slm_comm_name(const slm_comm *c) { return c->name; }
+
+size_t slm_dtype_size(slm_dtype_comm dt) {
+    switch (dt) {
+    case SLM_DT_F32: return 4;
+    case SLM_DT_F64: return 8;
+    case SLM_DT_I64: return 8;
+    case SLM_DT_U8: return 1;
+    case SLM_DT_BF16: return 2;
+    }
+    return 1;
+}
+
+_Static_assert(sizeof(MPI_Request) <= sizeof(uint64_t), "MPI_Request must fit slm_dist_req.h");
+
+static void req_set(slm_dist_req *req, MPI_Request r, const slm_comm *c, const char *what) {
+    memset(req, 0, sizeof *req);
+    memcpy(&req->h, &r, sizeof r);
+    req->active = true;
+    req->what = what;
+    req->comm = c;
+    req->t_start = MPI_Wtime();
+}
+
+static void req_done(slm_dist_req *req, const slm_comm *c, const char *what) {
+    memset(req, 0, sizeof *req);
+    req->what = what;
+    req->comm = c;
+}
+
+void slm_dist_iallgather(slm_comm *c, const void *send, void *recv, int64_t count,
+                         slm_dtype_comm dt, const char *what, slm_dist_req *req) {
+    if (c->size == 1) {
+        if (send != recv) memmove(recv, send, (size_t)count * slm_dtype_size(dt));
+        req_done(req, c, what);
+        return;
+    }
+    int n = count_int(count, what);
+    count_int(count * c->size, what);
+    MPI_Request r;
+    MPI_Iallgather(send == recv ? MPI_IN_PLACE : send, n, mpi_dt(dt), recv, n, mpi_dt(dt),
+                   c->comm, &r);
+    req_set(req, r, c, what);
+}
+
+void slm_dist_ireduce_scatter(slm_comm *c, const void *send, void *recv, int64_t count,
+                              slm_dtype_comm dt, slm_redop op, const char *what,
+                              slm_dist_req *req) {
+    if (c->size == 1) {
+        if (send != recv) memmove(recv, send, (size_t)count * slm_dtype_size(dt));
+        req_done(req, c, what);
+        return;
+    }
+    count_int(count * c->size, what);
+    MPI_Request r;
+    MPI_Ireduce_scatter_block(send, recv, count_int(count, what), mpi_dt(dt), op_for(dt, op, what),
+                              c->comm, &r);
+    req_set(req, r, c, what);
+}
+
+void slm_dist_iallreduce(slm_comm *c, void *buf, int64_t count, slm_dtype_comm dt, slm_redop op,
+                         const char *what, slm_dist_req *req) {
+    if (c->size == 1) {
+        req_done(req, c, what);
+        return;
+    }
+    MPI_Request r;
+    MPI_Iallreduce(MPI_IN_PLACE, buf, count_int(count, what), mpi_dt(dt), op_for(dt, op, what),
+                   c->comm, &r);
+    req_set(req, r, c, what);
+}
+
+void slm_dist_ibcast(slm_comm *c, void *buf, int64_t count, slm_dtype_comm dt, int root,
+                     const char *what, slm_dist_req *req) {
+    if (c->size == 1) {
+        req_done(req, c, what);
+        return;
+    }
+    MPI_Request r;
+    MPI_Ibcast(buf, count_int(count, what), mpi_dt(dt), root, c->comm, &r);
+    req_set(req, r, c, what);
+}
+
+void slm_dist_ibarrier(slm_comm *c, const char *what, slm_dist_req *req) {
+    if (c->size == 1) {
+        req_done(req, c, what);
+        return;
+    }
+    MPI_Request r;
+    MPI_Ibarrier(c->comm, &r);
+    req_set(req, r, c, what);
+}
+
+bool slm_dist_test(slm_dist_req *req) {
+    if (!req->active) return true;
+    MPI_Request r;
+    memcpy(&r, &req->h, sizeof r);
+    int done = 0;
+    MPI_Test(&r, &done, MPI_STATUS_IGNORE);
+    memcpy(&req->h, &r, sizeof r);
+    if (done) req->active = false;
+    return done != 0;
+}
+
+void slm_dist_wait(slm_dist_req *req) {
+    if (!req->active) return;
+    MPI_Request r;
+    memcpy(&r, &req->h, sizeof r);
+    wait_bounded(&r, req->what ? req->what : "collective", req->comm);
+    memcpy(&req->h, &r, sizeof r);
+    req->active = false;
+}
+
+void slm_comm_allgather(slm_comm *c, const void *send, void *recv, int64_t count,
+                        slm_dtype_comm dt, const char *what) {
+    slm_dist_req q;
+    slm_dist_iallgather(c, send, recv, count, dt, what, &q);
+    slm_dist_wait(&q);
+}
+
+void slm_comm_reduce_scatter(slm_comm *c, const void *send, void *recv, int64_t count,
+                             slm_dtype_comm dt, slm_redop op, const char *what) {
+    slm_dist_req q;
+    slm_dist_ireduce_scatter(c, send, recv, count, dt, op, what, &q);
+    slm_dist_wait(&q);
+}
+
+void slm_comm_allreduce(slm_comm *c, void *buf, int64_t count, slm_dtype_comm dt, slm_redop op,
+                        const char *what) {
+    slm_dist_req q;
+    slm_dist_iallreduce(c, buf, count, dt, op, what, &q);
+    slm_dist_wait(&q);
+}
+
+void slm_comm_bcast(slm_comm *c, void *buf, int64_t count, slm_dtype_comm dt, int root,
+                    const char *what) {
+    slm_dist_req q;
+    slm_dist_ibcast(c, buf, count, dt, root, what, &q);
+    slm_dist_wait(&q);
+}
+
+void slm_comm_barrier(slm_comm *c, const char *what) {
+    slm_dist_req q;
+    slm_dist_ibarrier(c, what, &q);
+    slm_dist_wait(&q);
+}
+
+double slm_dist_wait_seconds(void) { return g_wait_s; }
+void slm_dist_reset_wait_seconds(void) { g_wait_s = 0.0; }

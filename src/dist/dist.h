@@ -4,18 +4,32 @@
 // started non-blocking and waited on with a deadline (slm_dist_set_timeout); on expiry the rank
 // logs the op, its context (unit, step) and the group, then aborts the whole job with MPI_Abort,
 // so a dead or stuck peer ends the job with an error instead of a hang.
-// The FSDP issue extends this with shard / replica groups, reduce-scatter and all-gather.
+// Groups: besides the world, slm_comm_split makes sub-communicators (FSDP's shard group and
+// replica group, MPI_Comm_split). Every collective exists blocking (start + bounded wait) and
+// non-blocking (start returns an slm_dist_req; slm_dist_test polls it, slm_dist_wait waits with
+// the same deadline). bf16 buffers (uint16 bit patterns) reduce with a user-defined MPI op that
+// sums in fp32 and rounds to nearest even.
+// Progress: Open MPI mostly advances non-blocking collectives inside MPI calls, so callers that
+// want overlap call slm_dist_test / slm_dist_progress at natural points (FSDP hooks).
 #ifndef SLM_DIST_H
 #define SLM_DIST_H
 
 #include "base/base.h"
 
-typedef enum { SLM_DT_F32, SLM_DT_F64, SLM_DT_I64, SLM_DT_U8 } slm_dtype_comm;
+// SLM_DT_BF16: uint16 bfloat16 bit patterns (SUM only, through a user-defined op; MAX/MIN are
+// fatal for it).
+typedef enum { SLM_DT_F32, SLM_DT_F64, SLM_DT_I64, SLM_DT_U8, SLM_DT_BF16 } slm_dtype_comm;
 typedef enum { SLM_OP_SUM, SLM_OP_MAX, SLM_OP_MIN } slm_redop;
 
 // Initialises MPI (thread level FUNNELED), sets the log rank and installs an abort hook that
 // calls MPI_Abort. Idempotent. Errors: SLM_E_COMM if MPI cannot start.
 slm_status slm_dist_init(int *argc, char ***argv);
+// Call before slm_dist_init: with poll_us > 0, MPI starts with MPI_THREAD_MULTIPLE and (world > 1)
+// a thread polls MPI's progress engine every poll_us microseconds, so non-blocking collectives
+// advance while the main thread computes (Open MPI otherwise progresses them only inside MPI
+// calls). The thread calls only MPI_Iprobe on a private communicator. Stopped by
+// slm_dist_finalize. Costs one mostly sleeping thread.
+void slm_dist_request_progress_thread(double poll_us);
 // Finalises MPI if slm_dist_init started it. Safe to call when never initialised.
 void slm_dist_finalize(void);
 int slm_dist_rank(void);
@@ -38,5 +52,84 @@ void slm_dist_allgather(const void *send, void *recv, int64_t count, slm_dtype_c
 // ranks passed SLM_OK; otherwise every rank returns the lowest failing rank's status and
 // message (prefixed with that rank), so no rank is left waiting in a later collective.
 slm_status slm_dist_agree(slm_status local);
+
+// ---------------------------------------------------------------------------------------------
+// Communicators (groups) and non-blocking collectives
+
+// A communicator: the world or a group split from it. Opaque; owned by whoever split it.
+typedef struct slm_comm slm_comm;
+
+// The world communicator (valid after slm_dist_init; never freed by callers).
+slm_comm *slm_comm_world(void);
+// Splits `parent` (MPI_Comm_split): ranks with the same `color` (>= 0) form one group, ordered
+// by `key` then parent rank. `name` ("shard group 1 of 2") is copied into timeout messages.
+// Collective over `parent`. Returns an owned communicator (slm_comm_free); never NULL.
+// Errors are fatal (an MPI failure here leaves peers blocked).
+slm_comm *slm_comm_split(slm_comm *parent, int color, int key, const char *name);
+// Frees a communicator from slm_comm_split (NULL and the world are ignored).
+void slm_comm_free(slm_comm *c);
+int slm_comm_rank(const slm_comm *c);
+int slm_comm_size(const slm_comm *c);
+const char *slm_comm_name(const slm_comm *c);
+
+// Bytes of one element of `dt`.
+size_t slm_dtype_size(slm_dtype_comm dt);
+
+// A request handle of an in-flight non-blocking collective. Zero-initialised = inactive.
+// The buffers given to the start call must stay valid and untouched until the request
+// completes (slm_dist_test returned true or slm_dist_wait returned).
+typedef struct slm_dist_req {
+    uint64_t h;          // the MPI_Request, opaque
+    bool active;         // started and not yet completed
+    const char *what;    // op name for timeout messages (borrowed string literal)
+    const slm_comm *comm; // borrowed
+    double t_start;      // slm_time_s() at start
+} slm_dist_req;
+
+// Starts a collective on `c`. `what` must outlive the request (use string literals).
+//  iallgather:      send [count] -> recv [size * count], rank order.
+//  ireduce_scatter: send [size * count] -> recv [count]: rank r gets the reduction of block r
+//                   (MPI_Reduce_scatter_block).
+//  iallreduce:      in place on buf [count].
+//  ibcast:          buf [count] from `root` (rank in c).
+//  ibarrier.
+// A group of one completes immediately (copies where needed); the request is still valid.
+void slm_dist_iallgather(slm_comm *c, const void *send, void *recv, int64_t count,
+                         slm_dtype_comm dt, const char *what, slm_dist_req *req);
+void slm_dist_ireduce_scatter(slm_comm *c, const void *send, void *recv, int64_t count,
+                              slm_dtype_comm dt, slm_redop op, const char *what,
+                              slm_dist_req *req);
+void slm_dist_iallreduce(slm_comm *c, void *buf, int64_t count, slm_dtype_comm dt, slm_redop op,
+                         const char *what, slm_dist_req *req);
+void slm_dist_ibcast(slm_comm *c, void *buf, int64_t count, slm_dtype_comm dt, int root,
+                     const char *what, slm_dist_req *req);
+void slm_dist_ibarrier(slm_comm *c, const char *what, slm_dist_req *req);
+// Polls (MPI_Test): true when complete (the request becomes inactive), true for an inactive
+// request. Also drives progress of other outstanding collectives in Open MPI.
+bool slm_dist_test(slm_dist_req *req);
+// Waits for completion with the deadline of slm_dist_set_timeout, measured from the wait's
+// start; on expiry logs the op, the context (slm_dist_set_context), the group and its size,
+// then aborts the job (MPI_Abort). No-op on an inactive request.
+void slm_dist_wait(slm_dist_req *req);
+
+// Blocking collectives on a communicator: start + slm_dist_wait.
+void slm_comm_allgather(slm_comm *c, const void *send, void *recv, int64_t count,
+                        slm_dtype_comm dt, const char *what);
+void slm_comm_reduce_scatter(slm_comm *c, const void *send, void *recv, int64_t count,
+                             slm_dtype_comm dt, slm_redop op, const char *what);
+void slm_comm_allreduce(slm_comm *c, void *buf, int64_t count, slm_dtype_comm dt, slm_redop op,
+                        const char *what);
+void slm_comm_bcast(slm_comm *c, void *buf, int64_t count, slm_dtype_comm dt, int root,
+                    const char *what);
+void slm_comm_barrier(slm_comm *c, const char *what);
+
+// Total time (seconds) this process spent blocked in slm_dist_wait / blocking collectives since
+// the last reset: the communication time not hidden behind compute ("exposed comm").
+double slm_dist_wait_seconds(void);
+void slm_dist_reset_wait_seconds(void);
+
+// bfloat16 conversion (round to nearest even; NaN stays NaN). n elements.
+void slm_f32_to_bf16(const float *x, uint16_t *y, int64_t n);
+void slm_bf16_to_f32(const uint16_t *x, float *y, int64_t n);
 
 #endif

@@ -1,4 +1,4 @@
-// The training loop (world of one): seeded init, loader, gradient accumulation, global-norm
+// The training loop (world of one, or data parallel through fsdp/): seeded init, loader, gradient accumulation, global-norm
 // clipping, AdamW with the warmup + cosine schedule, periodic validation, per-step hooks,
 // metrics.jsonl, and the run directory. Contract in train.h.
 #include <math.h>
@@ -13,6 +13,7 @@
 #include "kernels/kernels.h"
 #include "train/train.h"
 #include "train/train_internal.h"
+#include "ckpt/ckpt.h"
 
 static volatile sig_atomic_t g_stop = 0;
 
@@ -47,6 +48,8 @@ void slm_train_opts_default(slm_train_opts *o) {
     o->seed = 1337;
     o->eval_batches = 20;
     o->log_every = 1;
+    slm_fsdp_opts_default(&o->fsdp);
+    o->collective_timeout_s = 600.0;
 }
 
 slm_status slm_train_add_hook(slm_train_opts *o, slm_step_hook_fn fn, void *ctx) {
@@ -164,6 +167,8 @@ static slm_status copy_file(const char *src, const char *dst) {
 typedef struct run_state {
     slm_llama model;
     bool model_init;
+    bool dp;        // world > 1: parameters, grads and AdamW state live in `fsdp` (shards)
+    slm_fsdp fsdp;  // zeroed unless dp
     slm_dataset ds;
     bool ds_open;
     slm_tokenizer *tok;
@@ -174,9 +179,13 @@ typedef struct run_state {
     int32_t *win, *inp, *tgt; // [K][B, T+1], [B, T], [B, T]
     FILE *jsonl;
     char *model_path;
+    slm_ckpt_sched *ckpt; // checkpoint schedule + saver (NULL without out_dir)
+    char *resume_path;    // checkpoint to resume from (NULL: fresh start)
 } run_state;
 
 static void run_state_free(run_state *r) {
+    slm_ckpt_sched_free(r->ckpt); // joins a background write before the shards are freed
+    free(r->resume_path);
     if (r->m)
         for (int u = 0; u < r->model.n_units; u++) free(r->m[u]), free(r->v[u]), free(r->ranges[u]);
     free(r->m), free(r->v), free(r->ranges);
@@ -187,6 +196,7 @@ static void run_state_free(run_state *r) {
     if (r->val_l) slm_loader_free(r->val_l);
     if (r->tok) slm_tokenizer_free(r->tok);
     if (r->ds_open) slm_dataset_free(&r->ds);
+    if (r->dp) slm_fsdp_free(&r->fsdp);
     if (r->model_init) slm_llama_free(&r->model);
 }
 
@@ -231,16 +241,90 @@ static void write_step_json(FILE *f, const slm_step_metrics *s) {
     slm_buf_free(&b);
 }
 
+// Restores weights, AdamW m / v, the step (AdamW t and the LR position follow it), tokens seen,
+// the train loader position and the synthetic-data RNG from a checkpoint (src/ckpt).
+static slm_status resume_from(run_state *r, const char *path, slm_rng *synth, int64_t *step,
+                              int64_t *tokens_seen) {
+    slm_ckpt *c = NULL;
+    slm_status st = slm_ckpt_open(path, &c);
+    if (!st) st = slm_ckpt_check_model(c, &r->model);
+    // Each rank reads only its own shard's bytes, whatever world size / strategy saved them.
+    for (int u = 0; !st && u < r->model.n_units; u++) {
+        if (r->dp) {
+            slm_fsdp_unit *x = &r->fsdp.units[u];
+            st = slm_ckpt_read_range(c, u, x->shard_begin, x->shard_begin + x->shard_numel,
+                                     x->master, x->m, x->v);
+        } else {
+            st = slm_ckpt_read_range(c, u, 0, r->model.units[u].numel, r->model.params[u],
+                                     r->m[u], r->v[u]);
+        }
+    }
+    if (r->dp) {
+        slm_fsdp_release_all(&r->fsdp);
+        st = slm_dist_agree(st);
+    }
+    if (!st) {
+        const slm_ckpt_meta *M = slm_ckpt_get_meta(c);
+        if (r->dp) r->fsdp.t = M->opt_step;
+        *step = M->step;
+        *tokens_seen = M->tokens_seen;
+        *synth = M->rng;
+        if (r->train_l) st = slm_loader_set_state(r->train_l, M->loader);
+        if (!st) slm_info("resumed from %s (step %lld)", slm_ckpt_dir(c), (long long)M->step);
+    }
+    slm_ckpt_free(c);
+    return st ? slm_fail_wrap(st, "--resume %s", path) : SLM_OK;
+}
+
+// Polls the pending checkpoint and, if `save`, starts one of the current state (after `step`).
+static slm_status ckpt_step(run_state *r, const slm_train_opts *o, const slm_rng *synth,
+                            int64_t step, int64_t tokens_seen, float min_lr, bool save) {
+    slm_ckpt_meta meta;
+    slm_ckpt_meta_default(&meta, &r->model.cfg);
+    meta.step = meta.opt_step = meta.lr_step = step;
+    meta.tokens_seen = tokens_seen;
+    meta.adamw = o->adamw;
+    meta.lr_warmup = o->warmup;
+    meta.lr_total = o->steps;
+    meta.lr_min = min_lr;
+    if (r->train_l) meta.loader = slm_loader_get_state(r->train_l);
+    meta.rng = *synth;
+    if (r->tok && r->ds_open) {
+        meta.has_tokenizer = true;
+        meta.tokenizer_xxh64 = r->ds.tokenizer_xxh64;
+        snprintf(meta.tokenizer_file, sizeof meta.tokenizer_file, "%s",
+                 slm_tokenizer_type(r->tok) == SLM_TOK_SPM_BPE ? "tokenizer.model"
+                                                               : "tokenizer.json");
+    }
+    int NU = r->model.n_units;
+    slm_ckpt_shard *sh = slm_xcalloc((size_t)NU, sizeof *sh);
+    for (int u = 0; u < NU; u++) {
+        if (r->dp) { // this rank's FSDP shard: masters and AdamW state of [begin, end)
+            slm_fsdp_unit *x = &r->fsdp.units[u];
+            sh[u] = (slm_ckpt_shard){x->shard_begin, x->shard_begin + x->shard_numel, x->master,
+                                     x->m, x->v};
+        } else {
+            sh[u] = (slm_ckpt_shard){0, r->model.units[u].numel, r->model.params[u], r->m[u],
+                                     r->v[u]};
+        }
+    }
+    if (r->dp) {
+        snprintf(meta.strategy, sizeof meta.strategy, "%s", slm_sharding_name(o->fsdp.sharding));
+        meta.shard_group_size = r->fsdp.S;
+    }
+    slm_status st = slm_ckpt_sched_step(r->ckpt, save, &meta, r->model.units, NU, sh);
+    free(sh);
+    return st;
+}
+
 slm_status slm_train_run(const slm_train_opts *o, slm_train_result *res) {
     run_state r;
     memset(&r, 0, sizeof r);
     slm_status st = check_opts(o);
     if (st) return st;
-    if (slm_dist_world() > 1)
-        return slm_fail(SLM_E_UNSUPPORTED,
-                        "world size %d: shardlm train runs on one process for now; FSDP lands in "
-                        "a later issue (run without mpirun)",
-                        slm_dist_world());
+    // Data parallel under mpirun: every rank runs this function with the same options.
+    const int W = slm_dist_world(), RANK = slm_dist_rank();
+    slm_dist_set_timeout(o->collective_timeout_s);
     // kernels/ splits GEMMs over the OpenMP threads itself (OpenBLAS stays single-threaded).
     if (o->threads > 0) omp_set_num_threads(o->threads);
     const int B = o->B, T = o->T, K = o->grad_accum;
@@ -261,8 +345,9 @@ slm_status slm_train_run(const slm_train_opts *o, slm_train_result *res) {
         }
         st = slm_train_check_vocab(&r.ds, r.tok, &cfg, o->model);
         if (st) goto out;
-        slm_loader_opts lo = {.dir = o->data_dir, .split = "train", .T = T, .B_global = B,
-                              .rank = 0, .world = 1, .seed = o->seed, .shuffle = true};
+        // Each rank reads its slice (B windows) of the global batch of B x W windows.
+        slm_loader_opts lo = {.dir = o->data_dir, .split = "train", .T = T, .B_global = B * W,
+                              .rank = RANK, .world = W, .seed = o->seed, .shuffle = true};
         st = slm_loader_open(&lo, &r.train_l);
         if (st) goto out;
         if (o->eval_every > 0) {
@@ -274,6 +359,8 @@ slm_status slm_train_run(const slm_train_opts *o, slm_train_result *res) {
                 slm_loader_opts vo = lo;
                 vo.split = "val";
                 vo.B_global = 1;
+                vo.rank = 0; // every rank evaluates the same windows (the hooks are collective)
+                vo.world = 1;
                 vo.shuffle = false;
                 st = slm_loader_open(&vo, &r.val_l);
                 if (st) goto out;
@@ -283,13 +370,13 @@ slm_status slm_train_run(const slm_train_opts *o, slm_train_result *res) {
     }
 
     // --- Run directory: config, tokenizer copy, metrics log.
-    if (o->out_dir) {
+    if (o->out_dir && RANK == 0) {
         st = slm_mkdir_p(o->out_dir);
-        if (st) goto out;
+        if (st) goto run_dir_done;
         char *p = slm_path_join(o->out_dir, "config.json");
         st = slm_llama_config_save(&cfg, p);
         free(p);
-        if (st) goto out;
+        if (st) goto run_dir_done;
         if (r.tok) {
             // Under its canonical name, where slm_run_open looks for it.
             p = slm_path_join(o->out_dir, slm_tokenizer_type(r.tok) == SLM_TOK_SPM_BPE
@@ -297,28 +384,54 @@ slm_status slm_train_run(const slm_train_opts *o, slm_train_result *res) {
                                               : "tokenizer.json");
             st = copy_file(r.ds.tokenizer_file, p);
             free(p);
-            if (st) goto out;
+            if (st) goto run_dir_done;
         }
         p = slm_path_join(o->out_dir, "metrics.jsonl");
-        r.jsonl = fopen(p, "w");
+        st = slm_ckpt_resolve_resume(o->resume, o->out_dir, &r.resume_path);
+        if (st) {
+            free(p);
+            goto run_dir_done;
+        }
+        r.jsonl = fopen(p, r.resume_path ? "a" : "w"); // a resumed run appends
         if (!r.jsonl) st = slm_fail(SLM_E_IO, "%s: cannot open for writing", p);
         free(p);
-        if (st) goto out;
+        if (st) goto run_dir_done;
         r.model_path = slm_path_join(o->out_dir, "model.bin");
+    }
+run_dir_done:
+    // Rank 0 alone writes the run directory; the others learn of its failure here.
+    if (W > 1) st = slm_dist_agree(st);
+    if (st) goto out;
+    if (o->out_dir && RANK != 0) { // rank 0 resolved --resume with the run directory
+        st = slm_ckpt_resolve_resume(o->resume, o->out_dir, &r.resume_path);
+        if (st) goto out;
     }
 
     // --- Model, optimizer state.
-    st = slm_llama_init(&r.model, &cfg, true);
+    // World > 1: the model holds no buffers; fsdp/ owns the shards and points params / grads at
+    // gathered units through the unit hooks. Its init equals slm_llama_init_weights.
+    r.dp = W > 1;
+    st = slm_llama_init(&r.model, &cfg, !r.dp);
     if (st) goto out;
     r.model_init = true;
-    slm_llama_init_weights(&r.model, o->seed);
+    if (r.dp) {
+        st = slm_fsdp_init(&r.fsdp, &r.model, &o->fsdp, o->seed);
+        if (st) {
+            r.dp = false;
+            goto out;
+        }
+    } else {
+        slm_llama_init_weights(&r.model, o->seed);
+    }
     r.model.activation_checkpointing = o->activation_checkpointing;
     slm_llama_set_shape(&r.model, B, T, false);
     int NU = r.model.n_units;
-    r.m = slm_xcalloc((size_t)NU, sizeof(float *));
-    r.v = slm_xcalloc((size_t)NU, sizeof(float *));
-    r.ranges = slm_xcalloc((size_t)NU, sizeof(slm_decay_range *));
-    for (int u = 0; u < NU; u++) {
+    if (!r.dp) { // single process: full-unit AdamW state (fsdp/ keeps shards otherwise)
+        r.m = slm_xcalloc((size_t)NU, sizeof(float *));
+        r.v = slm_xcalloc((size_t)NU, sizeof(float *));
+        r.ranges = slm_xcalloc((size_t)NU, sizeof(slm_decay_range *));
+    }
+    for (int u = 0; u < NU && !r.dp; u++) {
         size_t bytes = (size_t)r.model.units[u].numel * sizeof(float);
         r.m[u] = slm_xaligned(bytes);
         r.v[u] = slm_xaligned(bytes);
@@ -367,12 +480,53 @@ slm_status slm_train_run(const slm_train_opts *o, slm_train_result *res) {
     double sum_tps = 0, sum_mfu = 0, last_loss = NAN, last_val = NAN;
     int64_t n_rate = 0, tokens_seen = 0, step = 0;
     bool interrupted = false;
-    for (step = 0; step < o->steps; step++) {
-        if (g_stop) {
+    // --- Initial state: HF weights, or everything from a checkpoint; then the saver.
+    if (o->init_from_hf && r.dp) {
+        // Every rank loads the full weights once and keeps its shard of each unit.
+        slm_llama full;
+        st = slm_llama_init(&full, &cfg, true);
+        if (!st) {
+            st = slm_hf_load(&full, o->init_from_hf);
+            for (int u = 0; !st && u < NU; u++) slm_fsdp_load_unit(&r.fsdp, u, full.params[u]);
+            slm_llama_free(&full);
+        }
+        st = slm_dist_agree(st);
+        if (st) goto out;
+        slm_info("initial weights from %s", o->init_from_hf);
+    } else if (o->init_from_hf) {
+        st = slm_hf_load(&r.model, o->init_from_hf);
+        if (st) goto out;
+        slm_info("initial weights from %s", o->init_from_hf);
+    }
+    if (!o->out_dir) { // with a run directory this was resolved above ("auto" needs one)
+        st = slm_ckpt_resolve_resume(o->resume, NULL, &r.resume_path);
+        if (st) goto out;
+    }
+    if (r.resume_path) {
+        st = resume_from(&r, r.resume_path, &synth, &step, &tokens_seen);
+        if (st) goto out;
+    }
+    if (o->out_dir) {
+        // Under FSDP every rank writes its shard file, except replicas (shard group > 0: NO_SHARD
+        // / HYBRID_SHARD), whose shards equal shard group 0's.
+        char *root = slm_path_join(o->out_dir, "checkpoints");
+        slm_ckpt_policy pol = {.root = root, .every_steps = o->ckpt_every_steps,
+                               .every_minutes = o->ckpt_every_minutes, .keep = o->ckpt_keep,
+                               .sync = o->ckpt_sync, .abort_on_error = o->ckpt_abort_on_error};
+        st = slm_ckpt_sched_new(&pol, RANK, W, r.dp && RANK / r.fsdp.S != 0, &r.ckpt);
+        free(root);
+        if (st) goto out;
+    }
+    for (; step < o->steps; step++) {
+        // Ranks see a signal or the clock at different moments: agree, so all stop together.
+        int64_t stop_now[2] = {g_stop != 0,
+                               o->max_minutes > 0 && slm_time_s() - t_start >= o->max_minutes * 60.0};
+        if (r.dp) slm_dist_allreduce(stop_now, 2, SLM_DT_I64, SLM_OP_MAX, "stop flags");
+        if (stop_now[0]) {
             interrupted = true;
             break;
         }
-        if (o->max_minutes > 0 && slm_time_s() - t_start >= o->max_minutes * 60.0) {
+        if (stop_now[1]) {
             slm_info("--max-minutes %.3g reached after %lld steps; stopping", o->max_minutes,
                      (long long)step);
             break;
@@ -383,17 +537,26 @@ slm_status slm_train_run(const slm_train_opts *o, slm_train_result *res) {
         int64_t per_win = (int64_t)B * (T + 1);
         for (int k = 0; k < K; k++) {
             int32_t *w = r.win + k * per_win;
-            if (o->synthetic)
-                for (int64_t i = 0; i < per_win; i++)
-                    w[i] = (int32_t)slm_rng_below(&synth, (uint64_t)cfg.vocab_size);
+            if (o->synthetic) // every rank draws the global batch and keeps its slice
+                for (int q = 0; q < W; q++)
+                    for (int64_t i = 0; i < per_win; i++) {
+                        int32_t tok = (int32_t)slm_rng_below(&synth, (uint64_t)cfg.vocab_size);
+                        if (q == RANK) w[i] = tok;
+                    }
             else
                 slm_loader_next(r.train_l, w);
         }
         int64_t n_total = 0;
         for (int64_t i = 0; i < K * per_win; i++)
             n_total += (i % (T + 1)) != 0 && r.win[i] != -1; // targets: every token but the first
+        // The loss scale is each micro-batch's share of the GLOBAL step's tokens; fsdp/ sums
+        // the gradients over the ranks.
+        if (r.dp) slm_dist_allreduce(&n_total, 1, SLM_DT_I64, SLM_OP_SUM, "target token count");
         if (n_total == 0) n_total = 1;
-        slm_llama_zero_grad(&r.model);
+        if (r.dp)
+            slm_fsdp_zero_grad(&r.fsdp);
+        else
+            slm_llama_zero_grad(&r.model);
         double loss_sum = 0;
         for (int k = 0; k < K; k++) {
             int64_t n = slm_train_split_windows(r.win + k * per_win, B, T, r.inp, r.tgt);
@@ -409,10 +572,17 @@ slm_status slm_train_run(const slm_train_opts *o, slm_train_result *res) {
             slm_llama_backward(&r.model, (float)((double)n / (double)n_total));
             loss_sum += (double)loss * (double)n;
         }
+        if (r.dp) slm_dist_allreduce(&loss_sum, 1, SLM_DT_F64, SLM_OP_SUM, "step loss");
         double loss = loss_sum / (double)n_total;
-        double sumsq = 0;
-        for (int u = 0; u < NU; u++) sumsq += slm_sumsq(r.model.grads[u], r.model.units[u].numel);
-        double gnorm = sqrt(sumsq);
+        double gnorm;
+        if (r.dp) { // global norm over the shards, and clipping (same formula as below)
+            gnorm = slm_fsdp_clip_grad_norm(&r.fsdp, o->grad_clip);
+        } else {
+            double sumsq = 0;
+            for (int u = 0; u < NU; u++)
+                sumsq += slm_sumsq(r.model.grads[u], r.model.units[u].numel);
+            gnorm = sqrt(sumsq);
+        }
         if (!isfinite(gnorm)) {
             st = slm_fail(SLM_E_NUMERIC,
                           "step %lld: gradient norm is %f (loss %.4f); HINT: lower --lr",
@@ -420,7 +590,7 @@ slm_status slm_train_run(const slm_train_opts *o, slm_train_result *res) {
             goto out;
         }
         // torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when that is < 1.
-        if (o->grad_clip > 0) {
+        if (o->grad_clip > 0 && !r.dp) {
             double coef = (double)o->grad_clip / (gnorm + 1e-6);
             if (coef < 1.0)
                 for (int u = 0; u < NU; u++)
@@ -433,21 +603,26 @@ slm_status slm_train_run(const slm_train_opts *o, slm_train_result *res) {
             double frac = (slm_time_s() - t_start) / (o->max_minutes * 60.0);
             int64_t by_time = (int64_t)(frac * (double)o->steps);
             if (by_time > sched_step) sched_step = by_time;
+            if (r.dp) slm_dist_allreduce(&sched_step, 1, SLM_DT_I64, SLM_OP_MAX, "LR step");
         }
         float lr = slm_lr_at(sched_step, o->warmup, o->steps, o->adamw.lr_peak, min_lr);
-        for (int u = 0; u < NU; u++)
-            slm_adamw_step(r.model.params[u], r.model.grads[u], r.m[u], r.v[u],
-                           r.model.units[u].numel, &o->adamw, lr, step + 1, r.ranges[u],
-                           r.model.units[u].n_views);
+        slm_ckpt_sched_fence(r.ckpt); // an async save may still be copying params / m / v
+        if (r.dp)
+            slm_fsdp_optimizer_step(&r.fsdp, &o->adamw, lr); // AdamW on this rank's shards
+        else
+            for (int u = 0; u < NU; u++)
+                slm_adamw_step(r.model.params[u], r.model.grads[u], r.m[u], r.v[u],
+                               r.model.units[u].numel, &o->adamw, lr, step + 1, r.ranges[u],
+                               r.model.units[u].n_views);
         double dt = slm_time_s() - t0;
-        int64_t step_tokens = (int64_t)B * T * K;
+        int64_t step_tokens = (int64_t)B * T * K * W; // global
         tokens_seen += step_tokens;
         slm_step_metrics sm = {.step = step + 1, .total_steps = o->steps, .loss = loss,
                                .lr = lr, .grad_norm = gnorm,
                                .tokens_per_s = (double)step_tokens / dt,
                                .ms_per_step = dt * 1e3, .val_loss = NAN,
                                .tokens_seen = tokens_seen};
-        sm.mfu = sm.tokens_per_s * fpt / (peak * 1e9);
+        sm.mfu = sm.tokens_per_s * fpt / (peak * 1e9 * W); // peak is one process's
         last_loss = loss;
         // The first step pays for first-touch page faults and thread start-up: kept out of the
         // means when there is more than one step.
@@ -461,7 +636,9 @@ slm_status slm_train_run(const slm_train_opts *o, slm_train_result *res) {
             slm_eval_result er;
             st = slm_loader_set_state(r.val_l, r.val_start);
             if (st) goto out;
-            st = slm_train_eval_loader(&r.model, r.val_l, B, T, o->eval_batches, &er);
+            // eval batches are of the per-rank B: W times as many cover the same windows as
+            // a world of one with batch B x W (every rank evaluates all of them)
+            st = slm_train_eval_loader(&r.model, r.val_l, B, T, (int64_t)o->eval_batches * W, &er);
             if (st) {
                 st = slm_fail_wrap(st, "step %lld", (long long)step + 1);
                 goto out;
@@ -469,8 +646,8 @@ slm_status slm_train_run(const slm_train_opts *o, slm_train_result *res) {
             sm.val_loss = last_val = er.loss;
         }
         sm.elapsed_s = slm_time_s() - t_start;
-        if (o->log_every > 0 && ((step + 1) % o->log_every == 0 || last || step == 0 ||
-                                 isfinite(sm.val_loss))) {
+        if (RANK == 0 && o->log_every > 0 &&
+            ((step + 1) % o->log_every == 0 || last || step == 0 || isfinite(sm.val_loss))) {
             printf("step %6lld/%lld | loss %.4f | lr %.3e | grad norm %.3f | %.0f tok/s | "
                    "MFU %.1f%% | %.1f ms/step",
                    (long long)sm.step, (long long)o->steps, sm.loss, sm.lr, sm.grad_norm,
@@ -481,19 +658,51 @@ slm_status slm_train_run(const slm_train_opts *o, slm_train_result *res) {
         }
         write_step_json(r.jsonl, &sm);
         for (int h = 0; h < o->n_hooks; h++) o->hooks[h].fn(o->hooks[h].ctx, &sm);
+        if (r.ckpt) {
+            st = ckpt_step(&r, o, &synth, step + 1, tokens_seen, min_lr,
+                           slm_ckpt_sched_due(r.ckpt, step + 1, false));
+            if (st) goto out;
+        }
+    }
+    // The final state (end, --max-minutes or a stop signal) is always checkpointed.
+    if (r.ckpt) {
+        st = ckpt_step(&r, o, &synth, step, tokens_seen, min_lr, true);
+        if (!st) st = slm_ckpt_sched_finish(r.ckpt);
+        if (st) goto out;
+        int64_t n_saves;
+        double stall_total, stall_max;
+        slm_ckpt_sched_stats(r.ckpt, &n_saves, &stall_total, &stall_max);
+        slm_info("checkpoints: %lld saved under %s/checkpoints, training stall %.1f ms max, %.1f ms "
+                 "total",
+                 (long long)n_saves, o->out_dir, stall_max * 1e3, stall_total * 1e3);
     }
 
     // A stop before the planned end still evaluates what it has, so the run has a val loss.
     if (r.val_l && step > 0 && step < o->steps && !interrupted) {
         slm_eval_result er;
         st = slm_loader_set_state(r.val_l, r.val_start);
-        if (!st) st = slm_train_eval_loader(&r.model, r.val_l, B, T, o->eval_batches, &er);
+        if (!st) st = slm_train_eval_loader(&r.model, r.val_l, B, T, (int64_t)o->eval_batches * W, &er);
         if (st) goto out;
         last_val = er.loss;
-        printf("step %6lld | val loss %.4f\n", (long long)step, er.loss);
+        if (RANK == 0) printf("step %6lld | val loss %.4f\n", (long long)step, er.loss);
         fflush(stdout);
     }
-    if (r.model_path) {
+    if (r.dp && o->out_dir) {
+        // All ranks all-gather each unit's masters; rank 0 writes them as model.bin.
+        float **full = slm_xcalloc((size_t)NU, sizeof(float *)), **keep = r.model.params;
+        for (int u = 0; u < NU; u++) {
+            full[u] = slm_xaligned((size_t)r.model.units[u].numel * sizeof(float));
+            slm_fsdp_gather_unit(&r.fsdp, u, full[u]);
+        }
+        r.model.params = full;
+        if (r.model_path) st = slm_model_save(&r.model, r.model_path);
+        r.model.params = keep;
+        for (int u = 0; u < NU; u++) free(full[u]);
+        free(full);
+        st = slm_dist_agree(st);
+        if (st) goto out;
+        if (r.model_path) slm_info("saved %s (step %lld)", r.model_path, (long long)step);
+    } else if (r.model_path) {
         st = slm_model_save(&r.model, r.model_path);
         if (st) goto out;
         slm_info("saved %s (step %lld)", r.model_path, (long long)step);

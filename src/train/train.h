@@ -16,13 +16,17 @@
 // Invariants: the same options, seed and thread count give bitwise-identical losses and
 // weights. The loop checks a stop flag (set by SIGINT / SIGTERM through
 // slm_train_install_signal_handlers) only at step boundaries, then saves and returns
-// SLM_E_INTERRUPTED. A world of one for now: FSDP (and data parallelism) land in a later issue.
+// SLM_E_INTERRUPTED. Under mpirun (world > 1) the run is data parallel through fsdp/: each rank
+// trains on its slice of every global batch (B x world sequences per micro-batch) with the
+// parameters, gradients and AdamW state sharded as opts.fsdp says (docs/cluster.md); rank 0
+// alone writes the run directory. A world of one keeps the plain single-process path.
 // This module does not parse command lines (tools/ does) and calls no exit().
 #ifndef SLM_TRAIN_H
 #define SLM_TRAIN_H
 
 #include "base/base.h"
 #include "model/model.h"
+#include "fsdp/fsdp.h"
 #include "optim/optim.h"
 #include "tokenizer/tokenizer.h"
 
@@ -84,8 +88,24 @@ typedef struct slm_train_opts {
                            // machine of unknown speed (not bitwise reproducible)
     double peak_gflops;    // > 0: MFU denominator; else measured at start (slm_sgemm_peak_gflops)
     int log_every;         // print a step line every this many steps (0: never; default 1)
+    // Checkpoints (src/ckpt, docs/formats.md "Checkpoints") under out_dir/checkpoints when
+    // out_dir is set: every ckpt_every_steps steps / ckpt_every_minutes minutes, and always at
+    // the end and when stopped. Asynchronous (copy and write behind the next step) unless
+    // ckpt_sync.
+    int64_t ckpt_every_steps;  // 0: off
+    double ckpt_every_minutes; // 0: off
+    int ckpt_keep;             // committed checkpoints kept, oldest deleted first (0: all)
+    bool ckpt_sync;            // write on the training thread
+    bool ckpt_abort_on_error;  // a failed save stops training (default: log and continue)
+    const char *resume;        // "auto" (out_dir's latest checkpoint, if any) | PATH | NULL:
+                               // restores weights, AdamW m / v / t, step, LR position, tokens
+                               // seen, loader position and RNG; the run continues bitwise
+    const char *init_from_hf;  // HF directory (config.json + safetensors): initial weights
+                               // instead of the seeded init (checked against the model config)
     int n_hooks;
     slm_step_hook hooks[SLM_TRAIN_MAX_HOOKS];
+    slm_fsdp_opts fsdp;          // world > 1: sharding strategy, dtypes, prefetch (fsdp.h)
+    double collective_timeout_s; // bound on every collective wait (default 600; <= 0: none)
 } slm_train_opts;
 
 // Fills the defaults: grad_accum 1, lr 3e-4, betas (0.9, 0.95), eps 1e-8, weight decay 0.1,
@@ -115,7 +135,7 @@ typedef struct slm_train_result {
 // model; T > max_position_embeddings), SLM_E_IO (no manifest, unwritable run dir),
 // SLM_E_FORMAT / SLM_E_CHECKSUM (bad data), SLM_E_NUMERIC (NaN/Inf loss or gradient, naming the
 // step), SLM_E_INTERRUPTED (the stop flag was set: the model is saved first),
-// SLM_E_UNSUPPORTED (world > 1). Reaching max_minutes is not an error: it saves and returns SLM_OK.
+// SLM_E_ARG for FSDP options that do not fit the world size. Reaching max_minutes is not an error: it saves and returns SLM_OK.
 slm_status slm_train_run(const slm_train_opts *o, slm_train_result *res);
 
 // SIGINT / SIGTERM set the stop flag the loop checks at step boundaries.

@@ -31,7 +31,85 @@ static void test_agree(void) {
     CHECK(strstr(slm_errmsg(), "disk on fire") != NULL);
 }
 
+// Groups of 2 consecutive ranks (like HYBRID_SHARD's shard groups) and the cross groups; every
+// non-blocking collective against values computed by hand.
+static void test_groups_nonblocking(void) {
+    int r = slm_dist_rank(), w = slm_dist_world();
+    int G = w % 2 == 0 ? 2 : 1;
+    slm_comm *sg = slm_comm_split(slm_comm_world(), r / G, r, "test shard group");
+    slm_comm *rg = slm_comm_split(slm_comm_world(), r % G, r, "test replica group");
+    CHECK_EQ_INT(slm_comm_size(sg), G);
+    CHECK_EQ_INT(slm_comm_rank(sg), r % G);
+    CHECK_EQ_INT(slm_comm_size(rg), w / G);
+    CHECK_EQ_INT(slm_comm_rank(rg), r / G);
+    // all-gather in the shard group: element j of block k = 100 * (group base + k) + j
+    enum { n = 5 };
+    float mine[n], all[2 * n], want[2 * n];
+    for (int j = 0; j < n; j++) mine[j] = (float)(100 * r + j);
+    slm_dist_req q1, q2;
+    slm_dist_iallgather(sg, mine, all, n, SLM_DT_F32, "test iallgather", &q1);
+    // a second collective in flight on another communicator at the same time
+    double x = r;
+    slm_dist_iallreduce(rg, &x, 1, SLM_DT_F64, SLM_OP_SUM, "test iallreduce", &q2);
+    while (!slm_dist_test(&q1)) {
+    }
+    slm_dist_wait(&q2);
+    for (int k = 0; k < G; k++)
+        for (int j = 0; j < n; j++) want[k * n + j] = (float)(100 * ((r / G) * G + k) + j);
+    for (int i = 0; i < G * n; i++) CHECK_CLOSE(all[i], want[i], 0, 0);
+    double xs = 0; // sum of ranks with the same r % G
+    for (int i = r % G; i < w; i += G) xs += i;
+    CHECK_CLOSE(x, xs, 0, 0);
+    // reduce-scatter over the world: send[i] = r + i; rank r gets sum_k (k + r*n + j)
+    float *send = malloc(sizeof(float) * (size_t)w * n), recv[n];
+    for (int i = 0; i < w * n; i++) send[i] = (float)(r + i);
+    slm_dist_ireduce_scatter(slm_comm_world(), send, recv, n, SLM_DT_F32, SLM_OP_SUM,
+                             "test ireduce_scatter", &q1);
+    slm_dist_wait(&q1);
+    for (int j = 0; j < n; j++)
+        CHECK_CLOSE(recv[j], w * (w - 1) / 2.0 + (double)w * (r * n + j), 0, 0);
+    free(send);
+    // bf16 sum through the user-defined op, on values whose sums are exact in bf16.
+    uint16_t hb[3], hr[3];
+    float fv[3] = {0.5f * (float)(r + 1), -1.0f, 3.0f}, fo[3];
+    slm_f32_to_bf16(fv, hb, 3);
+    slm_comm_allreduce(slm_comm_world(), hb, 3, SLM_DT_BF16, SLM_OP_SUM, "test bf16 sum");
+    slm_bf16_to_f32(hb, fo, 3);
+    CHECK_CLOSE(fo[0], 0.25 * w * (w + 1), 0, 0);
+    CHECK_CLOSE(fo[1], -w, 0, 0);
+    CHECK_CLOSE(fo[2], 3.0 * w, 0, 0);
+    slm_comm_reduce_scatter(slm_comm_world(), hb, hr, 0, SLM_DT_BF16, SLM_OP_SUM, "empty rs");
+    // bcast + barrier in a group
+    int64_t b = r;
+    slm_comm_bcast(sg, &b, 1, SLM_DT_I64, 0, "test group bcast");
+    CHECK_EQ_INT(b, (r / G) * G);
+    slm_comm_barrier(rg, "test group barrier");
+    slm_comm_free(sg);
+    slm_comm_free(rg);
+}
+
+// Round to nearest even against hand-computed bit patterns (bf16 = top 16 bits of fp32).
+static void test_bf16_rounding(void) {
+    float x[6] = {1.0f, 1.00390625f /* 1 + 2^-8: tie, even -> 1 */,
+                  1.01171875f /* 1 + 3*2^-8: tie, odd -> up */, -2.5f, 65504.0f, 1e-40f};
+    uint16_t want[6] = {0x3f80, 0x3f80, 0x3f82, 0xc020, 0x4780, 0x0001};
+    uint16_t h[6];
+    slm_f32_to_bf16(x, h, 6);
+    for (int i = 0; i < 6; i++) CHECK_EQ_INT(h[i], want[i]);
+    float back[6];
+    slm_bf16_to_f32(h, back, 6);
+    CHECK_CLOSE(back[3], -2.5, 0, 0);
+    CHECK_CLOSE(back[4], 65536.0, 0, 0); // 65504 rounds up to 2^16 in bf16
+    float nan = NAN;
+    slm_f32_to_bf16(&nan, h, 1);
+    slm_bf16_to_f32(h, back, 1);
+    CHECK(isnan(back[0]));
+}
+
 int main(int argc, char **argv) {
+    // "--progress-thread US": the same checks with MPI_THREAD_MULTIPLE and the progress thread.
+    if (argc > 2 && !strcmp(argv[1], "--progress-thread"))
+        slm_dist_request_progress_thread(atof(argv[2]));
     if (slm_dist_init(&argc, &argv)) {
         fprintf(stderr, "%s\n", slm_errmsg());
         return 1;
@@ -39,6 +117,8 @@ int main(int argc, char **argv) {
     slm_dist_set_timeout(60);
     RUN(test_allreduce_bcast_allgather);
     RUN(test_agree);
+    RUN(test_groups_nonblocking);
+    RUN(test_bf16_rounding);
     int rc = slm_dist_rank() == 0 ? TEST_SUMMARY() : (slm_test_failed_ ? 1 : 0);
     int64_t bad = rc;
     slm_dist_allreduce(&bad, 1, SLM_DT_I64, SLM_OP_MAX, "result");

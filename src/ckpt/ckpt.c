@@ -1,0 +1,1171 @@
+// Checkpoint format: rank files, sidecars, the manifest, the atomic commit, reading with
+// resharding and verification. Format: docs/formats.md "Checkpoints".
+#include "ckpt/ckpt_internal.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#define MAX_EXACT 9007199254740992.0 // 2^53: JSON numbers hold integers below this exactly
+
+void slm_ckpt_meta_default(slm_ckpt_meta *meta, const slm_llama_config *cfg) {
+    memset(meta, 0, sizeof *meta);
+    meta->cfg = *cfg;
+    meta->world = 1;
+    snprintf(meta->strategy, sizeof meta->strategy, "NO_SHARD");
+    meta->shard_group_size = 1;
+}
+
+char *slm_ckpt_step_dir(const char *root, int64_t step, bool tmp) {
+    char name[64];
+    snprintf(name, sizeof name, "step_%08" PRId64 "%s", step, tmp ? ".tmp" : "");
+    return slm_path_join(root, name);
+}
+
+static void rank_names(int rank, char bin[32], char side[32]) {
+    snprintf(bin, 32, "rank_%05d.bin", rank);
+    snprintf(side, 32, "rank_%05d.json", rank);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Staging: the rank file image in memory
+
+void slm_ckpt_image_free(slm_ckpt_image *im) {
+    if (!im) return;
+    free(im->data);
+    free(im->ranges);
+    free(im->segs);
+    memset(im, 0, sizeof *im);
+}
+
+// Ranges, total length and header of an image (shared by stage and describe). Keeps im->data /
+// im->cap; replaces ranges and segs.
+static void image_layout(slm_ckpt_image *im, int rank, int world, int64_t step,
+                         const slm_unit_layout *layout, int n_units, const slm_ckpt_shard *shards) {
+    free(im->ranges);
+    free(im->segs);
+    im->segs = NULL;
+    im->n_segs = 0;
+    im->rank = rank;
+    im->world = world;
+    im->n_units = n_units;
+    im->ranges = slm_xcalloc((size_t)n_units, sizeof *im->ranges);
+    size_t off = SLM_CKPT_HEADER_BYTES;
+    for (int u = 0; u < n_units; u++) {
+        const slm_ckpt_shard *sh = &shards[u];
+        SLM_ASSERT(sh->begin >= 0 && sh->end >= sh->begin);
+        int64_t hi = sh->end < layout[u].numel ? sh->end : layout[u].numel;
+        int64_t stored = hi > sh->begin ? hi - sh->begin : 0;
+        im->ranges[u] = (slm_ckpt_range){sh->begin, sh->end, stored, (int64_t)off};
+        off += 3 * (size_t)stored * sizeof(float);
+    }
+    im->len = off;
+    uint8_t *h = im->hdr;
+    memset(h, 0, SLM_CKPT_HEADER_BYTES);
+    memcpy(h, SLM_CKPT_MAGIC, 8);
+    uint32_t u32[4] = {SLM_CKPT_FORMAT_VERSION, (uint32_t)rank, (uint32_t)world, (uint32_t)n_units};
+    memcpy(h + 8, u32, sizeof u32);
+    uint64_t u64[2] = {(uint64_t)step, (uint64_t)(off - SLM_CKPT_HEADER_BYTES)};
+    memcpy(h + 24, u64, sizeof u64);
+}
+
+void slm_ckpt_describe(slm_ckpt_image *im, int rank, int world, int64_t step,
+                       const slm_unit_layout *layout, int n_units, const slm_ckpt_shard *shards) {
+    image_layout(im, rank, world, step, layout, n_units, shards);
+    im->segs = slm_xcalloc((size_t)(1 + 3 * n_units), sizeof *im->segs);
+    im->segs[im->n_segs++] = (slm_ckpt_seg){im->hdr, SLM_CKPT_HEADER_BYTES};
+    for (int u = 0; u < n_units; u++) {
+        size_t nb = (size_t)im->ranges[u].stored * sizeof(float);
+        const float *src[3] = {shards[u].params, shards[u].m, shards[u].v};
+        for (int k = 0; k < 3 && nb > 0; k++) {
+            SLM_ASSERT(src[k] != NULL);
+            im->segs[im->n_segs++] = (slm_ckpt_seg){(const uint8_t *)src[k], nb};
+        }
+    }
+}
+
+// dst <- src (or zeros) in 1 MiB pieces over the OpenMP threads.
+static void par_copy(uint8_t *dst, const float *src, size_t nb, bool parallel) {
+    const size_t piece = (size_t)1 << 20;
+    int64_t n = (int64_t)((nb + piece - 1) / piece);
+#pragma omp parallel for schedule(static) if (parallel)
+    for (int64_t i = 0; i < n; i++) {
+        size_t off = (size_t)i * piece, len = nb - off < piece ? nb - off : piece;
+        if (src)
+            memcpy(dst + off, (const uint8_t *)src + off, len);
+        else
+            memset(dst + off, 0, len);
+    }
+}
+
+void slm_ckpt_stage(slm_ckpt_image *im, int rank, int world, int64_t step,
+                    const slm_unit_layout *layout, int n_units, const slm_ckpt_shard *shards,
+                    bool parallel) {
+    image_layout(im, rank, world, step, layout, n_units, shards);
+    size_t off = im->len;
+    if (!im->data || im->cap < off) {
+        free(im->data);
+        im->data = slm_xaligned(off);
+        im->cap = off;
+    }
+    memcpy(im->data, im->hdr, SLM_CKPT_HEADER_BYTES);
+    im->segs = slm_xcalloc(1, sizeof *im->segs);
+    im->segs[0] = (slm_ckpt_seg){im->data, off};
+    im->n_segs = 1;
+    for (int u = 0; u < n_units; u++) {
+        const slm_ckpt_range *r = &im->ranges[u];
+        size_t nb = (size_t)r->stored * sizeof(float);
+        uint8_t *p = im->data + r->offset;
+        const float *src[3] = {shards[u].params, shards[u].m, shards[u].v};
+        for (int k = 0; k < 3 && nb > 0; k++)
+            par_copy(p + k * nb, src[k], nb, parallel);
+    }
+}
+
+static slm_status write_all(int fd, const uint8_t *p, size_t n, const char *path) {
+    while (n > 0) {
+        size_t chunk = n < ((size_t)1 << 30) ? n : ((size_t)1 << 30);
+        ssize_t w = write(fd, p, chunk);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return slm_fail(SLM_E_IO, "%s: write failed: %s", path, strerror(errno));
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return SLM_OK;
+}
+
+// Writes `len` bytes to `path` (new file), fsyncs it; on failure removes it.
+static slm_status write_file_durable(const char *path, const uint8_t *data, size_t len) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return slm_fail(SLM_E_IO, "%s: cannot create: %s", path, strerror(errno));
+    slm_status st = write_all(fd, data, len, path);
+    if (!st && fsync(fd) != 0)
+        st = slm_fail(SLM_E_IO, "%s: fsync failed: %s", path, strerror(errno));
+    if (close(fd) != 0 && !st)
+        st = slm_fail(SLM_E_IO, "%s: close failed: %s", path, strerror(errno));
+    if (st) unlink(path);
+    return st;
+}
+
+static void add_hex(cJSON *o, const char *key, uint64_t h) {
+    char hex[17];
+    slm_hex64(h, hex);
+    cJSON_AddStringToObject(o, key, hex);
+}
+
+// Writes the segments to a new file `path` in pieces that end at chunk boundaries, hashing
+// each piece (whole file and its chunk) right after writing it; fsyncs. On failure removes it.
+// chunks[] receives ceil(len / SLM_CKPT_CHUNK_BYTES) hashes.
+static slm_status write_segments(const char *path, const slm_ckpt_image *im, uint64_t *whole,
+                                 uint64_t *chunks) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return slm_fail(SLM_E_IO, "%s: cannot create: %s", path, strerror(errno));
+    XXH64_state_t *hw = XXH64_createState(), *hc = XXH64_createState();
+    SLM_ASSERT(hw && hc);
+    XXH64_reset(hw, 0);
+    XXH64_reset(hc, 0);
+    slm_status st = SLM_OK;
+    size_t pos = 0;
+    int64_t k = 0;
+    for (int i = 0; i < im->n_segs && !st; i++) {
+        const uint8_t *p = im->segs[i].p;
+        size_t left = im->segs[i].len;
+        while (left > 0 && !st) {
+            size_t room = SLM_CKPT_CHUNK_BYTES - pos % SLM_CKPT_CHUNK_BYTES;
+            size_t take = left < room ? left : room;
+            st = write_all(fd, p, take, path);
+            XXH64_update(hw, p, take);
+            XXH64_update(hc, p, take);
+            p += take;
+            left -= take;
+            pos += take;
+            if (pos % SLM_CKPT_CHUNK_BYTES == 0) {
+                chunks[k++] = XXH64_digest(hc);
+                XXH64_reset(hc, 0);
+            }
+        }
+    }
+    if (pos % SLM_CKPT_CHUNK_BYTES) chunks[k++] = XXH64_digest(hc);
+    *whole = XXH64_digest(hw);
+    XXH64_freeState(hw);
+    XXH64_freeState(hc);
+    SLM_ASSERT(st || pos == im->len);
+    if (!st && fsync(fd) != 0)
+        st = slm_fail(SLM_E_IO, "%s: fsync failed: %s", path, strerror(errno));
+    if (close(fd) != 0 && !st)
+        st = slm_fail(SLM_E_IO, "%s: close failed: %s", path, strerror(errno));
+    if (st) unlink(path);
+    return st;
+}
+
+slm_status slm_ckpt_write_image(const char *dir, const slm_ckpt_image *im) {
+    char bin[32], side[32];
+    rank_names(im->rank, bin, side);
+    char *bpath = slm_path_join(dir, bin), *spath = slm_path_join(dir, side);
+    int64_t n_chunks = (int64_t)((im->len + SLM_CKPT_CHUNK_BYTES - 1) / SLM_CKPT_CHUNK_BYTES);
+    uint64_t whole = 0, *chunks = slm_xcalloc((size_t)(n_chunks ? n_chunks : 1), 8);
+    slm_status st = write_segments(bpath, im, &whole, chunks);
+    if (st) goto out;
+    // Sidecar: what rank 0 needs for the manifest, so the commit needs no data exchange.
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "rank", im->rank);
+    cJSON_AddStringToObject(o, "file", bin);
+    cJSON_AddNumberToObject(o, "bytes", (double)im->len);
+    add_hex(o, "xxh64", whole);
+    cJSON_AddNumberToObject(o, "chunk_bytes", SLM_CKPT_CHUNK_BYTES);
+    cJSON *ch = cJSON_AddArrayToObject(o, "chunk_xxh64");
+    for (int64_t k = 0; k < n_chunks; k++) {
+        char hex[17];
+        slm_hex64(chunks[k], hex);
+        cJSON_AddItemToArray(ch, cJSON_CreateString(hex));
+    }
+    cJSON *us = cJSON_AddArrayToObject(o, "units");
+    for (int u = 0; u < im->n_units; u++) {
+        cJSON *r = cJSON_CreateObject();
+        cJSON_AddNumberToObject(r, "begin", (double)im->ranges[u].begin);
+        cJSON_AddNumberToObject(r, "end", (double)im->ranges[u].end);
+        cJSON_AddNumberToObject(r, "stored", (double)im->ranges[u].stored);
+        cJSON_AddNumberToObject(r, "offset", (double)im->ranges[u].offset);
+        cJSON_AddItemToArray(us, r);
+    }
+    char *txt = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    st = write_file_durable(spath, (const uint8_t *)txt, strlen(txt));
+    free(txt);
+    if (st) unlink(bpath);
+out:
+    free(chunks);
+    free(bpath);
+    free(spath);
+    return st;
+}
+
+slm_status slm_ckpt_write_rank(const char *dir, int rank, int world, int64_t step,
+                               const slm_unit_layout *layout, int n_units,
+                               const slm_ckpt_shard *shards) {
+    slm_ckpt_image im = {0};
+    bool direct = true;
+    for (int u = 0; u < n_units; u++)
+        direct &= shards[u].params && shards[u].m && shards[u].v;
+    if (direct)
+        slm_ckpt_describe(&im, rank, world, step, layout, n_units, shards);
+    else
+        slm_ckpt_stage(&im, rank, world, step, layout, n_units, shards, true);
+    slm_status st = slm_ckpt_write_image(dir, &im);
+    slm_ckpt_image_free(&im);
+    return st;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Manifest writing and the commit
+
+static void add_config(cJSON *o, const slm_llama_config *c) {
+    cJSON_AddNumberToObject(o, "vocab_size", c->vocab_size);
+    cJSON_AddNumberToObject(o, "hidden_size", c->hidden_size);
+    cJSON_AddNumberToObject(o, "intermediate_size", c->intermediate_size);
+    cJSON_AddNumberToObject(o, "num_hidden_layers", c->num_hidden_layers);
+    cJSON_AddNumberToObject(o, "num_attention_heads", c->num_attention_heads);
+    cJSON_AddNumberToObject(o, "num_key_value_heads", c->num_key_value_heads);
+    cJSON_AddNumberToObject(o, "max_position_embeddings", c->max_position_embeddings);
+    cJSON_AddNumberToObject(o, "rms_norm_eps", c->rms_norm_eps);
+    cJSON_AddNumberToObject(o, "rope_theta", c->rope_theta);
+    cJSON_AddBoolToObject(o, "tie_word_embeddings", c->tie_word_embeddings);
+    cJSON_AddNumberToObject(o, "initializer_range", c->initializer_range);
+}
+
+static cJSON *manifest_json(const slm_ckpt_meta *meta, const slm_unit_layout *layout, int n_units) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "format", "shardlm-checkpoint");
+    cJSON_AddNumberToObject(o, "format_version", SLM_CKPT_FORMAT_VERSION);
+    cJSON_AddNumberToObject(o, "step", (double)meta->step);
+    cJSON_AddNumberToObject(o, "tokens_seen", (double)meta->tokens_seen);
+    add_config(cJSON_AddObjectToObject(o, "model_config"), &meta->cfg);
+    cJSON *tk = cJSON_AddObjectToObject(o, "tokenizer");
+    cJSON_AddStringToObject(tk, "file", meta->tokenizer_file);
+    if (meta->has_tokenizer)
+        add_hex(tk, "xxh64", meta->tokenizer_xxh64);
+    else
+        cJSON_AddNullToObject(tk, "xxh64");
+    cJSON_AddNumberToObject(o, "world_size", meta->world);
+    cJSON *sh = cJSON_AddObjectToObject(o, "sharding");
+    cJSON_AddStringToObject(sh, "strategy", meta->strategy);
+    cJSON_AddNumberToObject(sh, "shard_group_size", meta->shard_group_size);
+    cJSON *us = cJSON_AddArrayToObject(o, "units");
+    for (int u = 0; u < n_units; u++) {
+        cJSON *uo = cJSON_CreateObject();
+        cJSON_AddNumberToObject(uo, "index", u);
+        cJSON_AddNumberToObject(uo, "numel", (double)layout[u].numel);
+        cJSON *ts = cJSON_AddArrayToObject(uo, "tensors");
+        for (int i = 0; i < layout[u].n_views; i++) {
+            const slm_param_view *v = &layout[u].views[i];
+            cJSON *t = cJSON_CreateObject();
+            cJSON_AddStringToObject(t, "name", v->name);
+            cJSON *shp = cJSON_AddArrayToObject(t, "shape");
+            for (int d = 0; d < v->ndim; d++)
+                cJSON_AddItemToArray(shp, cJSON_CreateNumber((double)v->shape[d]));
+            cJSON_AddStringToObject(t, "dtype", "F32");
+            cJSON_AddNumberToObject(t, "offset", (double)v->offset);
+            cJSON_AddBoolToObject(t, "weight_decay", v->weight_decay);
+            cJSON_AddItemToArray(ts, t);
+        }
+        cJSON_AddItemToArray(us, uo);
+    }
+    cJSON *op = cJSON_AddObjectToObject(o, "optimizer");
+    cJSON_AddStringToObject(op, "name", "AdamW");
+    cJSON_AddNumberToObject(op, "lr_peak", meta->adamw.lr_peak);
+    cJSON_AddNumberToObject(op, "beta1", meta->adamw.beta1);
+    cJSON_AddNumberToObject(op, "beta2", meta->adamw.beta2);
+    cJSON_AddNumberToObject(op, "eps", meta->adamw.eps);
+    cJSON_AddNumberToObject(op, "weight_decay", meta->adamw.weight_decay);
+    cJSON_AddNumberToObject(op, "step", (double)meta->opt_step);
+    cJSON *lr = cJSON_AddObjectToObject(o, "lr_schedule");
+    cJSON_AddStringToObject(lr, "kind", "warmup_cosine");
+    cJSON_AddNumberToObject(lr, "step", (double)meta->lr_step);
+    cJSON_AddNumberToObject(lr, "warmup", (double)meta->lr_warmup);
+    cJSON_AddNumberToObject(lr, "total", (double)meta->lr_total);
+    cJSON_AddNumberToObject(lr, "lr_min", meta->lr_min);
+    cJSON *ld = cJSON_AddObjectToObject(o, "loader");
+    add_hex(ld, "seed", meta->loader.seed);
+    cJSON_AddNumberToObject(ld, "epoch", (double)meta->loader.epoch);
+    cJSON_AddNumberToObject(ld, "pos", (double)meta->loader.pos);
+    cJSON *rng = cJSON_AddArrayToObject(o, "rng_state");
+    for (int i = 0; i < 4; i++) {
+        char hex[17];
+        slm_hex64(meta->rng.s[i], hex);
+        cJSON_AddItemToArray(rng, cJSON_CreateString(hex));
+    }
+    return o;
+}
+
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+// Deletes a directory and the plain files in it (checkpoint directories are flat).
+slm_status slm_ckpt_rmdir(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return errno == ENOENT ? SLM_OK : slm_fail(SLM_E_IO, "%s: %s", dir, strerror(errno));
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        char *p = slm_path_join(dir, e->d_name);
+        unlink(p);
+        free(p);
+    }
+    closedir(d);
+    if (rmdir(dir) != 0) return slm_fail(SLM_E_IO, "%s: rmdir: %s", dir, strerror(errno));
+    return SLM_OK;
+}
+
+// Parses "step_NNNNNNNN" (committed) names; false for anything else (".tmp" included).
+static bool parse_step_name(const char *name, int64_t *step) {
+    if (strncmp(name, "step_", 5) != 0) return false;
+    const char *p = name + 5;
+    if (!*p) return false;
+    int64_t s = 0;
+    for (; *p; p++) {
+        if (*p < '0' || *p > '9' || s > INT64_MAX / 10 - 10) return false;
+        s = s * 10 + (*p - '0');
+    }
+    *step = s;
+    return true;
+}
+
+// Committed steps under root, ascending (caller frees *steps).
+static int list_steps(const char *root, int64_t **steps) {
+    int n = 0, cap = 0;
+    *steps = NULL;
+    DIR *d = opendir(root);
+    if (!d) return 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        int64_t s;
+        if (!parse_step_name(e->d_name, &s)) continue;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 16;
+            *steps = slm_xrealloc(*steps, (size_t)cap * sizeof **steps);
+        }
+        (*steps)[n++] = s;
+    }
+    closedir(d);
+    if (n) qsort(*steps, (size_t)n, sizeof **steps, cmp_i64);
+    return n;
+}
+
+slm_status slm_ckpt_commit(const char *root, const slm_ckpt_meta *meta,
+                           const slm_unit_layout *layout, int n_units, int keep) {
+    char *tmp = slm_ckpt_step_dir(root, meta->step, true);
+    char *fin = slm_ckpt_step_dir(root, meta->step, false);
+    char *mpath = slm_path_join(tmp, "manifest.json");
+    char *txt = NULL;
+    cJSON *o = manifest_json(meta, layout, n_units);
+    cJSON *files = cJSON_AddArrayToObject(o, "files");
+    slm_status st = SLM_OK;
+    for (int r = 0; r < meta->world; r++) {
+        char bin[32], side[32];
+        rank_names(r, bin, side);
+        char *sp = slm_path_join(tmp, side);
+        char *text = NULL;
+        size_t len = 0;
+        if (r > 0 && !slm_is_file(sp)) { // a replica rank that wrote nothing
+            free(sp);
+            continue;
+        }
+        st = slm_file_read_all(sp, &text, &len);
+        cJSON *so = st ? NULL : cJSON_ParseWithLength(text, len);
+        if (!st && !so) st = slm_fail(SLM_E_FORMAT, "%s: sidecar is not valid JSON", sp);
+        free(text);
+        free(sp);
+        if (st) goto out;
+        cJSON_AddItemToArray(files, so);
+    }
+    txt = cJSON_Print(o);
+    st = slm_file_write_atomic(mpath, txt, strlen(txt));
+    if (st) goto out;
+    for (int r = 0; r < meta->world; r++) {
+        char bin[32], side[32];
+        rank_names(r, bin, side);
+        char *sp = slm_path_join(tmp, side);
+        unlink(sp); // merged into the manifest
+        free(sp);
+    }
+    if ((st = slm_fsync_dir(tmp))) goto out;
+    if (rename(tmp, fin) != 0) {
+        st = slm_fail(SLM_E_IO, "rename %s -> %s failed: %s", tmp, fin, strerror(errno));
+        goto out;
+    }
+    if ((st = slm_fsync_dir(root))) goto out;
+    {
+        char name[64];
+        int nl = snprintf(name, sizeof name, "step_%08" PRId64 "\n", meta->step);
+        char *lp = slm_path_join(root, "latest");
+        st = slm_file_write_atomic(lp, name, (size_t)nl);
+        free(lp);
+        if (st) goto out;
+    }
+    // Retention and stale staging directories: only after `latest` names the new checkpoint.
+    {
+        int64_t *steps;
+        int n = list_steps(root, &steps);
+        for (int i = 0; keep > 0 && i < n - keep; i++) {
+            if (steps[i] == meta->step) continue;
+            char *d = slm_ckpt_step_dir(root, steps[i], false);
+            if (slm_ckpt_rmdir(d)) slm_warn("%s", slm_errmsg());
+            free(d);
+        }
+        free(steps);
+        DIR *d = opendir(root);
+        struct dirent *e;
+        while (d && (e = readdir(d))) {
+            size_t l = strlen(e->d_name);
+            if (strncmp(e->d_name, "step_", 5) || l < 4 || strcmp(e->d_name + l - 4, ".tmp"))
+                continue;
+            char *p = slm_path_join(root, e->d_name);
+            slm_ckpt_rmdir(p);
+            free(p);
+        }
+        if (d) closedir(d);
+    }
+out:
+    cJSON_Delete(o);
+    free(txt);
+    free(mpath);
+    free(tmp);
+    free(fin);
+    return st;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reading
+
+typedef struct ck_file {
+    char name[32];
+    char *path;
+    int rank;
+    int64_t bytes;
+    uint64_t xxh64;
+    int64_t n_chunks;
+    uint64_t *chunk;        // [n_chunks]
+    slm_ckpt_range *ranges; // [n_units]
+    int fd;                 // -1 until opened
+} ck_file;
+
+struct slm_ckpt {
+    char *dir;
+    char *manifest_path;
+    slm_ckpt_meta meta;
+    int n_units;
+    slm_unit_layout *units;
+    int n_files;
+    ck_file *files;
+    // one-chunk cache (consecutive reads of params / m / v share boundary chunks)
+    int cache_file;
+    int64_t cache_chunk;
+    uint8_t *cache;
+    size_t cache_len;
+};
+
+const char *slm_ckpt_dir(const slm_ckpt *c) {
+    return c->dir;
+}
+const slm_ckpt_meta *slm_ckpt_get_meta(const slm_ckpt *c) {
+    return &c->meta;
+}
+int slm_ckpt_n_units(const slm_ckpt *c) {
+    return c->n_units;
+}
+const slm_unit_layout *slm_ckpt_unit(const slm_ckpt *c, int u) {
+    return &c->units[u];
+}
+
+void slm_ckpt_free(slm_ckpt *c) {
+    if (!c) return;
+    for (int u = 0; u < c->n_units; u++)
+        free(c->units[u].views);
+    free(c->units);
+    for (int i = 0; i < c->n_files; i++) {
+        free(c->files[i].path);
+        free(c->files[i].chunk);
+        free(c->files[i].ranges);
+        if (c->files[i].fd >= 0) close(c->files[i].fd);
+    }
+    free(c->files);
+    free(c->cache);
+    free(c->dir);
+    free(c->manifest_path);
+    free(c);
+}
+
+// JSON field helpers: each names the manifest and the field on error.
+static slm_status jnum(const char *mp, const cJSON *o, const char *key, double lo, double hi,
+                       bool integer, double *out) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!cJSON_IsNumber(x))
+        return slm_fail(SLM_E_FORMAT, "%s: field \"%s\" missing or not a number", mp, key);
+    double v = x->valuedouble;
+    if (!(v >= lo && v <= hi) || (integer && v != floor(v)))
+        return slm_fail(SLM_E_FORMAT, "%s: field \"%s\" = %g out of range [%g, %g]%s", mp, key, v,
+                        lo, hi, integer ? " or not an integer" : "");
+    *out = v;
+    return SLM_OK;
+}
+
+static slm_status ji64(const char *mp, const cJSON *o, const char *key, int64_t lo, int64_t *out) {
+    double d = 0;
+    slm_status st = jnum(mp, o, key, (double)lo, MAX_EXACT, true, &d);
+    if (!st) *out = (int64_t)d;
+    return st;
+}
+
+static slm_status jhex(const char *mp, const cJSON *o, const char *key, uint64_t *out) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!cJSON_IsString(x) || !slm_parse_hex64(x->valuestring, out))
+        return slm_fail(SLM_E_FORMAT, "%s: field \"%s\" missing or not 16 hex digits", mp, key);
+    return SLM_OK;
+}
+
+static const cJSON *jobj(const cJSON *o, const char *key) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsObject(x) ? x : NULL;
+}
+
+static const cJSON *jarr(const cJSON *o, const char *key) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsArray(x) ? x : NULL;
+}
+
+static bool safe_file_name(const char *s) {
+    if (!s || !*s || strlen(s) >= 32 || !strcmp(s, ".") || !strcmp(s, "..")) return false;
+    for (const char *p = s; *p; p++)
+        if (*p == '/' || *p == '\\' || (unsigned char)*p < 0x20 || (unsigned char)*p >= 0x7f)
+            return false;
+    return true;
+}
+
+typedef struct iv {
+    int64_t b, e;
+} iv;
+static int cmp_iv(const void *a, const void *b) {
+    const iv *x = a, *y = b;
+    return (x->b > y->b) - (x->b < y->b);
+}
+
+static slm_status parse_units(slm_ckpt *c, const char *mp, const cJSON *arr) {
+    int n = cJSON_GetArraySize(arr);
+    if (n < 1 || n > 1000000)
+        return slm_fail(SLM_E_FORMAT, "%s: \"units\" must be a non-empty array", mp);
+    c->n_units = n;
+    c->units = slm_xcalloc((size_t)n, sizeof *c->units);
+    slm_status st;
+    for (int u = 0; u < n; u++) {
+        const cJSON *uo = cJSON_GetArrayItem(arr, u);
+        slm_unit_layout *L = &c->units[u];
+        if (!cJSON_IsObject(uo))
+            return slm_fail(SLM_E_FORMAT, "%s: units[%d] is not an object", mp, u);
+        if ((st = ji64(mp, uo, "numel", 0, &L->numel))) return st;
+        const cJSON *ts = jarr(uo, "tensors");
+        if (!ts) return slm_fail(SLM_E_FORMAT, "%s: units[%d].tensors missing", mp, u);
+        int nv = cJSON_GetArraySize(ts);
+        L->views = slm_xcalloc((size_t)(nv ? nv : 1), sizeof *L->views);
+        L->n_views = nv;
+        for (int i = 0; i < nv; i++) {
+            const cJSON *t = cJSON_GetArrayItem(ts, i);
+            slm_param_view *v = &L->views[i];
+            const cJSON *nm = cJSON_GetObjectItemCaseSensitive(t, "name");
+            const cJSON *dt = cJSON_GetObjectItemCaseSensitive(t, "dtype");
+            const cJSON *shp = jarr(t, "shape");
+            if (!cJSON_IsString(nm) || strlen(nm->valuestring) >= sizeof v->name)
+                return slm_fail(SLM_E_FORMAT, "%s: units[%d].tensors[%d].name missing/too long", mp,
+                                u, i);
+            snprintf(v->name, sizeof v->name, "%s", nm->valuestring);
+            if (!cJSON_IsString(dt) || strcmp(dt->valuestring, "F32"))
+                return slm_fail(SLM_E_FORMAT, "%s: tensor %s: dtype must be \"F32\"", mp, v->name);
+            int nd = shp ? cJSON_GetArraySize(shp) : 0;
+            if (nd < 1 || nd > 2)
+                return slm_fail(SLM_E_FORMAT, "%s: tensor %s: shape must have 1 or 2 dims", mp,
+                                v->name);
+            v->ndim = nd;
+            v->numel = 1;
+            for (int d = 0; d < nd; d++) {
+                const cJSON *x = cJSON_GetArrayItem(shp, d);
+                if (!cJSON_IsNumber(x) || x->valuedouble < 1 || x->valuedouble > 1e12 ||
+                    x->valuedouble != floor(x->valuedouble))
+                    return slm_fail(SLM_E_FORMAT, "%s: tensor %s: bad shape", mp, v->name);
+                v->shape[d] = (int64_t)x->valuedouble;
+                v->numel *= v->shape[d];
+            }
+            if ((st = ji64(mp, t, "offset", 0, &v->offset))) return st;
+            if (v->offset + v->numel > L->numel)
+                return slm_fail(SLM_E_FORMAT,
+                                "%s: tensor %s: offset %" PRId64 " + numel %" PRId64
+                                " beyond unit %d numel %" PRId64,
+                                mp, v->name, v->offset, v->numel, u, L->numel);
+            v->weight_decay = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(t, "weight_decay"));
+        }
+    }
+    return SLM_OK;
+}
+
+static slm_status parse_files(slm_ckpt *c, const char *mp, const cJSON *arr) {
+    int n = cJSON_GetArraySize(arr);
+    if (n < 1 || n > 1000000)
+        return slm_fail(SLM_E_FORMAT, "%s: \"files\" must be a non-empty array", mp);
+    c->files = slm_xcalloc((size_t)n, sizeof *c->files);
+    c->n_files = n;
+    for (int i = 0; i < n; i++)
+        c->files[i].fd = -1;
+    slm_status st;
+    for (int i = 0; i < n; i++) {
+        const cJSON *fo = cJSON_GetArrayItem(arr, i);
+        ck_file *f = &c->files[i];
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(fo, "file");
+        if (!cJSON_IsString(nm) || !safe_file_name(nm->valuestring))
+            return slm_fail(SLM_E_FORMAT, "%s: files[%d].file missing or not a plain name", mp, i);
+        snprintf(f->name, sizeof f->name, "%s", nm->valuestring);
+        f->path = slm_path_join(c->dir, f->name);
+        double d = 0;
+        if ((st = jnum(mp, fo, "rank", 0, 1e7, true, &d))) return st;
+        f->rank = (int)d;
+        if ((st = ji64(mp, fo, "bytes", SLM_CKPT_HEADER_BYTES, &f->bytes))) return st;
+        if ((st = jhex(mp, fo, "xxh64", &f->xxh64))) return st;
+        if ((st =
+                 jnum(mp, fo, "chunk_bytes", SLM_CKPT_CHUNK_BYTES, SLM_CKPT_CHUNK_BYTES, true, &d)))
+            return st;
+        const cJSON *ch = jarr(fo, "chunk_xxh64");
+        f->n_chunks = (f->bytes + SLM_CKPT_CHUNK_BYTES - 1) / SLM_CKPT_CHUNK_BYTES;
+        if (!ch || cJSON_GetArraySize(ch) != f->n_chunks)
+            return slm_fail(SLM_E_FORMAT, "%s: %s: chunk_xxh64 must list %" PRId64 " hashes", mp,
+                            f->name, f->n_chunks);
+        f->chunk = slm_xcalloc((size_t)f->n_chunks, sizeof *f->chunk);
+        int64_t k = 0;
+        const cJSON *x;
+        cJSON_ArrayForEach(x, ch) {
+            if (!cJSON_IsString(x) || !slm_parse_hex64(x->valuestring, &f->chunk[k]))
+                return slm_fail(SLM_E_FORMAT, "%s: %s: chunk_xxh64[%" PRId64 "] not hex", mp,
+                                f->name, k);
+            k++;
+        }
+        const cJSON *us = jarr(fo, "units");
+        if (!us || cJSON_GetArraySize(us) != c->n_units)
+            return slm_fail(SLM_E_FORMAT, "%s: %s: \"units\" must list %d ranges", mp, f->name,
+                            c->n_units);
+        f->ranges = slm_xcalloc((size_t)c->n_units, sizeof *f->ranges);
+        int64_t expect_off = SLM_CKPT_HEADER_BYTES;
+        for (int u = 0; u < c->n_units; u++) {
+            const cJSON *r = cJSON_GetArrayItem(us, u);
+            slm_ckpt_range *R = &f->ranges[u];
+            if ((st = ji64(mp, r, "begin", 0, &R->begin)) ||
+                (st = ji64(mp, r, "end", 0, &R->end)) ||
+                (st = ji64(mp, r, "stored", 0, &R->stored)) ||
+                (st = ji64(mp, r, "offset", 0, &R->offset)))
+                return st;
+            int64_t hi = R->end < c->units[u].numel ? R->end : c->units[u].numel;
+            int64_t want = hi > R->begin ? hi - R->begin : 0;
+            if (R->end < R->begin || R->stored != want || R->offset != expect_off)
+                return slm_fail(SLM_E_FORMAT,
+                                "%s: %s: unit %d range [%" PRId64 ", %" PRId64 ") stored %" PRId64
+                                " offset %" PRId64 " inconsistent (expected stored %" PRId64
+                                ", offset %" PRId64 ")",
+                                mp, f->name, u, R->begin, R->end, R->stored, R->offset, want,
+                                expect_off);
+            expect_off += 3 * R->stored * (int64_t)sizeof(float);
+        }
+        if (expect_off != f->bytes)
+            return slm_fail(SLM_E_FORMAT, "%s: %s: bytes %" PRId64 " but ranges need %" PRId64, mp,
+                            f->name, f->bytes, expect_off);
+    }
+    // Every unit's [0, numel) must be covered (overlaps are fine: replicas).
+    iv *ivs = slm_xcalloc((size_t)n, sizeof *ivs);
+    for (int u = 0; u < c->n_units; u++) {
+        for (int i = 0; i < n; i++)
+            ivs[i] = (iv){c->files[i].ranges[u].begin,
+                          c->files[i].ranges[u].begin + c->files[i].ranges[u].stored};
+        qsort(ivs, (size_t)n, sizeof *ivs, cmp_iv);
+        int64_t covered = 0;
+        for (int i = 0; i < n; i++)
+            if (ivs[i].e > ivs[i].b && ivs[i].b <= covered && ivs[i].e > covered)
+                covered = ivs[i].e;
+        if (covered < c->units[u].numel) {
+            free(ivs);
+            return slm_fail(SLM_E_FORMAT,
+                            "%s: unit %d: the files' ranges cover only [0, %" PRId64 ") of %" PRId64
+                            " elements",
+                            mp, u, covered, c->units[u].numel);
+        }
+    }
+    free(ivs);
+    return SLM_OK;
+}
+
+slm_status slm_ckpt_parse_manifest(slm_ckpt *c, const char *text, size_t len) {
+    const char *mp = c->manifest_path;
+    cJSON *o = cJSON_ParseWithLength(text, len);
+    if (!cJSON_IsObject(o)) {
+        cJSON_Delete(o);
+        return slm_fail(SLM_E_FORMAT, "%s: not a JSON object", mp);
+    }
+    slm_status st = SLM_OK;
+    double d = 0;
+    slm_ckpt_meta *M = &c->meta;
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(o, "format");
+    if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, "shardlm-checkpoint")) {
+        st = slm_fail(SLM_E_FORMAT, "%s: \"format\" is not \"shardlm-checkpoint\"", mp);
+        goto out;
+    }
+    if ((st = jnum(mp, o, "format_version", 0, 1e9, true, &d))) goto out;
+    if ((int)d != SLM_CKPT_FORMAT_VERSION) {
+        st = slm_fail(SLM_E_UNSUPPORTED,
+                      "%s: format_version %d is not supported (this shardlm reads version %d)", mp,
+                      (int)d, SLM_CKPT_FORMAT_VERSION);
+        goto out;
+    }
+    if ((st = ji64(mp, o, "step", 0, &M->step)) ||
+        (st = ji64(mp, o, "tokens_seen", 0, &M->tokens_seen)))
+        goto out;
+    const cJSON *cfg = jobj(o, "model_config");
+    if (!cfg) {
+        st = slm_fail(SLM_E_FORMAT, "%s: \"model_config\" missing", mp);
+        goto out;
+    }
+    {
+        char *ct = cJSON_PrintUnformatted(cfg);
+        st = slm_llama_config_parse(ct, strlen(ct), mp, &M->cfg);
+        free(ct);
+        if (st) goto out;
+    }
+    const cJSON *tk = jobj(o, "tokenizer");
+    if (tk) {
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(tk, "file");
+        if (cJSON_IsString(fn))
+            snprintf(M->tokenizer_file, sizeof M->tokenizer_file, "%s", fn->valuestring);
+        const cJSON *h = cJSON_GetObjectItemCaseSensitive(tk, "xxh64");
+        if (cJSON_IsString(h)) {
+            if ((st = jhex(mp, tk, "xxh64", &M->tokenizer_xxh64))) goto out;
+            M->has_tokenizer = true;
+        }
+    }
+    if ((st = jnum(mp, o, "world_size", 1, 1e7, true, &d))) goto out;
+    M->world = (int)d;
+    const cJSON *sh = jobj(o, "sharding");
+    if (!sh) {
+        st = slm_fail(SLM_E_FORMAT, "%s: \"sharding\" missing", mp);
+        goto out;
+    }
+    {
+        const cJSON *s = cJSON_GetObjectItemCaseSensitive(sh, "strategy");
+        if (!cJSON_IsString(s)) {
+            st = slm_fail(SLM_E_FORMAT, "%s: sharding.strategy missing", mp);
+            goto out;
+        }
+        snprintf(M->strategy, sizeof M->strategy, "%s", s->valuestring);
+        if ((st = jnum(mp, sh, "shard_group_size", 1, 1e7, true, &d))) goto out;
+        M->shard_group_size = (int)d;
+    }
+    const cJSON *op = jobj(o, "optimizer"), *lr = jobj(o, "lr_schedule"), *ld = jobj(o, "loader");
+    const cJSON *rng = jarr(o, "rng_state");
+    if (!op || !lr || !ld || !rng || cJSON_GetArraySize(rng) != 4) {
+        st = slm_fail(SLM_E_FORMAT,
+                      "%s: \"optimizer\", \"lr_schedule\", \"loader\" or \"rng_state\" (4 hex "
+                      "words) missing",
+                      mp);
+        goto out;
+    }
+    {
+        double v[5] = {0};
+        const char *keys[5] = {"lr_peak", "beta1", "beta2", "eps", "weight_decay"};
+        for (int i = 0; i < 5; i++)
+            if ((st = jnum(mp, op, keys[i], -1e30, 1e30, false, &v[i]))) goto out;
+        M->adamw =
+            (slm_adamw_hparams){(float)v[0], (float)v[1], (float)v[2], (float)v[3], (float)v[4]};
+        if ((st = ji64(mp, op, "step", 0, &M->opt_step))) goto out;
+        if ((st = ji64(mp, lr, "step", 0, &M->lr_step)) ||
+            (st = ji64(mp, lr, "warmup", 0, &M->lr_warmup)) ||
+            (st = ji64(mp, lr, "total", 0, &M->lr_total)) ||
+            (st = jnum(mp, lr, "lr_min", -1e30, 1e30, false, &d)))
+            goto out;
+        M->lr_min = (float)d;
+        if ((st = jhex(mp, ld, "seed", &M->loader.seed)) ||
+            (st = ji64(mp, ld, "epoch", 0, &M->loader.epoch)) ||
+            (st = ji64(mp, ld, "pos", 0, &M->loader.pos)))
+            goto out;
+        for (int i = 0; i < 4; i++) {
+            const cJSON *x = cJSON_GetArrayItem(rng, i);
+            if (!cJSON_IsString(x) || !slm_parse_hex64(x->valuestring, &M->rng.s[i])) {
+                st = slm_fail(SLM_E_FORMAT, "%s: rng_state[%d] is not 16 hex digits", mp, i);
+                goto out;
+            }
+        }
+    }
+    const cJSON *us = jarr(o, "units");
+    if (!us) {
+        st = slm_fail(SLM_E_FORMAT, "%s: \"units\" missing", mp);
+        goto out;
+    }
+    if ((st = parse_units(c, mp, us))) goto out;
+    const cJSON *fs = jarr(o, "files");
+    if (!fs) {
+        st = slm_fail(SLM_E_FORMAT, "%s: \"files\" missing", mp);
+        goto out;
+    }
+    st = parse_files(c, mp, fs);
+out:
+    cJSON_Delete(o);
+    return st;
+}
+
+slm_ckpt *slm_ckpt_alloc(const char *dir) {
+    slm_ckpt *c = slm_xcalloc(1, sizeof *c);
+    c->dir = slm_xstrdup(dir);
+    c->manifest_path = slm_path_join(dir, "manifest.json");
+    c->cache_file = -1;
+    return c;
+}
+
+// Resolves PATH to a step directory (see slm_ckpt_open); caller frees.
+static slm_status resolve_dir(const char *path, char **out) {
+    char *m = slm_path_join(path, "manifest.json");
+    bool direct = slm_is_file(m);
+    free(m);
+    if (direct) {
+        *out = slm_xstrdup(path);
+        return SLM_OK;
+    }
+    const char *roots[2] = {path, NULL};
+    char *sub = slm_path_join(path, "checkpoints");
+    roots[1] = sub;
+    for (int i = 0; i < 2; i++) {
+        char *lp = slm_path_join(roots[i], "latest");
+        char *txt = NULL;
+        size_t len = 0;
+        bool have = slm_is_file(lp) && slm_file_read_all(lp, &txt, &len) == SLM_OK;
+        if (have) {
+            while (len && (txt[len - 1] == '\n' || txt[len - 1] == ' '))
+                txt[--len] = 0;
+            int64_t s;
+            if (!parse_step_name(txt, &s)) {
+                slm_status st = slm_fail(SLM_E_FORMAT, "%s: does not name a step_N directory", lp);
+                free(txt);
+                free(lp);
+                free(sub);
+                return st;
+            }
+            *out = slm_path_join(roots[i], txt);
+            free(txt);
+            free(lp);
+            free(sub);
+            return SLM_OK;
+        }
+        free(txt);
+        free(lp);
+    }
+    free(sub);
+    return slm_fail(SLM_E_IO,
+                    "%s: no checkpoint here (neither manifest.json, latest nor checkpoints/latest)",
+                    path);
+}
+
+slm_status slm_ckpt_open(const char *path, slm_ckpt **out) {
+    *out = NULL;
+    char *dir = NULL;
+    slm_status st = resolve_dir(path, &dir);
+    if (st) return st;
+    slm_ckpt *c = slm_ckpt_alloc(dir);
+    free(dir);
+    char *text = NULL;
+    size_t len = 0;
+    st = slm_file_read_all(c->manifest_path, &text, &len);
+    if (!st) st = slm_ckpt_parse_manifest(c, text, len);
+    free(text);
+    if (st) {
+        slm_ckpt_free(c);
+        return st;
+    }
+    *out = c;
+    return SLM_OK;
+}
+
+static slm_status open_file(slm_ckpt *c, ck_file *f) {
+    if (f->fd >= 0) return SLM_OK;
+    int fd = open(f->path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return slm_fail(SLM_E_IO, "%s: cannot open rank %d's file: %s%s", f->path, f->rank,
+                        strerror(errno),
+                        errno == ENOENT ? "; HINT: the checkpoint is incomplete, resume from an "
+                                          "older one with --resume PATH"
+                                        : "");
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || sb.st_size != f->bytes) {
+        close(fd);
+        return slm_fail(SLM_E_IO, "%s: size %lld, manifest says %" PRId64 " bytes (truncated?)",
+                        f->path, (long long)sb.st_size, f->bytes);
+    }
+    f->fd = fd;
+    (void)c;
+    return SLM_OK;
+}
+
+// Returns a pointer to verified chunk k of file fi (valid until the next call).
+static slm_status get_chunk(slm_ckpt *c, int fi, int64_t k, const uint8_t **p, size_t *n) {
+    ck_file *f = &c->files[fi];
+    if (c->cache_file == fi && c->cache_chunk == k) {
+        *p = c->cache;
+        *n = c->cache_len;
+        return SLM_OK;
+    }
+    slm_status st = open_file(c, f);
+    if (st) return st;
+    if (!c->cache) c->cache = slm_xmalloc(SLM_CKPT_CHUNK_BYTES);
+    c->cache_file = -1;
+    int64_t off = k * (int64_t)SLM_CKPT_CHUNK_BYTES;
+    size_t len =
+        (size_t)(f->bytes - off < SLM_CKPT_CHUNK_BYTES ? f->bytes - off : SLM_CKPT_CHUNK_BYTES);
+    size_t got = 0;
+    while (got < len) {
+        ssize_t r = pread(f->fd, c->cache + got, len - got, off + (off_t)got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0)
+            return slm_fail(SLM_E_IO, "%s: read at byte %" PRId64 " failed: %s", f->path,
+                            off + (int64_t)got, r < 0 ? strerror(errno) : "unexpected end of file");
+        got += (size_t)r;
+    }
+    uint64_t h = XXH64(c->cache, len, 0);
+    if (h != f->chunk[k]) {
+        char a[17], b[17];
+        slm_hex64(f->chunk[k], a);
+        slm_hex64(h, b);
+        return slm_fail(SLM_E_CHECKSUM,
+                        "%s: checksum mismatch in chunk %" PRId64 " (bytes %" PRId64 "..%" PRId64
+                        "; manifest %s, file %s); HINT: resume from an older checkpoint with "
+                        "--resume PATH",
+                        f->path, k, off, off + (int64_t)len, a, b);
+    }
+    if (k == 0 && (memcmp(c->cache, SLM_CKPT_MAGIC, 8) != 0))
+        return slm_fail(SLM_E_FORMAT, "%s: bad magic (not a shardlm checkpoint rank file)",
+                        f->path);
+    c->cache_file = fi;
+    c->cache_chunk = k;
+    c->cache_len = len;
+    *p = c->cache;
+    *n = len;
+    return SLM_OK;
+}
+
+// Copies bytes [off, off + len) of file fi into dst, chunk by verified chunk.
+static slm_status read_bytes(slm_ckpt *c, int fi, int64_t off, size_t len, uint8_t *dst) {
+    while (len > 0) {
+        int64_t k = off / SLM_CKPT_CHUNK_BYTES;
+        const uint8_t *p = NULL;
+        size_t n = 0;
+        slm_status st = get_chunk(c, fi, k, &p, &n);
+        if (st) return st;
+        size_t in = (size_t)(off - k * (int64_t)SLM_CKPT_CHUNK_BYTES);
+        size_t take = n - in < len ? n - in : len;
+        memcpy(dst, p + in, take);
+        dst += take;
+        off += (int64_t)take;
+        len -= take;
+    }
+    return SLM_OK;
+}
+
+slm_status slm_ckpt_read_range(slm_ckpt *c, int unit, int64_t begin, int64_t end, float *params,
+                               float *m, float *v) {
+    SLM_ASSERT(unit >= 0 && unit < c->n_units && begin >= 0 && end >= begin);
+    int64_t numel = c->units[unit].numel;
+    float *dst[3] = {params, m, v};
+    // Padding first: zeros for [max(begin, numel), end).
+    for (int k = 0; k < 3; k++)
+        if (dst[k])
+            for (int64_t i = begin > numel ? begin : numel; i < end; i++)
+                dst[k][i - begin] = 0.0f;
+    int64_t pos = begin, hi = end < numel ? end : numel;
+    while (pos < hi) {
+        // The file whose stored range holds `pos` and reaches furthest.
+        int best = -1;
+        int64_t best_end = pos;
+        for (int i = 0; i < c->n_files; i++) {
+            const slm_ckpt_range *R = &c->files[i].ranges[unit];
+            int64_t re = R->begin + R->stored;
+            if (R->begin <= pos && re > best_end) {
+                best = i;
+                best_end = re;
+            }
+        }
+        if (best < 0)
+            return slm_fail(SLM_E_FORMAT, "%s: unit %d element %" PRId64 " is in no rank file",
+                            c->manifest_path, unit, pos);
+        int64_t seg_end = best_end < hi ? best_end : hi;
+        const slm_ckpt_range *R = &c->files[best].ranges[unit];
+        for (int k = 0; k < 3; k++) {
+            if (!dst[k]) continue;
+            int64_t off = R->offset + ((int64_t)k * R->stored + (pos - R->begin)) * 4;
+            slm_status st = read_bytes(c, best, off, (size_t)(seg_end - pos) * 4,
+                                       (uint8_t *)(dst[k] + (pos - begin)));
+            if (st) return st;
+        }
+        pos = seg_end;
+    }
+    return SLM_OK;
+}
+
+slm_status slm_ckpt_verify(slm_ckpt *c) {
+    for (int i = 0; i < c->n_files; i++) {
+        ck_file *f = &c->files[i];
+        slm_status st = open_file(c, f);
+        if (st) return st;
+        uint64_t h;
+        if ((st = slm_file_xxh64(f->path, &h))) return st;
+        if (h != f->xxh64) {
+            char a[17], b[17];
+            slm_hex64(f->xxh64, a);
+            slm_hex64(h, b);
+            return slm_fail(SLM_E_CHECKSUM,
+                            "%s: checksum mismatch (manifest %s, file %s); HINT: resume from an "
+                            "older checkpoint with --resume PATH",
+                            f->path, a, b);
+        }
+        uint8_t hdr[SLM_CKPT_HEADER_BYTES];
+        if (pread(f->fd, hdr, sizeof hdr, 0) != (ssize_t)sizeof hdr)
+            return slm_fail(SLM_E_IO, "%s: cannot read the header", f->path);
+        uint32_t u32[4];
+        memcpy(u32, hdr + 8, sizeof u32);
+        if (memcmp(hdr, SLM_CKPT_MAGIC, 8) || u32[0] != SLM_CKPT_FORMAT_VERSION ||
+            (int)u32[3] != c->n_units)
+            return slm_fail(SLM_E_FORMAT,
+                            "%s: header does not match the manifest (magic, version or units)",
+                            f->path);
+    }
+    return SLM_OK;
+}
+
+static bool close_f(float a, float b) {
+    return fabsf(a - b) <= 1e-6f * fabsf(b);
+}
+
+slm_status slm_ckpt_check_model(const slm_ckpt *c, const slm_llama *m) {
+    const slm_llama_config *a = &c->meta.cfg, *b = &m->cfg;
+    const char *mp = c->manifest_path;
+#define CK_INT(f)                                                                                  \
+    if (a->f != b->f)                                                                              \
+        return slm_fail(SLM_E_ARG, "%s: model_config.%s is %d, the model has %d", mp, #f,          \
+                        (int)a->f, (int)b->f);
+    CK_INT(vocab_size)
+    CK_INT(hidden_size)
+    CK_INT(intermediate_size)
+    CK_INT(num_hidden_layers)
+    CK_INT(num_attention_heads)
+    CK_INT(num_key_value_heads)
+    CK_INT(tie_word_embeddings)
+#undef CK_INT
+    if (!close_f(a->rms_norm_eps, b->rms_norm_eps) || !close_f(a->rope_theta, b->rope_theta))
+        return slm_fail(SLM_E_ARG,
+                        "%s: model_config rms_norm_eps / rope_theta differ (%g/%g vs %g/%g)", mp,
+                        a->rms_norm_eps, a->rope_theta, b->rms_norm_eps, b->rope_theta);
+    if (c->n_units != m->n_units)
+        return slm_fail(SLM_E_ARG, "%s: %d units, the model has %d", mp, c->n_units, m->n_units);
+    for (int u = 0; u < c->n_units; u++) {
+        const slm_unit_layout *x = &c->units[u], *y = &m->units[u];
+        if (x->numel != y->numel || x->n_views != y->n_views)
+            return slm_fail(SLM_E_ARG,
+                            "%s: unit %d has %" PRId64 " elements in %d tensors, the model %" PRId64
+                            " in %d",
+                            mp, u, x->numel, x->n_views, y->numel, y->n_views);
+        for (int i = 0; i < x->n_views; i++) {
+            const slm_param_view *p = &x->views[i], *q = &y->views[i];
+            if (strcmp(p->name, q->name) || p->offset != q->offset || p->ndim != q->ndim ||
+                p->shape[0] != q->shape[0] || (p->ndim > 1 && p->shape[1] != q->shape[1]))
+                return slm_fail(SLM_E_ARG,
+                                "%s: unit %d tensor %d: %s [%" PRId64 "%s] at %" PRId64
+                                " vs the model's %s at %" PRId64,
+                                mp, u, i, p->name, p->shape[0], p->ndim > 1 ? ", ..." : "",
+                                p->offset, q->name, q->offset);
+        }
+    }
+    return SLM_OK;
+}
+
+void slm_ckpt_print_summary(const slm_ckpt *c, void *file) {
+    FILE *f = file;
+    const slm_ckpt_meta *M = &c->meta;
+    int64_t total = 0;
+    for (int u = 0; u < c->n_units; u++)
+        total += c->units[u].numel;
+    fprintf(f, "checkpoint   %s\n", c->dir);
+    fprintf(f, "format       shardlm-checkpoint v%d\n", SLM_CKPT_FORMAT_VERSION);
+    fprintf(f, "step         %" PRId64 " (optimizer t %" PRId64 ", lr step %" PRId64 ")\n", M->step,
+            M->opt_step, M->lr_step);
+    fprintf(f, "tokens_seen  %" PRId64 "\n", M->tokens_seen);
+    fprintf(f,
+            "model        L=%d C=%d F=%d H=%d KV=%d V=%d tie=%d, %" PRId64 " params in %d units\n",
+            M->cfg.num_hidden_layers, M->cfg.hidden_size, M->cfg.intermediate_size,
+            M->cfg.num_attention_heads, M->cfg.num_key_value_heads, M->cfg.vocab_size,
+            (int)M->cfg.tie_word_embeddings, total, c->n_units);
+    fprintf(f, "sharding     %s, world %d, shard group %d\n", M->strategy, M->world,
+            M->shard_group_size);
+    fprintf(f, "optimizer    AdamW lr %g betas (%g, %g) eps %g wd %g\n", M->adamw.lr_peak,
+            M->adamw.beta1, M->adamw.beta2, M->adamw.eps, M->adamw.weight_decay);
+    fprintf(f, "loader       epoch %" PRId64 " pos %" PRId64 "\n", M->loader.epoch, M->loader.pos);
+    if (M->has_tokenizer) {
+        char h[17];
+        slm_hex64(M->tokenizer_xxh64, h);
+        fprintf(f, "tokenizer    %s xxh64 %s\n", M->tokenizer_file, h);
+    }
+    for (int i = 0; i < c->n_files; i++) {
+        char h[17];
+        slm_hex64(c->files[i].xxh64, h);
+        fprintf(f, "file         %s rank %d %" PRId64 " bytes xxh64 %s\n", c->files[i].name,
+                c->files[i].rank, c->files[i].bytes, h);
+    }
+}

@@ -1,0 +1,273 @@
+// ckpt: sharded, atomic, optionally asynchronous training checkpoints with exact resume and
+// resharding on load, and the Hugging Face safetensors bridge (export / --init-from-hf).
+//
+// On disk (docs/formats.md, "Checkpoints"): RUN_DIR/checkpoints/step_NNNNNNNN/ holds
+// manifest.json (everything but the tensors) and one rank_RRRRR.bin per rank with that rank's
+// shard of every unit: fp32 params, AdamW m and v. RUN_DIR/checkpoints/latest names the newest
+// committed checkpoint.
+//
+// Invariants: a directory named step_N (without .tmp) is complete: every rank file was fsynced
+// before rank 0 wrote and fsynced the manifest and renamed step_N.tmp -> step_N; `latest` is
+// replaced atomically (temp + rename) only after that rename, and older checkpoints are deleted
+// only after a newer one is committed. So a crash at any instant leaves `latest` naming a
+// complete checkpoint. Every byte read back is checked against an XXH64 from the manifest
+// (per 4 MiB chunk, so a resharding rank that reads only its byte ranges still verifies them);
+// nothing unverified reaches the caller's buffers.
+//
+// Sharding model (designed with fsdp/): per unit, a rank holds the contiguous element range
+// [begin, end) of the unit's (possibly padded) FlatParameter plus the AdamW m / v of that range.
+// Elements at or beyond the unit's logical numel are padding: never stored, zero on load. A
+// checkpoint saved with one set of ranges loads into any other (resharding): each reader preads
+// only the chunks that overlap what it asks for.
+//
+// Threads: the background writer only writes + fsyncs its rank file; all MPI (barrier, status
+// agreement) happens on the training thread inside slm_ckpt_saver_* calls.
+// This module does not parse command lines and does not know the training loop.
+#ifndef SLM_CKPT_H
+#define SLM_CKPT_H
+
+#include "base/base.h"
+#include "data/data.h"
+#include "model/model.h"
+#include "optim/optim.h"
+#include "tokenizer/tokenizer.h"
+
+#define SLM_CKPT_FORMAT_VERSION 1
+#define SLM_CKPT_MAGIC "SLMCKPT1"       // 8 bytes at offset 0 of every rank file
+#define SLM_CKPT_HEADER_BYTES 64        // rank file header; data starts here
+#define SLM_CKPT_CHUNK_BYTES (4u << 20) // checksum granularity of rank files, bytes
+
+// ---------------------------------------------------------------------------------------------
+// Training state besides the tensors
+
+// Everything a checkpoint records besides the shards (all of it restored by resume).
+typedef struct slm_ckpt_meta {
+    int64_t step;             // optimizer steps completed
+    int64_t tokens_seen;      // target tokens trained on so far
+    slm_llama_config cfg;     // model config (checked on load)
+    bool has_tokenizer;       // tokenizer_xxh64 is meaningful
+    uint64_t tokenizer_xxh64; // XXH64 of the tokenizer file's bytes
+    char tokenizer_file[64];  // its file name in the run directory ("" if none)
+    slm_adamw_hparams adamw;
+    int64_t opt_step; // AdamW step count t (bias correction)
+    int64_t lr_step;  // LR-schedule position (step index fed to slm_lr_at next)
+    int64_t lr_warmup, lr_total;
+    float lr_min;
+    slm_loader_state loader; // train loader position
+    slm_rng rng;             // trainer RNG state (e.g. synthetic data stream)
+    int world;               // ranks that saved
+    char strategy[24];       // "NO_SHARD", "FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD"
+    int shard_group_size;    // ranks per shard group (world for FULL_SHARD, 1 for NO_SHARD)
+} slm_ckpt_meta;
+
+// Fills a world-of-one NO_SHARD meta with zero step and the given config.
+void slm_ckpt_meta_default(slm_ckpt_meta *meta, const slm_llama_config *cfg);
+
+// One unit's shard on this rank, as handed to save / filled by load.
+//   params, m, v  [end - begin] f32 each (m / v may be NULL on load: not read)
+typedef struct slm_ckpt_shard {
+    int64_t begin, end; // element range of the unit's flat buffer (end may exceed numel: padding)
+    float *params, *m, *v; // borrowed
+} slm_ckpt_shard;
+
+// ---------------------------------------------------------------------------------------------
+// Low level save (no MPI): each rank writes its file, rank 0 commits. The saver below wires
+// them with a background thread and collectives; tests call them directly to fake N ranks.
+
+// Writes DIR/rank_RRRRR.bin (header + per unit params, m, v of [begin, min(end, numel)) ) and
+// its sidecar DIR/rank_RRRRR.json (ranges, offsets, size, XXH64 and chunk hashes), both
+// fsynced. `layout` gives each unit's logical numel; NULL m / v store zeros.
+// Errors: SLM_E_IO naming the file, the step (write/fsync) and errno text (e.g. ENOSPC).
+slm_status slm_ckpt_write_rank(const char *dir, int rank, int world, int64_t step,
+                               const slm_unit_layout *layout, int n_units,
+                               const slm_ckpt_shard *shards);
+
+// Rank 0's commit after every writing rank's file is durable in ROOT/step_N.tmp: merges the
+// sidecars present (ranks 0..meta->world-1; ranks that hold only replicas write none) into
+// ROOT/step_N.tmp/manifest.json (with meta and the unit layout), fsyncs it and the directory,
+// renames step_N.tmp -> step_N, fsyncs ROOT, replaces ROOT/latest atomically, then deletes the
+// oldest committed checkpoints beyond `keep` (0: keep all). Errors: SLM_E_IO / SLM_E_FORMAT naming
+// the file; on error `latest` is unchanged.
+slm_status slm_ckpt_commit(const char *root, const slm_ckpt_meta *meta,
+                           const slm_unit_layout *layout, int n_units, int keep);
+
+// "ROOT/step_NNNNNNNN" (caller frees); with tmp, the ".tmp" staging name.
+char *slm_ckpt_step_dir(const char *root, int64_t step, bool tmp);
+
+// ---------------------------------------------------------------------------------------------
+// The saver: schedule-free mechanics of synchronous and asynchronous saves.
+
+typedef struct slm_ckpt_saver slm_ckpt_saver;
+
+typedef struct slm_ckpt_saver_opts {
+    const char *root; // RUN_DIR/checkpoints (created)
+    bool sync;        // write on the training thread (--ckpt-sync)
+    int keep;         // committed checkpoints kept (0: all)
+    int rank, world;
+    bool no_write; // this rank holds a replica of shards another rank writes (NO_SHARD /
+                   // HYBRID_SHARD replica groups > 0): it writes no file, only takes part
+} slm_ckpt_saver_opts;
+
+// Creates a saver. Errors: SLM_E_IO if root cannot be created.
+slm_status slm_ckpt_saver_new(const slm_ckpt_saver_opts *o, slm_ckpt_saver **out);
+// Starts a save of this rank's shards at a step boundary: finishes (commits) the previous
+// save first; sync: copies the shards into the staging buffer, writes and commits; async: a
+// background thread copies them into the (reused) staging buffer, then writes the rank file, so
+// the shard buffers are BORROWED until slm_ckpt_saver_fence returns: the caller may read them
+// (forward / backward) but must call the fence before modifying them (optimizer step, load).
+// `layout`, `meta` and the shard descriptors are copied. Returns the error of the previous or
+// the sync save, agreed across ranks. Collective (every rank, same step).
+slm_status slm_ckpt_saver_save(slm_ckpt_saver *s, const slm_ckpt_meta *meta,
+                               const slm_unit_layout *layout, int n_units,
+                               const slm_ckpt_shard *shards);
+// Waits until the pending save no longer reads the shard buffers (no-op if none / sync).
+// Local; cheap when the copy is done (it normally finishes during the forward / backward).
+void slm_ckpt_saver_fence(slm_ckpt_saver *s);
+// At a step boundary: if every rank's background write has finished, commits it (collective).
+// Cheap otherwise (one all-reduce of a flag). Returns the save's agreed error, if any.
+slm_status slm_ckpt_saver_poll(slm_ckpt_saver *s);
+// Waits for the pending save and commits it (collective). Returns its agreed error.
+slm_status slm_ckpt_saver_finish(slm_ckpt_saver *s);
+// Seconds the training thread spent in the last slm_ckpt_saver_save plus its fence wait (the
+// stall).
+double slm_ckpt_saver_last_stall_s(const slm_ckpt_saver *s);
+// Step of the last committed checkpoint (-1 if none).
+int64_t slm_ckpt_saver_last_committed(const slm_ckpt_saver *s);
+// Waits for the background thread (without committing) and frees. Safe on NULL.
+void slm_ckpt_saver_free(slm_ckpt_saver *s);
+
+// ---------------------------------------------------------------------------------------------
+// Training-loop glue: the schedule (--ckpt-every-steps / --ckpt-every-minutes / --ckpt-keep /
+// --ckpt-sync / --on-ckpt-error) around a saver, so the loop calls one function per step.
+
+typedef struct slm_ckpt_policy {
+    const char *root;     // RUN_DIR/checkpoints
+    int64_t every_steps;  // save when step % every_steps == 0 (0: off)
+    double every_minutes; // save when this many minutes passed since the last save (0: off);
+                          // rank 0's clock decides (broadcast), so ranks agree
+    int keep;             // committed checkpoints kept (0: all)
+    bool sync;            // --ckpt-sync: write on the training thread
+    bool abort_on_error;  // --on-ckpt-error abort (default continue: log, train on)
+} slm_ckpt_policy;
+
+typedef struct slm_ckpt_sched slm_ckpt_sched;
+
+// Creates the schedule and its saver. rank / world / no_write as in slm_ckpt_saver_opts.
+// Errors: those of slm_ckpt_saver_new. Collective.
+slm_status slm_ckpt_sched_new(const slm_ckpt_policy *p, int rank, int world, bool no_write,
+                              slm_ckpt_sched **out);
+// True if a save is due after `step` (steps or minutes; `force` always). Collective when
+// every_minutes > 0 (a broadcast from rank 0).
+bool slm_ckpt_sched_due(slm_ckpt_sched *s, int64_t step, bool force);
+// At a step boundary: polls the pending save (commits it when every rank is done) and, if
+// `save`, starts a new one of the given state. A failed save is logged and returns SLM_OK
+// under --on-ckpt-error continue; under abort it returns the error. Collective.
+slm_status slm_ckpt_sched_step(slm_ckpt_sched *s, bool save, const slm_ckpt_meta *meta,
+                               const slm_unit_layout *layout, int n_units,
+                               const slm_ckpt_shard *shards);
+// slm_ckpt_saver_fence of the pending save: call before modifying the shards.
+void slm_ckpt_sched_fence(slm_ckpt_sched *s);
+// Waits for and commits the pending save (end of training). Error handling as above.
+slm_status slm_ckpt_sched_finish(slm_ckpt_sched *s);
+// Number of saves started, total and max training-thread stall of the saves, seconds.
+void slm_ckpt_sched_stats(const slm_ckpt_sched *s, int64_t *n_saves, double *stall_total_s,
+                          double *stall_max_s);
+void slm_ckpt_sched_free(slm_ckpt_sched *s);
+
+// Resolves --resume: "auto" -> RUN_DIR/checkpoints if it has a `latest`, else *out = NULL
+// (fresh start); anything else is a path given to slm_ckpt_open. *out is owned by the caller.
+// Errors: SLM_E_ARG for "auto" without a run directory.
+slm_status slm_ckpt_resolve_resume(const char *spec, const char *run_dir, char **out);
+
+// ---------------------------------------------------------------------------------------------
+// Reading
+
+typedef struct slm_ckpt slm_ckpt;
+
+// Opens a checkpoint: PATH is a step directory (has manifest.json), a checkpoints root (has
+// `latest`) or a run directory (has checkpoints/latest). Parses and validates the manifest
+// (format version, units, files, ranges covering every unit exactly once, sizes). Does not read
+// the rank files. Errors: SLM_E_IO, SLM_E_FORMAT naming the manifest and the field,
+// SLM_E_UNSUPPORTED for another format version.
+slm_status slm_ckpt_open(const char *path, slm_ckpt **out);
+void slm_ckpt_free(slm_ckpt *c);
+// The step directory opened (borrowed).
+const char *slm_ckpt_dir(const slm_ckpt *c);
+// The recorded meta (borrowed).
+const slm_ckpt_meta *slm_ckpt_get_meta(const slm_ckpt *c);
+// Number of units and the recorded layout of unit u (borrowed).
+int slm_ckpt_n_units(const slm_ckpt *c);
+const slm_unit_layout *slm_ckpt_unit(const slm_ckpt *c, int u);
+// Checks that the checkpoint fits a model: same config fields, same unit count, numel, and every
+// tensor's name, shape and offset. Errors: SLM_E_ARG naming the field / tensor, both values.
+slm_status slm_ckpt_check_model(const slm_ckpt *c, const slm_llama *m);
+// Reads elements [begin, end) of unit u's params / m / v (each may be NULL) from whichever rank
+// files hold them (pread of the overlapping chunks only, each chunk verified). Elements >= the
+// unit's numel (padding) are set to 0. Errors: SLM_E_IO (missing / short file), SLM_E_CHECKSUM
+// naming the file and chunk.
+slm_status slm_ckpt_read_range(slm_ckpt *c, int unit, int64_t begin, int64_t end, float *params,
+                               float *m, float *v);
+// Verifies every rank file: exists, size, whole-file XXH64 (and header). Errors name the file.
+slm_status slm_ckpt_verify(slm_ckpt *c);
+// Writes a human summary (step, config, files, sizes) to f.
+void slm_ckpt_print_summary(const slm_ckpt *c, void *file);
+
+// ---------------------------------------------------------------------------------------------
+// Safetensors (https://huggingface.co/docs/safetensors): u64 LE header length N, N bytes of
+// JSON {name: {dtype, shape, data_offsets: [begin, end]}, "__metadata__": {str: str}} padded with
+// spaces to a multiple of 8, then the data (offsets relative to its start, row-major LE).
+
+typedef enum { SLM_ST_F32, SLM_ST_F16, SLM_ST_BF16 } slm_st_dtype;
+
+// Parses "F32" / "F16" / "BF16" ("fp32", "fp16", "bf16" accepted too). Errors: SLM_E_ARG.
+slm_status slm_st_parse_dtype(const char *s, slm_st_dtype *out);
+
+// One tensor of an open safetensors file.
+typedef struct slm_st_tensor {
+    char name[128];
+    slm_st_dtype dtype;
+    int ndim;
+    int64_t shape[4];
+    int64_t numel;
+    size_t begin, end; // data_offsets, bytes from the data start
+} slm_st_tensor;
+
+// A mapped safetensors file.
+typedef struct slm_st_file {
+    char *path; // owned
+    slm_map map;
+    bool owns_map;     // slm_st_open mapped it (slm_st_parse borrows)
+    size_t data_start; // 8 + header length
+    int n;
+    slm_st_tensor *t; // [n], owned
+} slm_st_file;
+
+// Parses a safetensors image in memory: header bound, JSON, dtypes, shapes, offsets inside the
+// data and not overlapping, data fully covered. `name` only labels messages. *f borrows
+// `data`; release with slm_st_close (which unmaps only what slm_st_open mapped).
+// Errors: SLM_E_FORMAT / SLM_E_UNSUPPORTED naming the file and the tensor.
+slm_status slm_st_parse(const uint8_t *data, size_t len, const char *name, slm_st_file *f);
+// Maps and parses a file. Free with slm_st_close.
+slm_status slm_st_open(const char *path, slm_st_file *f);
+void slm_st_close(slm_st_file *f);
+// Converts tensor t to f32 into out[numel].
+void slm_st_read_f32(const slm_st_file *f, const slm_st_tensor *t, float *out);
+
+// Exports a model's weights as HF LlamaForCausalLM files in OUT_DIR: model.safetensors, or
+// model-0000i-of-0000n.safetensors + model.safetensors.index.json when larger than
+// max_shard_bytes (0: no limit); config.json. Weights are read from params[u]. Atomic per file.
+// Errors: SLM_E_IO naming the file.
+slm_status slm_hf_export(const slm_llama *m, const char *out_dir, slm_st_dtype dtype,
+                         size_t max_shard_bytes);
+// Loads HF weights from DIR (config.json + model.safetensors or model.safetensors.index.json)
+// into an initialised model whose params are allocated: checks the config matches m->cfg, every
+// expected tensor present once with the right shape and a float dtype (F32/F16/BF16), and no
+// extra tensor (rotary inv_freq buffers are ignored). Errors name the file and tensor.
+slm_status slm_hf_load(slm_llama *m, const char *dir);
+// Opens an HF directory as eval / generate do a run directory: config.json -> *m (allocated;
+// free with slm_llama_free), weights via slm_hf_load, and, if `tok` is non-NULL, tokenizer.json or
+// tokenizer.model (*tok owned; NULL if absent and !need_tokenizer). Errors: those of the loaders;
+// SLM_E_IO when a needed tokenizer is missing; SLM_E_ARG if its vocab exceeds the model's.
+slm_status slm_hf_open(const char *dir, slm_llama *m, slm_tokenizer **tok, bool need_tokenizer);
+
+#endif

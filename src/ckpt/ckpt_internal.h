@@ -1,0 +1,56 @@
+// Helpers shared by the ckpt/ sources and its tests (not part of the public API).
+#ifndef SLM_CKPT_INTERNAL_H
+#define SLM_CKPT_INTERNAL_H
+
+#include "ckpt/ckpt.h"
+
+// One unit's range in a rank file: elements [begin, end) of the unit's flat buffer, of which
+// `stored` = max(0, min(end, numel) - begin) are in the file at byte `offset` (params), then
+// offset + 4 stored (m), offset + 8 stored (v).
+typedef struct slm_ckpt_range {
+    int64_t begin, end, stored, offset;
+} slm_ckpt_range;
+
+// A piece of a rank file's bytes (borrowed).
+typedef struct slm_ckpt_seg {
+    const uint8_t *p;
+    size_t len;
+} slm_ckpt_seg;
+
+// A rank file's contents as a list of segments: either one segment over the staging buffer
+// (slm_ckpt_stage: asynchronous saves) or the header plus the live shard arrays
+// (slm_ckpt_describe: synchronous saves write straight from the shards, no copy).
+typedef struct slm_ckpt_image {
+    int rank, world, n_units;
+    uint8_t hdr[SLM_CKPT_HEADER_BYTES];
+    int n_segs;
+    slm_ckpt_seg *segs; // [n_segs] owned array
+    uint8_t *data;      // [cap] owned, 64-byte aligned
+    size_t len;         // bytes in use
+    size_t cap; // bytes allocated (a saver reuses the buffer: no page faults after the first)
+    slm_ckpt_range *ranges; // [n_units] owned
+} slm_ckpt_image;
+
+// Copies the shards into the image (header + per unit params, m, v), reusing im->data when it is
+// large enough (im zeroed or from an earlier stage). NULL m / v store zeros. `parallel`: copy
+// with the OpenMP threads (training thread); false on the background writer.
+void slm_ckpt_stage(slm_ckpt_image *im, int rank, int world, int64_t step,
+                    const slm_unit_layout *layout, int n_units, const slm_ckpt_shard *shards,
+                    bool parallel);
+// Describes the shards in place (header + params, m, v of each unit): nothing is copied, so the
+// shards must stay unchanged until the image is written. m and v must be non-NULL.
+void slm_ckpt_describe(slm_ckpt_image *im, int rank, int world, int64_t step,
+                       const slm_unit_layout *layout, int n_units, const slm_ckpt_shard *shards);
+void slm_ckpt_image_free(slm_ckpt_image *im);
+// Writes the image as DIR/rank_RRRRR.bin plus its sidecar rank_RRRRR.json, both fsynced; the
+// whole-file and per-chunk XXH64 are computed piece by piece right after each write.
+// Safe to call from a background thread (no MPI, thread-local error message).
+slm_status slm_ckpt_write_image(const char *dir, const slm_ckpt_image *im);
+// rm of a flat directory; missing is fine.
+slm_status slm_ckpt_rmdir(const char *dir);
+// For the fuzz target: a checkpoint object over DIR without reading anything, and the manifest
+// parser over text in memory.
+slm_ckpt *slm_ckpt_alloc(const char *dir);
+slm_status slm_ckpt_parse_manifest(slm_ckpt *c, const char *text, size_t len);
+
+#endif

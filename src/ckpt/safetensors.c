@@ -1,0 +1,597 @@
+// Safetensors reading / writing and the Hugging Face LlamaForCausalLM bridge.
+// Format: https://huggingface.co/docs/safetensors (and docs/formats.md "safetensors").
+#include "ckpt/ckpt.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define ST_MAX_HEADER (100u << 20) // the reference implementation's limit, 100 MB
+
+static size_t dtype_size(slm_st_dtype d) {
+    return d == SLM_ST_F32 ? 4 : 2;
+}
+static const char *dtype_name(slm_st_dtype d) {
+    return d == SLM_ST_F32 ? "F32" : d == SLM_ST_F16 ? "F16" : "BF16";
+}
+
+slm_status slm_st_parse_dtype(const char *s, slm_st_dtype *out) {
+    if (!strcmp(s, "F32") || !strcmp(s, "fp32") || !strcmp(s, "f32"))
+        *out = SLM_ST_F32;
+    else if (!strcmp(s, "F16") || !strcmp(s, "fp16") || !strcmp(s, "f16"))
+        *out = SLM_ST_F16;
+    else if (!strcmp(s, "BF16") || !strcmp(s, "bf16"))
+        *out = SLM_ST_BF16;
+    else
+        return slm_fail(SLM_E_ARG, "dtype \"%s\": expected fp32, fp16 or bf16", s);
+    return SLM_OK;
+}
+
+// --- fp16 / bf16 (IEEE 754 binary16; bfloat16 = the top half of binary32) ---------------------
+
+static float bits_f32(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static uint32_t f32_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static float bf16_to_f32(uint16_t h) {
+    return bits_f32((uint32_t)h << 16);
+}
+// Round to nearest even; NaN stays NaN (quiet).
+static uint16_t f32_to_bf16(float f) {
+    uint32_t u = f32_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1);
+    return (uint16_t)(u >> 16);
+}
+
+static float f16_to_f32(uint16_t h) {
+    uint32_t s = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 0x1f, m = h & 0x3ff;
+    if (e == 0) { // zero / subnormal: m * 2^-24
+        float v = (float)m * 5.9604644775390625e-8f;
+        return s ? -v : v;
+    }
+    if (e == 31) return bits_f32(s | 0x7f800000u | (m << 13));
+    return bits_f32(s | ((e + 112) << 23) | (m << 13));
+}
+// Round to nearest even, overflow to inf, subnormals handled.
+static uint16_t f32_to_f16(float f) {
+    uint32_t u = f32_bits(f);
+    uint16_t s = (uint16_t)((u >> 16) & 0x8000);
+    uint32_t a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return s | 0x7e00;  // NaN
+    if (a >= 0x477ff000u) return s | 0x7c00; // >= 65520 rounds to inf
+    if (a < 0x38800000u) {                   // below 2^-14: subnormal or zero
+        float v = bits_f32(a) * 16777216.0f; // in units of 2^-24
+        float r = nearbyintf(v);             // default mode: ties to even
+        return s | (uint16_t)r;
+    }
+    uint32_t m = a + 0xfffu + ((a >> 13) & 1); // round the 13 dropped bits
+    return s | (uint16_t)((m - 0x38000000u) >> 13);
+}
+
+// --- Reading -----------------------------------------------------------------------------------
+
+void slm_st_close(slm_st_file *f) {
+    if (!f) return;
+    if (f->owns_map) slm_map_free(&f->map);
+    free(f->path);
+    free(f->t);
+    memset(f, 0, sizeof *f);
+}
+
+static int cmp_begin(const void *a, const void *b) {
+    const slm_st_tensor *x = *(const slm_st_tensor *const *)a,
+                        *y = *(const slm_st_tensor *const *)b;
+    return (x->begin > y->begin) - (x->begin < y->begin);
+}
+
+slm_status slm_st_parse(const uint8_t *data, size_t len, const char *name, slm_st_file *f) {
+    memset(f, 0, sizeof *f);
+    f->path = slm_xstrdup(name);
+    f->map.data = data;
+    f->map.len = len;
+    if (len < 8)
+        return slm_fail(SLM_E_FORMAT, "%s: %zu bytes, too short for a safetensors file", name, len);
+    uint64_t n;
+    memcpy(&n, data, 8);
+    if (n > len - 8)
+        return slm_fail(SLM_E_FORMAT, "%s: header length %" PRIu64 " is beyond the file size %zu",
+                        name, n, len);
+    if (n > ST_MAX_HEADER)
+        return slm_fail(SLM_E_FORMAT, "%s: header length %" PRIu64 " exceeds 100 MB", name, n);
+    f->data_start = 8 + (size_t)n;
+    size_t data_len = len - f->data_start;
+    cJSON *o = cJSON_ParseWithLength((const char *)data + 8, (size_t)n);
+    slm_status st = SLM_OK;
+    slm_st_tensor **order = NULL;
+    if (!cJSON_IsObject(o)) {
+        st = slm_fail(SLM_E_FORMAT, "%s: header is not a JSON object", name);
+        goto out;
+    }
+    int cnt = cJSON_GetArraySize(o);
+    f->t = slm_xcalloc((size_t)(cnt ? cnt : 1), sizeof *f->t);
+    const cJSON *e;
+    cJSON_ArrayForEach(e, o) {
+        if (!strcmp(e->string, "__metadata__")) {
+            const cJSON *x;
+            if (!cJSON_IsObject(e)) {
+                st = slm_fail(SLM_E_FORMAT, "%s: __metadata__ is not an object", name);
+                goto out;
+            }
+            cJSON_ArrayForEach(x, e) if (!cJSON_IsString(x)) {
+                st = slm_fail(SLM_E_FORMAT, "%s: __metadata__.%s is not a string", name, x->string);
+                goto out;
+            }
+            continue;
+        }
+        slm_st_tensor *t = &f->t[f->n];
+        if (strlen(e->string) >= sizeof t->name || !cJSON_IsObject(e)) {
+            st =
+                slm_fail(SLM_E_FORMAT, "%s: tensor \"%.60s\": name too long or entry not an object",
+                         name, e->string);
+            goto out;
+        }
+        snprintf(t->name, sizeof t->name, "%s", e->string);
+        const cJSON *dt = cJSON_GetObjectItemCaseSensitive(e, "dtype");
+        const cJSON *shp = cJSON_GetObjectItemCaseSensitive(e, "shape");
+        const cJSON *off = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
+        if (!cJSON_IsString(dt) || !cJSON_IsArray(shp) || !cJSON_IsArray(off) ||
+            cJSON_GetArraySize(off) != 2) {
+            st = slm_fail(SLM_E_FORMAT, "%s: tensor %s: needs dtype, shape and data_offsets [2]",
+                          name, t->name);
+            goto out;
+        }
+        const char *d = dt->valuestring;
+        if (!strcmp(d, "F32"))
+            t->dtype = SLM_ST_F32;
+        else if (!strcmp(d, "F16"))
+            t->dtype = SLM_ST_F16;
+        else if (!strcmp(d, "BF16"))
+            t->dtype = SLM_ST_BF16;
+        else {
+            static const char *known[] = {"F64", "I64", "I32",  "I16",     "I8",      "U64", "U32",
+                                          "U16", "U8",  "BOOL", "F8_E4M3", "F8_E5M2", NULL};
+            bool k = false;
+            for (int i = 0; known[i]; i++)
+                k |= !strcmp(d, known[i]);
+            st = slm_fail(k ? SLM_E_UNSUPPORTED : SLM_E_FORMAT,
+                          "%s: tensor %s: dtype \"%.20s\" %s (expected F32, F16 or BF16)", name,
+                          t->name, d, k ? "is not supported" : "is unknown");
+            goto out;
+        }
+        t->ndim = cJSON_GetArraySize(shp);
+        if (t->ndim > 4) {
+            st = slm_fail(SLM_E_UNSUPPORTED, "%s: tensor %s: %d dims (at most 4)", name, t->name,
+                          t->ndim);
+            goto out;
+        }
+        t->numel = 1;
+        for (int i = 0; i < t->ndim; i++) {
+            const cJSON *x = cJSON_GetArrayItem(shp, i);
+            if (!cJSON_IsNumber(x) || x->valuedouble < 0 || x->valuedouble > 1e15 ||
+                x->valuedouble != floor(x->valuedouble)) {
+                st = slm_fail(SLM_E_FORMAT, "%s: tensor %s: bad shape entry %d", name, t->name, i);
+                goto out;
+            }
+            t->shape[i] = (int64_t)x->valuedouble;
+            if (t->shape[i] && t->numel > INT64_MAX / 8 / t->shape[i]) {
+                st = slm_fail(SLM_E_FORMAT, "%s: tensor %s: shape too large", name, t->name);
+                goto out;
+            }
+            t->numel *= t->shape[i];
+        }
+        double b = cJSON_GetArrayItem(off, 0)->valuedouble,
+               en = cJSON_GetArrayItem(off, 1)->valuedouble;
+        if (!cJSON_IsNumber(cJSON_GetArrayItem(off, 0)) ||
+            !cJSON_IsNumber(cJSON_GetArrayItem(off, 1)) ||
+            !(b >= 0 && en >= b && en <= (double)data_len) || b != floor(b) || en != floor(en)) {
+            st = slm_fail(SLM_E_FORMAT,
+                          "%s: tensor %s: data_offsets [%.0f, %.0f] outside the data (%zu bytes)",
+                          name, t->name, b, en, data_len);
+            goto out;
+        }
+        t->begin = (size_t)b;
+        t->end = (size_t)en;
+        if ((uint64_t)(t->end - t->begin) != (uint64_t)t->numel * dtype_size(t->dtype)) {
+            st = slm_fail(SLM_E_FORMAT,
+                          "%s: tensor %s: data_offsets span %zu bytes, shape x %s needs %" PRId64,
+                          name, t->name, t->end - t->begin, d,
+                          t->numel * (int64_t)dtype_size(t->dtype));
+            goto out;
+        }
+        f->n++;
+    }
+    // No overlaps and no holes: the tensors tile the data exactly (as the reference requires).
+    order = slm_xcalloc((size_t)(f->n ? f->n : 1), sizeof *order);
+    for (int i = 0; i < f->n; i++)
+        order[i] = &f->t[i];
+    qsort(order, (size_t)f->n, sizeof *order, cmp_begin);
+    size_t pos = 0;
+    for (int i = 0; i < f->n; i++) {
+        if (order[i]->begin < pos) {
+            st = slm_fail(SLM_E_FORMAT, "%s: tensor %s overlaps tensor %s (data_offsets)", name,
+                          order[i]->name, order[i - 1]->name);
+            goto out;
+        }
+        if (order[i]->begin > pos) {
+            st = slm_fail(SLM_E_FORMAT, "%s: hole in the data before tensor %s (byte %zu)", name,
+                          order[i]->name, pos);
+            goto out;
+        }
+        pos = order[i]->end;
+    }
+    if (pos != data_len)
+        st = slm_fail(SLM_E_FORMAT, "%s: tensors cover %zu of %zu data bytes", name, pos, data_len);
+out:
+    free(order);
+    cJSON_Delete(o);
+    return st;
+}
+
+slm_status slm_st_open(const char *path, slm_st_file *f) {
+    memset(f, 0, sizeof *f);
+    slm_map m;
+    slm_status st = slm_map_file(path, &m);
+    if (st) return st;
+    st = slm_st_parse(m.data, m.len, path, f);
+    f->owns_map = true;
+    f->map = m;
+    if (st) {
+        slm_status keep = st;
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", slm_errmsg());
+        slm_st_close(f);
+        slm_set_errmsg(msg);
+        return keep;
+    }
+    return SLM_OK;
+}
+
+void slm_st_read_f32(const slm_st_file *f, const slm_st_tensor *t, float *out) {
+    const uint8_t *p = f->map.data + f->data_start + t->begin;
+    for (int64_t i = 0; i < t->numel; i++) {
+        if (t->dtype == SLM_ST_F32) {
+            memcpy(&out[i], p + 4 * i, 4);
+        } else {
+            uint16_t h;
+            memcpy(&h, p + 2 * i, 2);
+            out[i] = t->dtype == SLM_ST_F16 ? f16_to_f32(h) : bf16_to_f32(h);
+        }
+    }
+}
+
+// --- Writing -----------------------------------------------------------------------------------
+
+typedef struct st_item {
+    const char *name;
+    const slm_param_view *v;
+    const float *data;
+    int file; // shard index
+} st_item;
+
+static slm_status write_st_file(const char *path, const st_item *items, int n, int file,
+                                slm_st_dtype dt) {
+    cJSON *h = cJSON_CreateObject();
+    cJSON *md = cJSON_AddObjectToObject(h, "__metadata__");
+    cJSON_AddStringToObject(md, "format", "pt");
+    size_t off = 0, es = dtype_size(dt);
+    for (int i = 0; i < n; i++) {
+        if (items[i].file != file) continue;
+        cJSON *t = cJSON_AddObjectToObject(h, items[i].name);
+        cJSON_AddStringToObject(t, "dtype", dtype_name(dt));
+        cJSON *s = cJSON_AddArrayToObject(t, "shape");
+        for (int d = 0; d < items[i].v->ndim; d++)
+            cJSON_AddItemToArray(s, cJSON_CreateNumber((double)items[i].v->shape[d]));
+        cJSON *o = cJSON_AddArrayToObject(t, "data_offsets");
+        size_t nb = (size_t)items[i].v->numel * es;
+        cJSON_AddItemToArray(o, cJSON_CreateNumber((double)off));
+        cJSON_AddItemToArray(o, cJSON_CreateNumber((double)(off + nb)));
+        off += nb;
+    }
+    char *js = cJSON_PrintUnformatted(h);
+    cJSON_Delete(h);
+    size_t jl = strlen(js), padded = (jl + 7) / 8 * 8;
+    slm_buf hdr = {0};
+    uint64_t n64 = padded;
+    slm_buf_append(&hdr, &n64, 8);
+    slm_buf_append(&hdr, js, jl);
+    for (size_t i = jl; i < padded; i++)
+        slm_buf_append(&hdr, " ", 1);
+    free(js);
+
+    char *tmp = NULL;
+    size_t tl = strlen(path) + 16;
+    tmp = slm_xmalloc(tl);
+    snprintf(tmp, tl, "%s.tmp", path);
+    slm_status st = SLM_OK;
+    FILE *fp = fopen(tmp, "wb");
+    if (!fp) {
+        st = slm_fail(SLM_E_IO, "%s: cannot create: %s", tmp, strerror(errno));
+        goto out;
+    }
+    bool ok = fwrite(hdr.data, 1, hdr.len, fp) == hdr.len;
+    size_t cap = 1 << 16;
+    uint8_t *buf = slm_xmalloc(cap * 4);
+    for (int i = 0; ok && i < n; i++) {
+        if (items[i].file != file) continue;
+        const float *src = items[i].data + items[i].v->offset;
+        for (int64_t b = 0; ok && b < items[i].v->numel; b += (int64_t)cap) {
+            size_t k = (size_t)(items[i].v->numel - b < (int64_t)cap ? items[i].v->numel - b
+                                                                     : (int64_t)cap);
+            for (size_t j = 0; j < k; j++) {
+                float x = src[b + (int64_t)j];
+                if (dt == SLM_ST_F32)
+                    memcpy(buf + 4 * j, &x, 4);
+                else {
+                    uint16_t hv = dt == SLM_ST_F16 ? f32_to_f16(x) : f32_to_bf16(x);
+                    memcpy(buf + 2 * j, &hv, 2);
+                }
+            }
+            ok = fwrite(buf, es, k, fp) == k;
+        }
+    }
+    free(buf);
+    if (ok) ok = fflush(fp) == 0 && fsync(fileno(fp)) == 0;
+    int err = errno;
+    if (fclose(fp) != 0) ok = false;
+    if (!ok) {
+        st = slm_fail(SLM_E_IO, "%s: write failed: %s", tmp, strerror(err));
+        unlink(tmp);
+        goto out;
+    }
+    if (rename(tmp, path) != 0) {
+        st = slm_fail(SLM_E_IO, "rename %s -> %s: %s", tmp, path, strerror(errno));
+        unlink(tmp);
+    }
+out:
+    free(tmp);
+    slm_buf_free(&hdr);
+    return st;
+}
+
+slm_status slm_hf_export(const slm_llama *m, const char *out_dir, slm_st_dtype dtype,
+                         size_t max_shard_bytes) {
+    slm_status st = slm_mkdir_p(out_dir);
+    if (st) return st;
+    int n = 0;
+    for (int u = 0; u < m->n_units; u++)
+        n += m->units[u].n_views;
+    st_item *items = slm_xcalloc((size_t)n, sizeof *items);
+    // HF order: the embedding first, then the blocks, then norm and lm_head (the root is last
+    // among units but its embedding goes first).
+    int k = 0, L = m->n_units - 1;
+    const slm_unit_layout *root = &m->units[L];
+    for (int i = 0; i < root->n_views; i++)
+        if (!strcmp(root->views[i].name, "model.embed_tokens.weight"))
+            items[k++] = (st_item){root->views[i].name, &root->views[i], m->params[L], 0};
+    for (int u = 0; u < m->n_units; u++)
+        for (int i = 0; i < m->units[u].n_views; i++) {
+            const slm_param_view *v = &m->units[u].views[i];
+            if (u == L && !strcmp(v->name, "model.embed_tokens.weight")) continue;
+            items[k++] = (st_item){v->name, v, m->params[u], 0};
+        }
+    size_t es = dtype_size(dtype), cur = 0, total = 0;
+    int n_files = 1;
+    for (int i = 0; i < n; i++) {
+        size_t nb = (size_t)items[i].v->numel * es;
+        if (max_shard_bytes && cur > 0 && cur + nb > max_shard_bytes) {
+            n_files++;
+            cur = 0;
+        }
+        items[i].file = n_files - 1;
+        cur += nb;
+        total += nb;
+    }
+    char name[96];
+    for (int f = 0; f < n_files && !st; f++) {
+        if (n_files == 1)
+            snprintf(name, sizeof name, "model.safetensors");
+        else
+            snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", f + 1, n_files);
+        char *p = slm_path_join(out_dir, name);
+        st = write_st_file(p, items, n, f, dtype);
+        free(p);
+    }
+    if (!st && n_files > 1) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON *md = cJSON_AddObjectToObject(o, "metadata");
+        cJSON_AddNumberToObject(md, "total_size", (double)total);
+        cJSON *wm = cJSON_AddObjectToObject(o, "weight_map");
+        for (int i = 0; i < n; i++) {
+            snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", items[i].file + 1,
+                     n_files);
+            cJSON_AddStringToObject(wm, items[i].name, name);
+        }
+        char *txt = cJSON_Print(o);
+        cJSON_Delete(o);
+        char *p = slm_path_join(out_dir, "model.safetensors.index.json");
+        st = slm_file_write_atomic(p, txt, strlen(txt));
+        free(p);
+        free(txt);
+    }
+    if (!st) {
+        char *p = slm_path_join(out_dir, "config.json");
+        st = slm_llama_config_save(&m->cfg, p);
+        free(p);
+    }
+    if (!st) st = slm_fsync_dir(out_dir);
+    free(items);
+    return st;
+}
+
+// --- Loading -----------------------------------------------------------------------------------
+
+static bool cfg_close(float a, float b) {
+    return fabsf(a - b) <= 1e-6f * fabsf(b);
+}
+
+static bool ends_with(const char *s, const char *suf) {
+    size_t a = strlen(s), b = strlen(suf);
+    return a >= b && !strcmp(s + a - b, suf);
+}
+
+slm_status slm_hf_load(slm_llama *m, const char *dir) {
+    char *cp = slm_path_join(dir, "config.json");
+    slm_llama_config cfg;
+    slm_status st = slm_llama_config_load(cp, &cfg);
+    if (!st) {
+        const slm_llama_config *a = &cfg, *b = &m->cfg;
+        if (a->vocab_size != b->vocab_size || a->hidden_size != b->hidden_size ||
+            a->intermediate_size != b->intermediate_size ||
+            a->num_hidden_layers != b->num_hidden_layers ||
+            a->num_attention_heads != b->num_attention_heads ||
+            a->num_key_value_heads != b->num_key_value_heads ||
+            a->tie_word_embeddings != b->tie_word_embeddings ||
+            !cfg_close(a->rms_norm_eps, b->rms_norm_eps) ||
+            !cfg_close(a->rope_theta, b->rope_theta))
+            st = slm_fail(SLM_E_ARG,
+                          "%s: config (V=%d C=%d F=%d L=%d H=%d KV=%d tie=%d) differs from the "
+                          "model's (V=%d C=%d F=%d L=%d H=%d KV=%d tie=%d)",
+                          cp, a->vocab_size, a->hidden_size, a->intermediate_size,
+                          a->num_hidden_layers, a->num_attention_heads, a->num_key_value_heads,
+                          a->tie_word_embeddings, b->vocab_size, b->hidden_size,
+                          b->intermediate_size, b->num_hidden_layers, b->num_attention_heads,
+                          b->num_key_value_heads, b->tie_word_embeddings);
+    }
+    free(cp);
+    if (st) return st;
+    // The file list: the index's weight_map values, or model.safetensors.
+    int n_files = 0;
+    char **files = NULL;
+    char *ip = slm_path_join(dir, "model.safetensors.index.json");
+    if (slm_is_file(ip)) {
+        char *txt = NULL;
+        size_t len = 0;
+        st = slm_file_read_all(ip, &txt, &len);
+        cJSON *o = st ? NULL : cJSON_ParseWithLength(txt, len);
+        free(txt);
+        const cJSON *wm = o ? cJSON_GetObjectItemCaseSensitive(o, "weight_map") : NULL;
+        if (!st && !cJSON_IsObject(wm))
+            st = slm_fail(SLM_E_FORMAT, "%s: no \"weight_map\" object", ip);
+        const cJSON *e;
+        if (!st) cJSON_ArrayForEach(e, wm) {
+                if (!cJSON_IsString(e) || strchr(e->valuestring, '/') || !e->valuestring[0]) {
+                    st = slm_fail(SLM_E_FORMAT, "%s: weight_map[%s] is not a file name", ip,
+                                  e->string);
+                    break;
+                }
+                bool seen = false;
+                for (int i = 0; i < n_files; i++)
+                    seen |= !strcmp(files[i], e->valuestring);
+                if (seen) continue;
+                files = slm_xrealloc(files, (size_t)(n_files + 1) * sizeof *files);
+                files[n_files++] = slm_xstrdup(e->valuestring);
+            }
+        cJSON_Delete(o);
+    } else {
+        files = slm_xmalloc(sizeof *files);
+        files[n_files++] = slm_xstrdup("model.safetensors");
+    }
+    free(ip);
+    // seen[u][i]: view i of unit u was loaded
+    int total = 0;
+    for (int u = 0; u < m->n_units; u++)
+        total += m->units[u].n_views;
+    bool *seen = slm_xcalloc((size_t)total + 1, 1);
+    for (int fi = 0; fi < n_files && !st; fi++) {
+        char *p = slm_path_join(dir, files[fi]);
+        slm_st_file f;
+        st = slm_st_open(p, &f);
+        for (int i = 0; !st && i < f.n; i++) {
+            const slm_st_tensor *t = &f.t[i];
+            if (ends_with(t->name, "rotary_emb.inv_freq")) continue; // a buffer, not a weight
+            if (m->cfg.tie_word_embeddings && !strcmp(t->name, "lm_head.weight")) continue;
+            int unit;
+            const slm_param_view *v = slm_llama_find(m, t->name, &unit);
+            if (!v) {
+                st = slm_fail(SLM_E_FORMAT,
+                              "%s: unexpected tensor %s (not a parameter of this model)", p,
+                              t->name);
+                break;
+            }
+            int base = 0;
+            for (int u = 0; u < unit; u++)
+                base += m->units[u].n_views;
+            int idx = base + (int)(v - m->units[unit].views);
+            if (seen[idx]) {
+                st = slm_fail(SLM_E_FORMAT, "%s: tensor %s appears twice", p, t->name);
+                break;
+            }
+            bool shape_ok = t->ndim == v->ndim && t->shape[0] == v->shape[0] &&
+                            (v->ndim < 2 || t->shape[1] == v->shape[1]);
+            if (!shape_ok) {
+                st = slm_fail(SLM_E_FORMAT,
+                              "%s: tensor %s has shape [%" PRId64 "%s%" PRId64 "] (%d dims), "
+                              "expected [%" PRId64 "%s%" PRId64 "]",
+                              p, t->name, t->ndim > 0 ? t->shape[0] : 0, t->ndim > 1 ? ", " : "",
+                              t->ndim > 1 ? t->shape[1] : 0, t->ndim, v->shape[0],
+                              v->ndim > 1 ? ", " : "", v->ndim > 1 ? v->shape[1] : 0);
+                break;
+            }
+            slm_st_read_f32(&f, t, m->params[unit] + v->offset);
+            seen[idx] = true;
+        }
+        slm_st_close(&f);
+        free(p);
+    }
+    for (int u = 0, idx = 0; !st && u < m->n_units; u++)
+        for (int i = 0; i < m->units[u].n_views; i++, idx++)
+            if (!seen[idx]) {
+                st =
+                    slm_fail(SLM_E_FORMAT, "%s: tensor %s missing", dir, m->units[u].views[i].name);
+                break;
+            }
+    for (int i = 0; i < n_files; i++)
+        free(files[i]);
+    free(files);
+    free(seen);
+    return st;
+}
+
+slm_status slm_hf_open(const char *dir, slm_llama *m, slm_tokenizer **tok, bool need_tokenizer) {
+    if (tok) *tok = NULL;
+    char *cp = slm_path_join(dir, "config.json");
+    slm_llama_config cfg;
+    slm_status st = slm_llama_config_load(cp, &cfg);
+    free(cp);
+    if (st) return st;
+    if ((st = slm_llama_init(m, &cfg, true))) return st;
+    if ((st = slm_hf_load(m, dir))) goto fail;
+    if (tok) {
+        static const char *names[] = {"tokenizer.json", "tokenizer.model"};
+        for (int i = 0; i < 2 && !*tok && !st; i++) {
+            char *p = slm_path_join(dir, names[i]);
+            if (slm_is_file(p)) st = slm_tokenizer_load(p, tok);
+            free(p);
+        }
+        if (st) goto fail;
+        if (!*tok && need_tokenizer) {
+            st = slm_fail(SLM_E_IO, "%s: no tokenizer.json or tokenizer.model", dir);
+            goto fail;
+        }
+        if (*tok && slm_tokenizer_vocab_size(*tok) > cfg.vocab_size) {
+            st = slm_fail(SLM_E_ARG, "%s: tokenizer has %d ids but the model's vocab_size is %d",
+                          dir, slm_tokenizer_vocab_size(*tok), cfg.vocab_size);
+            slm_tokenizer_free(*tok);
+            *tok = NULL;
+            goto fail;
+        }
+    }
+    return SLM_OK;
+fail:
+    slm_llama_free(m);
+    return st;
+}

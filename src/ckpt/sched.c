@@ -1,0 +1,121 @@
+// The checkpoint schedule used by the training loop: when to save, error policy, stall stats.
+#include "ckpt/ckpt.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dist/dist.h"
+
+struct slm_ckpt_sched {
+    slm_ckpt_policy p;
+    char *root;
+    int rank;
+    slm_ckpt_saver *saver;
+    double last_save_t; // slm_time_s() of the last save (or of creation)
+    int64_t n_saves;
+    double stall_total_s, stall_max_s;
+};
+
+slm_status slm_ckpt_sched_new(const slm_ckpt_policy *p, int rank, int world, bool no_write,
+                              slm_ckpt_sched **out) {
+    *out = NULL;
+    slm_ckpt_saver_opts o = {.root = p->root,
+                             .sync = p->sync,
+                             .keep = p->keep,
+                             .rank = rank,
+                             .world = world,
+                             .no_write = no_write};
+    slm_ckpt_saver *sv = NULL;
+    slm_status st = slm_ckpt_saver_new(&o, &sv);
+    if (st) return st;
+    slm_ckpt_sched *s = slm_xcalloc(1, sizeof *s);
+    s->p = *p;
+    s->root = slm_xstrdup(p->root);
+    s->p.root = s->root;
+    s->rank = rank;
+    s->saver = sv;
+    s->last_save_t = slm_time_s();
+    *out = s;
+    return SLM_OK;
+}
+
+bool slm_ckpt_sched_due(slm_ckpt_sched *s, int64_t step, bool force) {
+    if (force) return true;
+    if (s->p.every_steps > 0 && step % s->p.every_steps == 0) return true;
+    if (s->p.every_minutes > 0) {
+        int64_t due = slm_time_s() - s->last_save_t >= s->p.every_minutes * 60.0;
+        slm_dist_bcast(&due, 1, SLM_DT_I64, 0, "checkpoint schedule");
+        return due != 0;
+    }
+    return false;
+}
+
+// Applies --on-ckpt-error to a failed save.
+static slm_status on_error(slm_ckpt_sched *s, slm_status st) {
+    if (!st) return SLM_OK;
+    if (s->p.abort_on_error) return st;
+    slm_error("%s (training continues: --on-ckpt-error continue)", slm_errmsg());
+    return SLM_OK;
+}
+
+slm_status slm_ckpt_sched_step(slm_ckpt_sched *s, bool save, const slm_ckpt_meta *meta,
+                               const slm_unit_layout *layout, int n_units,
+                               const slm_ckpt_shard *shards) {
+    slm_status st = slm_ckpt_saver_poll(s->saver);
+    if (st) return on_error(s, st);
+    if (!save) return SLM_OK;
+    st = slm_ckpt_saver_save(s->saver, meta, layout, n_units, shards);
+    double stall = slm_ckpt_saver_last_stall_s(s->saver);
+    s->n_saves++;
+    s->stall_total_s += stall;
+    if (stall > s->stall_max_s) s->stall_max_s = stall;
+    s->last_save_t = slm_time_s();
+    return on_error(s, st);
+}
+
+void slm_ckpt_sched_fence(slm_ckpt_sched *s) {
+    if (!s) return;
+    double before = slm_ckpt_saver_last_stall_s(s->saver);
+    slm_ckpt_saver_fence(s->saver);
+    double wait = slm_ckpt_saver_last_stall_s(s->saver) - before;
+    s->stall_total_s += wait;
+    if (slm_ckpt_saver_last_stall_s(s->saver) > s->stall_max_s)
+        s->stall_max_s = slm_ckpt_saver_last_stall_s(s->saver);
+}
+
+slm_status slm_ckpt_sched_finish(slm_ckpt_sched *s) {
+    return on_error(s, slm_ckpt_saver_finish(s->saver));
+}
+
+void slm_ckpt_sched_stats(const slm_ckpt_sched *s, int64_t *n_saves, double *stall_total_s,
+                          double *stall_max_s) {
+    *n_saves = s->n_saves;
+    *stall_total_s = s->stall_total_s;
+    *stall_max_s = s->stall_max_s;
+}
+
+void slm_ckpt_sched_free(slm_ckpt_sched *s) {
+    if (!s) return;
+    slm_ckpt_saver_free(s->saver);
+    free(s->root);
+    free(s);
+}
+
+slm_status slm_ckpt_resolve_resume(const char *spec, const char *run_dir, char **out) {
+    *out = NULL;
+    if (!spec) return SLM_OK;
+    if (strcmp(spec, "auto") != 0) {
+        *out = slm_xstrdup(spec);
+        return SLM_OK;
+    }
+    if (!run_dir) return slm_fail(SLM_E_ARG, "--resume auto needs a run directory (--out DIR)");
+    char *root = slm_path_join(run_dir, "checkpoints");
+    char *latest = slm_path_join(root, "latest");
+    if (slm_is_file(latest))
+        *out = root;
+    else
+        free(root);
+    free(latest);
+    return SLM_OK;
+}

@@ -1,0 +1,531 @@
+// FSDP schedule: shards, all-gather / free / reduce-scatter state machines per unit, driven by
+// the model's unit hooks. See fsdp.h for the strategies and the contracts.
+#include "fsdp/fsdp.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+enum { G_FREE = 0, G_FLIGHT = 1, G_READY = 2 };
+enum { R_IDLE = 0, R_RS = 1, R_AR = 2 };
+
+void slm_fsdp_opts_default(slm_fsdp_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->sharding = SLM_FULL_SHARD;
+    o->param_dtype = SLM_PREC_FP32;
+    o->reduce_dtype = SLM_PREC_FP32;
+    o->limit_all_gathers = 2;
+    o->forward_prefetch = true;
+    o->backward_prefetch = true;
+}
+
+static const char *const k_names[] = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD"};
+
+slm_status slm_sharding_parse(const char *s, slm_sharding *out) {
+    for (int i = 0; i < 4; i++) {
+        if (s && strcasecmp(s, k_names[i]) == 0) {
+            *out = (slm_sharding)i;
+            return SLM_OK;
+        }
+    }
+    return slm_fail(SLM_E_ARG,
+                    "--sharding: unknown strategy \"%s\"; expected FULL_SHARD, SHARD_GRAD_OP, "
+                    "NO_SHARD or HYBRID_SHARD",
+                    s ? s : "(null)");
+}
+
+const char *slm_sharding_name(slm_sharding s) {
+    return (int)s >= 0 && (int)s < 4 ? k_names[s] : "?";
+}
+
+slm_status slm_precision_parse(const char *what, const char *s, slm_precision *out) {
+    if (s && (strcasecmp(s, "fp32") == 0 || strcasecmp(s, "float32") == 0)) {
+        *out = SLM_PREC_FP32;
+        return SLM_OK;
+    }
+    if (s && (strcasecmp(s, "bf16") == 0 || strcasecmp(s, "bfloat16") == 0)) {
+        *out = SLM_PREC_BF16;
+        return SLM_OK;
+    }
+    return slm_fail(SLM_E_ARG, "%s: unknown dtype \"%s\"; expected fp32 or bf16", what,
+                    s ? s : "(null)");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Transient memory accounting
+
+static void *talloc(slm_fsdp *f, size_t bytes) {
+    f->transient_bytes += bytes;
+    if (f->transient_bytes > f->peak_transient_bytes) f->peak_transient_bytes = f->transient_bytes;
+    return slm_xaligned(bytes ? bytes : 64);
+}
+
+static void tfree(slm_fsdp *f, void *p, size_t bytes) {
+    if (!p) return;
+    f->transient_bytes -= bytes;
+    free(p);
+}
+
+// True when params need no communication and no copy: the full unit is the master itself.
+static bool alias_master(const slm_fsdp *f) {
+    return f->S == 1 && f->opts.param_dtype == SLM_PREC_FP32;
+}
+
+static void set_context(const slm_fsdp *f, const char *phase, int u) {
+    char ctx[96];
+    snprintf(ctx, sizeof ctx, "step %lld, %s, FSDP unit %d", (long long)f->t + 1, phase, u);
+    slm_dist_set_context(ctx);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Gather state machine: FREE -> FLIGHT (all-gather started) -> READY (params[u] valid) -> FREE
+
+static void gather_start(slm_fsdp *f, int u) {
+    slm_fsdp_unit *x = &f->units[u];
+    if (x->gstate != G_FREE) return;
+    if (alias_master(f)) {
+        x->full = x->master;
+        x->gstate = G_READY;
+        f->model->params[u] = x->full;
+        return;
+    }
+    f->in_flight++;
+    if (f->S > 1) f->stats.n_gathers++;
+    x->full = talloc(f, (size_t)x->n_padded * sizeof(float));
+    if (f->opts.param_dtype == SLM_PREC_BF16) {
+        x->bf_send = talloc(f, (size_t)x->shard_numel * 2);
+        x->bf_full = talloc(f, (size_t)x->n_padded * 2);
+        slm_f32_to_bf16(x->master, x->bf_send, x->shard_numel);
+        slm_dist_iallgather(f->shard, x->bf_send, x->bf_full, x->shard_numel, SLM_DT_BF16,
+                            "all-gather (bf16 params)", &x->greq);
+        if (f->S > 1) f->stats.bytes_gathered += x->n_padded * 2;
+    } else {
+        slm_dist_iallgather(f->shard, x->master, x->full, x->shard_numel, SLM_DT_F32,
+                            "all-gather (params)", &x->greq);
+        if (f->S > 1) f->stats.bytes_gathered += x->n_padded * 4;
+    }
+    x->gstate = G_FLIGHT;
+}
+
+static void gather_complete(slm_fsdp *f, int u) {
+    slm_fsdp_unit *x = &f->units[u];
+    if (x->bf_full) {
+        slm_bf16_to_f32(x->bf_full, x->full, x->n_padded);
+        tfree(f, x->bf_send, (size_t)x->shard_numel * 2);
+        tfree(f, x->bf_full, (size_t)x->n_padded * 2);
+        x->bf_send = x->bf_full = NULL;
+    }
+    x->gstate = G_READY;
+    f->model->params[u] = x->full;
+}
+
+static void gather_wait(slm_fsdp *f, int u) {
+    slm_fsdp_unit *x = &f->units[u];
+    if (x->gstate == G_FREE) gather_start(f, u);
+    if (x->gstate == G_FLIGHT) {
+        double t0 = slm_time_s();
+        slm_dist_wait(&x->greq);
+        f->stats.exposed_comm_s += slm_time_s() - t0;
+        gather_complete(f, u);
+    }
+}
+
+static void release(slm_fsdp *f, int u) {
+    slm_fsdp_unit *x = &f->units[u];
+    if (x->gstate == G_FREE) return;
+    if (x->gstate == G_FLIGHT) {
+        slm_dist_wait(&x->greq);
+        gather_complete(f, u);
+    }
+    if (x->full != x->master) {
+        tfree(f, x->full, (size_t)x->n_padded * sizeof(float));
+        f->in_flight--;
+    }
+    x->full = NULL;
+    x->gstate = G_FREE;
+    f->model->params[u] = NULL;
+}
+
+// Starts unit u's all-gather early if the cap allows.
+static void prefetch(slm_fsdp *f, int u) {
+    if (u < 0 || f->units[u].gstate != G_FREE) return;
+    if (!alias_master(f) && f->opts.limit_all_gathers > 0 &&
+        f->in_flight >= f->opts.limit_all_gathers)
+        return;
+    if (f->S > 1) f->stats.n_prefetched++;
+    gather_start(f, u);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reduction state machine: IDLE -> RS (reduce-scatter in the shard group) -> AR (all-reduce in
+// the replica group) -> IDLE with the result added into the gradient shard.
+
+static size_t red_elt(const slm_fsdp *f) {
+    return f->opts.reduce_dtype == SLM_PREC_BF16 ? 2 : 4;
+}
+
+static slm_dtype_comm red_dt(const slm_fsdp *f) {
+    return f->opts.reduce_dtype == SLM_PREC_BF16 ? SLM_DT_BF16 : SLM_DT_F32;
+}
+
+static void reduce_finish(slm_fsdp *f, int u) {
+    slm_fsdp_unit *x = &f->units[u];
+    int64_t n = x->shard_numel;
+    if (f->opts.reduce_dtype == SLM_PREC_BF16) {
+        const uint16_t *h = x->rbuf_shard;
+        for (int64_t i = 0; i < n; i++) {
+            uint32_t w = (uint32_t)h[i] << 16;
+            float v;
+            memcpy(&v, &w, 4);
+            x->grad[i] += v;
+        }
+    } else {
+        const float *g = x->rbuf_shard;
+        for (int64_t i = 0; i < n; i++)
+            x->grad[i] += g[i];
+    }
+    size_t e = red_elt(f);
+    if (x->rbuf_shard != x->rbuf_full) tfree(f, x->rbuf_shard, (size_t)n * e);
+    if (x->rbuf_full != x->full_grad) tfree(f, x->rbuf_full, (size_t)x->n_padded * e);
+    tfree(f, x->full_grad, (size_t)x->n_padded * sizeof(float));
+    x->full_grad = NULL;
+    x->rbuf_full = x->rbuf_shard = NULL;
+    x->rstate = R_IDLE;
+}
+
+// Advances the queued reductions in the order they were started. A reduce-scatter that finished
+// moves on to its replica all-reduce only once every earlier queued unit has, so all ranks issue
+// the replica group's collectives in the same order (MPI requires it; rank-local completion
+// order differs). Entries up to queue index `must` (-1: none) are waited for; the rest polled.
+static void reduce_progress(slm_fsdp *f, int must) {
+    bool ordered = true; // every earlier entry has left the reduce-scatter stage
+    for (int i = 0; i < f->rq_len; i++) {
+        slm_fsdp_unit *x = &f->units[f->rq[i]];
+        bool block = i <= must;
+        if (x->rstate == R_RS) {
+            bool done;
+            if (block) {
+                double t0 = slm_time_s();
+                slm_dist_wait(&x->rreq);
+                f->stats.exposed_comm_s += slm_time_s() - t0;
+                done = true;
+            } else {
+                done = slm_dist_test(&x->rreq); // a completed request stays inactive (true)
+            }
+            if (!done || !ordered) {
+                ordered = false;
+                continue;
+            }
+            if (f->R > 1) {
+                x->rstate = R_AR;
+                slm_dist_iallreduce(f->replica, x->rbuf_shard, x->shard_numel, red_dt(f),
+                                    SLM_OP_SUM, "all-reduce (grads, replica group)", &x->rreq);
+                f->stats.bytes_reduced += x->shard_numel * (int64_t)red_elt(f);
+            } else {
+                reduce_finish(f, f->rq[i]);
+                continue;
+            }
+        }
+        if (x->rstate == R_AR) {
+            bool done;
+            if (block) {
+                double t0 = slm_time_s();
+                slm_dist_wait(&x->rreq);
+                f->stats.exposed_comm_s += slm_time_s() - t0;
+                done = true;
+            } else {
+                done = slm_dist_test(&x->rreq);
+            }
+            if (done) reduce_finish(f, f->rq[i]);
+        }
+    }
+    int k = 0;
+    for (int i = 0; i < f->rq_len; i++)
+        if (f->units[f->rq[i]].rstate != R_IDLE) f->rq[k++] = f->rq[i];
+    f->rq_len = k;
+}
+
+// Waits until unit u has no reduction in flight (and every reduction queued before it).
+static void reduce_wait_unit(slm_fsdp *f, int u) {
+    for (int i = 0; i < f->rq_len; i++) {
+        if (f->rq[i] == u) {
+            reduce_progress(f, i);
+            return;
+        }
+    }
+}
+
+static void reduce_start(slm_fsdp *f, int u) {
+    slm_fsdp_unit *x = &f->units[u];
+    size_t e = red_elt(f);
+    if (f->opts.reduce_dtype == SLM_PREC_BF16) {
+        x->rbuf_full = talloc(f, (size_t)x->n_padded * 2);
+        slm_f32_to_bf16(x->full_grad, x->rbuf_full, x->n_padded);
+    } else {
+        x->rbuf_full = x->full_grad;
+    }
+    if (f->S > 1) {
+        x->rbuf_shard = talloc(f, (size_t)x->shard_numel * e);
+        x->rstate = R_RS;
+        f->rq[f->rq_len++] = u;
+        slm_dist_ireduce_scatter(f->shard, x->rbuf_full, x->rbuf_shard, x->shard_numel, red_dt(f),
+                                 SLM_OP_SUM, "reduce-scatter (grads)", &x->rreq);
+        f->stats.bytes_reduced += x->n_padded * (int64_t)e;
+    } else {
+        // NO_SHARD: the whole unit is the shard; all-reduce it in place across the replicas.
+        x->rbuf_shard = x->rbuf_full;
+        x->rstate = R_AR;
+        f->rq[f->rq_len++] = u;
+        slm_dist_iallreduce(f->replica, x->rbuf_shard, x->n_padded, red_dt(f), SLM_OP_SUM,
+                            "all-reduce (grads)", &x->rreq);
+        if (f->R > 1) f->stats.bytes_reduced += x->n_padded * (int64_t)e;
+    }
+}
+
+// Drives every outstanding request (MPI_Test): Open MPI's progress engine advances
+// non-blocking collectives mostly inside MPI calls, so this is what lets them overlap compute.
+// Time spent here counts as exposed communication: with shared-memory transports the copy of
+// a rendezvous message happens inside the MPI_Test that matches it.
+static void poll_all(slm_fsdp *f) {
+    double t0 = slm_time_s();
+    for (int u = 0; u < f->n_units; u++) {
+        slm_fsdp_unit *x = &f->units[u];
+        if (x->gstate == G_FLIGHT && slm_dist_test(&x->greq)) gather_complete(f, u);
+    }
+    reduce_progress(f, -1);
+    f->stats.exposed_comm_s += slm_time_s() - t0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hooks (order in model.h)
+
+static bool reshard_after_forward(const slm_fsdp *f) {
+    return f->opts.sharding == SLM_FULL_SHARD || f->opts.sharding == SLM_HYBRID_SHARD;
+}
+
+static void hook_pre_forward(void *ctx, int u) {
+    slm_fsdp *f = ctx;
+    int L = f->n_units - 1;
+    set_context(f, "forward", u);
+    gather_wait(f, u);
+    if (f->opts.forward_prefetch) prefetch(f, u == L ? (L > 0 ? 0 : -1) : (u + 1 < L ? u + 1 : -1));
+    poll_all(f);
+}
+
+static void hook_post_forward(void *ctx, int u) {
+    slm_fsdp *f = ctx;
+    // The root stays gathered: its backward (lm_head, final norm) starts right after the loss.
+    if (u != f->n_units - 1 && reshard_after_forward(f)) release(f, u);
+    poll_all(f);
+}
+
+static void hook_pre_backward(void *ctx, int u) {
+    slm_fsdp *f = ctx;
+    slm_fsdp_unit *x = &f->units[u];
+    set_context(f, "backward", u);
+    gather_wait(f, u);
+    // A reduction of this unit from the previous micro-batch still owns its buffers.
+    reduce_wait_unit(f, u);
+    x->full_grad = talloc(f, (size_t)x->n_padded * sizeof(float));
+    memset(x->full_grad, 0, (size_t)x->n_padded * sizeof(float));
+    f->model->grads[u] = x->full_grad;
+    int L = f->n_units - 1;
+    if (f->opts.backward_prefetch) prefetch(f, u == L ? L - 1 : u - 1);
+    poll_all(f);
+}
+
+static void hook_post_backward(void *ctx, int u) {
+    slm_fsdp *f = ctx;
+    set_context(f, "backward reduce", u);
+    f->model->grads[u] = NULL;
+    reduce_start(f, u);
+    if (f->opts.sharding != SLM_NO_SHARD) release(f, u);
+    poll_all(f);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Set-up and optimizer
+
+slm_status slm_fsdp_init(slm_fsdp *f, slm_llama *m, const slm_fsdp_opts *o, uint64_t seed) {
+    memset(f, 0, sizeof *f);
+    if (m->owns_buffers)
+        return slm_fail(SLM_E_ARG, "fsdp: the model must be initialised with alloc == false");
+    f->opts = *o;
+    f->model = m;
+    f->n_units = m->n_units;
+    slm_comm *w = slm_comm_world();
+    f->world = slm_comm_size(w);
+    f->rank = slm_comm_rank(w);
+    switch (o->sharding) {
+    case SLM_FULL_SHARD:
+    case SLM_SHARD_GRAD_OP:
+        f->S = f->world;
+        break;
+    case SLM_NO_SHARD:
+        f->S = 1;
+        break;
+    case SLM_HYBRID_SHARD:
+        if (o->shard_group_size < 1 || f->world % o->shard_group_size != 0)
+            return slm_fail(SLM_E_ARG,
+                            "--shard-group-size %d must be >= 1 and divide the world size %d "
+                            "for HYBRID_SHARD",
+                            o->shard_group_size, f->world);
+        f->S = o->shard_group_size;
+        break;
+    default:
+        return slm_fail(SLM_E_ARG, "fsdp: unknown sharding strategy %d", (int)o->sharding);
+    }
+    f->R = f->world / f->S;
+    // Shard groups are runs of S consecutive ranks (one node's ranks under a by-core mapping);
+    // replica groups take one rank from each.
+    char name[64];
+    int sg = f->rank / f->S, sr = f->rank % f->S;
+    snprintf(name, sizeof name, "shard group %d of %d", sg, f->R);
+    f->shard = slm_comm_split(w, sg, sr, name);
+    snprintf(name, sizeof name, "replica group %d of %d", sr, f->S);
+    f->replica = slm_comm_split(w, sr, sg, name);
+
+    f->units = slm_xcalloc((size_t)f->n_units, sizeof *f->units);
+    f->rq = slm_xcalloc((size_t)f->n_units, sizeof *f->rq);
+    for (int u = 0; u < f->n_units; u++) {
+        slm_fsdp_unit *x = &f->units[u];
+        const slm_unit_layout *lay = &m->units[u];
+        x->numel = lay->numel;
+        x->n_padded = (lay->numel + f->S - 1) / f->S * f->S;
+        x->shard_numel = x->n_padded / f->S;
+        x->shard_begin = (int64_t)sr * x->shard_numel;
+        size_t b = (size_t)x->shard_numel * sizeof(float);
+        x->master = slm_xaligned(b ? b : 64);
+        x->grad = slm_xaligned(b ? b : 64);
+        x->m = slm_xaligned(b ? b : 64);
+        x->v = slm_xaligned(b ? b : 64);
+        memset(x->grad, 0, b);
+        memset(x->m, 0, b);
+        memset(x->v, 0, b);
+        f->state_bytes += 4 * b;
+        float *full = slm_xcalloc((size_t)x->n_padded, sizeof(float));
+        slm_llama_init_unit_weights(m, seed, u, full);
+        memcpy(x->master, full + x->shard_begin, b);
+        free(full);
+        x->ranges = slm_xcalloc((size_t)lay->n_views + 1, sizeof *x->ranges);
+        int64_t s0 = x->shard_begin, s1 = x->shard_begin + x->shard_numel;
+        for (int i = 0; i < lay->n_views; i++) {
+            int64_t a = lay->views[i].offset, e = a + lay->views[i].numel;
+            if (a < s0) a = s0;
+            if (e > s1) e = s1;
+            if (e <= a) continue;
+            x->ranges[x->n_ranges++] =
+                (slm_decay_range){a - s0, e - s0, lay->views[i].weight_decay};
+        }
+        m->params[u] = NULL;
+        m->grads[u] = NULL;
+    }
+    m->hooks = (slm_unit_hooks){.ctx = f,
+                                .pre_forward = hook_pre_forward,
+                                .post_forward = hook_post_forward,
+                                .pre_backward = hook_pre_backward,
+                                .post_backward = hook_post_backward};
+    return SLM_OK;
+}
+
+void slm_fsdp_free(slm_fsdp *f) {
+    if (!f || !f->units) return;
+    slm_fsdp_sync_grads(f);
+    for (int u = 0; u < f->n_units; u++)
+        release(f, u);
+    free(f->rq);
+    for (int u = 0; u < f->n_units; u++) {
+        slm_fsdp_unit *x = &f->units[u];
+        free(x->master);
+        free(x->grad);
+        free(x->m);
+        free(x->v);
+        free(x->ranges);
+    }
+    free(f->units);
+    if (f->model) {
+        memset(&f->model->hooks, 0, sizeof f->model->hooks);
+        for (int u = 0; u < f->n_units; u++)
+            f->model->params[u] = f->model->grads[u] = NULL;
+    }
+    slm_comm_free(f->shard);
+    slm_comm_free(f->replica);
+    memset(f, 0, sizeof *f);
+}
+
+void slm_fsdp_zero_grad(slm_fsdp *f) {
+    slm_fsdp_sync_grads(f);
+    for (int u = 0; u < f->n_units; u++)
+        memset(f->units[u].grad, 0, (size_t)f->units[u].shard_numel * sizeof(float));
+}
+
+void slm_fsdp_sync_grads(slm_fsdp *f) {
+    reduce_progress(f, f->rq_len - 1);
+}
+
+double slm_fsdp_clip_grad_norm(slm_fsdp *f, double max_norm) {
+    slm_fsdp_sync_grads(f);
+    double ss = 0;
+    for (int u = 0; u < f->n_units; u++) {
+        const slm_fsdp_unit *x = &f->units[u];
+        int64_t valid = x->numel - x->shard_begin; // padding excluded (it is zero anyway)
+        if (valid > x->shard_numel) valid = x->shard_numel;
+        if (valid > 0) ss += slm_sumsq(x->grad, valid);
+    }
+    double t0 = slm_time_s();
+    slm_comm_allreduce(f->shard, &ss, 1, SLM_DT_F64, SLM_OP_SUM, "all-reduce (grad norm)");
+    f->stats.exposed_comm_s += slm_time_s() - t0;
+    double norm = sqrt(ss);
+    if (max_norm > 0 && isfinite(norm)) {
+        double coef = max_norm / (norm + 1e-6);
+        if (coef < 1.0)
+            for (int u = 0; u < f->n_units; u++)
+                slm_scale(f->units[u].grad, f->units[u].shard_numel, (float)coef);
+    }
+    return norm;
+}
+
+void slm_fsdp_optimizer_step(slm_fsdp *f, const slm_adamw_hparams *h, float lr) {
+    slm_fsdp_sync_grads(f);
+    f->t++;
+    for (int u = 0; u < f->n_units; u++) {
+        slm_fsdp_unit *x = &f->units[u];
+        slm_adamw_step(x->master, x->grad, x->m, x->v, x->shard_numel, h, lr, f->t, x->ranges,
+                       x->n_ranges);
+    }
+    slm_fsdp_release_all(f);
+}
+
+void slm_fsdp_release_all(slm_fsdp *f) {
+    for (int u = 0; u < f->n_units; u++)
+        release(f, u);
+}
+
+void slm_fsdp_gather_unit(slm_fsdp *f, int u, float *out) {
+    slm_fsdp_unit *x = &f->units[u];
+    float *full = slm_xaligned((size_t)x->n_padded * sizeof(float));
+    slm_comm_allgather(f->shard, x->master, full, x->shard_numel, SLM_DT_F32,
+                       "all-gather (unit for saving)");
+    memcpy(out, full, (size_t)x->numel * sizeof(float));
+    free(full);
+}
+
+void slm_fsdp_load_unit(slm_fsdp *f, int u, const float *full) {
+    slm_fsdp_unit *x = &f->units[u];
+    release(f, u);
+    int64_t valid = x->numel - x->shard_begin;
+    if (valid > x->shard_numel) valid = x->shard_numel;
+    if (valid < 0) valid = 0;
+    memset(x->master, 0, (size_t)x->shard_numel * sizeof(float));
+    memcpy(x->master, full + x->shard_begin, (size_t)valid * sizeof(float));
+}
+
+void slm_fsdp_reset_stats(slm_fsdp *f) {
+    memset(&f->stats, 0, sizeof f->stats);
+}
+
+size_t slm_fsdp_peak_bytes(const slm_fsdp *f) {
+    return f->state_bytes + f->peak_transient_bytes;
+}

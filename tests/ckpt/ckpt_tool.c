@@ -1,0 +1,101 @@
+// Test driver for the checkpoint / HF cross-checks (tests/ckpt/hf_cross.py, test_ckpt_cli.sh):
+//   ckpt_tool make-ckpt ROOT CONFIG SEED STEP   seeded model (+ m = v = params/2) saved as a
+//                                               checkpoint under ROOT (a checkpoints root)
+//   ckpt_tool hf-logits DIR TOKENS.slt OUT.slt  model from DIR (config.json + safetensors via
+//                                               slm_hf_load): logits [B, T, V] of tokens
+//   ckpt_tool ckpt-logits PATH TOKENS.slt OUT.slt  the same from a checkpoint's params
+// Exit status 0 on success; errors print the message.
+#include "ckpt/ckpt.h"
+#include "reference/slm_tensors.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int fail(void) {
+    fprintf(stderr, "ckpt_tool: %s\n", slm_errmsg());
+    return 1;
+}
+
+static int logits_out(slm_llama *m, const char *tokens_path, const char *out) {
+    slm_tensor_set in = {0}, res = {0};
+    if (slm_tset_load(&in, tokens_path)) return fail();
+    const slm_tensor *t = slm_tset_get(&in, "tokens");
+    if (!t || t->dtype != SLM_T_I32 || t->ndim != 2) {
+        fprintf(stderr, "ckpt_tool: %s: needs tokens [B, T] i32\n", tokens_path);
+        return 1;
+    }
+    int B = (int)t->shape[0], T = (int)t->shape[1];
+    slm_llama_set_shape(m, B, T, true);
+    m->loss_only = true;
+    slm_llama_forward(m, t->data, NULL, B, T);
+    int64_t shape[3] = {B, T, m->cfg.vocab_size};
+    slm_tset_add(&res, "logits", SLM_T_F32, 3, shape, slm_llama_logits(m));
+    slm_status st = slm_tset_save(&res, out);
+    slm_tset_free(&in);
+    slm_tset_free(&res);
+    return st ? fail() : 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: see the comment at the top of ckpt_tool.c\n");
+        return 2;
+    }
+    const char *mode = argv[1];
+    slm_llama m;
+    if (!strcmp(mode, "make-ckpt") && argc == 6) {
+        slm_llama_config cfg;
+        if (slm_llama_config_resolve(argv[3], &cfg) || slm_llama_init(&m, &cfg, true))
+            return fail();
+        slm_llama_init_weights(&m, strtoull(argv[4], NULL, 10));
+        slm_ckpt_shard sh[256];
+        float *mv[256];
+        for (int u = 0; u < m.n_units; u++) {
+            int64_t n = m.units[u].numel;
+            mv[u] = slm_xmalloc((size_t)n * 4);
+            for (int64_t i = 0; i < n; i++)
+                mv[u][i] = m.params[u][i] * 0.5f;
+            sh[u] = (slm_ckpt_shard){0, n, m.params[u], mv[u], mv[u]};
+        }
+        slm_ckpt_meta meta;
+        slm_ckpt_meta_default(&meta, &cfg);
+        meta.step = strtoll(argv[5], NULL, 10);
+        meta.opt_step = meta.lr_step = meta.step;
+        meta.adamw = (slm_adamw_hparams){3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f};
+        slm_ckpt_saver_opts o = {.root = argv[2], .rank = 0, .world = 1};
+        slm_ckpt_saver *s = NULL;
+        slm_status st = slm_ckpt_saver_new(&o, &s);
+        if (!st) st = slm_ckpt_saver_save(s, &meta, m.units, m.n_units, sh);
+        if (!st) st = slm_ckpt_saver_finish(s);
+        slm_ckpt_saver_free(s);
+        for (int u = 0; u < m.n_units; u++)
+            free(mv[u]);
+        slm_llama_free(&m);
+        return st ? fail() : 0;
+    }
+    if (!strcmp(mode, "hf-logits") && argc == 5) {
+        char *cp = slm_path_join(argv[2], "config.json");
+        slm_llama_config cfg;
+        slm_status st = slm_llama_config_load(cp, &cfg);
+        free(cp);
+        if (st || slm_llama_init(&m, &cfg, true) || slm_hf_load(&m, argv[2])) return fail();
+        int rc = logits_out(&m, argv[3], argv[4]);
+        slm_llama_free(&m);
+        return rc;
+    }
+    if (!strcmp(mode, "ckpt-logits") && argc == 5) {
+        slm_ckpt *c = NULL;
+        if (slm_ckpt_open(argv[2], &c)) return fail();
+        if (slm_llama_init(&m, &slm_ckpt_get_meta(c)->cfg, true)) return fail();
+        for (int u = 0; u < m.n_units; u++)
+            if (slm_ckpt_read_range(c, u, 0, m.units[u].numel, m.params[u], NULL, NULL))
+                return fail();
+        slm_ckpt_free(c);
+        int rc = logits_out(&m, argv[3], argv[4]);
+        slm_llama_free(&m);
+        return rc;
+    }
+    fprintf(stderr, "ckpt_tool: bad arguments for \"%s\"\n", mode);
+    return 2;
+}

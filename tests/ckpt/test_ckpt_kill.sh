@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Crash safety: shardlm train checkpointing every step (asynchronously) is SIGKILLed at
+# arbitrary moments, six times. After each kill, if `latest` exists it must name a complete
+# checkpoint that `shardlm ckpt verify` accepts, and --resume auto must continue from it.
+# Env (CTest): SHARDLM_BIN.
+set -uo pipefail
+BIN="${SHARDLM_BIN:?}"
+W=$(mktemp -d /tmp/slm_ckpt_kill.XXXXXX)
+trap 'rm -rf "$W"' EXIT
+fails=0
+cat > "$W/config.json" <<JSON
+{"vocab_size": 2048, "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2,
+ "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64}
+JSON
+TRAIN=(train --synthetic --model "$W/config.json" --batch 2 --seq 32 --threads 1
+       --peak-gflops 10 --log-every 0 --ckpt-every-steps 1 --ckpt-keep 2 --out "$W/run")
+delays=(0.4 0.9 1.3 0.7 1.8 1.1)
+for i in "${!delays[@]}"; do
+    "$BIN" "${TRAIN[@]}" --steps 100000 --resume auto > "$W/log$i" 2>&1 &
+    pid=$!
+    sleep "${delays[$i]}"
+    kill -KILL "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+    if [ -f "$W/run/checkpoints/latest" ]; then
+        name=$(cat "$W/run/checkpoints/latest")
+        if "$BIN" ckpt verify "$W/run" > /dev/null 2> "$W/verify.err"; then
+            echo "[ ok ] kill $i after ${delays[$i]} s: latest = $name verifies"
+        else
+            echo "[FAIL] kill $i: latest = $name does not verify: $(cat "$W/verify.err")"
+            fails=$((fails + 1))
+        fi
+    else
+        echo "[ ok ] kill $i after ${delays[$i]} s: no checkpoint committed yet"
+    fi
+done
+if [ -f "$W/run/checkpoints/latest" ]; then
+    s=$(sed -E 's/step_0*//' "$W/run/checkpoints/latest")
+    if "$BIN" "${TRAIN[@]}" --steps $((s + 2)) --resume auto > "$W/final.log" 2>&1 &&
+        grep -q "resumed from" "$W/final.log"; then
+        echo "[ ok ] --resume auto continues from step $s"
+    else
+        echo "[FAIL] --resume auto after the kills"; tail -3 "$W/final.log"; fails=$((fails + 1))
+    fi
+else
+    echo "[FAIL] no checkpoint after six runs"; fails=$((fails + 1))
+fi
+exit $((fails > 0))
