@@ -8,7 +8,8 @@ SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 PKGS=(build-essential cmake pkg-config clang libclang-rt-14-dev libomp-dev
       libopenblas-dev libopenmpi-dev openmpi-bin libcjson-dev libpcre2-dev libxxhash-dev
-      python3 python3-venv python3-numpy python3-torch sentencepiece python3-sentencepiece bible-kjv)
+      python3 python3-venv python3-numpy python3-torch sentencepiece python3-sentencepiece bible-kjv
+      iproute2)
 missing=()
 for p in "${PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
