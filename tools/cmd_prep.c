@@ -25,12 +25,17 @@ static void prep_usage(FILE *f) {
         "                      sorted, dot-files skipped) or - for stdin (plain text); "
         "repeatable,\n"
         "                      and further paths may follow --input without repeating it\n"
-        "  --out DIR           output directory (created; an earlier dataset in it is replaced)\n"
+        "  --out DIR           output directory (created). The dataset is built in a hidden\n"
+        "                      sibling .DIR.prep-tmp.PID and swapped in only on success: a\n"
+        "                      failed or interrupted run leaves an earlier dataset in DIR\n"
+        "                      intact; other files in DIR are kept. DIR may lie inside an\n"
+        "                      --input directory (it is skipped) but must not be one\n"
         "  --shard-tokens N    target tokens per shard file (default 16777216)\n"
         "  --val-fraction F    fraction of documents in val, by hash of content (default 0.01)\n"
         "  --workers W         worker threads per process (default: online CPUs / ranks)\n"
         "  --seed S            key of the train/val hash, 0 <= S < 2^53 (default 1234)\n"
-        "  --quiet             no progress output\n"
+        "  --quiet             no progress output and no summary line (errors and warnings\n"
+        "                      are still printed, on stderr)\n"
         "  --unit-bytes N      work unit size (default 1 MiB; output multiset independent)\n"
         "Under mpirun each rank prepares a disjoint part of the inputs; rank 0 writes the\n"
         "manifest. Exit codes: 0 ok, 1 runtime error (I/O, bad input), 2 usage error.\n");
@@ -61,7 +66,18 @@ int slm_cmd_prep(int argc, char **argv) {
             in_inputs = false;
         } else if (a[0] == '-' && a[1] == '-') {
             in_inputs = false;
-            if (!has_val) {
+            static const char *const known[] = {"--tokenizer",    "--out",          "--input",
+                                                "--shard-tokens", "--val-fraction", "--unit-bytes",
+                                                "--workers",      "--seed"};
+            bool is_known = false;
+            for (size_t k = 0; k < sizeof known / sizeof *known; k++)
+                is_known = is_known || !strcmp(a, known[k]);
+            if (!is_known) {
+                st = slm_fail(SLM_E_ARG, "prep: unknown option %s (see shardlm prep --help)", a);
+                break;
+            }
+            // A value never starts with "--": `--input --out DIR` lacks the input path.
+            if (!has_val || !strncmp(argv[i + 1], "--", 2)) {
                 st = slm_fail(SLM_E_ARG, "prep: option %s needs a value", a);
                 break;
             }

@@ -18,11 +18,17 @@
 // <split>_<rank:4>_<worker:3>_<index:6>.bin, flushed at document boundaries once a buffer holds
 // >= shard_tokens tokens. Documents never split across shards. The token multiset of each split
 // does not depend on W or world; the order of documents across shards does.
-// Shards are written as NAME.partial (temp + fsync + rename) and renamed to NAME only once every
-// rank finished without error; then the shard lists are all-gathered and rank 0 writes
-// manifest.json (shards in (split, rank, worker, index) order). So a killed run leaves no file
-// under a shard name and no manifest. On any error (or SIGINT/SIGTERM) every rank removes the
-// shards it wrote, rank 0 the manifest and the tokenizer copy.
+// Output: the new dataset is built in a hidden temp sibling of --out,
+// <parent>/.<name>.prep-tmp.<pid> (rank 0's pid, broadcast), never in --out itself. Shards are
+// written there as NAME.partial (temp + fsync + rename) and renamed to NAME only once every rank
+// finished without error; then the shard lists are all-gathered and rank 0 writes manifest.json
+// (shards in (split, rank, worker, index) order) and swaps the directory in: the previous --out
+// is renamed aside to .<name>.prep-old.<pid>, the temp directory renamed to --out, the parent
+// fsynced, and the old directory retired (its dataset files deleted, any other files moved into
+// the new --out). So a failed, interrupted or killed run leaves the previous dataset in --out
+// untouched (a kill -9 may leave a hidden temp sibling behind); on any error or SIGINT/SIGTERM
+// the temp directory is removed. --out must not be or contain an --input; inside an input
+// directory it is skipped by the walk.
 #include "data/data.h"
 
 #include <cjson/cJSON.h>
@@ -80,6 +86,7 @@ typedef struct {
 
 struct prep_ctx {
     const slm_prep_opts *o;
+    char *work_dir; // the temp sibling of --out the new dataset is built in (see header)
     slm_tokenizer *tok;
     uint32_t vocab;
     int rank, world;
@@ -104,7 +111,7 @@ static char *shard_path(const prep_ctx *c, int split, int64_t w, int64_t idx, in
     char name[80];
     snprintf(name, sizeof name, "%s_%04d_%03d_%06" PRId64 ".bin%s", split_name(split), rank, (int)w,
              idx, partial ? ".partial" : "");
-    return slm_path_join(c->o->out_dir, name);
+    return slm_path_join(c->work_dir, name);
 }
 
 // SIGINT / SIGTERM while prep runs: workers stop at the next document, the run fails with
@@ -138,10 +145,14 @@ static int cmp_str(const void *a, const void *b) {
 }
 
 // Adds `path` (a file, or a directory walked recursively in byte-wise sorted order, skipping
-// names that start with '.').
-static slm_status add_path(const char *path, source **v, int *n, int *cap, int depth) {
+// names that start with '.', so also prep's hidden temp siblings of --out). `skip` (the --out
+// directory, or NULL when it does not exist yet) is never walked: it holds the previous output.
+static slm_status add_path(const char *path, source **v, int *n, int *cap, int depth,
+                           const struct stat *skip) {
     struct stat st;
     if (stat(path, &st) != 0) return slm_fail(SLM_E_IO, "input %s: %s", path, strerror(errno));
+    if (skip && S_ISDIR(st.st_mode) && st.st_dev == skip->st_dev && st.st_ino == skip->st_ino)
+        return SLM_OK;
     if (S_ISREG(st.st_mode)) {
         source s = {slm_xstrdup(path), ends_with(path, ".jsonl"), false, (size_t)st.st_size, NULL};
         add_source(v, n, cap, s);
@@ -169,7 +180,7 @@ static slm_status add_path(const char *path, source **v, int *n, int *cap, int d
     for (size_t i = 0; i < nn; i++) {
         if (rc == SLM_OK) {
             char *p = slm_path_join(path, names[i]);
-            rc = add_path(p, v, n, cap, depth + 1);
+            rc = add_path(p, v, n, cap, depth + 1, skip);
             free(p);
         }
         free(names[i]);
@@ -430,28 +441,146 @@ static void progress(prep_ctx *c, uint64_t total, double t0, bool tty, bool fina
 
 // --- Driver -------------------------------------------------------------------------------
 
-// Removes manifest.json and files named like shards of an earlier prep in `dir`, so a
-// directory being rewritten is never loadable halfway.
-static void remove_old_dataset(const char *dir) {
-    char *m = slm_path_join(dir, "manifest.json");
-    unlink(m);
-    free(m);
+// --out as the path prep operates on: the real path when it exists (so a symlink, "." or a
+// trailing '/' name the directory itself), else the given path without trailing slashes.
+static char *resolve_out(const char *out) {
+    struct stat st;
+    char real[PATH_MAX];
+    if (lstat(out, &st) == 0 && realpath(out, real)) return slm_xstrdup(real);
+    char *p = slm_xstrdup(out);
+    size_t n = strlen(p);
+    while (n > 1 && p[n - 1] == '/')
+        p[--n] = 0;
+    return p;
+}
+
+// "<parent>/.<base>.prep-<tag>.<pid>": a hidden sibling of `out_path` (same file system, so
+// renames are atomic; hidden, so an input walk over the parent skips it).
+static char *sibling_path(const char *out_path, const char *tag, int64_t pid) {
+    const char *slash = strrchr(out_path, '/');
+    char name[80];
+    slm_buf b = {0};
+    if (slash) {
+        if (slash == out_path)
+            slm_buf_appendf(&b, "/");
+        else
+            slm_buf_appendf(&b, "%.*s/", (int)(slash - out_path), out_path);
+    }
+    snprintf(name, sizeof name, ".prep-%s.%" PRId64, tag, pid);
+    slm_buf_appendf(&b, ".%s%s", slash ? slash + 1 : out_path, name);
+    return b.data;
+}
+
+static char *parent_dir(const char *path) {
+    const char *slash = strrchr(path, '/');
+    if (!slash) return slm_xstrdup(".");
+    if (slash == path) return slm_xstrdup("/");
+    char *p = slm_xstrdup(path);
+    p[slash - path] = 0;
+    return p;
+}
+
+// Removes a directory prep created and the plain files in it (it holds no subdirectories).
+static void remove_work_dir(const char *dir) {
     DIR *d = opendir(dir);
-    if (!d) return;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        int r, wk, ix, used = 0;
-        char sp[8] = {0};
-        size_t len = strlen(e->d_name);
-        if (len > 8 && !strcmp(e->d_name + len - 8, ".partial")) len -= 8;
-        if (sscanf(e->d_name, "%5[a-z]_%4d_%3d_%6d.bin%n", sp, &r, &wk, &ix, &used) == 4 &&
-            used == (int)len && (!strcmp(sp, "train") || !strcmp(sp, "val"))) {
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
             char *p = slm_path_join(dir, e->d_name);
             unlink(p);
             free(p);
         }
+        closedir(d);
     }
-    closedir(d);
+    rmdir(dir);
+}
+
+// After the swap: `old` is the previous --out directory. The files of its dataset (manifest.json,
+// the tokenizer copy and the shards the manifest lists) are deleted; anything else in it (files
+// prep did not write) is moved into the new `out` unless that name is taken there, in which case
+// `old` is kept and named in a warning. Failures here only warn: the new dataset is in place.
+static void retire_old_dir(const char *old, const char *out, const char *shown) {
+    slm_dataset ods;
+    if (slm_dataset_open(old, &ods) == SLM_OK) {
+        for (int s = 0; s < 2; s++) {
+            const slm_split_info *sp = s ? &ods.val : &ods.train;
+            for (int i = 0; i < sp->n_shards; i++) {
+                char *p = slm_path_join(old, sp->shards[i].file);
+                unlink(p);
+                free(p);
+            }
+        }
+        if (ods.tokenizer_file) unlink(ods.tokenizer_file);
+        char *m = slm_path_join(old, "manifest.json");
+        unlink(m);
+        free(m);
+    }
+    slm_dataset_free(&ods);
+    DIR *d = opendir(old);
+    int kept = 0;
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+            char *from = slm_path_join(old, e->d_name), *to = slm_path_join(out, e->d_name);
+            struct stat st;
+            if (lstat(to, &st) == 0 || rename(from, to) != 0) kept++;
+            free(from);
+            free(to);
+        }
+        closedir(d);
+    }
+    if (kept || rmdir(old) != 0)
+        slm_warn("prep: %s: %d file(s) of the previous directory that prep did not write could "
+                 "not be moved into the new dataset; they are kept in %s",
+                 shown, kept, old);
+}
+
+// Replaces `out_path` by the finished `work` directory: rename the old directory aside, rename
+// the new one into place, fsync the parent, then retire the old one. A kill in between leaves
+// either the old dataset or nothing under `out_path`, never a mix.
+static slm_status swap_in(const char *work, const char *out_path, const char *old,
+                          const char *shown) {
+    struct stat st;
+    bool had_old = lstat(out_path, &st) == 0;
+    if (had_old && !S_ISDIR(st.st_mode))
+        return slm_fail(SLM_E_IO, "prep: --out %s exists and is not a directory", shown);
+    if (had_old && rename(out_path, old) != 0)
+        return slm_fail(SLM_E_IO, "prep: %s: cannot move the previous dataset aside to %s: %s",
+                        shown, old, strerror(errno));
+    if (rename(work, out_path) != 0) {
+        int e = errno;
+        if (had_old && rename(old, out_path) != 0)
+            return slm_fail(SLM_E_IO,
+                            "prep: %s: rename of %s into place failed (%s) and the previous "
+                            "dataset could not be moved back from %s: %s",
+                            shown, work, strerror(e), old, strerror(errno));
+        return slm_fail(SLM_E_IO, "prep: %s: rename of %s into place failed: %s", shown, work,
+                        strerror(e));
+    }
+    char *parent = parent_dir(out_path);
+    slm_status st2 = slm_fsync_dir(parent);
+    free(parent);
+    if (had_old) retire_old_dir(old, out_path, shown);
+    return st2;
+}
+
+// --out must not be (or contain) an --input: the swap would move the corpus. --out inside an
+// input directory is fine (the walk skips it).
+static slm_status check_out_vs_inputs(const slm_prep_opts *o, const char *out_path) {
+    size_t n = strlen(out_path);
+    for (int i = 0; i < o->n_inputs; i++) {
+        char real[PATH_MAX];
+        if (!strcmp(o->inputs[i], "-") || !realpath(o->inputs[i], real)) continue;
+        if (!strncmp(real, out_path, n) && (real[n] == 0 || real[n] == '/' || n == 1))
+            return slm_fail(SLM_E_ARG,
+                            "prep: --out %s is or contains --input %s; expected an output "
+                            "directory outside the inputs (a subdirectory of an input directory "
+                            "is fine)",
+                            o->out_dir, o->inputs[i]);
+    }
+    return SLM_OK;
 }
 
 static slm_status check_opts(const slm_prep_opts *o) {
@@ -480,21 +609,14 @@ static slm_status agree(const prep_ctx *c, slm_status st) {
     return c->world > 1 ? slm_dist_agree(st) : st;
 }
 
-// Copies the tokenizer file into the dataset directory (atomically). *copied is set when a new
-// file was written (so it is removed on failure); a tokenizer already in place is left alone.
-static slm_status copy_tokenizer(const char *src, const char *dst, uint64_t *hash, bool *copied) {
-    *copied = false;
+// Copies the tokenizer file into the (new) dataset directory.
+static slm_status copy_tokenizer(const char *src, const char *dst, uint64_t *hash) {
     char *data = NULL;
     size_t len = 0;
     slm_status st = slm_file_read_all(src, &data, &len);
     if (st) return st;
     *hash = slm_xxh64(data, len, 0);
-    char rs[PATH_MAX], rd[PATH_MAX];
-    bool same = realpath(src, rs) && realpath(dst, rd) && !strcmp(rs, rd);
-    if (!same) {
-        st = slm_file_write_atomic(dst, data, len);
-        *copied = st == SLM_OK;
-    }
+    st = slm_file_write_atomic(dst, data, len);
     free(data);
     return st;
 }
@@ -513,8 +635,8 @@ slm_status slm_prep_run(const slm_prep_opts *o) {
     slm_dataset ds;
     memset(&ds, 0, sizeof ds);
     int n_cap = 0, W = o->workers;
-    bool tok_copied = false, manifest_written = false;
-    char *tok_dst = NULL;
+    bool work_created = false, swapped = false;
+    char *tok_dst = NULL, *out_path = NULL, *old_dir = NULL;
     int64_t *recv = NULL;
     double t0 = slm_time_s();
 
@@ -538,6 +660,13 @@ slm_status slm_prep_run(const slm_prep_opts *o) {
                           o->tokenizer_path, v);
         c.vocab = (uint32_t)v;
     }
+    // --out: never one of the inputs; skipped by the walk when it lies inside an input dir.
+    out_path = resolve_out(o->out_dir);
+    struct stat out_st;
+    bool out_exists = stat(out_path, &out_st) == 0;
+    if (st == SLM_OK && out_exists && !S_ISDIR(out_st.st_mode))
+        st = slm_fail(SLM_E_IO, "prep: --out %s exists and is not a directory", o->out_dir);
+    if (st == SLM_OK) st = check_out_vs_inputs(o, out_path);
     // Inputs: every rank enumerates the same list (a shared file system is assumed).
     for (int i = 0; i < o->n_inputs && st == SLM_OK; i++) {
         if (!strcmp(o->inputs[i], "-")) {
@@ -545,16 +674,38 @@ slm_status slm_prep_run(const slm_prep_opts *o) {
             if (c.rank == 0) st = read_stdin(&s.stdin_data, &s.size);
             add_source(&c.srcs, &c.n_srcs, &n_cap, s);
         } else {
-            st = add_path(o->inputs[i], &c.srcs, &c.n_srcs, &n_cap, 0);
+            st = add_path(o->inputs[i], &c.srcs, &c.n_srcs, &n_cap, 0, out_exists ? &out_st : NULL);
         }
     }
-    if (st == SLM_OK) st = slm_mkdir_p(o->out_dir);
-    if (st == SLM_OK && c.rank == 0) {
-        remove_old_dataset(o->out_dir);
-        tok_dst = slm_path_join(o->out_dir, base_name(o->tokenizer_path));
-        st = copy_tokenizer(o->tokenizer_path, tok_dst, &ds.tokenizer_xxh64, &tok_copied);
+    // Every rank has listed its inputs before rank 0 creates anything next to --out.
+    st = agree(&c, st);
+    if (st) goto out;
+    // The new dataset is built in a hidden temp sibling of --out named after rank 0's pid, and
+    // swapped in only once complete (slm_prep_run's header comment).
+    {
+        int64_t pid = (int64_t)getpid();
+        if (c.world > 1) slm_dist_bcast(&pid, 1, SLM_DT_I64, 0, "prep temp dir");
+        c.work_dir = sibling_path(out_path, "tmp", pid);
+        old_dir = sibling_path(out_path, "old", pid);
     }
-    st = agree(&c, st); // also orders the old-dataset cleanup before any shard is written
+    if (c.rank == 0) {
+        char *parent = parent_dir(out_path);
+        st = slm_mkdir_p(parent);
+        free(parent);
+        if (st == SLM_OK) {
+            remove_work_dir(c.work_dir); // a stale one from a killed run with the same pid
+            if (mkdir(c.work_dir, 0777) != 0)
+                st = slm_fail(SLM_E_IO, "prep: cannot create temp directory %s: %s", c.work_dir,
+                              strerror(errno));
+            else
+                work_created = true;
+        }
+        if (st == SLM_OK) {
+            tok_dst = slm_path_join(c.work_dir, base_name(o->tokenizer_path));
+            st = copy_tokenizer(o->tokenizer_path, tok_dst, &ds.tokenizer_xxh64);
+        }
+    }
+    st = agree(&c, st); // the temp directory exists before any shard is written
     if (st) goto out;
 
     // Units: global index u over file sources -> rank u % world; stdin units stay on rank 0.
@@ -705,14 +856,14 @@ slm_status slm_prep_run(const slm_prep_opts *o) {
             free(from);
             free(to);
         }
-    if (st == SLM_OK) st = slm_fsync_dir(o->out_dir);
+    if (st == SLM_OK) st = slm_fsync_dir(c.work_dir);
     if (st == SLM_OK && g_signal)
         st = slm_fail(SLM_E_INTERRUPTED,
                       "prep: interrupted by signal %d; removed this run's output", (int)g_signal);
     st = agree(&c, st);
     if (st) goto out;
     if (c.rank == 0) {
-        ds.dir = slm_xstrdup(o->out_dir);
+        ds.dir = slm_xstrdup(c.work_dir);
         ds.tokenizer_file = slm_xstrdup(tok_dst);
         ds.tokenizer_type = slm_xstrdup(slm_tokenizer_type_name(c.tok));
         ds.vocab_size = (int32_t)c.vocab;
@@ -722,10 +873,17 @@ slm_status slm_prep_run(const slm_prep_opts *o) {
         ds.seed = o->seed;
         ds.val_fraction = o->val_fraction;
         st = slm_dataset_write(&ds);
-        manifest_written = st == SLM_OK;
+        if (st == SLM_OK && g_signal)
+            st = slm_fail(SLM_E_INTERRUPTED,
+                          "prep: interrupted by signal %d; removed this run's output",
+                          (int)g_signal);
+        if (st == SLM_OK) {
+            st = swap_in(c.work_dir, out_path, old_dir, o->out_dir);
+            swapped = st == SLM_OK || !slm_is_dir(c.work_dir);
+        }
     }
     st = agree(&c, st);
-    if (st == SLM_OK && c.rank == 0) {
+    if (st == SLM_OK && c.rank == 0 && o->progress) {
         double dt = slm_time_s() - t0;
         slm_info("prep: %s: train %" PRIu64 " tokens / %" PRIu64 " docs / %d shards, val %" PRIu64
                  " tokens / %" PRIu64 " docs / %d shards; %.1f MB local input in %.2f s",
@@ -734,9 +892,9 @@ slm_status slm_prep_run(const slm_prep_opts *o) {
     }
 
 out:
-    if (st) {
-        // Remove everything this run wrote: own shards, and on rank 0 the manifest and the
-        // tokenizer copy. Temp files were already removed by the failing writer.
+    if (st && !swapped) {
+        // Remove everything this run wrote: own shards, and on rank 0 the whole temp directory
+        // (manifest, tokenizer copy, other ranks' shards). --out itself was never touched.
         for (int i = 0; c.workers && i < W; i++)
             for (int j = 0; j < c.workers[i].n_recs; j++) {
                 const shard_rec *r = &c.workers[i].recs[j];
@@ -746,14 +904,7 @@ out:
                     free(p);
                 }
             }
-        if (c.rank == 0) {
-            if (manifest_written) {
-                char *m = slm_path_join(o->out_dir, "manifest.json");
-                unlink(m);
-                free(m);
-            }
-            if (tok_copied) unlink(tok_dst);
-        }
+        if (c.rank == 0 && work_created) remove_work_dir(c.work_dir);
     }
     for (int i = 0; c.workers && i < W; i++) {
         slm_ivec_free(&c.workers[i].buf[0]);
@@ -769,6 +920,9 @@ out:
     free(c.units);
     free(recv);
     free(tok_dst);
+    free(out_path);
+    free(old_dir);
+    free(c.work_dir);
     slm_dataset_free(&ds);
     slm_tokenizer_free(c.tok);
     sigaction(SIGINT, &old_int, NULL);

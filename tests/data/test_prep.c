@@ -382,32 +382,88 @@ static void test_jsonl_not_object(void) {
     check_bad_jsonl("[\"text\"]", "not a JSON object");
 }
 
-// A failed run over an existing dataset leaves nothing loadable (old manifest and shards gone).
-static void test_failed_rerun_removes_dataset(void) {
+// Files directly in dir whose name starts with `prefix` (the hidden temp siblings of --out).
+static int count_prefixed(const char *dir, const char *prefix) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (!strncmp(e->d_name, prefix, strlen(prefix))) n++;
+    closedir(d);
+    return n;
+}
+
+// A failed run over an existing dataset leaves it intact and loadable, with the files prep did
+// not write; no temp sibling is left next to it. A successful rerun replaces the dataset and
+// keeps the unrelated files.
+static void test_failed_rerun_keeps_dataset(void) {
     char *out = out_dir("ds_rerun");
     const char *in[] = {g_corpus};
     CHECK_OK(prep(out, in, 1, 2, 4000, 3000));
-    CHECK(count_data_files(out) > 2);
+    int before = count_data_files(out);
+    CHECK(before > 2);
+    char note[600], fake[600];
+    snprintf(note, sizeof note, "%s/NOTES.txt", out);
+    snprintf(fake, sizeof fake, "%s/train_0000_000_999999.bin", out); // shard-like, not listed
+    write_file(note, "mine\n", 5);
+    write_file(fake, "x", 1);
     char missing[512];
     snprintf(missing, sizeof missing, "%s/no_such_file.txt", g_root);
     const char *in2[] = {g_corpus, missing};
     CHECK_EQ_INT(prep(out, in2, 2, 2, 4000, 3000), SLM_E_IO);
     CHECK(strstr(slm_errmsg(), "no_such_file.txt"));
-    // Fails at input listing before anything is touched: the old dataset is intact.
-    CHECK(count_data_files(out) > 2);
     char bad[512];
     snprintf(bad, sizeof bad, "%s/bad2.jsonl", g_root);
     write_file(bad, "nope\n", 5);
     const char *in3[] = {g_corpus, bad};
     CHECK_EQ_INT(prep(out, in3, 2, 2, 4000, 3000), SLM_E_FORMAT);
     unlink(bad);
-    int left = count_data_files(out);
+    CHECK_EQ_INT(count_data_files(out), before + 1);
+    CHECK_EQ_INT(count_prefixed(g_root, ".ds_rerun.prep-"), 0);
     slm_dataset ds;
-    slm_status st = slm_dataset_open(out, &ds);
+    CHECK_OK(slm_dataset_open(out, &ds));
     slm_dataset_free(&ds);
+    msum got[2];
+    int ns = 0;
+    CHECK(read_dataset(out, got, &ns));
+    // Success with other shard sizes: new dataset, unrelated files kept, old shards gone.
+    CHECK_OK(prep(out, in, 1, 1, 0, 100000));
+    CHECK(read_dataset(out, got, &ns));
+    CHECK(slm_is_file(note) && slm_is_file(fake));
+    CHECK_EQ_INT(count_data_files(out), ns + 2); // shards + manifest + the fake shard
+    CHECK_EQ_INT(count_prefixed(g_root, ".ds_rerun.prep-"), 0);
     free(out);
-    CHECK_EQ_INT(left, 0);
-    CHECK_EQ_INT(st, SLM_E_IO);
+}
+
+// --out inside an input directory: the second run must not read the first run's output.
+// --out equal to an input directory is refused before anything is written.
+static void test_out_inside_input(void) {
+    char dir[600], out[700], txt[700];
+    snprintf(dir, sizeof dir, "%s/cdir", g_root);
+    snprintf(out, sizeof out, "%s/out", dir);
+    snprintf(txt, sizeof txt, "%s/c.txt", dir);
+    CHECK_OK(slm_mkdir_p(dir));
+    char src[512];
+    snprintf(src, sizeof src, "%s/a.txt", g_corpus);
+    char *data = NULL;
+    size_t len = 0;
+    CHECK_OK(slm_file_read_all(src, &data, &len));
+    write_file(txt, data, len);
+    free(data);
+    msum ref[2] = {{0}}, got[2];
+    ref_file(txt, ref);
+    const char *in[] = {dir};
+    int ns = 0;
+    for (int k = 0; k < 2; k++) {
+        CHECK_OK(prep(out, in, 1, 2, 3000, 5000));
+        CHECK(read_dataset(out, got, &ns));
+        CHECK(msum_eq(&got[0], &ref[0]) && msum_eq(&got[1], &ref[1]));
+    }
+    CHECK_EQ_INT(prep(dir, in, 1, 2, 3000, 5000), SLM_E_ARG);
+    CHECK(strstr(slm_errmsg(), "is or contains --input"));
+    CHECK(slm_is_file(txt));
+    CHECK(read_dataset(out, got, &ns));
 }
 
 static void test_empty_corpus(void) {
@@ -459,7 +515,8 @@ int main(void) {
     RUN(test_jsonl_no_text);
     RUN(test_jsonl_text_not_string);
     RUN(test_jsonl_not_object);
-    RUN(test_failed_rerun_removes_dataset);
+    RUN(test_failed_rerun_keeps_dataset);
+    RUN(test_out_inside_input);
     RUN(test_empty_corpus);
     RUN(test_bad_options);
     slm_tokenizer_free(g_tok);

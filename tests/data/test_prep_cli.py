@@ -15,6 +15,7 @@ import os
 import struct
 import subprocess
 import sys
+import shutil
 import signal
 import tempfile
 import time
@@ -186,6 +187,7 @@ def main():
                 rc, err = run([bin_, 'prep', '--input', ts_path, jl, '--out', out, '--workers', str(w)] + common)
                 if not check(rc == 0, f'workers {w}: rc {rc}: {err}'):
                     continue
+                check(err == '', f'workers {w}: --quiet printed: {err!r}')
                 man, got = read_dataset(out, sp.bos_id(), hash_payloads=(w == 1))
                 check(man['tokenizer']['type'] == 'sentencepiece_bpe' and man['seed'] == seed, 'manifest fields')
                 check(man['tokenizer']['bos_id'] == sp.bos_id() and man['tokenizer']['eos_id'] == sp.eos_id(), 'bos/eos')
@@ -206,16 +208,63 @@ def main():
             rc, err = run([bin_, 'prep', '--input', ts_path, bad, '--out', out, '--workers', '2'] + common)
             check(rc == 1, f'bad jsonl: rc {rc}')
             check(f'{bad}:2:' in err, f'bad jsonl: message names file:line: {err}')
-            left = [n for n in os.listdir(out) if n.endswith('.bin') or 'manifest' in n or '.tmp' in n]
+            left = os.listdir(out) if os.path.isdir(out) else []
             check(left == [], f'bad jsonl: left behind {left}')
-            # Interrupted runs: SIGINT -> exit 1, "interrupted", nothing left; SIGKILL -> no
-            # manifest and no file under a shard name (only *.partial / *.tmp.* may remain).
+            check(not [n for n in os.listdir(tmp) if '.prep-' in n], 'bad jsonl: temp sibling left')
+            # A failed prep over an existing dataset leaves it (and files prep did not write)
+            # intact; a successful one replaces the dataset and keeps those files.
+            good = os.path.join(tmp, 'w1')
+            keep = os.path.join(tmp, 'keep')
+            shutil.copytree(good, keep)
+            open(os.path.join(keep, 'NOTES.txt'), 'w').write('mine\n')
+            open(os.path.join(keep, 'val_0000_000_999999.bin'), 'w').write('not ours\n')
+            def snapshot(d):
+                return {n: open(os.path.join(d, n), 'rb').read() for n in sorted(os.listdir(d))}
+            before = snapshot(keep)
+            rc, err = run([bin_, 'prep', '--input', ts_path, bad, '--out', keep, '--workers', '2'] + common)
+            check(rc == 1 and f'{bad}:2:' in err, f'bad jsonl over dataset: rc {rc}: {err}')
+            check(snapshot(keep) == before, 'bad jsonl over dataset: dataset changed')
+            check(not [n for n in os.listdir(tmp) if '.prep-' in n], 'bad jsonl over dataset: temp left')
+            rc, err = run([bin_, 'prep', '--input', jl, '--out', keep, '--workers', '2'] + common)
+            if check(rc == 0, f'rerun over dataset: rc {rc}: {err}'):
+                names = set(os.listdir(keep))
+                check({'NOTES.txt', 'val_0000_000_999999.bin'} <= names, f'rerun: own files lost: {names}')
+                man = json.load(open(os.path.join(keep, 'manifest.json')))
+                listed = {sh['file'] for sh in man['shards']}
+                check({n for n in names if n.endswith('.bin')} == listed | {'val_0000_000_999999.bin'},
+                      f'rerun: stale shards: {names}')
+                check(not [n for n in os.listdir(tmp) if '.prep-' in n], 'rerun: temp/old sibling left')
+            # --out inside an --input directory: rerunning must not read the previous output;
+            # --out equal to an --input directory is refused and nothing is touched.
+            cdir = os.path.join(tmp, 'cdir')
+            os.makedirs(cdir)
+            shutil.copy(jl, os.path.join(cdir, 'c.jsonl'))
+            for k in range(2):
+                rc, err = run([bin_, 'prep', '--input', cdir, '--out', os.path.join(cdir, 'out'),
+                               '--workers', '2'] + common)
+                if check(rc == 0, f'--out inside --input, run {k}: rc {rc}: {err}'):
+                    _, got = read_dataset(os.path.join(cdir, 'out'), sp.bos_id(), hash_payloads=False)
+                    check(got == reference(sp, jsonl_docs(open(jl, 'rb').read()), seed, frac),
+                          f'--out inside --input, run {k}: documents == reference')
+            rc, err = run([bin_, 'prep', '--input', cdir, '--out', cdir] + common)
+            check(rc == 1 and 'is or contains --input' in err, f'--out == --input: rc {rc}: {err}')
+            check(sorted(os.listdir(cdir)) == ['c.jsonl', 'out'], f'--out == --input: {os.listdir(cdir)}')
+            afile = os.path.join(tmp, 'afile')
+            open(afile, 'w').write('keep me\n')
+            rc, err = run([bin_, 'prep', '--input', jl, '--out', afile] + common)
+            check(rc == 1 and 'exists and is not a directory' in err, f'--out FILE: rc {rc}: {err}')
+            check(open(afile).read() == 'keep me\n', '--out FILE: file changed')
+            # Interrupted runs over an earlier dataset: SIGINT -> exit 1, "interrupted", the
+            # dataset untouched and no temp sibling left; SIGKILL -> the dataset untouched (only
+            # the hidden .NAME.prep-tmp.PID sibling may remain).
             big = os.path.join(tmp, 'big.txt')
             with open(big, 'wb') as f:
                 for _ in range(30):
                     f.write(ts)
             for sig in (signal.SIGINT, signal.SIGKILL):
                 out = os.path.join(tmp, f'sig{int(sig)}')
+                shutil.copytree(good, out)  # an earlier dataset that must survive
+                before = snapshot(out)
                 p = subprocess.Popen([bin_, 'prep', '--input', big, '--out', out, '--workers', '1',
                                       '--tokenizer', model, '--shard-tokens', '20000', '--quiet'],
                                      stderr=subprocess.PIPE)
@@ -226,19 +275,26 @@ def main():
                 if p.returncode == 0:
                     print(f'  note: prep finished before signal {int(sig)}; not checked')
                     continue
-                names = os.listdir(out) if os.path.isdir(out) else []
-                check('manifest.json' not in names, f'signal {int(sig)}: manifest left: {names}')
-                check(not [n for n in names if n.endswith('.bin')], f'signal {int(sig)}: shards left')
+                check(snapshot(out) == before, f'signal {int(sig)}: earlier dataset changed')
+                temps = [n for n in os.listdir(tmp) if n.startswith(f'.sig{int(sig)}.prep-')]
                 if sig == signal.SIGINT:
                     check(p.returncode == 1 and 'interrupted' in err, f'SIGINT: rc {p.returncode}: {err}')
-                    check(not [n for n in names if '.bin' in n], f'SIGINT: partial files left: {names}')
+                    check(temps == [], f'SIGINT: temp dir left: {temps}')
                 else:
-                    print(f'  SIGKILL left {len(names)} files, none under a shard name')
+                    print(f'  SIGKILL left {temps}; {out} untouched')
+                    for t in temps:
+                        shutil.rmtree(os.path.join(tmp, t))
             # Usage errors exit 2; --help exits 0.
             rc, _ = run([bin_, 'prep', '--input', ts_path, '--tokenizer', model])
             check(rc == 2, f'missing --out: rc {rc}')
             rc, _ = run([bin_, 'prep', '--out', out, '--tokenizer', model, '--input', ts_path, '--workers', 'x'])
             check(rc == 2, f'bad --workers: rc {rc}')
+            rc, err = run([bin_, 'prep', '--input', ts_path, '--tokenizer', model, '--out', out, '--bogus', '1'])
+            check(rc == 2 and 'unknown option --bogus' in err, f'--bogus: rc {rc}: {err}')
+            rc, err = run([bin_, 'prep', '--tokenizer', model, '--input', '--out', out])
+            check(rc == 2 and 'option --input needs a value' in err, f'--input --out: rc {rc}: {err}')
+            rc, err = run([bin_, 'prep', '--tokenizer', model, '--input', ts_path, '--out'])
+            check(rc == 2 and 'option --out needs a value' in err, f'--out at end: rc {rc}: {err}')
             rc, _ = run([bin_, 'prep', '--help'])
             check(rc == 0, f'--help: rc {rc}')
         else:
