@@ -1,5 +1,6 @@
 // shardlm eval: mean loss / perplexity of a run's model on a prepared split or a token-id file,
 // and the unigram entropy of a split (src/train/train.h).
+#include <errno.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -22,12 +23,26 @@ static void eval_usage(FILE *f) {
             "  --batch B           windows per forward (default 8)\n"
             "  --max-batches M     evaluate at most M batches (default 0 = the whole split)\n"
             "  --token-ids FILE    whitespace-separated ids, one sequence per line\n"
-            "                      (inputs ids[:-1], targets ids[1:])\n"
+            "                      (inputs ids[:-1], targets ids[1:]); each line is its own\n"
+            "                      window, so --seq, --batch, --max-batches and --split do not\n"
+            "                      apply (giving them is a usage error)\n"
             "  --unigram-entropy   also print the split's unigram entropy (nats/token); works\n"
             "                      without --model\n"
             "  --threads N         OpenMP threads\n\n"
             "Output lines on stdout: loss, perplexity, tokens, sequences, unigram_entropy.\n"
-            "exit codes: 0 ok, 1 runtime error, 2 usage error or mismatch (vocab, length)\n");
+            "exit codes: 0 ok, 1 runtime error (also a bad id in --token-ids FILE), 2 usage\n"
+            "error or mismatch (vocab, length)\n");
+}
+
+// Flushes stdout; false (after printing the reason) when a write to it failed.
+static bool stdout_ok(void) {
+    int err = 0;
+    errno = 0;
+    if (fflush(stdout) != 0) err = errno ? errno : EIO;
+    if (ferror(stdout) && !err) err = errno ? errno : EIO;
+    if (!err) return true;
+    slm_error("eval: write to stdout failed: %s", strerror(err));
+    return false;
 }
 
 int slm_cmd_eval(int argc, char **argv) {
@@ -35,6 +50,7 @@ int slm_cmd_eval(int argc, char **argv) {
     bool hf = false; // --init-from-hf: an HF safetensors directory instead of a run
     int64_t B = 8, T = 0, max_batches = 0, threads = 0;
     bool unigram = false;
+    const char *window_opt = NULL; // a --data-only option given (refused with --token-ids)
     slm_status st = SLM_OK;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -46,13 +62,29 @@ int slm_cmd_eval(int argc, char **argv) {
             unigram = true;
             continue;
         }
-        if (strncmp(a, "--", 2) != 0 || i + 1 >= argc) {
-            slm_error("eval: %s \"%s\"", strncmp(a, "--", 2) ? "unexpected argument"
-                                                              : "missing value for", a);
+        static const char *const with_value[] = {
+            "--model", "--init-from-hf", "--data", "--split", "--token-ids",
+            "--seq",   "--batch",        "--max-batches", "--threads"};
+        bool known = false;
+        for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++)
+            known = known || !strcmp(a, with_value[k]);
+        if (strncmp(a, "--", 2) != 0) {
+            slm_error("eval: unexpected argument \"%s\"", a);
             eval_usage(stderr);
             return SLM_EXIT_USAGE;
         }
+        if (!known) {
+            slm_error("eval: unknown option %s (see --help)", a);
+            return SLM_EXIT_USAGE;
+        }
+        if (i + 1 >= argc) {
+            slm_error("eval: option %s needs a value", a);
+            return SLM_EXIT_USAGE;
+        }
         const char *v = argv[++i];
+        if (!strcmp(a, "--seq") || !strcmp(a, "--batch") || !strcmp(a, "--max-batches") ||
+            !strcmp(a, "--split"))
+            window_opt = a;
         if (!strcmp(a, "--model")) run = v;
         else if (!strcmp(a, "--init-from-hf")) run = v, hf = true;
         else if (!strcmp(a, "--data")) data = v;
@@ -61,12 +93,7 @@ int slm_cmd_eval(int argc, char **argv) {
         else if (!strcmp(a, "--seq")) st = slm_parse_i64(a, v, 1, 1 << 24, &T);
         else if (!strcmp(a, "--batch")) st = slm_parse_i64(a, v, 1, 1 << 20, &B);
         else if (!strcmp(a, "--max-batches")) st = slm_parse_i64(a, v, 0, INT64_MAX, &max_batches);
-        else if (!strcmp(a, "--threads")) st = slm_parse_i64(a, v, 1, 4096, &threads);
-        else {
-            slm_error("eval: unknown option %s", a);
-            eval_usage(stderr);
-            return SLM_EXIT_USAGE;
-        }
+        else st = slm_parse_i64(a, v, 1, 4096, &threads); // --threads
         if (st) {
             slm_error("eval: %s", slm_errmsg());
             return SLM_EXIT_USAGE;
@@ -78,6 +105,12 @@ int slm_cmd_eval(int argc, char **argv) {
         eval_usage(stderr);
         return SLM_EXIT_USAGE;
     }
+    if (ids && window_opt) {
+        slm_error("eval: %s applies to --data only; with --token-ids each line of the file is "
+                  "one window",
+                  window_opt);
+        return SLM_EXIT_USAGE;
+    }
     if (threads > 0) omp_set_num_threads((int)threads);
     if (unigram) {
         double h = 0;
@@ -86,6 +119,14 @@ int slm_cmd_eval(int argc, char **argv) {
         if (st) goto fail;
         printf("unigram_entropy %.6f\nunigram_tokens %lld\n", h, (long long)n);
     }
+    if (run && !hf && data) {
+        // The model must have been trained with the dataset's tokenizer (same file hash).
+        st = slm_run_check_dataset(run, data);
+        if (st) {
+            slm_error("eval: %s", slm_errmsg());
+            return SLM_EXIT_ERROR;
+        }
+    }
     if (run) {
         slm_llama m;
         st = hf ? slm_hf_open(run, &m, NULL, false) : slm_run_open(run, &m, NULL, false);
@@ -93,6 +134,11 @@ int slm_cmd_eval(int argc, char **argv) {
         slm_eval_result r;
         if (ids) {
             st = slm_eval_token_ids(&m, ids, &r);
+            if (st) { // every failure here is about the file's contents (or reading it)
+                slm_llama_free(&m);
+                slm_error("eval: %s", slm_errmsg());
+                return SLM_EXIT_ERROR;
+            }
         } else {
             if (T == 0) T = m.cfg.max_position_embeddings < 256 ? m.cfg.max_position_embeddings : 256;
             st = slm_eval_split(&m, data, split, (int)B, (int)T, max_batches, &r);
@@ -102,7 +148,7 @@ int slm_cmd_eval(int argc, char **argv) {
         printf("loss %.6f\nperplexity %.4f\ntokens %lld\nsequences %lld\n", r.loss, r.perplexity,
                (long long)r.n_tokens, (long long)r.n_seqs);
     }
-    return SLM_EXIT_OK;
+    return stdout_ok() ? SLM_EXIT_OK : SLM_EXIT_ERROR;
 fail:
     slm_error("eval: %s", slm_errmsg());
     return st == SLM_E_ARG ? SLM_EXIT_USAGE : SLM_EXIT_ERROR;

@@ -1,5 +1,7 @@
 // shardlm generate: KV-cache sampling from a trained run, streamed to stdout token by token
 // (src/train/train.h).
+#include <errno.h>
+#include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <string.h>
@@ -16,7 +18,8 @@ static void generate_usage(FILE *f) {
             "  --model RUN_DIR     run directory written by shardlm train\n"
             "  --init-from-hf DIR  instead of --model: HF config.json + safetensors (+ tokenizer)\n"
             "  --prompt TEXT       text to continue (may be empty when the tokenizer has BOS)\n"
-            "  --max-new N         tokens to generate (default 200)\n"
+            "  --max-new N         tokens to generate (default 200); generation also stops\n"
+            "                      when the context (max_position_embeddings) is full\n"
             "  --temperature t     softmax temperature, 0 = greedy (default 0.8)\n"
             "  --top-k k           keep the k most likely tokens, 0 = off (default 0)\n"
             "  --top-p p           nucleus sampling mass, 1 = off (default 0.95)\n"
@@ -28,11 +31,31 @@ static void generate_usage(FILE *f) {
             "exit codes: 0 ok, 1 runtime error, 2 usage error\n");
 }
 
+// Streaming state: the prompt is printed just before the first new token (so nothing reaches
+// stdout when generation fails before it starts), and the first write error is kept.
+typedef struct emit_ctx {
+    const char *prompt;
+    bool printed;
+    int err; // errno of the first failed write to stdout, 0 if none
+} emit_ctx;
+
+static void put_stdout(emit_ctx *c, const char *bytes, size_t len) {
+    errno = 0;
+    if (len && fwrite(bytes, 1, len, stdout) != len && !c->err) c->err = errno ? errno : EIO;
+    errno = 0;
+    if (fflush(stdout) != 0 && !c->err) c->err = errno ? errno : EIO;
+}
+
+static void emit_prompt(emit_ctx *c) {
+    if (c->printed) return;
+    c->printed = true;
+    put_stdout(c, c->prompt, strlen(c->prompt));
+}
+
 static void emit_stdout(void *ctx, int32_t token, const char *bytes, size_t len) {
-    (void)ctx;
     (void)token;
-    fwrite(bytes, 1, len, stdout);
-    fflush(stdout);
+    emit_prompt(ctx);
+    put_stdout(ctx, bytes, len);
 }
 
 int slm_cmd_generate(int argc, char **argv) {
@@ -62,10 +85,23 @@ int slm_cmd_generate(int argc, char **argv) {
             print_ids = true;
             continue;
         }
-        if (strncmp(a, "--", 2) != 0 || i + 1 >= argc) {
-            slm_error("generate: %s \"%s\"",
-                      strncmp(a, "--", 2) ? "unexpected argument" : "missing value for", a);
+        static const char *const with_value[] = {
+            "--model", "--init-from-hf", "--prompt", "--max-new", "--top-k",
+            "--seed",  "--threads",      "--temperature", "--top-p"};
+        bool known = false;
+        for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++)
+            known = known || !strcmp(a, with_value[k]);
+        if (strncmp(a, "--", 2) != 0) {
+            slm_error("generate: unexpected argument \"%s\"", a);
             generate_usage(stderr);
+            return SLM_EXIT_USAGE;
+        }
+        if (!known) {
+            slm_error("generate: unknown option %s (see --help)", a);
+            return SLM_EXIT_USAGE;
+        }
+        if (i + 1 >= argc) {
+            slm_error("generate: option %s needs a value", a);
             return SLM_EXIT_USAGE;
         }
         const char *v = argv[++i];
@@ -81,13 +117,20 @@ int slm_cmd_generate(int argc, char **argv) {
         } else if (!strcmp(a, "--threads")) {
             if (!(st = slm_parse_i64(a, v, 1, 4096, &iv))) omp_set_num_threads((int)iv);
         } else if (!strcmp(a, "--temperature")) {
-            if (!(st = slm_parse_f64(a, v, &dv))) o.temperature = (float)dv;
-        } else if (!strcmp(a, "--top-p")) {
-            if (!(st = slm_parse_f64(a, v, &dv))) o.top_p = (float)dv;
-        } else {
-            slm_error("generate: unknown option %s", a);
-            generate_usage(stderr);
-            return SLM_EXIT_USAGE;
+            if (!(st = slm_parse_f64(a, v, &dv))) {
+                if (!(dv >= 0 && isfinite((float)dv)))
+                    st = slm_fail(SLM_E_ARG, "--temperature %s: must be >= 0 and finite "
+                                             "(0 = greedy)", v);
+                else
+                    o.temperature = (float)dv;
+            }
+        } else { // --top-p
+            if (!(st = slm_parse_f64(a, v, &dv))) {
+                if (!(dv > 0 && dv <= 1))
+                    st = slm_fail(SLM_E_ARG, "--top-p %s: must be in (0, 1] (1 = off)", v);
+                else
+                    o.top_p = (float)dv;
+            }
         }
         if (st) {
             slm_error("generate: %s", slm_errmsg());
@@ -106,11 +149,22 @@ int slm_cmd_generate(int argc, char **argv) {
         slm_error("generate: %s", slm_errmsg());
         return st == SLM_E_ARG ? SLM_EXIT_USAGE : SLM_EXIT_ERROR;
     }
-    fputs(prompt, stdout);
-    fflush(stdout);
     slm_ivec ids = {0};
-    st = slm_generate(&m, tok, prompt, &o, emit_stdout, NULL, &ids);
-    printf("\n");
+    // The prompt's length in tokens: a warning when --max-new runs past the context (too long
+    // a prompt is refused by slm_generate).
+    if (!slm_tokenizer_encode(tok, prompt, strlen(prompt), o.add_bos ? SLM_ENC_ADD_BOS : 0,
+                              &ids)) {
+        int64_t maxT = m.cfg.max_position_embeddings;
+        if ((int64_t)ids.len <= maxT && (int64_t)ids.len + o.max_new > maxT)
+            slm_warn("generate: --max-new %d with a %zu-token prompt goes past the context; "
+                     "generation stops at max_position_embeddings = %lld tokens (%lld new)",
+                     o.max_new, ids.len, (long long)maxT, (long long)(maxT - (int64_t)ids.len));
+    }
+    ids.len = 0;
+    emit_ctx ec = {.prompt = prompt};
+    st = slm_generate(&m, tok, prompt, &o, emit_stdout, &ec, &ids);
+    if (!st) emit_prompt(&ec); // no new token (--max-new 0, EOS first): the prompt alone
+    if (ec.printed) put_stdout(&ec, "\n", 1);
     if (!st && print_ids) {
         for (size_t i = 0; i < ids.len; i++) fprintf(stderr, "%s%d", i ? " " : "", ids.data[i]);
         fprintf(stderr, "\n");
@@ -121,6 +175,11 @@ int slm_cmd_generate(int argc, char **argv) {
     if (st) {
         slm_error("generate: %s", slm_errmsg());
         return st == SLM_E_ARG ? SLM_EXIT_USAGE : SLM_EXIT_ERROR;
+    }
+    if (!ec.err && ferror(stdout)) ec.err = EIO;
+    if (ec.err) {
+        slm_error("generate: write to stdout failed: %s", strerror(ec.err));
+        return SLM_EXIT_ERROR;
     }
     return SLM_EXIT_OK;
 }

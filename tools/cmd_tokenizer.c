@@ -3,6 +3,7 @@
 // tokenizer.model).
 #include "cmd.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,7 +26,8 @@ static void usage(FILE *f) {
         "        from text files and directories (recursed; dot-files skipped) and writes a\n"
         "        Hugging Face tokenizer.json. --special lists the added special tokens\n"
         "        (comma-separated; the first is BOS, the second EOS; \"\" for none). --threads\n"
-        "        counts in parallel (the result does not depend on it).\n"
+        "        counts in parallel (the result does not depend on it). --vocab-size is\n"
+        "        in [256 + number of special tokens, 4194304] (259 with the default specials).\n"
         "encode  reads text on stdin and writes, per input line (without its newline), the\n"
         "        ids as space-separated integers on one line. BOS/EOS only with --bos/--eos;\n"
         "        special-token text is plain text unless --allow-special. --whole encodes all of\n"
@@ -40,6 +42,26 @@ static int fail_usage(const char *msg, const char *arg) {
     slm_error("tokenizer: %s%s%s", msg, arg ? " " : "", arg ? arg : "");
     usage(stderr);
     return SLM_EXIT_USAGE;
+}
+
+// An option this subcommand does not know, or a known option without its value.
+static int fail_option(const char *opt, bool known) {
+    if (known)
+        slm_error("tokenizer: option %s needs a value", opt);
+    else
+        slm_error("tokenizer: unknown option %s (see --help)", opt);
+    return SLM_EXIT_USAGE;
+}
+
+// Flushes stdout; on a write error (now or earlier, e.g. a full disk) prints "write to stdout
+// failed" with the reason and returns false. `err` is an errno already seen, or 0.
+static bool stdout_ok(int err) {
+    errno = 0;
+    if (fflush(stdout) != 0 && !err) err = errno ? errno : EIO;
+    if (ferror(stdout) && !err) err = errno ? errno : EIO;
+    if (!err) return true;
+    slm_error("tokenizer: write to stdout failed: %s", strerror(err));
+    return false;
 }
 
 static int fail_runtime(void) {
@@ -69,31 +91,38 @@ static int cmd_train(int argc, char **argv) {
     const char *out_path = NULL;
     int n_inputs = 0, n_specials = -1, rc = SLM_EXIT_OK;
     int64_t vocab = 0, threads = 0;
-    bool quiet = false;
+    bool quiet = false, have_vocab = false;
     slm_tokenizer *t = NULL;
     if (!inputs) return fail_runtime();
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--input")) {
-            if (i + 1 >= argc) {
-                rc = fail_usage("--input needs a path", NULL);
+            if (i + 1 >= argc || !strncmp(argv[i + 1], "--", 2)) {
+                rc = fail_option(a, true);
                 goto out;
             }
             while (i + 1 < argc && strncmp(argv[i + 1], "--", 2))
                 inputs[n_inputs++] = argv[++i];
-        } else if (!strcmp(a, "--vocab-size") && i + 1 < argc) {
-            if (slm_parse_i64("--vocab-size", argv[++i], 1, 1 << 22, &vocab)) {
+        } else if ((!strcmp(a, "--vocab-size") || !strcmp(a, "--threads") ||
+                    !strcmp(a, "--out") || !strcmp(a, "--special")) &&
+                   i + 1 >= argc) {
+            rc = fail_option(a, true);
+            goto out;
+        } else if (!strcmp(a, "--vocab-size")) {
+            // Range checked below, once the number of special tokens is known.
+            if (slm_parse_i64("--vocab-size", argv[++i], INT64_MIN, INT64_MAX, &vocab)) {
                 rc = fail_usage(slm_errmsg(), NULL);
                 goto out;
             }
-        } else if (!strcmp(a, "--threads") && i + 1 < argc) {
+            have_vocab = true;
+        } else if (!strcmp(a, "--threads")) {
             if (slm_parse_i64("--threads", argv[++i], 0, 1024, &threads)) {
                 rc = fail_usage(slm_errmsg(), NULL);
                 goto out;
             }
-        } else if (!strcmp(a, "--out") && i + 1 < argc) {
+        } else if (!strcmp(a, "--out")) {
             out_path = argv[++i];
-        } else if (!strcmp(a, "--special") && i + 1 < argc) {
+        } else if (!strcmp(a, "--special")) {
             free(special_arg);
             special_arg = slm_xstrdup(argv[++i]);
             n_specials = split_commas(special_arg, specials, 64);
@@ -107,13 +136,24 @@ static int cmd_train(int argc, char **argv) {
             usage(stdout);
             goto out;
         } else {
-            rc = fail_usage("unknown or incomplete option", a);
+            rc = fail_option(a, false);
             goto out;
         }
     }
-    if (!n_inputs || !vocab || !out_path) {
+    if (!n_inputs || !have_vocab || !out_path) {
         rc = fail_usage("train needs --input, --vocab-size and --out", NULL);
         goto out;
+    }
+    {
+        // 256 byte symbols + the special tokens (default <|bos|>, <|eos|>, <|pad|>).
+        int64_t lo = 256 + (n_specials >= 0 ? n_specials : 3), hi = (int64_t)1 << 22;
+        if (vocab < lo || vocab > hi) {
+            slm_error("tokenizer: --vocab-size %lld is out of range [%lld, %lld] (256 byte "
+                      "symbols + %lld special tokens at least)",
+                      (long long)vocab, (long long)lo, (long long)hi, (long long)(lo - 256));
+            rc = SLM_EXIT_USAGE;
+            goto out;
+        }
     }
     slm_bpe_train_opts o = {
         .inputs = inputs,
@@ -157,9 +197,13 @@ static void put_int(slm_buf *b, int32_t x, char sep) {
     b->data[b->len++] = sep;
 }
 
-static bool flush_out(slm_buf *b, bool force) {
-    if (!force && b->len < (1 << 16)) return true;
+// Writes out the buffered output once it is large (or always with `force`); on a short write
+// records errno in *err (first error only) and returns false.
+static bool flush_out(slm_buf *b, bool force, int *err) {
+    if (!b->len || (!force && b->len < (1 << 16))) return true; // nothing (b->data may be NULL)
+    errno = 0;
     bool ok = fwrite(b->data, 1, b->len, stdout) == b->len;
+    if (!ok && !*err) *err = errno ? errno : EIO;
     b->len = 0;
     return ok;
 }
@@ -170,7 +214,9 @@ static int cmd_codec(int argc, char **argv, bool encode) {
     bool whole = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (!strcmp(a, "--tokenizer") && i + 1 < argc)
+        if (!strcmp(a, "--tokenizer") && i + 1 >= argc)
+            return fail_option(a, true);
+        else if (!strcmp(a, "--tokenizer"))
             path = argv[++i];
         else if (encode && !strcmp(a, "--whole"))
             whole = true;
@@ -184,11 +230,12 @@ static int cmd_codec(int argc, char **argv, bool encode) {
             usage(stdout);
             return SLM_EXIT_OK;
         } else
-            return fail_usage("unknown or incomplete option", a);
+            return fail_option(a, false);
     }
     if (!path) return fail_usage("--tokenizer FILE is required", NULL);
     slm_tokenizer *t = NULL;
     if (slm_tokenizer_load(path, &t)) return fail_runtime();
+    int werr = 0; // errno of the first failed write to stdout
     char *line = NULL;
     size_t cap = 0;
     ssize_t n;
@@ -245,13 +292,11 @@ static int cmd_codec(int argc, char **argv, bool encode) {
             }
             slm_buf_append(&ob, "\n", 1);
         }
-        if (!flush_out(&ob, false) || whole) break;
+        if (!flush_out(&ob, false, &werr) || whole) break; // a failed write: reported below
     }
 done:
-    if (!flush_out(&ob, true) || fflush(stdout)) {
-        slm_error("tokenizer %s: write to stdout failed", encode ? "encode" : "decode");
-        rc = SLM_EXIT_ERROR;
-    }
+    flush_out(&ob, true, &werr);
+    if (!stdout_ok(werr)) rc = SLM_EXIT_ERROR;
     free(line);
     slm_buf_free(&ob);
     slm_ivec_free(&ids);
@@ -262,13 +307,15 @@ done:
 static int cmd_info(int argc, char **argv) {
     const char *path = NULL;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--tokenizer") && i + 1 < argc)
+        if (!strcmp(argv[i], "--tokenizer") && i + 1 >= argc)
+            return fail_option(argv[i], true);
+        else if (!strcmp(argv[i], "--tokenizer"))
             path = argv[++i];
         else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             usage(stdout);
             return SLM_EXIT_OK;
         } else
-            return fail_usage("unknown or incomplete option", argv[i]);
+            return fail_option(argv[i], false);
     }
     if (!path) return fail_usage("--tokenizer FILE is required", NULL);
     slm_tokenizer *t = NULL;
@@ -280,7 +327,7 @@ static int cmd_info(int argc, char **argv) {
            slm_tokenizer_type_name(t), slm_tokenizer_vocab_size(t), slm_tokenizer_bos_id(t),
            slm_tokenizer_eos_id(t), slm_tokenizer_unk_id(t), slm_tokenizer_pad_id(t), hex);
     slm_tokenizer_free(t);
-    return SLM_EXIT_OK;
+    return stdout_ok(0) ? SLM_EXIT_OK : SLM_EXIT_ERROR;
 }
 
 int slm_cmd_tokenizer(int argc, char **argv) {

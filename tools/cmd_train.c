@@ -1,4 +1,5 @@
 // shardlm train: option parsing for slm_train_run (src/train/train.h).
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -12,28 +13,30 @@ static void train_usage(FILE *f) {
             "                     --steps N --out RUN_DIR [options]\n"
             "Trains a Llama model from a seeded init on a prepared dataset (shardlm prep).\n\n"
             "  --data DIR            prepared dataset (manifest.json, shards, tokenizer)\n"
-            "  --synthetic           uniform random tokens instead of --data (benchmarks)\n"
+            "  --synthetic           uniform random tokens instead of --data (benchmarks);\n"
+            "                        --out is optional with it (nothing is saved without)\n"
             "  --model SPEC          preset (tiny, small, gqa, ...) or HF config.json\n"
             "  --vocab-size V        override the model's vocab_size (must match the data)\n"
             "  --batch B             sequences per micro-batch\n"
             "  --seq T               tokens per sequence (<= max_position_embeddings)\n"
             "  --grad-accum K        micro-batches per optimizer step (default 1)\n"
             "  --steps N             optimizer steps (length of the cosine schedule)\n"
-            "  --lr LR               peak learning rate (default 3e-4)\n"
-            "  --min-lr LR           floor of the cosine decay (default lr/10)\n"
+            "  --lr LR               peak learning rate, > 0 (default 3e-4)\n"
+            "  --min-lr LR           floor of the cosine decay, in [0, lr] (default lr/10)\n"
             "  --warmup W            linear warmup steps (default 0)\n"
             "  --weight-decay WD     AdamW decoupled weight decay on matmul weights (default 0.1)\n"
-            "  --beta1 B1 --beta2 B2 AdamW betas (default 0.9, 0.95)\n"
+            "  --beta1 B1 --beta2 B2 AdamW betas, in [0, 1) (default 0.9, 0.95)\n"
+            "  --eps E               AdamW epsilon, > 0 (default 1e-8)\n"
             "  --grad-clip G         max global gradient norm, 0 disables (default 1.0)\n"
             "  --seed S              weight init and data order (default 1337)\n"
             "  --eval-every K        validation loss every K steps and at the end (default 0)\n"
             "  --eval-batches M      validation batches of B sequences, 0 = all (default 20)\n"
             "  --activation-checkpointing   recompute block activations in backward\n"
             "  --threads N           OpenMP and BLAS threads (default: environment)\n"
-            "  --max-minutes M       stop and save after M minutes of training\n"
+            "  --max-minutes M       stop and save after M minutes of training (M > 0)\n"
             "  --time-schedule       with --max-minutes: the LR schedule follows the share of\n"
             "                        the time budget spent when that is ahead of step/steps\n"
-            "  --peak-gflops G       MFU denominator (default: measured sgemm peak)\n"
+            "  --peak-gflops G       MFU denominator, > 0 (default: measured sgemm peak)\n"
             "  --log-every K         step line every K steps (default 1)\n"
             "  under mpirun -np N (data parallel, FSDP; docs/cluster.md, docs/scaling.md):\n"
             "  --sharding S          FULL_SHARD (default), SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD\n"
@@ -66,6 +69,35 @@ static const char *opt_value(int argc, char **argv, int *i) {
         return NULL;
     }
     return argv[++*i];
+}
+
+// Options taking a value (anything else starting with -- is unknown).
+static bool takes_value(const char *a) {
+    static const char *const names[] = {
+        "--data", "--model", "--out", "--vocab-size", "--batch", "--seq", "--grad-accum",
+        "--steps", "--warmup", "--seed", "--eval-every", "--eval-batches", "--threads",
+        "--log-every", "--lr", "--min-lr", "--weight-decay", "--beta1", "--beta2", "--eps",
+        "--grad-clip", "--max-minutes", "--ckpt-every-steps", "--ckpt-every-minutes",
+        "--ckpt-keep", "--on-ckpt-error", "--resume", "--init-from-hf", "--peak-gflops",
+        "--sharding", "--shard-group-size", "--param-dtype", "--reduce-dtype",
+        "--limit-all-gathers", "--collective-timeout", "--progress-thread"};
+    for (size_t k = 0; k < sizeof names / sizeof *names; k++)
+        if (!strcmp(a, names[k])) return true;
+    return false;
+}
+
+// Parses a floating-point option and checks it against [lo, hi] (open ends with lo_open /
+// hi_open; infinities and NaN are always refused), naming the option and the range.
+static slm_status parse_real(const char *opt, const char *v, double lo, bool lo_open, double hi,
+                             bool hi_open, const char *range, double *out) {
+    double x = 0;
+    slm_status st = slm_parse_f64(opt, v, &x);
+    if (st) return st;
+    bool ok = isfinite(x) && isfinite((float)x) && (lo_open ? x > lo : x >= lo) &&
+              (hi_open ? x < hi : x <= hi);
+    if (!ok) return slm_fail(SLM_E_ARG, "%s %s: must be %s", opt, v, range);
+    *out = x;
+    return SLM_OK;
 }
 
 static int exit_code(slm_status st) {
@@ -109,6 +141,10 @@ int slm_cmd_train(int argc, char **argv) {
             train_usage(stderr);
             return SLM_EXIT_USAGE;
         }
+        if (!takes_value(a)) {
+            slm_error("train: unknown option %s (see --help)", a);
+            return SLM_EXIT_USAGE;
+        }
         if (!(v = opt_value(argc, argv, &i))) return SLM_EXIT_USAGE;
         if (!strcmp(a, "--data")) o.data_dir = v;
         else if (!strcmp(a, "--model")) o.model = v;
@@ -136,25 +172,36 @@ int slm_cmd_train(int argc, char **argv) {
         } else if (!strcmp(a, "--log-every")) {
             if (!(st = slm_parse_i64(a, v, 0, 1 << 30, &iv))) o.log_every = (int)iv;
         } else if (!strcmp(a, "--lr")) {
-            if (!(st = slm_parse_f64(a, v, &dv))) o.adamw.lr_peak = (float)dv;
-        } else if (!strcmp(a, "--min-lr")) {
-            if (!(st = slm_parse_f64(a, v, &dv))) o.min_lr = (float)dv;
+            if (!(st = parse_real(a, v, 0, true, INFINITY, false, "> 0 and finite", &dv)))
+                o.adamw.lr_peak = (float)dv;
+        } else if (!strcmp(a, "--min-lr")) { // <= --lr: checked after all options
+            if (!(st = parse_real(a, v, 0, false, INFINITY, false, ">= 0 and finite", &dv)))
+                o.min_lr = (float)dv;
         } else if (!strcmp(a, "--weight-decay")) {
-            if (!(st = slm_parse_f64(a, v, &dv))) o.adamw.weight_decay = (float)dv;
+            if (!(st = parse_real(a, v, 0, false, INFINITY, false, ">= 0 and finite", &dv)))
+                o.adamw.weight_decay = (float)dv;
         } else if (!strcmp(a, "--beta1")) {
-            if (!(st = slm_parse_f64(a, v, &dv))) o.adamw.beta1 = (float)dv;
+            if (!(st = parse_real(a, v, 0, false, 1, true, "in [0, 1)", &dv)))
+                o.adamw.beta1 = (float)dv;
         } else if (!strcmp(a, "--beta2")) {
-            if (!(st = slm_parse_f64(a, v, &dv))) o.adamw.beta2 = (float)dv;
+            if (!(st = parse_real(a, v, 0, false, 1, true, "in [0, 1)", &dv)))
+                o.adamw.beta2 = (float)dv;
         } else if (!strcmp(a, "--eps")) {
-            if (!(st = slm_parse_f64(a, v, &dv))) o.adamw.eps = (float)dv;
+            if (!(st = parse_real(a, v, 0, true, INFINITY, false, "> 0 and finite", &dv)))
+                o.adamw.eps = (float)dv;
         } else if (!strcmp(a, "--grad-clip")) {
-            if (!(st = slm_parse_f64(a, v, &dv))) o.grad_clip = (float)dv;
+            if (!(st = parse_real(a, v, 0, false, INFINITY, false, ">= 0 and finite (0 = off)",
+                                  &dv)))
+                o.grad_clip = (float)dv;
         } else if (!strcmp(a, "--max-minutes")) {
-            if (!(st = slm_parse_f64(a, v, &dv))) o.max_minutes = dv;
+            if (!(st = parse_real(a, v, 0, true, INFINITY, false, "> 0 and finite", &dv)))
+                o.max_minutes = dv;
         } else if (!strcmp(a, "--ckpt-every-steps")) {
             if (!(st = slm_parse_i64(a, v, 0, INT64_MAX / 2, &iv))) o.ckpt_every_steps = iv;
         } else if (!strcmp(a, "--ckpt-every-minutes")) {
-            if (!(st = slm_parse_f64(a, v, &dv))) o.ckpt_every_minutes = dv;
+            if (!(st = parse_real(a, v, 0, false, INFINITY, false, ">= 0 and finite (0 = off)",
+                                  &dv)))
+                o.ckpt_every_minutes = dv;
         } else if (!strcmp(a, "--ckpt-keep")) {
             if (!(st = slm_parse_i64(a, v, 0, 1 << 30, &iv))) o.ckpt_keep = (int)iv;
         } else if (!strcmp(a, "--on-ckpt-error")) {
@@ -167,7 +214,8 @@ int slm_cmd_train(int argc, char **argv) {
         } else if (!strcmp(a, "--init-from-hf")) {
             o.init_from_hf = v;
         } else if (!strcmp(a, "--peak-gflops")) {
-            if (!(st = slm_parse_f64(a, v, &dv))) o.peak_gflops = dv;
+            if (!(st = parse_real(a, v, 0, true, INFINITY, false, "> 0 and finite", &dv)))
+                o.peak_gflops = dv;
         } else if (!strcmp(a, "--sharding")) {
             st = slm_sharding_parse(v, &o.fsdp.sharding);
         } else if (!strcmp(a, "--shard-group-size")) {
@@ -182,9 +230,8 @@ int slm_cmd_train(int argc, char **argv) {
             if (!(st = slm_parse_f64(a, v, &dv))) o.collective_timeout_s = dv;
         } else if (!strcmp(a, "--progress-thread")) {
             if (!(st = slm_parse_f64(a, v, &dv))) slm_dist_request_progress_thread(dv);
-        } else {
-            slm_error("train: unknown option %s", a);
-            train_usage(stderr);
+        } else { // takes_value() lists an option not handled above
+            slm_error("train: unknown option %s (see --help)", a);
             return SLM_EXIT_USAGE;
         }
         if (st) {
@@ -196,6 +243,21 @@ int slm_cmd_train(int argc, char **argv) {
         slm_error("train: --model, --batch, --seq, --steps and --data (or --synthetic) are "
                   "required");
         train_usage(stderr);
+        return SLM_EXIT_USAGE;
+    }
+    if (o.synthetic && o.data_dir) {
+        slm_error("train: --synthetic and --data exclude each other (synthetic tokens replace "
+                  "the dataset)");
+        return SLM_EXIT_USAGE;
+    }
+    if (!o.out_dir && !o.synthetic) {
+        slm_error("train: --out RUN_DIR is required (only --synthetic runs may omit it; they "
+                  "save nothing)");
+        return SLM_EXIT_USAGE;
+    }
+    if (o.min_lr > o.adamw.lr_peak) {
+        slm_error("train: --min-lr %g: must be in [0, lr] = [0, %g]", (double)o.min_lr,
+                  (double)o.adamw.lr_peak);
         return SLM_EXIT_USAGE;
     }
     st = slm_dist_init(&argc, &argv);

@@ -86,12 +86,16 @@ slm_status slm_llama_config_validate(const slm_llama_config *c) {
     if (c->num_hidden_layers > 100000)
         return slm_fail(SLM_E_ARG, "model config: num_hidden_layers must be <= 100000, got %d",
                         c->num_hidden_layers);
-    // Keeps every element count far inside int64_t (and the unit layout allocatable).
+    // Keeps every element count, and its size in bytes, inside int64_t / size_t (2^60 elements
+    // x 4 bytes < 2^63). Whether the model fits in memory is checked by its users (train's
+    // up-front estimate, slm_run_open's model.bin check), not here.
     double C = c->hidden_size, F = c->intermediate_size;
     double n = c->num_hidden_layers * (4.0 * C * C + 3.0 * F * C) + 2.0 * c->vocab_size * C;
-    if (n > 1e14)
-        return slm_fail(SLM_E_ARG, "model config: %.3g parameters is beyond what shardlm supports",
-                        n);
+    if (n >= 0x1p60)
+        return slm_fail(SLM_E_ARG,
+                        "model config: %.3g parameters overflows 64-bit element offsets (at most "
+                        "2^60 = %.3g)",
+                        n, 0x1p60);
     if (!(c->rms_norm_eps > 0.0f) || !isfinite(c->rms_norm_eps))
         return slm_fail(SLM_E_ARG, "model config: rms_norm_eps must be a finite number > 0, got %g",
                         (double)c->rms_norm_eps);

@@ -330,6 +330,23 @@ size_t slm_llama_act_bytes(const slm_llama *m) {
     return m->acts ? m->acts->bytes : 0;
 }
 
+double slm_llama_act_bytes_estimate(const slm_llama_config *c, int B, int T,
+                                    bool activation_checkpointing) {
+    double L = c->num_hidden_layers, C = c->hidden_size, F = c->intermediate_size;
+    double V = c->vocab_size, H = c->num_attention_heads;
+    double D = C / H, KVD = c->num_key_value_heads * D;
+    double N = (double)B * T;
+    double rows = (double)(((int64_t)1 << 22) / (c->vocab_size > 0 ? c->vocab_size : 1));
+    if (rows < 256) rows = 256;
+    if (rows > N) rows = N;
+    double per_block = N * (4 * C + 2 + 2 * C + 2 * KVD + H + 3 * F);
+    double floats = 2 * T * (D / 2) + (L + 1) * N * C +
+                    (activation_checkpointing ? 1 : L) * per_block + N * C + N + rows * V + N +
+                    N * C                                     // forward
+                    + N * (3 * C + 2 * KVD + 3 * F) + V * C; // backward, dwlm
+    return floats * sizeof(float) + N * sizeof(int32_t);
+}
+
 const float *slm_llama_logits(const slm_llama *m) {
     SLM_ASSERT(m->acts && m->acts->keep_logits);
     return m->acts->logits;

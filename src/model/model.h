@@ -154,6 +154,12 @@ void slm_llama_set_shape(slm_llama *m, int B, int T, bool keep_logits);
 // Bytes of activation workspace currently allocated (for reports: activation checkpointing
 // keeps the [L+1, B*T, C] block inputs and one block's activations instead of L blocks').
 size_t slm_llama_act_bytes(const slm_llama *m);
+// Estimate, in bytes (a double: configs can overflow size_t), of the activation workspace that
+// slm_llama_set_shape(B, T, false) followed by a backward allocates for `c` (the layout of
+// acts_new / acts_alloc_backward in llama.c, plus the lm_head gradient scratch [V, C]), with or
+// without activation checkpointing. Used for the up-front memory checks of train.
+double slm_llama_act_bytes_estimate(const slm_llama_config *c, int B, int T,
+                                    bool activation_checkpointing);
 // Logits [B, T, V] f32 of the last forward (requires keep_logits). Borrowed.
 const float *slm_llama_logits(const slm_llama *m);
 

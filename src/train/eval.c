@@ -11,9 +11,9 @@
 
 slm_status slm_eval_split(slm_llama *m, const char *data_dir, const char *split, int B, int T,
                           int64_t max_batches, slm_eval_result *res) {
-    if (B < 1 || T < 1) return slm_fail(SLM_E_ARG, "eval: batch %d and seq %d must be >= 1", B, T);
+    if (B < 1 || T < 1) return slm_fail(SLM_E_ARG, "batch %d and seq %d must be >= 1", B, T);
     if (T > m->cfg.max_position_embeddings)
-        return slm_fail(SLM_E_ARG, "eval: --seq %d is longer than the model's "
+        return slm_fail(SLM_E_ARG, "--seq %d is longer than the model's "
                                    "max_position_embeddings %d",
                         T, m->cfg.max_position_embeddings);
     slm_dataset ds;
@@ -22,6 +22,18 @@ slm_status slm_eval_split(slm_llama *m, const char *data_dir, const char *split,
     if (ds.vocab_size != m->cfg.vocab_size) {
         st = slm_fail(SLM_E_ARG, "vocab mismatch: dataset %s has vocab_size %d, the model %d",
                       data_dir, ds.vocab_size, m->cfg.vocab_size);
+        slm_dataset_free(&ds);
+        return st;
+    }
+    const slm_split_info *si = !strcmp(split, "train") ? &ds.train
+                               : !strcmp(split, "val") ? &ds.val
+                                                       : NULL;
+    uint64_t n_windows = si && si->n_tokens > 0 ? (si->n_tokens - 1) / (uint64_t)T : 0;
+    if (si && n_windows < 1) {
+        st = slm_fail(SLM_E_ARG,
+                      "%s: the %s split has %llu tokens, 0 windows of --seq + 1 = %d tokens; "
+                      "need at least 1 (use a smaller --seq)",
+                      data_dir, split, (unsigned long long)si->n_tokens, T + 1);
         slm_dataset_free(&ds);
         return st;
     }
@@ -55,9 +67,10 @@ static slm_status parse_ids_line(const char *path, int64_t lineno, const char *s
         char *end = NULL;
         long long x = strtoll(p, &end, 10);
         if (errno || x >= vocab)
-            return slm_fail(SLM_E_ARG, "%s:%lld:%lld: token id %.20s is outside the model's "
+            return slm_fail(SLM_E_ARG, "%s:%lld:%lld: token id %.*s is outside the model's "
                                        "vocabulary [0, %d)",
-                            path, (long long)lineno, (long long)(p - s) + 1, p, vocab);
+                            path, (long long)lineno, (long long)(p - s) + 1,
+                            (int)(end - p > 24 ? 24 : end - p), p, vocab);
         slm_ivec_push(ids, (int32_t)x);
         p = end;
     }
@@ -139,8 +152,28 @@ slm_status slm_unigram_entropy(const char *data_dir, const char *split, double *
         char *p = slm_path_join(ds.dir, si->shards[s].file);
         slm_map map = {0};
         slm_shard_header h;
+        const slm_shard_info *sh = &si->shards[s];
         st = slm_map_file(p, &map);
-        if (!st) st = slm_shard_parse_header(p, map.data, map.len, &h);
+        // The loader's checks: size and whole-file XXH64 against manifest.json, then the shard's
+        // own header, payload hash and token range (slm_shard_verify).
+        if (!st && map.len != sh->bytes)
+            st = slm_fail(SLM_E_FORMAT,
+                          "%s: file is %zu bytes, manifest says %llu (truncated or replaced); "
+                          "HINT: rerun shardlm prep",
+                          p, map.len, (unsigned long long)sh->bytes);
+        if (!st) {
+            uint64_t fh = slm_xxh64(map.data, map.len, 0);
+            if (fh != sh->xxh64) {
+                char a[17], b[17];
+                slm_hex64(sh->xxh64, a);
+                slm_hex64(fh, b);
+                st = slm_fail(SLM_E_CHECKSUM,
+                              "%s: checksum mismatch (manifest xxh64 %s, file %s): the shard is "
+                              "corrupt; HINT: rerun shardlm prep",
+                              p, a, b);
+            }
+        }
+        if (!st) st = slm_shard_verify(p, map.data, map.len, (uint32_t)ds.vocab_size, &h);
         if (!st) {
             const uint8_t *d = map.data + SLM_SHARD_HEADER_BYTES;
             for (uint64_t i = 0; i < h.n_tokens; i++) {

@@ -4,7 +4,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include "train/train.h"
+#include "data/data.h"
+#include "train/train_internal.h"
 
 #define MODEL_MAGIC "SLMMODL1"
 #define MODEL_VERSION 1u
@@ -25,6 +30,25 @@ static uint64_t get_u64(const uint8_t *p) {
     uint64_t x = 0;
     for (int i = 0; i < 8; i++) x |= (uint64_t)p[i] << (8 * i);
     return x;
+}
+
+double slm_train_mem_available(void) {
+    double avail = 0;
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGE_SIZE);
+    if (pages > 0 && psz > 0) avail = (double)pages * (double)psz;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+        (avail == 0 || (double)rl.rlim_cur < avail))
+        avail = (double)rl.rlim_cur;
+    return avail;
+}
+
+const char *slm_train_fmt_bytes(double bytes, char buf[32]) {
+    static const char *unit[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    int i = 0;
+    while (bytes >= 1024 && i < 6) bytes /= 1024, i++;
+    snprintf(buf, 32, i ? "%.2f %s" : "%.0f %s", bytes, unit[i]);
+    return buf;
 }
 
 slm_status slm_model_save(const slm_llama *m, const char *path) {
@@ -111,6 +135,45 @@ out:
     return st;
 }
 
+static slm_status check_model_file(const char *cfg_path, const char *bin_path,
+                                   const slm_llama_config *cfg) {
+    slm_llama lay;
+    slm_status st = slm_llama_init(&lay, cfg, false); // the unit layout only
+    if (st) return st;
+    int n_units = lay.n_units;
+    int64_t total = 0;
+    for (int u = 0; u < n_units; u++) total += lay.units[u].numel;
+    slm_llama_free(&lay);
+    FILE *f = fopen(bin_path, "rb");
+    if (!f) return slm_fail(SLM_E_IO, "%s: cannot open", bin_path);
+    uint8_t h[MODEL_HEADER_BYTES];
+    size_t got = fread(h, 1, sizeof h, f);
+    long long len = -1;
+    if (fseek(f, 0, SEEK_END) == 0) len = (long long)ftell(f);
+    fclose(f);
+    if (got < sizeof h || memcmp(h, MODEL_MAGIC, 8) != 0)
+        return slm_fail(SLM_E_FORMAT, "%s: not a shardlm model.bin (magic \"%s\" expected)",
+                        bin_path, MODEL_MAGIC);
+    double want = MODEL_HEADER_BYTES + 8.0 * n_units + (double)total * sizeof(float);
+    if (get_u32(h + 12) != (uint32_t)n_units || get_u64(h + 16) != (uint64_t)total ||
+        (double)len != want)
+        return slm_fail(SLM_E_FORMAT,
+                        "%s: %u units / %llu elements (%lld bytes), but %s describes %d units / "
+                        "%lld elements (%.0f bytes): the two files are from different models",
+                        bin_path, get_u32(h + 12), (unsigned long long)get_u64(h + 16), len,
+                        cfg_path, n_units, (long long)total, want);
+    // Parameters and gradients (slm_llama_init allocates both).
+    double need = 2.0 * (double)total * sizeof(float), avail = slm_train_mem_available();
+    if (avail > 0 && need > avail) {
+        char a[32], b[32];
+        return slm_fail(SLM_E_NOMEM,
+                        "%s: the model needs %s for its parameters and gradients, more than the "
+                        "%s of memory available (physical memory / ulimit -v)",
+                        cfg_path, slm_train_fmt_bytes(need, a), slm_train_fmt_bytes(avail, b));
+    }
+    return SLM_OK;
+}
+
 slm_status slm_run_open(const char *run_dir, slm_llama *m, slm_tokenizer **tok,
                         bool need_tokenizer) {
     if (tok) *tok = NULL;
@@ -121,6 +184,10 @@ slm_status slm_run_open(const char *run_dir, slm_llama *m, slm_tokenizer **tok,
     char *bin_path = slm_path_join(run_dir, "model.bin");
     slm_llama_config cfg;
     slm_status st = slm_llama_config_load(cfg_path, &cfg);
+    if (st) goto out;
+    // model.bin's header and size against config.json's layout before any big allocation: a
+    // config.json that does not describe these weights (or that would not fit) fails cleanly.
+    st = check_model_file(cfg_path, bin_path, &cfg);
     if (st) goto out;
     st = slm_llama_init(m, &cfg, true);
     if (st) goto out;
@@ -153,5 +220,33 @@ fail_model:
 out:
     free(cfg_path);
     free(bin_path);
+    return st;
+}
+
+slm_status slm_run_check_dataset(const char *run_dir, const char *data_dir) {
+    static const char *names[] = {"tokenizer.json", "tokenizer.model"};
+    char *tp = NULL;
+    for (int i = 0; i < 2 && !tp; i++) {
+        char *p = slm_path_join(run_dir, names[i]);
+        if (slm_is_file(p)) tp = p;
+        else free(p);
+    }
+    if (!tp) return SLM_OK; // a run without a tokenizer copy: nothing to compare
+    slm_dataset ds;
+    slm_status st = slm_dataset_open(data_dir, &ds);
+    uint64_t h = 0;
+    if (!st) st = slm_file_xxh64(tp, &h);
+    if (!st && h != ds.tokenizer_xxh64) {
+        char a[17], b[17];
+        slm_hex64(h, a);
+        slm_hex64(ds.tokenizer_xxh64, b);
+        st = slm_fail(SLM_E_FORMAT,
+                      "%s (xxh64 %s) differs from the tokenizer dataset %s was prepared with "
+                      "(%s, xxh64 %s in manifest.json): the token ids would mean other text; "
+                      "evaluate on data prepared with the run's tokenizer",
+                      tp, a, data_dir, ds.tokenizer_file, b);
+    }
+    slm_dataset_free(&ds); // zeroed by slm_dataset_open, so safe on its errors too
+    free(tp);
     return st;
 }

@@ -1,6 +1,7 @@
 // The training loop (world of one, or data parallel through fsdp/): seeded init, loader, gradient accumulation, global-norm
 // clipping, AdamW with the warmup + cosine schedule, periodic validation, per-step hooks,
 // metrics.jsonl, and the run directory. Contract in train.h.
+#include <errno.h>
 #include <math.h>
 #include <omp.h>
 #include <signal.h>
@@ -215,6 +216,40 @@ static slm_status check_opts(const slm_train_opts *o) {
     return SLM_OK;
 }
 
+// Up-front estimate of one rank's memory (before any allocation or file): parameters,
+// gradients and AdamW m, v (4 x fp32 per parameter; under FSDP each rank keeps 1/S of them plus
+// the gathered full parameters and gradients of about two units at a time), and the
+// activation workspace for B x T (slm_llama_act_bytes_estimate). Compared with
+// slm_train_mem_available(); too much is SLM_E_ARG naming what to reduce.
+static slm_status check_memory(const slm_train_opts *o, const slm_llama_config *cfg, int W) {
+    double n = (double)slm_llama_n_params(cfg);
+    double state = 4.0 * n * sizeof(float);
+    if (W > 1) {
+        int S = W; // ranks one copy of the state is sharded over
+        if (o->fsdp.sharding == SLM_NO_SHARD) S = 1;
+        else if (o->fsdp.sharding == SLM_HYBRID_SHARD && o->fsdp.shard_group_size > 0)
+            S = o->fsdp.shard_group_size;
+        double C = cfg->hidden_size, F = cfg->intermediate_size, V = cfg->vocab_size;
+        double big_unit = 4 * C * C + 3 * F * C;
+        if (2 * V * C > big_unit) big_unit = 2 * V * C;
+        state = state / S + 2.0 * 2.0 * big_unit * sizeof(float);
+    }
+    double acts = slm_llama_act_bytes_estimate(cfg, o->B, o->T, o->activation_checkpointing);
+    double need = state + acts, avail = slm_train_mem_available();
+    if (avail <= 0 || need <= avail) return SLM_OK;
+    char a[32], b[32], c[32], d[32];
+    return slm_fail(SLM_E_ARG,
+                    "model %s (%.3g parameters) with --batch %d --seq %d needs about %s of memory "
+                    "per process (%s of parameters, gradients and AdamW state, %s of "
+                    "activations), more than the %s available (physical memory / ulimit -v); "
+                    "reduce --batch or --seq, use a smaller model%s or train with FSDP over "
+                    "more ranks (mpirun)",
+                    o->model ? o->model : "(default)", n, o->B, o->T, slm_train_fmt_bytes(need, a),
+                    slm_train_fmt_bytes(state, b), slm_train_fmt_bytes(acts, c),
+                    slm_train_fmt_bytes(avail, d),
+                    o->activation_checkpointing ? "" : ", add --activation-checkpointing");
+}
+
 static void jsonl_num(slm_buf *b, const char *key, double x) {
     if (isfinite(x))
         slm_buf_appendf(b, ",\"%s\":%.9g", key, x);
@@ -334,6 +369,8 @@ slm_status slm_train_run(const slm_train_opts *o, slm_train_result *res) {
     slm_llama_config cfg;
     st = slm_train_resolve_config(o->model, o->vocab_size, T, &cfg);
     if (st) goto out;
+    st = check_memory(o, &cfg, W);
+    if (st) goto out;
     if (!o->synthetic) {
         st = slm_dataset_open(o->data_dir, &r.ds);
         if (st) goto out;
@@ -346,6 +383,16 @@ slm_status slm_train_run(const slm_train_opts *o, slm_train_result *res) {
         st = slm_train_check_vocab(&r.ds, r.tok, &cfg, o->model);
         if (st) goto out;
         // Each rank reads its slice (B windows) of the global batch of B x W windows.
+        uint64_t n_win = r.ds.train.n_tokens > 0 ? (r.ds.train.n_tokens - 1) / (uint64_t)T : 0;
+        if (n_win < (uint64_t)B * (uint64_t)W) {
+            st = slm_fail(SLM_E_ARG,
+                          "dataset %s: the train split has %llu windows of --seq + 1 = %d tokens; "
+                          "need at least %lld (--batch %d%s); reduce --batch or --seq, or "
+                          "prepare more data",
+                          o->data_dir, (unsigned long long)n_win, T + 1, (long long)B * W, B,
+                          W > 1 ? " x the ranks" : "");
+            goto out;
+        }
         slm_loader_opts lo = {.dir = o->data_dir, .split = "train", .T = T, .B_global = B * W,
                               .rank = RANK, .world = W, .seed = o->seed, .shuffle = true};
         st = slm_loader_open(&lo, &r.train_l);
@@ -371,9 +418,30 @@ slm_status slm_train_run(const slm_train_opts *o, slm_train_result *res) {
 
     // --- Run directory: config, tokenizer copy, metrics log.
     if (o->out_dir && RANK == 0) {
+        // A fresh run never mixes with an earlier run's files: its checkpoints would be resumed
+        // by a later --resume auto (refused; they are never deleted), and its model.bin would
+        // pair with the new config.json if this run failed before saving (removed).
+        char *ck = slm_path_join(o->out_dir, "checkpoints");
+        bool has_ckpt = slm_is_dir(ck);
+        free(ck);
+        if (!o->resume && has_ckpt) {
+            st = slm_fail(SLM_E_ARG,
+                          "%s: holds checkpoints of an earlier run; continue it with --resume "
+                          "auto, or give another --out (checkpoints are never deleted)",
+                          o->out_dir);
+            goto run_dir_done;
+        }
         st = slm_mkdir_p(o->out_dir);
         if (st) goto run_dir_done;
-        char *p = slm_path_join(o->out_dir, "config.json");
+        st = slm_ckpt_resolve_resume(o->resume, o->out_dir, &r.resume_path);
+        if (st) goto run_dir_done;
+        char *p = slm_path_join(o->out_dir, "model.bin");
+        if (!r.resume_path && remove(p) != 0 && errno != ENOENT)
+            st = slm_fail(SLM_E_IO, "%s: cannot remove the earlier run's weights: %s", p,
+                          strerror(errno));
+        free(p);
+        if (st) goto run_dir_done;
+        p = slm_path_join(o->out_dir, "config.json");
         st = slm_llama_config_save(&cfg, p);
         free(p);
         if (st) goto run_dir_done;
@@ -387,11 +455,6 @@ slm_status slm_train_run(const slm_train_opts *o, slm_train_result *res) {
             if (st) goto run_dir_done;
         }
         p = slm_path_join(o->out_dir, "metrics.jsonl");
-        st = slm_ckpt_resolve_resume(o->resume, o->out_dir, &r.resume_path);
-        if (st) {
-            free(p);
-            goto run_dir_done;
-        }
         r.jsonl = fopen(p, r.resume_path ? "a" : "w"); // a resumed run appends
         if (!r.jsonl) st = slm_fail(SLM_E_IO, "%s: cannot open for writing", p);
         free(p);

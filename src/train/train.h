@@ -136,6 +136,13 @@ typedef struct slm_train_result {
 // SLM_E_FORMAT / SLM_E_CHECKSUM (bad data), SLM_E_NUMERIC (NaN/Inf loss or gradient, naming the
 // step), SLM_E_INTERRUPTED (the stop flag was set: the model is saved first),
 // SLM_E_ARG for FSDP options that do not fit the world size. Reaching max_minutes is not an error: it saves and returns SLM_OK.
+// Before any allocation or file: SLM_E_ARG when the memory estimate (parameters, gradients,
+// AdamW m / v — shards under FSDP — and slm_llama_act_bytes_estimate for B x T) exceeds the
+// physical memory or RLIMIT_AS, naming both and what to reduce; SLM_E_ARG when the train split
+// has fewer than B x world windows of T + 1 tokens; SLM_E_ARG for a fresh run (resume NULL)
+// into an out_dir holding checkpoints/ (never deleted: resume it or use another out_dir). A
+// fresh run removes out_dir's earlier model.bin before writing its config.json, so a failed run
+// never leaves weights that do not match the config.
 slm_status slm_train_run(const slm_train_opts *o, slm_train_result *res);
 
 // SIGINT / SIGTERM set the stop flag the loop checks at step boundaries.
@@ -161,11 +168,19 @@ slm_status slm_model_save(const slm_llama *m, const char *path);
 // the field, SLM_E_CHECKSUM.
 slm_status slm_model_load(slm_llama *m, const char *path);
 // Opens a run directory: config.json -> m (allocated; free with slm_llama_free), model.bin ->
-// weights, and, if `tok` is non-NULL, the tokenizer file (*tok owned; NULL if the run has none
+// weights (its header and size are checked against config.json's layout before the model is
+// allocated: SLM_E_FORMAT naming both files; SLM_E_NOMEM if parameters + gradients exceed the
+// available memory), and, if `tok` is non-NULL, the tokenizer file (*tok owned; NULL if the run has none
 // and need_tokenizer is false). Errors: those of the loaders, naming RUN_DIR; SLM_E_ARG if the
 // tokenizer's vocab is larger than the model's.
 slm_status slm_run_open(const char *run_dir, slm_llama *m, slm_tokenizer **tok,
                         bool need_tokenizer);
+
+// Checks that the dataset DATA_DIR was prepared with the run's tokenizer (RUN_DIR's
+// tokenizer.json / tokenizer.model hashed against manifest.json's tokenizer XXH64); a run
+// without a tokenizer copy passes. Errors: SLM_E_FORMAT naming both tokenizer files and both
+// directories; those of slm_dataset_open.
+slm_status slm_run_check_dataset(const char *run_dir, const char *data_dir);
 
 // ---------------------------------------------------------------------------------------------
 // Evaluation

@@ -95,6 +95,13 @@ static void test_validate_errors(void) {
     c = small_cfg(97, 40, 72, 2, 4, 2, false);
     c.rms_norm_eps = 0.0f;
     CHECK_EQ_INT(slm_llama_config_validate(&c), SLM_E_ARG);
+    // Element counts must fit 64-bit offsets; memory is the users' check, not validate's.
+    c = small_cfg(97, 65536, 131072, 20, 512, 512, false); // ~1e12 parameters: valid
+    CHECK_OK(slm_llama_config_validate(&c));
+    c = small_cfg(97, 1 << 30, 1 << 30, 2, 1 << 10, 1 << 10, false); // ~1e19 parameters
+    CHECK_EQ_INT(slm_llama_config_validate(&c), SLM_E_ARG);
+    CHECK_MSG(strstr(slm_errmsg(), "overflows 64-bit"), "message: %s", slm_errmsg());
+    c = small_cfg(97, 40, 72, 2, 4, 2, false);
     slm_llama m;
     c.rms_norm_eps = 1e-5f;
     c.num_key_value_heads = 3;
@@ -400,6 +407,13 @@ static void test_ckpt_and_accum(void) {
     float la = step(&a, tok, tgt, B, T, 1.0f);
     float lb = step(&b, tok, tgt, B, T, 1.0f);
     CHECK(la == lb);
+    // The up-front estimate (train's memory check) covers what forward + backward allocated.
+    for (int ck = 0; ck < 2; ck++) {
+        double est = slm_llama_act_bytes_estimate(&c, B, T, ck);
+        double got = (double)slm_llama_act_bytes(ck ? &b : &a);
+        CHECK_MSG(est >= got && est <= 1.25 * got + 65536, "estimate %.0f, allocated %.0f (ckpt %d)",
+                  est, got, ck);
+    }
     CHECK_MSG(max_rel_diff(&a, &b, 1.0) == 0.0, "ckpt grads differ: %g", max_rel_diff(&a, &b, 1.0));
     CHECK_CLOSE(la, log(53.0), 0.05, 0); // near-uniform predictions at init
     // loss_scale 3 == 3 x; two accumulated backwards == 2 x

@@ -151,6 +151,54 @@ def main():
         r = subprocess.run([SHARDLM, "tokenizer", *args], capture_output=True)
         check(r.returncode == want, f"shardlm tokenizer {args}: exit {r.returncode}, want {want}")
 
+    def run(args, data=b"", stdout=subprocess.PIPE):
+        return subprocess.run([SHARDLM, "tokenizer", *args], input=data, stdout=stdout,
+                              stderr=subprocess.PIPE)
+
+    def expect(args, want_rc, want_msg, data=b"", stdout=subprocess.PIPE):
+        r = run(args, data, stdout)
+        err = r.stderr.decode(errors="replace")
+        check(r.returncode == want_rc and want_msg in err,
+              f"shardlm tokenizer {args}: exit {r.returncode} (want {want_rc}), stderr {err!r} "
+              f"(want {want_msg!r})")
+
+    # Unknown options and missing values name the option (exit 2).
+    for sub in ("encode", "decode", "info", "train"):
+        expect([sub, "--bogus"], 2, "unknown option --bogus (see --help)")
+    expect(["encode", "--tokenizer"], 2, "option --tokenizer needs a value")
+    expect(["info", "--tokenizer"], 2, "option --tokenizer needs a value")
+    expect(["train", "--input", TS, "--out", os.path.join(tmp, "x.json"), "--vocab-size"], 2,
+           "option --vocab-size needs a value")
+    expect(["train", "--input", "--vocab-size", "300"], 2, "option --input needs a value")
+    # --vocab-size below 256 bytes + the specials is a usage error giving the real minimum; no
+    # file is written.
+    small = os.path.join(tmp, "small.json")
+    for v in ("1", "258"):
+        expect(["train", "--input", TS, "--vocab-size", v, "--out", small], 2,
+               f"--vocab-size {v} is out of range [259, 4194304]")
+    expect(["train", "--input", TS, "--vocab-size", "257", "--special", "<s>,</s>", "--out",
+            small], 2, "out of range [258, 4194304]")
+    expect(["train", "--input", TS, "--vocab-size", "4194305", "--out", small], 2,
+           "out of range [259, 4194304]")
+    check(not os.path.exists(small), "a refused tokenizer train wrote its --out file")
+
+    # Decode errors: exit 1 naming the line (and no fwrite of a NULL buffer: UBSan builds).
+    for bad_ids in (b"2000\n", b"99999999999\n", b"-1\n", b"abc\n", b"0x10\n", b"1 2\n2000\n"):
+        r = run(["decode", "--tokenizer", tok], bad_ids)
+        err = r.stderr.decode(errors="replace")
+        check(r.returncode == 1 and "line" in err and "runtime error" not in err,
+              f"decode {bad_ids!r}: exit {r.returncode}, stderr {err!r}")
+
+    # Write errors on stdout (a full disk) are runtime errors, large outputs and small alike.
+    big = ("\n".join([ts] * 3)).encode()
+    with open("/dev/full", "wb") as full:
+        for args, data in ((["encode", "--tokenizer", tok], big),
+                           (["encode", "--tokenizer", tok, "--whole"], big),
+                           (["encode", "--tokenizer", tok], b"hello\n"),
+                           (["decode", "--tokenizer", tok], b"1 2 3\n" * 50000),
+                           (["info", "--tokenizer", tok], b"")):
+            expect(args, 1, "write to stdout failed: No space left on device", data, full)
+
     subprocess.run(["rm", "-rf", tmp])
     print(f"{'FAILED' if failures else 'OK'}: {failures} failures")
     return 1 if failures else 0

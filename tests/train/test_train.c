@@ -11,6 +11,7 @@
 
 #include "base/base.h"
 #include "test.h"
+#include "data/data.h"
 #include "train/train.h"
 
 static char g_dir[256];
@@ -155,6 +156,28 @@ static void test_model_file_errors(void) {
     size_t len = 0;
     CHECK_OK(slm_file_read_all(p, &data, &len));
     slm_llama m;
+    // config.json describing another (much bigger) model: SLM_E_FORMAT naming both files, found
+    // from model.bin's header before the model is allocated.
+    char *cp = run_path("mf", "config.json");
+    char *cfg_text = NULL;
+    size_t cfg_len = 0;
+    CHECK_OK(slm_file_read_all(cp, &cfg_text, &cfg_len));
+    const char *big = "{\"vocab_size\": 97, \"hidden_size\": 65536, \"intermediate_size\": "
+                      "131072, \"num_hidden_layers\": 20, \"num_attention_heads\": 512, "
+                      "\"num_key_value_heads\": 512, \"max_position_embeddings\": 32}";
+    CHECK_OK(slm_file_write_atomic(cp, big, strlen(big)));
+    CHECK_EQ_INT(slm_run_open(out, &m, NULL, false), SLM_E_FORMAT);
+    CHECK_MSG(strstr(slm_errmsg(), "model.bin") && strstr(slm_errmsg(), "config.json"),
+              "message: %s", slm_errmsg());
+    CHECK_OK(slm_file_write_atomic(cp, cfg_text, cfg_len));
+    // A fresh run into a run directory that holds checkpoints is refused before any write.
+    CHECK_EQ_INT(slm_train_run(&o, NULL), SLM_E_ARG);
+    CHECK_MSG(strstr(slm_errmsg(), "--resume auto"), "message: %s", slm_errmsg());
+    char *now = NULL;
+    size_t now_len = 0;
+    CHECK_OK(slm_file_read_all(p, &now, &now_len));
+    CHECK(now_len == len && memcmp(now, data, len) == 0); // model.bin untouched
+    free(now), free(cp), free(cfg_text);
     CHECK_OK(slm_run_open(out, &m, NULL, false));
     // Flip one payload byte: checksum error naming the file.
     data[len - 3] ^= 0x40;
@@ -172,6 +195,37 @@ static void test_model_file_errors(void) {
     CHECK_EQ_INT(slm_model_load(&m, p), SLM_E_FORMAT);
     slm_llama_free(&m);
     free(data), free(p), free(out);
+}
+
+// eval's guard against data prepared with another tokenizer: slm_run_check_dataset hashes the
+// run's tokenizer copy against manifest.json's tokenizer XXH64.
+static void test_run_check_dataset(void) {
+    char *run = slm_path_join(g_dir, "ckds_run");
+    char *data = slm_path_join(g_dir, "ckds_data");
+    CHECK_OK(slm_mkdir_p(run));
+    CHECK_OK(slm_mkdir_p(data));
+    char *rt = slm_path_join(run, "tokenizer.json");
+    char *dt = slm_path_join(data, "tokenizer.json");
+    CHECK_OK(slm_file_write_atomic(rt, "{\"a\": 1}", 8));
+    CHECK_OK(slm_file_write_atomic(dt, "{\"a\": 1}", 8));
+    slm_dataset ds;
+    memset(&ds, 0, sizeof ds);
+    ds.dir = data;
+    ds.tokenizer_file = dt;
+    ds.tokenizer_type = "byte_bpe";
+    ds.vocab_size = 97;
+    ds.bos_id = ds.eos_id = -1;
+    ds.token_bytes = 2;
+    ds.val_fraction = 0.1;
+    CHECK_OK(slm_file_xxh64(dt, &ds.tokenizer_xxh64));
+    CHECK_OK(slm_dataset_write(&ds));
+    CHECK_OK(slm_run_check_dataset(run, data));
+    CHECK_OK(slm_file_write_atomic(rt, "{\"b\": 2}", 8)); // another tokenizer, same size
+    CHECK_EQ_INT(slm_run_check_dataset(run, data), SLM_E_FORMAT);
+    CHECK_MSG(strstr(slm_errmsg(), "ckds_run/tokenizer.json") &&
+                  strstr(slm_errmsg(), "ckds_data/tokenizer.json"),
+              "message: %s", slm_errmsg());
+    free(rt), free(dt), free(run), free(data);
 }
 
 static void test_option_errors(void) {
@@ -261,6 +315,7 @@ int main(void) {
     RUN(test_stop_flag_saves);
     RUN(test_model_file_errors);
     RUN(test_option_errors);
+    RUN(test_run_check_dataset);
     RUN(test_flops_formula);
     RUN(test_sampler_greedy_and_topk);
     RUN(test_sampler_distribution);
