@@ -33,6 +33,27 @@ for i in "${!delays[@]}"; do
         echo "[ ok ] kill $i after ${delays[$i]} s: no checkpoint committed yet"
     fi
 done
+# On a loaded machine (CI runs tests in parallel on 2 cores) start-up can outlast every fixed
+# delay; then kill once more right after the first commit appears (polled, up to 120 s).
+if [ ! -f "$W/run/checkpoints/latest" ]; then
+    "$BIN" "${TRAIN[@]}" --steps 100000 --resume auto > "$W/log_wait" 2>&1 &
+    pid=$!
+    for _ in $(seq 1200); do
+        [ -f "$W/run/checkpoints/latest" ] && break
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    kill -KILL "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+    if [ -f "$W/run/checkpoints/latest" ]; then
+        if "$BIN" ckpt verify "$W/run" > /dev/null 2> "$W/verify.err"; then
+            echo "[ ok ] kill after the first commit: latest = $(cat "$W/run/checkpoints/latest") verifies"
+        else
+            echo "[FAIL] kill after the first commit: $(cat "$W/verify.err")"
+            fails=$((fails + 1))
+        fi
+    fi
+fi
 if [ -f "$W/run/checkpoints/latest" ]; then
     s=$(sed -E 's/step_0*//' "$W/run/checkpoints/latest")
     if "$BIN" "${TRAIN[@]}" --steps $((s + 2)) --resume auto > "$W/final.log" 2>&1 &&
