@@ -48,7 +48,7 @@ static void train_usage(FILE *f) {
             "  --collective-timeout S  abort the job when a collective waits > S s (default 600)\n"
             "  --progress-thread US  with world > 1 a thread polls MPI every US microseconds so\n"
             "                        all-gathers / reduce-scatters progress during compute\n"
-            "                        (MPI_THREAD_MULTIPLE; default 100, 0 = off)\n"
+            "                        (MPI_THREAD_MULTIPLE; default 0 = off; try 100)\n"
             "  --out RUN_DIR         run directory: config.json, tokenizer, model.bin,\n"
             "                        metrics.jsonl, checkpoints/ (always one at the end / stop)\n"
             "  --ckpt-every-steps N  also checkpoint every N steps (asynchronous by default)\n"
@@ -108,9 +108,9 @@ int slm_cmd_train(int argc, char **argv) {
     slm_train_opts o;
     slm_train_opts_default(&o);
     bool have_steps = false, have_batch = false, have_seq = false;
-    // FSDP on CPUs: Open MPI moves large messages only inside MPI calls, so without this thread
-    // the ranks wait for each other's next hook (2-3x slower FULL_SHARD steps, docs/scaling.md).
-    slm_dist_request_progress_thread(100.0);
+    // No MPI progress thread by default: on an idle machine with one rank per core it steals the
+    // cores the kernels use (0.81 vs 0.94 of the 1 x 2-thread speed, docs/scaling.md); it helps
+    // when ranks wait on each other's hooks under load (--progress-thread 100).
     slm_status st = SLM_OK;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
