@@ -3,7 +3,8 @@
 #   for FULL_SHARD, NO_SHARD, SHARD_GRAD_OP (2 ranks) and HYBRID_SHARD (4 ranks, G 2): 8 steps
 #   straight with checkpoints at 4 and 8, vs --resume of step 4 + 4 steps, same world size ->
 #   bitwise-equal losses (metrics.jsonl, %.9g) and model.bin;
-#   resharding: the 2-rank FULL_SHARD step 4 resumed by 3 ranks and by a world of one gives the
+#   resharding: the 2-rank FULL_SHARD step 4 resumed by 3 ranks, by a world of one, by 2 NO_SHARD
+#   ranks and by 4 HYBRID_SHARD ranks (G 2) gives the
 #   straight run's losses within the FSDP-vs-single-process tolerance (1e-5 relative);
 #   --init-from-hf of that run's export on 2 ranks == on one rank.
 # Args: MPIEXEC. Env (CTest): SHARDLM_BIN, SLM_PYTHON.
@@ -52,12 +53,16 @@ for cfg in "2 FULL_SHARD" "2 NO_SHARD" "2 SHARD_GRAD_OP" "4 HYBRID_SHARD"; do
     "$BIN" ckpt verify "$A" > /dev/null || bad "$s: ckpt verify"
 done
 
-# resharding: the 2-rank FULL_SHARD checkpoint of step 4 into 3 ranks and into a world of one
+# resharding: the 2-rank FULL_SHARD checkpoint of step 4 into 3 ranks, into a world of one, and
+# across strategies: into 2 NO_SHARD replicas and into 4 ranks of HYBRID_SHARD (G = 2)
 A="$W/FULL_SHARD-a"
-for n in 3 1; do
-    R="$W/reshard-$n"
+for target in "3 FULL_SHARD" "1 -" "2 NO_SHARD" "4 HYBRID_SHARD"; do
+    set -- $target
+    n=$1 s=$2
+    R="$W/reshard-$n-$s"
     extra=(--resume "$A/checkpoints/step_00000004")
-    [ "$n" = 3 ] && extra+=(--sharding FULL_SHARD)
+    [ "$s" != - ] && extra+=(--sharding "$s")
+    [ "$s" = HYBRID_SHARD ] && extra+=(--shard-group-size 2)
     if run "$n" "$R" "${extra[@]}" && "$PY" - "$A" "$R" <<'PYEOF'
 import json, sys
 def L(d): return {j["step"]: j["loss"] for j in map(json.loads, open(d + "/metrics.jsonl")) if j.get("event") == "step"}
@@ -67,7 +72,8 @@ for s in b:
     assert abs(a[s] - b[s]) <= 1e-5 * abs(a[s]), (s, a[s], b[s])
 print("  steps 5-8: max rel diff %.2g" % max(abs(a[s] - b[s]) / abs(a[s]) for s in b))
 PYEOF
-    then ok "2-rank checkpoint resumed on $n rank(s) (resharded)"; else tail -5 "$R.log"; bad "reshard to $n"; fi
+    then ok "2-rank FULL_SHARD checkpoint resumed on $n rank(s) $s (resharded)"
+    else tail -5 "$R.log"; bad "reshard to $n $s"; fi
 done
 # --init-from-hf under FSDP: each rank keeps its shard of the exported weights; the first
 # step's loss equals the world of one's (same global batch) within the FSDP tolerance
