@@ -624,7 +624,10 @@ run_dir_done:
         for (int k = 0; k < K; k++) {
             int64_t n = slm_train_split_windows(r.win + k * per_win, B, T, r.inp, r.tgt);
             float loss = slm_llama_forward(&r.model, r.inp, r.tgt, B, T);
-            if (!isfinite(loss)) {
+            // Under FSDP a rank must not leave the collective schedule alone: a non-finite
+            // local loss reaches every rank through the step-loss all-reduce below (NaN / Inf
+            // propagate through the sum) and all ranks fail there together.
+            if (!isfinite(loss) && !r.dp) {
                 st = slm_fail(SLM_E_NUMERIC,
                               "step %lld, micro-batch %d: training loss is %f; HINT: lower --lr "
                               "(now %g) or --grad-clip",
@@ -637,6 +640,13 @@ run_dir_done:
         }
         if (r.dp) slm_dist_allreduce(&loss_sum, 1, SLM_DT_F64, SLM_OP_SUM, "step loss");
         double loss = loss_sum / (double)n_total;
+        if (!isfinite(loss)) {
+            st = slm_fail(SLM_E_NUMERIC,
+                          "step %lld: training loss is %f (on at least one rank); HINT: lower "
+                          "--lr (now %g) or --grad-clip",
+                          (long long)step + 1, loss, (double)o->adamw.lr_peak);
+            goto out;
+        }
         double gnorm;
         if (r.dp) { // global norm over the shards, and clipping (same formula as below)
             gnorm = slm_fsdp_clip_grad_norm(&r.fsdp, o->grad_clip);

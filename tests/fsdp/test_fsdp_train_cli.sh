@@ -98,6 +98,15 @@ set +e
 rc=$?
 [ $rc != 0 ] && grep -q "shard-group-size 3" "$W/e3.log" && ok "HYBRID G not dividing N fails ($rc)" \
     || { cat "$W/e3.log"; bad "HYBRID G not dividing N fails"; }
+# A diverging run under FSDP: every rank sees the non-finite step loss through the loss
+# all-reduce and the job ends with exit 1 and the message, well before the collective timeout.
+t0=$(date +%s)
+"$MPIEXEC" -np 2 --oversubscribe "$BIN" train "${COMMON[@]}" --synthetic --batch 4 --steps 30 \
+    --lr 1e30 --min-lr 1e30 --grad-clip 0 --collective-timeout 60 --out "$W/nan" > "$W/nan.log" 2>&1
+rc=$? dt=$(( $(date +%s) - t0 ))
+[ $rc = 1 ] && grep -q "training loss is" "$W/nan.log" && [ $dt -lt 50 ] \
+    && ok "NaN loss under FSDP: exit 1 on every rank in ${dt}s" \
+    || { tail -5 "$W/nan.log"; bad "NaN loss under FSDP (rc $rc, ${dt}s)"; }
 set -e
 echo "$fails failed"
 [ $fails = 0 ]
