@@ -195,7 +195,17 @@ static slm_status check_unsupported(const char *path, const cJSON *root, int C, 
 
 slm_status slm_llama_config_parse(const char *text, size_t len, const char *path,
                                   slm_llama_config *c) {
-    cJSON *root = cJSON_ParseWithLength(text, len);
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    if (root && end) { // nothing but whitespace (or a NUL) may follow the top-level object
+        const char *p = end, *stop = text + len;
+        while (p < stop && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')) p++;
+        if (p < stop && *p != '\0') {
+            cJSON_Delete(root);
+            return slm_fail(SLM_E_FORMAT, "%s: unexpected text after the JSON object at byte %ld",
+                            path, (long)(p - text));
+        }
+    }
     if (!root || !cJSON_IsObject(root)) {
         const char *ep = cJSON_GetErrorPtr();
         long off = (root == NULL && ep && ep >= text && ep <= text + len) ? (long)(ep - text) : -1;
@@ -203,6 +213,17 @@ slm_status slm_llama_config_parse(const char *text, size_t len, const char *path
         if (off >= 0)
             return slm_fail(SLM_E_FORMAT, "%s: not valid JSON (error near byte %ld)", path, off);
         return slm_fail(SLM_E_FORMAT, "%s: expected a JSON object at the top level", path);
+    }
+    const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
+    if (mt && (!cJSON_IsString(mt) || strcmp(mt->valuestring, "llama") != 0)) {
+        slm_status e = slm_fail(SLM_E_UNSUPPORTED,
+                                "%s: field \"model_type\" is %s%s%s; shardlm implements \"llama\" "
+                                "(LlamaForCausalLM) only",
+                                path, cJSON_IsString(mt) ? "\"" : "",
+                                cJSON_IsString(mt) ? mt->valuestring : "not a string",
+                                cJSON_IsString(mt) ? "\"" : "");
+        cJSON_Delete(root);
+        return e;
     }
     slm_llama_config t;
     hf_defaults(&t);

@@ -47,7 +47,7 @@ slm_status slm_eval_split(slm_llama *m, const char *data_dir, const char *split,
     st = slm_train_eval_loader(m, l, B, T, max_batches, res);
     slm_loader_free(l);
     if (!st && res->n_tokens == 0)
-        st = slm_fail(SLM_E_ARG, "%s: split \"%s\" has no window of %d tokens", data_dir, split,
+        st = slm_fail(SLM_E_FORMAT, "%s: split \"%s\" has no window of %d tokens", data_dir, split,
                       T + 1);
     return st;
 }
@@ -195,7 +195,7 @@ slm_status slm_unigram_entropy(const char *data_dir, const char *split, double *
         slm_map_free(&map);
         free(p);
     }
-    if (!st && total == 0) st = slm_fail(SLM_E_ARG, "%s: split \"%s\" is empty", data_dir, split);
+    if (!st && total == 0) st = slm_fail(SLM_E_FORMAT, "%s: split \"%s\" is empty", data_dir, split);
     if (!st) {
         double hsum = 0;
         for (int32_t v = 0; v < ds.vocab_size; v++)

@@ -140,6 +140,17 @@ static void test_config_json(void) {
     CHECK(!c.tie_word_embeddings);
     write_text(p, "{\"hidden_act\": \"gelu\"}");
     CHECK_EQ_INT(slm_llama_config_load(p, &c), SLM_E_UNSUPPORTED);
+    // another architecture, and text after the object, are refused (not silently read)
+    write_text(p, "{\"model_type\": \"gpt2\", \"vocab_size\": 50}");
+    CHECK_EQ_INT(slm_llama_config_load(p, &c), SLM_E_UNSUPPORTED);
+    CHECK_MSG(strstr(slm_errmsg(), "model_type") && strstr(slm_errmsg(), "gpt2"), "message: %s",
+              slm_errmsg());
+    write_text(p, "{\"vocab_size\": 50} trailing");
+    CHECK_EQ_INT(slm_llama_config_load(p, &c), SLM_E_FORMAT);
+    CHECK_MSG(strstr(slm_errmsg(), "after the JSON object"), "message: %s", slm_errmsg());
+    write_text(p, "{\"model_type\": \"llama\", \"hidden_size\": 64, \"num_attention_heads\": 4, "
+                  "\"intermediate_size\": 96, \"vocab_size\": 50, \"num_hidden_layers\": 1}\n\n");
+    CHECK_OK(slm_llama_config_load(p, &c));
     // save -> load round trip
     c = small_cfg(97, 40, 72, 2, 4, 2, true);
     c.rope_theta = 500000.0f;
