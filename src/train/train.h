@@ -97,9 +97,15 @@ typedef struct slm_train_opts {
     int ckpt_keep;             // committed checkpoints kept, oldest deleted first (0: all)
     bool ckpt_sync;            // write on the training thread
     bool ckpt_abort_on_error;  // a failed save stops training (default: log and continue)
-    const char *resume;        // "auto" (out_dir's latest checkpoint, if any) | PATH | NULL:
+    const char *resume;        // "auto" (out_dir's newest checkpoint that verifies, if any;
+                               // `latest` is a hint) | PATH | NULL:
                                // restores weights, AdamW m / v / t, step, LR position, tokens
                                // seen, loader position and RNG; the run continues bitwise
+    bool verify_on_resume;     // check every rank file's XXH64 before resuming (auto falls back
+                               // to an older checkpoint); default: manifest and sizes only
+    bool train_from_scratch;   // out_dir holds checkpoints: move them aside to
+                               // checkpoints.replaced-DATE and train from a seeded init (without
+                               // it such a run is refused); excludes resume
     const char *init_from_hf;  // HF directory (config.json + safetensors): initial weights
                                // instead of the seeded init (checked against the model config)
     int n_hooks;
@@ -123,6 +129,7 @@ typedef struct slm_train_result {
     double mfu;            // mean, same steps
     double peak_gflops;    // the MFU denominator used
     double flops_per_token;
+    bool already_complete; // resumed at step == steps: nothing trained (the rest is NaN)
 } slm_train_result;
 
 // Trains a model from a seeded init (slm_llama_init_weights) as described in the module comment:
@@ -139,8 +146,15 @@ typedef struct slm_train_result {
 // Before any allocation or file: SLM_E_ARG when the memory estimate (parameters, gradients,
 // AdamW m / v — shards under FSDP — and slm_llama_act_bytes_estimate for B x T) exceeds the
 // physical memory or RLIMIT_AS, naming both and what to reduce; SLM_E_ARG when the train split
-// has fewer than B x world windows of T + 1 tokens; SLM_E_ARG for a fresh run (resume NULL)
-// into an out_dir holding checkpoints/ (never deleted: resume it or use another out_dir). A
+// has fewer than B x world windows of T + 1 tokens; SLM_E_ARG for a fresh run (resume NULL,
+// no train_from_scratch) into an out_dir holding checkpoints (step_N directories; never
+// deleted: resume it or use another out_dir); SLM_E_ARG for an out_dir that is a non-empty
+// directory but no run directory (slm_rundir_prepare); SLM_E_IO when another run holds
+// out_dir's lock; SLM_E_FORMAT when the checkpoint to resume (or out_dir's tokenizer copy, or an
+// init_from_hf directory's tokenizer) was made with another tokenizer than the dataset's;
+// resuming a checkpoint at step == steps returns SLM_OK with res->already_complete, one past
+// is SLM_E_ARG. On an error exit a checkpoint that finished writing is committed (world of one,
+// or errors every rank agreed on) or discarded with a warning. A
 // fresh run removes out_dir's earlier model.bin before writing its config.json, so a failed run
 // never leaves weights that do not match the config.
 slm_status slm_train_run(const slm_train_opts *o, slm_train_result *res);
