@@ -10,7 +10,8 @@
 // before rank 0 wrote and fsynced the manifest and renamed step_N.tmp -> step_N; `latest` is
 // replaced atomically (temp + rename) only after that rename, and older checkpoints are deleted
 // only after a newer one is committed. So a crash at any instant leaves `latest` naming a
-// complete checkpoint. Every byte read back is checked against an XXH64 from the manifest
+// complete checkpoint (and --resume auto treats `latest` only as a hint: slm_ckpt_pick_resume).
+// Every byte read back is checked against an XXH64 from the manifest
 // (per 4 MiB chunk, so a resharding rank that reads only its byte ranges still verifies them);
 // nothing unverified reaches the caller's buffers.
 //

@@ -9,6 +9,8 @@
 //   tokenizer.json / tokenizer.model   copied from the dataset
 //   metrics.jsonl  one JSON object per line: {"event":"start",...}, {"event":"step",...},
 //                  {"event":"eval",...}, {"event":"end",...}
+//   run.lock       flock'ed by rank 0 for the whole run; "pid P on host H" of the holder
+//   checkpoints/   step_N/ checkpoints and `latest` (src/ckpt/ckpt.h)
 // model.bin: 64-byte header — magic "SLMMODL1", u32 version (1), u32 n_units, u64 total
 // elements, u64 XXH64 of the payload, zero padding — then u64 numel[n_units], then every unit's
 // FlatParameter as little-endian f32 in unit order (blocks 0..L-1, then the root).
@@ -192,7 +194,7 @@ slm_status slm_run_open(const char *run_dir, slm_llama *m, slm_tokenizer **tok,
 
 // Checks that the dataset DATA_DIR was prepared with the run's tokenizer (RUN_DIR's
 // tokenizer.json / tokenizer.model hashed against manifest.json's tokenizer XXH64); a run
-// without a tokenizer copy passes. Errors: SLM_E_FORMAT naming both tokenizer files and both
+// without a tokenizer copy passes. RUN_DIR may be an HF directory (eval --init-from-hf). Errors: SLM_E_FORMAT naming both tokenizer files and both
 // directories; those of slm_dataset_open.
 slm_status slm_run_check_dataset(const char *run_dir, const char *data_dir);
 
