@@ -173,5 +173,13 @@ t "train --init-from-hf on another tokenizer's dataset: exit 1 naming both hashe
 "$BIN" "${D[@]}" --data "$W/d1" --steps 1 --init-from-hf "$W/hf" --out "$W/r8c" > "$W/l8e" 2>&1
 rc=$?
 t "train --init-from-hf on the same tokenizer's dataset still works" '[ $rc = 0 ]' "$W/l8e"
+# item 14 again: an HF export and a dataset directory are not run directories either
+cp "$W/d1/manifest.json" "$W/manifest.bak"
+"$BIN" "${D[@]}" --data "$W/d1" --steps 1 --out "$W/hf" > "$W/l14b" 2>&1
+rc1=$?
+"$BIN" "${D[@]}" --data "$W/d1" --steps 1 --out "$W/d1" > "$W/l14c" 2>&1
+rc2=$?
+t "--out an HF export or the dataset itself: exit 2, untouched" '[ $rc1 = 2 ] && [ $rc2 = 2 ] &&
+   [ ! -e "$W/hf/run.lock" ] && [ ! -e "$W/d1/config.json" ] && cmp -s "$W/d1/manifest.json" "$W/manifest.bak"' "$W/l14c"
 echo "$fails failed"
 exit $((fails > 0))
