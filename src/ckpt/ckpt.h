@@ -209,6 +209,9 @@ int slm_ckpt_list_steps(const char *root, int64_t **steps);
 // naming the newest one's problem (the caller adds what the user can do).
 slm_status slm_ckpt_pick_resume(const char *root, bool full_verify, char **out_dir,
                                 int64_t *out_step);
+// Makes ROOT/latest name step_N (atomically; nothing is done when it already does), logging the
+// repair. For the checkpoint slm_ckpt_pick_resume chose. Errors: SLM_E_IO naming the file.
+slm_status slm_ckpt_repair_latest(const char *root, int64_t step);
 
 // ---------------------------------------------------------------------------------------------
 // Reading

@@ -50,6 +50,18 @@ static int64_t read_latest(const char *root, const char **state) {
     return step;
 }
 
+slm_status slm_ckpt_repair_latest(const char *root, int64_t step) {
+    const char *state;
+    if (read_latest(root, &state) == step) return SLM_OK;
+    char name[64];
+    int nl = snprintf(name, sizeof name, "step_%08" PRId64 "\n", step);
+    char *lp = slm_path_join(root, "latest");
+    slm_status st = slm_file_write_atomic(lp, name, (size_t)nl);
+    if (!st) slm_info("%s repaired: it now names step_%08" PRId64, lp, step);
+    free(lp);
+    return st;
+}
+
 slm_status slm_ckpt_pick_resume(const char *root, bool full_verify, char **out_dir,
                                 int64_t *out_step) {
     *out_dir = NULL;

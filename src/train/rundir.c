@@ -159,7 +159,9 @@ slm_status slm_rundir_prepare(const slm_train_opts *o, slm_rundir **out, char **
                           root, n, n == 1 ? "" : "s", newest);
     } else if (!strcmp(o->resume, "auto")) {
         st = slm_ckpt_pick_resume(root, o->verify_on_resume, resume_path, &rd->resume_step);
-        if (st)
+        if (!st && rd->resume_step >= 0) // `latest` names what is resumed, even if this run
+            st = slm_ckpt_repair_latest(root, rd->resume_step); // fails before its first save
+        else if (st)
             st = slm_fail_wrap(st,
                                "--resume auto (a run directory holding checkpoints is never "
                                "trained from scratch silently: resume one explicitly with "

@@ -37,6 +37,11 @@ latest() { cat "$1/checkpoints/latest" 2>/dev/null; }
 R="$W/r2"
 "$BIN" "${S[@]}" --steps 4 --ckpt-every-steps 2 --out "$R" > /dev/null 2>&1
 rm -f "$R/checkpoints/latest" # a SIGKILL in the first commit's window leaves exactly this
+"$BIN" "${S[@]}" --steps 6 --lr 1e20 --grad-clip 0 --resume auto --out "$R" > "$W/l2r" 2>&1
+rc=$?
+t "latest missing, the resumed run then fails: latest repaired to step_00000004" '[ $rc = 1 ] &&
+   grep -q "latest repaired" "$W/l2r" && [ "$(latest "$R")" = step_00000004 ]' "$W/l2r"
+rm -f "$R/checkpoints/latest"
 "$BIN" "${S[@]}" --steps 6 --ckpt-keep 1 --resume auto --out "$R" > "$W/l2a" 2>&1
 rc=$?
 t "latest missing: resumes from step_00000004 and says why" '[ $rc = 0 ] &&
