@@ -119,8 +119,9 @@ int slm_cmd_eval(int argc, char **argv) {
         if (st) goto fail;
         printf("unigram_entropy %.6f\nunigram_tokens %lld\n", h, (long long)n);
     }
-    if (run && !hf && data) {
-        // The model must have been trained with the dataset's tokenizer (same file hash).
+    if (run && data) {
+        // The model must have been trained with the dataset's tokenizer (same file hash); an
+        // --init-from-hf directory that ships a tokenizer is checked the same way.
         st = slm_run_check_dataset(run, data);
         if (st) {
             slm_error("eval: %s", slm_errmsg());

@@ -50,14 +50,23 @@ static void train_usage(FILE *f) {
             "                        all-gathers / reduce-scatters progress during compute\n"
             "                        (MPI_THREAD_MULTIPLE; default 0 = off; try 100)\n"
             "  --out RUN_DIR         run directory: config.json, tokenizer, model.bin,\n"
-            "                        metrics.jsonl, checkpoints/ (always one at the end / stop)\n"
+            "                        metrics.jsonl, checkpoints/ (always one at the end / stop),\n"
+            "                        run.lock (one run at a time); a non-empty directory that\n"
+            "                        is not a run directory is refused\n"
             "  --ckpt-every-steps N  also checkpoint every N steps (asynchronous by default)\n"
             "  --ckpt-every-minutes M  also checkpoint every M minutes\n"
             "  --ckpt-keep K         keep the K newest checkpoints (default 0: all)\n"
             "  --ckpt-sync           write checkpoints on the training thread (no overlap)\n"
             "  --on-ckpt-error continue|abort   a failed save is logged (default) or fatal\n"
-            "  --resume auto|PATH    continue bitwise from RUN_DIR's latest checkpoint (auto:\n"
-            "                        if any) or from a checkpoint PATH\n"
+            "  --resume auto|PATH    continue bitwise from RUN_DIR's newest checkpoint that\n"
+            "                        verifies (auto: if any; `latest` is only a hint, a bad\n"
+            "                        newest one falls back to the previous with a warning)\n"
+            "                        or from a checkpoint PATH\n"
+            "  --verify-on-resume    also check every checkpoint file's XXH64 before resuming\n"
+            "                        (default: manifest and file sizes)\n"
+            "  --train-from-scratch  RUN_DIR holds checkpoints of an earlier run: move them to\n"
+            "                        RUN_DIR/checkpoints.replaced-DATE (nothing is deleted) and\n"
+            "                        train from a seeded init; without it such a run is refused\n"
             "  --init-from-hf DIR    initial weights from a Hugging Face safetensors directory\n\n"
             "exit codes: 0 done, 1 runtime error (data, I/O, NaN, interrupted), 2 usage error\n");
 }
@@ -130,6 +139,12 @@ int slm_cmd_train(int argc, char **argv) {
             continue;
         } else if (!strcmp(a, "--ckpt-sync")) {
             o.ckpt_sync = true;
+            continue;
+        } else if (!strcmp(a, "--verify-on-resume")) {
+            o.verify_on_resume = true;
+            continue;
+        } else if (!strcmp(a, "--train-from-scratch")) {
+            o.train_from_scratch = true;
             continue;
         }
         if (!strcmp(a, "--no-prefetch")) {
@@ -255,6 +270,15 @@ int slm_cmd_train(int argc, char **argv) {
                   "save nothing)");
         return SLM_EXIT_USAGE;
     }
+    if (o.train_from_scratch && o.resume) {
+        slm_error("train: --train-from-scratch and --resume exclude each other");
+        return SLM_EXIT_USAGE;
+    }
+    if ((o.train_from_scratch || o.verify_on_resume) && !o.out_dir) {
+        slm_error("train: %s needs --out RUN_DIR",
+                  o.train_from_scratch ? "--train-from-scratch" : "--verify-on-resume");
+        return SLM_EXIT_USAGE;
+    }
     if (o.min_lr > o.adamw.lr_peak) {
         slm_error("train: --min-lr %g: must be in [0, lr] = [0, %g]", (double)o.min_lr,
                   (double)o.adamw.lr_peak);
@@ -270,10 +294,16 @@ int slm_cmd_train(int argc, char **argv) {
     st = slm_train_run(&o, &res);
     if (st) {
         slm_error("train: %s", slm_errmsg());
+    } else if (slm_dist_rank() == 0 && res.already_complete) {
+        printf("done: the run is already complete at step %lld (--steps %lld); nothing trained\n",
+               (long long)res.steps_done, (long long)o.steps);
     } else if (slm_dist_rank() == 0) {
-        printf("done: %lld steps | final loss %.4f", (long long)res.steps_done, res.final_loss);
-        if (res.final_val_loss == res.final_val_loss) printf(" | val loss %.4f", res.final_val_loss);
-        printf(" | %.0f tok/s | MFU %.1f%%\n", res.tokens_per_s, 100.0 * res.mfu);
+        printf("done: %lld steps", (long long)res.steps_done);
+        if (isfinite(res.final_loss)) printf(" | final loss %.4f", res.final_loss);
+        if (isfinite(res.final_val_loss)) printf(" | val loss %.4f", res.final_val_loss);
+        if (isfinite(res.tokens_per_s))
+            printf(" | %.0f tok/s | MFU %.1f%%", res.tokens_per_s, 100.0 * res.mfu);
+        printf("\n");
     }
     slm_dist_finalize();
     return exit_code(st);

@@ -404,6 +404,41 @@ static int list_steps(const char *root, int64_t **steps) {
     return n;
 }
 
+int slm_ckpt_list_steps(const char *root, int64_t **steps) {
+    return list_steps(root, steps);
+}
+
+// Puts the staged TMP in place of an existing FIN (a step saved again: after a failed `latest`
+// update, a fallback resume, or a partial directory). Atomic where the file system supports
+// RENAME_EXCHANGE (TMP then holds the old contents, removed); else FIN is first renamed aside
+// to a ".tmp" name (swept with the other staging leftovers).
+static slm_status replace_step_dir(const char *root, const char *tmp, const char *fin,
+                                   int64_t step) {
+    slm_status st = SLM_OK;
+    if (renameat2(AT_FDCWD, tmp, AT_FDCWD, fin, RENAME_EXCHANGE) == 0) {
+        if ((st = slm_fsync_dir(root))) return st;
+        if (slm_ckpt_rmdir(tmp)) slm_warn("%s", slm_errmsg());
+        slm_warn("checkpoint step %lld saved again: replaced the earlier %s", (long long)step,
+                 fin);
+        return SLM_OK;
+    }
+    char name[64];
+    snprintf(name, sizeof name, "step_%08" PRId64 ".replaced.tmp", step);
+    char *aside = slm_path_join(root, name);
+    slm_ckpt_rmdir(aside);
+    if (rename(fin, aside) != 0)
+        st = slm_fail(SLM_E_IO, "rename %s -> %s failed: %s", fin, aside, strerror(errno));
+    else if (rename(tmp, fin) != 0)
+        st = slm_fail(SLM_E_IO, "rename %s -> %s failed: %s", tmp, fin, strerror(errno));
+    if (!st) {
+        slm_ckpt_rmdir(aside);
+        slm_warn("checkpoint step %lld saved again: replaced the earlier %s", (long long)step,
+                 fin);
+    }
+    free(aside);
+    return st;
+}
+
 slm_status slm_ckpt_commit(const char *root, const slm_ckpt_meta *meta,
                            const slm_unit_layout *layout, int n_units, int keep) {
     char *tmp = slm_ckpt_step_dir(root, meta->step, true);
@@ -442,7 +477,9 @@ slm_status slm_ckpt_commit(const char *root, const slm_ckpt_meta *meta,
         free(sp);
     }
     if ((st = slm_fsync_dir(tmp))) goto out;
-    if (rename(tmp, fin) != 0) {
+    if (slm_is_dir(fin)) { // an earlier (complete or partial) save of this step: replace it
+        if ((st = replace_step_dir(root, tmp, fin, meta->step))) goto out;
+    } else if (rename(tmp, fin) != 0) {
         st = slm_fail(SLM_E_IO, "rename %s -> %s failed: %s", tmp, fin, strerror(errno));
         goto out;
     }
@@ -1056,6 +1093,14 @@ slm_status slm_ckpt_read_range(slm_ckpt *c, int unit, int64_t begin, int64_t end
             if (st) return st;
         }
         pos = seg_end;
+    }
+    return SLM_OK;
+}
+
+slm_status slm_ckpt_check_files(slm_ckpt *c) {
+    for (int i = 0; i < c->n_files; i++) {
+        slm_status st = open_file(c, &c->files[i]);
+        if (st) return st;
     }
     return SLM_OK;
 }

@@ -10,7 +10,8 @@
 // before rank 0 wrote and fsynced the manifest and renamed step_N.tmp -> step_N; `latest` is
 // replaced atomically (temp + rename) only after that rename, and older checkpoints are deleted
 // only after a newer one is committed. So a crash at any instant leaves `latest` naming a
-// complete checkpoint. Every byte read back is checked against an XXH64 from the manifest
+// complete checkpoint (and --resume auto treats `latest` only as a hint: slm_ckpt_pick_resume).
+// Every byte read back is checked against an XXH64 from the manifest
 // (per 4 MiB chunk, so a resharding rank that reads only its byte ranges still verifies them);
 // nothing unverified reaches the caller's buffers.
 //
@@ -111,7 +112,8 @@ typedef struct slm_ckpt_saver_opts {
 // Creates a saver. Errors: SLM_E_IO if root cannot be created.
 slm_status slm_ckpt_saver_new(const slm_ckpt_saver_opts *o, slm_ckpt_saver **out);
 // Starts a save of this rank's shards at a step boundary: finishes (commits) the previous
-// save first; sync: copies the shards into the staging buffer, writes and commits; async: a
+// save first; a no-op when this saver just committed the same step; a step_N directory already
+// on disk otherwise (complete or partial) is written again and replaced at the commit; sync: copies the shards into the staging buffer, writes and commits; async: a
 // background thread copies them into the (reused) staging buffer, then writes the rank file, so
 // the shard buffers are BORROWED until slm_ckpt_saver_fence returns: the caller may read them
 // (forward / backward) but must call the fence before modifying them (optimizer step, load).
@@ -128,6 +130,13 @@ void slm_ckpt_saver_fence(slm_ckpt_saver *s);
 slm_status slm_ckpt_saver_poll(slm_ckpt_saver *s);
 // Waits for the pending save and commits it (collective). Returns its agreed error.
 slm_status slm_ckpt_saver_finish(slm_ckpt_saver *s);
+// On an error exit: settles the pending save, if any. collective (every rank calls it, as after
+// an error all ranks agreed on): waits for it and commits it (a message says so; a failed
+// commit is logged); else (other ranks may be elsewhere): waits for this rank's writer and rank
+// 0 removes the staging directory, with a warning. Returns the commit's error.
+slm_status slm_ckpt_saver_settle(slm_ckpt_saver *s, bool collective);
+// Saves this saver committed.
+int64_t slm_ckpt_saver_n_committed(const slm_ckpt_saver *s);
 // Seconds the training thread spent in the last slm_ckpt_saver_save plus its fence wait (the
 // stall).
 double slm_ckpt_saver_last_stall_s(const slm_ckpt_saver *s);
@@ -169,15 +178,40 @@ slm_status slm_ckpt_sched_step(slm_ckpt_sched *s, bool save, const slm_ckpt_meta
 void slm_ckpt_sched_fence(slm_ckpt_sched *s);
 // Waits for and commits the pending save (end of training). Error handling as above.
 slm_status slm_ckpt_sched_finish(slm_ckpt_sched *s);
-// Number of saves started, total and max training-thread stall of the saves, seconds.
+// Number of saves committed (failed and no-op saves not counted), total and max
+// training-thread stall of the saves, seconds.
 void slm_ckpt_sched_stats(const slm_ckpt_sched *s, int64_t *n_saves, double *stall_total_s,
                           double *stall_max_s);
+// Number of saves that failed (logged under --on-ckpt-error continue).
+int64_t slm_ckpt_sched_n_failed(const slm_ckpt_sched *s);
+// slm_ckpt_saver_settle on an error exit of the training loop (a finished async save is
+// committed when `collective`); keeps the calling thread's error message. Safe on NULL.
+void slm_ckpt_sched_settle(slm_ckpt_sched *s, bool collective);
 void slm_ckpt_sched_free(slm_ckpt_sched *s);
 
 // Resolves --resume: "auto" -> RUN_DIR/checkpoints if it has a `latest`, else *out = NULL
 // (fresh start); anything else is a path given to slm_ckpt_open. *out is owned by the caller.
 // Errors: SLM_E_ARG for "auto" without a run directory.
 slm_status slm_ckpt_resolve_resume(const char *spec, const char *run_dir, char **out);
+
+// Committed checkpoints (step_N directories, ".tmp" staging ones excluded) under ROOT: their
+// steps ascending into *steps (caller frees; NULL when none). Returns the count (0 if ROOT is
+// missing or empty).
+int slm_ckpt_list_steps(const char *root, int64_t **steps);
+
+// Picks the checkpoint --resume auto continues from: the newest step_N under ROOT that verifies
+// (manifest parses, names step N, every rank file exists with its manifest size; with
+// full_verify also every file's XXH64, as slm_ckpt_verify). `latest` is only a hint: a missing,
+// stale or unreadable `latest` does not matter. Logs which checkpoint and why (e.g. "latest
+// missing; resuming from step_00000020") and warns, naming the bad file, for every newer one
+// skipped. *out_dir (caller frees) is NULL and *out_step -1 when ROOT holds no committed
+// checkpoint (fresh start). Errors: SLM_E_FORMAT when checkpoints exist but none verifies,
+// naming the newest one's problem (the caller adds what the user can do).
+slm_status slm_ckpt_pick_resume(const char *root, bool full_verify, char **out_dir,
+                                int64_t *out_step);
+// Makes ROOT/latest name step_N (atomically; nothing is done when it already does), logging the
+// repair. For the checkpoint slm_ckpt_pick_resume chose. Errors: SLM_E_IO naming the file.
+slm_status slm_ckpt_repair_latest(const char *root, int64_t step);
 
 // ---------------------------------------------------------------------------------------------
 // Reading
@@ -207,6 +241,9 @@ slm_status slm_ckpt_check_model(const slm_ckpt *c, const slm_llama *m);
 // naming the file and chunk.
 slm_status slm_ckpt_read_range(slm_ckpt *c, int unit, int64_t begin, int64_t end, float *params,
                                float *m, float *v);
+// Checks that every rank file exists and has the size the manifest gives (no hashing).
+// Errors: SLM_E_IO naming the file, both sizes.
+slm_status slm_ckpt_check_files(slm_ckpt *c);
 // Verifies every rank file: exists, size, whole-file XXH64 (and header). Errors name the file.
 slm_status slm_ckpt_verify(slm_ckpt *c);
 // Writes a human summary (step, config, files, sizes) to f.

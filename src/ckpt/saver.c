@@ -40,6 +40,7 @@ struct slm_ckpt_saver {
     int n_units;
     double last_stall_s; // save() time + fence wait of the latest save
     int64_t last_committed;
+    int64_t n_committed; // saves committed by this saver
 };
 
 static void *writer_main(void *arg) {
@@ -132,6 +133,7 @@ static slm_status commit_pending(slm_ckpt_saver *s) {
                       (long long)s->meta.step);
     } else {
         s->last_committed = s->meta.step;
+        s->n_committed++;
     }
     clear_pending(s);
     return st;
@@ -146,13 +148,13 @@ slm_status slm_ckpt_saver_save(slm_ckpt_saver *s, const slm_ckpt_meta *meta,
         return SLM_OK;
     }
     slm_status prev = s->pending ? commit_pending(s) : SLM_OK;
-    char *fin = slm_ckpt_step_dir(s->root, meta->step, false);
-    bool exists = slm_is_dir(fin);
-    free(fin);
-    if (exists) { // this exact state is already committed (e.g. saving right after a resume)
+    if (s->last_committed == meta->step) { // this saver just committed this very state
         s->last_stall_s = slm_time_s() - t0;
         return prev;
     }
+    // A step_N directory from elsewhere (an earlier run's save whose `latest` update failed, a
+    // newer checkpoint skipped by a fallback resume, a partial one) is written again and
+    // replaced at the commit (slm_ckpt_commit), never trusted as it is.
     s->meta = *meta;
     s->meta.world = s->o.world;
     s->n_units = n_units;
@@ -231,6 +233,34 @@ slm_status slm_ckpt_saver_poll(slm_ckpt_saver *s) {
 slm_status slm_ckpt_saver_finish(slm_ckpt_saver *s) {
     if (!s || !s->pending) return SLM_OK;
     return commit_pending(s);
+}
+
+slm_status slm_ckpt_saver_settle(slm_ckpt_saver *s, bool collective) {
+    if (!s || !s->pending) return SLM_OK;
+    int64_t step = s->meta.step;
+    if (collective) {
+        slm_status st = commit_pending(s);
+        if (st)
+            slm_error("%s", slm_errmsg());
+        else if (s->o.rank == 0)
+            slm_info("committed checkpoint step %lld, written before the run stopped",
+                     (long long)step);
+        return st;
+    }
+    slm_status st = join_writer(s); // waits for the copy and the write, whatever they gave
+    (void)st;
+    if (s->o.rank == 0) {
+        slm_ckpt_rmdir(s->tmp_dir);
+        slm_warn("checkpoint step %lld was being saved when the run failed on some ranks only; "
+                 "discarded (%s removed; `latest` stays as it was)",
+                 (long long)step, s->tmp_dir);
+    }
+    clear_pending(s);
+    return SLM_OK;
+}
+
+int64_t slm_ckpt_saver_n_committed(const slm_ckpt_saver *s) {
+    return s->n_committed;
 }
 
 double slm_ckpt_saver_last_stall_s(const slm_ckpt_saver *s) {

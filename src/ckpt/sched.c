@@ -13,7 +13,7 @@ struct slm_ckpt_sched {
     int rank;
     slm_ckpt_saver *saver;
     double last_save_t; // slm_time_s() of the last save (or of creation)
-    int64_t n_saves;
+    int64_t n_saves, n_failed;
     double stall_total_s, stall_max_s;
 };
 
@@ -54,6 +54,7 @@ bool slm_ckpt_sched_due(slm_ckpt_sched *s, int64_t step, bool force) {
 // Applies --on-ckpt-error to a failed save.
 static slm_status on_error(slm_ckpt_sched *s, slm_status st) {
     if (!st) return SLM_OK;
+    s->n_failed++;
     if (s->p.abort_on_error) return st;
     slm_error("%s (training continues: --on-ckpt-error continue)", slm_errmsg());
     return SLM_OK;
@@ -90,9 +91,22 @@ slm_status slm_ckpt_sched_finish(slm_ckpt_sched *s) {
 
 void slm_ckpt_sched_stats(const slm_ckpt_sched *s, int64_t *n_saves, double *stall_total_s,
                           double *stall_max_s) {
-    *n_saves = s->n_saves;
+    *n_saves = slm_ckpt_saver_n_committed(s->saver);
     *stall_total_s = s->stall_total_s;
     *stall_max_s = s->stall_max_s;
+}
+
+int64_t slm_ckpt_sched_n_failed(const slm_ckpt_sched *s) {
+    return s->n_failed;
+}
+
+void slm_ckpt_sched_settle(slm_ckpt_sched *s, bool collective) {
+    if (!s) return;
+    // The run's own error stays the thread's message.
+    char *msg = slm_xstrdup(slm_errmsg());
+    slm_ckpt_saver_settle(s->saver, collective);
+    slm_set_errmsg(msg);
+    free(msg);
 }
 
 void slm_ckpt_sched_free(slm_ckpt_sched *s) {

@@ -182,6 +182,7 @@ typedef struct run_state {
     char *model_path;
     slm_ckpt_sched *ckpt; // checkpoint schedule + saver (NULL without out_dir)
     char *resume_path;    // checkpoint to resume from (NULL: fresh start)
+    slm_rundir *rundir;   // rank 0 with out_dir: holds the run directory's lock
 } run_state;
 
 static void run_state_free(run_state *r) {
@@ -199,6 +200,7 @@ static void run_state_free(run_state *r) {
     if (r->ds_open) slm_dataset_free(&r->ds);
     if (r->dp) slm_fsdp_free(&r->fsdp);
     if (r->model_init) slm_llama_free(&r->model);
+    slm_rundir_close(r->rundir); // last: the lock is held until everything is written
 }
 
 static slm_status check_opts(const slm_train_opts *o) {
@@ -298,6 +300,11 @@ static slm_status resume_from(run_state *r, const char *path, slm_rng *synth, in
         slm_fsdp_release_all(&r->fsdp);
         st = slm_dist_agree(st);
     }
+    if (!st && r->ds_open) { // the token ids must mean what they meant when it was saved
+        const slm_ckpt_meta *M = slm_ckpt_get_meta(c);
+        st = slm_train_check_ckpt_tokenizer(M->has_tokenizer, M->tokenizer_xxh64,
+                                            slm_ckpt_dir(c), &r->ds);
+    }
     if (!st) {
         const slm_ckpt_meta *M = slm_ckpt_get_meta(c);
         if (r->dp) r->fsdp.t = M->opt_step;
@@ -352,6 +359,27 @@ static slm_status ckpt_step(run_state *r, const slm_train_opts *o, const slm_rng
     return st;
 }
 
+// A resume at or past --steps: the run is complete (step == steps, SLM_OK, res says so) or
+// --steps is below the checkpoint (SLM_E_ARG).
+static slm_status already_complete(const slm_train_opts *o, int64_t step, slm_train_result *res) {
+    if (step > o->steps)
+        return slm_fail(SLM_E_ARG,
+                        "--steps %lld is below the checkpoint's step %lld: nothing to train; "
+                        "give --steps > %lld to continue the run",
+                        (long long)o->steps, (long long)step, (long long)step);
+    if (slm_dist_rank() == 0)
+        slm_info("the run is already complete: the checkpoint is at step %lld = --steps; "
+                 "nothing to train (give a larger --steps to continue)",
+                 (long long)step);
+    if (res) {
+        memset(res, 0, sizeof *res);
+        res->steps_done = step;
+        res->final_loss = res->final_val_loss = res->tokens_per_s = res->mfu = NAN;
+        res->already_complete = true;
+    }
+    return SLM_OK;
+}
+
 slm_status slm_train_run(const slm_train_opts *o, slm_train_result *res) {
     run_state r;
     memset(&r, 0, sizeof r);
@@ -381,6 +409,10 @@ slm_status slm_train_run(const slm_train_opts *o, slm_train_result *res) {
             goto out;
         }
         st = slm_train_check_vocab(&r.ds, r.tok, &cfg, o->model);
+        if (!st && o->init_from_hf) // the HF weights' token ids must be the dataset's
+            st = slm_train_check_dir_tokenizer(o->init_from_hf, &r.ds, "--init-from-hf",
+                                               "prepare the dataset with that directory's "
+                                               "tokenizer (shardlm prep --tokenizer)");
         if (st) goto out;
         // Each rank reads its slice (B windows) of the global batch of B x W windows.
         uint64_t n_win = r.ds.train.n_tokens > 0 ? (r.ds.train.n_tokens - 1) / (uint64_t)T : 0;
@@ -419,22 +451,16 @@ slm_status slm_train_run(const slm_train_opts *o, slm_train_result *res) {
     // --- Run directory: config, tokenizer copy, metrics log.
     if (o->out_dir && RANK == 0) {
         // A fresh run never mixes with an earlier run's files: its checkpoints would be resumed
-        // by a later --resume auto (refused; they are never deleted), and its model.bin would
-        // pair with the new config.json if this run failed before saving (removed).
-        char *ck = slm_path_join(o->out_dir, "checkpoints");
-        bool has_ckpt = slm_is_dir(ck);
-        free(ck);
-        if (!o->resume && has_ckpt) {
-            st = slm_fail(SLM_E_ARG,
-                          "%s: holds checkpoints of an earlier run; continue it with --resume "
-                          "auto, or give another --out (checkpoints are never deleted)",
-                          o->out_dir);
-            goto run_dir_done;
+        // by a later --resume auto (refused unless --train-from-scratch moves them aside; they
+        // are never deleted), and its model.bin would pair with the new config.json if this run
+        // failed before saving (removed). Not a run directory, or locked by another run:
+        // refused (slm_rundir_prepare).
+        st = slm_rundir_prepare(o, &r.rundir, &r.resume_path);
+        if (st) goto run_dir_done;
+        if (r.resume_path && r.ds_open) { // before the dataset's tokenizer replaces the run's
+            st = slm_train_check_resume_tokenizer(o->out_dir, r.resume_path, &r.ds);
+            if (st) goto run_dir_done;
         }
-        st = slm_mkdir_p(o->out_dir);
-        if (st) goto run_dir_done;
-        st = slm_ckpt_resolve_resume(o->resume, o->out_dir, &r.resume_path);
-        if (st) goto run_dir_done;
         char *p = slm_path_join(o->out_dir, "model.bin");
         if (!r.resume_path && remove(p) != 0 && errno != ENOENT)
             st = slm_fail(SLM_E_IO, "%s: cannot remove the earlier run's weights: %s", p,
@@ -465,8 +491,8 @@ run_dir_done:
     // Rank 0 alone writes the run directory; the others learn of its failure here.
     if (W > 1) st = slm_dist_agree(st);
     if (st) goto out;
-    if (o->out_dir && RANK != 0) { // rank 0 resolved --resume with the run directory
-        st = slm_ckpt_resolve_resume(o->resume, o->out_dir, &r.resume_path);
+    if (o->out_dir && W > 1) { // rank 0 resolved --resume with the run directory
+        st = slm_rundir_share_resume(o, r.rundir, RANK, &r.resume_path);
         if (st) goto out;
     }
 
@@ -568,6 +594,10 @@ run_dir_done:
     if (r.resume_path) {
         st = resume_from(&r, r.resume_path, &synth, &step, &tokens_seen);
         if (st) goto out;
+        if (step >= o->steps) { // nothing to train: say so (no NaN loss, no rate)
+            st = already_complete(o, step, res);
+            goto out;
+        }
     }
     if (o->out_dir) {
         // Under FSDP every rank writes its shard file, except replicas (shard group > 0: NO_SHARD
@@ -745,9 +775,14 @@ run_dir_done:
         int64_t n_saves;
         double stall_total, stall_max;
         slm_ckpt_sched_stats(r.ckpt, &n_saves, &stall_total, &stall_max);
-        slm_info("checkpoints: %lld saved under %s/checkpoints, training stall %.1f ms max, %.1f ms "
-                 "total",
-                 (long long)n_saves, o->out_dir, stall_max * 1e3, stall_total * 1e3);
+        int64_t n_failed = slm_ckpt_sched_n_failed(r.ckpt);
+        char failed[64] = "";
+        if (n_failed)
+            snprintf(failed, sizeof failed, " (%lld failed, see the errors above)",
+                     (long long)n_failed);
+        slm_info("checkpoints: %lld saved%s under %s/checkpoints, training stall %.1f ms max, "
+                 "%.1f ms total",
+                 (long long)n_saves, failed, o->out_dir, stall_max * 1e3, stall_total * 1e3);
     }
 
     // A stop before the planned end still evaluates what it has, so the run has a val loss.
@@ -805,6 +840,10 @@ run_dir_done:
                       (long long)step, r.model_path ? "; model saved to " : "",
                       r.model_path ? r.model_path : "");
 out:
+    // A save that finished writing is committed on an error exit too: every rank gets here
+    // together in a world of one and after a non-finite loss (agreed by the all-reduce);
+    // otherwise it is discarded with a warning (a commit is collective).
+    if (st && r.ckpt) slm_ckpt_sched_settle(r.ckpt, W == 1 || st == SLM_E_NUMERIC);
     run_state_free(&r);
     return st;
 }

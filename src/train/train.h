@@ -9,6 +9,8 @@
 //   tokenizer.json / tokenizer.model   copied from the dataset
 //   metrics.jsonl  one JSON object per line: {"event":"start",...}, {"event":"step",...},
 //                  {"event":"eval",...}, {"event":"end",...}
+//   run.lock       flock'ed by rank 0 for the whole run; "pid P on host H" of the holder
+//   checkpoints/   step_N/ checkpoints and `latest` (src/ckpt/ckpt.h)
 // model.bin: 64-byte header — magic "SLMMODL1", u32 version (1), u32 n_units, u64 total
 // elements, u64 XXH64 of the payload, zero padding — then u64 numel[n_units], then every unit's
 // FlatParameter as little-endian f32 in unit order (blocks 0..L-1, then the root).
@@ -97,9 +99,15 @@ typedef struct slm_train_opts {
     int ckpt_keep;             // committed checkpoints kept, oldest deleted first (0: all)
     bool ckpt_sync;            // write on the training thread
     bool ckpt_abort_on_error;  // a failed save stops training (default: log and continue)
-    const char *resume;        // "auto" (out_dir's latest checkpoint, if any) | PATH | NULL:
+    const char *resume;        // "auto" (out_dir's newest checkpoint that verifies, if any;
+                               // `latest` is a hint) | PATH | NULL:
                                // restores weights, AdamW m / v / t, step, LR position, tokens
                                // seen, loader position and RNG; the run continues bitwise
+    bool verify_on_resume;     // check every rank file's XXH64 before resuming (auto falls back
+                               // to an older checkpoint); default: manifest and sizes only
+    bool train_from_scratch;   // out_dir holds checkpoints: move them aside to
+                               // checkpoints.replaced-DATE and train from a seeded init (without
+                               // it such a run is refused); excludes resume
     const char *init_from_hf;  // HF directory (config.json + safetensors): initial weights
                                // instead of the seeded init (checked against the model config)
     int n_hooks;
@@ -123,6 +131,7 @@ typedef struct slm_train_result {
     double mfu;            // mean, same steps
     double peak_gflops;    // the MFU denominator used
     double flops_per_token;
+    bool already_complete; // resumed at step == steps: nothing trained (the rest is NaN)
 } slm_train_result;
 
 // Trains a model from a seeded init (slm_llama_init_weights) as described in the module comment:
@@ -139,8 +148,15 @@ typedef struct slm_train_result {
 // Before any allocation or file: SLM_E_ARG when the memory estimate (parameters, gradients,
 // AdamW m / v — shards under FSDP — and slm_llama_act_bytes_estimate for B x T) exceeds the
 // physical memory or RLIMIT_AS, naming both and what to reduce; SLM_E_ARG when the train split
-// has fewer than B x world windows of T + 1 tokens; SLM_E_ARG for a fresh run (resume NULL)
-// into an out_dir holding checkpoints/ (never deleted: resume it or use another out_dir). A
+// has fewer than B x world windows of T + 1 tokens; SLM_E_ARG for a fresh run (resume NULL,
+// no train_from_scratch) into an out_dir holding checkpoints (step_N directories; never
+// deleted: resume it or use another out_dir); SLM_E_ARG for an out_dir that is a non-empty
+// directory but no run directory (slm_rundir_prepare); SLM_E_IO when another run holds
+// out_dir's lock; SLM_E_FORMAT when the checkpoint to resume (or out_dir's tokenizer copy, or an
+// init_from_hf directory's tokenizer) was made with another tokenizer than the dataset's;
+// resuming a checkpoint at step == steps returns SLM_OK with res->already_complete, one past
+// is SLM_E_ARG. On an error exit a checkpoint that finished writing is committed (world of one,
+// or errors every rank agreed on) or discarded with a warning. A
 // fresh run removes out_dir's earlier model.bin before writing its config.json, so a failed run
 // never leaves weights that do not match the config.
 slm_status slm_train_run(const slm_train_opts *o, slm_train_result *res);
@@ -178,7 +194,7 @@ slm_status slm_run_open(const char *run_dir, slm_llama *m, slm_tokenizer **tok,
 
 // Checks that the dataset DATA_DIR was prepared with the run's tokenizer (RUN_DIR's
 // tokenizer.json / tokenizer.model hashed against manifest.json's tokenizer XXH64); a run
-// without a tokenizer copy passes. Errors: SLM_E_FORMAT naming both tokenizer files and both
+// without a tokenizer copy passes. RUN_DIR may be an HF directory (eval --init-from-hf). Errors: SLM_E_FORMAT naming both tokenizer files and both
 // directories; those of slm_dataset_open.
 slm_status slm_run_check_dataset(const char *run_dir, const char *data_dir);
 

@@ -25,4 +25,45 @@ double slm_train_mem_available(void);
 // Human-readable size ("1.50 GiB") into buf[32]; returns buf.
 const char *slm_train_fmt_bytes(double bytes, char buf[32]);
 
+// ---------------------------------------------------------------------------------------------
+// The run directory as training opens it (rundir.c)
+
+#define SLM_RUNDIR_LOCK "run.lock" // RUN_DIR's lock file; names the holder ("pid P on host H")
+
+typedef struct slm_rundir slm_rundir;
+
+// True if DIR looks like a shardlm run directory: it has run.lock, metrics.jsonl or
+// checkpoints/ (what every training run creates first).
+bool slm_rundir_is_run_dir(const char *dir);
+// Rank 0, before anything is written: refuses an --out that exists and is not a directory, or is
+// a non-empty directory that is not a run directory (SLM_E_ARG); creates it; takes the
+// exclusive flock on RUN_DIR/run.lock for the whole run (SLM_E_IO naming the holder's pid and
+// host when another run has it); then the checkpoints an earlier run left: none (step_N
+// directories; an empty checkpoints/ holds none): fresh start; with o->train_from_scratch:
+// moved to checkpoints.replaced-DATE; without --resume: SLM_E_ARG naming --resume auto and
+// --train-from-scratch; --resume auto: slm_ckpt_pick_resume (with o->verify_on_resume's full
+// checksums), and if none verifies an error naming --resume PATH and --train-from-scratch;
+// --resume PATH: that path (verified with o->verify_on_resume). *out (release with
+// slm_rundir_close, which drops the lock) and *resume_path (caller frees; NULL: fresh start).
+slm_status slm_rundir_prepare(const slm_train_opts *o, slm_rundir **out, char **resume_path);
+// Releases the lock and frees. Safe on NULL.
+void slm_rundir_close(slm_rundir *rd);
+// World > 1, every rank after rank 0's slm_rundir_prepare succeeded: ranks != 0 get the same
+// checkpoint to resume from (rank 0's --resume auto pick, broadcast). Collective.
+slm_status slm_rundir_share_resume(const slm_train_opts *o, const slm_rundir *rd, int rank,
+                                   char **resume_path);
+// If DIR ships a tokenizer (tokenizer.json / tokenizer.model), its XXH64 must equal the one the
+// dataset was prepared with. `what` names DIR's role in the message ("--init-from-hf"), `hint`
+// says what to do. Errors: SLM_E_FORMAT naming both files and both hashes; SLM_E_IO.
+slm_status slm_train_check_dir_tokenizer(const char *dir, const slm_dataset *ds,
+                                         const char *what, const char *hint);
+// A checkpoint that recorded its tokenizer hash resumes only on a dataset of that tokenizer.
+// Errors: SLM_E_FORMAT naming the checkpoint, the dataset and both hashes.
+slm_status slm_train_check_ckpt_tokenizer(bool has_tokenizer, uint64_t xxh64,
+                                          const char *ckpt_dir, const slm_dataset *ds);
+// Before a resumed run copies the dataset's tokenizer into RUN_DIR: the checkpoint to resume
+// (slm_train_check_ckpt_tokenizer) and RUN_DIR's own tokenizer copy must both match the dataset.
+slm_status slm_train_check_resume_tokenizer(const char *run_dir, const char *resume_path,
+                                            const slm_dataset *ds);
+
 #endif

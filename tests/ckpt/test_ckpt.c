@@ -471,7 +471,9 @@ static void test_sched(void) {
         int64_t n;
         double tot, mx;
         slm_ckpt_sched_stats(sc, &n, &tot, &mx);
-        CHECK_EQ_INT(n, 2);
+        // Only committed saves count: step 5 failed (issue 8 item 5: it used to count as saved).
+        CHECK_EQ_INT(n, 1);
+        CHECK_EQ_INT(slm_ckpt_sched_n_failed(sc), 1);
         slm_ckpt_sched_free(sc);
     }
     // minutes: 0.0001 min = 6 ms
@@ -493,6 +495,161 @@ static void test_sched(void) {
     free(root);
 }
 
+// Reads ROOT/latest ("" if missing) into buf[64].
+static const char *read_latest(const char *root, char buf[64]) {
+    char *lp = slm_path_join(root, "latest"), *txt = NULL;
+    size_t len = 0;
+    buf[0] = 0;
+    if (slm_file_read_all(lp, &txt, &len) == SLM_OK) snprintf(buf, 64, "%s", txt);
+    free(txt);
+    free(lp);
+    return buf;
+}
+
+static void overwrite_file(const char *path, const char *data, size_t len) {
+    FILE *f = fopen(path, "wb");
+    SLM_ASSERT(f && fwrite(data, 1, len, f) == len);
+    fclose(f);
+}
+
+// Issue 8 item 3: a step whose directory already exists is saved again (it used to be skipped,
+// leaving a stale `latest`): after a failed `latest` update, and over a partial directory.
+static void test_resave_existing_step(void) {
+    char *root = root_dir("resave");
+    state a, b;
+    state_init(&a, 11);
+    state_init(&b, 12);
+    CHECK_OK(save_one(root, &a, 4, false, 0));
+    CHECK_OK(save_one(root, &a, 8, false, 0));
+    char buf[64];
+    // step_8 committed, then writing `latest` failed: it still names step 4.
+    char *lp = slm_path_join(root, "latest");
+    overwrite_file(lp, "step_00000004\n", 14);
+    free(lp);
+    CHECK_OK(save_one(root, &b, 8, false, 0)); // b: tells the new contents from the old
+    CHECK_EQ_STR(read_latest(root, buf), "step_00000008\n");
+    slm_ckpt *c = NULL;
+    CHECK_OK(slm_ckpt_open(root, &c));
+    CHECK_OK(slm_ckpt_verify(c));
+    int64_t n0 = b.model.units[0].numel;
+    float *got = slm_xmalloc((size_t)n0 * 4);
+    CHECK_OK(slm_ckpt_read_range(c, 0, 0, n0, got, NULL, NULL));
+    CHECK_EQ_INT(cmp_bits(got, b.model.params[0], n0), 0);
+    slm_ckpt_free(c);
+    free(got);
+    // A partial step_12 (a stray short rank file, no manifest) is replaced by a full save.
+    char *d12 = slm_ckpt_step_dir(root, 12, false);
+    CHECK(mkdir(d12, 0755) == 0);
+    char *junk = slm_path_join(d12, "rank_00000.bin");
+    overwrite_file(junk, "partial", 7);
+    free(junk);
+    CHECK_OK(save_one(root, &b, 12, true, 0));
+    CHECK_EQ_STR(read_latest(root, buf), "step_00000012\n");
+    CHECK_OK(slm_ckpt_open(d12, &c));
+    CHECK_EQ_INT(slm_ckpt_get_meta(c)->step, 12);
+    CHECK_OK(slm_ckpt_verify(c));
+    slm_ckpt_free(c);
+    free(d12);
+    state_free(&a);
+    state_free(&b);
+    free(root);
+}
+
+// Issue 8 item 2: --resume auto's pick. `latest` is a hint; the newest checkpoint that verifies
+// wins; a truncated newest one falls back to the previous; a flipped byte is caught only with
+// full_verify; none verifying is an error naming the newest one's bad file.
+static void test_pick_resume(void) {
+    char *root = root_dir("pick");
+    char *dir = NULL;
+    int64_t step = 0;
+    CHECK_OK(slm_ckpt_pick_resume(root, false, &dir, &step)); // no checkpoints/: fresh start
+    CHECK(dir == NULL && step == -1);
+    CHECK_OK(slm_mkdir_p(root)); // an empty checkpoints/ holds none either
+    CHECK_OK(slm_ckpt_pick_resume(root, false, &dir, &step));
+    CHECK(dir == NULL && step == -1);
+    state s;
+    state_init(&s, 21);
+    for (int k = 1; k <= 3; k++) CHECK_OK(save_one(root, &s, 2 * k, false, 0));
+    char *lp = slm_path_join(root, "latest");
+    unlink(lp); // SIGKILL before the first `latest` write
+    CHECK_OK(slm_ckpt_pick_resume(root, false, &dir, &step));
+    CHECK_EQ_INT(step, 6);
+    CHECK(dir && strstr(dir, "step_00000006"));
+    free(dir);
+    overwrite_file(lp, "step_00000099\n", 14); // names a checkpoint that does not exist
+    CHECK_OK(slm_ckpt_pick_resume(root, false, &dir, &step));
+    CHECK_EQ_INT(step, 6);
+    free(dir);
+    overwrite_file(lp, "step_00000002\n", 14); // stale: older than the newest
+    CHECK_OK(slm_ckpt_pick_resume(root, false, &dir, &step));
+    CHECK_EQ_INT(step, 6);
+    free(dir);
+    free(lp);
+    char *d6 = slm_ckpt_step_dir(root, 6, false), *d4 = slm_ckpt_step_dir(root, 4, false);
+    char *f6 = slm_path_join(d6, "rank_00000.bin"), *f4 = slm_path_join(d4, "rank_00000.bin");
+    CHECK(truncate(f6, 100) == 0);
+    CHECK_OK(slm_ckpt_pick_resume(root, false, &dir, &step));
+    CHECK_EQ_INT(step, 4);
+    free(dir);
+    int fd = open(f4, O_RDWR); // same size, one byte flipped
+    unsigned char x = 0;
+    CHECK(fd >= 0 && pread(fd, &x, 1, 200) == 1);
+    x ^= 0xff;
+    CHECK(pwrite(fd, &x, 1, 200) == 1);
+    close(fd);
+    CHECK_OK(slm_ckpt_pick_resume(root, false, &dir, &step)); // sizes only: not caught
+    CHECK_EQ_INT(step, 4);
+    free(dir);
+    CHECK_OK(slm_ckpt_pick_resume(root, true, &dir, &step)); // checksums: falls back
+    CHECK_EQ_INT(step, 2);
+    free(dir);
+    char *d2 = slm_ckpt_step_dir(root, 2, false), *m2 = slm_path_join(d2, "manifest.json");
+    unlink(m2);
+    slm_status st = slm_ckpt_pick_resume(root, true, &dir, &step);
+    CHECK_EQ_INT(st, SLM_E_FORMAT);
+    CHECK(dir == NULL);
+    CHECK_MSG(strstr(slm_errmsg(), "none of its 3 checkpoints") &&
+                  strstr(slm_errmsg(), "step_00000006/rank_00000.bin"),
+              "message: %s", slm_errmsg());
+    free(m2), free(d2), free(f6), free(f4), free(d6), free(d4);
+    state_free(&s);
+    free(root);
+}
+
+// Issue 8 item 4: on an error exit, a finished asynchronous save is committed (collective) or
+// its staging directory removed (not collective); never left as a written step_N.tmp.
+static void test_settle(void) {
+    char *root = root_dir("settle");
+    state s;
+    state_init(&s, 31);
+    slm_ckpt_shard sh[8];
+    full_shards(&s, sh);
+    slm_ckpt_meta meta;
+    char buf[64];
+    slm_ckpt_saver_opts o = {.root = root, .rank = 0, .world = 1};
+    slm_ckpt_saver *sv = NULL;
+    CHECK_OK(slm_ckpt_saver_new(&o, &sv));
+    meta_for(&meta, &s, 3);
+    CHECK_OK(slm_ckpt_saver_save(sv, &meta, s.model.units, s.model.n_units, sh));
+    CHECK_OK(slm_ckpt_saver_settle(sv, true));
+    CHECK_EQ_STR(read_latest(root, buf), "step_00000003\n");
+    CHECK_EQ_INT(slm_ckpt_saver_n_committed(sv), 1);
+    meta_for(&meta, &s, 5);
+    CHECK_OK(slm_ckpt_saver_save(sv, &meta, s.model.units, s.model.n_units, sh));
+    CHECK_OK(slm_ckpt_saver_settle(sv, false));
+    slm_ckpt_saver_free(sv);
+    char *t5 = slm_ckpt_step_dir(root, 5, true);
+    CHECK(!slm_is_dir(t5));
+    free(t5);
+    CHECK_EQ_STR(read_latest(root, buf), "step_00000003\n");
+    slm_ckpt *c = NULL;
+    CHECK_OK(slm_ckpt_open(root, &c));
+    CHECK_OK(slm_ckpt_verify(c));
+    slm_ckpt_free(c);
+    state_free(&s);
+    free(root);
+}
+
 int main(void) {
     const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
     snprintf(g_tmp, sizeof g_tmp, "%s/slm_test_ckpt_%d", base, (int)getpid());
@@ -504,6 +661,9 @@ int main(void) {
     RUN(test_keep_and_crash_leftovers);
     RUN(test_corruption);
     RUN(test_sched);
+    RUN(test_resave_existing_step);
+    RUN(test_pick_resume);
+    RUN(test_settle);
     char cmd[512];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_tmp);

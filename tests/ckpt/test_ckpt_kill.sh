@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Crash safety: shardlm train checkpointing every step (asynchronously) is SIGKILLed at
-# arbitrary moments, six times. After each kill, if `latest` exists it must name a complete
-# checkpoint that `shardlm ckpt verify` accepts, and --resume auto must continue from it.
+# arbitrary moments, six times. Each killed run must have died of our SIGKILL (exit status 137):
+# a trainer that exits or crashes by itself is a failure, not "no checkpoint yet". After each
+# kill, if `latest` exists it must name a complete checkpoint that `shardlm ckpt verify`
+# accepts, and --resume auto must continue from it.
 # Env (CTest): SHARDLM_BIN.
 set -uo pipefail
 BIN="${SHARDLM_BIN:?}"
@@ -21,7 +23,12 @@ for i in "${!delays[@]}"; do
     sleep "${delays[$i]}"
     kill -KILL "$pid" 2>/dev/null
     wait "$pid" 2>/dev/null
-    if [ -f "$W/run/checkpoints/latest" ]; then
+    rc=$?
+    if [ "$rc" != 137 ]; then # not our SIGKILL: it ended (or crashed) by itself
+        echo "[FAIL] kill $i: the trainer exited by itself with status $rc before the kill:"
+        tail -3 "$W/log$i"
+        fails=$((fails + 1))
+    elif [ -f "$W/run/checkpoints/latest" ]; then
         name=$(cat "$W/run/checkpoints/latest")
         if "$BIN" ckpt verify "$W/run" > /dev/null 2> "$W/verify.err"; then
             echo "[ ok ] kill $i after ${delays[$i]} s: latest = $name verifies"
@@ -45,7 +52,11 @@ if [ ! -f "$W/run/checkpoints/latest" ]; then
     done
     kill -KILL "$pid" 2>/dev/null
     wait "$pid" 2>/dev/null
-    if [ -f "$W/run/checkpoints/latest" ]; then
+    rc=$?
+    if [ "$rc" != 137 ]; then
+        echo "[FAIL] the waited-for run exited by itself with status $rc:"; tail -3 "$W/log_wait"
+        fails=$((fails + 1))
+    elif [ -f "$W/run/checkpoints/latest" ]; then
         if "$BIN" ckpt verify "$W/run" > /dev/null 2> "$W/verify.err"; then
             echo "[ ok ] kill after the first commit: latest = $(cat "$W/run/checkpoints/latest") verifies"
         else

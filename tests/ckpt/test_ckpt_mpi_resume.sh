@@ -88,5 +88,18 @@ a, b = L(sys.argv[1]), L(sys.argv[2])
 assert len(a) == 1 and len(b) == 1 and abs(a[0] - b[0]) <= 1e-5 * abs(a[0]), (a, b)
 PYEOF
 then ok "--init-from-hf on 2 ranks == world of one"; else bad "--init-from-hf on 2 ranks"; fi
+# --resume auto under mpirun with `latest` missing and rank 1's file of the newest checkpoint
+# truncated: rank 0 picks step 4 and every rank resumes that one (issue 8 item 2)
+A="$W/FULL_SHARD-a" P="$W/pick"
+mkdir -p "$P" && cp -r "$A/checkpoints" "$A/metrics.jsonl" "$P/"
+rm -f "$P/checkpoints/latest"
+truncate -s 10 "$P/checkpoints/step_00000008/rank_00001.bin"
+if run 2 "$P" --sharding FULL_SHARD --resume auto --steps 6 &&
+    [ "$(grep -c "resumed from .*step_00000004 (step 4)" "$P.log")" = 2 ] &&
+    grep -q "step_00000008 does not verify: .*rank_00001.bin" "$P.log"; then
+    ok "--resume auto on 2 ranks: both fall back to step 4"
+else
+    tail -5 "$P.log"; bad "--resume auto on 2 ranks with a bad newest checkpoint"
+fi
 echo "$fails failed"
 exit $((fails > 0))

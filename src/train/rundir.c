@@ -1,0 +1,271 @@
+// The run directory as training opens it: refusing folders that are not run directories, the
+// exclusive lock, what to do with the checkpoints an earlier run left (resume, refuse, or move
+// them aside), and the tokenizer checks of a resume / --init-from-hf. Contract in
+// train_internal.h.
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ckpt/ckpt.h"
+#include "dist/dist.h"
+#include "train/train_internal.h"
+
+struct slm_rundir {
+    int lock_fd;         // RUN_DIR/run.lock, flock(LOCK_EX) held until slm_rundir_close
+    int64_t resume_step; // --resume auto: the step picked (-1: none)
+};
+
+void slm_rundir_close(slm_rundir *rd) {
+    if (!rd) return;
+    if (rd->lock_fd >= 0) close(rd->lock_fd); // releases the flock
+    free(rd);
+}
+
+// True if DIR has no entry besides . and .. (or cannot be listed).
+static bool dir_is_empty(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return true;
+    struct dirent *e;
+    bool empty = true;
+    while (empty && (e = readdir(d)))
+        empty = !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..");
+    closedir(d);
+    return empty;
+}
+
+static bool has_entry(const char *dir, const char *name, bool want_dir) {
+    char *p = slm_path_join(dir, name);
+    bool ok = want_dir ? slm_is_dir(p) : slm_is_file(p);
+    free(p);
+    return ok;
+}
+
+bool slm_rundir_is_run_dir(const char *dir) {
+    return has_entry(dir, SLM_RUNDIR_LOCK, false) || has_entry(dir, "metrics.jsonl", false) ||
+           has_entry(dir, "checkpoints", true);
+}
+
+// Takes the exclusive lock on DIR/run.lock (created) and writes "pid P on host H" into it.
+static slm_status take_lock(const char *dir, int *fd_out) {
+    char *lp = slm_path_join(dir, SLM_RUNDIR_LOCK);
+    slm_status st = SLM_OK;
+    int fd = open(lp, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        st = slm_fail(SLM_E_IO, "%s: cannot create the run lock: %s", lp, strerror(errno));
+        goto out;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        char holder[256] = "";
+        ssize_t n = pread(fd, holder, sizeof holder - 1, 0);
+        holder[n > 0 ? n : 0] = 0;
+        holder[strcspn(holder, "\n")] = 0;
+        close(fd);
+        fd = -1;
+        if (e == EWOULDBLOCK)
+            st = slm_fail(SLM_E_IO,
+                          "%s is in use by another training run (%s holds the lock %s); two "
+                          "runs must not write one run directory: wait for it to finish, or "
+                          "give another --out",
+                          dir, holder[0] ? holder : "a process that has not written its pid yet",
+                          lp);
+        else
+            st = slm_fail(SLM_E_IO, "%s: cannot lock: %s", lp, strerror(e));
+        goto out;
+    }
+    char host[256] = "?";
+    if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "?");
+    host[sizeof host - 1] = 0;
+    char txt[400];
+    int len = snprintf(txt, sizeof txt, "pid %d on host %s\n", (int)getpid(), host);
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, txt, (size_t)len, 0) != len)
+        slm_warn("%s: cannot record the holder's pid: %s", lp, strerror(errno));
+out:
+    free(lp);
+    *fd_out = fd;
+    return st;
+}
+
+// Renames DIR/checkpoints to DIR/checkpoints.replaced-YYYYmmdd-HHMMSS (nothing is deleted).
+static slm_status move_checkpoints_aside(const char *dir, const char *root, int n) {
+    char stamp[64];
+    time_t now = time(NULL);
+    struct tm tmv;
+    strftime(stamp, sizeof stamp, "checkpoints.replaced-%Y%m%d-%H%M%S", localtime_r(&now, &tmv));
+    char *dst = slm_path_join(dir, stamp);
+    for (int k = 1; slm_is_dir(dst) || slm_is_file(dst); k++) {
+        free(dst);
+        char alt[96];
+        snprintf(alt, sizeof alt, "%s.%d", stamp, k);
+        dst = slm_path_join(dir, alt);
+    }
+    slm_status st = SLM_OK;
+    if (rename(root, dst) != 0)
+        st = slm_fail(SLM_E_IO, "--train-from-scratch: cannot move %s to %s: %s", root, dst,
+                      strerror(errno));
+    else
+        slm_warn("--train-from-scratch: the earlier run's %d checkpoint%s moved from %s to %s "
+                 "(not deleted); training starts from a seeded init",
+                 n, n == 1 ? "" : "s", root, dst);
+    free(dst);
+    return st;
+}
+
+slm_status slm_rundir_prepare(const slm_train_opts *o, slm_rundir **out, char **resume_path) {
+    *out = NULL;
+    *resume_path = NULL;
+    const char *dir = o->out_dir;
+    if (o->train_from_scratch && o->resume)
+        return slm_fail(SLM_E_ARG, "--train-from-scratch and --resume exclude each other");
+    if (!slm_is_dir(dir) && (slm_is_file(dir) || access(dir, F_OK) == 0))
+        return slm_fail(SLM_E_ARG, "--out %s exists and is not a directory", dir);
+    if (slm_is_dir(dir) && !dir_is_empty(dir) && !slm_rundir_is_run_dir(dir))
+        return slm_fail(SLM_E_ARG,
+                        "--out %s: the directory is not empty and is not a shardlm run "
+                        "directory (it has no %s, metrics.jsonl or checkpoints/); training "
+                        "would overwrite its files (config.json, model.bin, tokenizer.json); "
+                        "give a new or empty directory",
+                        dir, SLM_RUNDIR_LOCK);
+    slm_status st = slm_mkdir_p(dir);
+    if (st) return st;
+    slm_rundir *rd = slm_xcalloc(1, sizeof *rd);
+    rd->resume_step = -1;
+    st = take_lock(dir, &rd->lock_fd);
+    if (st) {
+        slm_rundir_close(rd);
+        return st;
+    }
+    char *root = slm_path_join(dir, "checkpoints");
+    int64_t *steps = NULL;
+    int n = slm_ckpt_list_steps(root, &steps); // an empty checkpoints/ holds none
+    int64_t newest = n ? steps[n - 1] : -1;
+    free(steps);
+    if (o->train_from_scratch) {
+        if (n > 0) st = move_checkpoints_aside(dir, root, n);
+    } else if (!o->resume) {
+        if (n > 0)
+            st = slm_fail(SLM_E_ARG,
+                          "%s holds %d checkpoint%s of an earlier run (the newest: step "
+                          "%" PRId64 "); continue it with --resume auto, or train from a seeded "
+                          "init with --train-from-scratch (moves them to "
+                          "checkpoints.replaced-DATE; nothing is deleted), or give another --out",
+                          root, n, n == 1 ? "" : "s", newest);
+    } else if (!strcmp(o->resume, "auto")) {
+        st = slm_ckpt_pick_resume(root, o->verify_on_resume, resume_path, &rd->resume_step);
+        if (!st && rd->resume_step >= 0) // `latest` names what is resumed, even if this run
+            st = slm_ckpt_repair_latest(root, rd->resume_step); // fails before its first save
+        else if (st)
+            st = slm_fail_wrap(st,
+                               "--resume auto (a run directory holding checkpoints is never "
+                               "trained from scratch silently: resume one explicitly with "
+                               "--resume %s/step_N, or move them aside with "
+                               "--train-from-scratch)",
+                               root);
+    } else {
+        *resume_path = slm_xstrdup(o->resume);
+        if (o->verify_on_resume) {
+            slm_ckpt *c = NULL;
+            st = slm_ckpt_open(o->resume, &c);
+            if (!st) st = slm_ckpt_verify(c);
+            slm_ckpt_free(c);
+            if (st) st = slm_fail_wrap(st, "--verify-on-resume: --resume %s", o->resume);
+        }
+    }
+    free(root);
+    if (st) {
+        free(*resume_path);
+        *resume_path = NULL;
+        slm_rundir_close(rd);
+        return st;
+    }
+    *out = rd;
+    return SLM_OK;
+}
+
+slm_status slm_rundir_share_resume(const slm_train_opts *o, const slm_rundir *rd, int rank,
+                                   char **resume_path) {
+    if (!o->resume) return SLM_OK;
+    bool is_auto = !strcmp(o->resume, "auto");
+    int64_t step = rank == 0 && rd ? rd->resume_step : -1;
+    if (is_auto) slm_dist_bcast(&step, 1, SLM_DT_I64, 0, "--resume auto step");
+    if (rank == 0) return SLM_OK;
+    free(*resume_path);
+    *resume_path = NULL;
+    if (!is_auto) {
+        *resume_path = slm_xstrdup(o->resume);
+    } else if (step >= 0) {
+        char *root = slm_path_join(o->out_dir, "checkpoints");
+        *resume_path = slm_ckpt_step_dir(root, step, false);
+        free(root);
+    }
+    return SLM_OK;
+}
+
+// DIR's tokenizer.json / tokenizer.model (caller frees), NULL if it has none.
+static char *find_tokenizer(const char *dir) {
+    static const char *names[] = {"tokenizer.json", "tokenizer.model"};
+    for (int i = 0; i < 2; i++) {
+        char *p = slm_path_join(dir, names[i]);
+        if (slm_is_file(p)) return p;
+        free(p);
+    }
+    return NULL;
+}
+
+slm_status slm_train_check_dir_tokenizer(const char *dir, const slm_dataset *ds,
+                                         const char *what, const char *hint) {
+    char *tp = find_tokenizer(dir);
+    if (!tp) return SLM_OK;
+    uint64_t h = 0;
+    slm_status st = slm_file_xxh64(tp, &h);
+    if (!st && h != ds->tokenizer_xxh64) {
+        char a[17], b[17];
+        slm_hex64(h, a);
+        slm_hex64(ds->tokenizer_xxh64, b);
+        st = slm_fail(SLM_E_FORMAT,
+                      "%s %s has tokenizer %s (xxh64 %s), but dataset %s was prepared with "
+                      "%s (xxh64 %s in its manifest.json): the token ids would mean other text; "
+                      "%s",
+                      what, dir, tp, a, ds->dir, ds->tokenizer_file, b, hint);
+    }
+    free(tp);
+    return st;
+}
+
+slm_status slm_train_check_ckpt_tokenizer(bool has_tokenizer, uint64_t xxh64,
+                                          const char *ckpt_dir, const slm_dataset *ds) {
+    if (!has_tokenizer || xxh64 == ds->tokenizer_xxh64) return SLM_OK;
+    char a[17], b[17];
+    slm_hex64(xxh64, a);
+    slm_hex64(ds->tokenizer_xxh64, b);
+    return slm_fail(SLM_E_FORMAT,
+                    "checkpoint %s was trained with a tokenizer of xxh64 %s, but dataset %s was "
+                    "prepared with %s (xxh64 %s): the token ids would mean other text; resume "
+                    "on data prepared with the run's tokenizer, or start a new run (another "
+                    "--out)",
+                    ckpt_dir, a, ds->dir, ds->tokenizer_file, b);
+}
+
+slm_status slm_train_check_resume_tokenizer(const char *run_dir, const char *resume_path,
+                                            const slm_dataset *ds) {
+    slm_ckpt *c = NULL;
+    slm_status st = slm_ckpt_open(resume_path, &c);
+    if (st) return slm_fail_wrap(st, "--resume %s", resume_path);
+    const slm_ckpt_meta *M = slm_ckpt_get_meta(c);
+    st = slm_train_check_ckpt_tokenizer(M->has_tokenizer, M->tokenizer_xxh64, slm_ckpt_dir(c),
+                                        ds);
+    slm_ckpt_free(c);
+    if (!st)
+        st = slm_train_check_dir_tokenizer(
+            run_dir, ds, "run directory",
+            "resume on data prepared with the run's tokenizer, or start a new run (another "
+            "--out); the run's checkpoints would otherwise export with the wrong tokenizer");
+    return st;
+}
