@@ -40,8 +40,8 @@ slm_status slm_shard_write(const char *path, const int32_t *tokens, uint64_t n, 
 slm_status slm_shard_parse_header(const char *path, const uint8_t *data, size_t len,
                                   slm_shard_header *h);
 // Full check of a mapped shard: the header (as slm_shard_parse_header), the payload XXH64
-// against the header, and every token < vocab_size (pass the dataset's vocab; 0 uses the
-// header's). Errors: SLM_E_FORMAT (header, token out of range: names the token index and value),
+// against the header, the header's vocab_size <= vocab_size (pass the dataset's vocab; 0 uses
+// the header's) and every token < the header's vocab_size. Errors: SLM_E_FORMAT (header, token out of range: names the token index and value),
 // SLM_E_CHECKSUM (header vs payload hash), each naming `path`.
 slm_status slm_shard_verify(const char *path, const uint8_t *data, size_t len, uint32_t vocab_size,
                             slm_shard_header *h);
