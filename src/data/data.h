@@ -99,6 +99,11 @@ typedef struct slm_dataset {
     uint32_t token_bytes;  // 2 or 4: the width every shard of this dataset uses
     uint64_t seed;         // prep's --seed (train/val assignment hash key), < 2^53
     double val_fraction;   // prep's --val-fraction
+    // "documents" in the manifest (absent in manifests of older prep runs: has_doc_counts
+    // false): documents prep read, and those it skipped as empty (no text, or encoded to no
+    // token); written = train.n_docs + val.n_docs = docs_read - docs_skipped.
+    bool has_doc_counts;
+    uint64_t docs_read, docs_skipped;
 } slm_dataset;
 
 // Reads DIR/manifest.json. Errors: SLM_E_IO (missing: "no manifest.json in DIR; run shardlm
