@@ -90,11 +90,18 @@ slm_status slm_export_dir_begin(const char *out_dir, char **tmp) {
 }
 
 // A file of an earlier export that the new one replaces: HF weight files (whatever their shard
-// count) and any name the new export wrote.
+// count), the model / tokenizer / generation metadata an export may write (a stale
+// tokenizer.model next to a new tokenizer.json would still be loaded by some readers), and any
+// name the new export wrote.
 static bool superseded(const char *name, const char *new_dir) {
+    static const char *const meta[] = {"model.safetensors.index.json", "config.json",
+                                       "generation_config.json",       "tokenizer.json",
+                                       "tokenizer.model",              "tokenizer_config.json",
+                                       "special_tokens_map.json"};
     size_t n = strlen(name);
     if (!strncmp(name, "model", 5) && n > 12 && !strcmp(name + n - 12, ".safetensors")) return true;
-    if (!strcmp(name, "model.safetensors.index.json")) return true;
+    for (size_t i = 0; i < sizeof meta / sizeof *meta; i++)
+        if (!strcmp(name, meta[i])) return true;
     char *p = slm_path_join(new_dir, name);
     struct stat st;
     bool taken = lstat(p, &st) == 0;

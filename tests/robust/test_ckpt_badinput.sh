@@ -64,11 +64,13 @@ n_sharded=$(ls "$W/hf" | grep -c '^model-.*-of-.*\.safetensors$')
 [ "$n_sharded" -ge 2 ] && [ -f "$W/hf/model.safetensors.index.json" ]
 check "sharded export wrote $n_sharded shards + index" 0 $?
 echo "user notes" > "$W/hf/README.md"
+echo "stale spm model" > "$W/hf/tokenizer.model"
 "$BIN" ckpt export "$W/run" --hf "$W/hf" > "$W/out.txt"; check "re-export unsharded" 0 $?
 left=$(ls "$W/hf" | grep -c -e '^model-' -e 'index.json')
 check "no stale shard or index left (found $left)" 0 "$left"
 [ -f "$W/hf/model.safetensors" ] && [ -f "$W/hf/config.json" ]; check "new weights in place" 0 $?
 [ "$(cat "$W/hf/README.md" 2>/dev/null)" = "user notes" ]; check "user's own file kept" 0 $?
+[ ! -e "$W/hf/tokenizer.model" ]; check "stale tokenizer.model of the earlier export removed" 0 $?
 ls -a "$W" | grep -q 'export-' && { echo "FAIL temp/old dirs left: $(ls -a "$W")"; fail=1; }
 has "export names the real OUT_DIR" "$W/out.txt" "exported step 40 to $W/hf"
 echo "x" > "$W/plainfile"
