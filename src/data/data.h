@@ -62,13 +62,15 @@ typedef struct slm_prep_opts {
                         // not depend on it (tests use small units to cut documents across units)
 } slm_prep_opts;
 
-// Prepares a corpus into `out_dir` (see the module comment). Under MPI (world > 1, via dist/)
-// each rank takes a disjoint part of the inputs and rank 0 writes the manifest after all ranks
-// finished. Collective when world > 1. Document rules (blank-line separated text, JSONL "text",
+// Prepares a corpus into `out_dir` (see the module comment). Rank 0 first removes stale temp
+// directories of earlier runs for the same --out whose pid is no longer running (logged).
+// Under MPI (world > 1, via dist/) each rank takes a disjoint part of the inputs and rank 0
+// writes the manifest after all ranks finished. Collective when world > 1. Document rules (blank-line separated text, JSONL "text",
 // stdin), the train/val hash, the work split and what does / does not depend on workers and
 // ranks: docs/formats.md "Token shards". Starts opts->workers threads; installs SIGINT/SIGTERM
 // handlers for its duration (restored on return).
-// Errors: SLM_E_IO / SLM_E_FORMAT naming the file and line (bad JSONL, missing "text"),
+// Errors: SLM_E_IO / SLM_E_FORMAT naming the file and line (bad JSONL, missing "text", two
+// objects on a line, a \u0000 escape, a lone UTF-16 surrogate escape),
 // SLM_E_ARG for an empty corpus or bad options, SLM_E_INTERRUPTED on SIGINT/SIGTERM. On error
 // every file this run wrote is removed (shards, manifest, tokenizer copy); shards carry a
 // ".partial" suffix until the whole run succeeded, so even a killed run leaves no shard-named
