@@ -1,6 +1,9 @@
 // shardlm ckpt inspect|verify|export: look into, check and convert training checkpoints.
 #include "cmd.h"
 
+#include <errno.h>
+#include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,9 +41,25 @@ static int parse_size(const char *s, size_t *out) {
         mul = 1048576.0;
     else if (*end)
         return -1;
-    if (!(v > 0) || end == s) return -1;
-    *out = (size_t)(v * mul);
+    // At least one byte, finite, an integer count of bytes (0.5, 1e-300GB, inf and nan are
+    // refused: (size_t)0 would mean "no limit").
+    double bytes = v * mul;
+    if (end == s || !(bytes >= 1) || !(bytes <= 1e18) || bytes != (double)(uint64_t)bytes)
+        return -1;
+    *out = (size_t)bytes;
     return 0;
+}
+
+// Flushes stdout; false (after printing the reason) when a write to it failed (a full disk,
+// a closed pipe): inspect / verify must not report success for output that was lost.
+static bool stdout_written(void) {
+    int err = 0;
+    errno = 0;
+    if (fflush(stdout) != 0) err = errno ? errno : EIO;
+    if (ferror(stdout) && !err) err = errno ? errno : EIO;
+    if (!err) return true;
+    slm_error("ckpt: write to stdout failed: %s", strerror(err));
+    return false;
 }
 
 static int do_export(slm_ckpt *c, const char *out, slm_st_dtype dt, size_t max_shard) {
@@ -77,7 +96,6 @@ static int do_export(slm_ckpt *c, const char *out, slm_st_dtype dt, size_t max_s
         free(src);
         if (st) goto fail;
     }
-    printf("exported step %lld to %s\n", (long long)M->step, out);
     slm_llama_free(&m);
     return SLM_EXIT_OK;
 fail:
@@ -105,7 +123,9 @@ int slm_cmd_ckpt(int argc, char **argv) {
             dtype = argv[++i];
         } else if (!strcmp(a, "--max-shard-size") && i + 1 < argc) {
             if (parse_size(argv[++i], &max_shard)) {
-                slm_error("--max-shard-size \"%s\": expected e.g. 5GB, 500MB or bytes", argv[i]);
+                slm_error("--max-shard-size \"%s\": expected e.g. 5GB, 500MB or a whole number "
+                          "of bytes >= 1 (finite)",
+                          argv[i]);
                 return SLM_EXIT_USAGE;
             }
         } else if (a[0] == '-' || path) {
@@ -138,7 +158,31 @@ int slm_cmd_ckpt(int argc, char **argv) {
     }
     int rc = SLM_EXIT_OK;
     if (is_export) {
-        rc = do_export(c, out, dt, max_shard);
+        // Everything is written into a temp sibling of OUT_DIR and swapped in at the end, so
+        // OUT_DIR never mixes two exports (ckpt.h slm_export_dir_commit).
+        char *tmp = NULL;
+        char ro[PATH_MAX], rc_dir[PATH_MAX];
+        size_t n = 0;
+        if (realpath(out, ro) && realpath(slm_ckpt_dir(c), rc_dir)) n = strlen(ro);
+        if (n && !strncmp(rc_dir, ro, n) && (rc_dir[n] == '/' || rc_dir[n] == 0 || n == 1)) {
+            // The swap would move the run (or the checkpoint) itself.
+            slm_error("export: --hf %s is or contains the checkpoint %s; expected an output "
+                      "directory outside the run directory",
+                      out, slm_ckpt_dir(c));
+            rc = SLM_EXIT_USAGE;
+        } else if (slm_export_dir_begin(out, &tmp)) {
+            slm_error("%s", slm_errmsg());
+            rc = SLM_EXIT_ERROR;
+        } else {
+            rc = do_export(c, tmp, dt, max_shard);
+            if (rc == SLM_EXIT_OK && slm_export_dir_commit(tmp, out)) {
+                slm_error("%s", slm_errmsg());
+                rc = SLM_EXIT_ERROR;
+            }
+            if (rc != SLM_EXIT_OK) slm_export_dir_abort(tmp);
+            else printf("exported step %lld to %s\n", (long long)slm_ckpt_get_meta(c)->step, out);
+            free(tmp);
+        }
     } else {
         if (!strcmp(sub, "inspect")) slm_ckpt_print_summary(c, stdout);
         st = slm_ckpt_verify(c);
@@ -150,6 +194,7 @@ int slm_cmd_ckpt(int argc, char **argv) {
                    slm_ckpt_dir(c), slm_ckpt_n_units(c));
         }
     }
+    if (!stdout_written()) rc = SLM_EXIT_ERROR;
     slm_ckpt_free(c);
     return rc;
 }

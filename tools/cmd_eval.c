@@ -30,8 +30,8 @@ static void eval_usage(FILE *f) {
             "                      without --model\n"
             "  --threads N         OpenMP threads\n\n"
             "Output lines on stdout: loss, perplexity, tokens, sequences, unigram_entropy.\n"
-            "exit codes: 0 ok, 1 runtime error (also a bad id in --token-ids FILE), 2 usage\n"
-            "error or mismatch (vocab, length)\n");
+            "exit codes: 0 ok, 1 runtime error (also a bad id in --token-ids FILE, or an\n"
+            "empty --split), 2 usage error or mismatch (vocab, length)\n");
 }
 
 // Flushes stdout; false (after printing the reason) when a write to it failed.
@@ -85,6 +85,12 @@ int slm_cmd_eval(int argc, char **argv) {
         if (!strcmp(a, "--seq") || !strcmp(a, "--batch") || !strcmp(a, "--max-batches") ||
             !strcmp(a, "--split"))
             window_opt = a;
+        if ((!strcmp(a, "--model") || !strcmp(a, "--init-from-hf")) && run) {
+            slm_error("%s: %s %s: the model is already given (%s %s); --model and "
+                      "--init-from-hf exclude each other and each is given once",
+                      "eval", a, v, hf ? "--init-from-hf" : "--model", run);
+            return SLM_EXIT_USAGE;
+        }
         if (!strcmp(a, "--model")) run = v;
         else if (!strcmp(a, "--init-from-hf")) run = v, hf = true;
         else if (!strcmp(a, "--data")) data = v;

@@ -105,6 +105,12 @@ int slm_cmd_generate(int argc, char **argv) {
             return SLM_EXIT_USAGE;
         }
         const char *v = argv[++i];
+        if ((!strcmp(a, "--model") || !strcmp(a, "--init-from-hf")) && run) {
+            slm_error("%s: %s %s: the model is already given (%s %s); --model and "
+                      "--init-from-hf exclude each other and each is given once",
+                      "generate", a, v, hf ? "--init-from-hf" : "--model", run);
+            return SLM_EXIT_USAGE;
+        }
         if (!strcmp(a, "--model")) run = v;
         else if (!strcmp(a, "--init-from-hf")) run = v, hf = true;
         else if (!strcmp(a, "--prompt")) prompt = v;

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "base/base.h"
 #include "tokenizer/tokenizer.h"
@@ -19,7 +20,7 @@ static void usage(FILE *f) {
         "[--quiet]\n"
         "       shardlm tokenizer encode --tokenizer FILE [--bos] [--eos] [--allow-special] "
         "[--whole]\n"
-        "       shardlm tokenizer decode --tokenizer FILE\n"
+        "       shardlm tokenizer decode --tokenizer FILE [--bytes]\n"
         "       shardlm tokenizer info   --tokenizer FILE\n"
         "\n"
         "train   learns a byte-level BPE (GPT-2 regex pre-tokenization, GPT-2 byte symbols)\n"
@@ -27,12 +28,17 @@ static void usage(FILE *f) {
         "        Hugging Face tokenizer.json. --special lists the added special tokens\n"
         "        (comma-separated; the first is BOS, the second EOS; \"\" for none). --threads\n"
         "        counts in parallel (the result does not depend on it). --vocab-size is\n"
-        "        in [256 + number of special tokens, 4194304] (259 with the default specials).\n"
+        "        in [256 + number of special tokens, 4194304] (259 with the default specials);\n"
+        "        a corpus with fewer distinct pairs gives fewer ids (a warning says so).\n"
+        "        --out must not be one of the --input files.\n"
         "encode  reads text on stdin and writes, per input line (without its newline), the\n"
         "        ids as space-separated integers on one line. BOS/EOS only with --bos/--eos;\n"
         "        special-token text is plain text unless --allow-special. --whole encodes all of\n"
         "        stdin as one text (newlines included) and writes one line of ids.\n"
         "decode  reads lines of space-separated ids and writes each line's text and a newline.\n"
+        "        SentencePiece byte-fallback bytes that are not valid UTF-8 become U+FFFD, as\n"
+        "        in SentencePiece; --bytes writes the tokens' raw bytes instead.\n"
+        "A read error on stdin (e.g. a directory) is a runtime error (exit 1).\n"
         "info    prints the type, vocab size, BOS/EOS/UNK/PAD ids and the file's XXH64.\n"
         "FILE is a tokenizer.json (byte-level BPE) or a SentencePiece tokenizer.model.\n"
         "Exit status: 0 ok, 1 runtime error, 2 usage error.\n");
@@ -145,6 +151,19 @@ static int cmd_train(int argc, char **argv) {
         goto out;
     }
     {
+        // The tokenizer is written atomically over --out: never over a corpus file.
+        struct stat so, si;
+        if (stat(out_path, &so) == 0)
+            for (int i = 0; i < n_inputs; i++)
+                if (stat(inputs[i], &si) == 0 && si.st_dev == so.st_dev && si.st_ino == so.st_ino) {
+                    slm_error("tokenizer train: --out %s is the --input file %s; expected a new "
+                              "file for the tokenizer (it would overwrite the corpus)",
+                              out_path, inputs[i]);
+                    rc = SLM_EXIT_USAGE;
+                    goto out;
+                }
+    }
+    {
         // 256 byte symbols + the special tokens (default <|bos|>, <|eos|>, <|pad|>).
         int64_t lo = 256 + (n_specials >= 0 ? n_specials : 3), hi = (int64_t)1 << 22;
         if (vocab < lo || vocab > hi) {
@@ -211,7 +230,7 @@ static bool flush_out(slm_buf *b, bool force, int *err) {
 static int cmd_codec(int argc, char **argv, bool encode) {
     const char *path = NULL;
     int flags = 0;
-    bool whole = false;
+    bool whole = false, raw = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--tokenizer") && i + 1 >= argc)
@@ -226,6 +245,8 @@ static int cmd_codec(int argc, char **argv, bool encode) {
             flags |= SLM_ENC_ADD_EOS;
         else if (encode && !strcmp(a, "--allow-special"))
             flags |= SLM_ENC_ALLOW_SPECIAL;
+        else if (!encode && !strcmp(a, "--bytes"))
+            raw = true;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return SLM_EXIT_OK;
@@ -249,6 +270,13 @@ static int cmd_codec(int argc, char **argv, bool encode) {
         size_t k;
         while ((k = fread(chunk, 1, sizeof chunk, stdin)) > 0)
             slm_buf_append(&in, chunk, k);
+        if (ferror(stdin)) {
+            slm_error("tokenizer %s: read from stdin failed: %s", encode ? "encode" : "decode",
+                      strerror(errno ? errno : EIO));
+            slm_buf_free(&in);
+            slm_tokenizer_free(t);
+            return SLM_EXIT_ERROR;
+        }
         if (!in.data) slm_buf_append(&in, "", 0);
         line = in.data;
         n = (ssize_t)in.len;
@@ -285,7 +313,8 @@ static int cmd_codec(int argc, char **argv, bool encode) {
                 slm_ivec_push(&ids, (int32_t)v);
                 p = end;
             }
-            if (slm_tokenizer_decode(t, ids.data, ids.len, &ob)) {
+            if (raw ? slm_tokenizer_decode_bytes(t, ids.data, ids.len, &ob)
+                    : slm_tokenizer_decode(t, ids.data, ids.len, &ob)) {
                 slm_error("stdin line %lld: %s", (long long)lineno, slm_errmsg());
                 rc = SLM_EXIT_ERROR;
                 break;
@@ -293,6 +322,11 @@ static int cmd_codec(int argc, char **argv, bool encode) {
             slm_buf_append(&ob, "\n", 1);
         }
         if (!flush_out(&ob, false, &werr) || whole) break; // a failed write: reported below
+    }
+    if (!whole && rc == SLM_EXIT_OK && ferror(stdin)) { // getline's -1 was an error, not EOF
+        slm_error("tokenizer %s: read from stdin failed after line %lld: %s",
+                  encode ? "encode" : "decode", (long long)lineno, strerror(errno ? errno : EIO));
+        rc = SLM_EXIT_ERROR;
     }
 done:
     flush_out(&ob, true, &werr);

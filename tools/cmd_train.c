@@ -67,7 +67,9 @@ static void train_usage(FILE *f) {
             "  --train-from-scratch  RUN_DIR holds checkpoints of an earlier run: move them to\n"
             "                        RUN_DIR/checkpoints.replaced-DATE (nothing is deleted) and\n"
             "                        train from a seeded init; without it such a run is refused\n"
-            "  --init-from-hf DIR    initial weights from a Hugging Face safetensors directory\n\n"
+            "  --init-from-hf DIR    initial weights from a Hugging Face safetensors directory\n"
+            "                        (not with --resume PATH; with --resume auto only while\n"
+            "                        RUN_DIR has no checkpoint)\n\n"
             "exit codes: 0 done, 1 runtime error (data, I/O, NaN, interrupted), 2 usage error\n");
 }
 
@@ -244,7 +246,8 @@ int slm_cmd_train(int argc, char **argv) {
         } else if (!strcmp(a, "--collective-timeout")) {
             if (!(st = slm_parse_f64(a, v, &dv))) o.collective_timeout_s = dv;
         } else if (!strcmp(a, "--progress-thread")) {
-            if (!(st = slm_parse_f64(a, v, &dv))) slm_dist_request_progress_thread(dv);
+            if (!(st = parse_real(a, v, 0, false, 1e6, true, "in [0, 1e6) microseconds", &dv)))
+                slm_dist_request_progress_thread(dv);
         } else { // takes_value() lists an option not handled above
             slm_error("train: unknown option %s (see --help)", a);
             return SLM_EXIT_USAGE;
@@ -253,6 +256,14 @@ int slm_cmd_train(int argc, char **argv) {
             slm_error("train: %s", slm_errmsg());
             return SLM_EXIT_USAGE;
         }
+    }
+    if (o.init_from_hf && o.resume && strcmp(o.resume, "auto") != 0) {
+        // The checkpoint holds the weights: one of the two would be ignored.
+        slm_error("train: --init-from-hf %s and --resume %s conflict (a checkpoint carries its "
+                  "own weights); give one (--resume auto with --init-from-hf starts from the HF "
+                  "weights only while RUN_DIR has no checkpoint)",
+                  o.init_from_hf, o.resume);
+        return SLM_EXIT_USAGE;
     }
     if (!o.model || !have_batch || !have_seq || !have_steps || (!o.data_dir && !o.synthetic)) {
         slm_error("train: --model, --batch, --seq, --steps and --data (or --synthetic) are "

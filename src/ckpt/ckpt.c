@@ -623,6 +623,20 @@ static const cJSON *jarr(const cJSON *o, const char *key) {
     return cJSON_IsArray(x) ? x : NULL;
 }
 
+// The rank and world size a rank file's header records (offsets 12 and 16) must be the ones the
+// manifest gives for it (files[].rank, world_size): a file from another save is refused.
+static slm_status check_rank_header(const slm_ckpt *c, const ck_file *f, const uint8_t *hdr) {
+    uint32_t rank, world;
+    memcpy(&rank, hdr + 12, 4);
+    memcpy(&world, hdr + 16, 4);
+    if ((int64_t)world != c->meta.world || (int64_t)rank != f->rank)
+        return slm_fail(SLM_E_FORMAT,
+                        "%s: header records rank %" PRIu32 " of world %" PRIu32
+                        " but the manifest %s lists it as rank %d of world_size %d",
+                        f->path, rank, world, c->manifest_path, f->rank, c->meta.world);
+    return SLM_OK;
+}
+
 static bool safe_file_name(const char *s) {
     if (!s || !*s || strlen(s) >= 32 || !strcmp(s, ".") || !strcmp(s, "..")) return false;
     for (const char *p = s; *p; p++)
@@ -713,7 +727,7 @@ static slm_status parse_files(slm_ckpt *c, const char *mp, const cJSON *arr) {
         snprintf(f->name, sizeof f->name, "%s", nm->valuestring);
         f->path = slm_path_join(c->dir, f->name);
         double d = 0;
-        if ((st = jnum(mp, fo, "rank", 0, 1e7, true, &d))) return st;
+        if ((st = jnum(mp, fo, "rank", 0, c->meta.world - 1, true, &d))) return st;
         f->rank = (int)d;
         if ((st = ji64(mp, fo, "bytes", SLM_CKPT_HEADER_BYTES, &f->bytes))) return st;
         if ((st = jhex(mp, fo, "xxh64", &f->xxh64))) return st;
@@ -825,8 +839,23 @@ slm_status slm_ckpt_parse_manifest(slm_ckpt *c, const char *text, size_t len) {
     const cJSON *tk = jobj(o, "tokenizer");
     if (tk) {
         const cJSON *fn = cJSON_GetObjectItemCaseSensitive(tk, "file");
-        if (cJSON_IsString(fn))
+        if (cJSON_IsString(fn) && fn->valuestring[0]) {
+            // Export writes OUT_DIR/<file> and reads RUN_DIR/<file>: a plain name only, never
+            // a path (the same rule as files[].file).
+            if (!safe_file_name(fn->valuestring) ||
+                strlen(fn->valuestring) >= sizeof M->tokenizer_file) {
+                st = slm_fail(SLM_E_FORMAT,
+                              "%s: tokenizer.file \"%.40s\" is not a plain file name (expected "
+                              "a name in the run directory: no '/', no \"..\", printable ASCII, "
+                              "under 32 bytes)",
+                              mp, fn->valuestring);
+                goto out;
+            }
             snprintf(M->tokenizer_file, sizeof M->tokenizer_file, "%s", fn->valuestring);
+        } else if (fn && !cJSON_IsNull(fn) && !cJSON_IsString(fn)) {
+            st = slm_fail(SLM_E_FORMAT, "%s: tokenizer.file must be a string", mp);
+            goto out;
+        }
         const cJSON *h = cJSON_GetObjectItemCaseSensitive(tk, "xxh64");
         if (cJSON_IsString(h)) {
             if ((st = jhex(mp, tk, "xxh64", &M->tokenizer_xxh64))) goto out;
@@ -844,6 +873,18 @@ slm_status slm_ckpt_parse_manifest(slm_ckpt *c, const char *text, size_t len) {
         const cJSON *s = cJSON_GetObjectItemCaseSensitive(sh, "strategy");
         if (!cJSON_IsString(s)) {
             st = slm_fail(SLM_E_FORMAT, "%s: sharding.strategy missing", mp);
+            goto out;
+        }
+        static const char *const known[] = {"NO_SHARD", "FULL_SHARD", "SHARD_GRAD_OP",
+                                            "HYBRID_SHARD"};
+        bool ok = false;
+        for (size_t k = 0; k < sizeof known / sizeof *known; k++)
+            ok = ok || !strcmp(s->valuestring, known[k]);
+        if (!ok) {
+            st = slm_fail(SLM_E_FORMAT,
+                          "%s: sharding.strategy \"%.40s\", expected NO_SHARD, FULL_SHARD, "
+                          "SHARD_GRAD_OP or HYBRID_SHARD",
+                          mp, s->valuestring);
             goto out;
         }
         snprintf(M->strategy, sizeof M->strategy, "%s", s->valuestring);
@@ -1031,6 +1072,7 @@ static slm_status get_chunk(slm_ckpt *c, int fi, int64_t k, const uint8_t **p, s
     if (k == 0 && (memcmp(c->cache, SLM_CKPT_MAGIC, 8) != 0))
         return slm_fail(SLM_E_FORMAT, "%s: bad magic (not a shardlm checkpoint rank file)",
                         f->path);
+    if (k == 0 && check_rank_header(c, f, c->cache)) return SLM_E_FORMAT;
     c->cache_file = fi;
     c->cache_chunk = k;
     c->cache_len = len;
@@ -1131,6 +1173,7 @@ slm_status slm_ckpt_verify(slm_ckpt *c) {
             return slm_fail(SLM_E_FORMAT,
                             "%s: header does not match the manifest (magic, version or units)",
                             f->path);
+        if ((st = check_rank_header(c, f, hdr))) return st;
     }
     return SLM_OK;
 }

@@ -296,6 +296,21 @@ void slm_st_read_f32(const slm_st_file *f, const slm_st_tensor *t, float *out);
 // Errors: SLM_E_IO naming the file.
 slm_status slm_hf_export(const slm_llama *m, const char *out_dir, slm_st_dtype dtype,
                          size_t max_shard_bytes);
+// Export staging (ckpt export): the files go into a hidden temp sibling of OUT_DIR,
+// "<parent>/.<name>.export-tmp.<pid>", which slm_export_dir_begin creates (with OUT_DIR's
+// parent; a stale one of the same name is removed) and returns in *tmp (owned). Errors: SLM_E_IO
+// (OUT_DIR exists and is not a directory, or mkdir failed).
+slm_status slm_export_dir_begin(const char *out_dir, char **tmp);
+// Swaps the finished temp directory in: an existing OUT_DIR is renamed aside, tmp renamed to
+// OUT_DIR and the parent fsynced; then the previous directory is retired: its HF weight files
+// (model*.safetensors, model.safetensors.index.json), HF metadata (config.json,
+// generation_config.json, tokenizer.json, tokenizer.model, tokenizer_config.json,
+// special_tokens_map.json) and every name the new export also wrote are deleted, any other file (the user's own) is moved into the new OUT_DIR (if that fails the
+// old directory is kept and named in a warning). So no file of an earlier export survives next
+// to the new weights. Errors: SLM_E_IO naming the rename that failed (OUT_DIR then is unchanged).
+slm_status slm_export_dir_commit(const char *tmp, const char *out_dir);
+// Removes the temp directory and the plain files in it (after a failed export); NULL: no-op.
+void slm_export_dir_abort(const char *tmp);
 // Loads HF weights from DIR (config.json + model.safetensors or model.safetensors.index.json)
 // into an initialised model whose params are allocated: checks the config matches m->cfg, every
 // expected tensor present once with the right shape and a float dtype (F32/F16/BF16), and no

@@ -161,6 +161,27 @@ static slm_status parse_doc(const char *what, const cJSON *root, slm_dataset *ds
         if (sp->n_tokens > (uint64_t)MAX_EXACT)
             return slm_fail(SLM_E_FORMAT, "%s: split token count overflows", w);
     }
+    // Optional (older manifests lack it): documents read / written / skipped_empty by prep.
+    const cJSON *docs = cJSON_GetObjectItemCaseSensitive(root, "documents");
+    if (docs) {
+        char w[96];
+        snprintf(w, sizeof w, "%s: documents", what);
+        if (!cJSON_IsObject(docs)) return slm_fail(SLM_E_FORMAT, "%s: not an object", w);
+        uint64_t written = 0;
+        if ((st = get_u64(w, docs, "read", &ds->docs_read)) ||
+            (st = get_u64(w, docs, "written", &written)) ||
+            (st = get_u64(w, docs, "skipped_empty", &ds->docs_skipped)))
+            return st;
+        if (written + ds->docs_skipped != ds->docs_read ||
+            written != ds->train.n_docs + ds->val.n_docs)
+            return slm_fail(SLM_E_FORMAT,
+                            "%s: read %" PRIu64 ", written %" PRIu64 ", skipped_empty %" PRIu64
+                            ": expected read = written + skipped_empty and written = the splits' "
+                            "n_docs (%" PRIu64 ")",
+                            w, ds->docs_read, written, ds->docs_skipped,
+                            ds->train.n_docs + ds->val.n_docs);
+        ds->has_doc_counts = true;
+    }
     // The split totals are redundant; checking them catches a hand-edited or mixed manifest.
     const cJSON *splits = cJSON_GetObjectItemCaseSensitive(root, "splits");
     if (!cJSON_IsObject(splits))
@@ -251,6 +272,12 @@ slm_status slm_dataset_write(const slm_dataset *ds) {
     cJSON_AddItemToObject(tok, "vocab_size", num(ds->vocab_size));
     cJSON_AddItemToObject(tok, "bos_id", num(ds->bos_id));
     cJSON_AddItemToObject(tok, "eos_id", num(ds->eos_id));
+    if (ds->has_doc_counts) {
+        cJSON *docs = cJSON_AddObjectToObject(root, "documents");
+        cJSON_AddItemToObject(docs, "read", num((double)ds->docs_read));
+        cJSON_AddItemToObject(docs, "written", num((double)(ds->train.n_docs + ds->val.n_docs)));
+        cJSON_AddItemToObject(docs, "skipped_empty", num((double)ds->docs_skipped));
+    }
     cJSON *splits = cJSON_AddObjectToObject(root, "splits");
     cJSON *shards = cJSON_AddArrayToObject(root, "shards");
     const char *names[2] = {"train", "val"};

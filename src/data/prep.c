@@ -7,7 +7,7 @@
 //   - a *.jsonl file holds one document per line: the "text" string field of a JSON object
 //     (blank lines are skipped; anything else that is not such an object is an error);
 //   - "-" reads standard input as plain text (rank 0 only under MPI).
-// Empty documents produce nothing. Each document is encoded with the tokenizer's BOS prepended
+// Empty documents produce nothing (counted as skipped: log and manifest "documents"). Each document is encoded with the tokenizer's BOS prepended
 // and EOS appended when it has them, and goes to val if XXH64(document bytes, seed) / 2^64 <
 // val_fraction, else to train: a property of the content only.
 //
@@ -26,8 +26,9 @@
 // is renamed aside to .<name>.prep-old.<pid>, the temp directory renamed to --out, the parent
 // fsynced, and the old directory retired (its dataset files deleted, any other files moved into
 // the new --out). So a failed, interrupted or killed run leaves the previous dataset in --out
-// untouched (a kill -9 may leave a hidden temp sibling behind); on any error or SIGINT/SIGTERM
-// the temp directory is removed. --out must not be or contain an --input; inside an input
+// untouched (a kill -9 may leave a hidden temp sibling behind, which the next run for the same
+// --out removes once its pid is no longer running); on any error or SIGINT/SIGTERM the temp
+// directory is removed. --out must not be or contain an --input; inside an input
 // directory it is skipped by the walk.
 #include "data/data.h"
 
@@ -76,6 +77,7 @@ typedef struct {
     int id;
     slm_ivec buf[2];  // [0] train, [1] val tokens not yet flushed
     uint64_t docs[2]; // documents in buf
+    uint64_t docs_read, docs_skipped; // every document seen; those that produced no token
     int64_t next_index[2];
     shard_rec *recs; // shards written
     int n_recs, cap_recs;
@@ -244,7 +246,11 @@ static slm_status flush_split(worker *w, int split) {
 }
 
 static slm_status emit_doc(worker *w, const char *text, size_t len) {
-    if (len == 0) return SLM_OK;
+    w->docs_read++;
+    if (len == 0) {
+        w->docs_skipped++;
+        return SLM_OK;
+    }
     prep_ctx *c = w->ctx;
     uint64_t h = slm_xxh64(text, len, c->o->seed);
     int split = (h >> 11) < c->val_threshold ? 1 : 0;
@@ -252,7 +258,10 @@ static slm_status emit_doc(worker *w, const char *text, size_t len) {
     size_t before = b->len;
     slm_status st = slm_tokenizer_encode(c->tok, text, len, SLM_ENC_ADD_BOS | SLM_ENC_ADD_EOS, b);
     if (st) return st;
-    if (b->len == before) return SLM_OK;
+    if (b->len == before) { // encodes to no token (no BOS/EOS and nothing the tokenizer keeps)
+        w->docs_skipped++;
+        return SLM_OK;
+    }
     w->docs[split]++;
     if ((int64_t)b->len >= c->o->shard_tokens) return flush_split(w, split);
     return SLM_OK;
@@ -323,6 +332,60 @@ static slm_status do_text_unit(worker *w, const char *d, size_t S, size_t a, siz
     return SLM_OK;
 }
 
+static int hex4(const char *s) {
+    int v = 0;
+    for (int i = 0; i < 4; i++) {
+        char c = s[i];
+        int x = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
+              : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        if (x < 0) return -1;
+        v = v * 16 + x;
+    }
+    return v;
+}
+
+// Escapes in the strings of one JSONL line that cJSON would silently mishandle: \u0000 (a C
+// string ends there, so "a\u0000b" would become "a") and UTF-16 surrogates that are not a high
+// one followed by a low one (cJSON only says "not valid JSON"). Returns a reason (in buf) or
+// NULL. Other malformations are left to the parser.
+static const char *jsonl_escapes(const char *s, size_t n, char *buf, size_t cap) {
+    bool in_str = false;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!in_str) {
+            in_str = c == '"';
+            continue;
+        }
+        if (c == '"') {
+            in_str = false;
+        } else if (c == '\\' && i + 1 < n) {
+            if (s[i + 1] != 'u') {
+                i++;
+                continue;
+            }
+            int u = i + 6 <= n ? hex4(s + i + 2) : -1;
+            if (u < 0) return NULL; // malformed escape: the parser reports it
+            if (u == 0) {
+                snprintf(buf, cap, "\\u0000 (NUL) in a string at byte %zu; prep does not "
+                                   "store NUL characters (remove them from the input)", i + 1);
+                return buf;
+            }
+            bool low_ok = false;
+            if (u >= 0xD800 && u <= 0xDBFF && i + 12 <= n && s[i + 6] == '\\' && s[i + 7] == 'u') {
+                int l = hex4(s + i + 8);
+                low_ok = l >= 0xDC00 && l <= 0xDFFF;
+            }
+            if ((u >= 0xD800 && u <= 0xDBFF && !low_ok) || (u >= 0xDC00 && u <= 0xDFFF)) {
+                snprintf(buf, cap, "lone UTF-16 surrogate \\u%04X in a string at byte %zu (a "
+                                   "high surrogate must be followed by a low one)", u, i + 1);
+                return buf;
+            }
+            i += low_ok ? 11 : 5;
+        }
+    }
+    return NULL;
+}
+
 static slm_status do_jsonl_unit(worker *w, const source *src, const char *d, size_t S, size_t a,
                                 size_t b) {
     size_t p = first_line_start(d, S, a);
@@ -330,11 +393,17 @@ static slm_status do_jsonl_unit(worker *w, const source *src, const char *d, siz
         if (stop_requested(w->ctx)) return SLM_OK;
         size_t e = line_end(d, S, p);
         if (!blank_span(d + p, e - p)) {
-            cJSON *j = cJSON_ParseWithLength(d + p, e - p);
-            const char *why = NULL;
+            char esc[192];
+            const char *rest = NULL;
+            const char *why = jsonl_escapes(d + p, e - p, esc, sizeof esc);
+            cJSON *j = why ? NULL : cJSON_ParseWithLengthOpts(d + p, e - p, &rest, false);
             const cJSON *t = NULL;
-            if (!j)
+            if (why)
+                ;
+            else if (!j)
                 why = "not valid JSON";
+            else if (rest && !blank_span(rest, (size_t)(d + e - rest)))
+                why = "text after the JSON object (one object per line)";
             else if (!cJSON_IsObject(j))
                 why = "not a JSON object";
             else if (!(t = cJSON_GetObjectItemCaseSensitive(j, "text")))
@@ -494,6 +563,47 @@ static void remove_work_dir(const char *dir) {
         closedir(d);
     }
     rmdir(dir);
+}
+
+// Removes the temp siblings "<parent>/.<name>.prep-tmp.<pid>" that runs killed before they could
+// clean up (kill -9, OOM) left behind: those whose pid is not a running process on this host
+// (kill(pid, 0) fails with ESRCH), saying so. A temp directory of a live run is never touched.
+// Old directories (.prep-old.<pid>) are left alone: after a kill between the two renames of the
+// swap, one may hold the only copy of the previous dataset.
+static void remove_stale_work_dirs(const char *out_path) {
+    char *parent = parent_dir(out_path);
+    const char *slash = strrchr(out_path, '/');
+    const char *base = slash ? slash + 1 : out_path;
+    slm_buf prefix = {0};
+    slm_buf_appendf(&prefix, ".%s.prep-tmp.", base);
+    DIR *d = opendir(parent);
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            if (strncmp(e->d_name, prefix.data, prefix.len) != 0) continue;
+            const char *num = e->d_name + prefix.len;
+            char *end = NULL;
+            errno = 0;
+            long long pid = strtoll(num, &end, 10);
+            if (!*num || *end || errno || pid <= 0 || pid > INT_MAX || pid == (long long)getpid())
+                continue;
+            if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; // alive (or not ours)
+            char *p = slm_path_join(parent, e->d_name);
+            remove_work_dir(p);
+            if (!slm_is_dir(p))
+                slm_info("prep: removed stale temp directory %s (left by pid %lld, which is no "
+                         "longer running)",
+                         p, pid);
+            else
+                slm_warn("prep: stale temp directory %s (pid %lld is not running) could not be "
+                         "removed",
+                         p, pid);
+            free(p);
+        }
+        closedir(d);
+    }
+    slm_buf_free(&prefix);
+    free(parent);
 }
 
 // After the swap: `old` is the previous --out directory. The files of its dataset (manifest.json,
@@ -693,6 +803,7 @@ slm_status slm_prep_run(const slm_prep_opts *o) {
         st = slm_mkdir_p(parent);
         free(parent);
         if (st == SLM_OK) {
+            remove_stale_work_dirs(out_path);
             remove_work_dir(c.work_dir); // a stale one from a killed run with the same pid
             if (mkdir(c.work_dir, 0777) != 0)
                 st = slm_fail(SLM_E_IO, "prep: cannot create temp directory %s: %s", c.work_dir,
@@ -840,9 +951,24 @@ slm_status slm_prep_run(const slm_prep_opts *o) {
                 }
         free(counts);
     }
+    {
+        // Documents read and skipped (empty, or encoded to no token), summed over every worker
+        // of every rank; written = the shards' n_docs.
+        int64_t dc[2] = {0, 0};
+        for (int i = 0; i < W; i++) {
+            dc[0] += (int64_t)c.workers[i].docs_read;
+            dc[1] += (int64_t)c.workers[i].docs_skipped;
+        }
+        if (c.world > 1) slm_dist_allreduce(dc, 2, SLM_DT_I64, SLM_OP_SUM, "prep document counts");
+        ds.has_doc_counts = true;
+        ds.docs_read = (uint64_t)dc[0];
+        ds.docs_skipped = (uint64_t)dc[1];
+    }
     if (ds.train.n_docs + ds.val.n_docs == 0) {
-        st = slm_fail(SLM_E_ARG, "prep: empty corpus: no non-empty documents in the %d input(s)",
-                      o->n_inputs);
+        st = slm_fail(SLM_E_ARG,
+                      "prep: empty corpus: no non-empty documents in the %d input(s) (%" PRIu64
+                      " read, %" PRIu64 " skipped as empty)",
+                      o->n_inputs, ds.docs_read, ds.docs_skipped);
         goto out;
     }
     // Every shard is complete on every rank: give this rank's shards their final names.
@@ -889,6 +1015,9 @@ slm_status slm_prep_run(const slm_prep_opts *o) {
                  " tokens / %" PRIu64 " docs / %d shards; %.1f MB local input in %.2f s",
                  o->out_dir, ds.train.n_tokens, ds.train.n_docs, ds.train.n_shards, ds.val.n_tokens,
                  ds.val.n_docs, ds.val.n_shards, (double)total / 1e6, dt);
+        slm_info("prep: documents: %" PRIu64 " read, %" PRIu64 " written, %" PRIu64
+                 " skipped (empty: no text, or no token)",
+                 ds.docs_read, ds.train.n_docs + ds.val.n_docs, ds.docs_skipped);
     }
 
 out:

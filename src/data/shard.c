@@ -151,15 +151,21 @@ slm_status slm_shard_verify(const char *path, const uint8_t *data, size_t len, u
             mx = t > mx ? t : mx;
         }
     }
-    if (h->n_tokens > 0 && mx >= v) {
+    // Every id is below the shard's own vocab_size (which is <= the dataset's): a header that
+    // claims a smaller vocabulary than its ids use is as corrupt as an id past the dataset's.
+    uint32_t hv = h->vocab_size;
+    if (h->n_tokens > 0 && mx >= hv) {
         for (uint64_t i = 0; i < h->n_tokens; i++) {
             uint32_t t = h->token_bytes == 2
                              ? ((uint32_t)pay[2 * i] | ((uint32_t)pay[2 * i + 1] << 8))
                              : get_u32(pay + 4 * i);
-            if (t >= v)
+            if (t >= hv)
                 return slm_fail(SLM_E_FORMAT,
-                                "%s: token %" PRIu64 " is %" PRIu32 ", >= vocab_size %" PRIu32,
-                                path, i, t, v);
+                                "%s: token %" PRIu64 " is %" PRIu32 ", >= vocab_size %" PRIu32
+                                " (%s)",
+                                path, i, t, hv,
+                                hv < v ? "the shard header's; the dataset's is larger"
+                                       : "of the header and the dataset");
         }
     }
     return SLM_OK;

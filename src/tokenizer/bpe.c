@@ -371,7 +371,7 @@ static int32_t find_named(const bpe_model *m, const char *const *names) {
 // BOS / EOS / PAD / UNK ids. tokenizer.json does not name them, so: well-known contents first
 // (shardlm's <|bos|>/<|eos|>/<|pad|>, GPT-2's <|endoftext|>, Llama-3's, SentencePiece-style
 // <s>/</s>), else the first two special added tokens in id order are BOS and EOS (the order
-// `shardlm tokenizer train --special` writes them).
+// `shardlm tokenizer train --special` writes them); a single one is BOS (no EOS).
 static void assign_special_ids(bpe_model *m, slm_tokenizer *t) {
     static const char *const bos[] = {"<|bos|>", "<|begin_of_text|>", "<s>", "<|endoftext|>", NULL};
     static const char *const eos[] = {"<|eos|>", "<|end_of_text|>", "</s>", "<|endoftext|>", NULL};
@@ -383,10 +383,8 @@ static void assign_special_ids(bpe_model *m, slm_tokenizer *t) {
         int32_t sp[2] = {-1, -1}, n = 0;
         for (int32_t id = 0; id < m->n_ids && n < 2; id++)
             if (m->flags[id] & BPE_SPECIAL) sp[n++] = id;
-        if (n == 2) {
-            t->bos_id = sp[0];
-            t->eos_id = sp[1];
-        }
+        if (n >= 1) t->bos_id = sp[0]; // one special token: BOS only (tokenizer train --special)
+        if (n == 2) t->eos_id = sp[1];
     }
     t->unk_id = -1;
     if (m->unk_token)

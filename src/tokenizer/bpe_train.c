@@ -679,6 +679,10 @@ slm_status slm_bpe_train(const slm_bpe_train_opts *o, slm_tokenizer **out) {
             slm_info("tokenizer train: %d merges, vocab %d (last count %lld)", n_merges, T.n_tokens,
                      (long long)best.count);
     }
+    if (T.n_tokens < target)
+        slm_warn("tokenizer train: the corpus has no pair left to merge after %d merges: the "
+                 "tokenizer has %d ids, fewer than the %d asked for (a larger corpus gives more)",
+                 n_merges, T.n_tokens + n_specials, o->vocab_size);
     build_json(&T, ml, mr, n_merges, specials, n_specials, &json);
     t = slm_xcalloc(1, sizeof *t);
     t->bos_id = t->eos_id = t->unk_id = t->pad_id = -1;

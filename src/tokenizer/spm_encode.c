@@ -388,7 +388,19 @@ static int hex_val(char c) {
     return c <= '9' ? c - '0' : c - 'A' + 10;
 }
 
+int slm_spm_byte_of(const slm_tokenizer *t, int32_t id) {
+    const spm_model *m = t->impl;
+    if (id < 0 || id >= m->n_pieces || m->pieces[id].type != SPM_BYTE) return -1;
+    const char *w = m->strings + m->pieces[id].off;
+    return hex_val(w[3]) * 16 + hex_val(w[4]);
+}
+
 slm_status slm_spm_decode(const slm_tokenizer *t, const int32_t *ids, size_t n, slm_buf *out) {
+    return slm_spm_decode_ex(t, ids, n, false, out);
+}
+
+slm_status slm_spm_decode_ex(const slm_tokenizer *t, const int32_t *ids, size_t n, bool raw,
+                             slm_buf *out) {
     const spm_model *m = t->impl;
     size_t base = out->len;
     uint8_t *bytes = NULL;
@@ -407,7 +419,10 @@ slm_status slm_spm_decode(const slm_tokenizer *t, const int32_t *ids, size_t n, 
             bytes[n_bytes++] = (uint8_t)(hex_val(w[3]) * 16 + hex_val(w[4]));
             continue;
         }
-        flush_bytes(out, bytes, n_bytes);
+        if (raw && n_bytes)
+            slm_buf_append(out, bytes, n_bytes);
+        else if (!raw)
+            flush_bytes(out, bytes, n_bytes);
         n_bytes = 0;
         if (bos_ws_seen || out->len > base) is_bos_ws = false;
         bos_ws_seen = false;
@@ -432,7 +447,10 @@ slm_status slm_spm_decode(const slm_tokenizer *t, const int32_t *ids, size_t n, 
             }
         }
     }
-    flush_bytes(out, bytes, n_bytes);
+    if (raw && n_bytes)
+        slm_buf_append(out, bytes, n_bytes);
+    else if (!raw)
+        flush_bytes(out, bytes, n_bytes);
     free(bytes);
     slm_buf_reserve(out, out->len); // keep data non-NULL and NUL-terminated even when empty
     out->data[out->len] = '\0';

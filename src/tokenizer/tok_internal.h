@@ -29,6 +29,12 @@ void slm_spm_free(void *impl);
 slm_status slm_spm_encode(const slm_tokenizer *t, const char *text, size_t len, int flags,
                           slm_ivec *out);
 slm_status slm_spm_decode(const slm_tokenizer *t, const int32_t *ids, size_t n, slm_buf *out);
+// As slm_spm_decode; with `raw`, byte-fallback pieces are appended as their bytes verbatim
+// (no U+FFFD for malformed UTF-8).
+slm_status slm_spm_decode_ex(const slm_tokenizer *t, const int32_t *ids, size_t n, bool raw,
+                             slm_buf *out);
+// The byte a byte-fallback piece <0xXX> stands for, or -1 when `id` is not one.
+int slm_spm_byte_of(const slm_tokenizer *t, int32_t id);
 const char *slm_spm_piece(const slm_tokenizer *t, int32_t id);
 
 #endif

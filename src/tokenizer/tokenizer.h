@@ -63,6 +63,38 @@ slm_status slm_tokenizer_encode(const slm_tokenizer *t, const char *text, size_t
 slm_status slm_tokenizer_decode(const slm_tokenizer *t, const int32_t *ids, size_t n,
                                 slm_buf *out);
 
+// As slm_tokenizer_decode, but the bytes exactly as the tokens hold them: SentencePiece
+// byte-fallback pieces are appended verbatim, also when they do not form valid UTF-8 (decode
+// puts U+FFFD for each byte of a malformed sequence). Byte-level BPE: the same as decode.
+// Errors: those of slm_tokenizer_decode. Thread-safe.
+slm_status slm_tokenizer_decode_bytes(const slm_tokenizer *t, const int32_t *ids, size_t n,
+                                      slm_buf *out);
+
+// Incremental decoding for streaming (generate): ids are pushed as they come, and each push
+// returns only bytes that no later id can change. A multi-byte UTF-8 character that arrives as
+// several tokens (byte fallback, or byte-level BPE tokens that split a character) is held back
+// until complete, so no chunk ends inside a character and no replacement character is shown for
+// a half-received one. Invariant: the concatenation of every push's bytes and finish's bytes
+// equals slm_tokenizer_decode (or _decode_bytes with `raw`) of all ids at once.
+typedef struct slm_tok_stream {
+    const slm_tokenizer *tok; // borrowed
+    bool raw;                 // decode_bytes semantics instead of decode
+    slm_ivec ids;             // every id pushed (owned)
+    slm_buf text;             // decode of ids (owned)
+    size_t shown;             // bytes of text already returned
+} slm_tok_stream;
+// Starts an empty stream over `t` (which must outlive it).
+void slm_tok_stream_init(slm_tok_stream *s, const slm_tokenizer *t, bool raw);
+// Appends n ids; *bytes / *len receive the newly final bytes (borrowed, valid until the next
+// call; *len may be 0). Errors: SLM_E_ARG for an id out of range (nothing is appended then).
+slm_status slm_tok_stream_push(slm_tok_stream *s, const int32_t *ids, size_t n,
+                               const char **bytes, size_t *len);
+// Returns every byte not yet returned (what was held back when the ids end inside a character:
+// then the one-shot decode's bytes, e.g. U+FFFD for an incomplete byte-fallback sequence).
+void slm_tok_stream_finish(slm_tok_stream *s, const char **bytes, size_t *len);
+// Frees what the stream owns.
+void slm_tok_stream_free(slm_tok_stream *s);
+
 // --- Byte-level BPE training ----------------------------------------------------------------
 
 typedef struct slm_bpe_train_opts {
@@ -70,7 +102,7 @@ typedef struct slm_bpe_train_opts {
     int n_inputs;
     int32_t vocab_size;          // total ids: 256 byte tokens + merges + specials
     const char *const *specials; // added special tokens, e.g. {"<|bos|>", "<|eos|>", "<|pad|>"}
-    int n_specials;              // the first two are BOS and EOS when present
+    int n_specials;              // the first is BOS, the second EOS (when present)
     int threads;                 // counting threads (0: OpenMP default)
     bool verbose;                // progress lines on stderr
 } slm_bpe_train_opts;
@@ -80,8 +112,9 @@ typedef struct slm_bpe_train_opts {
 // chosen by pair frequency with ties broken by the lexicographically smallest
 // (left symbol, right symbol) byte strings, pair counts updated incrementally after each merge.
 // Deterministic: the result does not depend on the thread count.
-// Returns an owned tokenizer in *out. Errors: SLM_E_IO on inputs, SLM_E_ARG if vocab_size is
-// smaller than 256 + n_specials, SLM_E_FORMAT on an empty corpus.
+// Returns an owned tokenizer in *out; when the corpus runs out of pairs to merge first, it has
+// fewer ids than vocab_size and a warning says how many. Errors: SLM_E_IO on inputs, SLM_E_ARG
+// if vocab_size is smaller than 256 + n_specials, SLM_E_FORMAT on an empty corpus.
 // Source: Sennrich et al. 2016 (BPE); Radford et al. 2019 (GPT-2 byte-level BPE).
 slm_status slm_bpe_train(const slm_bpe_train_opts *opts, slm_tokenizer **out);
 

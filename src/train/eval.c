@@ -29,6 +29,16 @@ slm_status slm_eval_split(slm_llama *m, const char *data_dir, const char *split,
                                : !strcmp(split, "val") ? &ds.val
                                                        : NULL;
     uint64_t n_windows = si && si->n_tokens > 0 ? (si->n_tokens - 1) / (uint64_t)T : 0;
+    if (si && si->n_tokens == 0) { // a data error, not an option error: no --seq helps
+        st = slm_fail(SLM_E_FORMAT,
+                      "%s: the %s split is empty (0 documents, 0 tokens; train %llu / val %llu "
+                      "tokens, val_fraction %g); evaluate the other split or prepare the data "
+                      "again",
+                      data_dir, split, (unsigned long long)ds.train.n_tokens,
+                      (unsigned long long)ds.val.n_tokens, ds.val_fraction);
+        slm_dataset_free(&ds);
+        return st;
+    }
     if (si && n_windows < 1) {
         st = slm_fail(SLM_E_ARG,
                       "%s: the %s split has %llu tokens, 0 windows of --seq + 1 = %d tokens; "

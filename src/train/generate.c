@@ -78,7 +78,6 @@ slm_status slm_generate(slm_llama *m, const slm_tokenizer *tok, const char *prom
     if (o->top_k < 0) return slm_fail(SLM_E_ARG, "--top-k must be >= 0");
     if (!(o->top_p > 0 && o->top_p <= 1)) return slm_fail(SLM_E_ARG, "--top-p must be in (0, 1]");
     slm_ivec ids = {0};
-    slm_buf text = {0};
     slm_status st = slm_tokenizer_encode(tok, prompt, strlen(prompt),
                                          o->add_bos ? SLM_ENC_ADD_BOS : 0, &ids);
     if (st) goto out;
@@ -102,11 +101,16 @@ slm_status slm_generate(slm_llama *m, const slm_tokenizer *tok, const char *prom
     slm_rng_seed(&rng, o->seed);
     for (size_t i = 0; i < ids.len; i++)
         slm_llama_decode_step(m, kv, ids.data[i], (int)i, logits);
-    // Text already shown: the decoded prompt. Each new token's bytes are the growth of the
-    // decoded sequence, so SentencePiece's leading-space rule and byte-fallback pieces stream
-    // correctly too (byte-level BPE decodes token by token anyway).
-    st = slm_tokenizer_decode(tok, ids.data, ids.len, &text);
-    size_t shown = text.len;
+    // Text already shown: the decoded prompt. New text streams through an incremental decoder
+    // that holds back a character until all its bytes have arrived (several byte-fallback or
+    // byte-level tokens), so what is emitted never changes later and the concatenation of the
+    // chunks is the one-shot decode of the new ids' text (tokenizer.h slm_tok_stream).
+    slm_tok_stream ts;
+    slm_tok_stream_init(&ts, tok, false);
+    const char *chunk = NULL;
+    size_t chunk_len = 0;
+    st = slm_tok_stream_push(&ts, ids.data, ids.len, &chunk, &chunk_len);
+    ts.shown = ts.text.len; // the prompt is the caller's to show
     int32_t eos = slm_tokenizer_eos_id(tok);
     for (int i = 0; !st && i < o->max_new; i++) {
         // Ids the model knows but the tokenizer does not (a padded vocab) are never sampled.
@@ -114,15 +118,17 @@ slm_status slm_generate(slm_llama *m, const slm_tokenizer *tok, const char *prom
         int32_t next = slm_sample_logits(logits, V, o, &rng);
         slm_ivec_push(&ids, next);
         if (o->stop_at_eos && next == eos) break;
-        text.len = 0;
-        st = slm_tokenizer_decode(tok, ids.data, ids.len, &text);
+        st = slm_tok_stream_push(&ts, &next, 1, &chunk, &chunk_len);
         if (st) break;
-        if (emit) emit(ctx, next, text.data + (text.len > shown ? shown : text.len),
-                       text.len > shown ? text.len - shown : 0);
-        if (text.len > shown) shown = text.len;
+        if (emit) emit(ctx, next, chunk, chunk_len);
         if ((int)ids.len >= cache_T) break; // context full
         slm_llama_decode_step(m, kv, next, (int)ids.len - 1, logits);
     }
+    if (!st) { // the ids end inside a character: show what the one-shot decode shows
+        slm_tok_stream_finish(&ts, &chunk, &chunk_len);
+        if (emit && chunk_len) emit(ctx, -1, chunk, chunk_len);
+    }
+    slm_tok_stream_free(&ts);
     free(logits);
     slm_kv_cache_free(kv);
     if (!st && out_ids) {
@@ -131,6 +137,5 @@ slm_status slm_generate(slm_llama *m, const slm_tokenizer *tok, const char *prom
     }
 out:
     slm_ivec_free(&ids);
-    slm_buf_free(&text);
     return st;
 }

@@ -594,6 +594,9 @@ run_dir_done:
     if (r.resume_path) {
         st = resume_from(&r, r.resume_path, &synth, &step, &tokens_seen);
         if (st) goto out;
+        if (o->init_from_hf && RANK == 0) // only --resume auto gets here (the CLI refuses PATH)
+            slm_info("--init-from-hf %s not used: the run continues from its checkpoint",
+                     o->init_from_hf);
         if (step >= o->steps) { // nothing to train: say so (no NaN loss, no rate)
             st = already_complete(o, step, res);
             goto out;

@@ -238,8 +238,11 @@ typedef struct slm_gen_opts {
     bool stop_at_eos;  // stop when the EOS id is sampled
 } slm_gen_opts;
 
-// Called with the bytes decoded so far that were not yet emitted (byte-level BPE: whole bytes,
-// possibly part of a UTF-8 character); `len` may be 0 for special tokens.
+// Called after each new token with the text it completed (the bytes no later token can change:
+// a character split over several tokens comes whole with its last token); `len` may be 0 (a
+// special token, or part of a character). If generation ends inside a character, a last call
+// with token -1 carries the rest. The concatenated bytes equal the one-shot decode of the new
+// tokens' text.
 typedef void (*slm_gen_emit_fn)(void *ctx, int32_t token, const char *bytes, size_t len);
 
 // Encodes `prompt`, runs it through the KV cache, then samples max_new tokens (or until EOS /
