@@ -145,6 +145,21 @@ typedef struct slm_train_result {
 // never leaves weights that do not match the config.
 slm_status slm_train_run(const slm_train_opts *o, slm_train_result *res);
 
+// Under mpirun, before any other collective: checks that every rank was started with the same
+// settings (slm_dist_agree_values), so mismatched ranks stop together with one message instead
+// of corrupting memory, failing inside MPI or training an inconsistent model. Compared: every
+// option of slm_train_opts that changes the math, the collective schedule or the run directory
+// (data, model, vocab, batch, seq, grad-accum, steps, lr, min-lr, warmup, weight decay, betas,
+// eps, grad clip, seed, eval, activation checkpointing, max-minutes, time schedule, sharding,
+// shard group size, param / reduce dtypes, all-gather limit, prefetch, collective timeout, out,
+// checkpoint policy, resume, init-from-hf), as parsed values; then, read on each rank, the
+// resolved model config, the XXH64 of the dataset's manifest.json and tokenizer file and of the
+// --init-from-hf config.json. Not compared (they may differ per rank): threads, log_every,
+// peak_gflops, hooks, and the MPI progress thread. Collective; SLM_OK in a world of one.
+// Errors: SLM_E_ARG when an option differs, SLM_E_FORMAT when only file contents differ, with
+// a message naming the first differing setting and which ranks hold which value.
+slm_status slm_train_agree(const slm_train_opts *o);
+
 // SIGINT / SIGTERM set the stop flag the loop checks at step boundaries.
 void slm_train_install_signal_handlers(void);
 // Sets / reads the stop flag (async-signal-safe setter).
