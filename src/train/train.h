@@ -15,8 +15,11 @@
 //
 // Invariants: the same options, seed and thread count give bitwise-identical losses and
 // weights. The loop checks a stop flag (set by SIGINT / SIGTERM through
-// slm_train_install_signal_handlers) only at step boundaries, then saves and returns
-// SLM_E_INTERRUPTED. Under mpirun (world > 1) the run is data parallel through fsdp/: each rank
+// slm_train_install_signal_handlers) and --max-minutes at step boundaries and between
+// micro-batches (under FSDP the ranks agree on it with a small all-reduce, so all stop at the
+// same micro-batch); a stop between micro-batches discards the partial step (loader position and
+// synthetic RNG rewound to the step's start, so a resume replays the whole step bitwise). Then
+// it saves and returns SLM_E_INTERRUPTED (--max-minutes: SLM_OK). Under mpirun (world > 1) the run is data parallel through fsdp/: each rank
 // trains on its slice of every global batch (B x world sequences per micro-batch) with the
 // parameters, gradients and AdamW state sharded as opts.fsdp says (docs/cluster.md); rank 0
 // alone writes the run directory. A world of one keeps the plain single-process path.
@@ -160,7 +163,10 @@ slm_status slm_train_run(const slm_train_opts *o, slm_train_result *res);
 // a message naming the first differing setting and which ranks hold which value.
 slm_status slm_train_agree(const slm_train_opts *o);
 
-// SIGINT / SIGTERM set the stop flag the loop checks at step boundaries.
+// SIGINT / SIGTERM set the stop flag the loop checks at step and micro-batch boundaries (the
+// first SIGINT prints a notice on stderr). A second SIGINT while a stop is pending writes a
+// message and exits the process at once with status 1 (_exit: nothing saved; the last committed
+// checkpoint stays).
 void slm_train_install_signal_handlers(void);
 // Sets / reads the stop flag (async-signal-safe setter).
 void slm_train_request_stop(void);
