@@ -6,6 +6,7 @@
 #     bit for bit (the loader position is rewound to the step's start);
 #  2. mpirun -np 2, SIGINT to rank 1 only: both ranks stop at the same micro-batch (the stop is
 #     agreed), no collective timeout, and the resumed run again equals the uninterrupted one;
+#  1b. --max-minutes likewise stops inside a step (exit 0);
 #  3. a second SIGINT while the first stop is pending (inside one long micro-batch) exits at
 #     once with a message and without saving.
 # Before the fix, 1 and 2 finish step 2 and exit 0, and 3 ignores the second signal.
@@ -74,6 +75,19 @@ if wait_for "$W/a.out" "step *1/2" $P; then
     fi
 else
     bad "1 rank: no step 1 line"; cat "$W/a.err"
+fi
+
+# --- 1b. --max-minutes is checked between micro-batches too: 0.02 min = 1.2 s inside a first
+# step of 10 x 6000 micro-batches stops there (exit 0, nothing trained, the step discarded)
+t0=$(now)
+"$BIN" "${TR[@]}" --grad-accum 60000 --max-minutes 0.02 --out "$W/mm" > "$W/mm.log" 2>&1
+rc=$?
+t1=$(now)
+el=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f", b - a}')
+if [ $rc -eq 0 ] && grep -q "max-minutes 0.02 reached during step 1; stopping after 0 steps" "$W/mm.log"; then
+    ok "--max-minutes 0.02 stopped inside step 1 (run took ${el} s)"
+else
+    bad "--max-minutes inside a step: exit $rc after ${el} s"; tail -5 "$W/mm.log"
 fi
 
 # --- 2. mpirun -np 2, signal to rank 1 only
