@@ -670,6 +670,12 @@ run_dir_done:
             loss_sum += (double)loss * (double)n;
         }
         if (mb_stop) {
+            // Every rank stops at the same micro-batch: finish its pending reduce-scatters (the
+            // partial gradients are dropped) and release the gathered units before saving.
+            if (r.dp) {
+                slm_fsdp_sync_grads(&r.fsdp);
+                slm_fsdp_release_all(&r.fsdp);
+            }
             if (r.train_l) st = slm_loader_set_state(r.train_l, step_pos);
             if (st) goto out;
             synth = step_synth;
