@@ -245,33 +245,41 @@ static void append_ranks(slm_buf *b, const uint64_t *all, int n, int i, uint64_t
 
 slm_status slm_dist_agree_values(const slm_agree_item *items, int n) {
     if (g_world == 1) return SLM_OK;
-    // 1. The lists themselves: count and names (different builds could check different items).
-    uint64_t names = 0x736c6d61677265ull;
-    for (int i = 0; i < n; i++) names = slm_xxh64(items[i].name, strlen(items[i].name) + 1, names);
-    int64_t head[2] = {n, (int64_t)names};
-    int64_t *heads = slm_xmalloc((size_t)g_world * 2 * sizeof(int64_t));
-    slm_dist_allgather(head, heads, 2, SLM_DT_I64, "option agreement (lists)");
-    for (int r = 1; r < g_world; r++)
-        if (heads[2 * r] != heads[0] || heads[2 * r + 1] != heads[1]) {
+    uint64_t names = 0x736c6d61677265ull, values = 0;
+    uint64_t *mine = slm_xmalloc((size_t)(n > 0 ? n : 1) * sizeof(uint64_t));
+    for (int i = 0; i < n; i++) {
+        names = slm_xxh64(items[i].name, strlen(items[i].name) + 1, names);
+        // The NUL is hashed too; NULL ("(unset)") hashes apart from every string.
+        const char *v = items[i].value;
+        mine[i] = v ? slm_xxh64(v, strlen(v) + 1, 0) : slm_xxh64("", 0, 1);
+        values = slm_xxh64(&mine[i], sizeof mine[i], values);
+    }
+    // 1. One all-gather of a fixed size: the count, the names and all values, each as one hash.
+    int64_t head[3] = {n, (int64_t)names, (int64_t)values};
+    int64_t *heads = slm_xmalloc((size_t)g_world * 3 * sizeof(int64_t));
+    slm_dist_allgather(head, heads, 3, SLM_DT_I64, "option agreement");
+    bool all_same = true;
+    for (int r = 1; r < g_world; r++) {
+        if (heads[3 * r] != heads[0] || heads[3 * r + 1] != heads[1]) {
+            // Different lists (another build): the per-item hashes cannot be lined up.
             slm_status st = slm_fail(SLM_E_ARG,
                                      "ranks disagree on which settings they compare: rank 0 "
                                      "checks %lld, rank %d checks %lld%s (different shardlm "
                                      "builds?)",
-                                     (long long)heads[0], r, (long long)heads[2 * r],
-                                     heads[2 * r] == heads[0] ? " with other names" : "");
-            free(heads);
+                                     (long long)heads[0], r, (long long)heads[3 * r],
+                                     heads[3 * r] == heads[0] ? " with other names" : "");
+            free(heads), free(mine);
             return st;
         }
-    free(heads);
-    if (n == 0) return SLM_OK;
-    // 2. One hash per value, compared with rank 0's.
-    uint64_t *mine = slm_xmalloc((size_t)n * sizeof(uint64_t));
-    uint64_t *all = slm_xmalloc((size_t)g_world * (size_t)n * sizeof(uint64_t));
-    for (int i = 0; i < n; i++) {
-        const char *v = items[i].value ? items[i].value : "(unset)";
-        // The NUL is hashed too, so "(unset)" for NULL and an empty string differ.
-        mine[i] = items[i].value ? slm_xxh64(v, strlen(v) + 1, 0) : slm_xxh64("", 0, 1);
+        all_same = all_same && heads[3 * r + 2] == heads[2];
     }
+    free(heads);
+    if (all_same) {
+        free(mine);
+        return SLM_OK;
+    }
+    // 2. Something differs: every item's hash, to find which (lists are equal in length now).
+    uint64_t *all = slm_xmalloc((size_t)g_world * (size_t)n * sizeof(uint64_t));
     slm_dist_allgather(mine, all, n, SLM_DT_I64, "option agreement (values)");
     free(mine);
     int first = -1;
@@ -285,7 +293,7 @@ slm_status slm_dist_agree_values(const slm_agree_item *items, int n) {
         free(all), free(differs);
         return SLM_OK;
     }
-    // 3. Only now the differing item's values themselves, for the message.
+    // 3. The first differing item's values themselves, for the message.
     char mine_v[AGREE_SHOW + 1];
     const char *v = items[first].value ? items[first].value : "(unset)";
     if (strlen(v) > AGREE_SHOW)

@@ -65,10 +65,11 @@ typedef struct slm_agree_item {
 
 // Checks that every rank of the world holds the same n items (same names, same values) before
 // the ranks communicate about anything else. Collective over the world, bounded by the
-// collective timeout; SLM_OK at once in a world of one. One all-gather of (n, XXH64 of the
-// names), one of the XXH64 of every value; only on a difference are the first differing item's
-// values (their first 160 bytes) all-gathered, so every rank returns the same status (that
-// item's code; SLM_E_ARG when the lists themselves differ) and the same message, e.g.
+// collective timeout; SLM_OK at once in a world of one. One all-gather of three integers per
+// rank (n, XXH64 of the names, XXH64 of all the values' XXH64s) decides; only on a difference
+// follow an all-gather of every item's hash and one of the first differing item's values
+// (their first 160 bytes), so every rank returns the same status (that item's code; SLM_E_ARG
+// when the lists themselves differ) and the same message, e.g.
 //   "ranks disagree on --param-dtype: rank 0 bf16, rank 1 fp32"
 // (ranks holding one value are grouped: "ranks 0-2,5 bf16, rank 3 fp32"; at most 6 values
 // shown), then "; also differ: --lr, --seed" naming the other differing items. Meant to be
