@@ -2,6 +2,7 @@
 #include "cmd.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,8 +38,14 @@ static void prep_usage(FILE *f) {
         "  --quiet             no progress output and no summary line (errors and warnings\n"
         "                      are still printed, on stderr)\n"
         "  --unit-bytes N      work unit size (default 1 MiB; output multiset independent)\n"
+        "  --collective-timeout S  under mpirun: abort the whole job when one collective waits\n"
+        "                      more than S seconds, S > 0 and finite (default 600); keep it\n"
+        "                      above the slowest rank's share of the corpus\n"
         "Under mpirun each rank prepares a disjoint part of the inputs; rank 0 writes the\n"
-        "manifest. Exit codes: 0 ok, 1 runtime error (I/O, bad input), 2 usage error.\n");
+        "manifest. Every rank must get the same options (all but --workers and --quiet):\n"
+        "they are compared first and a difference stops every rank naming the option and\n"
+        "the ranks (exit 2; 1 when only the tokenizer file's contents differ).\n"
+        "Exit codes: 0 ok, 1 runtime error (I/O, bad input), 2 usage error.\n");
 }
 
 int slm_cmd_prep(int argc, char **argv) {
@@ -56,6 +63,7 @@ int slm_cmd_prep(int argc, char **argv) {
     const char **inputs = calloc((size_t)argc + 1, sizeof *inputs);
     int n_in = 0;
     int64_t workers = 0;
+    double timeout_s = 600.0; // dist/'s default deadline
     slm_status st = SLM_OK;
     bool in_inputs = false;
     for (int i = 1; i < argc && st == SLM_OK; i++) {
@@ -68,7 +76,8 @@ int slm_cmd_prep(int argc, char **argv) {
             in_inputs = false;
             static const char *const known[] = {"--tokenizer",    "--out",          "--input",
                                                 "--shard-tokens", "--val-fraction", "--unit-bytes",
-                                                "--workers",      "--seed"};
+                                                "--workers",      "--seed",
+                                                "--collective-timeout"};
             bool is_known = false;
             for (size_t k = 0; k < sizeof known / sizeof *known; k++)
                 is_known = is_known || !strcmp(a, known[k]);
@@ -100,7 +109,12 @@ int slm_cmd_prep(int argc, char **argv) {
                 o.unit_bytes = x;
             } else if (!strcmp(a, "--workers"))
                 st = slm_parse_i64("--workers", v, 1, 999, &workers);
-            else if (!strcmp(a, "--seed")) {
+            else if (!strcmp(a, "--collective-timeout")) {
+                st = slm_parse_f64("--collective-timeout", v, &timeout_s);
+                if (st == SLM_OK && !(isfinite(timeout_s) && timeout_s > 0))
+                    st = slm_fail(SLM_E_ARG, "prep: --collective-timeout %s: must be > 0 seconds "
+                                  "and finite", v);
+            } else if (!strcmp(a, "--seed")) {
                 st = slm_parse_i64("--seed", v, 0, (INT64_C(1) << 53) - 1, &x);
                 o.seed = (uint64_t)x;
             } else
@@ -130,6 +144,15 @@ int slm_cmd_prep(int argc, char **argv) {
         slm_error("%s", slm_errmsg());
         free(inputs);
         return SLM_EXIT_ERROR;
+    }
+    slm_dist_set_timeout(timeout_s);
+    // Ranks started with different options stop here, together, with one message.
+    st = slm_prep_agree(&o, timeout_s);
+    if (st) {
+        if (slm_dist_rank() == 0) slm_error("prep: %s", slm_errmsg());
+        free(inputs);
+        slm_dist_finalize();
+        return st == SLM_E_ARG ? SLM_EXIT_USAGE : SLM_EXIT_ERROR;
     }
     if (workers == 0) {
         long cpus = sysconf(_SC_NPROCESSORS_ONLN);

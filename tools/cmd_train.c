@@ -45,7 +45,12 @@ static void train_usage(FILE *f) {
             "  --reduce-dtype D      fp32 (default) or bf16: dtype of gradient communication\n"
             "  --limit-all-gathers K units gathered or in flight for prefetch (default 2)\n"
             "  --no-prefetch         no forward / backward prefetch of the next unit\n"
-            "  --collective-timeout S  abort the job when a collective waits > S s (default 600)\n"
+            "  --collective-timeout S  abort the whole job (MPI_Abort, naming the op, step and\n"
+            "                        group) when one collective waits more than S seconds;\n"
+            "                        S > 0 and finite (default 600). It bounds the wait for the\n"
+            "                        slowest rank, so at scale keep it above the longest\n"
+            "                        legitimate wait: the first step, a validation pass, a\n"
+            "                        checkpoint commit, start-up on a slow file system\n"
             "  --progress-thread US  with world > 1 a thread polls MPI every US microseconds so\n"
             "                        all-gathers / reduce-scatters progress during compute\n"
             "                        (MPI_THREAD_MULTIPLE; default 0 = off; try 100)\n"
@@ -70,6 +75,11 @@ static void train_usage(FILE *f) {
             "  --init-from-hf DIR    initial weights from a Hugging Face safetensors directory\n"
             "                        (not with --resume PATH; with --resume auto only while\n"
             "                        RUN_DIR has no checkpoint)\n\n"
+            "Under mpirun every rank must be given the same options (all but --threads,\n"
+            "--log-every, --peak-gflops and --progress-thread): they are compared first and a\n"
+            "difference stops every rank, naming the option and the ranks (exit 2; 1 when only\n"
+            "the dataset's or model config's file contents differ between ranks).\n"
+            "\n"
             "exit codes: 0 done, 1 runtime error (data, I/O, NaN, interrupted), 2 usage error\n");
 }
 
@@ -244,7 +254,8 @@ int slm_cmd_train(int argc, char **argv) {
         } else if (!strcmp(a, "--limit-all-gathers")) {
             if (!(st = slm_parse_i64(a, v, 0, 1 << 20, &iv))) o.fsdp.limit_all_gathers = (int)iv;
         } else if (!strcmp(a, "--collective-timeout")) {
-            if (!(st = slm_parse_f64(a, v, &dv))) o.collective_timeout_s = dv;
+            if (!(st = parse_real(a, v, 0, true, INFINITY, false, "> 0 seconds and finite", &dv)))
+                o.collective_timeout_s = dv;
         } else if (!strcmp(a, "--progress-thread")) {
             if (!(st = parse_real(a, v, 0, false, 1e6, true, "in [0, 1e6) microseconds", &dv)))
                 slm_dist_request_progress_thread(dv);
@@ -301,6 +312,14 @@ int slm_cmd_train(int argc, char **argv) {
         return SLM_EXIT_ERROR;
     }
     slm_train_install_signal_handlers();
+    // Ranks started with different options stop here, together, before anything else.
+    slm_dist_set_timeout(o.collective_timeout_s);
+    st = slm_train_agree(&o);
+    if (st) {
+        if (slm_dist_rank() == 0) slm_error("train: %s", slm_errmsg());
+        slm_dist_finalize();
+        return exit_code(st);
+    }
     slm_train_result res;
     st = slm_train_run(&o, &res);
     if (st) {

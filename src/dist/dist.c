@@ -216,6 +216,128 @@ slm_status slm_dist_agree(slm_status local) {
     return (slm_status)code;
 }
 
+// Shown bytes of one differing value (longer ones end in "...").
+#define AGREE_SHOW 160
+// Distinct values named in a disagreement message; contiguous rank runs per value.
+#define AGREE_MAX_VALUES 4
+#define AGREE_MAX_RUNS 8
+
+// Appends "rank 3" or "ranks 0-2,5" for the ranks r whose hash all[r * n + i] is h.
+static void append_ranks(slm_buf *b, const uint64_t *all, int n, int i, uint64_t h) {
+    int count = 0;
+    for (int r = 0; r < g_world; r++) count += all[(size_t)r * n + i] == h;
+    slm_buf_appendf(b, "%s", count == 1 ? "rank " : "ranks ");
+    int runs = 0;
+    for (int r = 0; r < g_world; r++) {
+        if (all[(size_t)r * n + i] != h) continue;
+        int e = r;
+        while (e + 1 < g_world && all[(size_t)(e + 1) * n + i] == h) e++;
+        if (runs == AGREE_MAX_RUNS) {
+            slm_buf_appendf(b, ",...");
+            break;
+        }
+        slm_buf_appendf(b, "%s%d", runs ? "," : "", r);
+        if (e > r) slm_buf_appendf(b, "-%d", e);
+        runs++;
+        r = e;
+    }
+}
+
+slm_status slm_dist_agree_values(const slm_agree_item *items, int n) {
+    if (g_world == 1) return SLM_OK;
+    uint64_t names = 0x736c6d61677265ull, values = 0;
+    uint64_t *mine = slm_xmalloc((size_t)(n > 0 ? n : 1) * sizeof(uint64_t));
+    for (int i = 0; i < n; i++) {
+        names = slm_xxh64(items[i].name, strlen(items[i].name) + 1, names);
+        // The NUL is hashed too; NULL ("(unset)") hashes apart from every string.
+        const char *v = items[i].value;
+        mine[i] = v ? slm_xxh64(v, strlen(v) + 1, 0) : slm_xxh64("", 0, 1);
+        values = slm_xxh64(&mine[i], sizeof mine[i], values);
+    }
+    // 1. One all-gather of a fixed size: the count, the names and all values, each as one hash.
+    int64_t head[3] = {n, (int64_t)names, (int64_t)values};
+    int64_t *heads = slm_xmalloc((size_t)g_world * 3 * sizeof(int64_t));
+    slm_dist_allgather(head, heads, 3, SLM_DT_I64, "option agreement");
+    bool all_same = true;
+    for (int r = 1; r < g_world; r++) {
+        if (heads[3 * r] != heads[0] || heads[3 * r + 1] != heads[1]) {
+            // Different lists (another build): the per-item hashes cannot be lined up.
+            slm_status st = slm_fail(SLM_E_ARG,
+                                     "ranks disagree on which settings they compare: rank 0 "
+                                     "checks %lld, rank %d checks %lld%s (different shardlm "
+                                     "builds?)",
+                                     (long long)heads[0], r, (long long)heads[3 * r],
+                                     heads[3 * r] == heads[0] ? " with other names" : "");
+            free(heads), free(mine);
+            return st;
+        }
+        all_same = all_same && heads[3 * r + 2] == heads[2];
+    }
+    free(heads);
+    if (all_same) {
+        free(mine);
+        return SLM_OK;
+    }
+    // 2. Something differs: every item's hash, to find which (lists are equal in length now).
+    uint64_t *all = slm_xmalloc((size_t)g_world * (size_t)n * sizeof(uint64_t));
+    slm_dist_allgather(mine, all, n, SLM_DT_I64, "option agreement (values)");
+    free(mine);
+    int first = -1;
+    bool *differs = slm_xcalloc((size_t)n, sizeof(bool));
+    for (int i = 0; i < n; i++) {
+        for (int r = 1; r < g_world && !differs[i]; r++)
+            differs[i] = all[(size_t)r * n + i] != all[i];
+        if (differs[i] && first < 0) first = i;
+    }
+    if (first < 0) {
+        free(all), free(differs);
+        return SLM_OK;
+    }
+    // 3. The first differing item's values themselves, for the message.
+    char mine_v[AGREE_SHOW + 1];
+    const char *v = items[first].value ? items[first].value : "(unset)";
+    if (strlen(v) > AGREE_SHOW)
+        snprintf(mine_v, sizeof mine_v, "%.*s...", AGREE_SHOW - 3, v);
+    else
+        snprintf(mine_v, sizeof mine_v, "%s", v);
+    char *vals = slm_xmalloc((size_t)g_world * sizeof mine_v);
+    slm_dist_allgather(mine_v, vals, (int64_t)sizeof mine_v, SLM_DT_U8,
+                       "option agreement (differing values)");
+    slm_buf b = {0};
+    slm_buf_appendf(&b, "ranks disagree on %s: ", items[first].name);
+    uint64_t shown[AGREE_MAX_VALUES];
+    int n_shown = 0;
+    for (int r = 0; r < g_world; r++) {
+        uint64_t h = all[(size_t)r * n + first];
+        bool seen = false;
+        for (int k = 0; k < n_shown; k++) seen = seen || shown[k] == h;
+        if (seen) continue;
+        if (n_shown == AGREE_MAX_VALUES) {
+            slm_buf_appendf(&b, ", and other values on further ranks");
+            break;
+        }
+        if (n_shown) slm_buf_appendf(&b, ", ");
+        append_ranks(&b, all, n, first, h);
+        const char *rv = vals + (size_t)r * sizeof mine_v;
+        slm_buf_appendf(&b, " %.*s", AGREE_SHOW, rv);
+        shown[n_shown++] = h;
+    }
+    int n_more = 0;
+    for (int i = first + 1; i < n; i++) {
+        if (!differs[i]) continue;
+        if (n_more == 8) {
+            slm_buf_appendf(&b, ", ...");
+            break;
+        }
+        slm_buf_appendf(&b, "%s%s", n_more ? ", " : "; also differ: ", items[i].name);
+        n_more++;
+    }
+    slm_status st = slm_fail(items[first].code ? items[first].code : SLM_E_ARG, "%s", b.data);
+    slm_buf_free(&b);
+    free(vals), free(all), free(differs);
+    return st;
+}
+
 // ---------------------------------------------------------------------------------------------
 // bfloat16
 

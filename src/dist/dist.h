@@ -34,7 +34,8 @@ void slm_dist_request_progress_thread(double poll_us);
 void slm_dist_finalize(void);
 int slm_dist_rank(void);
 int slm_dist_world(void);
-// Deadline for every wait, in seconds (default 600; <= 0 disables).
+// Deadline for every wait, in seconds (default 600; <= 0 disables; the command lines refuse
+// values <= 0 or non-finite, so only library callers can disable it).
 void slm_dist_set_timeout(double seconds);
 // Context shown when a collective times out ("step 120, unit 3"); copied.
 void slm_dist_set_context(const char *ctx);
@@ -52,6 +53,28 @@ void slm_dist_allgather(const void *send, void *recv, int64_t count, slm_dtype_c
 // ranks passed SLM_OK; otherwise every rank returns the lowest failing rank's status and
 // message (prefixed with that rank), so no rank is left waiting in a later collective.
 slm_status slm_dist_agree(slm_status local);
+
+// One value every rank must hold identically (slm_dist_agree_values).
+typedef struct slm_agree_item {
+    const char *name;  // what the user calls it: "--param-dtype", "dataset manifest"
+    const char *value; // canonical text: the parsed value printed back ("0.0003", not "3e-4"),
+                       // so equal settings typed differently agree; NULL reads "(unset)"
+    slm_status code;   // returned when this item differs: SLM_E_ARG for an option (exit 2),
+                       // SLM_E_FORMAT for data / files (exit 1)
+} slm_agree_item;
+
+// Checks that every rank of the world holds the same n items (same names, same values) before
+// the ranks communicate about anything else. Collective over the world, bounded by the
+// collective timeout; SLM_OK at once in a world of one. One all-gather of three integers per
+// rank (n, XXH64 of the names, XXH64 of all the values' XXH64s) decides; only on a difference
+// follow an all-gather of every item's hash and one of the first differing item's values
+// (their first 160 bytes), so every rank returns the same status (that item's code; SLM_E_ARG
+// when the lists themselves differ) and the same message, e.g.
+//   "ranks disagree on --param-dtype: rank 0 bf16, rank 1 fp32"
+// (ranks holding one value are grouped: "ranks 0-2,5 bf16, rank 3 fp32"; at most 6 values
+// shown), then "; also differ: --lr, --seed" naming the other differing items. Meant to be
+// printed once (by rank 0). items[i].name / value are borrowed for the call only.
+slm_status slm_dist_agree_values(const slm_agree_item *items, int n);
 
 // ---------------------------------------------------------------------------------------------
 // Communicators (groups) and non-blocking collectives

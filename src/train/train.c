@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "data/data.h"
 #include "dist/dist.h"
@@ -18,8 +19,22 @@
 
 static volatile sig_atomic_t g_stop = 0;
 
+// First SIGINT / SIGTERM: stop at the next micro-batch or step boundary (saved, resumable).
+// A second SIGINT while that stop is pending exits at once (async-signal-safe write + _exit).
 static void on_signal(int sig) {
-    (void)sig;
+    if (sig == SIGINT && g_stop) {
+        static const char msg[] = "\nshardlm: second interrupt: exiting now without saving "
+                                  "(the last committed checkpoint is kept)\n";
+        ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+        (void)w;
+        _exit(1);
+    }
+    if (sig == SIGINT && !g_stop) { // SIGTERM (supervisors, mpirun's teardown) stays quiet
+        static const char msg[] = "\nshardlm: stop requested: stopping at the next micro-batch "
+                                  "boundary (interrupt again to exit at once, without saving)\n";
+        ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+        (void)w;
+    }
     g_stop = 1;
 }
 
@@ -380,6 +395,15 @@ static slm_status already_complete(const slm_train_opts *o, int64_t step, slm_tr
     return SLM_OK;
 }
 
+// The stop check between micro-batches: 1 for a stop signal, 2 for --max-minutes, 0 to go on.
+// Under FSDP (dp) the ranks agree (MAX all-reduce), so all leave the step at the same
+// micro-batch and none is left alone in the collective schedule.
+static int micro_batch_stop(bool dp, double max_minutes, double t_start) {
+    int64_t f[2] = {g_stop != 0, max_minutes > 0 && slm_time_s() - t_start >= max_minutes * 60.0};
+    if (dp) slm_dist_allreduce(f, 2, SLM_DT_I64, SLM_OP_MAX, "stop flags (micro-batch)");
+    return f[0] ? 1 : f[1] ? 2 : 0;
+}
+
 slm_status slm_train_run(const slm_train_opts *o, slm_train_result *res) {
     run_state r;
     memset(&r, 0, sizeof r);
@@ -628,6 +652,11 @@ run_dir_done:
             break;
         }
         double t0 = slm_time_s();
+        // A stop between micro-batches discards the partial step: the loader and the synthetic
+        // RNG go back to the step's start, so the checkpoint resumes by replaying the whole step.
+        slm_loader_state step_pos = {0};
+        if (r.train_l) step_pos = slm_loader_get_state(r.train_l);
+        slm_rng step_synth = synth;
         // All micro-batches first, so the loss scale (this micro-batch's share of the step's
         // target tokens) is known before the first backward.
         int64_t per_win = (int64_t)B * (T + 1);
@@ -654,7 +683,9 @@ run_dir_done:
         else
             slm_llama_zero_grad(&r.model);
         double loss_sum = 0;
+        int mb_stop = 0; // 1: stop signal, 2: --max-minutes, agreed between micro-batches
         for (int k = 0; k < K; k++) {
+            if (k > 0 && (mb_stop = micro_batch_stop(r.dp, o->max_minutes, t_start))) break;
             int64_t n = slm_train_split_windows(r.win + k * per_win, B, T, r.inp, r.tgt);
             float loss = slm_llama_forward(&r.model, r.inp, r.tgt, B, T);
             // Under FSDP a rank must not leave the collective schedule alone: a non-finite
@@ -670,6 +701,23 @@ run_dir_done:
             // d(mean over the step's tokens)/dp = sum_k (n_k / n_total) d(mean_k)/dp
             slm_llama_backward(&r.model, (float)((double)n / (double)n_total));
             loss_sum += (double)loss * (double)n;
+        }
+        if (mb_stop) {
+            // Every rank stops at the same micro-batch: finish its pending reduce-scatters (the
+            // partial gradients are dropped) and release the gathered units before saving.
+            if (r.dp) {
+                slm_fsdp_sync_grads(&r.fsdp);
+                slm_fsdp_release_all(&r.fsdp);
+            }
+            if (r.train_l) st = slm_loader_set_state(r.train_l, step_pos);
+            if (st) goto out;
+            synth = step_synth;
+            if (mb_stop == 1) interrupted = true;
+            else
+                slm_info("--max-minutes %.3g reached during step %lld; stopping after %lld "
+                         "steps (the partial step is discarded)",
+                         o->max_minutes, (long long)step + 1, (long long)step);
+            break;
         }
         if (r.dp) slm_dist_allreduce(&loss_sum, 1, SLM_DT_F64, SLM_OP_SUM, "step loss");
         double loss = loss_sum / (double)n_total;

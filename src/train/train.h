@@ -17,8 +17,11 @@
 //
 // Invariants: the same options, seed and thread count give bitwise-identical losses and
 // weights. The loop checks a stop flag (set by SIGINT / SIGTERM through
-// slm_train_install_signal_handlers) only at step boundaries, then saves and returns
-// SLM_E_INTERRUPTED. Under mpirun (world > 1) the run is data parallel through fsdp/: each rank
+// slm_train_install_signal_handlers) and --max-minutes at step boundaries and between
+// micro-batches (under FSDP the ranks agree on it with a small all-reduce, so all stop at the
+// same micro-batch); a stop between micro-batches discards the partial step (loader position and
+// synthetic RNG rewound to the step's start, so a resume replays the whole step bitwise). Then
+// it saves and returns SLM_E_INTERRUPTED (--max-minutes: SLM_OK). Under mpirun (world > 1) the run is data parallel through fsdp/: each rank
 // trains on its slice of every global batch (B x world sequences per micro-batch) with the
 // parameters, gradients and AdamW state sharded as opts.fsdp says (docs/cluster.md); rank 0
 // alone writes the run directory. A world of one keeps the plain single-process path.
@@ -161,7 +164,25 @@ typedef struct slm_train_result {
 // never leaves weights that do not match the config.
 slm_status slm_train_run(const slm_train_opts *o, slm_train_result *res);
 
-// SIGINT / SIGTERM set the stop flag the loop checks at step boundaries.
+// Under mpirun, before any other collective: checks that every rank was started with the same
+// settings (slm_dist_agree_values), so mismatched ranks stop together with one message instead
+// of corrupting memory, failing inside MPI or training an inconsistent model. Compared: every
+// option of slm_train_opts that changes the math, the collective schedule or the run directory
+// (data, model, vocab, batch, seq, grad-accum, steps, lr, min-lr, warmup, weight decay, betas,
+// eps, grad clip, seed, eval, activation checkpointing, max-minutes, time schedule, sharding,
+// shard group size, param / reduce dtypes, all-gather limit, prefetch, collective timeout, out,
+// checkpoint policy, resume, init-from-hf), as parsed values; then, read on each rank, the
+// resolved model config, the XXH64 of the dataset's manifest.json and tokenizer file and of the
+// --init-from-hf config.json. Not compared (they may differ per rank): threads, log_every,
+// peak_gflops, hooks, and the MPI progress thread. Collective; SLM_OK in a world of one.
+// Errors: SLM_E_ARG when an option differs, SLM_E_FORMAT when only file contents differ, with
+// a message naming the first differing setting and which ranks hold which value.
+slm_status slm_train_agree(const slm_train_opts *o);
+
+// SIGINT / SIGTERM set the stop flag the loop checks at step and micro-batch boundaries (the
+// first SIGINT prints a notice on stderr). A second SIGINT while a stop is pending writes a
+// message and exits the process at once with status 1 (_exit: nothing saved; the last committed
+// checkpoint stays).
 void slm_train_install_signal_handlers(void);
 // Sets / reads the stop flag (async-signal-safe setter).
 void slm_train_request_stop(void);

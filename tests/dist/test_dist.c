@@ -31,6 +31,81 @@ static void test_agree(void) {
     CHECK(strstr(slm_errmsg(), "disk on fire") != NULL);
 }
 
+// slm_dist_agree_values: equal lists pass; a differing item gives its code and a message built
+// here by hand from the rank layout (grouped rank runs, first differing item, "also differ").
+static void expect_msg(const char *want) {
+    if (strcmp(slm_errmsg(), want) != 0) {
+        fprintf(stderr, "rank %d: got  \"%s\"\n         want \"%s\"\n", slm_dist_rank(),
+                slm_errmsg(), want);
+        CHECK(0);
+    }
+}
+
+static void test_agree_values(void) {
+    int r = slm_dist_rank(), w = slm_dist_world();
+    slm_agree_item same[3] = {{"--lr", "0.0003", SLM_E_ARG},
+                              {"--seed", "5", SLM_E_ARG},
+                              {"dataset manifest", "xxh64 1", SLM_E_FORMAT}};
+    CHECK_EQ_INT(slm_dist_agree_values(same, 3), SLM_OK);
+    CHECK_EQ_INT(slm_dist_agree_values(same, 0), SLM_OK);
+    if (w == 1) return; // a world of one always agrees
+    char want[512], last[16];
+    snprintf(last, sizeof last, w == 2 ? "rank %d" : "ranks 0-%d", w - 2);
+
+    // The last rank differs in an option: SLM_E_ARG on every rank, the same message.
+    slm_agree_item a[3] = {same[0], {"--param-dtype", r == w - 1 ? "fp32" : "bf16", SLM_E_ARG},
+                           same[2]};
+    CHECK_EQ_INT(slm_dist_agree_values(a, 3), SLM_E_ARG);
+    snprintf(want, sizeof want, "ranks disagree on --param-dtype: %s bf16, rank %d fp32", last,
+             w - 1);
+    expect_msg(want);
+
+    // Only a file's contents differ: that item's code (SLM_E_FORMAT); two more items differ and
+    // are named after the first; a NULL value reads "(unset)".
+    char hash[32];
+    snprintf(hash, sizeof hash, "xxh64 %d", r == 0 ? 7 : 9);
+    slm_agree_item b[4] = {{"dataset manifest", hash, SLM_E_FORMAT},
+                           same[0],
+                           {"--seed", r == 0 ? "1" : "2", SLM_E_ARG},
+                           {"--resume", r == 0 ? NULL : "auto", SLM_E_ARG}};
+    CHECK_EQ_INT(slm_dist_agree_values(b, 4), SLM_E_FORMAT);
+    char rest[16]; // ranks 1 .. w-1
+    snprintf(rest, sizeof rest, w == 2 ? "rank %d" : "ranks 1-%d", w - 1);
+    snprintf(want, sizeof want,
+             "ranks disagree on dataset manifest: rank 0 xxh64 7, %s xxh64 9; also differ: "
+             "--seed, --resume",
+             rest);
+    expect_msg(want);
+    slm_agree_item c[1] = {{"--resume", r == 0 ? NULL : "", SLM_E_ARG}};
+    CHECK_EQ_INT(slm_dist_agree_values(c, 1), SLM_E_ARG);
+    snprintf(want, sizeof want, "ranks disagree on --resume: rank 0 (unset), %s ", rest);
+    expect_msg(want);
+
+    // Interleaved values group into rank lists; a long value is cut to 157 bytes + "...".
+    if (w == 4) {
+        char longv[301];
+        memset(longv, 'x', 300);
+        longv[300] = 0;
+        slm_agree_item d[1] = {{"--out", r % 2 ? longv : "run", SLM_E_ARG}};
+        CHECK_EQ_INT(slm_dist_agree_values(d, 1), SLM_E_ARG);
+        char cut[161];
+        memset(cut, 'x', 157);
+        memcpy(cut + 157, "...", 4);
+        snprintf(want, sizeof want, "ranks disagree on --out: ranks 0,2 run, ranks 1,3 %s", cut);
+        expect_msg(want);
+    }
+
+    // Different lists (another build): refused before any value is compared.
+    slm_agree_item e[2] = {same[0], same[1]};
+    CHECK_EQ_INT(slm_dist_agree_values(e, r == w - 1 ? 1 : 2), SLM_E_ARG);
+    CHECK(strstr(slm_errmsg(), "ranks disagree on which settings they compare") != NULL);
+    slm_agree_item f[2] = {same[0], {r == w - 1 ? "--sead" : "--seed", "5", SLM_E_ARG}};
+    CHECK_EQ_INT(slm_dist_agree_values(f, 2), SLM_E_ARG);
+    CHECK(strstr(slm_errmsg(), "with other names") != NULL);
+    // Afterwards the ranks are still in step: equal lists pass again.
+    CHECK_EQ_INT(slm_dist_agree_values(same, 3), SLM_OK);
+}
+
 // Groups of 2 consecutive ranks (like HYBRID_SHARD's shard groups) and the cross groups; every
 // non-blocking collective against values computed by hand.
 static void test_groups_nonblocking(void) {
@@ -117,6 +192,7 @@ int main(int argc, char **argv) {
     slm_dist_set_timeout(60);
     RUN(test_allreduce_bcast_allgather);
     RUN(test_agree);
+    RUN(test_agree_values);
     RUN(test_groups_nonblocking);
     RUN(test_bf16_rounding);
     int rc = slm_dist_rank() == 0 ? TEST_SUMMARY() : (slm_test_failed_ ? 1 : 0);
