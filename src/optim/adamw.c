@@ -113,3 +113,15 @@ void slm_scale(float *x, int64_t n, float s) {
 #pragma omp parallel for schedule(static) if (n >= SLM_OPTIM_PAR_MIN)
     for (int64_t i = 0; i < n; i++) x[i] *= s;
 }
+
+double slm_clip_grad_norm(float *const *bufs, const int64_t *lens, int n_bufs, double max_norm) {
+    double sumsq = 0;
+    for (int i = 0; i < n_bufs; i++) sumsq += slm_sumsq(bufs[i], lens[i]);
+    double norm = sqrt(sumsq);
+    if (max_norm > 0 && isfinite(norm)) {
+        double coef = max_norm / (norm + 1e-6);
+        if (coef < 1.0)
+            for (int i = 0; i < n_bufs; i++) slm_scale(bufs[i], lens[i], (float)coef);
+    }
+    return norm;
+}

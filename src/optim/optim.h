@@ -41,4 +41,11 @@ double slm_sumsq(const float *x, int64_t n);
 // Multiplies n floats by s.
 void slm_scale(float *x, int64_t n, float s);
 
+// Global-norm gradient clipping over n_bufs buffers (bufs[i] holds lens[i] floats, scaled in
+// place), as torch.nn.utils.clip_grad_norm_: norm = sqrt(sum of slm_sumsq over the buffers);
+// when max_norm > 0, the norm is finite and max_norm / (norm + 1e-6) < 1, every buffer is
+// multiplied by that coefficient (rounded to float). Returns the norm before clipping (NaN /
+// Inf propagate; nothing is scaled then). The world-of-one trainer's clipping.
+double slm_clip_grad_norm(float *const *bufs, const int64_t *lens, int n_bufs, double max_norm);
+
 #endif

@@ -731,24 +731,18 @@ run_dir_done:
         double gnorm;
         if (r.dp) { // global norm over the shards, and clipping (same formula as below)
             gnorm = slm_fsdp_clip_grad_norm(&r.fsdp, o->grad_clip);
-        } else {
-            double sumsq = 0;
-            for (int u = 0; u < NU; u++)
-                sumsq += slm_sumsq(r.model.grads[u], r.model.units[u].numel);
-            gnorm = sqrt(sumsq);
+        } else { // world of one: the same clipping through optim/ (before the finiteness check:
+                 // a non-finite norm scales nothing)
+            int64_t *lens = slm_xmalloc((size_t)NU * sizeof *lens);
+            for (int u = 0; u < NU; u++) lens[u] = r.model.units[u].numel;
+            gnorm = slm_clip_grad_norm(r.model.grads, lens, NU, o->grad_clip);
+            free(lens);
         }
         if (!isfinite(gnorm)) {
             st = slm_fail(SLM_E_NUMERIC,
                           "step %lld: gradient norm is %f (loss %.4f); HINT: lower --lr",
                           (long long)step + 1, gnorm, loss);
             goto out;
-        }
-        // torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when that is < 1.
-        if (o->grad_clip > 0 && !r.dp) {
-            double coef = (double)o->grad_clip / (gnorm + 1e-6);
-            if (coef < 1.0)
-                for (int u = 0; u < NU; u++)
-                    slm_scale(r.model.grads[u], r.model.units[u].numel, (float)coef);
         }
         // With time_schedule the schedule advances by whichever is further along: steps or
         // the share of max_minutes spent, so it completes within the time budget.
