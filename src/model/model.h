@@ -42,8 +42,10 @@ typedef struct slm_llama_config {
 // A caller may overwrite c->vocab_size afterwards to match its tokenizer (then validate).
 // Errors: SLM_E_ARG naming the unknown preset and listing the known ones.
 slm_status slm_llama_config_preset(const char *name, slm_llama_config *c);
-// Reads an HF config.json (fields above; others ignored). Missing optional fields take HF's
-// defaults. Errors: SLM_E_IO, SLM_E_FORMAT naming the file and field (wrong JSON type),
+// Reads an HF config.json (fields above; rope_theta from the top level, rope_parameters or
+// rope_scaling; math-changing fields shardlm does not implement are SLM_E_UNSUPPORTED naming
+// them; irrelevant ones ignored, unknown ones warned about: docs/model.md). Missing optional
+// fields take HF's defaults. Errors: SLM_E_IO, SLM_E_FORMAT naming the file and field (wrong JSON type),
 // then slm_llama_config_validate's errors.
 slm_status slm_llama_config_load(const char *path, slm_llama_config *c);
 // The same from JSON text [len bytes] in memory; `path` only names it in messages.
