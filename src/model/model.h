@@ -124,6 +124,11 @@ slm_status slm_llama_init(slm_llama *m, const slm_llama_config *cfg, bool alloc)
 void slm_llama_free(slm_llama *m);
 // Finds a view by HF name; returns NULL if absent. *unit receives its unit index.
 const slm_param_view *slm_llama_find(const slm_llama *m, const char *name, int *unit);
+// Checks x[0, n), elements [begin, begin + n) of unit `unit` whose layout is `lay` (may be
+// NULL), for NaN / inf. Errors: SLM_E_FORMAT naming `src` (file), `what` ("weights", "AdamW m"),
+// the tensor, its unit and the element index inside the tensor.
+slm_status slm_check_finite(const slm_unit_layout *lay, int unit, int64_t begin, const float *x,
+                            int64_t n, const char *what, const char *src);
 
 // Initializes one unit's FlatParameter `flat` [units[unit].numel] exactly as
 // slm_llama_init_weights does for that unit (for callers that own the unit buffers).
