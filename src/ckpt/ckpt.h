@@ -259,6 +259,14 @@ void slm_st_read_f32(const slm_st_file *f, const slm_st_tensor *t, float *out);
 // Errors: SLM_E_IO naming the file.
 slm_status slm_hf_export(const slm_llama *m, const char *out_dir, slm_st_dtype dtype,
                          size_t max_shard_bytes);
+// Writes the transformers-side tokenizer files into OUT_DIR for the tokenizer at
+// `tokenizer_path` (already copied there, left unchanged): bos/eos/pad_token_id added to
+// OUT_DIR/config.json, generation_config.json (the same ids), special_tokens_map.json and
+// tokenizer_config.json (LlamaTokenizerFast for tokenizer.json, LlamaTokenizer for
+// tokenizer.model; add_bos_token true when the tokenizer has a BOS, as `shardlm generate`
+// prepends it; model_max_length = max_positions). Errors: the tokenizer loader's, SLM_E_IO.
+slm_status slm_hf_write_tokenizer_files(const char *out_dir, const char *tokenizer_path,
+                                        int32_t max_positions);
 // Loads HF weights from DIR (config.json + model.safetensors or model.safetensors.index.json)
 // into an initialised model whose params are allocated: checks the config matches m->cfg, every
 // expected tensor present once with the right shape and a float dtype (F32/F16/BF16), and no
