@@ -585,9 +585,14 @@ static void test_finite_differences(void) {
 }
 
 static void test_decode_matches_forward(void) {
-    const bool tied[2] = {false, true};
-    for (int variant = 0; variant < 2; variant++) {
-        slm_llama_config c = small_cfg(67, 48, 80, 2, 6, variant ? 3 : 1, tied[variant]);
+    const bool tied[4] = {false, true, false, true};
+    // rope_theta per variant: decode applies RoPE itself (src/model/decode.c), so it is checked
+    // at the default and at non-default thetas (the full forward's RoPE at those thetas is
+    // checked against PyTorch by tests/model/parity.py).
+    const float theta[4] = {10000.0f, 10000.0f, 500000.0f, 1000000.0f};
+    for (int variant = 0; variant < 4; variant++) {
+        slm_llama_config c = small_cfg(67, 48, 80, 2, 6, variant % 2 ? 3 : 1, tied[variant]);
+        c.rope_theta = theta[variant];
         c.initializer_range = 0.1f; // sharper attention than at 0.02, a stronger check
         slm_llama m;
         CHECK_OK(slm_llama_init(&m, &c, true));
