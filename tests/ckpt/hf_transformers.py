@@ -2,6 +2,8 @@
 
 A small model (byte-level BPE tokenizer trained by shardlm, rope_theta = 500000, GQA) is trained
 for a few steps and exported. Then, with the `transformers` library:
+0. (a SentencePiece tokenizer.model run as well: AutoTokenizer encodes as shardlm, see
+   spm_check)
 1. config.json / generation_config.json carry the tokenizer's BOS / EOS / PAD ids (as
    `shardlm tokenizer info` reports them), and the model config has theta 500000;
 2. AutoTokenizer.from_pretrained(OUT) encodes every prompt (tinyshakespeare lines, hostile
@@ -57,6 +59,58 @@ def run(*args, data=None):
     if r.returncode != 0:
         raise RuntimeError(f"shardlm {' '.join(args)}: exit {r.returncode}: {r.stderr.decode()}")
     return r
+
+
+def spm_check(w, text, hostile):
+    """A SentencePiece tokenizer.model run: the export's tokenizer_config.json makes
+    AutoTokenizer (slow LlamaTokenizer; the fast one also when protobuf is importable, which its
+    conversion needs) encode as shardlm does, BOS included."""
+    try:
+        import sentencepiece as spm
+    except ImportError:
+        print("spm: sentencepiece not importable, SentencePiece export not checked",
+              file=sys.stderr)
+        return
+    d = os.path.join(w, "spm")
+    os.makedirs(d)
+    spm.SentencePieceTrainer.train(
+        input=os.path.join(w, "corpus.txt"), model_prefix=os.path.join(d, "sp"),
+        vocab_size=400, model_type="bpe", byte_fallback=True, minloglevel=2,
+        normalization_rule_name="identity")
+    tok_path = os.path.join(d, "tokenizer.model")
+    os.rename(os.path.join(d, "sp.model"), tok_path)
+    run("prep", "--tokenizer", tok_path, "--input", os.path.join(w, "corpus.txt"), "--out",
+        os.path.join(d, "data"), "--val-fraction", "0.1", "--workers", "1", "--quiet")
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump({"vocab_size": 400, "hidden_size": 32, "intermediate_size": 64,
+                   "num_hidden_layers": 1, "num_attention_heads": 4,
+                   "max_position_embeddings": 64}, f)
+    run("train", "--data", os.path.join(d, "data"), "--model", os.path.join(d, "config.json"),
+        "--batch", "2", "--seq", "32", "--steps", "2", "--threads", "2", "--peak-gflops", "10",
+        "--log-every", "0", "--out", os.path.join(d, "run"))
+    hf_dir = os.path.join(d, "hf")
+    run("ckpt", "export", os.path.join(d, "run"), "--hf", hf_dir)
+    kinds = [("slow", False)]
+    try:
+        import google.protobuf  # noqa: F401
+        kinds.append(("fast", True))
+    except ImportError:
+        print("spm: protobuf not importable, only the slow LlamaTokenizer checked",
+              file=sys.stderr)
+    texts = [l for l in text[300000:330000].split("\n") if l][:100] + hostile
+    for label, fast in kinds:
+        t = AutoTokenizer.from_pretrained(hf_dir, use_fast=fast)
+        n = 0
+        for s in texts:
+            got = t(s)["input_ids"]
+            ref = [int(x) for x in run("tokenizer", "encode", "--tokenizer", tok_path, "--bos",
+                                       "--whole", data=s.encode()).stdout.split()]
+            n += len(ref)
+            if not check(got == ref, f"spm {label} AutoTokenizer({s[:40]!r}) = {got[:12]} vs "
+                                     f"shardlm {ref[:12]}"):
+                break
+        print(f"spm {label} ({type(t).__name__}): {len(texts)} texts, {n} ids equal",
+              file=sys.stderr)
 
 
 def main():
@@ -147,6 +201,7 @@ def main():
           f"at rope_theta {THETA:g} ({ties} near-ties)", file=sys.stderr)
     check(compared >= 3 * NEW, f"only {compared} ids compared")
 
+    spm_check(w, text, hostile)
     subprocess.run(["rm", "-rf", w])
     print(f"{'FAILED' if failures else 'OK'}: {failures} failures")
     return 1 if failures else 0
