@@ -19,6 +19,12 @@ fi
 # A venv over Debian's python (it sees python3-torch / sentencepiece) for the PyPI-only
 # references (HF tokenizers); tests use .venv/bin/python.
 if [ ! -x .venv/bin/python ]; then /usr/bin/python3 -m venv --system-site-packages .venv; fi
+# transformers for the export cross-check (tests/ckpt/hf_transformers.py), pinned: 4.49.0 is the
+# newest that runs on Debian's torch 1.13 (4.50+ import torch.distributed.tensor, 4.52+ need
+# torch >= 2.1); it brings a matching tokenizers (0.21.x). Installed first so that the
+# tokenizers line below finds it.
+.venv/bin/python -c "import transformers" 2>/dev/null ||
+  .venv/bin/python -m pip install -q "transformers==4.49.0"
 .venv/bin/python -c "import tokenizers" 2>/dev/null || .venv/bin/python -m pip install -q tokenizers
 # optional second reader for the safetensors cross-check (tests/ckpt/hf_cross.py)
 .venv/bin/python -c "import safetensors" 2>/dev/null || .venv/bin/python -m pip install -q safetensors || true

@@ -21,7 +21,8 @@ static void usage(FILE *f) {
         "PATH: a step directory, RUN_DIR/checkpoints (uses `latest`) or RUN_DIR.\n"
         "export writes Hugging Face LlamaForCausalLM files: model.safetensors (or\n"
         "model-0000i-of-0000n.safetensors + model.safetensors.index.json above SIZE, e.g.\n"
-        "5GB, 500MB, bytes; default 5GB), config.json and the run's tokenizer file.\n");
+        "5GB, 500MB, bytes; default 5GB), config.json, the run's tokenizer file and\n"
+        "tokenizer_config.json, special_tokens_map.json, generation_config.json.\n");
 }
 
 // "5GB" / "500MB" / "10KB" (decimal, as HF's max_shard_size) or plain bytes.
@@ -87,6 +88,9 @@ static int do_export(slm_ckpt *c, const char *out, slm_st_dtype dt, size_t max_s
                 if (M->has_tokenizer && h != M->tokenizer_xxh64)
                     slm_warn("%s: differs from the tokenizer the checkpoint recorded (xxh64)", src);
                 st = slm_file_write_atomic(dst, txt, len);
+                // tokenizer_config.json & co., bos/eos ids in config.json (for transformers)
+                if (!st)
+                    st = slm_hf_write_tokenizer_files(out, dst, M->cfg.max_position_embeddings);
             }
             free(txt);
             free(dst);

@@ -1132,6 +1132,12 @@ slm_status slm_ckpt_read_range(slm_ckpt *c, int unit, int64_t begin, int64_t end
             int64_t off = R->offset + ((int64_t)k * R->stored + (pos - R->begin)) * 4;
             slm_status st = read_bytes(c, best, off, (size_t)(seg_end - pos) * 4,
                                        (uint8_t *)(dst[k] + (pos - begin)));
+            // A checksummed file can still hold NaN / inf (saved by a diverged run, or made by
+            // hand): refuse it here, naming the tensor, rather than train or generate from it.
+            static const char *what[3] = {"weights", "AdamW m", "AdamW v"};
+            if (!st)
+                st = slm_check_finite(&c->units[unit], unit, pos, dst[k] + (pos - begin),
+                                      seg_end - pos, what[k], c->files[best].path);
             if (st) return st;
         }
         pos = seg_end;

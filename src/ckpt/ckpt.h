@@ -311,6 +311,14 @@ slm_status slm_export_dir_begin(const char *out_dir, char **tmp);
 slm_status slm_export_dir_commit(const char *tmp, const char *out_dir);
 // Removes the temp directory and the plain files in it (after a failed export); NULL: no-op.
 void slm_export_dir_abort(const char *tmp);
+// Writes the transformers-side tokenizer files into OUT_DIR for the tokenizer at
+// `tokenizer_path` (already copied there, left unchanged): bos/eos/pad_token_id added to
+// OUT_DIR/config.json, generation_config.json (the same ids), special_tokens_map.json and
+// tokenizer_config.json (LlamaTokenizerFast for tokenizer.json, LlamaTokenizer for
+// tokenizer.model; add_bos_token true when the tokenizer has a BOS, as `shardlm generate`
+// prepends it; model_max_length = max_positions). Errors: the tokenizer loader's, SLM_E_IO.
+slm_status slm_hf_write_tokenizer_files(const char *out_dir, const char *tokenizer_path,
+                                        int32_t max_positions);
 // Loads HF weights from DIR (config.json + model.safetensors or model.safetensors.index.json)
 // into an initialised model whose params are allocated: checks the config matches m->cfg, every
 // expected tensor present once with the right shape and a float dtype (F32/F16/BF16), and no

@@ -95,7 +95,10 @@ void slm_st_close(slm_st_file *f) {
 static int cmp_begin(const void *a, const void *b) {
     const slm_st_tensor *x = *(const slm_st_tensor *const *)a,
                         *y = *(const slm_st_tensor *const *)b;
-    return (x->begin > y->begin) - (x->begin < y->begin);
+    // (begin, end), as the reference implementation sorts: a zero-element tensor [b, b] sorts
+    // before a tensor starting at b, so tensors tile the data whatever the JSON key order.
+    if (x->begin != y->begin) return (x->begin > y->begin) - (x->begin < y->begin);
+    return (x->end > y->end) - (x->end < y->end);
 }
 
 slm_status slm_st_parse(const uint8_t *data, size_t len, const char *name, slm_st_file *f) {
@@ -506,6 +509,10 @@ slm_status slm_hf_load(slm_llama *m, const char *dir) {
     for (int u = 0; u < m->n_units; u++)
         total += m->units[u].n_views;
     bool *seen = slm_xcalloc((size_t)total + 1, 1);
+    // With tied embeddings an lm_head.weight in the files must equal the embedding (a copy, as
+    // some exporters write); one that differs is refused (transformers would silently drop it).
+    float *lm_head = NULL;
+    char *lm_head_file = NULL;
     for (int fi = 0; fi < n_files && !st; fi++) {
         char *p = slm_path_join(dir, files[fi]);
         slm_st_file f;
@@ -513,7 +520,21 @@ slm_status slm_hf_load(slm_llama *m, const char *dir) {
         for (int i = 0; !st && i < f.n; i++) {
             const slm_st_tensor *t = &f.t[i];
             if (ends_with(t->name, "rotary_emb.inv_freq")) continue; // a buffer, not a weight
-            if (m->cfg.tie_word_embeddings && !strcmp(t->name, "lm_head.weight")) continue;
+            if (m->cfg.tie_word_embeddings && !strcmp(t->name, "lm_head.weight")) {
+                int64_t V = m->cfg.vocab_size, C = m->cfg.hidden_size;
+                if (lm_head || t->ndim != 2 || t->shape[0] != V || t->shape[1] != C) {
+                    st = slm_fail(SLM_E_FORMAT,
+                                  "%s: tensor lm_head.weight %s (tie_word_embeddings is true: "
+                                  "expected at most one copy of the embedding, [%" PRId64
+                                  ", %" PRId64 "])",
+                                  p, lm_head ? "appears twice" : "has the wrong shape", V, C);
+                    break;
+                }
+                lm_head = slm_xmalloc((size_t)(V * C) * sizeof(float));
+                slm_st_read_f32(&f, t, lm_head);
+                lm_head_file = slm_xstrdup(p);
+                continue;
+            }
             int unit;
             const slm_param_view *v = slm_llama_find(m, t->name, &unit);
             if (!v) {
@@ -542,6 +563,9 @@ slm_status slm_hf_load(slm_llama *m, const char *dir) {
                 break;
             }
             slm_st_read_f32(&f, t, m->params[unit] + v->offset);
+            st = slm_check_finite(&m->units[unit], unit, v->offset, m->params[unit] + v->offset,
+                                  v->numel, "weights", p);
+            if (st) break;
             seen[idx] = true;
         }
         slm_st_close(&f);
@@ -554,6 +578,24 @@ slm_status slm_hf_load(slm_llama *m, const char *dir) {
                     slm_fail(SLM_E_FORMAT, "%s: tensor %s missing", dir, m->units[u].views[i].name);
                 break;
             }
+    if (!st && lm_head) {
+        int L = m->n_units - 1;
+        const slm_param_view *emb = slm_llama_find(m, "model.embed_tokens.weight", NULL);
+        const float *e = m->params[L] + emb->offset;
+        for (int64_t i = 0; i < emb->numel; i++)
+            if (memcmp(&lm_head[i], &e[i], sizeof(float)) != 0) {
+                st = slm_fail(SLM_E_FORMAT,
+                              "%s: tensor lm_head.weight differs from model.embed_tokens.weight "
+                              "(first at element %" PRId64 ": %g vs %g) but %s/config.json has "
+                              "tie_word_embeddings true, which uses the embedding as lm_head; "
+                              "HINT: set tie_word_embeddings to false to use this lm_head, or "
+                              "remove lm_head.weight to tie",
+                              lm_head_file, i, (double)lm_head[i], (double)e[i], dir);
+                break;
+            }
+    }
+    free(lm_head);
+    free(lm_head_file);
     for (int i = 0; i < n_files; i++)
         free(files[i]);
     free(files);

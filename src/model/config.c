@@ -166,15 +166,136 @@ static slm_status json_bool(const char *path, const cJSON *root, const char *fie
     return SLM_OK;
 }
 
+// One RoPE settings object: transformers >= 5 writes "rope_parameters": {"rope_type",
+// "rope_theta", ...}; transformers 4 wrote "rope_scaling" (an alias of rope_parameters in 5).
+// Only unscaled RoPE is implemented: rope_type (or the older "type") must be "default",
+// partial_rotary_factor 1; any other key (factor, original_max_position_embeddings, ...) belongs
+// to a scaled variant and is refused, naming it. *theta is set when the object has rope_theta.
+static slm_status read_rope_object(const char *path, const cJSON *root, const char *field,
+                                   float *theta, bool *has_theta) {
+    const cJSON *o = cJSON_GetObjectItemCaseSensitive(root, field);
+    if (!o || cJSON_IsNull(o)) return SLM_OK;
+    if (!cJSON_IsObject(o))
+        return slm_fail(SLM_E_FORMAT, "%s: field \"%s\": expected an object or null", path,
+                        field);
+    const cJSON *e;
+    cJSON_ArrayForEach(e, o) {
+        const char *k = e->string;
+        if (!strcmp(k, "rope_type") || !strcmp(k, "type")) {
+            if (!cJSON_IsString(e))
+                return slm_fail(SLM_E_FORMAT, "%s: field \"%s.%s\": expected a string", path,
+                                field, k);
+            if (strcmp(e->valuestring, "default") != 0)
+                return slm_fail(SLM_E_UNSUPPORTED,
+                                "%s: field \"%s.%s\" is \"%.40s\": shardlm implements only "
+                                "\"default\" (unscaled) RoPE",
+                                path, field, k, e->valuestring);
+        } else if (!strcmp(k, "rope_theta")) {
+            if (!cJSON_IsNumber(e))
+                return slm_fail(SLM_E_FORMAT, "%s: field \"%s.rope_theta\": expected a number",
+                                path, field);
+            *theta = (float)e->valuedouble;
+            *has_theta = true;
+        } else if (!strcmp(k, "partial_rotary_factor")) {
+            if (!cJSON_IsNumber(e) || e->valuedouble != 1.0)
+                return slm_fail(SLM_E_UNSUPPORTED,
+                                "%s: field \"%s.partial_rotary_factor\": only 1 (RoPE on the "
+                                "whole head dim) is implemented",
+                                path, field);
+        } else {
+            return slm_fail(SLM_E_UNSUPPORTED,
+                            "%s: field \"%s.%.60s\": scaled RoPE is not implemented (only "
+                            "rope_type, rope_theta and partial_rotary_factor 1 are read)",
+                            path, field, k);
+        }
+    }
+    return SLM_OK;
+}
+
+// rope_theta from the top level and / or rope_parameters / rope_scaling. Every value given must
+// agree (transformers 4 reads the top level, 5 the nested object: a disagreement would give the
+// two libraries different models).
+static slm_status read_rope(const char *path, const cJSON *root, float *theta) {
+    static const char *fields[] = {"rope_parameters", "rope_scaling"};
+    float top = *theta;
+    bool has_top = cJSON_GetObjectItemCaseSensitive(root, "rope_theta") != NULL;
+    slm_status st = json_float(path, root, "rope_theta", &top);
+    if (st) return st;
+    const char *src = has_top ? "rope_theta" : NULL;
+    float val = top;
+    for (int i = 0; i < 2; i++) {
+        float t = 0;
+        bool has = false;
+        if ((st = read_rope_object(path, root, fields[i], &t, &has))) return st;
+        if (!has) continue;
+        if (src && t != val)
+            return slm_fail(SLM_E_FORMAT,
+                            "%s: field \"%s.rope_theta\" (%g) disagrees with \"%s\" (%g)", path,
+                            fields[i], (double)t, src, (double)val);
+        if (!src) src = fields[i];
+        val = t;
+    }
+    const cJSON *prf = cJSON_GetObjectItemCaseSensitive(root, "partial_rotary_factor");
+    if (prf && !cJSON_IsNull(prf) && !(cJSON_IsNumber(prf) && prf->valuedouble == 1.0))
+        return slm_fail(SLM_E_UNSUPPORTED,
+                        "%s: field \"partial_rotary_factor\": only 1 (RoPE on the whole head "
+                        "dim) is implemented",
+                        path);
+    *theta = val;
+    return SLM_OK;
+}
+
+// config.json fields shardlm reads (above) or knows to be irrelevant to the model's math
+// (docs/model.md has the table). Anything else draws one warning listing the names.
+static const char *const k_known_fields[] = {
+    // read
+    "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+    "num_key_value_heads", "max_position_embeddings", "rms_norm_eps", "rope_theta",
+    "rope_parameters", "rope_scaling", "partial_rotary_factor", "initializer_range",
+    "tie_word_embeddings", "model_type", "hidden_act", "attention_bias", "mlp_bias", "head_dim",
+    "attention_dropout", "quantization_config",
+    // irrelevant to the math
+    "architectures", "transformers_version", "torch_dtype", "dtype", "use_cache", "bos_token_id",
+    "eos_token_id", "pad_token_id", "pretraining_tp", "_name_or_path", "output_attentions",
+    "output_hidden_states", "return_dict", "torchscript", "use_return_dict", "tokenizer_class",
+    "_attn_implementation", "_attn_implementation_autoset", NULL};
+
+static void warn_unknown_fields(const char *path, const cJSON *root) {
+    char list[512] = "";
+    int n = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, root) {
+        bool known = false;
+        for (int i = 0; k_known_fields[i] && !known; i++)
+            known = !strcmp(e->string, k_known_fields[i]);
+        if (known) continue;
+        if (n++ < 8) {
+            size_t l = strlen(list);
+            snprintf(list + l, sizeof list - l, "%s\"%.48s\"", l ? ", " : "", e->string);
+        }
+    }
+    if (n)
+        slm_warn("%s: ignoring %d field%s that shardlm does not know: %s%s (see docs/model.md "
+                 "for the fields it reads)",
+                 path, n, n == 1 ? "" : "s", list, n > 8 ? ", ..." : "");
+}
+
 // Fields whose non-default values change the architecture beyond what shardlm implements.
 static slm_status check_unsupported(const char *path, const cJSON *root, int C, int H) {
     const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, "hidden_act");
     if (it && !(cJSON_IsString(it) && strcmp(it->valuestring, "silu") == 0))
         return slm_fail(SLM_E_UNSUPPORTED, "%s: field \"hidden_act\": only \"silu\" is supported",
                         path);
-    it = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
+    it = cJSON_GetObjectItemCaseSensitive(root, "attention_dropout");
+    if (it && !cJSON_IsNull(it) && !(cJSON_IsNumber(it) && it->valuedouble == 0.0))
+        return slm_fail(SLM_E_UNSUPPORTED,
+                        "%s: field \"attention_dropout\": only 0 is supported (shardlm "
+                        "implements no dropout)",
+                        path);
+    it = cJSON_GetObjectItemCaseSensitive(root, "quantization_config");
     if (it && !cJSON_IsNull(it))
-        return slm_fail(SLM_E_UNSUPPORTED, "%s: field \"rope_scaling\": only null is supported",
+        return slm_fail(SLM_E_UNSUPPORTED,
+                        "%s: field \"quantization_config\": quantized weights are not supported",
                         path);
     const char *bias_fields[] = {"attention_bias", "mlp_bias"};
     for (int i = 0; i < 2; i++) {
@@ -236,7 +357,7 @@ slm_status slm_llama_config_parse(const char *text, size_t len, const char *path
         (st = json_int(path, root, "num_key_value_heads", true, &t.num_key_value_heads)) ||
         (st = json_int(path, root, "max_position_embeddings", false, &t.max_position_embeddings)) ||
         (st = json_float(path, root, "rms_norm_eps", &t.rms_norm_eps)) ||
-        (st = json_float(path, root, "rope_theta", &t.rope_theta)) ||
+        (st = read_rope(path, root, &t.rope_theta)) ||
         (st = json_float(path, root, "initializer_range", &t.initializer_range)) ||
         (st = json_bool(path, root, "tie_word_embeddings", &t.tie_word_embeddings)) ||
         (st = check_unsupported(path, root, t.hidden_size, t.num_attention_heads)))
@@ -246,6 +367,7 @@ slm_status slm_llama_config_parse(const char *text, size_t len, const char *path
         st = slm_fail_wrap(st, "%s", path);
         goto out;
     }
+    warn_unknown_fields(path, root);
     *c = t;
 out:
     cJSON_Delete(root);
@@ -297,6 +419,10 @@ slm_status slm_llama_config_save(const slm_llama_config *c, const char *path) {
     cJSON_AddNumberToObject(o, "max_position_embeddings", c->max_position_embeddings);
     add_float(o, "rms_norm_eps", c->rms_norm_eps);
     add_float(o, "rope_theta", c->rope_theta);
+    // transformers >= 5 reads RoPE settings from rope_parameters, 4 from rope_theta: both.
+    cJSON *rp = cJSON_AddObjectToObject(o, "rope_parameters");
+    cJSON_AddStringToObject(rp, "rope_type", "default");
+    add_float(rp, "rope_theta", c->rope_theta);
     cJSON_AddNullToObject(o, "rope_scaling");
     cJSON_AddBoolToObject(o, "tie_word_embeddings", c->tie_word_embeddings);
     add_float(o, "initializer_range", c->initializer_range);

@@ -42,8 +42,10 @@ typedef struct slm_llama_config {
 // A caller may overwrite c->vocab_size afterwards to match its tokenizer (then validate).
 // Errors: SLM_E_ARG naming the unknown preset and listing the known ones.
 slm_status slm_llama_config_preset(const char *name, slm_llama_config *c);
-// Reads an HF config.json (fields above; others ignored). Missing optional fields take HF's
-// defaults. Errors: SLM_E_IO, SLM_E_FORMAT naming the file and field (wrong JSON type),
+// Reads an HF config.json (fields above; rope_theta from the top level, rope_parameters or
+// rope_scaling; math-changing fields shardlm does not implement are SLM_E_UNSUPPORTED naming
+// them; irrelevant ones ignored, unknown ones warned about: docs/model.md). Missing optional
+// fields take HF's defaults. Errors: SLM_E_IO, SLM_E_FORMAT naming the file and field (wrong JSON type),
 // then slm_llama_config_validate's errors.
 slm_status slm_llama_config_load(const char *path, slm_llama_config *c);
 // The same from JSON text [len bytes] in memory; `path` only names it in messages.
@@ -122,6 +124,11 @@ slm_status slm_llama_init(slm_llama *m, const slm_llama_config *cfg, bool alloc)
 void slm_llama_free(slm_llama *m);
 // Finds a view by HF name; returns NULL if absent. *unit receives its unit index.
 const slm_param_view *slm_llama_find(const slm_llama *m, const char *name, int *unit);
+// Checks x[0, n), elements [begin, begin + n) of unit `unit` whose layout is `lay` (may be
+// NULL), for NaN / inf. Errors: SLM_E_FORMAT naming `src` (file), `what` ("weights", "AdamW m"),
+// the tensor, its unit and the element index inside the tensor.
+slm_status slm_check_finite(const slm_unit_layout *lay, int unit, int64_t begin, const float *x,
+                            int64_t n, const char *what, const char *src);
 
 // Initializes one unit's FlatParameter `flat` [units[unit].numel] exactly as
 // slm_llama_init_weights does for that unit (for callers that own the unit buffers).

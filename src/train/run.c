@@ -129,6 +129,9 @@ slm_status slm_model_load(slm_llama *m, const char *path) {
     for (int u = 0; u < m->n_units; u++) {
         memcpy(m->params[u], payload + off, (size_t)m->units[u].numel * sizeof(float));
         off += (size_t)m->units[u].numel * sizeof(float);
+        st = slm_check_finite(&m->units[u], u, 0, m->params[u], m->units[u].numel, "weights",
+                              path);
+        if (st) goto out;
     }
 out:
     slm_map_free(&map);

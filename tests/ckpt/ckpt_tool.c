@@ -4,6 +4,8 @@
 //   ckpt_tool hf-logits DIR TOKENS.slt OUT.slt  model from DIR (config.json + safetensors via
 //                                               slm_hf_load): logits [B, T, V] of tokens
 //   ckpt_tool ckpt-logits PATH TOKENS.slt OUT.slt  the same from a checkpoint's params
+//   ckpt_tool st-check FILE                     slm_st_open only: exit 0 if the safetensors
+//                                               file is accepted, 1 (message) if refused
 // Exit status 0 on success; errors print the message.
 #include "ckpt/ckpt.h"
 #include "reference/slm_tensors.h"
@@ -95,6 +97,12 @@ int main(int argc, char **argv) {
         int rc = logits_out(&m, argv[3], argv[4]);
         slm_llama_free(&m);
         return rc;
+    }
+    if (!strcmp(mode, "st-check") && argc == 3) {
+        slm_st_file f;
+        if (slm_st_open(argv[2], &f)) return fail();
+        slm_st_close(&f);
+        return 0;
     }
     fprintf(stderr, "ckpt_tool: bad arguments for \"%s\"\n", mode);
     return 2;

@@ -8,6 +8,7 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    slm_log_set_level(SLM_LOG_ERROR); // unknown-field warnings would flood the fuzzer's output
     slm_llama_config c;
     if (slm_llama_config_parse((const char *)data, size, "fuzz.json", &c) != SLM_OK) return 0;
     if (c.num_hidden_layers > 64) return 0; // layout cost is linear in L; keep iterations fast

@@ -5,7 +5,8 @@ Checks per case: logits, loss (keep_logits eval forward and the chunked fused tr
 and EVERY parameter gradient, as norm-wise relative errors ||c - ref|| / ||ref||
 (loss <= 1e-4, logits and gradients <= 1e-3). Cases cover GQA / MQA / MHA, tied / untied,
 odd sizes, T not a power of two, B > 1, ignored targets, activation checkpointing, several
-lm_head chunks and a loss scale.
+lm_head chunks, a loss scale and rope_theta 1e2 / 500 / 1e4 / 5e5 / 1e6 (for every non-default
+theta the logits must also differ clearly from the reference's at theta 1e4).
 
 Usage: parity.py MODEL_DUMP_BINARY
 """
@@ -48,6 +49,15 @@ CASES = [
     ("mqa_tied_T70", cfg(131, 48, 100, 2, 6, 1, True), ["--batch", "1", "--seq", "70", "--keep"]),
     ("gqa_big_head", cfg(256, 128, 200, 2, 2, 1, False, T=128, std=0.15),
      ["--batch", "2", "--seq", "96", "--ignore-every", "5"]),
+    # rope_theta sweep (Llama 2 1e4, Llama 3 5e5, 1e6 and a small 100): peaked attention over
+    # T = 96 so that RoPE decides the result; each also must NOT match a reference built at
+    # theta 1e4 (the mutation check below), i.e. the comparison sees theta.
+    ("theta_1e2", cfg(71, 64, 96, 2, 4, 2, False, theta=100.0, T=128, std=0.3),
+     ["--batch", "1", "--seq", "96"]),
+    ("theta_5e5", cfg(71, 64, 96, 2, 4, 2, False, theta=500000.0, T=128, std=0.3),
+     ["--batch", "1", "--seq", "96"]),
+    ("theta_1e6_tied", cfg(71, 64, 96, 2, 4, 1, True, theta=1000000.0, T=128, std=0.3),
+     ["--batch", "2", "--seq", "96", "--ckpt"]),
     # weights, tokens and targets written by Python (torch's own init), B=3 T=9
     ("torch_init_gqa_ckpt", cfg(89, 64, 120, 2, 8, 2, False), ["torch-init", "3", "9", "--ckpt"]),
 ]
@@ -109,9 +119,20 @@ def run_case(binary, tmp, name, c, opts):
     for n in sorted(grads):
         if n in c_grads:
             check("grad " + n, ref.rel_err(c_grads[n], grads[n]), TENSOR_TOL)
+    note = ""
+    if c["rope_theta"] != 10000.0:
+        # the same weights under the default theta must be clearly off (else theta is untested)
+        wrong = ref.build_model(dict(c, rope_theta=10000.0), dtype=torch.float64)
+        ref.load_flat_weights(wrong, t, prefix="param/")
+        with torch.no_grad():
+            wl, _ = ref.forward(wrong, t["tokens"], t["targets"])
+        e = ref.rel_err(t["logits"], wl.numpy())
+        note = f"; vs theta 1e4 {e:.2e}"
+        if not e > 10 * TENSOR_TOL:
+            fails.append(f"theta {c['rope_theta']:g} vs 1e4 changes the logits by only {e:.2e}")
     status = "ok" if not fails else "FAIL"
     print(f"[{status:4}] {name}: loss C {float(t['loss'][0]):.7f} ref {lv:.7f}, "
-          f"{len(c_grads)} grads, worst logits/grad rel err {worst:.2e}")
+          f"{len(c_grads)} grads, worst logits/grad rel err {worst:.2e}{note}")
     for f_ in fails:
         print("       " + f_)
     return not fails

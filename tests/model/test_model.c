@@ -164,6 +164,86 @@ static void test_config_json(void) {
     unlink(q);
 }
 
+// RoPE settings in both layouts (transformers 4: top-level rope_theta / rope_scaling;
+// transformers 5: rope_parameters), and every math-changing field refused, naming it (issue 8
+// item 19). Values are the ones written in the JSON text here.
+static void test_config_rope(void) {
+    slm_llama_config c;
+    const char *p = tmp_path("rope.json");
+#define BASE "{\"hidden_size\": 64, \"num_attention_heads\": 4, \"intermediate_size\": 96, " \
+             "\"vocab_size\": 50, \"num_hidden_layers\": 1, "
+    write_text(p, BASE "\"rope_parameters\": {\"rope_theta\": 500000.0, \"rope_type\": "
+                       "\"default\"}}");
+    CHECK_OK(slm_llama_config_load(p, &c));
+    CHECK_EQ_INT((int64_t)c.rope_theta, 500000);
+    write_text(p, BASE "\"rope_theta\": 1000000.0, \"rope_parameters\": {\"rope_theta\": "
+                       "1000000.0, \"rope_type\": \"default\"}, \"rope_scaling\": null}");
+    CHECK_OK(slm_llama_config_load(p, &c));
+    CHECK_EQ_INT((int64_t)c.rope_theta, 1000000);
+    write_text(p, BASE "\"rope_theta\": 250000.0, \"rope_scaling\": {\"type\": \"default\"}}");
+    CHECK_OK(slm_llama_config_load(p, &c));
+    CHECK_EQ_INT((int64_t)c.rope_theta, 250000);
+    // rope_parameters without rope_theta: HF's default 1e4
+    write_text(p, BASE "\"rope_parameters\": {\"rope_type\": \"default\"}}");
+    CHECK_OK(slm_llama_config_load(p, &c));
+    CHECK_EQ_INT((int64_t)c.rope_theta, 10000);
+    static const struct {
+        const char *json, *needle;
+        slm_status want;
+    } bad[] = {
+        {"\"rope_parameters\": {\"rope_theta\": 500000.0, \"rope_type\": \"linear\", "
+         "\"factor\": 2.0}}",
+         "rope_parameters.rope_type", SLM_E_UNSUPPORTED},
+        {"\"rope_parameters\": {\"rope_theta\": 500000.0, \"factor\": 2.0}}",
+         "rope_parameters.factor", SLM_E_UNSUPPORTED},
+        {"\"rope_scaling\": {\"type\": \"linear\", \"factor\": 2.0}}", "rope_scaling.type",
+         SLM_E_UNSUPPORTED},
+        {"\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0}}",
+         "rope_scaling.rope_type", SLM_E_UNSUPPORTED},
+        {"\"rope_theta\": 10000.0, \"rope_parameters\": {\"rope_theta\": 500000.0}}",
+         "disagrees", SLM_E_FORMAT},
+        {"\"rope_parameters\": {\"rope_theta\": 500000.0, \"partial_rotary_factor\": 0.5}}",
+         "partial_rotary_factor", SLM_E_UNSUPPORTED},
+        {"\"partial_rotary_factor\": 0.25}", "partial_rotary_factor", SLM_E_UNSUPPORTED},
+        {"\"rope_parameters\": 5}", "rope_parameters", SLM_E_FORMAT},
+        {"\"rope_parameters\": {\"rope_theta\": \"1e4\"}}", "rope_parameters.rope_theta",
+         SLM_E_FORMAT},
+        {"\"attention_dropout\": 0.1}", "attention_dropout", SLM_E_UNSUPPORTED},
+        {"\"quantization_config\": {\"quant_method\": \"bitsandbytes\"}}", "quantization_config",
+         SLM_E_UNSUPPORTED},
+        {"\"mlp_bias\": true}", "mlp_bias", SLM_E_UNSUPPORTED},
+        {"\"head_dim\": 32}", "head_dim", SLM_E_UNSUPPORTED},
+    };
+    char buf[512];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(buf, sizeof buf, BASE "%s", bad[i].json);
+        write_text(p, buf);
+        CHECK_EQ_INT(slm_llama_config_load(p, &c), bad[i].want);
+        CHECK_MSG(strstr(slm_errmsg(), bad[i].needle) && strstr(slm_errmsg(), p), "case %zu: %s",
+                  i, slm_errmsg());
+    }
+    // Irrelevant fields are accepted: attention_dropout 0, pretraining_tp, token ids, dtype.
+    write_text(p, BASE "\"attention_dropout\": 0.0, \"pretraining_tp\": 2, \"bos_token_id\": 7, "
+                       "\"dtype\": \"bfloat16\", \"use_cache\": false, \"quantization_config\": "
+                       "null}");
+    CHECK_OK(slm_llama_config_load(p, &c));
+#undef BASE
+    // The saved config carries both layouts with the same theta, and reads back.
+    c = small_cfg(97, 40, 72, 2, 4, 2, false);
+    c.rope_theta = 500000.0f;
+    CHECK_OK(slm_llama_config_save(&c, p));
+    char *text = NULL;
+    size_t len = 0;
+    CHECK_OK(slm_file_read_all(p, &text, &len));
+    CHECK_MSG(strstr(text, "\"rope_parameters\"") && strstr(text, "\"rope_type\":\t\"default\""),
+              "saved: %s", text);
+    free(text);
+    slm_llama_config d;
+    CHECK_OK(slm_llama_config_load(p, &d));
+    CHECK(cfg_equal(&c, &d));
+    unlink(p);
+}
+
 static void test_layout(void) {
     slm_llama_config c = small_cfg(97, 40, 72, 2, 4, 2, false);
     slm_llama m;
@@ -505,9 +585,14 @@ static void test_finite_differences(void) {
 }
 
 static void test_decode_matches_forward(void) {
-    const bool tied[2] = {false, true};
-    for (int variant = 0; variant < 2; variant++) {
-        slm_llama_config c = small_cfg(67, 48, 80, 2, 6, variant ? 3 : 1, tied[variant]);
+    const bool tied[4] = {false, true, false, true};
+    // rope_theta per variant: decode applies RoPE itself (src/model/decode.c), so it is checked
+    // at the default and at non-default thetas (the full forward's RoPE at those thetas is
+    // checked against PyTorch by tests/model/parity.py).
+    const float theta[4] = {10000.0f, 10000.0f, 500000.0f, 1000000.0f};
+    for (int variant = 0; variant < 4; variant++) {
+        slm_llama_config c = small_cfg(67, 48, 80, 2, 6, variant % 2 ? 3 : 1, tied[variant]);
+        c.rope_theta = theta[variant];
         c.initializer_range = 0.1f; // sharper attention than at 0.02, a stronger check
         slm_llama m;
         CHECK_OK(slm_llama_init(&m, &c, true));
@@ -543,6 +628,7 @@ int main(void) {
     RUN(test_presets);
     RUN(test_validate_errors);
     RUN(test_config_json);
+    RUN(test_config_rope);
     RUN(test_layout);
     RUN(test_init);
     RUN(test_hooks_order);
