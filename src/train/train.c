@@ -1,7 +1,6 @@
 // Training: options and their defaults, hook registration, the stop flag, config and vocab
 // checks, windows to inputs / targets, the validation loop, and slm_train_run composing the
 // phases of trainer.c (open, init, step, finish). Hooks in hooks.c. Contract in train.h.
-#include <errno.h>
 #include <math.h>
 #include <omp.h>
 #include <signal.h>
