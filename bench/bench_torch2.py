@@ -22,8 +22,8 @@ F.scaled_dot_product_attention (PyTorch's fastest CPU path); naive keeps llama_r
 Prints `key value` lines: torch_version, mode, world, threads, optimizer, attn,
 flops_per_token (6 N + 12 L C T, docs/model.md), tokens_per_s (global, mean of the per-step
 rates after the first step, as shardlm's `done:` line), tokens_per_s_median, ms_per_step (mean, the slowest rank's time per step),
-rss_mib_ranks (peak RSS of each rank, getrusage, MiB), rss_mib_max, rss_mib_import (this
-process's peak RSS right after `import torch`, before the model), loss_first, loss_last.
+rss_mib_ranks (peak RSS of each rank, getrusage, MiB), rss_mib_max, rss_mib_import (the
+largest rank's peak RSS right after `import torch`, before the model), loss_first, loss_last.
 """
 import argparse
 import math
@@ -166,7 +166,7 @@ def worker(rank, args, port, q):
         inner = model
     opt, kind = make_optimizer(inner, args.optim)
     times, losses = run_steps(model, opt, args, rank, args.world)
-    q.put((rank, times, losses, rss_mib(), kind))
+    q.put((rank, times, losses, rss_mib(), kind, _RSS_IMPORT_MIB))
     dist.barrier()
     dist.destroy_process_group()
 
@@ -204,7 +204,7 @@ def main():
         if args.mode == "compile":
             model = torch.compile(model)
         times, losses = run_steps(model, opt, args, 0, 1)
-        per_rank = [(0, times, losses, rss_mib(), kind)]
+        per_rank = [(0, times, losses, rss_mib(), kind, _RSS_IMPORT_MIB)]
     else:
         import torch.multiprocessing as mp
 
@@ -235,7 +235,7 @@ def main():
     print(f"ms_per_step {mean * 1e3:.1f}")
     print("rss_mib_ranks " + ",".join(f"{v:.0f}" for v in rss))
     print(f"rss_mib_max {max(rss):.0f}")
-    print(f"rss_mib_import {_RSS_IMPORT_MIB:.0f}")
+    print(f"rss_mib_import {max(r[5] for r in per_rank):.0f}")
     print(f"loss_first {losses[0]:.4f}")
     print(f"loss_last {losses[-1]:.4f}")
     if not all(math.isfinite(v) for v in losses):

@@ -98,6 +98,7 @@ for cfg in $CONFIGS; do
     row "$cfg" "$B x $T" "shardlm (1 x $THREADS)" "$S_TPS" "$S_RSS" "$FPT"
     for mode in eager compile; do
         torch2 $mode "$run/config.json" $B $T "$THREADS" 1
+        [ $mode = eager ] && kv rss_mib_import "$W/pt.out" > "$W/import_rss"
         name="PyTorch $TV eager"
         [ $mode = compile ] && name="PyTorch $TV torch.compile"
         row "$cfg" "$B x $T" "$name, AdamW $(kv optimizer "$W/pt.out") (1 x $THREADS)" \
@@ -110,7 +111,7 @@ for cfg in $CONFIGS; do
                 bash -c 'exec /usr/bin/time -v -o "$0.$OMPI_COMM_WORLD_RANK" "$@"' "$W/d.time" \
                 "$BIN" train --synthetic --model "$cfg" --batch $((B / 2)) --seq $T \
                 --steps "$STEPS" --threads 1 --peak-gflops "$PEAK" --log-every 0 --sharding $s \
-                > "$W/d.out"
+                > "$W/d.out" 2> "$W/d.err" || { cat "$W/d.err" >&2; exit 1; }
             tps=$(slm_tps "$W/d.out") rss=$(rss_kb "$W"/d.time.*)
             rm -f "$W"/d.time.*
             eval "D_${s}_TPS=$tps D_${s}_RSS=$rss"
@@ -139,8 +140,7 @@ for cfg in $CONFIGS; do
         printf "| %s | %s | shardlm --activation-checkpointing (1 x %s) | | | | %.0f | | %.2fx of no-ckpt |\n",
                c, bt, th, ar / 1024, ar / sr }'
     } | tee -a "$OUT/bench_train.md"
-    kv rss_mib_import "$W/pt.out" > "$W/import_rss"
 done
 echo | tee -a "$OUT/bench_train.md"
 echo "PyTorch's peak RSS includes $(cat "$W/import_rss") MiB held right after \`import torch\`" \
-     "(the PyPI Linux wheel maps its CUDA libraries also on CPU)." | tee -a "$OUT/bench_train.md"
+     "in the eager run (the PyPI Linux wheel maps its CUDA libraries also on CPU)." | tee -a "$OUT/bench_train.md"
