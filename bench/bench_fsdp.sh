@@ -121,7 +121,7 @@ if [ "$TORCH" = 1 ]; then
     trap 'rm -rf "$W"' EXIT
     export TORCHINDUCTOR_COMPILE_THREADS=1
     "$SLM" train --synthetic --model tiny --batch 1 --seq 16 --steps 1 --threads 1 --log-every 0 \
-        --out "$W/cfg" > /dev/null
+        --out "$W/cfg" > /dev/null 2> "$W/cfg.err" || { cat "$W/cfg.err" >&2; exit 1; }
     PEAK=$("$SLM" bench-peak --threads 2 --n 2048 --reps 5 | awk '{print $3}')
     TV=$("$TPY" -c 'import torch; print(torch.__version__)')
     {
