@@ -40,7 +40,7 @@ while [ $# -gt 0 ]; do
         --threads) THREADS="$2"; shift 2 ;;
         --vocab) VOCAB="$2"; shift 2 ;;
         --plan) PLAN=1; shift ;;
-        -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
         *) echo "quickstart: unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -78,9 +78,9 @@ V=$(sed -n 's/.*"vocab_size":[[:space:]]*\([0-9]*\).*/\1/p' "$DATA/manifest.json
 # tokens the rung needed to reach ratio 0.65 on the Bible with this recipe (lr 2e-3 -> 1e-4,
 # cosine over the run). How these were measured: README, "Quick start".
 LADDER="
-d256-L4 256 4 688 4 8 128 1900000
-d192-L4 192 4 512 3 8 128 2200000
-d128-L4 128 4 344 2 8 128 2600000
+d256-L4 256 4 688 4 8 128 2400000
+d192-L4 192 4 512 3 8 128 2400000
+d128-L4 128 4 344 2 8 128 1300000
 "
 BUDGET_MS=$(awk -v m="$MINUTES" 'BEGIN { printf "%.0f", m * 60 * 1000 * 0.9 }')
 FAKE=(${QUICKSTART_MS_PER_STEP:-})
