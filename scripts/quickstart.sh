@@ -76,7 +76,7 @@ V=$(sed -n 's/.*"vocab_size":[[:space:]]*\([0-9]*\).*/\1/p' "$DATA/manifest.json
 
 # The ladder, largest first: name, hidden, layers, FFN, heads, batch B, context T, and the training
 # tokens the rung needed to reach ratio 0.65 on the Bible with this recipe (lr 2e-3 -> 1e-4,
-# cosine over the run). How these were measured: README, "Quick start".
+# cosine over the run; d192's is assumed, not measured). How: docs/training.md, "Model ladder".
 LADDER="
 d256-L4 256 4 688 4 8 128 2400000
 d192-L4 192 4 512 3 8 128 2400000
@@ -104,7 +104,7 @@ i=0 CHOSEN=""
 while read -r name D L FF H B T NEED; do
     [ -n "$name" ] || continue
     model_json "$D" "$L" "$FF" "$H" "$T"
-    if [ ${#FAKE[@]} -gt 0 ]; then MS=${FAKE[$i]:-0}; else MS=$(time_steps "$B" "$T"); fi
+    if [ ${#FAKE[@]} -gt 0 ]; then MS=${FAKE[$i]:-0}; else MS=$(time_steps "$B" "$T") || MS=0; fi
     i=$(( i + 1 ))
     [ "$MS" -gt 0 ] || { echo "quickstart: timing run of $name failed" >&2; exit 1; }
     EST=$(( BUDGET_MS / MS ))
