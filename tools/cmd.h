@@ -1,7 +1,8 @@
-// Subcommand entry points of the shardlm CLI. Each parses its own arguments, calls one module
-// entry point, prints the error message on failure and returns the process exit code:
-//   0 success, 1 runtime error (I/O, bad data, numeric failure), 2 usage error (bad options).
-// Only tools/ calls exit().
+// Subcommand entry points of the shardlm CLI. Each parses its arguments with its option table
+// (opt.h), calls one module entry point, prints the error message on failure and returns the
+// process exit code (slm_exit_code): 0 success, 1 runtime error (I/O, bad data, numeric
+// failure), 2 usage error (bad options). The library never exits or prints to stdout
+// (scripts/check_style.sh); main() returns what the subcommand returned.
 #ifndef SLM_CMD_H
 #define SLM_CMD_H
 

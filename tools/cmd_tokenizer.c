@@ -91,13 +91,21 @@ static const char k_tok_footer[] =
     "\nA read error on stdin (e.g. a directory) is a runtime error (exit 1).\n"
     "Exit status: 0 ok, 1 runtime error, 2 usage error.\n";
 
-// The help of all four subcommands.
+// The help of all four subcommands, written at once (a reader that stops early, `| grep -q`,
+// must not make a later piece fail with SIGPIPE).
 static void usage(FILE *f) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&buf, &len);
+    if (!m) return;
     for (int k = 0; k < TOK_N; k++) {
-        if (k) fputc('\n', f);
-        slm_opt_help(f, &k_tok_cli[k], NULL);
+        if (k) fputc('\n', m);
+        slm_opt_help(m, &k_tok_cli[k], NULL);
     }
-    fputs(k_tok_footer, f);
+    fputs(k_tok_footer, m);
+    fclose(m);
+    fwrite(buf, 1, len, f);
+    free(buf);
 }
 
 static int fail_usage(const char *msg, const char *arg) {
@@ -108,9 +116,9 @@ static int fail_usage(const char *msg, const char *arg) {
 
 // Parses the options of subcommand k; -1 to go on, else the exit code.
 static int parse(int k, int argc, char **argv, tok_args *x, slm_opt_seen *seen) {
-    int rc = slm_opt_parse(&k_tok_cli[k], argc, argv, x, seen);
-    if (rc == SLM_EXIT_OK) fputs(k_tok_footer, stdout);
-    return rc;
+    slm_cli cli = k_tok_cli[k];
+    cli.footer = k_tok_footer; // --help: the subcommand's options and the exit codes
+    return slm_opt_parse(&cli, argc, argv, x, seen);
 }
 
 // Flushes stdout; on a write error (now or earlier, e.g. a full disk) prints "write to stdout

@@ -161,6 +161,8 @@ static const slm_opt k_train_opts[] = {
 #undef A
 #undef INF
 
+static void train_footer(FILE *f);
+
 static const slm_cli k_train_cli = {
     .cmd = "train",
     .usage = "usage: shardlm train --data DIR --model PRESET|config.json --batch B --seq T\n"
@@ -168,7 +170,7 @@ static const slm_cli k_train_cli = {
              "Trains a Llama model from a seeded init on a prepared dataset (shardlm prep).\n"
              "Options (range; default):\n",
     .opts = k_train_opts,
-    .footer = NULL, // train_footer(): names the per-rank options from the table
+    .footer_fn = train_footer, // names the per-rank options from the table
 };
 
 const slm_cli *slm_train_cli(void) { return &k_train_cli; }
@@ -215,7 +217,6 @@ static int train_check(const train_args *t, const slm_opt_seen *seen) {
         slm_error("train: --model, --batch, --seq, --steps and --data (or --synthetic) are "
                   "required");
         slm_opt_help(stderr, cli, NULL);
-        train_footer(stderr);
         return SLM_EXIT_USAGE;
     }
     if (o->synthetic && o->data_dir) {
@@ -256,7 +257,6 @@ int slm_cmd_train(int argc, char **argv) {
     t.progress_us = 0;
     slm_opt_seen seen;
     int rc = slm_opt_parse(&k_train_cli, argc, argv, &t, &seen);
-    if (rc == SLM_EXIT_OK) train_footer(stdout);
     if (rc >= 0) return rc;
     if ((rc = train_check(&t, &seen)) >= 0) return rc;
     slm_train_opts o = t.o;

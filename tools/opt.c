@@ -32,8 +32,10 @@ int slm_opt_given(const slm_cli *cli, const slm_opt_seen *seen, const char *name
 
 // %g without an exponent for the round numbers of ranges (1e6 prints as 1000000).
 static void fmt_real(char *buf, size_t cap, double x) {
-    if (x == floor(x) && fabs(x) < 1e15) snprintf(buf, cap, "%.0f", x);
-    else snprintf(buf, cap, "%g", x);
+    if (x == floor(x) && fabs(x) < 1e15)
+        snprintf(buf, cap, "%.0f", x);
+    else
+        snprintf(buf, cap, "%g", x);
 }
 
 void slm_opt_range_text(const slm_opt *o, char *buf, size_t cap) {
@@ -97,8 +99,10 @@ static slm_status set_value(const slm_opt *o, const char *v, char *args) {
     case SLM_OPT_INT:
     case SLM_OPT_INT64:
         if ((st = slm_parse_i64(o->name, v, o->ilo, o->ihi, &iv))) return st;
-        if (o->type == SLM_OPT_INT) *(int *)dst = (int)iv;
-        else *(int64_t *)dst = iv;
+        if (o->type == SLM_OPT_INT)
+            *(int *)dst = (int)iv;
+        else
+            *(int64_t *)dst = iv;
         return SLM_OK;
     case SLM_OPT_DOUBLE:
     case SLM_OPT_FLOAT: {
@@ -111,8 +115,10 @@ static slm_status set_value(const slm_opt *o, const char *v, char *args) {
             slm_opt_range_text(o, r, sizeof r);
             return slm_fail(SLM_E_ARG, "%s %s: must be %s", o->name, v, r);
         }
-        if (o->type == SLM_OPT_FLOAT) *(float *)dst = (float)dv;
-        else *(double *)dst = dv;
+        if (o->type == SLM_OPT_FLOAT)
+            *(float *)dst = (float)dv;
+        else
+            *(double *)dst = dv;
         return SLM_OK;
     }
     case SLM_OPT_STRING:
@@ -127,7 +133,10 @@ static slm_status set_value(const slm_opt *o, const char *v, char *args) {
         char list[160] = "";
         for (int k = 0; o->choices[k]; k++) {
             size_t n = strlen(list);
-            snprintf(list + n, sizeof list - n, "%s%s", k == 0 ? "" : o->choices[k + 1] ? ", " : " or ",
+            snprintf(list + n, sizeof list - n, "%s%s",
+                     k == 0              ? ""
+                     : o->choices[k + 1] ? ", "
+                                         : " or ",
                      o->choices[k]);
         }
         return slm_fail(SLM_E_ARG, "%s \"%s\": expected %s", o->name, v, list);
@@ -164,7 +173,10 @@ static void group_names(const slm_cli *cli, int group, char *buf, size_t cap) {
     for (const slm_opt *o = cli->opts; o->type != SLM_OPT_END; o++) {
         if (o->type == SLM_OPT_SECTION || o->group != group) continue;
         size_t len = strlen(buf);
-        snprintf(buf + len, cap - len, "%s%s", n == 0 ? "" : n + 1 == total ? " and " : ", ",
+        snprintf(buf + len, cap - len, "%s%s",
+                 n == 0           ? ""
+                 : n + 1 == total ? " and "
+                                  : ", ",
                  o->name);
         n++;
     }
@@ -190,7 +202,8 @@ int slm_opt_parse(const slm_cli *cli, int argc, char **argv, void *args, slm_opt
                 slm_opt_list *l = (slm_opt_list *)((char *)args + list->off);
                 l->v[l->n++] = a;
             } else if (seen->n_positional < cli->max_positional &&
-                       seen->n_positional < (int)(sizeof seen->positional / sizeof *seen->positional)) {
+                       seen->n_positional <
+                           (int)(sizeof seen->positional / sizeof *seen->positional)) {
                 seen->positional[seen->n_positional++] = a;
             } else {
                 return usage_error(cli, true, "unexpected argument \"%s\"", a);
@@ -299,7 +312,7 @@ void slm_opt_wrap(FILE *f, const char *text, int col, int indent, int width) {
     fputc('\n', f);
 }
 
-void slm_opt_help(FILE *f, const slm_cli *cli, const void *defaults) {
+static void help_to(FILE *f, const slm_cli *cli, const void *defaults) {
     enum { NAME_COL = 24, WIDTH = 100 };
     if (cli->usage) fputs(cli->usage, f);
     for (const slm_opt *o = cli->opts; o->type != SLM_OPT_END; o++) {
@@ -332,4 +345,22 @@ void slm_opt_help(FILE *f, const slm_cli *cli, const void *defaults) {
         slm_opt_wrap(f, text, NAME_COL, NAME_COL, WIDTH);
     }
     if (cli->footer) fputs(cli->footer, f);
+    if (cli->footer_fn) cli->footer_fn(f);
+}
+
+void slm_opt_help(FILE *f, const slm_cli *cli, const void *defaults) {
+    // Composed in memory and written at once: a reader that stops early (`| grep -q`) then
+    // closes the pipe after the whole text is in it, not between two pieces (SIGPIPE).
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&buf, &len);
+    if (!m) {
+        help_to(f, cli, defaults);
+        return;
+    }
+    help_to(m, cli, defaults);
+    fclose(m);
+    fwrite(buf, 1, len, f);
+    fflush(f);
+    free(buf);
 }

@@ -59,7 +59,7 @@ typedef struct slm_opt {
     const char *def;   // default in words for --help ("lr/10", "environment"), NULL: from args
     const char *range; // DOUBLE / FLOAT: the range in words when the generated one is not
                        // enough (e.g. "> 0 seconds and finite"); NULL: generated
-    const char *const *choices;                                   // ENUM
+    const char *const *choices;                                     // ENUM
     slm_status (*parse)(const char *opt, const char *v, void *dst); // CUSTOM
     int group; // nonzero: options of one group exclude each other, and each is given once
 } slm_opt;
@@ -73,13 +73,14 @@ typedef struct slm_opt_list {
 
 // A subcommand's command line: message prefix, help text around the table, and parsing rules.
 typedef struct slm_cli {
-    const char *cmd;    // "train", "tokenizer encode": the prefix of every usage error
-    const char *usage;  // usage lines and description, printed first by --help
+    const char *cmd;   // "train", "tokenizer encode": the prefix of every usage error
+    const char *usage; // usage lines and description, printed first by --help
     const slm_opt *opts;
-    const char *footer; // printed after the options (may be NULL)
-    int max_positional; // bare arguments allowed (ckpt PATH); more is "unexpected argument"
-    bool strict_values; // no option value may start with "--" (prep: `--input --out D`)
-    bool help_anywhere; // -h / --help wins wherever it is (else: where an option may stand)
+    const char *footer;         // printed after the options (may be NULL)
+    void (*footer_fn)(FILE *f); // prints more after `footer` (may be NULL)
+    int max_positional;         // bare arguments allowed (ckpt PATH); more is "unexpected argument"
+    bool strict_values;         // no option value may start with "--" (prep: `--input --out D`)
+    bool help_anywhere;         // -h / --help wins wherever it is (else: where an option may stand)
 } slm_cli;
 
 // What slm_opt_parse saw besides the values: how often each option was given (by table index)
@@ -92,10 +93,10 @@ typedef struct slm_opt_seen {
 } slm_opt_seen;
 
 // Parses argv[1..argc-1] (argv[0] is the subcommand's name) into `args` as laid out by
-// cli->opts. -h / --help (where an option may stand, or anywhere with help_anywhere) prints slm_opt_help(stdout) and returns SLM_EXIT_OK. A usage
-// error (unknown option, missing value, bad number, out of range, unexpected argument, two
-// options of one group) prints "CMD: message" and returns SLM_EXIT_USAGE. Returns -1 when the
-// command should go on. `seen` may be NULL.
+// cli->opts. -h / --help (where an option may stand, or anywhere with help_anywhere) prints
+// slm_opt_help(stdout) and returns SLM_EXIT_OK. A usage error (unknown option, missing value, bad
+// number, out of range, unexpected argument, two options of one group) prints "CMD: message" and
+// returns SLM_EXIT_USAGE. Returns -1 when the command should go on. `seen` may be NULL.
 int slm_opt_parse(const slm_cli *cli, int argc, char **argv, void *args, slm_opt_seen *seen);
 
 // Prints --help: cli->usage, one entry per option (name, value placeholder, help, range and
