@@ -27,27 +27,53 @@ static const char *const k_modes[] = {"fast", "slow", "exact", NULL};
 
 #define A(f) offsetof(toy, f)
 static const slm_opt k_toy_opts[] = {
-    {.name = "--n", .type = SLM_OPT_INT, .off = A(n), .meta = "N", .help = "count", .ilo = 1,
+    {.name = "--n",
+     .type = SLM_OPT_INT,
+     .off = A(n),
+     .meta = "N",
+     .help = "count",
+     .ilo = 1,
      .ihi = 100},
-    {.name = "--big", .type = SLM_OPT_INT64, .off = A(big), .meta = "B", .help = "big",
-     .ilo = 0, .ihi = INT64_MAX},
-    {.name = "--x", .type = SLM_OPT_DOUBLE, .off = A(x), .meta = "X", .help = "fraction",
-     .dlo = 0, .dhi = 1, .flags = SLM_OPTF_HI_OPEN},
-    {.name = "--f", .type = SLM_OPT_FLOAT, .off = A(f), .meta = "F", .help = "rate", .dlo = 0,
-     .dhi = INFINITY, .flags = SLM_OPTF_LO_OPEN},
+    {.name = "--big",
+     .type = SLM_OPT_INT64,
+     .off = A(big),
+     .meta = "B",
+     .help = "big",
+     .ilo = 0,
+     .ihi = INT64_MAX},
+    {.name = "--x",
+     .type = SLM_OPT_DOUBLE,
+     .off = A(x),
+     .meta = "X",
+     .help = "fraction",
+     .dlo = 0,
+     .dhi = 1,
+     .flags = SLM_OPTF_HI_OPEN},
+    {.name = "--f",
+     .type = SLM_OPT_FLOAT,
+     .off = A(f),
+     .meta = "F",
+     .help = "rate",
+     .dlo = 0,
+     .dhi = INFINITY,
+     .flags = SLM_OPTF_LO_OPEN},
     {.name = "--s", .type = SLM_OPT_STRING, .off = A(s), .meta = "S", .help = "text"},
     {.name = "--a", .type = SLM_OPT_STRING, .off = A(a), .meta = "DIR", .help = "a", .group = 1},
     {.name = "--b", .type = SLM_OPT_STRING, .off = A(b), .meta = "DIR", .help = "b", .group = 1},
     {.name = "--flag", .type = SLM_OPT_FLAG, .off = A(flag), .help = "on"},
-    {.name = "--mode", .type = SLM_OPT_ENUM, .off = A(mode), .meta = "M", .help = "how",
+    {.name = "--mode",
+     .type = SLM_OPT_ENUM,
+     .off = A(mode),
+     .meta = "M",
+     .help = "how",
      .choices = k_modes},
     {.name = "--size", .type = SLM_OPT_SIZE, .off = A(size), .meta = "SIZE", .help = "bytes"},
     {.name = "--in", .type = SLM_OPT_LIST, .off = A(in), .meta = "PATH", .help = "inputs"},
     {.type = SLM_OPT_END},
 };
 #undef A
-static const slm_cli k_toy = {.cmd = "toy", .usage = "usage: toy\n", .opts = k_toy_opts,
-                              .max_positional = 1};
+static const slm_cli k_toy = {
+    .cmd = "toy", .usage = "usage: toy\n", .opts = k_toy_opts, .max_positional = 1};
 
 // Parses a NULL-terminated argument list (argv[0] = "toy") into *t (defaults: n 7, x 0.25).
 static int parse(toy *t, slm_opt_seen *seen, const char *const *args) {
@@ -65,8 +91,8 @@ static int parse(toy *t, slm_opt_seen *seen, const char *const *args) {
 static void test_values(void) {
     toy t = {0};
     slm_opt_seen seen;
-    CHECK_EQ_INT(PARSE(&t, &seen, "--n", "42", "--x", "0.5", "--f", "3e-4", "--s", "--n",
-                       "--flag", "--mode", "exact", "--big", "9223372036854775807", "PATH"),
+    CHECK_EQ_INT(PARSE(&t, &seen, "--n", "42", "--x", "0.5", "--f", "3e-4", "--s", "--n", "--flag",
+                       "--mode", "exact", "--big", "9223372036854775807", "PATH"),
                  -1);
     CHECK_EQ_INT(t.n, 42);
     CHECK(t.x == 0.5);
@@ -130,11 +156,21 @@ static void test_sizes_and_lists(void) {
     static const struct {
         const char *s;
         size_t v; // 0: refused
-    } cases[] = {{"5GB", 5000000000ull}, {"500MB", 500000000ull}, {"1.5KB", 1500},
-                 {"2GiB", 2147483648ull}, {"3MiB", 3145728},      {"2000", 2000},
-                 {"1", 1},                {"0.5", 0},             {"0", 0},
-                 {"1e-300GB", 0},         {"inf", 0},             {"nan", 0},
-                 {"lots", 0},             {"5TB", 0},             {"", 0},
+    } cases[] = {{"5GB", 5000000000ull},
+                 {"500MB", 500000000ull},
+                 {"1.5KB", 1500},
+                 {"2GiB", 2147483648ull},
+                 {"3MiB", 3145728},
+                 {"2000", 2000},
+                 {"1", 1},
+                 {"0.5", 0},
+                 {"0", 0},
+                 {"1e-300GB", 0},
+                 {"inf", 0},
+                 {"nan", 0},
+                 {"lots", 0},
+                 {"5TB", 0},
+                 {"", 0},
                  {"2e18", 0}};
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
         size_t v = 0;
@@ -189,10 +225,16 @@ static void test_help(void) {
     char *h = help_text(&k_toy, &d);
     CHECK(h != NULL);
     if (!h) return;
-    static const char *const want[] = {
-        "usage: toy\n", "--n N", "count (in [1, 100]; default 7)", "fraction (in [0, 1); default 0.25)",
-        "rate (> 0 and finite; default 0.0003)", "(fast|slow|exact)", "default slow",
-        "default 5000 bytes", "--flag", "--in PATH"};
+    static const char *const want[] = {"usage: toy\n",
+                                       "--n N",
+                                       "count (in [1, 100]; default 7)",
+                                       "fraction (in [0, 1); default 0.25)",
+                                       "rate (> 0 and finite; default 0.0003)",
+                                       "(fast|slow|exact)",
+                                       "default slow",
+                                       "default 5000 bytes",
+                                       "--flag",
+                                       "--in PATH"};
     for (size_t k = 0; k < sizeof want / sizeof *want; k++)
         CHECK_MSG(strstr(h, want[k]) != NULL, "help lacks \"%s\":\n%s", want[k], h);
     for (const char *p = h; *p;) { // wrapped to 100 columns
@@ -262,8 +304,7 @@ static void test_train_table_vs_agree(void) {
             CHECK_MSG(documented, "%s is per-rank but docs/cluster.md does not say so", o->name);
         } else {
             CHECK_MSG(has_quoted(agree, name),
-                      "train option %s is neither in agree.c's list nor marked per-rank",
-                      o->name);
+                      "train option %s is neither in agree.c's list nor marked per-rank", o->name);
             CHECK_MSG(!documented, "docs/cluster.md lists %s as per-rank; the table does not",
                       o->name);
         }
