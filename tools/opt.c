@@ -218,6 +218,10 @@ int slm_opt_parse(const slm_cli *cli, int argc, char **argv, void *args, slm_opt
         const slm_opt *o = slm_opt_find(cli, a);
         if (!o) return usage_error(cli, false, "unknown option %s (see --help)", a);
         size_t idx = (size_t)(o - cli->opts);
+        if (idx >= SLM_OPT_MAX || o->group < 0 || o->group >= 8) // a table that breaks opt.h
+            slm_fatal("%s: option table entry %zu (%s): more than %d entries or group not in "
+                      "[0, 8)",
+                      cli->cmd, idx, o->name, SLM_OPT_MAX);
         if (seen->count[idx] < 255) seen->count[idx]++;
         if (o->type == SLM_OPT_FLAG) {
             *(bool *)((char *)args + o->off) = true;
@@ -227,7 +231,7 @@ int slm_opt_parse(const slm_cli *cli, int argc, char **argv, void *args, slm_opt
         if (i + 1 >= argc || (strict && !strncmp(argv[i + 1], "--", 2)))
             return usage_error(cli, false, "option %s needs a value", a);
         const char *v = argv[++i];
-        if (o->group > 0 && o->group < 8) {
+        if (o->group > 0) {
             if (group_opt[o->group]) {
                 char names[256];
                 group_names(cli, o->group, names, sizeof names);

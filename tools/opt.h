@@ -61,7 +61,7 @@ typedef struct slm_opt {
                        // enough (e.g. "> 0 seconds and finite"); NULL: generated
     const char *const *choices;                                     // ENUM
     slm_status (*parse)(const char *opt, const char *v, void *dst); // CUSTOM
-    int group; // nonzero: options of one group exclude each other, and each is given once
+    int group; // in [1, 8): options of one group exclude each other, and each is given once
 } slm_opt;
 
 // Values of an SLM_OPT_LIST option. The array is allocated by slm_opt_parse (argc entries)
@@ -83,8 +83,8 @@ typedef struct slm_cli {
     bool help_anywhere;         // -h / --help wins wherever it is (else: where an option may stand)
 } slm_cli;
 
-// What slm_opt_parse saw besides the values: how often each option was given (by table index)
-// and the positional arguments.
+// What slm_opt_parse saw besides the values: how often each option was given (by table index;
+// a table has at most SLM_OPT_MAX entries) and the positional arguments.
 #define SLM_OPT_MAX 96
 typedef struct slm_opt_seen {
     unsigned char count[SLM_OPT_MAX];

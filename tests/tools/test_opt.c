@@ -325,6 +325,27 @@ out:
     free(cluster);
 }
 
+// The train table is well formed: unique --names, a help line, a value placeholder exactly for
+// options with a value, non-empty ranges, fewer entries than SLM_OPT_MAX.
+static void test_train_table_sane(void) {
+    const slm_cli *tc = slm_train_cli();
+    int n = 0;
+    for (const slm_opt *o = tc->opts; o->type != SLM_OPT_END; o++, n++) {
+        CHECK(o->help && o->help[0]);
+        if (o->type == SLM_OPT_SECTION) continue;
+        CHECK_MSG(!strncmp(o->name, "--", 2), "%s", o->name);
+        CHECK_MSG(slm_opt_find(tc, o->name) == o, "%s given twice in the table", o->name);
+        CHECK_MSG((o->type == SLM_OPT_FLAG) == (o->meta == NULL), "%s: placeholder", o->name);
+        if (o->type == SLM_OPT_INT || o->type == SLM_OPT_INT64)
+            CHECK_MSG(o->ilo <= o->ihi, "%s: empty range", o->name);
+        if (o->type == SLM_OPT_DOUBLE || o->type == SLM_OPT_FLOAT)
+            CHECK_MSG(o->dlo < o->dhi, "%s: empty range", o->name);
+        if (o->type == SLM_OPT_CUSTOM) CHECK(o->parse != NULL);
+        if (o->type == SLM_OPT_ENUM) CHECK(o->choices && o->choices[0]);
+    }
+    CHECK(n < SLM_OPT_MAX);
+}
+
 int main(void) {
     RUN(test_values);
     RUN(test_errors);
@@ -332,5 +353,6 @@ int main(void) {
     RUN(test_exit_codes);
     RUN(test_help);
     RUN(test_train_table_vs_agree);
+    RUN(test_train_table_sane);
     return TEST_SUMMARY();
 }
