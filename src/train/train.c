@@ -392,6 +392,13 @@ slm_status slm_train_run(const slm_train_opts *o, slm_train_result *res) {
     if (st) goto out;
     st = check_memory(o, &cfg, W);
     if (st) goto out;
+    if (o->init_from_hf) { // the HF weights' shapes against the config, before allocating
+        st = slm_hf_check_shapes(o->init_from_hf, &cfg);
+        if (st) {
+            st = slm_fail_wrap(st, "--init-from-hf %s", o->init_from_hf);
+            goto out;
+        }
+    }
     if (!o->synthetic) {
         st = slm_dataset_open(o->data_dir, &r.ds);
         if (st) goto out;
