@@ -241,14 +241,20 @@ static slm_status check_memory(const slm_train_opts *o, const slm_llama_config *
         staging /= S;
     }
     double acts = slm_llama_act_bytes_estimate(cfg, o->B, o->T, o->activation_checkpointing);
+    // Under FSDP the end of the run all-gathers the full fp32 weights on every rank for
+    // model.bin (there is no bounded path for it): counted, so a run that could not write its
+    // model.bin is refused up front rather than aborted after training.
+    double gather = W > 1 && o->out_dir ? n * sizeof(float) : 0;
     slm_mem_info mi;
     slm_mem_probe(&mi);
-    double need = state + acts, avail = mi.bytes;
-    char a[32], b[32], c[32], d[32], e[32];
+    double need = state + acts + gather, avail = mi.bytes;
+    char a[32], b[32], c[32], d[32], e[32], g[32];
     if (avail <= 0 || need <= avail) {
         slm_info("memory: about %s per process (%s of parameters, gradients and AdamW state, %s "
-                 "of activations%s%s%s); %s available (%s)",
+                 "of activations%s%s%s%s%s); %s available (%s)",
                  slm_fmt_bytes(need, a), slm_fmt_bytes(state, b), slm_fmt_bytes(acts, c),
+                 gather > 0 ? ", model.bin's gather of the full weights " : "",
+                 gather > 0 ? slm_fmt_bytes(gather, g) : "",
                  o->out_dir ? ", plus " : "", o->out_dir ? slm_fmt_bytes(staging, e) : "",
                  o->out_dir ? " for a checkpoint's staging copy" : "",
                  avail > 0 ? slm_fmt_bytes(avail, d) : "unknown", mi.limit_name);
@@ -263,11 +269,13 @@ static slm_status check_memory(const slm_train_opts *o, const slm_llama_config *
     return slm_fail(SLM_E_NOMEM,
                     "model %s (%.3g parameters) with --batch %d --seq %d needs about %s of memory "
                     "per process (%s of parameters, gradients and AdamW state, %s of "
-                    "activations), more than the %s available (%s); "
+                    "activations%s%s), more than the %s available (%s); "
                     "reduce --batch or --seq, use a smaller model%s or train with FSDP over "
                     "more ranks (mpirun)",
                     o->model ? o->model : "(default)", n, o->B, o->T, slm_fmt_bytes(need, a),
-                    slm_fmt_bytes(state, b), slm_fmt_bytes(acts, c), slm_fmt_bytes(avail, d),
+                    slm_fmt_bytes(state, b), slm_fmt_bytes(acts, c),
+                    gather > 0 ? ", model.bin's gather of the full weights " : "",
+                    gather > 0 ? slm_fmt_bytes(gather, g) : "", slm_fmt_bytes(avail, d),
                     mi.limit_name, o->activation_checkpointing ? "" : ", add --activation-checkpointing");
 }
 
