@@ -72,7 +72,7 @@ static double cgroup_headroom(void) {
     if (!found) return -1;
     double best = -1;
     for (;;) {
-        char dir[4096];
+        char dir[4224]; // "/sys/fs/cgroup" + rel
         snprintf(dir, sizeof dir, "/sys/fs/cgroup%s", rel);
         double max = cgroup_value(dir, "memory.max"), cur = cgroup_value(dir, "memory.current");
         if (max >= 0 && cur >= 0) {
