@@ -36,28 +36,56 @@ static slm_status check_opts(const slm_train_opts *o) {
 
 // Up-front estimate of one rank's memory (before any allocation or file): parameters,
 // gradients and AdamW m, v (slm_fsdp_estimate_bytes) and the activation workspace for B x T
-// (slm_llama_act_bytes_estimate). Compared with slm_train_mem_available(); too much is
-// SLM_E_ARG naming what to reduce.
+// (slm_llama_act_bytes_estimate). Compared with the memory probe (slm_mem_probe: MemAvailable,
+// ulimit -v, cgroup memory.max); too much is SLM_E_NOMEM (exit 1) naming the estimate, the limit
+// and what to reduce. With a run directory, the asynchronous checkpoint's staging copy (params,
+// m, v of the rank's shard: 3 x fp32 per parameter) is counted too: when only it does not fit,
+// the run goes ahead and says that its checkpoints will be written synchronously, straight from
+// the shards (the saver decides again at each save). Under FSDP (world > 1) the end of the run
+// all-gathers the full fp32 weights on every rank for model.bin (no bounded path for it):
+// counted, so a run that could not write its model.bin is refused up front. (A world of one
+// writes it from its shards without a copy.)
 static slm_status check_memory(const slm_train_opts *o, const slm_llama_config *cfg, int W) {
     double n = (double)slm_llama_n_params(cfg);
     double C = cfg->hidden_size, F = cfg->intermediate_size, V = cfg->vocab_size;
     double big_unit = 4 * C * C + 3 * F * C;
     if (2 * V * C > big_unit) big_unit = 2 * V * C;
     double state = slm_fsdp_estimate_bytes(&o->fsdp, W, n, big_unit);
+    double staging = 3.0 * n * sizeof(float) / slm_fsdp_shard_group_for(&o->fsdp, W);
     double acts = slm_llama_act_bytes_estimate(cfg, o->B, o->T, o->activation_checkpointing);
-    double need = state + acts, avail = slm_train_mem_available();
-    if (avail <= 0 || need <= avail) return SLM_OK;
-    char a[32], b[32], c[32], d[32];
-    return slm_fail(SLM_E_ARG,
+    double gather = W > 1 && o->out_dir ? n * sizeof(float) : 0;
+    slm_mem_info mi;
+    slm_mem_probe(&mi);
+    double need = state + acts + gather, avail = mi.bytes;
+    char a[32], b[32], c[32], d[32], e[32], g[32];
+    if (avail <= 0 || need <= avail) {
+        slm_info("memory: about %s per process (%s of parameters, gradients and AdamW state, %s "
+                 "of activations%s%s%s%s%s); %s available (%s)",
+                 slm_fmt_bytes(need, a), slm_fmt_bytes(state, b), slm_fmt_bytes(acts, c),
+                 gather > 0 ? ", model.bin's gather of the full weights " : "",
+                 gather > 0 ? slm_fmt_bytes(gather, g) : "",
+                 o->out_dir ? ", plus " : "", o->out_dir ? slm_fmt_bytes(staging, e) : "",
+                 o->out_dir ? " for a checkpoint's staging copy" : "",
+                 avail > 0 ? slm_fmt_bytes(avail, d) : "unknown", mi.limit_name);
+        if (o->out_dir && avail > 0 && !o->ckpt_sync && need + staging > avail)
+            slm_info("memory: the training state needs about %s and a checkpoint's staging copy "
+                     "%s more, beyond the %s available (%s); checkpoints will be written "
+                     "synchronously, straight from the shards (bounded memory)",
+                     slm_fmt_bytes(need, a), slm_fmt_bytes(staging, b), slm_fmt_bytes(avail, c),
+                     mi.limit_name);
+        return SLM_OK;
+    }
+    return slm_fail(SLM_E_NOMEM,
                     "model %s (%.3g parameters) with --batch %d --seq %d needs about %s of memory "
                     "per process (%s of parameters, gradients and AdamW state, %s of "
-                    "activations), more than the %s available (physical memory / ulimit -v); "
+                    "activations%s%s), more than the %s available (%s); "
                     "reduce --batch or --seq, use a smaller model%s or train with FSDP over "
                     "more ranks (mpirun)",
-                    o->model ? o->model : "(default)", n, o->B, o->T, slm_train_fmt_bytes(need, a),
-                    slm_train_fmt_bytes(state, b), slm_train_fmt_bytes(acts, c),
-                    slm_train_fmt_bytes(avail, d),
-                    o->activation_checkpointing ? "" : ", add --activation-checkpointing");
+                    o->model ? o->model : "(default)", n, o->B, o->T, slm_fmt_bytes(need, a),
+                    slm_fmt_bytes(state, b), slm_fmt_bytes(acts, c),
+                    gather > 0 ? ", model.bin's gather of the full weights " : "",
+                    gather > 0 ? slm_fmt_bytes(gather, g) : "", slm_fmt_bytes(avail, d),
+                    mi.limit_name, o->activation_checkpointing ? "" : ", add --activation-checkpointing");
 }
 
 // The train loader (each rank reads its slice, B windows, of the global batch of B x W) and the
@@ -178,6 +206,10 @@ slm_status slm_train_open(const slm_train_opts *o, slm_trainer **out) {
     if (o->threads > 0) omp_set_num_threads(o->threads);
     st = slm_train_resolve_config(o->model, o->vocab_size, o->T, &tr->cfg);
     if (!st) st = check_memory(o, &tr->cfg, tr->W);
+    if (!st && o->init_from_hf) { // the HF weights' shapes against the config, before allocating
+        st = slm_hf_check_shapes(o->init_from_hf, &tr->cfg);
+        if (st) st = slm_fail_wrap(st, "--init-from-hf %s", o->init_from_hf);
+    }
     if (!st) st = open_data(tr);
     if (!st) st = open_rundir(tr);
     if (st) {
@@ -522,19 +554,29 @@ slm_status slm_train_step(slm_trainer *tr, slm_step_metrics *m) {
 // ---------------------------------------------------------------------------------------------
 // Finish
 
-// All ranks all-gather each unit's masters; rank 0 writes them as model.bin.
+// model.bin: with a shard group of one (a world of one, NO_SHARD) every rank holds whole units
+// and they are written from the shards; otherwise every rank of the shard group all-gathers
+// each unit. Rank 0 writes.
 static slm_status save_model(slm_trainer *tr) {
     int NU = tr->model.n_units;
     float **full = slm_xcalloc((size_t)NU, sizeof(float *)), **keep = tr->model.params;
+    bool *owned = slm_xcalloc((size_t)NU, sizeof(bool));
+    bool whole = slm_fsdp_group_size(&tr->fsdp) == 1; // same on every rank of the group
     for (int u = 0; u < NU; u++) {
+        if (whole) {
+            full[u] = slm_fsdp_unit_shard(&tr->fsdp, u).master; // the shard is the whole unit
+            continue;
+        }
+        owned[u] = true;
         full[u] = slm_xaligned((size_t)tr->model.units[u].numel * sizeof(float));
         slm_fsdp_gather_unit(&tr->fsdp, u, full[u]);
     }
     tr->model.params = full;
     slm_status st = tr->model_path ? slm_model_save(&tr->model, tr->model_path) : SLM_OK;
     tr->model.params = keep;
-    for (int u = 0; u < NU; u++) free(full[u]);
-    free(full);
+    for (int u = 0; u < NU; u++)
+        if (owned[u]) free(full[u]);
+    free(full), free(owned);
     st = slm_dist_agree(st);
     if (!st && tr->model_path)
         slm_info("saved %s (step %lld)", tr->model_path, (long long)tr->step);

@@ -6,26 +6,15 @@
 # from the val shard files; generate is deterministic for a seed; SIGTERM stops at a step
 # boundary and saves; bad inputs exit 1/2 naming the problem.
 # Env (set by CTest): SHARDLM_BIN, SLM_PYTHON, SLM_SHARED_DIR.
-set -euo pipefail
-BIN="${SHARDLM_BIN:?}"
-PY="${SLM_PYTHON:-python3}"
-CORPUS="${SLM_SHARED_DIR:?}/data/tinyshakespeare.txt"
-W=$(mktemp -d /tmp/slm_train_cli.XXXXXX)
-trap 'rm -rf "$W"' EXIT
-fails=0
-ok() { echo "[ ok ] $1"; }
-bad() { echo "[FAIL] $1"; fails=$((fails + 1)); }
-
-head -c 300000 "$CORPUS" > "$W/corpus.txt"
+. "$(dirname "$0")/../lib.sh"
+slm_corpus "$W/corpus.txt" 300000
 "$BIN" tokenizer train --input "$W/corpus.txt" --vocab-size 512 --out "$W/tokenizer.json" --quiet
 "$BIN" prep --tokenizer "$W/tokenizer.json" --input "$W/corpus.txt" --out "$W/data" \
     --val-fraction 0.1 --workers 2 --quiet
 V=$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['tokenizer']['vocab_size'])" "$W/data/manifest.json")
-cat > "$W/config.json" <<EOF
-{"vocab_size": $V, "hidden_size": 64, "intermediate_size": 160, "num_hidden_layers": 2,
- "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64,
- "rms_norm_eps": 1e-5, "tie_word_embeddings": false}
-EOF
+slm_tiny_config "$W/config.json" vocab_size=$V hidden_size=64 intermediate_size=160 \
+    num_hidden_layers=2 num_attention_heads=4 max_position_embeddings=64 rms_norm_eps=1e-5 \
+    tie_word_embeddings=false
 TRAIN=(train --data "$W/data" --model "$W/config.json" --batch 8 --seq 64 --steps 40 --lr 3e-3
        --warmup 5 --eval-every 20 --eval-batches 4 --seed 11 --threads 2 --peak-gflops 10
        --log-every 10)
@@ -226,11 +215,11 @@ cat > "$W/cf_1e12.json" <<EOF
 {"vocab_size": $V, "hidden_size": 65536, "intermediate_size": 131072, "num_hidden_layers": 20,
  "num_attention_heads": 512, "num_key_value_heads": 512, "max_position_embeddings": 64}
 EOF
-expect_fail "train: model beyond memory" 2 "needs about .* of memory.*reduce --batch" \
+expect_fail "train: model beyond memory" 1 "needs about .* of memory.*reduce --batch" \
     "$BIN" train --data "$W/data" --model "$W/cf_1e12.json" --batch 1 --seq 8 --steps 1 \
     --out "$W/xh"
 [ ! -e "$W/xh" ] && ok "memory refusal creates no run dir" || bad "memory refusal created $W/xh"
-expect_fail "train: batch beyond memory" 2 "activations.*reduce --batch" \
+expect_fail "train: batch beyond memory" 1 "activations.*reduce --batch" \
     bash -c 'ulimit -v 4000000; exec "$@"' _ \
     "$BIN" train --synthetic --model "$W/config.json" --batch 100000 --seq 64 --steps 1 \
     --out "$W/xh2"
@@ -288,5 +277,4 @@ else
     bad "SIGTERM stops and saves: exit $rc, $(cat "$W/sig.err")"
 fi
 
-echo "$fails failed"
-[ $fails -eq 0 ]
+slm_finish
