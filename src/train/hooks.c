@@ -103,8 +103,11 @@ static slm_status metrics_finish(void *ctx, slm_trainer *tr, slm_status st) {
 }
 
 slm_status slm_train_add_metrics_hook(slm_train_opts *o, slm_train_std_hooks *h) {
-    slm_train_hook k = {.name = "metrics.jsonl", .ctx = &h->metrics, .on_start = metrics_start,
-                        .on_step = metrics_step, .on_finish = metrics_finish};
+    slm_train_hook k = {.name = "metrics.jsonl",
+                        .ctx = &h->metrics,
+                        .on_start = metrics_start,
+                        .on_step = metrics_step,
+                        .on_finish = metrics_finish};
     return slm_train_attach(o, &k);
 }
 
@@ -119,9 +122,12 @@ static slm_status ckpt_start(void *ctx, slm_trainer *tr) {
     // Every rank writes its shard file, except replicas (NO_SHARD / HYBRID_SHARD shard groups
     // > 0), whose shards equal shard group 0's.
     char *root = slm_path_join(o->out_dir, "checkpoints");
-    slm_ckpt_policy pol = {.root = root, .every_steps = o->ckpt_every_steps,
-                           .every_minutes = o->ckpt_every_minutes, .keep = o->ckpt_keep,
-                           .sync = o->ckpt_sync, .abort_on_error = o->ckpt_abort_on_error};
+    slm_ckpt_policy pol = {.root = root,
+                           .every_steps = o->ckpt_every_steps,
+                           .every_minutes = o->ckpt_every_minutes,
+                           .keep = o->ckpt_keep,
+                           .sync = o->ckpt_sync,
+                           .abort_on_error = o->ckpt_abort_on_error};
     slm_status st = slm_ckpt_sched_new(&pol, tr->rank, tr->W, slm_fsdp_is_replica(&tr->fsdp), cs);
     free(root);
     return st;
@@ -156,7 +162,8 @@ static void ckpt_summary(const slm_ckpt_sched *cs, const char *out_dir) {
     int64_t n_failed = slm_ckpt_sched_n_failed(cs);
     char failed[64] = "";
     if (n_failed)
-        snprintf(failed, sizeof failed, " (%lld failed, see the errors above)", (long long)n_failed);
+        snprintf(failed, sizeof failed, " (%lld failed, see the errors above)",
+                 (long long)n_failed);
     slm_info("checkpoints: %lld saved%s under %s/checkpoints, training stall %.1f ms max, %.1f "
              "ms total",
              (long long)n_saves, failed, out_dir, stall_max * 1e3, stall_total * 1e3);
@@ -183,8 +190,11 @@ static slm_status ckpt_finish(void *ctx, slm_trainer *tr, slm_status st) {
 }
 
 slm_status slm_train_add_ckpt_hook(slm_train_opts *o, slm_train_std_hooks *h) {
-    slm_train_hook k = {.name = "checkpoints", .ctx = &h->ckpt, .on_start = ckpt_start,
-                        .before_update = ckpt_fence, .on_step = ckpt_step,
+    slm_train_hook k = {.name = "checkpoints",
+                        .ctx = &h->ckpt,
+                        .on_start = ckpt_start,
+                        .before_update = ckpt_fence,
+                        .on_step = ckpt_step,
                         .on_finish = ckpt_finish};
     return slm_train_attach(o, &k);
 }

@@ -219,9 +219,9 @@ typedef struct slm_train_result {
 // SLM_E_FORMAT / SLM_E_CHECKSUM (bad data), SLM_E_NUMERIC (NaN/Inf loss or gradient, naming the
 // step), SLM_E_INTERRUPTED (the stop flag was set: the model is saved first),
 // SLM_E_ARG for FSDP options that do not fit the world size. Reaching max_minutes is not an error: it saves and returns SLM_OK.
-// Before any allocation or file: SLM_E_ARG when the memory estimate (parameters, gradients,
-// AdamW m / v — shards under FSDP — and slm_llama_act_bytes_estimate for B x T) exceeds the
-// physical memory or RLIMIT_AS, naming both and what to reduce; SLM_E_ARG when the train split
+// Before any allocation or file: SLM_E_NOMEM when the memory estimate (parameters, gradients,
+// AdamW m / v — shards under FSDP — slm_llama_act_bytes_estimate for B x T, and under FSDP
+// model.bin's gather) exceeds what slm_mem_probe allows, naming both and what to reduce; SLM_E_ARG when the train split
 // has fewer than B x world windows of T + 1 tokens; SLM_E_ARG for a fresh run (resume NULL,
 // no train_from_scratch) into an out_dir holding checkpoints (step_N directories; never
 // deleted: resume it or use another out_dir); SLM_E_ARG for an out_dir that is a non-empty

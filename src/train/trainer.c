@@ -24,7 +24,8 @@ static slm_status check_opts(const slm_train_opts *o) {
     if (o->T < 1) return slm_fail(SLM_E_ARG, "--seq must be >= 1 (got %d)", o->T);
     if (o->grad_accum < 1)
         return slm_fail(SLM_E_ARG, "--grad-accum must be >= 1 (got %d)", o->grad_accum);
-    if (o->steps < 1) return slm_fail(SLM_E_ARG, "--steps must be >= 1 (got %lld)", (long long)o->steps);
+    if (o->steps < 1)
+        return slm_fail(SLM_E_ARG, "--steps must be >= 1 (got %lld)", (long long)o->steps);
     if (o->warmup < 0) return slm_fail(SLM_E_ARG, "--warmup must be >= 0");
     if (!(o->adamw.lr_peak > 0) || !isfinite(o->adamw.lr_peak))
         return slm_fail(SLM_E_ARG, "--lr must be a positive number");
@@ -63,8 +64,8 @@ static slm_status check_memory(const slm_train_opts *o, const slm_llama_config *
                  "of activations%s%s%s%s%s); %s available (%s)",
                  slm_fmt_bytes(need, a), slm_fmt_bytes(state, b), slm_fmt_bytes(acts, c),
                  gather > 0 ? ", model.bin's gather of the full weights " : "",
-                 gather > 0 ? slm_fmt_bytes(gather, g) : "",
-                 o->out_dir ? ", plus " : "", o->out_dir ? slm_fmt_bytes(staging, e) : "",
+                 gather > 0 ? slm_fmt_bytes(gather, g) : "", o->out_dir ? ", plus " : "",
+                 o->out_dir ? slm_fmt_bytes(staging, e) : "",
                  o->out_dir ? " for a checkpoint's staging copy" : "",
                  avail > 0 ? slm_fmt_bytes(avail, d) : "unknown", mi.limit_name);
         if (o->out_dir && avail > 0 && !o->ckpt_sync && need + staging > avail)
@@ -85,7 +86,8 @@ static slm_status check_memory(const slm_train_opts *o, const slm_llama_config *
                     slm_fmt_bytes(state, b), slm_fmt_bytes(acts, c),
                     gather > 0 ? ", model.bin's gather of the full weights " : "",
                     gather > 0 ? slm_fmt_bytes(gather, g) : "", slm_fmt_bytes(avail, d),
-                    mi.limit_name, o->activation_checkpointing ? "" : ", add --activation-checkpointing");
+                    mi.limit_name,
+                    o->activation_checkpointing ? "" : ", add --activation-checkpointing");
 }
 
 // The train loader (each rank reads its slice, B windows, of the global batch of B x W) and the
@@ -101,8 +103,14 @@ static slm_status open_loaders(slm_trainer *tr) {
                         "prepare more data",
                         o->data_dir, (unsigned long long)n_win, T + 1, (long long)B * W, B,
                         W > 1 ? " x the ranks" : "");
-    slm_loader_opts lo = {.dir = o->data_dir, .split = "train", .T = T, .B_global = B * W,
-                          .rank = tr->rank, .world = W, .seed = o->seed, .shuffle = true};
+    slm_loader_opts lo = {.dir = o->data_dir,
+                          .split = "train",
+                          .T = T,
+                          .B_global = B * W,
+                          .rank = tr->rank,
+                          .world = W,
+                          .seed = o->seed,
+                          .shuffle = true};
     slm_status st = slm_loader_open(&lo, &tr->train_l);
     if (st || o->eval_every <= 0) return st;
     if (tr->ds.val.n_tokens < (uint64_t)T + 1) {
@@ -169,8 +177,10 @@ static slm_status write_rundir(slm_trainer *tr) {
     if (st) return st;
     p = slm_path_join(o->out_dir, "metrics.jsonl");
     FILE *f = fopen(p, tr->resume_path ? "a" : "w"); // a resumed run appends (hooks.c)
-    if (!f) st = slm_fail(SLM_E_IO, "%s: cannot open for writing", p);
-    else fclose(f);
+    if (!f)
+        st = slm_fail(SLM_E_IO, "%s: cannot open for writing", p);
+    else
+        fclose(f);
     free(p);
     if (!st) tr->model_path = slm_path_join(o->out_dir, "model.bin");
     return st;
@@ -238,8 +248,8 @@ static slm_status resume_from(slm_trainer *tr, const char *path) {
     st = slm_dist_agree(st);
     if (!st && tr->ds_open) { // the token ids must mean what they meant when it was saved
         const slm_ckpt_meta *M = slm_ckpt_get_meta(c);
-        st = slm_train_check_ckpt_tokenizer(M->has_tokenizer, M->tokenizer_xxh64,
-                                            slm_ckpt_dir(c), &tr->ds);
+        st = slm_train_check_ckpt_tokenizer(M->has_tokenizer, M->tokenizer_xxh64, slm_ckpt_dir(c),
+                                            &tr->ds);
     }
     if (!st) {
         const slm_ckpt_meta *M = slm_ckpt_get_meta(c);
@@ -359,7 +369,9 @@ slm_status slm_train_init(slm_trainer *tr) {
 // ---------------------------------------------------------------------------------------------
 // Step
 
-bool slm_train_done(const slm_trainer *tr) { return tr->done || tr->step >= tr->o->steps; }
+bool slm_train_done(const slm_trainer *tr) {
+    return tr->done || tr->step >= tr->o->steps;
+}
 
 // The stop check at a step boundary or between micro-batches: 1 for a want_stop hook, 2 for
 // --max-minutes, 0 to go on. The ranks agree (MAX all-reduce), so all leave at the same
@@ -428,7 +440,8 @@ static slm_status discard_step(slm_trainer *tr, int stop, slm_loader_state pos, 
     slm_status st = tr->train_l ? slm_loader_set_state(tr->train_l, pos) : SLM_OK;
     tr->synth = synth;
     tr->done = true;
-    if (stop == 1) tr->interrupted = true;
+    if (stop == 1)
+        tr->interrupted = true;
     else
         slm_info("--max-minutes %.3g reached during step %lld; stopping after %lld steps (the "
                  "partial step is discarded)",
@@ -469,7 +482,8 @@ static slm_status update(slm_trainer *tr, double loss, double t0, slm_step_metri
     // norm scales nothing).
     double gnorm = slm_fsdp_clip_grad_norm(&tr->fsdp, o->grad_clip);
     if (!isfinite(gnorm))
-        return slm_fail(SLM_E_NUMERIC, "step %lld: gradient norm is %f (loss %.4f); HINT: lower --lr",
+        return slm_fail(SLM_E_NUMERIC,
+                        "step %lld: gradient norm is %f (loss %.4f); HINT: lower --lr",
                         (long long)tr->step + 1, gnorm, loss);
     float lr = step_lr(tr);
     for (int h = 0; h < o->n_hooks; h++)
@@ -479,9 +493,14 @@ static slm_status update(slm_trainer *tr, double loss, double t0, slm_step_metri
     int64_t step_tokens = (int64_t)tr->B * tr->T * tr->K * tr->W; // global
     tr->tokens_seen += step_tokens;
     tr->step++;
-    *m = (slm_step_metrics){.step = tr->step, .total_steps = o->steps, .loss = loss, .lr = lr,
-                            .grad_norm = gnorm, .tokens_per_s = (double)step_tokens / dt,
-                            .ms_per_step = dt * 1e3, .val_loss = NAN,
+    *m = (slm_step_metrics){.step = tr->step,
+                            .total_steps = o->steps,
+                            .loss = loss,
+                            .lr = lr,
+                            .grad_norm = gnorm,
+                            .tokens_per_s = (double)step_tokens / dt,
+                            .ms_per_step = dt * 1e3,
+                            .val_loss = NAN,
                             .tokens_seen = tr->tokens_seen};
     m->mfu = m->tokens_per_s * tr->fpt / (tr->peak * 1e9 * tr->W); // peak is one process's
     tr->last_loss = loss;
@@ -643,11 +662,21 @@ void slm_train_close(slm_trainer *tr) {
     free(tr);
 }
 
-const slm_train_result *slm_trainer_result(const slm_trainer *tr) { return &tr->res; }
-const slm_train_opts *slm_trainer_opts(const slm_trainer *tr) { return tr->o; }
-int slm_trainer_rank(const slm_trainer *tr) { return tr->rank; }
-int slm_trainer_world(const slm_trainer *tr) { return tr->W; }
-int64_t slm_trainer_steps_done(const slm_trainer *tr) { return tr->step; }
+const slm_train_result *slm_trainer_result(const slm_trainer *tr) {
+    return &tr->res;
+}
+const slm_train_opts *slm_trainer_opts(const slm_trainer *tr) {
+    return tr->o;
+}
+int slm_trainer_rank(const slm_trainer *tr) {
+    return tr->rank;
+}
+int slm_trainer_world(const slm_trainer *tr) {
+    return tr->W;
+}
+int64_t slm_trainer_steps_done(const slm_trainer *tr) {
+    return tr->step;
+}
 
 void slm_trainer_ckpt_state(const slm_trainer *tr, int64_t step, slm_ckpt_meta *meta,
                             slm_ckpt_shard *sh) {

@@ -402,6 +402,25 @@ static void test_world_of_one_is_plain(void) {
     free(out);
 }
 
+// slm_llama_forward_loss (what the validation loop calls) is the loss_only forward without the
+// caller touching the flag: the same loss as a forward with loss_only set, the flag restored.
+static void test_forward_loss_leaves_flag(void) {
+    slm_llama_config cfg;
+    CHECK_OK(slm_llama_config_load(g_cfg, &cfg));
+    slm_llama m;
+    CHECK_OK(slm_llama_init(&m, &cfg, true));
+    slm_llama_init_weights(&m, 3);
+    int32_t inp[2 * 8], tgt[2 * 8];
+    for (int i = 0; i < 16; i++) inp[i] = (i * 7) % 97, tgt[i] = (i * 11 + 1) % 97;
+    m.loss_only = true;
+    float want = slm_llama_forward(&m, inp, tgt, 2, 8);
+    m.loss_only = false;
+    float got = slm_llama_forward_loss(&m, inp, tgt, 2, 8);
+    CHECK(!m.loss_only);
+    CHECK_MSG(got == want, "loss %.9g vs %.9g", (double)got, (double)want);
+    slm_llama_free(&m);
+}
+
 // A hook that records the order of its calls ("S" on_start, "w" want_stop, "u" before_update,
 // "s" on_step, "F" on_finish) and asks to stop at its stop_at-th want_stop poll.
 typedef struct trace_hook {
@@ -545,6 +564,7 @@ int main(void) {
     RUN(test_stop_flag_saves);
     RUN(test_world_of_one_is_plain);
     RUN(test_phases_and_hooks);
+    RUN(test_forward_loss_leaves_flag);
     RUN(test_library_silent_on_stdout);
     RUN(test_model_file_errors);
     RUN(test_option_errors);
