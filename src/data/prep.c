@@ -116,15 +116,11 @@ static char *shard_path(const prep_ctx *c, int split, int64_t w, int64_t idx, in
     return slm_path_join(c->work_dir, name);
 }
 
-// SIGINT / SIGTERM while prep runs: workers stop at the next document, the run fails with
-// SLM_E_INTERRUPTED and removes its output. Previous handlers are restored on return.
-static volatile sig_atomic_t g_signal;
-static void on_signal(int sig) {
-    g_signal = sig;
-}
-
+// SIGINT / SIGTERM while prep runs (base/'s stop flag): workers stop at the next document, the
+// run fails with SLM_E_INTERRUPTED and removes its output. Previous handlers are restored on
+// return.
 static bool stop_requested(prep_ctx *c) {
-    return atomic_load(&c->failed) || g_signal != 0;
+    return atomic_load(&c->failed) || slm_stop_requested();
 }
 
 // --- Inputs ---------------------------------------------------------------------------------
@@ -550,19 +546,12 @@ static char *parent_dir(const char *path) {
 }
 
 // Removes a directory prep created and the plain files in it (it holds no subdirectories).
+// Best effort: a failure is not reported and leaves the current error message intact.
 static void remove_work_dir(const char *dir) {
-    DIR *d = opendir(dir);
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d))) {
-            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-            char *p = slm_path_join(dir, e->d_name);
-            unlink(p);
-            free(p);
-        }
-        closedir(d);
-    }
-    rmdir(dir);
+    char *keep = slm_xstrdup(slm_errmsg());
+    (void)slm_rmdir_flat(dir);
+    slm_set_errmsg(keep);
+    free(keep);
 }
 
 // Removes the temp siblings "<parent>/.<name>.prep-tmp.<pid>" that runs killed before they could
@@ -753,13 +742,8 @@ slm_status slm_prep_run(const slm_prep_opts *o) {
     slm_status st = check_opts(o);
     if (st) return st;
     // Interruptible from here on (handlers restored at the end).
-    struct sigaction sa, old_int, old_term;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    g_signal = 0;
-    sigaction(SIGINT, &sa, &old_int);
-    sigaction(SIGTERM, &sa, &old_term);
+    slm_stop_reset();
+    slm_stop_install(NULL, NULL);
     if (st == SLM_OK) st = slm_tokenizer_load(o->tokenizer_path, &c.tok);
     if (st == SLM_OK) {
         int32_t v = slm_tokenizer_vocab_size(c.tok);
@@ -885,9 +869,9 @@ slm_status slm_prep_run(const slm_prep_opts *o) {
             st = c.workers[i].st;
             slm_set_errmsg(c.workers[i].err);
         }
-    if (st == SLM_OK && g_signal)
+    if (st == SLM_OK && slm_stop_requested())
         st = slm_fail(SLM_E_INTERRUPTED,
-                      "prep: interrupted by signal %d; removed this run's output", (int)g_signal);
+                      "prep: interrupted by signal %d; removed this run's output", slm_stop_signal());
     st = agree(&c, st);
     if (st) goto out;
 
@@ -983,9 +967,9 @@ slm_status slm_prep_run(const slm_prep_opts *o) {
             free(to);
         }
     if (st == SLM_OK) st = slm_fsync_dir(c.work_dir);
-    if (st == SLM_OK && g_signal)
+    if (st == SLM_OK && slm_stop_requested())
         st = slm_fail(SLM_E_INTERRUPTED,
-                      "prep: interrupted by signal %d; removed this run's output", (int)g_signal);
+                      "prep: interrupted by signal %d; removed this run's output", slm_stop_signal());
     st = agree(&c, st);
     if (st) goto out;
     if (c.rank == 0) {
@@ -999,10 +983,10 @@ slm_status slm_prep_run(const slm_prep_opts *o) {
         ds.seed = o->seed;
         ds.val_fraction = o->val_fraction;
         st = slm_dataset_write(&ds);
-        if (st == SLM_OK && g_signal)
+        if (st == SLM_OK && slm_stop_requested())
             st = slm_fail(SLM_E_INTERRUPTED,
                           "prep: interrupted by signal %d; removed this run's output",
-                          (int)g_signal);
+                          slm_stop_signal());
         if (st == SLM_OK) {
             st = swap_in(c.work_dir, out_path, old_dir, o->out_dir);
             swapped = st == SLM_OK || !slm_is_dir(c.work_dir);
@@ -1054,7 +1038,6 @@ out:
     free(c.work_dir);
     slm_dataset_free(&ds);
     slm_tokenizer_free(c.tok);
-    sigaction(SIGINT, &old_int, NULL);
-    sigaction(SIGTERM, &old_term, NULL);
+    slm_stop_restore();
     return st;
 }
