@@ -1,7 +1,5 @@
 // Evaluation: mean loss / perplexity on a prepared split or on a file of token ids, and the
 // unigram entropy of a split (the quick start's yardstick). Contracts in train.h.
-#include <ctype.h>
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,31 +60,6 @@ slm_status slm_eval_split(slm_llama *m, const char *data_dir, const char *split,
     return st;
 }
 
-// Parses one line of whitespace-separated non-negative integers into `ids`.
-static slm_status parse_ids_line(const char *path, int64_t lineno, const char *s, slm_ivec *ids,
-                                 int32_t vocab) {
-    const char *p = s;
-    ids->len = 0;
-    for (;;) {
-        while (*p == ' ' || *p == '\t' || *p == '\r') p++;
-        if (!*p || *p == '\n') break;
-        if (!isdigit((unsigned char)*p))
-            return slm_fail(SLM_E_FORMAT, "%s:%lld:%lld: expected a token id, found '%c'", path,
-                            (long long)lineno, (long long)(p - s) + 1, *p);
-        errno = 0;
-        char *end = NULL;
-        long long x = strtoll(p, &end, 10);
-        if (errno || x >= vocab)
-            return slm_fail(SLM_E_ARG, "%s:%lld:%lld: token id %.*s is outside the model's "
-                                       "vocabulary [0, %d)",
-                            path, (long long)lineno, (long long)(p - s) + 1,
-                            (int)(end - p > 24 ? 24 : end - p), p, vocab);
-        slm_ivec_push(ids, (int32_t)x);
-        p = end;
-    }
-    return SLM_OK;
-}
-
 slm_status slm_eval_token_ids(slm_llama *m, const char *path, slm_eval_result *res) {
     char *text = NULL;
     size_t len = 0;
@@ -103,7 +76,9 @@ slm_status slm_eval_token_ids(slm_llama *m, const char *path, slm_eval_result *r
     for (char *line = text; line && *line;) {
         char *nl = strchr(line, '\n');
         lineno++;
-        st = parse_ids_line(path, lineno, line, &ids, m->cfg.vocab_size);
+        char what[4200];
+        snprintf(what, sizeof what, "%s:%lld", path, (long long)lineno);
+        st = slm_token_ids_parse_line(what, line, m->cfg.vocab_size, "the model's vocabulary", &ids);
         if (st) goto out;
         line = nl ? nl + 1 : NULL;
         if (ids.len < 2) continue;
