@@ -180,9 +180,10 @@ slm_status slm_fd_write_all(int fd, const void *data, size_t len, const char *pa
 // file is removed. Not atomic (no rename): for files inside a directory that is itself renamed
 // into place (checkpoint staging). Errors: SLM_E_IO as slm_fd_write_fsync_close or "cannot create".
 slm_status slm_file_write_durable(const char *path, const void *data, size_t len);
-// Copies the file `src` to `dst` atomically (slm_file_write_atomic of src's bytes).
+// Copies the file `src` to `dst` atomically (slm_file_write_atomic of src's bytes); with
+// `xxh64`, also returns the XXH64 (seed 0) of the bytes copied (read once).
 // Errors: SLM_E_IO naming the path that failed.
-slm_status slm_file_copy(const char *src, const char *dst);
+slm_status slm_file_copy(const char *src, const char *dst, uint64_t *xxh64);
 // Removes `dir` and the plain files in it (a flat directory: subdirectories are not descended;
 // one left behind makes the rmdir fail). A missing `dir` is SLM_OK.
 // Errors: SLM_E_IO naming the directory and errno text (opendir or rmdir).

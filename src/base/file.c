@@ -122,11 +122,12 @@ slm_status slm_file_write_atomic(const char *path, const void *data, size_t len)
     return st;
 }
 
-slm_status slm_file_copy(const char *src, const char *dst) {
+slm_status slm_file_copy(const char *src, const char *dst, uint64_t *xxh64) {
     char *data = NULL;
     size_t len = 0;
     slm_status st = slm_file_read_all(src, &data, &len);
     if (st) return st;
+    if (xxh64) *xxh64 = slm_xxh64(data, len, 0);
     st = slm_file_write_atomic(dst, data, len);
     free(data);
     return st;

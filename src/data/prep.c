@@ -708,18 +708,6 @@ static slm_status agree(const prep_ctx *c, slm_status st) {
     return c->world > 1 ? slm_dist_agree(st) : st;
 }
 
-// Copies the tokenizer file into the (new) dataset directory.
-static slm_status copy_tokenizer(const char *src, const char *dst, uint64_t *hash) {
-    char *data = NULL;
-    size_t len = 0;
-    slm_status st = slm_file_read_all(src, &data, &len);
-    if (st) return st;
-    *hash = slm_xxh64(data, len, 0);
-    st = slm_file_write_atomic(dst, data, len);
-    free(data);
-    return st;
-}
-
 static const char *base_name(const char *p) {
     const char *s = strrchr(p, '/');
     return s ? s + 1 : p;
@@ -797,7 +785,7 @@ slm_status slm_prep_run(const slm_prep_opts *o) {
         }
         if (st == SLM_OK) {
             tok_dst = slm_path_join(c.work_dir, base_name(o->tokenizer_path));
-            st = copy_tokenizer(o->tokenizer_path, tok_dst, &ds.tokenizer_xxh64);
+            st = slm_file_copy(o->tokenizer_path, tok_dst, &ds.tokenizer_xxh64);
         }
     }
     st = agree(&c, st); // the temp directory exists before any shard is written

@@ -184,7 +184,9 @@ static void test_files(void) {
     uint8_t *data = slm_xmalloc(n);
     for (size_t i = 0; i < n; i++) data[i] = (uint8_t)(i * 131 + 7);
     CHECK_OK(slm_file_write_durable(a, data, n));
-    CHECK_OK(slm_file_copy(a, b));
+    uint64_t h = 0;
+    CHECK_OK(slm_file_copy(a, b, &h));
+    CHECK(h == slm_xxh64(data, n, 0));
     char *got = NULL;
     size_t len = 0;
     CHECK_OK(slm_file_read_all(b, &got, &len));
@@ -197,7 +199,7 @@ static void test_files(void) {
     CHECK(strstr(slm_errmsg(), a) && strstr(slm_errmsg(), "write failed"));
     // Copying a missing file fails naming it; a failed durable write leaves no file.
     char *missing = slm_path_join(dir, "missing");
-    CHECK_EQ_INT(slm_file_copy(missing, b), SLM_E_IO);
+    CHECK_EQ_INT(slm_file_copy(missing, b, NULL), SLM_E_IO);
     CHECK(strstr(slm_errmsg(), "missing"));
     char *nodir = slm_path_join(dir, "nodir/x");
     CHECK_EQ_INT(slm_file_write_durable(nodir, "x", 1), SLM_E_IO);
