@@ -188,6 +188,9 @@ slm_status slm_file_copy(const char *src, const char *dst, uint64_t *xxh64);
 // one left behind makes the rmdir fail). A missing `dir` is SLM_OK.
 // Errors: SLM_E_IO naming the directory and errno text (opendir or rmdir).
 slm_status slm_rmdir_flat(const char *dir);
+// The same, best effort, for clean-up paths: failures are ignored and the calling thread's
+// current message (the error being reported) is kept.
+void slm_rmdir_flat_quiet(const char *dir);
 
 // ---------------------------------------------------------------------------------------------
 // Little-endian byte order. Every on-disk integer and float of shardlm's formats (token shards,

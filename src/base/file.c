@@ -148,6 +148,13 @@ slm_status slm_rmdir_flat(const char *dir) {
     return SLM_OK;
 }
 
+void slm_rmdir_flat_quiet(const char *dir) {
+    char *keep = slm_xstrdup(slm_errmsg());
+    (void)slm_rmdir_flat(dir);
+    slm_set_errmsg(keep);
+    free(keep);
+}
+
 slm_status slm_mkdir_p(const char *dir) {
     char buf[4096];
     size_t n = strlen(dir);

@@ -47,19 +47,7 @@ static char *parent_of(const char *path) {
 }
 
 void slm_export_dir_abort(const char *tmp) {
-    if (!tmp) return;
-    DIR *d = opendir(tmp);
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d))) {
-            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-            char *p = slm_path_join(tmp, e->d_name);
-            unlink(p);
-            free(p);
-        }
-        closedir(d);
-    }
-    rmdir(tmp);
+    if (tmp) slm_rmdir_flat_quiet(tmp);
 }
 
 slm_status slm_export_dir_begin(const char *out_dir, char **tmp) {

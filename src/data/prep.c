@@ -545,15 +545,6 @@ static char *parent_dir(const char *path) {
     return p;
 }
 
-// Removes a directory prep created and the plain files in it (it holds no subdirectories).
-// Best effort: a failure is not reported and leaves the current error message intact.
-static void remove_work_dir(const char *dir) {
-    char *keep = slm_xstrdup(slm_errmsg());
-    (void)slm_rmdir_flat(dir);
-    slm_set_errmsg(keep);
-    free(keep);
-}
-
 // Removes the temp siblings "<parent>/.<name>.prep-tmp.<pid>" that runs killed before they could
 // clean up (kill -9, OOM) left behind: those whose pid is not a running process on this host
 // (kill(pid, 0) fails with ESRCH), saying so. A temp directory of a live run is never touched.
@@ -578,7 +569,7 @@ static void remove_stale_work_dirs(const char *out_path) {
                 continue;
             if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; // alive (or not ours)
             char *p = slm_path_join(parent, e->d_name);
-            remove_work_dir(p);
+            slm_rmdir_flat_quiet(p);
             if (!slm_is_dir(p))
                 slm_info("prep: removed stale temp directory %s (left by pid %lld, which is no "
                          "longer running)",
@@ -776,7 +767,7 @@ slm_status slm_prep_run(const slm_prep_opts *o) {
         free(parent);
         if (st == SLM_OK) {
             remove_stale_work_dirs(out_path);
-            remove_work_dir(c.work_dir); // a stale one from a killed run with the same pid
+            slm_rmdir_flat_quiet(c.work_dir); // a stale one from a killed run with the same pid
             if (mkdir(c.work_dir, 0777) != 0)
                 st = slm_fail(SLM_E_IO, "prep: cannot create temp directory %s: %s", c.work_dir,
                               strerror(errno));
@@ -1005,7 +996,7 @@ out:
                     free(p);
                 }
             }
-        if (c.rank == 0 && work_created) remove_work_dir(c.work_dir);
+        if (c.rank == 0 && work_created) slm_rmdir_flat_quiet(c.work_dir);
     }
     for (int i = 0; c.workers && i < W; i++) {
         slm_ivec_free(&c.workers[i].buf[0]);

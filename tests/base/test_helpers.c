@@ -211,6 +211,10 @@ static void test_files(void) {
     CHECK_EQ_INT(slm_rmdir_flat(dir), SLM_E_IO);
     CHECK(strstr(slm_errmsg(), dir) && strstr(slm_errmsg(), "rmdir"));
     CHECK(!slm_is_file(a) && slm_is_dir(sub)); // the plain files went
+    // The quiet form keeps the message of the error being reported.
+    slm_fail(SLM_E_IO, "the real error");
+    slm_rmdir_flat_quiet(dir);
+    CHECK_EQ_STR(slm_errmsg(), "the real error");
     rmdir(inner);
     rmdir(sub);
     CHECK_OK(slm_rmdir_flat(dir));
