@@ -44,8 +44,7 @@ slm_status slm_st_parse(const uint8_t *data, size_t len, const char *name, slm_s
     f->map.len = len;
     if (len < 8)
         return slm_fail(SLM_E_FORMAT, "%s: %zu bytes, too short for a safetensors file", name, len);
-    uint64_t n;
-    memcpy(&n, data, 8);
+    uint64_t n = slm_get_le64(data);
     if (n > len - 8)
         return slm_fail(SLM_E_FORMAT, "%s: header length %" PRIu64 " is beyond the file size %zu",
                         name, n, len);
@@ -205,8 +204,7 @@ void slm_st_read_f32(const slm_st_file *f, const slm_st_tensor *t, float *out) {
         if (t->dtype == SLM_ST_F32) {
             memcpy(&out[i], p + 4 * i, 4);
         } else {
-            uint16_t h;
-            memcpy(&h, p + 2 * i, 2);
+            uint16_t h = slm_get_le16(p + 2 * i);
             out[i] = t->dtype == SLM_ST_F16 ? slm_f16_to_f32_1(h) : slm_bf16_to_f32_1(h);
         }
     }
@@ -244,8 +242,9 @@ static slm_status write_st_file(const char *path, const st_item *items, int n, i
     cJSON_Delete(h);
     size_t jl = strlen(js), padded = (jl + 7) / 8 * 8;
     slm_buf hdr = {0};
-    uint64_t n64 = padded;
-    slm_buf_append(&hdr, &n64, 8);
+    uint8_t n64[8];
+    slm_put_le64(n64, padded);
+    slm_buf_append(&hdr, n64, 8);
     slm_buf_append(&hdr, js, jl);
     for (size_t i = jl; i < padded; i++)
         slm_buf_append(&hdr, " ", 1);
@@ -276,7 +275,7 @@ static slm_status write_st_file(const char *path, const st_item *items, int n, i
                     memcpy(buf + 4 * j, &x, 4);
                 else {
                     uint16_t hv = dt == SLM_ST_F16 ? slm_f32_to_f16_1(x) : slm_f32_to_bf16_1(x);
-                    memcpy(buf + 2 * j, &hv, 2);
+                    slm_put_le16(buf + 2 * j, hv);
                 }
             }
             ok = fwrite(buf, es, k, fp) == k;
