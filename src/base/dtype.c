@@ -13,24 +13,36 @@
 
 size_t slm_dtype_bytes(slm_dtype t) {
     switch (t) {
-    case SLM_DTYPE_F32: return 4;
-    case SLM_DTYPE_F16: return 2;
-    case SLM_DTYPE_BF16: return 2;
-    case SLM_DTYPE_F64: return 8;
-    case SLM_DTYPE_I64: return 8;
-    case SLM_DTYPE_U8: return 1;
+    case SLM_DTYPE_F32:
+        return 4;
+    case SLM_DTYPE_F16:
+        return 2;
+    case SLM_DTYPE_BF16:
+        return 2;
+    case SLM_DTYPE_F64:
+        return 8;
+    case SLM_DTYPE_I64:
+        return 8;
+    case SLM_DTYPE_U8:
+        return 1;
     }
     slm_fatal("slm_dtype_bytes: bad dtype %d", (int)t);
 }
 
 const char *slm_dtype_st_name(slm_dtype t) {
     switch (t) {
-    case SLM_DTYPE_F32: return "F32";
-    case SLM_DTYPE_F16: return "F16";
-    case SLM_DTYPE_BF16: return "BF16";
-    case SLM_DTYPE_F64: return "F64";
-    case SLM_DTYPE_I64: return "I64";
-    case SLM_DTYPE_U8: return "U8";
+    case SLM_DTYPE_F32:
+        return "F32";
+    case SLM_DTYPE_F16:
+        return "F16";
+    case SLM_DTYPE_BF16:
+        return "BF16";
+    case SLM_DTYPE_F64:
+        return "F64";
+    case SLM_DTYPE_I64:
+        return "I64";
+    case SLM_DTYPE_U8:
+        return "U8";
     }
     slm_fatal("slm_dtype_st_name: bad dtype %d", (int)t);
 }
@@ -98,9 +110,11 @@ uint16_t slm_f32_to_f16_1(float f) {
 }
 
 void slm_f32_to_bf16(const float *x, uint16_t *y, int64_t n) {
-    for (int64_t i = 0; i < n; i++) y[i] = slm_f32_to_bf16_1(x[i]);
+    for (int64_t i = 0; i < n; i++)
+        y[i] = slm_f32_to_bf16_1(x[i]);
 }
 
 void slm_bf16_to_f32(const uint16_t *x, float *y, int64_t n) {
-    for (int64_t i = 0; i < n; i++) y[i] = slm_bf16_to_f32_1(x[i]);
+    for (int64_t i = 0; i < n; i++)
+        y[i] = slm_bf16_to_f32_1(x[i]);
 }

@@ -61,8 +61,8 @@ slm_status slm_json_check_num(const char *what, const char *field, const cJSON *
 
 slm_status slm_json_num(const char *what, const cJSON *o, const char *key, double lo, double hi,
                         bool integer, double *out) {
-    return slm_json_check_num(what, key, cJSON_GetObjectItemCaseSensitive(o, key), lo, hi,
-                              integer, out);
+    return slm_json_check_num(what, key, cJSON_GetObjectItemCaseSensitive(o, key), lo, hi, integer,
+                              out);
 }
 
 slm_status slm_json_i64(const char *what, const cJSON *o, const char *key, int64_t lo, int64_t hi,
@@ -84,7 +84,8 @@ slm_status slm_json_u64(const char *what, const cJSON *o, const char *key, uint6
 
 slm_status slm_json_str(const char *what, const cJSON *o, const char *key, const char **out) {
     const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!x) return slm_fail(SLM_E_FORMAT, "%s: field \"%s\" is missing, expected a string", what, key);
+    if (!x)
+        return slm_fail(SLM_E_FORMAT, "%s: field \"%s\" is missing, expected a string", what, key);
     if (!cJSON_IsString(x) || !x->valuestring)
         return slm_fail(SLM_E_FORMAT, "%s: field \"%s\": expected a string, got %s", what, key,
                         slm_json_kind(x));
@@ -129,8 +130,8 @@ slm_status slm_json_opt_bool(const char *what, const cJSON *o, const char *key, 
     const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
     if (!x) return SLM_OK;
     if (!cJSON_IsBool(x))
-        return slm_fail(SLM_E_FORMAT, "%s: field \"%s\": expected true or false, got %s", what,
-                        key, slm_json_kind(x));
+        return slm_fail(SLM_E_FORMAT, "%s: field \"%s\": expected true or false, got %s", what, key,
+                        slm_json_kind(x));
     *out = cJSON_IsTrue(x);
     return SLM_OK;
 }

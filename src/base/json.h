@@ -5,7 +5,7 @@
 // inside the document, e.g. "data/manifest.json: shards[3]"), the field and what was expected,
 // and, when the field is present, what it held:
 //   data/manifest.json: field "n_docs" is missing, expected an integer in [0, 9007199254740992]
-//   config.json: field "hidden_size": expected an integer in [-2147483648, 2147483647], got a string
+//   config.json: field "tie_word_embeddings": expected true or false, got a number
 //   run/manifest.json: field "step" is -3, expected an integer in [0, 9007199254740992]
 // Status: SLM_E_FORMAT for every malformed field. Integers are JSON numbers, exact below 2^53.
 #ifndef SLM_BASE_JSON_H

@@ -65,11 +65,13 @@ slm_status slm_split_unigram_entropy(const char *data_dir, const char *split, do
         if (st) break;
         // Every token is < vocab_size: slm_shard_verify checked it.
         const uint8_t *d = map.data + SLM_SHARD_HEADER_BYTES;
-        for (uint64_t i = 0; i < h.n_tokens; i++) count[slm_shard_token(d, h.token_bytes, i)]++;
+        for (uint64_t i = 0; i < h.n_tokens; i++)
+            count[slm_shard_token(d, h.token_bytes, i)]++;
         total += h.n_tokens;
         slm_map_free(&map);
     }
-    if (!st && total == 0) st = slm_fail(SLM_E_FORMAT, "%s: split \"%s\" is empty", data_dir, split);
+    if (!st && total == 0)
+        st = slm_fail(SLM_E_FORMAT, "%s: split \"%s\" is empty", data_dir, split);
     if (!st) {
         double hsum = 0;
         for (int32_t v = 0; v < ds.vocab_size; v++)

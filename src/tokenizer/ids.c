@@ -10,7 +10,8 @@ slm_status slm_token_ids_parse_line(const char *what, const char *s, int32_t voc
     const char *p = s;
     ids->len = 0;
     for (;;) {
-        while (*p == ' ' || *p == '\t' || *p == '\r') p++;
+        while (*p == ' ' || *p == '\t' || *p == '\r')
+            p++;
         if (!*p || *p == '\n') break;
         if (!isdigit((unsigned char)*p))
             return slm_fail(SLM_E_FORMAT, "%s:%lld: expected a token id, found '%c'", what,

@@ -23,7 +23,8 @@ static void test_le(void) {
     slm_put_le32(b, 0x01020304u);
     CHECK(b[0] == 4 && b[1] == 3 && b[2] == 2 && b[3] == 1);
     slm_put_le64(b, 0x0102030405060708ull);
-    for (int i = 0; i < 8; i++) CHECK_EQ_INT(b[i], 8 - i);
+    for (int i = 0; i < 8; i++)
+        CHECK_EQ_INT(b[i], 8 - i);
     const uint8_t x[8] = {0xef, 0xcd, 0xab, 0x89, 0x67, 0x45, 0x23, 0x01};
     CHECK(slm_get_le16(x) == 0xcdef);
     CHECK(slm_get_le32(x) == 0x89abcdefu);
@@ -61,15 +62,16 @@ static void test_bf16(void) {
     uint16_t hs[3];
     slm_f32_to_bf16(xs, hs, 3);
     slm_bf16_to_f32(hs, back, 3);
-    for (int i = 0; i < 3; i++) CHECK(back[i] == xs[i]);
+    for (int i = 0; i < 3; i++)
+        CHECK(back[i] == xs[i]);
 }
 
 static void test_fp16(void) {
     CHECK_EQ_INT(slm_f32_to_f16_1(1.0f), 0x3c00);
     CHECK_EQ_INT(slm_f32_to_f16_1(-2.0f), 0xc000);
-    CHECK_EQ_INT(slm_f32_to_f16_1(65504.0f), 0x7bff); // the largest half
-    CHECK_EQ_INT(slm_f32_to_f16_1(65519.0f), 0x7bff); // below the 65520 tie
-    CHECK_EQ_INT(slm_f32_to_f16_1(65520.0f), 0x7c00); // tie to even: inf
+    CHECK_EQ_INT(slm_f32_to_f16_1(65504.0f), 0x7bff);            // the largest half
+    CHECK_EQ_INT(slm_f32_to_f16_1(65519.0f), 0x7bff);            // below the 65520 tie
+    CHECK_EQ_INT(slm_f32_to_f16_1(65520.0f), 0x7c00);            // tie to even: inf
     CHECK_EQ_INT(slm_f32_to_f16_1(1.0f + 0x1p-11f), 0x3c00);     // tie -> even
     CHECK_EQ_INT(slm_f32_to_f16_1(1.0f + 3 * 0x1p-11f), 0x3c02); // tie -> even
     CHECK_EQ_INT(slm_f32_to_f16_1(0x1p-24f), 0x0001);            // the smallest subnormal
@@ -182,7 +184,8 @@ static void test_files(void) {
     // 3 MiB + 1 so the write is not one page.
     size_t n = (3u << 20) + 1;
     uint8_t *data = slm_xmalloc(n);
-    for (size_t i = 0; i < n; i++) data[i] = (uint8_t)(i * 131 + 7);
+    for (size_t i = 0; i < n; i++)
+        data[i] = (uint8_t)(i * 131 + 7);
     CHECK_OK(slm_file_write_durable(a, data, n));
     uint64_t h = 0;
     CHECK_OK(slm_file_copy(a, b, &h));
