@@ -150,6 +150,9 @@ bool slm_is_dir(const char *path);
 bool slm_is_file(const char *path);
 // Joins two path parts with one '/' into a new string (caller frees).
 char *slm_path_join(const char *a, const char *b);
+// The directory part of `path` into a new string (caller frees): everything before the last
+// '/', "/" for a path directly under the root, "." for a path without '/'.
+char *slm_path_parent(const char *path);
 
 // Read-only memory map of a whole file. Zero-length files map to data == NULL, len == 0.
 typedef struct slm_map {

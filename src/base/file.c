@@ -6,7 +6,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,13 +49,6 @@ slm_status slm_file_read_all(const char *path, char **out, size_t *len) {
     *out = b.data;
     if (len) *len = b.len;
     return SLM_OK;
-}
-
-static char *dir_of(const char *path) {
-    char *tmp = slm_xstrdup(path);
-    char *d = slm_xstrdup(dirname(tmp));
-    free(tmp);
-    return d;
 }
 
 slm_status slm_fsync_dir(const char *dir) {
@@ -116,7 +108,7 @@ slm_status slm_file_write_atomic(const char *path, const void *data, size_t len)
         unlink(tmp);
         return slm_fail(SLM_E_IO, "%s: rename from temp file failed: %s", path, strerror(e));
     }
-    char *d = dir_of(path);
+    char *d = slm_path_parent(path);
     slm_status st = slm_fsync_dir(d);
     free(d);
     return st;
@@ -191,6 +183,15 @@ char *slm_path_join(const char *a, const char *b) {
     if (slash) out[la++] = '/';
     memcpy(out + la, b, lb + 1);
     return out;
+}
+
+char *slm_path_parent(const char *path) {
+    const char *slash = strrchr(path, '/');
+    if (!slash) return slm_xstrdup(".");
+    if (slash == path) return slm_xstrdup("/");
+    char *p = slm_xstrdup(path);
+    p[slash - path] = 0;
+    return p;
 }
 
 slm_status slm_map_file(const char *path, slm_map *m) {

@@ -3,6 +3,8 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 const char *slm_json_kind(const cJSON *x) {
     if (!x) return "missing";
@@ -134,4 +136,18 @@ slm_status slm_json_opt_bool(const char *what, const cJSON *o, const char *key, 
                         slm_json_kind(x));
     *out = cJSON_IsTrue(x);
     return SLM_OK;
+}
+
+slm_status slm_json_write_file(const char *path, const cJSON *o) {
+    char *txt = cJSON_Print(o);
+    if (!txt) return slm_fail(SLM_E_NOMEM, "%s: cannot format JSON", path);
+    size_t n = strlen(txt);
+    char *withnl = slm_xmalloc(n + 2);
+    memcpy(withnl, txt, n);
+    withnl[n] = '\n';
+    withnl[n + 1] = 0;
+    cJSON_free(txt);
+    slm_status st = slm_file_write_atomic(path, withnl, n + 1);
+    free(withnl);
+    return st;
 }

@@ -57,4 +57,8 @@ slm_status slm_json_opt_i32(const char *what, const cJSON *o, const char *key, b
 slm_status slm_json_opt_f32(const char *what, const cJSON *o, const char *key, float *out);
 slm_status slm_json_opt_bool(const char *what, const cJSON *o, const char *key, bool *out);
 
+// Writes `o` as indented JSON text plus a final newline to `path` atomically
+// (slm_file_write_atomic). Borrows `o`. Errors: SLM_E_NOMEM if cJSON cannot format it, SLM_E_IO.
+slm_status slm_json_write_file(const char *path, const cJSON *o);
+
 #endif

@@ -536,22 +536,13 @@ static char *sibling_path(const char *out_path, const char *tag, int64_t pid) {
     return b.data;
 }
 
-static char *parent_dir(const char *path) {
-    const char *slash = strrchr(path, '/');
-    if (!slash) return slm_xstrdup(".");
-    if (slash == path) return slm_xstrdup("/");
-    char *p = slm_xstrdup(path);
-    p[slash - path] = 0;
-    return p;
-}
-
 // Removes the temp siblings "<parent>/.<name>.prep-tmp.<pid>" that runs killed before they could
 // clean up (kill -9, OOM) left behind: those whose pid is not a running process on this host
 // (kill(pid, 0) fails with ESRCH), saying so. A temp directory of a live run is never touched.
 // Old directories (.prep-old.<pid>) are left alone: after a kill between the two renames of the
 // swap, one may hold the only copy of the previous dataset.
 static void remove_stale_work_dirs(const char *out_path) {
-    char *parent = parent_dir(out_path);
+    char *parent = slm_path_parent(out_path);
     const char *slash = strrchr(out_path, '/');
     const char *base = slash ? slash + 1 : out_path;
     slm_buf prefix = {0};
@@ -649,7 +640,7 @@ static slm_status swap_in(const char *work, const char *out_path, const char *ol
         return slm_fail(SLM_E_IO, "prep: %s: rename of %s into place failed: %s", shown, work,
                         strerror(e));
     }
-    char *parent = parent_dir(out_path);
+    char *parent = slm_path_parent(out_path);
     slm_status st2 = slm_fsync_dir(parent);
     free(parent);
     if (had_old) retire_old_dir(old, out_path, shown);
@@ -762,7 +753,7 @@ slm_status slm_prep_run(const slm_prep_opts *o) {
         old_dir = sibling_path(out_path, "old", pid);
     }
     if (c.rank == 0) {
-        char *parent = parent_dir(out_path);
+        char *parent = slm_path_parent(out_path);
         st = slm_mkdir_p(parent);
         free(parent);
         if (st == SLM_OK) {

@@ -398,17 +398,8 @@ void slm_llama_config_to_json(const slm_llama_config *c, bool hf, cJSON *o) {
 slm_status slm_llama_config_save(const slm_llama_config *c, const char *path) {
     cJSON *o = cJSON_CreateObject();
     slm_llama_config_to_json(c, true, o);
-    char *text = cJSON_Print(o);
+    slm_status st = slm_json_write_file(path, o);
     cJSON_Delete(o);
-    if (!text) return slm_fail(SLM_E_NOMEM, "%s: cannot format the model config", path);
-    size_t n = strlen(text);
-    char *withnl = slm_xmalloc(n + 2);
-    memcpy(withnl, text, n);
-    withnl[n] = '\n';
-    withnl[n + 1] = 0;
-    cJSON_free(text);
-    slm_status st = slm_file_write_atomic(path, withnl, n + 1);
-    free(withnl);
     return st;
 }
 

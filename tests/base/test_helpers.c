@@ -227,6 +227,30 @@ static void test_files(void) {
     free(a), free(b), free(sub), free(missing), free(nodir), free(inner);
 }
 
+static void test_path_parent_and_json_file(void) {
+    const char *in[] = {"a/b/c.txt", "/top", "plain", "/x/y/"};
+    const char *want[] = {"a/b", "/", ".", "/x/y"};
+    for (int i = 0; i < 4; i++) {
+        char *p = slm_path_parent(in[i]);
+        CHECK_EQ_STR(p, want[i]);
+        free(p);
+    }
+    char dir[] = "/tmp/slm_test_json_XXXXXX";
+    CHECK(mkdtemp(dir));
+    char *f = slm_path_join(dir, "o.json");
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "n", 3);
+    CHECK_OK(slm_json_write_file(f, o));
+    cJSON_Delete(o);
+    char *txt = NULL;
+    size_t len = 0;
+    CHECK_OK(slm_file_read_all(f, &txt, &len));
+    CHECK_EQ_STR(txt, "{\n\t\"n\":\t3\n}\n");
+    free(txt);
+    CHECK_OK(slm_rmdir_flat(dir));
+    free(f);
+}
+
 static void test_stop_flag(void) {
     slm_stop_reset();
     CHECK(!slm_stop_requested());
@@ -274,6 +298,7 @@ int main(void) {
     RUN(test_dtype_names);
     RUN(test_json);
     RUN(test_files);
+    RUN(test_path_parent_and_json_file);
     RUN(test_stop_flag);
     RUN(test_sizes);
     return TEST_SUMMARY();
