@@ -66,10 +66,29 @@ static bool stdout_written(void) {
     return false;
 }
 
+// Before any allocation: the manifest's model_config against its own unit layout (built without
+// buffers), then the memory export needs (the full fp32 parameters, plus the gradient buffers
+// slm_llama_init allocates beside them) against the memory probe.
+static slm_status export_precheck(slm_ckpt *c, const slm_llama_config *cfg) {
+    slm_llama lay;
+    slm_status st = slm_llama_init(&lay, cfg, false);
+    if (st) return st;
+    st = slm_ckpt_check_model(c, &lay);
+    double n = 0;
+    for (int u = 0; u < lay.n_units; u++) n += (double)lay.units[u].numel;
+    slm_llama_free(&lay);
+    if (st) return st;
+    return slm_mem_check(2.0 * n * sizeof(float),
+                         "ckpt export of %s (%.3g parameters: fp32 weights and gradient buffers)",
+                         slm_ckpt_dir(c), n);
+}
+
 static int do_export(slm_ckpt *c, const char *out, slm_st_dtype dt, size_t max_shard) {
     const slm_ckpt_meta *M = slm_ckpt_get_meta(c);
     slm_llama m;
-    slm_status st = slm_llama_init(&m, &M->cfg, true);
+    slm_status st = export_precheck(c, &M->cfg);
+    if (st) goto fail0;
+    st = slm_llama_init(&m, &M->cfg, true);
     if (st) goto fail0;
     if ((st = slm_ckpt_check_model(c, &m))) goto fail;
     for (int u = 0; u < m.n_units && !st; u++)

@@ -1,8 +1,10 @@
 // The run directory: model.bin (weights, unit by unit), config.json and the tokenizer copy.
 // Format in train.h; the checkpoint issue replaces model.bin with sharded checkpoints.
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
 #include <sys/resource.h>
 #include <unistd.h>
@@ -32,46 +34,71 @@ static uint64_t get_u64(const uint8_t *p) {
     return x;
 }
 
-double slm_train_mem_available(void) {
-    double avail = 0;
-    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGE_SIZE);
-    if (pages > 0 && psz > 0) avail = (double)pages * (double)psz;
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
-        (avail == 0 || (double)rl.rlim_cur < avail))
-        avail = (double)rl.rlim_cur;
-    return avail;
+double slm_train_mem_available(void) { return slm_mem_available(); }
+
+const char *slm_train_fmt_bytes(double bytes, char buf[32]) { return slm_fmt_bytes(bytes, buf); }
+
+// Writes `n` bytes to `f` (named `path` in the message).
+static slm_status put_bytes(FILE *f, const void *p, size_t n, const char *path) {
+    if (n && fwrite(p, 1, n, f) != n)
+        return slm_fail(SLM_E_IO, "%s: write failed: %s", path, strerror(errno ? errno : EIO));
+    return SLM_OK;
 }
 
-const char *slm_train_fmt_bytes(double bytes, char buf[32]) {
-    static const char *unit[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-    int i = 0;
-    while (bytes >= 1024 && i < 6) bytes /= 1024, i++;
-    snprintf(buf, 32, i ? "%.2f %s" : "%.0f %s", bytes, unit[i]);
-    return buf;
-}
-
+// Streams the header, the unit index and each unit's parameters into `path` atomically
+// (path.tmp.<pid>, fsync, rename, fsync of the directory): no copy of the weights is made, so
+// saving needs no memory beyond the model itself.
 slm_status slm_model_save(const slm_llama *m, const char *path) {
     int64_t total = 0;
     for (int u = 0; u < m->n_units; u++) total += m->units[u].numel;
-    size_t index_bytes = (size_t)m->n_units * 8;
-    size_t bytes = MODEL_HEADER_BYTES + index_bytes + (size_t)total * sizeof(float);
-    uint8_t *buf = slm_xcalloc(1, bytes);
-    uint8_t *payload = buf + MODEL_HEADER_BYTES + index_bytes;
-    size_t off = 0;
-    for (int u = 0; u < m->n_units; u++) {
-        put_u64(buf + MODEL_HEADER_BYTES + 8 * (size_t)u, (uint64_t)m->units[u].numel);
-        // The host is little-endian (x86-64 / aarch64); f32 bytes are stored as they are.
-        memcpy(payload + off, m->params[u], (size_t)m->units[u].numel * sizeof(float));
-        off += (size_t)m->units[u].numel * sizeof(float);
+    XXH64_state_t *hs = XXH64_createState();
+    if (!hs) return slm_fail(SLM_E_NOMEM, "%s: cannot allocate a hash state", path);
+    XXH64_reset(hs, 0);
+    for (int u = 0; u < m->n_units; u++) // the host is little-endian: f32 bytes as they are
+        XXH64_update(hs, m->params[u], (size_t)m->units[u].numel * sizeof(float));
+    uint64_t hash = XXH64_digest(hs);
+    XXH64_freeState(hs);
+    uint8_t h[MODEL_HEADER_BYTES] = {0};
+    memcpy(h, MODEL_MAGIC, 8);
+    put_u32(h + 8, MODEL_VERSION);
+    put_u32(h + 12, (uint32_t)m->n_units);
+    put_u64(h + 16, (uint64_t)total);
+    put_u64(h + 24, hash);
+    size_t pl = strlen(path) + 32;
+    char *tmp = slm_xmalloc(pl);
+    snprintf(tmp, pl, "%s.tmp.%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "wb");
+    if (!f) {
+        slm_status st = slm_fail(SLM_E_IO, "%s: cannot create: %s", tmp, strerror(errno));
+        free(tmp);
+        return st;
     }
-    memcpy(buf, MODEL_MAGIC, 8);
-    put_u32(buf + 8, MODEL_VERSION);
-    put_u32(buf + 12, (uint32_t)m->n_units);
-    put_u64(buf + 16, (uint64_t)total);
-    put_u64(buf + 24, slm_xxh64(payload, (size_t)total * sizeof(float), 0));
-    slm_status st = slm_file_write_atomic(path, buf, bytes);
-    free(buf);
+    errno = 0;
+    slm_status st = put_bytes(f, h, sizeof h, tmp);
+    for (int u = 0; !st && u < m->n_units; u++) {
+        uint8_t n8[8];
+        put_u64(n8, (uint64_t)m->units[u].numel);
+        st = put_bytes(f, n8, 8, tmp);
+    }
+    for (int u = 0; !st && u < m->n_units; u++)
+        st = put_bytes(f, m->params[u], (size_t)m->units[u].numel * sizeof(float), tmp);
+    if (!st && fflush(f) != 0)
+        st = slm_fail(SLM_E_IO, "%s: write failed: %s", tmp, strerror(errno));
+    if (!st && fsync(fileno(f)) != 0)
+        st = slm_fail(SLM_E_IO, "%s: fsync failed: %s", tmp, strerror(errno));
+    if (fclose(f) != 0 && !st) st = slm_fail(SLM_E_IO, "%s: close failed: %s", tmp, strerror(errno));
+    if (!st && rename(tmp, path) != 0)
+        st = slm_fail(SLM_E_IO, "%s: rename to %s failed: %s", tmp, path, strerror(errno));
+    if (st) {
+        remove(tmp);
+    } else {
+        char *dir = slm_xstrdup(path);
+        char *slash = strrchr(dir, '/');
+        if (slash) *slash = 0;
+        st = slm_fsync_dir(slash ? (dir[0] ? dir : "/") : ".");
+        free(dir);
+    }
+    free(tmp);
     return st;
 }
 

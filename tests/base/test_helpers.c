@@ -2,7 +2,7 @@
 // hand-written bytes, fp32 <-> bf16 / fp16 against hand-derived IEEE bit patterns (round to
 // nearest even, overflow, subnormals, NaN), the dtype names, the checked JSON field readers
 // (messages name file, field and expectation), full write + fsync, file copy, flat directory
-// removal, the stop flag under a real signal, byte formatting and the memory probe.
+// removal, the stop flag under a real signal and byte formatting.
 #include "base/base.h"
 #include "base/json.h"
 #include "test.h"
@@ -12,7 +12,6 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -271,24 +270,12 @@ static void test_stop_flag(void) {
     slm_stop_reset();
 }
 
+// Byte formatting (the memory probe has its own test, test_mem).
 static void test_sizes(void) {
     char buf[32];
     CHECK_EQ_STR(slm_fmt_bytes(512, buf), "512 bytes");
     CHECK_EQ_STR(slm_fmt_bytes(1536, buf), "1.50 KiB");
     CHECK_EQ_STR(slm_fmt_bytes(3.0 * 1024 * 1024 * 1024, buf), "3.00 GiB");
-    double m = slm_mem_available();
-    CHECK(m > 0);
-    // An address-space limit below the physical memory is what the probe reports.
-    struct rlimit old, lim;
-    CHECK(getrlimit(RLIMIT_AS, &old) == 0);
-    lim = old;
-    lim.rlim_cur = (rlim_t)1 << 40; // 1 TiB: above this process's use, below most limits
-    if (old.rlim_max == RLIM_INFINITY || old.rlim_max >= lim.rlim_cur) {
-        CHECK(setrlimit(RLIMIT_AS, &lim) == 0);
-        double want = m < 0x1p40 ? m : 0x1p40;
-        CHECK(slm_mem_available() == want);
-        CHECK(setrlimit(RLIMIT_AS, &old) == 0);
-    }
 }
 
 int main(void) {
