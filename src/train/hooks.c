@@ -15,7 +15,7 @@
 
 static bool stop_flag(void *ctx) {
     (void)ctx;
-    return slm_train_stop_requested();
+    return slm_stop_requested();
 }
 
 slm_status slm_train_add_stop_hook(slm_train_opts *o) {

@@ -3,11 +3,9 @@
 // phases of trainer.c (open, init, step, finish). Hooks in hooks.c. Contract in train.h.
 #include <math.h>
 #include <omp.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "data/data.h"
 #include "dist/dist.h"
@@ -16,39 +14,18 @@
 #include "train/train_internal.h"
 #include "ckpt/ckpt.h"
 
-static volatile sig_atomic_t g_stop = 0;
-
-// First SIGINT / SIGTERM: stop at the next micro-batch or step boundary (saved, resumable).
-// A second SIGINT while that stop is pending exits at once (async-signal-safe write + _exit).
-static void on_signal(int sig) {
-    if (sig == SIGINT && g_stop) {
-        static const char msg[] = "\nshardlm: second interrupt: exiting now without saving "
-                                  "(the last committed checkpoint is kept)\n";
-        ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
-        (void)w;
-        _exit(1);
-    }
-    if (sig == SIGINT && !g_stop) { // SIGTERM (supervisors, mpirun's teardown) stays quiet
-        static const char msg[] = "\nshardlm: stop requested: stopping at the next micro-batch "
-                                  "boundary (interrupt again to exit at once, without saving)\n";
-        ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
-        (void)w;
-    }
-    g_stop = 1;
-}
-
+// The stop flag is base/'s (slm_stop_*): these name the trainer's messages. A stop is honoured at
+// the next micro-batch or step boundary (saved, resumable); a second SIGINT exits at once.
 void slm_train_install_signal_handlers(void) {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    slm_stop_install("\nshardlm: stop requested: stopping at the next micro-batch boundary "
+                     "(interrupt again to exit at once, without saving)\n",
+                     "\nshardlm: second interrupt: exiting now without saving (the last "
+                     "committed checkpoint is kept)\n");
 }
 
-void slm_train_request_stop(void) { g_stop = 1; }
-bool slm_train_stop_requested(void) { return g_stop != 0; }
-void slm_train_reset_stop(void) { g_stop = 0; }
+void slm_train_request_stop(void) { slm_stop_request(); }
+bool slm_train_stop_requested(void) { return slm_stop_requested(); }
+void slm_train_reset_stop(void) { slm_stop_reset(); }
 
 void slm_train_opts_default(slm_train_opts *o) {
     memset(o, 0, sizeof *o);
@@ -166,16 +143,6 @@ slm_status slm_train_eval_loader(slm_llama *m, slm_loader *l, int B, int T, int6
     res->loss = n_tok ? sum / (double)n_tok : NAN;
     res->perplexity = exp(res->loss);
     return SLM_OK;
-}
-
-slm_status slm_train_copy_file(const char *src, const char *dst) {
-    char *data = NULL;
-    size_t len = 0;
-    slm_status st = slm_file_read_all(src, &data, &len);
-    if (st) return st;
-    st = slm_file_write_atomic(dst, data, len);
-    free(data);
-    return st;
 }
 
 slm_status slm_train_run(const slm_train_opts *o, slm_train_result *res) {

@@ -171,7 +171,7 @@ static slm_status write_rundir(slm_trainer *tr) {
         p = slm_path_join(o->out_dir, slm_tokenizer_type(tr->tok) == SLM_TOK_SPM_BPE
                                           ? "tokenizer.model"
                                           : "tokenizer.json");
-        st = slm_train_copy_file(tr->ds.tokenizer_file, p);
+        st = slm_file_copy(tr->ds.tokenizer_file, p, NULL);
         free(p);
     }
     if (st) return st;
