@@ -284,20 +284,37 @@ static slm_status already_complete(slm_trainer *tr) {
     return SLM_OK;
 }
 
-// Initial weights: --init-from-hf (every rank loads the full weights once and keeps its shard
-// of each unit) or the seeded init fsdp/ did; then a checkpoint's state if resuming.
+// --init-from-hf: with a shard group of one (a world of one, NO_SHARD) every rank holds whole
+// units and loads straight into its shards; otherwise every rank loads the full weights once
+// into a temporary model and keeps its shard of each unit.
+static slm_status load_hf(slm_trainer *tr, const char *dir) {
+    slm_llama *m = &tr->model;
+    if (slm_fsdp_group_size(&tr->fsdp) == 1) {
+        slm_fsdp_release_all(&tr->fsdp);
+        for (int u = 0; u < m->n_units; u++)
+            m->params[u] = slm_fsdp_unit_shard(&tr->fsdp, u).master;
+        slm_status st = slm_hf_load(m, dir);
+        for (int u = 0; u < m->n_units; u++)
+            m->params[u] = NULL;
+        return st;
+    }
+    slm_llama full;
+    slm_status st = slm_llama_init(&full, &tr->cfg, true);
+    if (st) return st;
+    st = slm_hf_load(&full, dir);
+    for (int u = 0; !st && u < full.n_units; u++)
+        slm_fsdp_load_unit(&tr->fsdp, u, full.params[u]);
+    slm_llama_free(&full);
+    return st;
+}
+
+// Initial weights: --init-from-hf (load_hf) or the seeded init fsdp/ did; then a checkpoint's
+// state if resuming.
 static slm_status initial_state(slm_trainer *tr) {
     const slm_train_opts *o = tr->o;
     slm_status st = SLM_OK;
     if (o->init_from_hf) {
-        slm_llama full;
-        st = slm_llama_init(&full, &tr->cfg, true);
-        if (!st) {
-            st = slm_hf_load(&full, o->init_from_hf);
-            for (int u = 0; !st && u < full.n_units; u++)
-                slm_fsdp_load_unit(&tr->fsdp, u, full.params[u]);
-            slm_llama_free(&full);
-        }
+        st = load_hf(tr, o->init_from_hf);
         st = slm_dist_agree(st);
         if (st) return st;
         slm_info("initial weights from %s", o->init_from_hf);

@@ -11,6 +11,7 @@
 
 #include "base/base.h"
 #include "test.h"
+#include "ckpt/ckpt.h"
 #include "data/data.h"
 #include "train/train.h"
 
@@ -421,6 +422,34 @@ static void test_forward_loss_leaves_flag(void) {
     slm_llama_free(&m);
 }
 
+// --init-from-hf in a world of one loads the HF weights straight into the FSDP shards: a run of
+// one step at lr 1e-30 (each AdamW update ~1e-30, far below half an ulp of weights of order
+// 1e-3..1, and no decay) saves exactly the weights of the model that was exported.
+static void test_init_from_hf_world_of_one(void) {
+    slm_llama_config cfg;
+    CHECK_OK(slm_llama_config_load(g_cfg, &cfg));
+    slm_llama src;
+    CHECK_OK(slm_llama_init(&src, &cfg, true));
+    slm_llama_init_weights(&src, 4242); // not the run's seed
+    char *hf = slm_path_join(g_dir, "hf_src"), *out = slm_path_join(g_dir, "hf_run");
+    CHECK_OK(slm_mkdir_p(hf));
+    CHECK_OK(slm_hf_export(&src, hf, SLM_ST_F32, 0));
+    slm_train_opts o;
+    base_opts(&o, out);
+    o.init_from_hf = hf;
+    o.steps = 1, o.warmup = 0;
+    o.adamw.lr_peak = 1e-30f, o.min_lr = 0, o.adamw.weight_decay = 0;
+    CHECK_OK(slm_train_run(&o, NULL));
+    slm_llama run;
+    CHECK_OK(slm_run_open(out, &run, NULL, false));
+    for (int u = 0; u < src.n_units; u++)
+        CHECK_MSG(memcmp(run.params[u], src.params[u], (size_t)src.units[u].numel * 4) == 0,
+                  "unit %d: not the HF weights", u);
+    slm_llama_free(&run);
+    slm_llama_free(&src);
+    free(hf), free(out);
+}
+
 // A hook that records the order of its calls ("S" on_start, "w" want_stop, "u" before_update,
 // "s" on_step, "F" on_finish) and asks to stop at its stop_at-th want_stop poll.
 typedef struct trace_hook {
@@ -565,6 +594,7 @@ int main(void) {
     RUN(test_world_of_one_is_plain);
     RUN(test_phases_and_hooks);
     RUN(test_forward_loss_leaves_flag);
+    RUN(test_init_from_hf_world_of_one);
     RUN(test_library_silent_on_stdout);
     RUN(test_model_file_errors);
     RUN(test_option_errors);
