@@ -8,14 +8,17 @@
 
 #include "cmd.h"
 #include "ckpt/ckpt.h"
+#include "train/modeldir.h"
 #include "train/train.h"
 
 static void eval_usage(FILE *f) {
     fprintf(f,
-            "usage: shardlm eval --model RUN_DIR (--data DIR [--split val] | --token-ids FILE)\n"
+            "usage: shardlm eval --model DIR (--data DIR [--split val] | --token-ids FILE)\n"
             "       shardlm eval --data DIR --unigram-entropy [--split val]\n"
             "Mean cross-entropy (nats/token) and perplexity of a trained model.\n\n"
-            "  --model RUN_DIR     run directory written by shardlm train\n"
+            "  --model DIR         a run directory written by shardlm train (its newest\n"
+            "                      checkpoint that verifies), a checkpoint step_N directory,\n"
+            "                      or an HF directory (config.json + safetensors)\n"
             "  --init-from-hf DIR  instead of --model: HF config.json + safetensors (+ tokenizer)\n"
             "  --data DIR          prepared dataset; windows of --seq + 1 tokens in order\n"
             "  --split NAME        train or val (default val)\n"
@@ -125,18 +128,27 @@ int slm_cmd_eval(int argc, char **argv) {
         if (st) goto fail;
         printf("unigram_entropy %.6f\nunigram_tokens %lld\n", h, (long long)n);
     }
-    if (run && data) {
+    if (run) {
+        slm_model_dir d;
+        st = slm_model_dir_open(run, &d);
+        if (st) goto fail;
+        if (hf && d.kind != SLM_MODEL_DIR_HF) {
+            slm_model_dir_close(&d);
+            slm_error("eval: --init-from-hf %s is not a Hugging Face directory (config.json + "
+                      "model.safetensors); give a run or checkpoint directory as --model",
+                      run);
+            return SLM_EXIT_USAGE;
+        }
         // The model must have been trained with the dataset's tokenizer (same file hash); an
-        // --init-from-hf directory that ships a tokenizer is checked the same way.
-        st = slm_run_check_dataset(run, data);
-        if (st) {
+        // HF directory that ships a tokenizer is checked the same way.
+        if (data && (st = slm_model_dir_check_dataset(&d, data))) {
+            slm_model_dir_close(&d);
             slm_error("eval: %s", slm_errmsg());
             return SLM_EXIT_ERROR;
         }
-    }
-    if (run) {
         slm_llama m;
-        st = hf ? slm_hf_open(run, &m, NULL, false) : slm_run_open(run, &m, NULL, false);
+        st = slm_model_dir_load_model(&d, &m);
+        slm_model_dir_close(&d);
         if (st) goto fail;
         slm_eval_result r;
         if (ids) {

@@ -8,14 +8,17 @@
 
 #include "cmd.h"
 #include "ckpt/ckpt.h"
+#include "train/modeldir.h"
 #include "train/train.h"
 
 static void generate_usage(FILE *f) {
     fprintf(f,
-            "usage: shardlm generate --model RUN_DIR --prompt TEXT [options]\n"
+            "usage: shardlm generate --model DIR --prompt TEXT [options]\n"
             "Samples a continuation of TEXT with the run's model and tokenizer, printing the\n"
             "prompt and then each new token's text as it is produced.\n\n"
-            "  --model RUN_DIR     run directory written by shardlm train\n"
+            "  --model DIR         a run directory written by shardlm train (its newest\n"
+            "                      checkpoint that verifies), a checkpoint step_N directory,\n"
+            "                      or an HF directory (config.json + safetensors)\n"
             "  --init-from-hf DIR  instead of --model: HF config.json + safetensors (+ tokenizer)\n"
             "  --prompt TEXT       text to continue (may be empty when the tokenizer has BOS)\n"
             "  --max-new N         tokens to generate (default 200); generation also stops\n"
@@ -150,7 +153,7 @@ int slm_cmd_generate(int argc, char **argv) {
     }
     slm_llama m;
     slm_tokenizer *tok = NULL;
-    st = hf ? slm_hf_open(run, &m, &tok, true) : slm_run_open(run, &m, &tok, true);
+    st = slm_model_dir_load(run, hf, &m, &tok, true);
     if (st) {
         slm_error("generate: %s", slm_errmsg());
         return st == SLM_E_ARG ? SLM_EXIT_USAGE : SLM_EXIT_ERROR;

@@ -1,5 +1,5 @@
-// Fuzz target: model.bin loading (slm_model_load) and the token-id file parser of
-// slm_eval_token_ids, on a fixed tiny model. Any input must give SLM_OK or a clean error.
+// Fuzz target: the token-id file parser of slm_eval_token_ids (shardlm eval --token-ids), on a
+// fixed tiny model. Any input must give SLM_OK or a clean error.
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,21 +24,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                               .rms_norm_eps = 1e-5f, .rope_theta = 10000.0f,
                               .initializer_range = 0.02f};
         if (slm_llama_init(&g_model, &c, true)) abort();
-        snprintf(g_path, sizeof g_path, "/tmp/fuzz_model_bin.%d", (int)getpid());
+        slm_llama_init_weights(&g_model, 1);
+        snprintf(g_path, sizeof g_path, "/tmp/fuzz_token_ids.%d", (int)getpid());
         atexit(remove_temp);
     }
-    if (size < 1) return 0;
-    // First byte picks the parser; the rest is the file.
     FILE *f = fopen(g_path, "wb"); // plain write: no fsync per input
     if (!f) return 0;
-    size_t put = fwrite(data + 1, 1, size - 1, f);
+    size_t put = fwrite(data, 1, size, f);
     fclose(f);
-    if (put != size - 1) return 0;
-    if (data[0] & 1) {
-        (void)slm_model_load(&g_model, g_path);
-    } else {
-        slm_eval_result r;
-        (void)slm_eval_token_ids(&g_model, g_path, &r);
-    }
+    if (put != size) return 0;
+    slm_eval_result r;
+    (void)slm_eval_token_ids(&g_model, g_path, &r);
     return 0;
 }
