@@ -3,7 +3,7 @@
 # the tiny preset (15M parameters), uniform random tokens, global batch 8 x 256 tokens split over
 # the ranks, AdamW + clipping included.
 #
-#   bench/bench_fsdp.sh [--steps S] [--build DIR]
+#   bench/bench_fsdp.sh [--steps S] [--build DIR] [--no-torch]
 #
 # Table 1: per-rank bytes of fp32 params + grads + AdamW state held (the shards), the peak with
 #   gathered parameters / full gradients added, and peak RSS, for N = 1, 2, 4 and each strategy
@@ -11,21 +11,32 @@
 # Table 2: 2 ranks x 1 thread vs 1 rank x 2 threads, global tokens/s ratio for NO_SHARD and
 #   FULL_SHARD (target >= 0.9; PyTorch DDP on gloo: 0.62), exposed comm time per step, with and
 #   without prefetch and with the MPI progress thread (--progress-thread 100), best of REPS (default 3) runs each. Also the all-gather / reduce-scatter
-#   bandwidth (bench_collectives). On a busy machine the 2-thread run suffers most (OpenMP
+#   bandwidth (bench_collectives). Table 3: the same 2 ranks x 1 thread against PyTorch 2.x from
+#   PyPI (bench/setup_torch.sh; bench/bench_torch2.py): DDP vs shardlm NO_SHARD and FSDP2
+#   (fully_shard per decoder block, then the root) vs FULL_SHARD, gloo, fused AdamW, best of REPS,
+#   with MFU against `shardlm bench-peak --threads 2` and peak RSS (max over ranks); --no-torch
+#   skips it. On a busy machine the 2-thread run suffers most (OpenMP
 #   barriers wait for a descheduled thread): run it on an idle machine.
 # Writes the tables to stdout and bench/out/bench_fsdp.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-STEPS=5 BUILD=build
+STEPS=5 BUILD=build TORCH=1
 while [ $# -gt 0 ]; do
     case "$1" in
         --steps) STEPS="$2"; shift 2 ;;
         --build) BUILD="$2"; shift 2 ;;
-        *) echo "usage: $0 [--steps S] [--build DIR]" >&2; exit 2 ;;
+        --no-torch) TORCH=0; shift ;;
+        *) echo "usage: $0 [--steps S] [--build DIR] [--no-torch]" >&2; exit 2 ;;
     esac
 done
 BIN="$BUILD/bench/bench_fsdp"
 [ -x "$BIN" ] || { echo "$BIN not built (cmake --build $BUILD --target bench_fsdp)" >&2; exit 2; }
+SLM="${SHARDLM:-$BUILD/shardlm}"
+TPY="${SLM_TORCH_PYTHON:-bench/.venv-torch/bin/python}"
+if [ "$TORCH" = 1 ] && { [ ! -x "$TPY" ] || [ ! -x "$SLM" ]; }; then
+    echo "$TPY or $SLM missing: run bench/setup_torch.sh and build shardlm, or pass --no-torch" >&2
+    exit 2
+fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
 OUT=bench/out
 mkdir -p "$OUT"
@@ -92,6 +103,7 @@ for s in NO_SHARD FULL_SHARD; do
         [ "$pf" = off ] && args+=(--no-prefetch)
         [ "$pf" = "on + progress thread" ] && args+=(--progress-thread 100)
         line=$(best 2 1 "${args[@]}")
+        [ "$pf" = on ] && eval "BEST_$s=\$line"
         printf "| 2 ranks x 1 thread | %s | %s | %s | %.2f | %s | %s |\n" "$s" "$pf" \
             "$(field tok_s "$line")" "$(bc -l <<<"$(field tok_s "$line")/$ref")" \
             "$(field step_ms "$line")" "$(field exposed_ms "$line")" | tee -a "$OUT/bench_fsdp.md"
@@ -102,4 +114,44 @@ BC="$BUILD/bench/bench_collectives"
 if [ -x "$BC" ]; then
     echo | tee -a "$OUT/bench_fsdp.md"
     mpirun -np 2 --oversubscribe "$BC" 64 3 | tee -a "$OUT/bench_fsdp.md"
+fi
+
+if [ "$TORCH" = 1 ]; then
+    W=$(mktemp -d)
+    trap 'rm -rf "$W"' EXIT
+    export TORCHINDUCTOR_COMPILE_THREADS=1
+    "$SLM" train --synthetic --model tiny --batch 1 --seq 16 --steps 1 --threads 1 --log-every 0 \
+        --out "$W/cfg" > /dev/null 2> "$W/cfg.err" || { cat "$W/cfg.err" >&2; exit 1; }
+    PEAK=$("$SLM" bench-peak --threads 2 --n 2048 --reps 5 | awk '{print $3}')
+    TV=$("$TPY" -c 'import torch; print(torch.__version__)')
+    {
+    echo
+    echo "PyTorch $TV (PyPI), gloo, 2 ranks x 1 thread, global batch $GB x $T; MFU against" \
+         "bench-peak --threads 2 = $PEAK GFLOP/s; tokens/s from the median step, best of $REPS"
+    echo
+    echo "| impl | tokens/s | MFU | peak RSS MiB/rank | shardlm / this, tok/s | shardlm / this, RSS |"
+    echo "|---|---:|---:|---:|---:|---:|"
+    } | tee -a "$OUT/bench_fsdp.md"
+    for pair in "NO_SHARD ddp DDP" "FULL_SHARD fsdp2 FSDP2"; do
+        set -- $pair
+        eval "sl=\$BEST_$1"
+        st=$(field tok_s "$sl") sr=$(field rss_mib "$sl")
+        bt="" br="" fpt="" opt=""
+        for _ in $(seq "$REPS"); do
+            "$TPY" bench/bench_torch2.py --mode "$2" --config "$W/cfg/config.json" --batch $GB \
+                --seq $T --steps "$STEPS" --threads 1 --world 2 > "$W/pt.out" 2> "$W/pt.err" \
+                || { cat "$W/pt.err" >&2; exit 1; }
+            t=$(awk '$1 == "tokens_per_s_median" {print $2}' "$W/pt.out")
+            if [ -z "$bt" ] || [ "$(bc -l <<<"$t > $bt")" = 1 ]; then
+                bt=$t br=$(awk '$1 == "rss_mib_max" {print $2}' "$W/pt.out")
+                fpt=$(awk '$1 == "flops_per_token" {print $2}' "$W/pt.out")
+                opt=$(awk '$1 == "optimizer" {print $2}' "$W/pt.out")
+            fi
+        done
+        awk -v s="$1" -v n="$3" -v st="$st" -v sr="$sr" -v bt="$bt" -v br="$br" -v f="$fpt" \
+            -v pk="$PEAK" -v o="$opt" 'BEGIN {
+            printf "| shardlm %s | %.0f | %.1f%% | %.0f | | |\n", s, st, 100 * st * f / 1e9 / pk, sr
+            printf "| PyTorch %s, AdamW %s | %.0f | %.1f%% | %.0f | %.2fx | %.2fx |\n", n, o, bt,
+                   100 * bt * f / 1e9 / pk, br, st / bt, sr / br }' | tee -a "$OUT/bench_fsdp.md"
+    done
 fi

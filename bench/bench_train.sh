@@ -1,42 +1,82 @@
 #!/usr/bin/env bash
-# Training-step benchmark: shardlm train vs the PyTorch reference (tests/reference/llama_ref.py +
-# torch.optim.AdamW), same configs, shapes, thread count and machine, AdamW step and clipping
-# included, uniform random tokens (shardlm train --synthetic). One run per row; not a test.
+# Training-step benchmark: shardlm train vs PyTorch 2.x from PyPI (bench/setup_torch.sh installs
+# it into bench/.venv-torch; driver bench/bench_torch2.py), same configs, shapes and machine,
+# AdamW step and clipping 1.0 included, uniform random tokens (shardlm train --synthetic). One
+# run per row, all in the same run; not a test. Measure on an idle machine.
 #
-#   bench/bench_train.sh [--threads N] [--steps S] [--configs "tiny small gqa"]
+#   bench/bench_train.sh [--threads N] [--steps S] [--configs "tiny small gqa"] [--no-dist]
+#                        [--debian-torch]
 #
-# Rows: tiny (8192/288/6/6/6/768, T 256, B 8), small (8192/512/8/8/8/1376, T 512, B 4),
-# gqa (32000/512/8/8/2/1376, T 256, B 4). Columns: tokens/s (mean over the steps after the first),
-# achieved GFLOP/s (tokens/s x (6N + 12 L C T)), MFU against `shardlm bench-peak`, peak RSS
-# (/usr/bin/time -v), and shardlm/PyTorch ratios; then shardlm's peak RSS with
-# --activation-checkpointing. Writes the table to stdout and bench/out/bench_train.md.
+# Rows per config (B x T is the global batch):
+#   1 x N     shardlm, PyTorch 2.x eager, PyTorch 2.x torch.compile (one process, N threads)
+#   2 x 1     (unless --no-dist) shardlm `mpirun -np 2 ... --threads 1` NO_SHARD and FULL_SHARD,
+#             PyTorch 2.x DDP and FSDP2 (fully_shard per decoder block), gloo, 2 ranks x 1 thread
+#   --debian-torch adds the old reference (bench/bench_train_torch.py on .venv/bin/python, i.e.
+#             Debian's torch 1.13, whose OpenBLAS falls back to generic kernels on this CPU) as
+#             a labelled extra row; it is never the comparison.
+# Configs: tiny (8192/288/6/6/6/768, T 256, B 8), small (8192/512/8/8/8/1376, T 512, B 4),
+# gqa (32000/512/8/8/2/1376, T 256, B 4). Columns: tokens/s (global, mean over the steps after
+# the first), achieved GFLOP/s (tokens/s x (6N + 12 L C T)), MFU against `shardlm bench-peak
+# --threads N` (the whole core budget, also for the 2 x 1 rows), peak RSS per rank (MiB; the
+# largest rank's for 2 x 1), and the ratio shardlm / that row for tokens/s and RSS (against the
+# shardlm row of the same layout: 1 x N; NO_SHARD for DDP; FULL_SHARD for FSDP2); then shardlm's
+# peak RSS with --activation-checkpointing. PyTorch uses F.scaled_dot_product_attention and fused
+# AdamW (foreach where fused is unavailable; the optimizer column says which).
+# Writes the table to stdout and bench/out/bench_train.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-THREADS=2 STEPS=6 CONFIGS="tiny small gqa"
+THREADS=2 STEPS=6 CONFIGS="tiny small gqa" DIST=1 DEBIAN=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --threads) THREADS="$2"; shift 2 ;;
         --steps) STEPS="$2"; shift 2 ;;
         --configs) CONFIGS="$2"; shift 2 ;;
-        *) echo "usage: $0 [--threads N] [--steps S] [--configs LIST]" >&2; exit 2 ;;
+        --no-dist) DIST=0; shift ;;
+        --debian-torch) DEBIAN=1; shift ;;
+        *) echo "usage: $0 [--threads N] [--steps S] [--configs LIST] [--no-dist] [--debian-torch]" >&2
+           exit 2 ;;
     esac
 done
 BIN="${SHARDLM:-build/shardlm}"
 PY="${SLM_PYTHON:-.venv/bin/python}"
+TPY="${SLM_TORCH_PYTHON:-bench/.venv-torch/bin/python}"
+[ -x "$BIN" ] || { echo "$BIN not built (cmake --build build)" >&2; exit 2; }
+[ -x "$TPY" ] || { echo "$TPY missing: run bench/setup_torch.sh (PyTorch 2.x from PyPI)" >&2; exit 2; }
+TV=$("$TPY" -c 'import torch; print(torch.__version__)')
 export OMP_NUM_THREADS="$THREADS" OPENBLAS_NUM_THREADS="$THREADS"
+# inductor compiles on this process instead of a pool of workers (shared machines)
+export TORCHINDUCTOR_COMPILE_THREADS=1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 OUT=bench/out
 mkdir -p "$OUT"
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
 
 PEAK=$("$BIN" bench-peak --threads "$THREADS" --n 2048 --reps 5 | awk '{print $3}')
-rss_kb() { awk '/Maximum resident set size/ {print $6}' "$1"; }
+rss_kb() { awk '/Maximum resident set size/ {print $6}' "$@" | sort -n | tail -1; }
+kv() { awk -v k="$1" '$1 == k {print $2}' "$2"; }
+slm_tps() { awk '/^done:/ { for (i = 1; i <= NF; i++) if ($i == "tok/s") print $(i-1) }' "$1"; }
+# row CONFIG BT IMPL TPS RSS_KB FPT [REF_TPS REF_RSS_KB]: one table line
+row() {
+    awk -v c="$1" -v bt="$2" -v im="$3" -v t="$4" -v r="$5" -v f="$6" -v pk="$PEAK" \
+        -v rt="${7:-}" -v rr="${8:-}" 'BEGIN {
+        rat = (rt != "" && t > 0) ? sprintf("%.2fx", rt / t) : ""
+        rar = (rr != "" && r > 0) ? sprintf("%.2fx", rr / r) : ""
+        printf "| %s | %s | %s | %.0f | %.1f | %.1f%% | %.0f | %s | %s |\n", c, bt, im, t,
+               t * f / 1e9, 100 * t * f / 1e9 / pk, r / 1024, rat, rar }'
+}
+# torch2 MODE CONFIG.json B T THREADS [WORLD] -> $W/pt.out, $W/pt.time
+torch2() {
+    "$TPY" bench/bench_torch2.py --mode "$1" --config "$2" --batch "$3" --seq "$4" \
+        --steps "$STEPS" --threads "$5" --world "${6:-2}" > "$W/pt.out" 2> "$W/pt.err" \
+        || { cat "$W/pt.err" >&2; echo "bench_torch2.py --mode $1 failed" >&2; exit 1; }
+}
 
 {
 echo "machine: $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')),"\
-     "threads $THREADS, sgemm peak $PEAK GFLOP/s, $STEPS steps (first excluded)"
+     "sgemm peak $PEAK GFLOP/s ($THREADS threads), $STEPS steps (first excluded), PyTorch $TV"
 echo
-echo "| config | B x T | impl | tokens/s | GFLOP/s | MFU | peak RSS MiB | ratio tok/s | ratio RSS |"
+echo "| config | B x T | impl (ranks x threads) | tokens/s | GFLOP/s | MFU | peak RSS MiB/rank | shardlm / this, tok/s | shardlm / this, RSS |"
 echo "|---|---|---|---:|---:|---:|---:|---:|---:|"
 } | tee "$OUT/bench_train.md"
 
@@ -51,34 +91,56 @@ for cfg in $CONFIGS; do
     /usr/bin/time -v "$BIN" train --synthetic --model "$cfg" --batch $B --seq $T --steps "$STEPS" \
         --threads "$THREADS" --peak-gflops "$PEAK" --log-every 0 --out "$run" \
         > "$W/slm.out" 2> "$W/slm.time"
-    S_TPS=$(awk '/^done:/ { for (i = 1; i <= NF; i++) if ($i == "tok/s") print $(i-1) }' "$W/slm.out")
+    S_TPS=$(slm_tps "$W/slm.out")
     S_RSS=$(rss_kb "$W/slm.time")
     FPT=$(sed -n 's/.*"flops_per_token":\([0-9.e+]*\).*/\1/p' "$run/metrics.jsonl")
-    /usr/bin/time -v "$PY" bench/bench_train_torch.py "$run/config.json" $B $T "$STEPS" "$THREADS" \
-        > "$W/pt.out" 2> "$W/pt.time"
-    P_TPS=$(awk '$1 == "tokens_per_s" {print $2}' "$W/pt.out")
-    P_RSS=$(rss_kb "$W/pt.time")
-    # Debian's torch runs on the same OpenBLAS 0.3.21, which does not know this CPU model and
-    # falls back to its generic SSE3 sgemm (shardlm switches it to the AVX-512 kernels, see
-    # src/kernels/blas.c). The second PyTorch row forces the same kernels for torch, so the
-    # ratio against it measures everything but the BLAS choice.
-    OPENBLAS_CORETYPE=SkylakeX "$PY" bench/bench_train_torch.py "$run/config.json" $B $T \
-        "$STEPS" "$THREADS" > "$W/pt2.out" 2> /dev/null || true
-    P2_TPS=$(awk '$1 == "tokens_per_s" {print $2}' "$W/pt2.out")
-    [ -n "$P2_TPS" ] || P2_TPS=0
+    {
+    row "$cfg" "$B x $T" "shardlm (1 x $THREADS)" "$S_TPS" "$S_RSS" "$FPT"
+    for mode in eager compile; do
+        torch2 $mode "$run/config.json" $B $T "$THREADS" 1
+        [ $mode = eager ] && kv rss_mib_import "$W/pt.out" > "$W/import_rss"
+        name="PyTorch $TV eager"
+        [ $mode = compile ] && name="PyTorch $TV torch.compile"
+        row "$cfg" "$B x $T" "$name, AdamW $(kv optimizer "$W/pt.out") (1 x $THREADS)" \
+            "$(kv tokens_per_s "$W/pt.out")" "$(bc <<<"$(kv rss_mib_max "$W/pt.out") * 1024")" \
+            "$FPT" "$S_TPS" "$S_RSS"
+    done
+    if [ "$DIST" = 1 ] && [ $((B % 2)) = 0 ]; then
+        for s in NO_SHARD FULL_SHARD; do
+            mpirun -np 2 --oversubscribe -x OMP_NUM_THREADS=1 -x OPENBLAS_NUM_THREADS=1 \
+                bash -c 'exec /usr/bin/time -v -o "$0.$OMPI_COMM_WORLD_RANK" "$@"' "$W/d.time" \
+                "$BIN" train --synthetic --model "$cfg" --batch $((B / 2)) --seq $T \
+                --steps "$STEPS" --threads 1 --peak-gflops "$PEAK" --log-every 0 --sharding $s \
+                > "$W/d.out" 2> "$W/d.err" || { cat "$W/d.err" >&2; exit 1; }
+            tps=$(slm_tps "$W/d.out") rss=$(rss_kb "$W"/d.time.*)
+            rm -f "$W"/d.time.*
+            eval "D_${s}_TPS=$tps D_${s}_RSS=$rss"
+            row "$cfg" "$B x $T" "shardlm $s (2 x 1)" "$tps" "$rss" "$FPT"
+        done
+        for mode in ddp fsdp2; do
+            torch2 $mode "$run/config.json" $B $T 1 2
+            if [ $mode = ddp ]; then name="PyTorch $TV DDP" rt=$D_NO_SHARD_TPS rr=$D_NO_SHARD_RSS
+            else name="PyTorch $TV FSDP2" rt=$D_FULL_SHARD_TPS rr=$D_FULL_SHARD_RSS; fi
+            row "$cfg" "$B x $T" "$name, AdamW $(kv optimizer "$W/pt.out") (2 x 1)" \
+                "$(kv tokens_per_s "$W/pt.out")" "$(bc <<<"$(kv rss_mib_max "$W/pt.out") * 1024")" \
+                "$FPT" "$rt" "$rr"
+        done
+    fi
+    if [ "$DEBIAN" = 1 ]; then
+        /usr/bin/time -v "$PY" bench/bench_train_torch.py "$run/config.json" $B $T "$STEPS" \
+            "$THREADS" > "$W/deb.out" 2> "$W/deb.time"
+        row "$cfg" "$B x $T" "extra: Debian torch $("$PY" -c 'import torch; print(torch.__version__)') eager, not the reference (1 x $THREADS)" \
+            "$(kv tokens_per_s "$W/deb.out")" "$(rss_kb "$W/deb.time")" "$FPT" "$S_TPS" "$S_RSS"
+    fi
     /usr/bin/time -v "$BIN" train --synthetic --model "$cfg" --batch $B --seq $T --steps 2 \
         --threads "$THREADS" --peak-gflops "$PEAK" --log-every 0 --activation-checkpointing \
         > /dev/null 2> "$W/ac.time"
     A_RSS=$(rss_kb "$W/ac.time")
-    awk -v c="$cfg" -v bt="$B x $T" -v st="$S_TPS" -v pt="$P_TPS" -v sr="$S_RSS" -v pr="$P_RSS" \
-        -v ar="$A_RSS" -v f="$FPT" -v pk="$PEAK" -v p2="$P2_TPS" 'BEGIN {
-        printf "| %s | %s | shardlm | %.0f | %.1f | %.1f%% | %.0f | %.2fx | %.2fx |\n", c, bt, st,
-               st * f / 1e9, 100 * st * f / 1e9 / pk, sr / 1024, st / pt, sr / pr
-        printf "| %s | %s | PyTorch | %.0f | %.1f | %.1f%% | %.0f | | |\n", c, bt, pt,
-               pt * f / 1e9, 100 * pt * f / 1e9 / pk, pr / 1024
-        if (p2 > 0)
-            printf "| %s | %s | PyTorch, OPENBLAS_CORETYPE=SkylakeX | %.0f | %.1f | %.1f%% | | %.2fx | |\n",
-                   c, bt, p2, p2 * f / 1e9, 100 * p2 * f / 1e9 / pk, st / p2
-        printf "| %s | %s | shardlm --activation-checkpointing | | | | %.0f | | %.2fx of no-ckpt |\n",
-               c, bt, ar / 1024, ar / sr }' | tee -a "$OUT/bench_train.md"
+    awk -v c="$cfg" -v bt="$B x $T" -v sr="$S_RSS" -v ar="$A_RSS" -v th="$THREADS" 'BEGIN {
+        printf "| %s | %s | shardlm --activation-checkpointing (1 x %s) | | | | %.0f | | %.2fx of no-ckpt |\n",
+               c, bt, th, ar / 1024, ar / sr }'
+    } | tee -a "$OUT/bench_train.md"
 done
+echo | tee -a "$OUT/bench_train.md"
+echo "PyTorch's peak RSS includes $(cat "$W/import_rss") MiB held right after \`import torch\`" \
+     "in the eager run (the PyPI Linux wheel maps its CUDA libraries also on CPU)." | tee -a "$OUT/bench_train.md"

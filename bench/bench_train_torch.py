@@ -1,4 +1,6 @@
-"""PyTorch side of bench/bench_train.sh: training steps of the reference Llama
+"""The old PyTorch side of bench/bench_train.sh, now only its labelled `--debian-torch` extra row
+(Debian's torch 1.13 on .venv/bin/python; the comparison is bench/bench_torch2.py on PyTorch 2.x):
+training steps of the reference Llama
 (tests/reference/llama_ref.py, float32) with torch.optim.AdamW and global-norm clipping, on
 uniform random tokens, the same shapes and thread count as the shardlm run.
 

@@ -52,7 +52,9 @@ done
 [ "$(cat "$W/a/victim.txt")" = "victim" ]; check "file outside OUT_DIR untouched" 0 $?
 reset
 edit "$S/manifest.json" "m['tokenizer'] = {'file': 'tok.json', 'xxh64': None}"
-echo "tokenizer bytes" > "$W/run/tok.json"
+# a real tokenizer.json (export also writes tokenizer_config.json & co. from it)
+head -c 20000 "${SLM_SHARED_DIR:?}/data/tinyshakespeare.txt" > "$W/corpus.txt"
+"$BIN" tokenizer train --input "$W/corpus.txt" --vocab-size 300 --out "$W/run/tok.json" --quiet
 "$BIN" ckpt export "$W/run" --hf "$W/a/hf" > /dev/null; check "plain tokenizer.file accepted" 0 $?
 cmp -s "$W/run/tok.json" "$W/a/hf/tok.json"; check "tokenizer copied into OUT_DIR" 0 $?
 
@@ -71,7 +73,7 @@ check "no stale shard or index left (found $left)" 0 "$left"
 [ -f "$W/hf/model.safetensors" ] && [ -f "$W/hf/config.json" ]; check "new weights in place" 0 $?
 [ "$(cat "$W/hf/README.md" 2>/dev/null)" = "user notes" ]; check "user's own file kept" 0 $?
 [ ! -e "$W/hf/tokenizer.model" ]; check "stale tokenizer.model of the earlier export removed" 0 $?
-ls -a "$W" | grep -q 'export-' && { echo "FAIL temp/old dirs left: $(ls -a "$W")"; fail=1; }
+ls -a "$W" | grep 'export-' > /dev/null && { echo "FAIL temp/old dirs left: $(ls -a "$W")"; fail=1; }
 has "export names the real OUT_DIR" "$W/out.txt" "exported step 40 to $W/hf"
 echo "x" > "$W/plainfile"
 "$BIN" ckpt export "$W/run" --hf "$W/plainfile" > /dev/null 2>&1; check "OUT_DIR a file" 1 $?
@@ -82,7 +84,7 @@ cp "$W/hf/model.safetensors" "$W/prev.st"
 printf '\xff' | dd of="$S/rank_00000.bin" bs=1 seek=100 conv=notrunc 2>/dev/null
 "$BIN" ckpt export "$W/run" --hf "$W/hf" > /dev/null 2>&1; check "export of damaged ckpt" 1 $?
 cmp -s "$W/prev.st" "$W/hf/model.safetensors"; check "previous export untouched" 0 $?
-ls -a "$W" | grep -q 'export-tmp' && { echo "FAIL temp dir left after failure"; fail=1; }
+ls -a "$W" | grep 'export-tmp' > /dev/null && { echo "FAIL temp dir left after failure"; fail=1; }
 
 # --- item 28: stdout write errors ----------------------------------------------------------
 reset
