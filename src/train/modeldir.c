@@ -33,6 +33,24 @@ static char *file_in(const char *dir, const char *name) {
     return NULL;
 }
 
+// The directory above DIR: DIR without its last component when that is a plain name
+// ("runs/a/checkpoints/step_N" -> "runs/a/checkpoints"), else DIR/.. (caller frees).
+static char *parent_dir(const char *dir) {
+    char *p = slm_xstrdup(dir);
+    size_t n = strlen(p);
+    while (n > 1 && p[n - 1] == '/')
+        p[--n] = 0;
+    char *slash = strrchr(p, '/');
+    const char *base = slash ? slash + 1 : p;
+    if (slash && slash != p && strcmp(base, ".") && strcmp(base, "..")) {
+        *slash = 0;
+        return p;
+    }
+    char *up = slm_path_join(p, "..");
+    free(p);
+    return up;
+}
+
 // RUN_DIR/NAME, the tokenizer copy a checkpoint recorded; warns when it is missing.
 static char *recorded_tokenizer(const char *run_dir, const char *name) {
     char *p = file_in(run_dir, name);
@@ -131,7 +149,7 @@ static slm_status open_step(slm_model_dir *d) {
     d->cfg = M->cfg;
     d->step = M->step;
     if (M->tokenizer_file[0]) {
-        char *root = slm_path_join(d->path, ".."), *run = slm_path_join(root, "..");
+        char *root = parent_dir(d->path), *run = parent_dir(root);
         d->tokenizer = recorded_tokenizer(run, M->tokenizer_file);
         free(root);
         free(run);
@@ -302,9 +320,9 @@ slm_status slm_model_dir_load(const char *path, bool hf_only, slm_llama *m, slm_
 slm_status slm_model_dir_init_weights(const char *dir, slm_llama *m) {
     // The kind only (slm_hf_load reads config.json itself: one read, one set of warnings).
     slm_model_dir d = {.path = (char *)dir, .step = -1};
-    d.kind = has_file(dir, "manifest.json") ? SLM_MODEL_DIR_CKPT
+    d.kind = has_file(dir, "manifest.json")                     ? SLM_MODEL_DIR_CKPT
              : is_ckpt_root(dir) || has_dir(dir, "checkpoints") ? SLM_MODEL_DIR_RUN
-                                                                 : SLM_MODEL_DIR_HF;
+                                                                : SLM_MODEL_DIR_HF;
     slm_status st = require_hf(&d);
     return st ? st : slm_hf_load(m, dir);
 }

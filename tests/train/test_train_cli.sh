@@ -77,6 +77,24 @@ print(f"  unigram entropy shardlm {got:.6f} numpy {want:.6f}")
 assert abs(got - want) < 1e-5
 EOF
 
+# --- one weight format: the run directory (its newest checkpoint), that step_N checkpoint and
+# its fp32 HF export (with the tokenizer) are the same model to eval and generate
+EA=(--data "$W/data" --split val --seq 32 --batch 4 --max-batches 2)
+E_RUN=$("$BIN" eval --model "$W/run1" "${EA[@]}" 2> /dev/null)
+E_STEP=$("$BIN" eval --model "$W/run1/checkpoints/step_00000040" "${EA[@]}" 2> /dev/null)
+E_HF=$("$BIN" eval --model "$W/run1.hf" "${EA[@]}" 2> /dev/null)
+E_HF2=$("$BIN" eval --init-from-hf "$W/run1.hf" "${EA[@]}" 2> /dev/null)
+if [ -n "$E_RUN" ] && [ "$E_RUN" = "$E_STEP" ] && [ "$E_RUN" = "$E_HF" ] && [ "$E_RUN" = "$E_HF2" ]; then
+    ok "eval: run dir == step_N == fp32 HF export ($(echo $E_RUN | head -c 40))"
+else
+    bad "eval of the model directory kinds differs: [$E_RUN] [$E_STEP] [$E_HF] [$E_HF2]"
+fi
+GR=$("$BIN" generate --model "$W/run1" --prompt "ROMEO:" --max-new 20 --seed 5 2> /dev/null)
+GS=$("$BIN" generate --model "$W/run1/checkpoints/step_00000040" --prompt "ROMEO:" --max-new 20 --seed 5 2> /dev/null)
+GH=$("$BIN" generate --model "$W/run1.hf" --prompt "ROMEO:" --max-new 20 --seed 5 2> /dev/null)
+[ -n "$GR" ] && [ "$GR" = "$GS" ] && [ "$GR" = "$GH" ] && ok "generate: run dir == step_N == HF export" \
+    || bad "generate of the model directory kinds differs: [$GR] [$GS] [$GH]"
+
 # --- generate: deterministic for a seed
 G1=$("$BIN" generate --model "$W/run1" --prompt "ROMEO:" --max-new 40 --seed 3 --top-k 50)
 G2=$("$BIN" generate --model "$W/run1" --prompt "ROMEO:" --max-new 40 --seed 3 --top-k 50)
@@ -170,6 +188,12 @@ expect_fail "train --synthetic with --data" 2 "--synthetic and --data" "$BIN" tr
     --val-fraction 0.1 --quiet
 expect_fail "eval with another tokenizer's data" 1 "tokenizer" "$BIN" eval --model "$W/run1" \
     --data "$W/data2"
+expect_fail "eval of a step_N with another tokenizer's data" 1 "run1/tokenizer.json .*differs" \
+    "$BIN" eval --model "$W/run1/checkpoints/step_00000040" --data "$W/data2"
+expect_fail "eval --init-from-hf of a run directory" 2 "not a Hugging Face directory" \
+    "$BIN" eval --init-from-hf "$W/run1" --data "$W/data"
+expect_fail "generate --init-from-hf of a run directory" 2 "not a Hugging Face directory" \
+    "$BIN" generate --init-from-hf "$W/run1" --prompt hi
 expect_fail "train unknown option" 2 "unknown option --bogus \(see --help\)" "$BIN" train --bogus 1
 expect_fail "train missing value" 2 "option --lr needs a value" "$BIN" train --model x --lr
 expect_fail "eval unknown option" 2 "unknown option --bogus \(see --help\)" "$BIN" eval --bogus
