@@ -129,16 +129,10 @@ int slm_cmd_eval(int argc, char **argv) {
         printf("unigram_entropy %.6f\nunigram_tokens %lld\n", h, (long long)n);
     }
     if (run) {
+        if (hf && (st = slm_model_dir_require_hf(run))) goto fail; // SLM_E_ARG: exit 2
         slm_model_dir d;
         st = slm_model_dir_open(run, &d);
         if (st) goto fail;
-        if (hf && d.kind != SLM_MODEL_DIR_HF) {
-            slm_model_dir_close(&d);
-            slm_error("eval: --init-from-hf %s is not a Hugging Face directory (config.json + "
-                      "model.safetensors); give a run or checkpoint directory as --model",
-                      run);
-            return SLM_EXIT_USAGE;
-        }
         // The model must have been trained with the dataset's tokenizer (same file hash); an
         // HF directory that ships a tokenizer is checked the same way.
         if (data && (st = slm_model_dir_check_dataset(&d, data))) {

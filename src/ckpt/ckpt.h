@@ -31,7 +31,6 @@
 #include "data/data.h"
 #include "model/model.h"
 #include "optim/optim.h"
-#include "tokenizer/tokenizer.h"
 
 #define SLM_CKPT_FORMAT_VERSION 1
 #define SLM_CKPT_MAGIC "SLMCKPT1"       // 8 bytes at offset 0 of every rank file

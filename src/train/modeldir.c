@@ -168,6 +168,13 @@ static slm_status open_hf(slm_model_dir *d) {
     return SLM_OK;
 }
 
+// Which kind PATH is, from the names in it alone (nothing is parsed); HF for anything else.
+static slm_model_dir_kind kind_of(const char *p) {
+    if (has_file(p, "manifest.json")) return SLM_MODEL_DIR_CKPT;
+    if (has_dir(p, "checkpoints") || is_ckpt_root(p)) return SLM_MODEL_DIR_RUN;
+    return SLM_MODEL_DIR_HF;
+}
+
 static slm_status open_kind(slm_model_dir *d) {
     const char *p = d->path;
     if (!slm_is_dir(p))
@@ -175,7 +182,7 @@ static slm_status open_kind(slm_model_dir *d) {
                         "%s: not a directory (expected a run directory written by shardlm "
                         "train, a checkpoint step_N directory or a Hugging Face directory)",
                         p);
-    if (has_file(p, "manifest.json")) return open_step(d);
+    if (kind_of(p) == SLM_MODEL_DIR_CKPT) return open_step(d);
     if (has_dir(p, "checkpoints")) {
         char *root = slm_path_join(p, "checkpoints");
         slm_status st = open_run(d, root, p);
@@ -292,23 +299,24 @@ slm_status slm_model_dir_check_dataset(const slm_model_dir *d, const char *data_
     return st;
 }
 
-static slm_status require_hf(const slm_model_dir *d) {
-    if (d->kind == SLM_MODEL_DIR_HF) return SLM_OK;
+slm_status slm_model_dir_require_hf(const char *path) {
+    slm_model_dir_kind k = kind_of(path);
+    if (k == SLM_MODEL_DIR_HF) return SLM_OK;
     return slm_fail(SLM_E_ARG,
                     "--init-from-hf %s: a %s, not a Hugging Face directory (config.json + "
                     "model.safetensors)%s",
-                    d->path, d->kind == SLM_MODEL_DIR_RUN ? "run directory" : "checkpoint",
-                    d->kind == SLM_MODEL_DIR_RUN ? "; give it as --model" : "");
+                    path, k == SLM_MODEL_DIR_RUN ? "run directory" : "checkpoint",
+                    k == SLM_MODEL_DIR_RUN ? "; give it as --model" : "");
 }
 
 slm_status slm_model_dir_load(const char *path, bool hf_only, slm_llama *m, slm_tokenizer **tok,
                               bool need_tokenizer) {
     if (tok) *tok = NULL;
-    slm_model_dir d;
-    slm_status st = slm_model_dir_open(path, &d);
+    slm_status st = hf_only ? slm_model_dir_require_hf(path) : SLM_OK;
     if (st) return st;
-    if (hf_only) st = require_hf(&d);
-    if (!st) st = slm_model_dir_load_model(&d, m);
+    slm_model_dir d;
+    if ((st = slm_model_dir_open(path, &d))) return st;
+    st = slm_model_dir_load_model(&d, m);
     if (!st && tok) {
         st = slm_model_dir_load_tokenizer(&d, tok, need_tokenizer);
         if (st) slm_llama_free(m);
@@ -319,10 +327,6 @@ slm_status slm_model_dir_load(const char *path, bool hf_only, slm_llama *m, slm_
 
 slm_status slm_model_dir_init_weights(const char *dir, slm_llama *m) {
     // The kind only (slm_hf_load reads config.json itself: one read, one set of warnings).
-    slm_model_dir d = {.path = (char *)dir, .step = -1};
-    d.kind = has_file(dir, "manifest.json")                     ? SLM_MODEL_DIR_CKPT
-             : is_ckpt_root(dir) || has_dir(dir, "checkpoints") ? SLM_MODEL_DIR_RUN
-                                                                : SLM_MODEL_DIR_HF;
-    slm_status st = require_hf(&d);
+    slm_status st = slm_model_dir_require_hf(dir);
     return st ? st : slm_hf_load(m, dir);
 }

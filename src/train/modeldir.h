@@ -65,6 +65,10 @@ slm_status slm_model_dir_check_dataset(const slm_model_dir *d, const char *data_
 // directory (--init-from-hf; SLM_E_ARG otherwise). On error nothing is left allocated.
 slm_status slm_model_dir_load(const char *path, bool hf_only, slm_llama *m, slm_tokenizer **tok,
                               bool need_tokenizer);
+// The --init-from-hf options' check, from the names in PATH alone (nothing is read): SLM_OK
+// unless PATH is a run directory, a checkpoints root or a step_N directory (SLM_E_ARG naming
+// what it is and, for a run directory, that --model takes it).
+slm_status slm_model_dir_require_hf(const char *path);
 // train --init-from-hf: reads the Hugging Face directory DIR's weights into an initialised
 // model with allocated params (slm_model_dir_open + slm_model_dir_read_weights). Errors:
 // SLM_E_ARG when DIR is a run or checkpoint directory, those of open and read.
