@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole test suite: release build with -Werror and every CTest test (unit, mpi, e2e,
+# The whole test suite: style checks (scripts/check_style.sh), release build with -Werror and every CTest test (unit, mpi, e2e,
 # PyTorch / SentencePiece parity), an ASan+UBSan build running the unit tests, and every
 # libFuzzer target for a bounded time. Usage: scripts/test.sh   (after scripts/setup.sh)
 set -euo pipefail
@@ -7,6 +7,9 @@ cd "$(dirname "$0")/.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 J="$(nproc)"
 FUZZ_SECONDS="${SLM_FUZZ_SECONDS:-20}"
+
+echo "== style (include layering, no exit/printf in src/, clang-format on formatted files) =="
+scripts/check_style.sh
 
 echo "== release build (-Werror) =="
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DSLM_WERROR=ON >/dev/null

@@ -2,6 +2,7 @@
 #include "cmd.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,9 +11,35 @@
 #include "ckpt/ckpt.h"
 #include "train/modeldir.h"
 
-static void usage(FILE *f) {
-    fprintf(
-        f,
+typedef struct ckpt_args {
+    const char *hf;
+    slm_st_dtype dtype;
+    size_t max_shard;
+} ckpt_args;
+
+static slm_status parse_dtype(const char *opt, const char *v, void *dst) {
+    (void)opt;
+    return slm_st_parse_dtype(v, dst);
+}
+
+static const slm_opt k_ckpt_opts[] = {
+    {.name = "--hf", .type = SLM_OPT_STRING, .off = offsetof(ckpt_args, hf), .meta = "OUT_DIR",
+     .help = "export: the Hugging Face directory to write (required)"},
+    {.name = "--dtype", .type = SLM_OPT_CUSTOM, .off = offsetof(ckpt_args, dtype),
+     .meta = "fp32|bf16|fp16", .help = "export: dtype of the weights", .parse = parse_dtype,
+     .def = "fp32"},
+    {.name = "--max-shard-size", .type = SLM_OPT_SIZE, .off = offsetof(ckpt_args, max_shard),
+     .meta = "SIZE",
+     .help = "export: split the weights into model-0000i-of-0000n.safetensors + "
+             "model.safetensors.index.json above SIZE: 5GB, 500MB, 10KB (decimal, as HF's "
+             "max_shard_size), 2GiB, 3MiB or a whole number of bytes >= 1",
+     .def = "5GB"},
+    {.type = SLM_OPT_END},
+};
+
+static const slm_cli k_ckpt_cli = {
+    .cmd = "ckpt",
+    .usage =
         "usage: shardlm ckpt inspect PATH      summary of a checkpoint; verifies every checksum\n"
         "       shardlm ckpt verify PATH       verifies every rank file (size, XXH64); exit 1 "
         "if bad\n"
@@ -21,37 +48,13 @@ static void usage(FILE *f) {
         "PATH: a step directory, RUN_DIR/checkpoints or RUN_DIR (inspect / verify: the\n"
         "checkpoint `latest` names; export: the newest one that verifies); export also\n"
         "takes a Hugging Face directory (to change --dtype or --max-shard-size).\n"
-        "export writes Hugging Face LlamaForCausalLM files: model.safetensors (or\n"
-        "model-0000i-of-0000n.safetensors + model.safetensors.index.json above SIZE, e.g.\n"
-        "5GB, 500MB, bytes; default 5GB), config.json, the run's tokenizer file and\n"
-        "tokenizer_config.json, special_tokens_map.json, generation_config.json.\n");
-}
-
-// "5GB" / "500MB" / "10KB" (decimal, as HF's max_shard_size) or plain bytes.
-static int parse_size(const char *s, size_t *out) {
-    char *end;
-    double v = strtod(s, &end);
-    double mul = 1;
-    if (!strcmp(end, "GB"))
-        mul = 1e9;
-    else if (!strcmp(end, "MB"))
-        mul = 1e6;
-    else if (!strcmp(end, "KB"))
-        mul = 1e3;
-    else if (!strcmp(end, "GiB"))
-        mul = 1073741824.0;
-    else if (!strcmp(end, "MiB"))
-        mul = 1048576.0;
-    else if (*end)
-        return -1;
-    // At least one byte, finite, an integer count of bytes (0.5, 1e-300GB, inf and nan are
-    // refused: (size_t)0 would mean "no limit").
-    double bytes = v * mul;
-    if (end == s || !(bytes >= 1) || !(bytes <= 1e18) || bytes != (double)(uint64_t)bytes)
-        return -1;
-    *out = (size_t)bytes;
-    return 0;
-}
+        "export writes Hugging Face LlamaForCausalLM files: model.safetensors (or shards above\n"
+        "--max-shard-size), config.json, the run's tokenizer file and tokenizer_config.json,\n"
+        "special_tokens_map.json, generation_config.json.\n\n",
+    .opts = k_ckpt_opts,
+    .footer = "\nexit codes: 0 ok, 1 runtime error (bad checkpoint, I/O), 2 usage error\n",
+    .max_positional = 1,
+};
 
 // Flushes stdout; false (after printing the reason) when a write to it failed (a full disk,
 // a closed pipe): inspect / verify must not report success for output that was lost.
@@ -67,35 +70,17 @@ static bool stdout_written(void) {
 
 int slm_cmd_ckpt(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-        usage(argc < 2 ? stderr : stdout);
+        slm_opt_help(argc < 2 ? stderr : stdout, &k_ckpt_cli, NULL);
         return argc < 2 ? SLM_EXIT_USAGE : SLM_EXIT_OK;
     }
-    const char *sub = argv[1], *path = NULL, *out = NULL, *dtype = "fp32";
-    size_t max_shard = 5000000000ull;
-    for (int i = 2; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return SLM_EXIT_OK;
-        } else if (!strcmp(a, "--hf") && i + 1 < argc) {
-            out = argv[++i];
-        } else if (!strcmp(a, "--dtype") && i + 1 < argc) {
-            dtype = argv[++i];
-        } else if (!strcmp(a, "--max-shard-size") && i + 1 < argc) {
-            if (parse_size(argv[++i], &max_shard)) {
-                slm_error("--max-shard-size \"%s\": expected e.g. 5GB, 500MB or a whole number "
-                          "of bytes >= 1 (finite)",
-                          argv[i]);
-                return SLM_EXIT_USAGE;
-            }
-        } else if (a[0] == '-' || path) {
-            slm_error("ckpt %s: unexpected argument \"%s\"", sub, a);
-            usage(stderr);
-            return SLM_EXIT_USAGE;
-        } else {
-            path = a;
-        }
-    }
+    const char *sub = argv[1];
+    ckpt_args x = {.dtype = SLM_ST_F32, .max_shard = 5000000000ull};
+    slm_opt_seen seen;
+    int rc0 = slm_opt_parse(&k_ckpt_cli, argc - 1, argv + 1, &x, &seen);
+    if (rc0 >= 0) return rc0;
+    const char *path = seen.n_positional ? seen.positional[0] : NULL, *out = x.hf;
+    slm_st_dtype dt = x.dtype;
+    size_t max_shard = x.max_shard;
     bool is_export = !strcmp(sub, "export");
     if (strcmp(sub, "inspect") && strcmp(sub, "verify") && !is_export) {
         slm_error("ckpt: unknown subcommand \"%s\" (inspect, verify, export)", sub);
@@ -103,11 +88,6 @@ int slm_cmd_ckpt(int argc, char **argv) {
     }
     if (!path || (is_export && !out)) {
         slm_error("ckpt %s: needs PATH%s", sub, is_export ? " and --hf OUT_DIR" : "");
-        return SLM_EXIT_USAGE;
-    }
-    slm_st_dtype dt;
-    if (slm_st_parse_dtype(dtype, &dt)) {
-        slm_error("%s", slm_errmsg());
         return SLM_EXIT_USAGE;
     }
     if (is_export) {
@@ -126,7 +106,7 @@ int slm_cmd_ckpt(int argc, char **argv) {
         int rc = SLM_EXIT_OK;
         if (st) {
             slm_error("%s", slm_errmsg());
-            rc = st == SLM_E_ARG ? SLM_EXIT_USAGE : SLM_EXIT_ERROR;
+            rc = slm_exit_code(st);
         } else if (d.step >= 0) {
             printf("exported step %lld to %s\n", (long long)d.step, out);
         } else {

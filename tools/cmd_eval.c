@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <math.h>
 #include <omp.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -11,31 +12,53 @@
 #include "train/modeldir.h"
 #include "train/train.h"
 
-static void eval_usage(FILE *f) {
-    fprintf(f,
-            "usage: shardlm eval --model DIR (--data DIR [--split val] | --token-ids FILE)\n"
-            "       shardlm eval --data DIR --unigram-entropy [--split val]\n"
-            "Mean cross-entropy (nats/token) and perplexity of a trained model.\n\n"
-            "  --model DIR         a run directory written by shardlm train (its newest\n"
-            "                      checkpoint that verifies), a checkpoint step_N directory,\n"
-            "                      or an HF directory (config.json + safetensors)\n"
-            "  --init-from-hf DIR  instead of --model: HF config.json + safetensors (+ tokenizer)\n"
-            "  --data DIR          prepared dataset; windows of --seq + 1 tokens in order\n"
-            "  --split NAME        train or val (default val)\n"
-            "  --seq T             tokens per window (default min(256, max_position_embeddings))\n"
-            "  --batch B           windows per forward (default 8)\n"
-            "  --max-batches M     evaluate at most M batches (default 0 = the whole split)\n"
-            "  --token-ids FILE    whitespace-separated ids, one sequence per line\n"
-            "                      (inputs ids[:-1], targets ids[1:]); each line is its own\n"
-            "                      window, so --seq, --batch, --max-batches and --split do not\n"
-            "                      apply (giving them is a usage error)\n"
-            "  --unigram-entropy   also print the split's unigram entropy (nats/token); works\n"
-            "                      without --model\n"
-            "  --threads N         OpenMP threads\n\n"
-            "Output lines on stdout: loss, perplexity, tokens, sequences, unigram_entropy.\n"
-            "exit codes: 0 ok, 1 runtime error (also a bad id in --token-ids FILE, or an\n"
-            "empty --split), 2 usage error or mismatch (vocab, length)\n");
-}
+typedef struct eval_args {
+    const char *model, *hf, *data, *split, *ids;
+    int64_t B, T, max_batches, threads;
+    bool unigram;
+} eval_args;
+
+#define A(f) offsetof(eval_args, f)
+static const slm_opt k_eval_opts[] = {
+    {.name = "--model", .type = SLM_OPT_STRING, .off = A(model), .meta = "DIR",
+     .help = "a run directory written by shardlm train (its newest checkpoint that "
+             "verifies), a checkpoint step_N directory, or an HF directory (config.json + "
+             "safetensors)", .group = 1},
+    {.name = "--init-from-hf", .type = SLM_OPT_STRING, .off = A(hf), .meta = "DIR",
+     .help = "instead of --model: HF config.json + safetensors (+ tokenizer)", .group = 1},
+    {.name = "--data", .type = SLM_OPT_STRING, .off = A(data), .meta = "DIR",
+     .help = "prepared dataset; windows of --seq + 1 tokens in order"},
+    {.name = "--split", .type = SLM_OPT_STRING, .off = A(split), .meta = "NAME",
+     .help = "train or val"},
+    {.name = "--seq", .type = SLM_OPT_INT64, .off = A(T), .meta = "T",
+     .help = "tokens per window", .ilo = 1, .ihi = 1 << 24,
+     .def = "min(256, max_position_embeddings)"},
+    {.name = "--batch", .type = SLM_OPT_INT64, .off = A(B), .meta = "B",
+     .help = "windows per forward", .ilo = 1, .ihi = 1 << 20},
+    {.name = "--max-batches", .type = SLM_OPT_INT64, .off = A(max_batches), .meta = "M",
+     .help = "evaluate at most M batches, 0 = the whole split", .ilo = 0, .ihi = INT64_MAX},
+    {.name = "--token-ids", .type = SLM_OPT_STRING, .off = A(ids), .meta = "FILE",
+     .help = "whitespace-separated ids, one sequence per line (inputs ids[:-1], targets "
+             "ids[1:]); each line is its own window, so --seq, --batch, --max-batches and "
+             "--split do not apply (giving them is a usage error)"},
+    {.name = "--unigram-entropy", .type = SLM_OPT_FLAG, .off = A(unigram),
+     .help = "also print the split's unigram entropy (nats/token); works without --model"},
+    {.name = "--threads", .type = SLM_OPT_INT64, .off = A(threads), .meta = "N",
+     .help = "OpenMP threads", .ilo = 1, .ihi = 4096, .def = "environment"},
+    {.type = SLM_OPT_END},
+};
+#undef A
+
+static const slm_cli k_eval_cli = {
+    .cmd = "eval",
+    .usage = "usage: shardlm eval --model DIR (--data DIR [--split val] | --token-ids FILE)\n"
+             "       shardlm eval --data DIR --unigram-entropy [--split val]\n"
+             "Mean cross-entropy (nats/token) and perplexity of a trained model.\n\n",
+    .opts = k_eval_opts,
+    .footer = "\nOutput lines on stdout: loss, perplexity, tokens, sequences, unigram_entropy.\n"
+              "exit codes: 0 ok, 1 runtime error (also a bad id in --token-ids FILE, or an\n"
+              "empty --split), 2 usage error or mismatch (vocab, length)\n",
+};
 
 // Flushes stdout; false (after printing the reason) when a write to it failed.
 static bool stdout_ok(void) {
@@ -49,69 +72,23 @@ static bool stdout_ok(void) {
 }
 
 int slm_cmd_eval(int argc, char **argv) {
-    const char *run = NULL, *data = NULL, *split = "val", *ids = NULL;
-    bool hf = false; // --init-from-hf: an HF safetensors directory instead of a run
-    int64_t B = 8, T = 0, max_batches = 0, threads = 0;
-    bool unigram = false;
+    eval_args x = {.split = "val", .B = 8};
+    slm_opt_seen seen;
+    int rc = slm_opt_parse(&k_eval_cli, argc, argv, &x, &seen);
+    if (rc >= 0) return rc;
+    const char *run = x.model ? x.model : x.hf, *data = x.data, *split = x.split, *ids = x.ids;
+    bool hf = x.hf != NULL; // --init-from-hf: an HF safetensors directory instead of a run
+    int64_t B = x.B, T = x.T, max_batches = x.max_batches, threads = x.threads;
+    bool unigram = x.unigram;
     const char *window_opt = NULL; // a --data-only option given (refused with --token-ids)
+    static const char *const window_opts[] = {"--seq", "--batch", "--max-batches", "--split"};
+    for (size_t k = 0; k < sizeof window_opts / sizeof *window_opts && !window_opt; k++)
+        if (slm_opt_given(&k_eval_cli, &seen, window_opts[k])) window_opt = window_opts[k];
     slm_status st = SLM_OK;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            eval_usage(stdout);
-            return SLM_EXIT_OK;
-        }
-        if (!strcmp(a, "--unigram-entropy")) {
-            unigram = true;
-            continue;
-        }
-        static const char *const with_value[] = {
-            "--model", "--init-from-hf", "--data", "--split", "--token-ids",
-            "--seq",   "--batch",        "--max-batches", "--threads"};
-        bool known = false;
-        for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++)
-            known = known || !strcmp(a, with_value[k]);
-        if (strncmp(a, "--", 2) != 0) {
-            slm_error("eval: unexpected argument \"%s\"", a);
-            eval_usage(stderr);
-            return SLM_EXIT_USAGE;
-        }
-        if (!known) {
-            slm_error("eval: unknown option %s (see --help)", a);
-            return SLM_EXIT_USAGE;
-        }
-        if (i + 1 >= argc) {
-            slm_error("eval: option %s needs a value", a);
-            return SLM_EXIT_USAGE;
-        }
-        const char *v = argv[++i];
-        if (!strcmp(a, "--seq") || !strcmp(a, "--batch") || !strcmp(a, "--max-batches") ||
-            !strcmp(a, "--split"))
-            window_opt = a;
-        if ((!strcmp(a, "--model") || !strcmp(a, "--init-from-hf")) && run) {
-            slm_error("%s: %s %s: the model is already given (%s %s); --model and "
-                      "--init-from-hf exclude each other and each is given once",
-                      "eval", a, v, hf ? "--init-from-hf" : "--model", run);
-            return SLM_EXIT_USAGE;
-        }
-        if (!strcmp(a, "--model")) run = v;
-        else if (!strcmp(a, "--init-from-hf")) run = v, hf = true;
-        else if (!strcmp(a, "--data")) data = v;
-        else if (!strcmp(a, "--split")) split = v;
-        else if (!strcmp(a, "--token-ids")) ids = v;
-        else if (!strcmp(a, "--seq")) st = slm_parse_i64(a, v, 1, 1 << 24, &T);
-        else if (!strcmp(a, "--batch")) st = slm_parse_i64(a, v, 1, 1 << 20, &B);
-        else if (!strcmp(a, "--max-batches")) st = slm_parse_i64(a, v, 0, INT64_MAX, &max_batches);
-        else st = slm_parse_i64(a, v, 1, 4096, &threads); // --threads
-        if (st) {
-            slm_error("eval: %s", slm_errmsg());
-            return SLM_EXIT_USAGE;
-        }
-    }
     if ((!run && !unigram) || (run && !data && !ids) || (data && ids) || (unigram && !data)) {
         slm_error("eval: give --model RUN_DIR with exactly one of --data DIR or --token-ids "
                   "FILE (or --data DIR --unigram-entropy)");
-        eval_usage(stderr);
+        slm_opt_help(stderr, &k_eval_cli, NULL);
         return SLM_EXIT_USAGE;
     }
     if (ids && window_opt) {
@@ -164,5 +141,5 @@ int slm_cmd_eval(int argc, char **argv) {
     return stdout_ok() ? SLM_EXIT_OK : SLM_EXIT_ERROR;
 fail:
     slm_error("eval: %s", slm_errmsg());
-    return st == SLM_E_ARG ? SLM_EXIT_USAGE : SLM_EXIT_ERROR;
+    return slm_exit_code(st);
 }

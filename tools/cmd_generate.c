@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <math.h>
 #include <omp.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -11,28 +12,58 @@
 #include "train/modeldir.h"
 #include "train/train.h"
 
-static void generate_usage(FILE *f) {
-    fprintf(f,
-            "usage: shardlm generate --model DIR --prompt TEXT [options]\n"
-            "Samples a continuation of TEXT with the run's model and tokenizer, printing the\n"
-            "prompt and then each new token's text as it is produced.\n\n"
-            "  --model DIR         a run directory written by shardlm train (its newest\n"
-            "                      checkpoint that verifies), a checkpoint step_N directory,\n"
-            "                      or an HF directory (config.json + safetensors)\n"
-            "  --init-from-hf DIR  instead of --model: HF config.json + safetensors (+ tokenizer)\n"
-            "  --prompt TEXT       text to continue (may be empty when the tokenizer has BOS)\n"
-            "  --max-new N         tokens to generate (default 200); generation also stops\n"
-            "                      when the context (max_position_embeddings) is full\n"
-            "  --temperature t     softmax temperature, 0 = greedy (default 0.8)\n"
-            "  --top-k k           keep the k most likely tokens, 0 = off (default 0)\n"
-            "  --top-p p           nucleus sampling mass, 1 = off (default 0.95)\n"
-            "  --seed s            sampling seed (default 1337): same seed, same text\n"
-            "  --no-bos            do not prepend the tokenizer's BOS id\n"
-            "  --stop-at-eos       stop when the EOS id is sampled\n"
-            "  --ids               also print the generated ids on stderr at the end\n"
-            "  --threads N         OpenMP threads\n\n"
-            "exit codes: 0 ok, 1 runtime error, 2 usage error\n");
-}
+typedef struct generate_args {
+    const char *model, *hf, *prompt;
+    int max_new, top_k, threads;
+    int64_t seed;
+    float temperature, top_p;
+    bool no_bos, stop_at_eos, ids;
+} generate_args;
+
+#define A(f) offsetof(generate_args, f)
+static const slm_opt k_generate_opts[] = {
+    {.name = "--model", .type = SLM_OPT_STRING, .off = A(model), .meta = "DIR",
+     .help = "a run directory written by shardlm train (its newest checkpoint that "
+             "verifies), a checkpoint step_N directory, or an HF directory (config.json + "
+             "safetensors)", .group = 1},
+    {.name = "--init-from-hf", .type = SLM_OPT_STRING, .off = A(hf), .meta = "DIR",
+     .help = "instead of --model: HF config.json + safetensors (+ tokenizer)", .group = 1},
+    {.name = "--prompt", .type = SLM_OPT_STRING, .off = A(prompt), .meta = "TEXT",
+     .help = "text to continue (may be empty when the tokenizer has BOS)"},
+    {.name = "--max-new", .type = SLM_OPT_INT, .off = A(max_new), .meta = "N",
+     .help = "tokens to generate; generation also stops when the context "
+             "(max_position_embeddings) is full",
+     .ilo = 0, .ihi = 1 << 24},
+    {.name = "--temperature", .type = SLM_OPT_FLOAT, .off = A(temperature), .meta = "t",
+     .help = "softmax temperature, 0 = greedy", .dlo = 0, .dhi = INFINITY,
+     .range = ">= 0 and finite (0 = greedy)"},
+    {.name = "--top-k", .type = SLM_OPT_INT, .off = A(top_k), .meta = "k",
+     .help = "keep the k most likely tokens, 0 = off", .ilo = 0, .ihi = 1 << 30},
+    {.name = "--top-p", .type = SLM_OPT_FLOAT, .off = A(top_p), .meta = "p",
+     .help = "nucleus sampling mass, 1 = off", .dlo = 0, .dhi = 1, .flags = SLM_OPTF_LO_OPEN,
+     .range = "in (0, 1] (1 = off)"},
+    {.name = "--seed", .type = SLM_OPT_INT64, .off = A(seed), .meta = "s",
+     .help = "sampling seed: same seed, same text", .ilo = 0, .ihi = INT64_MAX},
+    {.name = "--no-bos", .type = SLM_OPT_FLAG, .off = A(no_bos),
+     .help = "do not prepend the tokenizer's BOS id"},
+    {.name = "--stop-at-eos", .type = SLM_OPT_FLAG, .off = A(stop_at_eos),
+     .help = "stop when the EOS id is sampled"},
+    {.name = "--ids", .type = SLM_OPT_FLAG, .off = A(ids),
+     .help = "also print the generated ids on stderr at the end"},
+    {.name = "--threads", .type = SLM_OPT_INT, .off = A(threads), .meta = "N",
+     .help = "OpenMP threads", .ilo = 1, .ihi = 4096, .def = "environment"},
+    {.type = SLM_OPT_END},
+};
+#undef A
+
+static const slm_cli k_generate_cli = {
+    .cmd = "generate",
+    .usage = "usage: shardlm generate --model DIR --prompt TEXT [options]\n"
+             "Samples a continuation of TEXT with the run's model and tokenizer, printing the\n"
+             "prompt and then each new token's text as it is produced.\n\n",
+    .opts = k_generate_opts,
+    .footer = "\nexit codes: 0 ok, 1 runtime error, 2 usage error\n",
+};
 
 // Streaming state: the prompt is printed just before the first new token (so nothing reaches
 // stdout when generation fails before it starts), and the first write error is kept.
@@ -62,93 +93,21 @@ static void emit_stdout(void *ctx, int32_t token, const char *bytes, size_t len)
 }
 
 int slm_cmd_generate(int argc, char **argv) {
-    const char *run = NULL, *prompt = NULL;
-    bool hf = false; // --init-from-hf: an HF safetensors directory instead of a run
-    slm_gen_opts o = {.max_new = 200, .temperature = 0.8f, .top_k = 0, .top_p = 0.95f,
-                      .seed = 1337, .add_bos = true, .stop_at_eos = false};
-    bool print_ids = false;
-    int64_t iv = 0;
-    double dv = 0;
+    generate_args x = {.max_new = 200, .temperature = 0.8f, .top_k = 0, .top_p = 0.95f,
+                       .seed = 1337};
+    int rc = slm_opt_parse(&k_generate_cli, argc, argv, &x, NULL);
+    if (rc >= 0) return rc;
+    const char *run = x.model ? x.model : x.hf, *prompt = x.prompt;
+    bool hf = x.hf != NULL; // --init-from-hf: an HF safetensors directory instead of a run
+    slm_gen_opts o = {.max_new = x.max_new, .temperature = x.temperature, .top_k = x.top_k,
+                      .top_p = x.top_p, .seed = (uint64_t)x.seed, .add_bos = !x.no_bos,
+                      .stop_at_eos = x.stop_at_eos};
+    bool print_ids = x.ids;
+    if (x.threads > 0) omp_set_num_threads(x.threads);
     slm_status st = SLM_OK;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            generate_usage(stdout);
-            return SLM_EXIT_OK;
-        }
-        if (!strcmp(a, "--no-bos")) {
-            o.add_bos = false;
-            continue;
-        }
-        if (!strcmp(a, "--stop-at-eos")) {
-            o.stop_at_eos = true;
-            continue;
-        }
-        if (!strcmp(a, "--ids")) {
-            print_ids = true;
-            continue;
-        }
-        static const char *const with_value[] = {
-            "--model", "--init-from-hf", "--prompt", "--max-new", "--top-k",
-            "--seed",  "--threads",      "--temperature", "--top-p"};
-        bool known = false;
-        for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++)
-            known = known || !strcmp(a, with_value[k]);
-        if (strncmp(a, "--", 2) != 0) {
-            slm_error("generate: unexpected argument \"%s\"", a);
-            generate_usage(stderr);
-            return SLM_EXIT_USAGE;
-        }
-        if (!known) {
-            slm_error("generate: unknown option %s (see --help)", a);
-            return SLM_EXIT_USAGE;
-        }
-        if (i + 1 >= argc) {
-            slm_error("generate: option %s needs a value", a);
-            return SLM_EXIT_USAGE;
-        }
-        const char *v = argv[++i];
-        if ((!strcmp(a, "--model") || !strcmp(a, "--init-from-hf")) && run) {
-            slm_error("%s: %s %s: the model is already given (%s %s); --model and "
-                      "--init-from-hf exclude each other and each is given once",
-                      "generate", a, v, hf ? "--init-from-hf" : "--model", run);
-            return SLM_EXIT_USAGE;
-        }
-        if (!strcmp(a, "--model")) run = v;
-        else if (!strcmp(a, "--init-from-hf")) run = v, hf = true;
-        else if (!strcmp(a, "--prompt")) prompt = v;
-        else if (!strcmp(a, "--max-new")) {
-            if (!(st = slm_parse_i64(a, v, 0, 1 << 24, &iv))) o.max_new = (int)iv;
-        } else if (!strcmp(a, "--top-k")) {
-            if (!(st = slm_parse_i64(a, v, 0, 1 << 30, &iv))) o.top_k = (int)iv;
-        } else if (!strcmp(a, "--seed")) {
-            if (!(st = slm_parse_i64(a, v, 0, INT64_MAX, &iv))) o.seed = (uint64_t)iv;
-        } else if (!strcmp(a, "--threads")) {
-            if (!(st = slm_parse_i64(a, v, 1, 4096, &iv))) omp_set_num_threads((int)iv);
-        } else if (!strcmp(a, "--temperature")) {
-            if (!(st = slm_parse_f64(a, v, &dv))) {
-                if (!(dv >= 0 && isfinite((float)dv)))
-                    st = slm_fail(SLM_E_ARG, "--temperature %s: must be >= 0 and finite "
-                                             "(0 = greedy)", v);
-                else
-                    o.temperature = (float)dv;
-            }
-        } else { // --top-p
-            if (!(st = slm_parse_f64(a, v, &dv))) {
-                if (!(dv > 0 && dv <= 1))
-                    st = slm_fail(SLM_E_ARG, "--top-p %s: must be in (0, 1] (1 = off)", v);
-                else
-                    o.top_p = (float)dv;
-            }
-        }
-        if (st) {
-            slm_error("generate: %s", slm_errmsg());
-            return SLM_EXIT_USAGE;
-        }
-    }
     if (!run || !prompt) {
         slm_error("generate: --model RUN_DIR and --prompt TEXT are required");
-        generate_usage(stderr);
+        slm_opt_help(stderr, &k_generate_cli, NULL);
         return SLM_EXIT_USAGE;
     }
     slm_llama m;
@@ -156,7 +115,7 @@ int slm_cmd_generate(int argc, char **argv) {
     st = slm_model_dir_load(run, hf, &m, &tok, true);
     if (st) {
         slm_error("generate: %s", slm_errmsg());
-        return st == SLM_E_ARG ? SLM_EXIT_USAGE : SLM_EXIT_ERROR;
+        return slm_exit_code(st);
     }
     slm_ivec ids = {0};
     // The prompt's length in tokens: a warning when --max-new runs past the context (too long
@@ -183,7 +142,7 @@ int slm_cmd_generate(int argc, char **argv) {
     slm_llama_free(&m);
     if (st) {
         slm_error("generate: %s", slm_errmsg());
-        return st == SLM_E_ARG ? SLM_EXIT_USAGE : SLM_EXIT_ERROR;
+        return slm_exit_code(st);
     }
     if (!ec.err && ferror(stdout)) ec.err = EIO;
     if (ec.err) {

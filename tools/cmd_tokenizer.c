@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -12,36 +13,99 @@
 #include "base/base.h"
 #include "tokenizer/tokenizer.h"
 
+typedef struct tok_args {
+    slm_opt_list inputs;
+    const char *out, *special, *tokenizer;
+    int64_t vocab, threads;
+    bool quiet, bos, eos, allow_special, whole, bytes;
+} tok_args;
+
+#define A(f) offsetof(tok_args, f)
+#define TOKENIZER_OPT                                                                          \
+    {.name = "--tokenizer", .type = SLM_OPT_STRING, .off = A(tokenizer), .meta = "FILE",       \
+     .help = "a tokenizer.json (byte-level BPE) or a SentencePiece tokenizer.model"}
+static const slm_opt k_train_opts[] = {
+    {.name = "--input", .type = SLM_OPT_LIST, .off = A(inputs), .meta = "PATH...",
+     .help = "text files and directories (recursed; dot-files skipped)"},
+    {.name = "--vocab-size", .type = SLM_OPT_INT64, .off = A(vocab), .meta = "N",
+     .help = "ids in all, in [256 + number of special tokens, 4194304] (259 with the default "
+             "specials); a corpus with fewer distinct pairs gives fewer ids (a warning says so)",
+     .ilo = INT64_MIN, .ihi = INT64_MAX, .flags = SLM_OPTF_NODEF},
+    {.name = "--out", .type = SLM_OPT_STRING, .off = A(out), .meta = "FILE",
+     .help = "the tokenizer.json to write; must not be one of the --input files"},
+    {.name = "--special", .type = SLM_OPT_STRING, .off = A(special), .meta = "LIST",
+     .help = "the added special tokens, comma-separated, at most 64; the first is BOS, the "
+             "second EOS; \"\" for none",
+     .def = "<|bos|>,<|eos|>,<|pad|>"},
+    {.name = "--threads", .type = SLM_OPT_INT64, .off = A(threads), .meta = "N",
+     .help = "count pairs in parallel (the result does not depend on it), 0 = the OpenMP default",
+     .ilo = 0, .ihi = 1024},
+    {.name = "--quiet", .type = SLM_OPT_FLAG, .off = A(quiet), .help = "no progress output"},
+    {.type = SLM_OPT_END},
+};
+static const slm_opt k_encode_opts[] = {
+    TOKENIZER_OPT,
+    {.name = "--bos", .type = SLM_OPT_FLAG, .off = A(bos), .help = "prepend the BOS id"},
+    {.name = "--eos", .type = SLM_OPT_FLAG, .off = A(eos), .help = "append the EOS id"},
+    {.name = "--allow-special", .type = SLM_OPT_FLAG, .off = A(allow_special),
+     .help = "special-token text becomes its id (else it is plain text)"},
+    {.name = "--whole", .type = SLM_OPT_FLAG, .off = A(whole),
+     .help = "encode all of stdin as one text (newlines included) and write one line of ids"},
+    {.type = SLM_OPT_END},
+};
+static const slm_opt k_decode_opts[] = {
+    TOKENIZER_OPT,
+    {.name = "--bytes", .type = SLM_OPT_FLAG, .off = A(bytes),
+     .help = "write the tokens' raw bytes (else SentencePiece byte-fallback bytes that are not "
+             "valid UTF-8 become U+FFFD, as in SentencePiece)"},
+    {.type = SLM_OPT_END},
+};
+static const slm_opt k_info_opts[] = {TOKENIZER_OPT, {.type = SLM_OPT_END}};
+#undef A
+
+static const slm_cli k_tok_cli[] = {
+    {.cmd = "tokenizer train",
+     .usage = "usage: shardlm tokenizer train --input PATH... --vocab-size N --out tokenizer.json\n"
+              "                               [--special LIST] [--threads N] [--quiet]\n"
+              "  learns a byte-level BPE (GPT-2 regex pre-tokenization, GPT-2 byte symbols) and\n"
+              "  writes a Hugging Face tokenizer.json.\n",
+     .opts = k_train_opts},
+    {.cmd = "tokenizer encode",
+     .usage = "usage: shardlm tokenizer encode --tokenizer FILE [--bos] [--eos] [--allow-special]"
+              " [--whole]\n"
+              "  reads text on stdin and writes, per input line (without its newline), the ids as\n"
+              "  space-separated integers on one line.\n",
+     .opts = k_encode_opts},
+    {.cmd = "tokenizer decode",
+     .usage = "usage: shardlm tokenizer decode --tokenizer FILE [--bytes]\n"
+              "  reads lines of space-separated ids and writes each line's text and a newline.\n",
+     .opts = k_decode_opts},
+    {.cmd = "tokenizer info",
+     .usage = "usage: shardlm tokenizer info --tokenizer FILE\n"
+              "  prints the type, vocab size, BOS/EOS/UNK/PAD ids and the file's XXH64.\n",
+     .opts = k_info_opts},
+};
+enum { TOK_TRAIN, TOK_ENCODE, TOK_DECODE, TOK_INFO, TOK_N };
+
+static const char k_tok_footer[] =
+    "\nA read error on stdin (e.g. a directory) is a runtime error (exit 1).\n"
+    "Exit status: 0 ok, 1 runtime error, 2 usage error.\n";
+
+// The help of all four subcommands, written at once (a reader that stops early, `| grep -q`,
+// must not make a later piece fail with SIGPIPE).
 static void usage(FILE *f) {
-    fprintf(
-        f,
-        "usage: shardlm tokenizer train --input PATH... --vocab-size N --out tokenizer.json\n"
-        "                               [--special \"<|bos|>,<|eos|>,<|pad|>\"] [--threads N] "
-        "[--quiet]\n"
-        "       shardlm tokenizer encode --tokenizer FILE [--bos] [--eos] [--allow-special] "
-        "[--whole]\n"
-        "       shardlm tokenizer decode --tokenizer FILE [--bytes]\n"
-        "       shardlm tokenizer info   --tokenizer FILE\n"
-        "\n"
-        "train   learns a byte-level BPE (GPT-2 regex pre-tokenization, GPT-2 byte symbols)\n"
-        "        from text files and directories (recursed; dot-files skipped) and writes a\n"
-        "        Hugging Face tokenizer.json. --special lists the added special tokens\n"
-        "        (comma-separated; the first is BOS, the second EOS; \"\" for none). --threads\n"
-        "        counts in parallel (the result does not depend on it). --vocab-size is\n"
-        "        in [256 + number of special tokens, 4194304] (259 with the default specials);\n"
-        "        a corpus with fewer distinct pairs gives fewer ids (a warning says so).\n"
-        "        --out must not be one of the --input files.\n"
-        "encode  reads text on stdin and writes, per input line (without its newline), the\n"
-        "        ids as space-separated integers on one line. BOS/EOS only with --bos/--eos;\n"
-        "        special-token text is plain text unless --allow-special. --whole encodes all of\n"
-        "        stdin as one text (newlines included) and writes one line of ids.\n"
-        "decode  reads lines of space-separated ids and writes each line's text and a newline.\n"
-        "        SentencePiece byte-fallback bytes that are not valid UTF-8 become U+FFFD, as\n"
-        "        in SentencePiece; --bytes writes the tokens' raw bytes instead.\n"
-        "A read error on stdin (e.g. a directory) is a runtime error (exit 1).\n"
-        "info    prints the type, vocab size, BOS/EOS/UNK/PAD ids and the file's XXH64.\n"
-        "FILE is a tokenizer.json (byte-level BPE) or a SentencePiece tokenizer.model.\n"
-        "Exit status: 0 ok, 1 runtime error, 2 usage error.\n");
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&buf, &len);
+    if (!m) return;
+    for (int k = 0; k < TOK_N; k++) {
+        if (k) fputc('\n', m);
+        slm_opt_help(m, &k_tok_cli[k], NULL);
+    }
+    fputs(k_tok_footer, m);
+    fclose(m);
+    fwrite(buf, 1, len, f);
+    free(buf);
 }
 
 static int fail_usage(const char *msg, const char *arg) {
@@ -50,13 +114,11 @@ static int fail_usage(const char *msg, const char *arg) {
     return SLM_EXIT_USAGE;
 }
 
-// An option this subcommand does not know, or a known option without its value.
-static int fail_option(const char *opt, bool known) {
-    if (known)
-        slm_error("tokenizer: option %s needs a value", opt);
-    else
-        slm_error("tokenizer: unknown option %s (see --help)", opt);
-    return SLM_EXIT_USAGE;
+// Parses the options of subcommand k; -1 to go on, else the exit code.
+static int parse(int k, int argc, char **argv, tok_args *x, slm_opt_seen *seen) {
+    slm_cli cli = k_tok_cli[k];
+    cli.footer = k_tok_footer; // --help: the subcommand's options and the exit codes
+    return slm_opt_parse(&cli, argc, argv, x, seen);
 }
 
 // Flushes stdout; on a write error (now or earlier, e.g. a full disk) prints "write to stdout
@@ -91,58 +153,27 @@ static int split_commas(char *s, const char **out, int max) {
 }
 
 static int cmd_train(int argc, char **argv) {
-    const char **inputs = calloc((size_t)argc + 1, sizeof *inputs);
+    tok_args x = {0};
+    slm_opt_seen seen;
+    int rc = parse(TOK_TRAIN, argc, argv, &x, &seen);
+    if (rc >= 0) {
+        slm_opt_list_free(&x.inputs);
+        return rc;
+    }
+    rc = SLM_EXIT_OK;
+    const char **inputs = x.inputs.v;
     const char *specials[64];
     char *special_arg = NULL;
-    const char *out_path = NULL;
-    int n_inputs = 0, n_specials = -1, rc = SLM_EXIT_OK;
-    int64_t vocab = 0, threads = 0;
-    bool quiet = false, have_vocab = false;
+    const char *out_path = x.out;
+    int n_inputs = x.inputs.n, n_specials = -1;
+    int64_t vocab = x.vocab, threads = x.threads;
+    bool quiet = x.quiet, have_vocab = slm_opt_given(&k_tok_cli[TOK_TRAIN], &seen, "--vocab-size");
     slm_tokenizer *t = NULL;
-    if (!inputs) return fail_runtime();
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--input")) {
-            if (i + 1 >= argc || !strncmp(argv[i + 1], "--", 2)) {
-                rc = fail_option(a, true);
-                goto out;
-            }
-            while (i + 1 < argc && strncmp(argv[i + 1], "--", 2))
-                inputs[n_inputs++] = argv[++i];
-        } else if ((!strcmp(a, "--vocab-size") || !strcmp(a, "--threads") ||
-                    !strcmp(a, "--out") || !strcmp(a, "--special")) &&
-                   i + 1 >= argc) {
-            rc = fail_option(a, true);
-            goto out;
-        } else if (!strcmp(a, "--vocab-size")) {
-            // Range checked below, once the number of special tokens is known.
-            if (slm_parse_i64("--vocab-size", argv[++i], INT64_MIN, INT64_MAX, &vocab)) {
-                rc = fail_usage(slm_errmsg(), NULL);
-                goto out;
-            }
-            have_vocab = true;
-        } else if (!strcmp(a, "--threads")) {
-            if (slm_parse_i64("--threads", argv[++i], 0, 1024, &threads)) {
-                rc = fail_usage(slm_errmsg(), NULL);
-                goto out;
-            }
-        } else if (!strcmp(a, "--out")) {
-            out_path = argv[++i];
-        } else if (!strcmp(a, "--special")) {
-            free(special_arg);
-            special_arg = slm_xstrdup(argv[++i]);
-            n_specials = split_commas(special_arg, specials, 64);
-            if (n_specials > 64) {
-                rc = fail_usage("at most 64 --special tokens", NULL);
-                goto out;
-            }
-        } else if (!strcmp(a, "--quiet")) {
-            quiet = true;
-        } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            goto out;
-        } else {
-            rc = fail_option(a, false);
+    if (x.special) {
+        special_arg = slm_xstrdup(x.special);
+        n_specials = split_commas(special_arg, specials, 64);
+        if (n_specials > 64) {
+            rc = fail_usage("at most 64 --special tokens", NULL);
             goto out;
         }
     }
@@ -196,7 +227,7 @@ static int cmd_train(int argc, char **argv) {
 out:
     slm_tokenizer_free(t);
     free(special_arg);
-    free(inputs);
+    slm_opt_list_free(&x.inputs);
     return rc;
 }
 
@@ -228,31 +259,13 @@ static bool flush_out(slm_buf *b, bool force, int *err) {
 }
 
 static int cmd_codec(int argc, char **argv, bool encode) {
-    const char *path = NULL;
-    int flags = 0;
-    bool whole = false, raw = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--tokenizer") && i + 1 >= argc)
-            return fail_option(a, true);
-        else if (!strcmp(a, "--tokenizer"))
-            path = argv[++i];
-        else if (encode && !strcmp(a, "--whole"))
-            whole = true;
-        else if (encode && !strcmp(a, "--bos"))
-            flags |= SLM_ENC_ADD_BOS;
-        else if (encode && !strcmp(a, "--eos"))
-            flags |= SLM_ENC_ADD_EOS;
-        else if (encode && !strcmp(a, "--allow-special"))
-            flags |= SLM_ENC_ALLOW_SPECIAL;
-        else if (!encode && !strcmp(a, "--bytes"))
-            raw = true;
-        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return SLM_EXIT_OK;
-        } else
-            return fail_option(a, false);
-    }
+    tok_args x = {0};
+    int rc0 = parse(encode ? TOK_ENCODE : TOK_DECODE, argc, argv, &x, NULL);
+    if (rc0 >= 0) return rc0;
+    const char *path = x.tokenizer;
+    int flags = (x.bos ? SLM_ENC_ADD_BOS : 0) | (x.eos ? SLM_ENC_ADD_EOS : 0) |
+                (x.allow_special ? SLM_ENC_ALLOW_SPECIAL : 0);
+    bool whole = x.whole, raw = x.bytes;
     if (!path) return fail_usage("--tokenizer FILE is required", NULL);
     slm_tokenizer *t = NULL;
     if (slm_tokenizer_load(path, &t)) return fail_runtime();
@@ -339,18 +352,10 @@ done:
 }
 
 static int cmd_info(int argc, char **argv) {
-    const char *path = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--tokenizer") && i + 1 >= argc)
-            return fail_option(argv[i], true);
-        else if (!strcmp(argv[i], "--tokenizer"))
-            path = argv[++i];
-        else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            usage(stdout);
-            return SLM_EXIT_OK;
-        } else
-            return fail_option(argv[i], false);
-    }
+    tok_args x = {0};
+    int rc = parse(TOK_INFO, argc, argv, &x, NULL);
+    if (rc >= 0) return rc;
+    const char *path = x.tokenizer;
     if (!path) return fail_usage("--tokenizer FILE is required", NULL);
     slm_tokenizer *t = NULL;
     if (slm_tokenizer_load(path, &t)) return fail_runtime();

@@ -1,4 +1,5 @@
-// shardlm: one binary, one subcommand per job. Dispatch only; each cmd_*.c parses its options.
+// shardlm: one binary, one subcommand per job. Dispatch only; each cmd_*.c declares its option
+// table (tools/opt.h) and parses with it.
 #include "cmd.h"
 
 #include <stdio.h>
@@ -13,7 +14,6 @@ typedef struct {
 } command;
 
 static const command commands[] = {
-    // One line per subcommand, registered as its module lands.
     {"prep", slm_cmd_prep, "tokenize a corpus into token shards + manifest.json"},
     {"train", slm_cmd_train, "train a Llama model (AdamW, cosine LR) into a run directory"},
     {"eval", slm_cmd_eval, "loss / perplexity of a run on a split or token ids; unigram entropy"},

@@ -1,20 +1,12 @@
 #!/usr/bin/env bash
 # shardlm ckpt inspect / verify / export from the command line: exit codes 0 / 1 / 2, messages
 # that name the damaged file, export layout. Uses ckpt_tool (argument 1) to make a checkpoint.
-set -uo pipefail
+. "$(dirname "$0")/../lib.sh"
+set +e # the checks read the exit status ($?) of commands that are meant to fail
 TOOL="$1"
-BIN="${SHARDLM_BIN:?}"
-W=$(mktemp -d)
-trap 'rm -rf "$W"' EXIT
-fail=0
-check() { # check NAME EXPECTED_RC ACTUAL_RC
-    if [ "$2" != "$3" ]; then echo "FAIL $1: exit $3, expected $2"; fail=1; else echo "ok   $1"; fi
-}
-cat > "$W/c.json" <<'JSON'
-{"vocab_size": 64, "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 2,
- "num_attention_heads": 2, "num_key_value_heads": 1, "max_position_embeddings": 32}
-JSON
-"$TOOL" make-ckpt "$W/run/checkpoints" "$W/c.json" 3 40 || { echo "FAIL make-ckpt"; exit 1; }
+slm_tiny_config "$W/c.json" vocab_size=64 hidden_size=16 intermediate_size=32 \
+    num_hidden_layers=2 num_key_value_heads=1
+"$TOOL" make-ckpt "$W/run/checkpoints" "$W/c.json" 3 40 || { bad "make-ckpt"; slm_finish; }
 echo "tokenizer bytes" > "$W/run/tokenizer.json"
 
 "$BIN" ckpt inspect "$W/run" > "$W/inspect.txt"; check "inspect run dir" 0 $?
@@ -39,4 +31,4 @@ printf '\xff' | dd of="$f" bs=1 seek=100 conv=notrunc 2>/dev/null
 "$BIN" ckpt verify "$W/run" > /dev/null 2> "$W/err.txt"; check "verify flipped byte" 1 $?
 grep -q "rank_00000.bin: checksum mismatch" "$W/err.txt"; check "message names the file" 0 $?
 "$BIN" ckpt export "$W/run" --hf "$W/hf2" > /dev/null 2>&1; check "export of a damaged checkpoint" 1 $?
-exit $fail
+slm_finish

@@ -5,15 +5,10 @@
 # kill, if `latest` exists it must name a complete checkpoint that `shardlm ckpt verify`
 # accepts, and --resume auto must continue from it.
 # Env (CTest): SHARDLM_BIN.
-set -uo pipefail
-BIN="${SHARDLM_BIN:?}"
-W=$(mktemp -d /tmp/slm_ckpt_kill.XXXXXX)
-trap 'rm -rf "$W"' EXIT
-fails=0
-cat > "$W/config.json" <<JSON
-{"vocab_size": 2048, "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2,
- "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64}
-JSON
+. "$(dirname "$0")/../lib.sh"
+set +e # the checks read the exit status ($?) of commands that are meant to fail
+slm_tiny_config "$W/config.json" vocab_size=2048 hidden_size=128 intermediate_size=256 \
+    num_hidden_layers=2 num_attention_heads=4 max_position_embeddings=64
 TRAIN=(train --synthetic --model "$W/config.json" --batch 2 --seq 32 --threads 1
        --peak-gflops 10 --log-every 0 --ckpt-every-steps 1 --ckpt-keep 2 --out "$W/run")
 delays=(0.4 0.9 1.3 0.7 1.8 1.1)
@@ -25,9 +20,8 @@ for i in "${!delays[@]}"; do
     wait "$pid" 2>/dev/null
     rc=$?
     if [ "$rc" != 137 ]; then # not our SIGKILL: it ended (or crashed) by itself
-        echo "[FAIL] kill $i: the trainer exited by itself with status $rc before the kill:"
+        bad "kill $i: the trainer exited by itself with status $rc before the kill:"
         tail -3 "$W/log$i"
-        fails=$((fails + 1))
     elif [ -f "$W/run/checkpoints/latest" ]; then
         name=$(cat "$W/run/checkpoints/latest")
         if "$BIN" ckpt verify "$W/run" > /dev/null 2> "$W/verify.err"; then
@@ -74,6 +68,6 @@ if [ -f "$W/run/checkpoints/latest" ]; then
         echo "[FAIL] --resume auto after the kills"; tail -3 "$W/final.log"; fails=$((fails + 1))
     fi
 else
-    echo "[FAIL] no checkpoint after six runs"; fails=$((fails + 1))
+    bad "no checkpoint after six runs"
 fi
-exit $((fails > 0))
+slm_finish

@@ -5,24 +5,15 @@
 # train --init-from-hf starts from those weights; --resume auto picks up the latest checkpoint
 # (bitwise exactness of resume is tests/ckpt/test_ckpt_resume.c). Bad options exit 2 / 1.
 # Env (set by CTest): SHARDLM_BIN, SLM_SHARED_DIR.
-set -uo pipefail
-BIN="${SHARDLM_BIN:?}"
-CORPUS="${SLM_SHARED_DIR:?}/data/tinyshakespeare.txt"
-W=$(mktemp -d /tmp/slm_ckpt_cli.XXXXXX)
-trap 'rm -rf "$W"' EXIT
-fails=0
-ok() { echo "[ ok ] $1"; }
-bad() { echo "[FAIL] $1"; fails=$((fails + 1)); }
+. "$(dirname "$0")/../lib.sh"
+set +e # the checks read the exit status ($?) of commands that are meant to fail
 t() { if eval "$2"; then ok "$1"; else bad "$1"; fi; }
 
-head -c 100000 "$CORPUS" > "$W/corpus.txt"
+slm_corpus "$W/corpus.txt" 100000
 "$BIN" tokenizer train --input "$W/corpus.txt" --vocab-size 300 --out "$W/tokenizer.json" --quiet
 "$BIN" prep --tokenizer "$W/tokenizer.json" --input "$W/corpus.txt" --out "$W/data" \
     --val-fraction 0.1 --workers 1 --quiet
-cat > "$W/config.json" <<JSON
-{"vocab_size": 300, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
- "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 32}
-JSON
+slm_tiny_config "$W/config.json" vocab_size=300 num_hidden_layers=2 num_attention_heads=4
 TRAIN=(train --data "$W/data" --model "$W/config.json" --batch 4 --seq 32 --lr 3e-3 --seed 2
        --threads 2 --peak-gflops 10 --log-every 0)
 "$BIN" "${TRAIN[@]}" --steps 12 --ckpt-every-steps 4 --ckpt-keep 2 --out "$W/run" 2> "$W/train.err"
@@ -55,5 +46,4 @@ t "bad --on-ckpt-error exits 2" '[ $rc = 2 ]'
 "$BIN" "${TRAIN[@]}" --steps 2 --resume "$W/nothing" --out "$W/y" > /dev/null 2> "$W/y.err"
 rc=$?
 t "--resume of a missing checkpoint exits 1 naming it" '[ $rc = 1 ] && grep -q nothing "$W/y.err"'
-echo "$fails failed"
-exit $((fails > 0))
+slm_finish

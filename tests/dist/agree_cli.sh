@@ -4,29 +4,20 @@
 # data, and quickly (no collective timeout): train (several options, and a dataset that differs
 # only in content: the same relative --data path under two working directories) and prep.
 # Usage: agree_cli.sh MPIEXEC. Env (CTest): SHARDLM_BIN, SLM_SHARED_DIR.
-set -uo pipefail
+. "$(dirname "$0")/../lib.sh"
+set +e # the checks read the exit status ($?) of commands that are meant to fail
 MPIEXEC=$1
-BIN="${SHARDLM_BIN:?}"
-CORPUS="${SLM_SHARED_DIR:?}/data/tinyshakespeare.txt"
-W=$(mktemp -d /tmp/slm_agree_cli.XXXXXX)
-trap 'rm -rf "$W"' EXIT
-fails=0
-ok() { echo "[ ok ] $1"; }
-bad() { echo "[FAIL] $1"; fails=$((fails + 1)); }
 export OMP_NUM_THREADS=1
 set -e
-head -c 60000 "$CORPUS" > "$W/corpus.txt"
-head -c 30000 "$CORPUS" > "$W/corpus2.txt"
+slm_corpus "$W/corpus.txt" 60000
+slm_corpus "$W/corpus2.txt" 30000
 "$BIN" tokenizer train --input "$W/corpus.txt" --vocab-size 300 --out "$W/tok.json" --quiet
 "$BIN" tokenizer train --input "$W/corpus.txt" --vocab-size 320 --out "$W/tok2.json" --quiet
 mkdir -p "$W/a" "$W/b"
 "$BIN" prep --tokenizer "$W/tok.json" --input "$W/corpus.txt" --out "$W/a/data" --workers 1 --quiet
 "$BIN" prep --tokenizer "$W/tok.json" --input "$W/corpus2.txt" --out "$W/b/data" --workers 1 --quiet
 set +e
-cat > "$W/config.json" <<EOF2
-{"vocab_size": 300, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
- "num_attention_heads": 2, "num_key_value_heads": 2, "max_position_embeddings": 16}
-EOF2
+slm_tiny_config "$W/config.json" vocab_size=300 max_position_embeddings=16
 TR=(train --model "$W/config.json" --batch 2 --seq 16 --steps 2 --threads 1 --peak-gflops 10
     --log-every 0 --collective-timeout 30)
 
@@ -106,5 +97,4 @@ expect "prep tokenizer contents" 1 "ranks disagree on tokenizer file contents: r
     -np 1 -wdir "$W/b" "$BIN" "${P[@]}" --tokenizer tok.json --out "$W/p"
 [ -e "$W/p" ] && bad "a refused prep created its --out" || ok "no dataset was created"
 
-[ "$fails" -eq 0 ] && echo "agreement CLI tests passed" || echo "$fails failure(s)"
-[ "$fails" -eq 0 ]
+slm_finish

@@ -11,28 +11,17 @@
 # the limit derived in compare() below, for FULL_SHARD, NO_SHARD, SHARD_GRAD_OP (N=2) and
 # HYBRID_SHARD G=2 (N=4, with eval), and --grad-accum 2 on 2 ranks. Also: bad FSDP options exit 2.
 # Usage: test_fsdp_train_cli.sh MPIEXEC. Env (CTest): SHARDLM_BIN, SLM_PYTHON, SLM_SHARED_DIR.
-set -euo pipefail
+. "$(dirname "$0")/../lib.sh"
 MPIEXEC=$1
-BIN="${SHARDLM_BIN:?}"
-PY="${SLM_PYTHON:-python3}"
-CORPUS="${SLM_SHARED_DIR:?}/data/tinyshakespeare.txt"
-W=$(mktemp -d /tmp/slm_fsdp_cli.XXXXXX)
-trap 'rm -rf "$W"' EXIT
-fails=0
-ok() { echo "[ ok ] $1"; }
-bad() { echo "[FAIL] $1"; fails=$((fails + 1)); }
 export OMP_NUM_THREADS=1
 
-head -c 100000 "$CORPUS" > "$W/corpus.txt"
+slm_corpus "$W/corpus.txt" 100000
 "$BIN" tokenizer train --input "$W/corpus.txt" --vocab-size 300 --out "$W/tokenizer.json" --quiet
 "$BIN" prep --tokenizer "$W/tokenizer.json" --input "$W/corpus.txt" --out "$W/data" \
     --val-fraction 0.1 --workers 1 --quiet
 V=$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['tokenizer']['vocab_size'])" "$W/data/manifest.json")
-cat > "$W/config.json" <<EOF2
-{"vocab_size": $V, "hidden_size": 64, "intermediate_size": 172, "num_hidden_layers": 2,
- "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 32,
- "rms_norm_eps": 1e-5, "tie_word_embeddings": false}
-EOF2
+slm_tiny_config "$W/config.json" vocab_size=$V hidden_size=64 intermediate_size=172 \
+    num_hidden_layers=2 num_attention_heads=4 rms_norm_eps=1e-5 tie_word_embeddings=false
 COMMON=(--model "$W/config.json" --seq 32 --steps 8 --lr 3e-3 --warmup 2 --seed 5 --threads 1
         --peak-gflops 10 --log-every 0 --collective-timeout 60)
 
@@ -158,5 +147,4 @@ rc=$? dt=$(( $(date +%s) - t0 ))
     && ok "NaN loss under FSDP: exit 1 on every rank in ${dt}s" \
     || { tail -5 "$W/nan.log"; bad "NaN loss under FSDP (rc $rc, ${dt}s)"; }
 set -e
-echo "$fails failed"
-[ $fails = 0 ]
+slm_finish

@@ -6,19 +6,9 @@
 #  - --max-shard-size 0.5, 1e-300GB, inf are usage errors;
 #  - sharding.strategy "BOGUS" and a rank file whose header world size disagrees with the
 #    manifest are refused.
-set -uo pipefail
+. "$(dirname "$0")/../lib.sh"
+set +e # the checks read the exit status ($?) of commands that are meant to fail
 TOOL="$1"
-BIN="${SHARDLM_BIN:?}"
-PY="${SLM_PYTHON:-python3}"
-W=$(mktemp -d)
-trap 'rm -rf "$W"' EXIT
-fail=0
-check() { # check NAME EXPECTED_RC ACTUAL_RC
-    if [ "$2" != "$3" ]; then echo "FAIL $1: exit $3, expected $2"; fail=1; else echo "ok   $1"; fi
-}
-has() { # has NAME FILE PATTERN
-    if grep -q -- "$3" "$2"; then echo "ok   $1"; else echo "FAIL $1: no \"$3\" in:"; cat "$2"; fail=1; fi
-}
 edit() { # edit MANIFEST PYTHON_STATEMENT (on dict m)
     "$PY" - "$1" "$2" <<'PY'
 import json, sys
@@ -28,11 +18,9 @@ exec(stmt)
 json.dump(m, open(p, "w"))
 PY
 }
-cat > "$W/c.json" <<'JSON'
-{"vocab_size": 64, "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 2,
- "num_attention_heads": 2, "num_key_value_heads": 1, "max_position_embeddings": 32}
-JSON
-"$TOOL" make-ckpt "$W/run/checkpoints" "$W/c.json" 3 40 || { echo "FAIL make-ckpt"; exit 1; }
+slm_tiny_config "$W/c.json" vocab_size=64 hidden_size=16 intermediate_size=32 \
+    num_hidden_layers=2 num_key_value_heads=1
+"$TOOL" make-ckpt "$W/run/checkpoints" "$W/c.json" 3 40 || { bad "make-ckpt"; slm_finish; }
 S="$W/run/checkpoints/step_00000040"
 cp -r "$W/run" "$W/pristine"
 reset() { rm -rf "$W/run"; cp -r "$W/pristine" "$W/run"; }
@@ -73,7 +61,7 @@ check "no stale shard or index left (found $left)" 0 "$left"
 [ -f "$W/hf/model.safetensors" ] && [ -f "$W/hf/config.json" ]; check "new weights in place" 0 $?
 [ "$(cat "$W/hf/README.md" 2>/dev/null)" = "user notes" ]; check "user's own file kept" 0 $?
 [ ! -e "$W/hf/tokenizer.model" ]; check "stale tokenizer.model of the earlier export removed" 0 $?
-ls -a "$W" | grep 'export-' > /dev/null && { echo "FAIL temp/old dirs left: $(ls -a "$W")"; fail=1; }
+ls -a "$W" | grep 'export-' > /dev/null && { bad "temp/old dirs left: $(ls -a "$W")"; }
 has "export names the real OUT_DIR" "$W/out.txt" "exported step 40 to $W/hf"
 echo "x" > "$W/plainfile"
 "$BIN" ckpt export "$W/run" --hf "$W/plainfile" > /dev/null 2>&1; check "OUT_DIR a file" 1 $?
@@ -84,7 +72,7 @@ cp "$W/hf/model.safetensors" "$W/prev.st"
 printf '\xff' | dd of="$S/rank_00000.bin" bs=1 seek=100 conv=notrunc 2>/dev/null
 "$BIN" ckpt export "$W/run" --hf "$W/hf" > /dev/null 2>&1; check "export of damaged ckpt" 1 $?
 cmp -s "$W/prev.st" "$W/hf/model.safetensors"; check "previous export untouched" 0 $?
-ls -a "$W" | grep 'export-tmp' > /dev/null && { echo "FAIL temp dir left after failure"; fail=1; }
+ls -a "$W" | grep 'export-tmp' > /dev/null && { bad "temp dir left after failure"; }
 
 # --- item 28: stdout write errors ----------------------------------------------------------
 reset
@@ -112,7 +100,7 @@ reset
 # header world (u32 at byte 16) = 2 while the manifest says world_size 1 (the file checksums
 # are updated so only the header disagrees)
 HERE="$(cd "$(dirname "$0")" && pwd)"
-"$PY" - "$S" "$HERE" <<'PY' || { echo "FAIL rewriting the rank file"; fail=1; }
+"$PY" - "$S" "$HERE" <<'PY' || { bad "rewriting the rank file"; }
 import json, struct, sys
 d = sys.argv[1]
 sys.path.insert(0, sys.argv[2])
@@ -137,4 +125,4 @@ has "export message names the header's world" "$W/err.txt" "header records rank 
 reset
 edit "$S/manifest.json" "m['files'][0]['rank'] = 1"
 "$BIN" ckpt verify "$W/run" > /dev/null 2> "$W/err.txt"; check "files[].rank >= world_size" 1 $?
-exit $fail
+slm_finish

@@ -6,27 +6,17 @@
 #  - train --progress-thread outside [0, 1e6) (negative, nan, inf, huge) is a usage error;
 #  - the docs agree with the help on --progress-thread's default (0 = off) and no longer say that
 #    multi-rank train is unavailable.
-set -uo pipefail
-BIN="${SHARDLM_BIN:?}"
-SRC="${SLM_SOURCE_DIR:?}"
-W=$(mktemp -d)
-trap 'rm -rf "$W"' EXIT
-fail=0
-check() { # check NAME EXPECTED_RC ACTUAL_RC
-    if [ "$2" != "$3" ]; then echo "FAIL $1: exit $3, expected $2"; fail=1; else echo "ok   $1"; fi
-}
-has() { # has NAME FILE PATTERN
-    if grep -q -- "$3" "$2"; then echo "ok   $1"; else echo "FAIL $1: no \"$3\" in:"; cat "$2"; fail=1; fi
-}
-head -c 60000 "${SLM_SHARED_DIR:?}/data/tinyshakespeare.txt" > "$W/corpus.txt"
+. "$(dirname "$0")/../lib.sh"
+set +e # the checks read the exit status ($?) of commands that are meant to fail
+slm_corpus "$W/corpus.txt" 60000
 "$BIN" tokenizer train --input "$W/corpus.txt" --vocab-size 300 --out "$W/tok.json" --quiet \
-    || { echo "FAIL tokenizer train"; exit 1; }
+    || { bad "tokenizer train"; slm_finish; }
 "$BIN" prep --tokenizer "$W/tok.json" --input "$W/corpus.txt" --out "$W/D" --val-fraction 0.1 \
-    --quiet || { echo "FAIL prep D"; exit 1; }
+    --quiet || { bad "prep D"; slm_finish; }
 # three documents, val_fraction 0.999: with seed 1234 all three land in val (checked below)
 printf 'one doc here\n\nanother doc\n\nthird doc text\n' > "$W/few.txt"
 "$BIN" prep --tokenizer "$W/tok.json" --input "$W/few.txt" --out "$W/E" --val-fraction 0.999 \
-    --quiet || { echo "FAIL prep E"; exit 1; }
+    --quiet || { bad "prep E"; slm_finish; }
 grep -A2 '"train"' "$W/E/manifest.json" | grep '"n_tokens":[[:space:]]*0,' > /dev/null
 check "precondition: E's train split is empty" 0 $?
 "$BIN" train --model tiny --data "$W/D" --vocab-size 300 --batch 2 --seq 16 --steps 1 \
@@ -37,7 +27,7 @@ check "train 1 step (--progress-thread 0 accepted)" 0 $?
 "$BIN" eval --model "$W/R" --data "$W/E" --split train > /dev/null 2> "$W/err.txt"
 check "eval on an empty split" 1 $?
 has "says the split is empty" "$W/err.txt" "the train split is empty"
-if grep -q "smaller --seq" "$W/err.txt"; then echo "FAIL still blames --seq"; fail=1; fi
+if grep -q "smaller --seq" "$W/err.txt"; then bad "still blames --seq"; fi
 "$BIN" eval --data "$W/E" --split train --unigram-entropy > /dev/null 2> "$W/err.txt"
 check "unigram entropy of an empty split" 1 $?
 "$BIN" eval --model "$W/R" --data "$W/E" --split val --seq 64 > /dev/null 2> "$W/err.txt"
@@ -77,11 +67,11 @@ done
 grep -- "--progress-thread" "$SRC/docs/cluster.md" | grep "default 0 = off" > /dev/null
 check "docs/cluster.md: progress thread default 0 = off" 0 $?
 if grep -- "--progress-thread" "$SRC/docs/cluster.md" | grep "default 100" > /dev/null; then
-    echo "FAIL docs/cluster.md still says default 100"; fail=1
+    bad "docs/cluster.md still says default 100"
 fi
 if grep -q "FSDP lands in a later issue" "$SRC/docs/training.md"; then
-    echo "FAIL docs/training.md still says multi-rank train is unavailable"; fail=1
+    bad "docs/training.md still says multi-rank train is unavailable"
 else
-    echo "ok   docs/training.md: multi-rank train documented"
+    ok "docs/training.md: multi-rank train documented"
 fi
-exit $fail
+slm_finish

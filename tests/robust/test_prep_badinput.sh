@@ -4,21 +4,11 @@
 #    and the reason; an escaped backslash before "u0000" and a valid surrogate pair are fine;
 #  - documents read / written / skipped (empty) in the log and in manifest.json "documents";
 #  - a stale temp directory of a dead pid is removed (and the log says so); a live one is kept.
-set -uo pipefail
-BIN="${SHARDLM_BIN:?}"
-PY="${SLM_PYTHON:-python3}"
-W=$(mktemp -d)
-trap 'rm -rf "$W"' EXIT
-fail=0
-check() { # check NAME EXPECTED_RC ACTUAL_RC
-    if [ "$2" != "$3" ]; then echo "FAIL $1: exit $3, expected $2"; fail=1; else echo "ok   $1"; fi
-}
-has() { # has NAME FILE PATTERN
-    if grep -q -- "$3" "$2"; then echo "ok   $1"; else echo "FAIL $1: no \"$3\" in:"; cat "$2"; fail=1; fi
-}
-head -c 50000 "${SLM_SHARED_DIR:?}/data/tinyshakespeare.txt" > "$W/corpus.txt"
+. "$(dirname "$0")/../lib.sh"
+set +e # the checks read the exit status ($?) of commands that are meant to fail
+slm_corpus "$W/corpus.txt" 50000
 "$BIN" tokenizer train --input "$W/corpus.txt" --vocab-size 300 --out "$W/tok.json" --quiet \
-    || { echo "FAIL tokenizer train"; exit 1; }
+    || { bad "tokenizer train"; slm_finish; }
 prep() { "$BIN" prep --tokenizer "$W/tok.json" --workers 1 --val-fraction 0 "$@"; }
 
 # --- item 25: JSONL lines that used to be mangled silently ---------------------------------
@@ -45,7 +35,7 @@ printf '{"text": "a\\\\u0000b"}\n{"text": "\\ud83d\\ude80 rocket"}\n{"text": "ok
     > "$W/good.jsonl"
 prep --input "$W/good.jsonl" --out "$W/ds_good" --quiet 2> "$W/err.txt"
 check "valid JSONL accepted" 0 $?
-"$PY" - "$W/ds_good" "$W/tok.json" "$BIN" <<'PY' || fail=1
+"$PY" - "$W/ds_good" "$W/tok.json" "$BIN" <<'PY' || bad "python check above"
 import json, subprocess, sys, struct, glob
 d, tok, binary = sys.argv[1:4]
 m = json.load(open(d + "/manifest.json"))
@@ -68,7 +58,7 @@ printf '{"text": "one"}\n{"text": ""}\n\n{"text": "two"}\n{"text": ""}\n{"text":
 prep --input "$W/docs.jsonl" --out "$W/ds_docs" 2> "$W/log.txt"
 check "prep with empty documents" 0 $?
 has "log reports read/written/skipped" "$W/log.txt" "documents: 5 read, 3 written, 2 skipped"
-"$PY" - "$W/ds_docs/manifest.json" <<'PY' || fail=1
+"$PY" - "$W/ds_docs/manifest.json" <<'PY' || bad "python check above"
 import json, sys
 m = json.load(open(sys.argv[1]))
 d = m.get("documents")
@@ -102,4 +92,4 @@ has "log says it removed it" "$W/log.txt" "removed stale temp directory .*prep-t
 [ -f "$W/p/.ds.prep-tmp.$$/x" ]; check "temp dir of a live pid kept" 0 $?
 [ -f "$W/p/.ds.prep-old.$dead/manifest.json" ]; check "old dir kept" 0 $?
 [ -f "$W/p/ds/manifest.json" ]; check "dataset written" 0 $?
-exit $fail
+slm_finish

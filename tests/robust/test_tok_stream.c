@@ -9,6 +9,7 @@
 //    the one-shot decode of the generated ids, and every chunk is whole UTF-8.
 #include <unistd.h>
 
+#include "fixtures.h"
 #include "test.h"
 #include "tokenizer/tok_internal.h"
 #include "tokenizer/tokenizer.h"
@@ -269,17 +270,8 @@ static void collect(void *ctx, int32_t token, const char *bytes, size_t len) {
 static void test_generate_stream(void) {
     slm_tokenizer *t = spm_tokenizer();
     CHECK(t != NULL);
-    slm_llama_config c = {.vocab_size = N_IDS,
-                          .hidden_size = 16,
-                          .intermediate_size = 32,
-                          .num_hidden_layers = 1,
-                          .num_attention_heads = 2,
-                          .num_key_value_heads = 1,
-                          .max_position_embeddings = 256,
-                          .rms_norm_eps = 1e-5f,
-                          .rope_theta = 10000.0f,
-                          .tie_word_embeddings = false,
-                          .initializer_range = 0.02f};
+    slm_llama_config c = slm_test_tiny_config(N_IDS);
+    c.max_position_embeddings = 256;
     slm_llama m;
     slm_status st = slm_llama_init(&m, &c, true);
     if (st) slm_tokenizer_free(t);

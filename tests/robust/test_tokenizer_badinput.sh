@@ -5,18 +5,9 @@
 #  - a single --special token is BOS (as the help says: the first is BOS);
 #  - --vocab-size larger than the corpus allows warns with the real number of ids;
 #  - decode --bytes writes the tokens' raw bytes.
-set -uo pipefail
-BIN="${SHARDLM_BIN:?}"
-W=$(mktemp -d)
-trap 'rm -rf "$W"' EXIT
-fail=0
-check() { # check NAME EXPECTED_RC ACTUAL_RC
-    if [ "$2" != "$3" ]; then echo "FAIL $1: exit $3, expected $2"; fail=1; else echo "ok   $1"; fi
-}
-has() { # has NAME FILE PATTERN
-    if grep -q -- "$3" "$2"; then echo "ok   $1"; else echo "FAIL $1: no \"$3\" in:"; cat "$2"; fail=1; fi
-}
-head -c 100000 "${SLM_SHARED_DIR:?}/data/tinyshakespeare.txt" > "$W/corpus.txt"
+. "$(dirname "$0")/../lib.sh"
+set +e # the checks read the exit status ($?) of commands that are meant to fail
+slm_corpus "$W/corpus.txt" 100000
 cp "$W/corpus.txt" "$W/orig.txt"
 
 # item 15
@@ -78,4 +69,4 @@ echo "$first" | "$BIN" tokenizer decode --bytes --tokenizer "$W/one.json" | od -
 [ "$(cat "$W/hex.txt")" = "f09f9a802048656c6c6f0a" ]; check "decode --bytes round trip" 0 $?
 "$BIN" tokenizer encode --bytes --tokenizer "$W/one.json" < /dev/null > /dev/null 2>&1
 check "--bytes is a decode option" 2 $?
-exit $fail
+slm_finish

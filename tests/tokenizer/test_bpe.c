@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
+#include "fixtures.h"
 #include "test.h"
 #include "tokenizer/bpe.h" // private to the module: the pre-tokenizer, for the chunking test
 #include "tokenizer/tokenizer.h"
@@ -472,16 +473,8 @@ int main(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/slm_test_bpe_XXXXXX");
     if (!mkdtemp(g_dir)) slm_fatal("mkdtemp failed");
     // ~200 KB of tinyshakespeare (cut at a line end) keeps the test fast under ASan.
-    char *all = NULL;
-    size_t n = 0;
-    if (slm_file_read_all(slm_test_shared("data/tinyshakespeare.txt"), &all, &n))
-        slm_fatal("%s", slm_errmsg());
-    size_t cut = n < 200000 ? n : 200000;
-    while (cut < n && all[cut - 1] != '\n')
-        cut++;
     snprintf(g_corpus, sizeof g_corpus, "%s/corpus.txt", g_dir);
-    if (slm_file_write_atomic(g_corpus, all, cut)) slm_fatal("%s", slm_errmsg());
-    free(all);
+    if (slm_test_corpus(g_corpus, 200000)) slm_fatal("%s", slm_errmsg());
     g_tok = train(1, 800);
     snprintf(g_saved, sizeof g_saved, "%s/tokenizer.json", g_dir);
     if (!g_tok || slm_tokenizer_save_json(g_tok, g_saved)) slm_fatal("%s", slm_errmsg());

@@ -12,13 +12,9 @@
 #     once with a message and without saving.
 # Before the fix, 1 and 2 finish step 2 and exit 0, and 3 ignores the second signal.
 # Usage: stop_cli.sh MPIEXEC. Env (CTest): SHARDLM_BIN, SLM_SHARED_DIR.
-set -uo pipefail
+. "$(dirname "$0")/../lib.sh"
+set +e # the checks read the exit status ($?) of commands that are meant to fail
 MPIEXEC=$1
-BIN="${SHARDLM_BIN:?}"
-CORPUS="${SLM_SHARED_DIR:?}/data/tinyshakespeare.txt"
-W=$(mktemp -d /tmp/slm_stop_cli.XXXXXX)
-trap 'rm -rf "$W"' EXIT
-fails=0
 # same_ckpt A B: both runs' final checkpoints (step 2) have byte-identical rank files.
 same_ckpt() {
     local f n=0
@@ -28,22 +24,15 @@ same_ckpt() {
     done
     [ $n -gt 0 ] && [ $n -eq "$(ls "$2"/checkpoints/step_00000002/rank_*.bin | wc -l)" ]
 }
-ok() { echo "[ ok ] $1"; }
-bad() { echo "[FAIL] $1"; fails=$((fails + 1)); }
 export OMP_NUM_THREADS=1
-head -c 60000 "$CORPUS" > "$W/corpus.txt"
+slm_corpus "$W/corpus.txt" 60000
 "$BIN" tokenizer train --input "$W/corpus.txt" --vocab-size 300 --out "$W/tok.json" --quiet &&
 "$BIN" prep --tokenizer "$W/tok.json" --input "$W/corpus.txt" --out "$W/data" --workers 1 \
     --quiet || exit 1
 V=$(sed -n 's/.*"vocab_size":[[:space:]]*\([0-9]*\).*/\1/p' "$W/data/manifest.json" | head -1)
-cat > "$W/config.json" <<EOF2
-{"vocab_size": $V, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
- "num_attention_heads": 2, "num_key_value_heads": 2, "max_position_embeddings": 16}
-EOF2
-cat > "$W/big.json" <<EOF2
-{"vocab_size": $V, "hidden_size": 256, "intermediate_size": 688, "num_hidden_layers": 4,
- "num_attention_heads": 4, "num_key_value_heads": 4, "max_position_embeddings": 256}
-EOF2
+slm_tiny_config "$W/config.json" vocab_size=$V max_position_embeddings=16
+slm_tiny_config "$W/big.json" vocab_size=$V hidden_size=256 intermediate_size=688 \
+    num_hidden_layers=4 num_attention_heads=4 num_key_value_heads=4 max_position_embeddings=256
 TR=(train --data "$W/data" --model "$W/config.json" --batch 2 --seq 16 --steps 2 --threads 1
     --peak-gflops 10 --collective-timeout 60)
 
@@ -150,5 +139,4 @@ else
     bad "forced exit run did not start"; cat "$W/f.err"
 fi
 
-[ "$fails" -eq 0 ] && echo "stop tests passed" || echo "$fails failure(s)"
-[ "$fails" -eq 0 ]
+slm_finish

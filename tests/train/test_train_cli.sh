@@ -7,26 +7,15 @@
 # from the val shard files; generate is deterministic for a seed; SIGTERM stops at a step
 # boundary and saves a checkpoint; bad inputs exit 1/2 naming the problem.
 # Env (set by CTest): SHARDLM_BIN, SLM_PYTHON, SLM_SHARED_DIR.
-set -euo pipefail
-BIN="${SHARDLM_BIN:?}"
-PY="${SLM_PYTHON:-python3}"
-CORPUS="${SLM_SHARED_DIR:?}/data/tinyshakespeare.txt"
-W=$(mktemp -d /tmp/slm_train_cli.XXXXXX)
-trap 'rm -rf "$W"' EXIT
-fails=0
-ok() { echo "[ ok ] $1"; }
-bad() { echo "[FAIL] $1"; fails=$((fails + 1)); }
-
-head -c 300000 "$CORPUS" > "$W/corpus.txt"
+. "$(dirname "$0")/../lib.sh"
+slm_corpus "$W/corpus.txt" 300000
 "$BIN" tokenizer train --input "$W/corpus.txt" --vocab-size 512 --out "$W/tokenizer.json" --quiet
 "$BIN" prep --tokenizer "$W/tokenizer.json" --input "$W/corpus.txt" --out "$W/data" \
     --val-fraction 0.1 --workers 2 --quiet
 V=$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['tokenizer']['vocab_size'])" "$W/data/manifest.json")
-cat > "$W/config.json" <<EOF
-{"vocab_size": $V, "hidden_size": 64, "intermediate_size": 160, "num_hidden_layers": 2,
- "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64,
- "rms_norm_eps": 1e-5, "tie_word_embeddings": false}
-EOF
+slm_tiny_config "$W/config.json" vocab_size=$V hidden_size=64 intermediate_size=160 \
+    num_hidden_layers=2 num_attention_heads=4 max_position_embeddings=64 rms_norm_eps=1e-5 \
+    tie_word_embeddings=false
 TRAIN=(train --data "$W/data" --model "$W/config.json" --batch 8 --seq 64 --steps 40 --lr 3e-3
        --warmup 5 --eval-every 20 --eval-batches 4 --seed 11 --threads 2 --peak-gflops 10
        --log-every 10)
@@ -317,5 +306,4 @@ else
     bad "SIGTERM stops and saves: exit $rc, $(cat "$W/sig.err")"
 fi
 
-echo "$fails failed"
-[ $fails -eq 0 ]
+slm_finish

@@ -15,20 +15,11 @@
 #  9  a second training into a run directory in use fails naming the holder's pid.
 # 14  --out naming a non-empty directory that is not a run directory is refused, files intact.
 # Env (CTest): SHARDLM_BIN, SLM_SHARED_DIR, SLM_PYTHON.
-set -uo pipefail
-BIN="${SHARDLM_BIN:?}"
-CORPUS="${SLM_SHARED_DIR:?}/data/tinyshakespeare.txt"
-PY="${SLM_PYTHON:-python3}"
-W=$(mktemp -d /tmp/slm_rundir.XXXXXX)
-trap 'kill "${bg:-}" 2>/dev/null; rm -rf "$W"' EXIT
-fails=0
-ok() { echo "[ ok ] $1"; }
-bad() { echo "[FAIL] $1"; fails=$((fails + 1)); }
+. "$(dirname "$0")/../lib.sh"
+set +e # the checks read the exit status ($?) of commands that are meant to fail
+slm_on_exit 'kill "${bg:-}"'
 t() { if eval "$2"; then ok "$1"; else bad "$1"; tail -4 "${3:-/dev/null}"; fi; }
-cat > "$W/config.json" <<JSON
-{"vocab_size": 256, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
- "num_attention_heads": 2, "num_key_value_heads": 2, "max_position_embeddings": 32}
-JSON
+slm_tiny_config "$W/config.json"
 S=(train --synthetic --model "$W/config.json" --batch 2 --seq 16 --threads 1 --peak-gflops 10
    --log-every 0)
 latest() { cat "$1/checkpoints/latest" 2>/dev/null; }
@@ -144,7 +135,7 @@ t "--out a user folder: exit 2, files untouched" '[ $rc = 2 ] && grep -q "not a 
    [ ! -e "$U/run.lock" ]' "$W/l14"
 
 # --- item 8: another tokenizer with the same vocab size
-head -c 60000 "$CORPUS" > "$W/c1.txt"
+slm_corpus "$W/c1.txt" 60000
 tail -c 60000 "$CORPUS" > "$W/c2.txt"
 for k in 1 2; do
     "$BIN" tokenizer train --input "$W/c$k.txt" --vocab-size 300 --out "$W/tok$k.json" --quiet &&
@@ -187,4 +178,4 @@ rc2=$?
 t "--out an HF export or the dataset itself: exit 2, untouched" '[ $rc1 = 2 ] && [ $rc2 = 2 ] &&
    [ ! -e "$W/hf/run.lock" ] && [ ! -e "$W/d1/config.json" ] && cmp -s "$W/d1/manifest.json" "$W/manifest.bak"' "$W/l14c"
 echo "$fails failed"
-exit $((fails > 0))
+slm_finish
