@@ -2,8 +2,10 @@
 // table (tools/opt.h) and parses with it.
 #include "cmd.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/base.h"
 
@@ -32,7 +34,36 @@ static void usage(FILE *f) {
     fprintf(f, "  version     print the version\n");
 }
 
+// SIGINT / SIGTERM before a subcommand installs its own handling (train stops at a step
+// boundary, prep cleans its temp directory) or in subcommands that have none: one line on stderr
+// and exit 1, never a bare death by signal (shell status 130 / 143). Async-signal-safe.
+static void on_early_signal(int sig) {
+    static const char msg_int[] = "shardlm error: interrupted by SIGINT; stopping (exit 1)\n";
+    static const char msg_term[] = "shardlm error: terminated by SIGTERM; stopping (exit 1)\n";
+    if (sig == SIGINT) {
+        if (write(2, msg_int, sizeof msg_int - 1) < 0) _exit(SLM_EXIT_ERROR);
+    } else {
+        if (write(2, msg_term, sizeof msg_term - 1) < 0) _exit(SLM_EXIT_ERROR);
+    }
+    _exit(SLM_EXIT_ERROR);
+}
+
+static void install_early_signal_handlers(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_early_signal;
+    sigemptyset(&sa.sa_mask);
+    // A signal the parent set to be ignored (a shell's background job: SIGINT) stays ignored.
+    int sigs[2] = {SIGINT, SIGTERM};
+    for (int i = 0; i < 2; i++) {
+        struct sigaction old;
+        if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler == SIG_IGN) continue;
+        sigaction(sigs[i], &sa, NULL);
+    }
+}
+
 int main(int argc, char **argv) {
+    install_early_signal_handlers();
     if (argc < 2) {
         usage(stderr);
         return SLM_EXIT_USAGE;

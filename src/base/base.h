@@ -99,6 +99,34 @@ uint64_t slm_rng_below(slm_rng *r, uint64_t n);
 uint64_t slm_mix64(uint64_t x);
 
 // ---------------------------------------------------------------------------------------------
+// Memory probe. Every subcommand estimates what it will allocate and calls slm_mem_check before
+// the allocation, so running out of memory is a clean error (SLM_E_NOMEM, exit 1) instead of an
+// abort in slm_xmalloc or the kernel's OOM killer.
+
+// What this process can still allocate, in bytes, from each source (-1: no such limit).
+typedef struct slm_mem_info {
+    double bytes;       // min of the three below that apply (0 if none is known)
+    double meminfo;     // MemAvailable from /proc/meminfo (physical memory if unreadable)
+    double rlimit_as;   // RLIMIT_AS soft limit (ulimit -v) minus the address space in use now
+    double cgroup;      // cgroup v2 memory.max minus memory.current (min over the ancestors)
+    const char *limit_name; // static text naming the binding source, for messages
+} slm_mem_info;
+
+// Fills `out` from /proc/meminfo, getrlimit(RLIMIT_AS) + /proc/self/statm and the cgroup v2
+// files of /proc/self/cgroup. Cheap (a few small reads); thread-safe. Never fails: sources that
+// cannot be read are left out. Note that MemAvailable is shared by every process on the host.
+void slm_mem_probe(slm_mem_info *out);
+// slm_mem_probe(...).bytes.
+double slm_mem_available(void);
+// "1.50 GiB" style text of `bytes` in buf (returns buf).
+const char *slm_fmt_bytes(double bytes, char buf[32]);
+// SLM_OK if `need_bytes` fit in slm_mem_available() (or nothing is known about the limits);
+// otherwise SLM_E_NOMEM with "<what> needs about N of memory, more than the M available
+// (<limit name>)", where <what> is the printf-style `fmt`. NaN counts as too much.
+slm_status slm_mem_check(double need_bytes, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+// ---------------------------------------------------------------------------------------------
 // Time
 
 // Monotonic seconds since an arbitrary origin.

@@ -337,4 +337,12 @@ slm_status slm_hf_write_tokenizer_files(const char *out_dir, const char *tokeniz
 // expected tensor present once with the right shape and a float dtype (F32/F16/BF16), and no
 // extra tensor (rotary inv_freq buffers are ignored). Errors name the file and tensor.
 slm_status slm_hf_load(slm_llama *m, const char *dir);
+// Checks an HF directory against `cfg` without reading any tensor data or allocating parameter
+// buffers: config.json's shape fields equal cfg's, and the safetensors headers (index or
+// model.safetensors) hold exactly the tensors the config implies, each with the config's shape.
+// Call before slm_llama_init allocates (a vocab_size of 2^31-1, or an empty config.json whose
+// defaults are Llama-2-7B, then fails naming the tensor instead of aborting on memory).
+// Errors: SLM_E_ARG (configs differ), SLM_E_FORMAT naming file and tensor, SLM_E_IO.
+slm_status slm_hf_check_shapes(const char *dir, const slm_llama_config *cfg);
+
 #endif

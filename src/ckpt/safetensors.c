@@ -602,3 +602,125 @@ slm_status slm_hf_load(slm_llama *m, const char *dir) {
     free(seen);
     return st;
 }
+
+// The weight files an HF directory names: the index's weight_map values (deduplicated), or
+// model.safetensors. *files owned by the caller (free each, then the array).
+static slm_status hf_weight_files(const char *dir, char ***files_out, int *n_out) {
+    int n_files = 0;
+    char **files = NULL;
+    slm_status st = SLM_OK;
+    char *ip = slm_path_join(dir, "model.safetensors.index.json");
+    if (slm_is_file(ip)) {
+        char *txt = NULL;
+        size_t len = 0;
+        st = slm_file_read_all(ip, &txt, &len);
+        cJSON *o = st ? NULL : cJSON_ParseWithLength(txt, len);
+        free(txt);
+        const cJSON *wm = o ? cJSON_GetObjectItemCaseSensitive(o, "weight_map") : NULL;
+        if (!st && !cJSON_IsObject(wm))
+            st = slm_fail(SLM_E_FORMAT, "%s: no \"weight_map\" object", ip);
+        const cJSON *e;
+        if (!st) cJSON_ArrayForEach(e, wm) {
+                if (!cJSON_IsString(e) || strchr(e->valuestring, '/') || !e->valuestring[0]) {
+                    st = slm_fail(SLM_E_FORMAT, "%s: weight_map[%s] is not a file name", ip,
+                                  e->string);
+                    break;
+                }
+                bool seen = false;
+                for (int i = 0; i < n_files; i++)
+                    seen |= !strcmp(files[i], e->valuestring);
+                if (seen) continue;
+                files = slm_xrealloc(files, (size_t)(n_files + 1) * sizeof *files);
+                files[n_files++] = slm_xstrdup(e->valuestring);
+            }
+        cJSON_Delete(o);
+    } else {
+        files = slm_xmalloc(sizeof *files);
+        files[n_files++] = slm_xstrdup("model.safetensors");
+    }
+    free(ip);
+    *files_out = files;
+    *n_out = n_files;
+    return st;
+}
+
+slm_status slm_hf_check_shapes(const char *dir, const slm_llama_config *cfg) {
+    // config.json's shape fields first (the friendlier message when the configs differ).
+    char *cp = slm_path_join(dir, "config.json");
+    slm_llama_config hc;
+    slm_status st = slm_llama_config_load(cp, &hc);
+    if (!st && (hc.vocab_size != cfg->vocab_size || hc.hidden_size != cfg->hidden_size ||
+                hc.intermediate_size != cfg->intermediate_size ||
+                hc.num_hidden_layers != cfg->num_hidden_layers ||
+                hc.num_attention_heads != cfg->num_attention_heads ||
+                hc.num_key_value_heads != cfg->num_key_value_heads ||
+                hc.tie_word_embeddings != cfg->tie_word_embeddings))
+        st = slm_fail(SLM_E_ARG,
+                      "%s: config (V=%d C=%d F=%d L=%d H=%d KV=%d tie=%d) differs from the "
+                      "model's (V=%d C=%d F=%d L=%d H=%d KV=%d tie=%d)",
+                      cp, hc.vocab_size, hc.hidden_size, hc.intermediate_size,
+                      hc.num_hidden_layers, hc.num_attention_heads, hc.num_key_value_heads,
+                      hc.tie_word_embeddings, cfg->vocab_size, cfg->hidden_size,
+                      cfg->intermediate_size, cfg->num_hidden_layers, cfg->num_attention_heads,
+                      cfg->num_key_value_heads, cfg->tie_word_embeddings);
+    free(cp);
+    if (st) return st;
+    slm_llama lay; // the layout only: no parameter buffers
+    if ((st = slm_llama_init(&lay, cfg, false))) return st;
+    char **files = NULL;
+    int n_files = 0;
+    st = hf_weight_files(dir, &files, &n_files);
+    int total = 0;
+    for (int u = 0; u < lay.n_units; u++)
+        total += lay.units[u].n_views;
+    bool *seen = slm_xcalloc((size_t)total + 1, 1);
+    for (int fi = 0; fi < n_files && !st; fi++) {
+        char *p = slm_path_join(dir, files[fi]);
+        slm_st_file f;
+        st = slm_st_open(p, &f); // maps the file and parses its header; reads no tensor data
+        for (int i = 0; !st && i < f.n; i++) {
+            const slm_st_tensor *t = &f.t[i];
+            if (ends_with(t->name, "rotary_emb.inv_freq")) continue;
+            if (cfg->tie_word_embeddings && !strcmp(t->name, "lm_head.weight")) continue;
+            int unit;
+            const slm_param_view *v = slm_llama_find(&lay, t->name, &unit);
+            if (!v) {
+                st = slm_fail(SLM_E_FORMAT,
+                              "%s: unexpected tensor %s (not a parameter of this model)", p,
+                              t->name);
+                break;
+            }
+            int idx = 0;
+            for (int u = 0; u < unit; u++)
+                idx += lay.units[u].n_views;
+            idx += (int)(v - lay.units[unit].views);
+            bool shape_ok = t->ndim == v->ndim && t->shape[0] == v->shape[0] &&
+                            (v->ndim < 2 || t->shape[1] == v->shape[1]);
+            if (!shape_ok) {
+                st = slm_fail(SLM_E_FORMAT,
+                              "%s: tensor %s has shape [%" PRId64 "%s%" PRId64 "] (%d dims), "
+                              "but the config asks for [%" PRId64 "%s%" PRId64 "]",
+                              p, t->name, t->ndim > 0 ? t->shape[0] : 0, t->ndim > 1 ? ", " : "",
+                              t->ndim > 1 ? t->shape[1] : 0, t->ndim, v->shape[0],
+                              v->ndim > 1 ? ", " : "", v->ndim > 1 ? v->shape[1] : 0);
+                break;
+            }
+            seen[idx] = true;
+        }
+        slm_st_close(&f); // safe after a failed open (zeroed)
+        free(p);
+    }
+    for (int u = 0, idx = 0; !st && u < lay.n_units; u++)
+        for (int i = 0; i < lay.units[u].n_views; i++, idx++)
+            if (!seen[idx]) {
+                st = slm_fail(SLM_E_FORMAT, "%s: tensor %s missing (the config asks for it)",
+                              dir, lay.units[u].views[i].name);
+                break;
+            }
+    for (int i = 0; i < n_files; i++)
+        free(files[i]);
+    free(files);
+    free(seen);
+    slm_llama_free(&lay);
+    return st;
+}

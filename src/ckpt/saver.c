@@ -139,6 +139,29 @@ static slm_status commit_pending(slm_ckpt_saver *s) {
     return st;
 }
 
+// Whether an asynchronous save may stage a full copy of the shards (params, m, v: 3 x fp32 per
+// element): true when the staging buffer kept from an earlier save is large enough, or the
+// memory probe has room for it (plus 5% and 64 MiB of slack). Otherwise the save is written
+// synchronously, straight from the shards (no copy), and the log says so.
+static bool staging_fits(slm_ckpt_saver *s, const slm_ckpt_shard *shards, int n_units) {
+    double bytes = SLM_CKPT_HEADER_BYTES;
+    for (int u = 0; u < n_units; u++)
+        if (shards[u].end > shards[u].begin)
+            bytes += 3.0 * (double)(shards[u].end - shards[u].begin) * sizeof(float);
+    if (s->image.data && (double)s->image.cap >= bytes) return true;
+    slm_mem_info mi;
+    slm_mem_probe(&mi);
+    bool known = mi.bytes > 0 || mi.rlimit_as >= 0 || mi.cgroup >= 0;
+    if (!known || bytes * 1.05 + 64.0 * 1024 * 1024 <= mi.bytes) return true;
+    char a[32], b[32];
+    slm_info("checkpoint step %lld: a staging copy of this rank's shard (%s) does not fit in "
+             "the %s available (%s); writing it synchronously, straight from the shards "
+             "(bounded memory; training waits for the write)",
+             (long long)s->meta.step, slm_fmt_bytes(bytes, a), slm_fmt_bytes(mi.bytes, b),
+             mi.limit_name);
+    return false;
+}
+
 slm_status slm_ckpt_saver_save(slm_ckpt_saver *s, const slm_ckpt_meta *meta,
                                const slm_unit_layout *layout, int n_units,
                                const slm_ckpt_shard *shards) {
@@ -186,9 +209,10 @@ slm_status slm_ckpt_saver_save(slm_ckpt_saver *s, const slm_ckpt_meta *meta,
     s->copied = false;
     s->done = false;
     s->write_status = SLM_OK;
-    if (s->o.sync || pthread_create(&s->thread, NULL, writer_main, s) != 0) {
-        // Synchronous (or no thread available): write straight from the shards (training waits
-        // anyway), or stage a copy when a shard has no m / v.
+    bool bounded = !s->o.sync && !s->o.no_write && !staging_fits(s, shards, n_units);
+    if (s->o.sync || bounded || pthread_create(&s->thread, NULL, writer_main, s) != 0) {
+        // Synchronous (or no thread available, or no memory for a staging copy): write straight
+        // from the shards (training waits anyway), or stage a copy when a shard has no m / v.
         bool direct = true;
         for (int u = 0; u < n_units; u++)
             direct &= shards[u].m && shards[u].v && shards[u].params;

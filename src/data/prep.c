@@ -245,12 +245,33 @@ static slm_status flush_split(worker *w, int split) {
     return st;
 }
 
+// Documents at least this long are checked against the memory probe before encoding (the probe
+// reads a few /proc files: too slow to run for every small document).
+#define PREP_BIG_DOC_BYTES ((size_t)8 << 20)
+
+// Memory to encode a document of `len` bytes: its ids, at most one 4-byte id per input byte plus
+// BOS / EOS, with half again for the buffer's growth (an upper bound; measured: about 4 bytes of
+// resident memory per input byte, input mapping included, for a 20 MB document).
+static slm_status check_doc_memory(size_t len) {
+    if (len < PREP_BIG_DOC_BYTES) return SLM_OK;
+    slm_status st = slm_mem_check(((double)len + 3) * sizeof(int32_t) * 1.5,
+                                  "a document of %zu bytes (its token ids)", len);
+    if (!st) return SLM_OK;
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", slm_errmsg());
+    return slm_fail(st, "%s; split it into smaller documents (blank lines separate the documents "
+                        "of a text file; one JSONL line is one document) or raise the limit",
+                    msg);
+}
+
 static slm_status emit_doc(worker *w, const char *text, size_t len) {
     w->docs_read++;
     if (len == 0) {
         w->docs_skipped++;
         return SLM_OK;
     }
+    slm_status mst = check_doc_memory(len);
+    if (mst) return mst;
     prep_ctx *c = w->ctx;
     uint64_t h = slm_xxh64(text, len, c->o->seed);
     int split = (h >> 11) < c->val_threshold ? 1 : 0;
@@ -458,6 +479,7 @@ static void *worker_main(void *arg) {
         }
         st = src->jsonl ? do_jsonl_unit(w, src, d, S, u->begin, u->end)
                         : do_text_unit(w, d, S, u->begin, u->end);
+        if (st == SLM_E_NOMEM) st = slm_fail_wrap(st, "%s", src->path);
         atomic_fetch_add(&c->bytes_done, (uint64_t)(u->end - u->begin));
     }
     slm_map_free(&m);

@@ -29,6 +29,16 @@ struct slm_kv_cache {
     float rstd[1];
 };
 
+double slm_kv_cache_bytes_estimate(const slm_llama_config *c, int64_t max_T) {
+    double C = c->hidden_size, H = c->num_attention_heads, KV = c->num_key_value_heads;
+    double D = C / H, F = c->intermediate_size, T = (double)max_T;
+    double floats = 2.0 * c->num_hidden_layers * KV * T * D // K and V caches
+                    + 2.0 * T * (D / 2)                     // RoPE tables
+                    + (H / KV) * T                          // attention scores
+                    + 4.0 * C + 2.0 * KV * D + 3.0 * F;     // one token's vectors
+    return floats * sizeof(float);
+}
+
 slm_kv_cache *slm_kv_cache_new(const slm_llama *m, int max_T) {
     SLM_ASSERT(max_T > 0);
     const slm_llama_config *c = &m->cfg;

@@ -174,6 +174,9 @@ const float *slm_llama_logits(const slm_llama *m);
 // layer after RoPE, [L, KV, max_T, D] f32. Owned by the caller (slm_kv_cache_free).
 typedef struct slm_kv_cache slm_kv_cache;
 slm_kv_cache *slm_kv_cache_new(const slm_llama *m, int max_T);
+// Bytes slm_kv_cache_new(m, max_T) allocates for a model of config `c` (K and V caches, RoPE
+// tables, scores and per-token vectors), so callers can check memory before creating it.
+double slm_kv_cache_bytes_estimate(const slm_llama_config *c, int64_t max_T);
 void slm_kv_cache_free(slm_kv_cache *c);
 // Runs one token at position `pos` (0-based, < max_T) and writes logits [V] f32. Positions
 // must be fed in order 0, 1, ... (re-feeding pos p overwrites p and forgets later ones). The

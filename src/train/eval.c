@@ -48,6 +48,15 @@ slm_status slm_eval_split(slm_llama *m, const char *data_dir, const char *split,
         return st;
     }
     slm_dataset_free(&ds);
+    // The activation workspace for B x T and the window buffers, before allocating them.
+    st = slm_mem_check(slm_llama_act_bytes_estimate(&m->cfg, B, T, false) +
+                           3.0 * (double)B * (T + 1) * sizeof(int32_t),
+                       "the activations of --batch %d x --seq %d", B, T);
+    if (st) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", slm_errmsg());
+        return slm_fail(st, "%s; reduce --batch or --seq", msg);
+    }
     slm_loader_opts lo = {.dir = data_dir, .split = split, .T = T, .B_global = 1, .rank = 0,
                           .world = 1, .seed = 0, .shuffle = false};
     slm_loader *l = NULL;

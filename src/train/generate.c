@@ -92,7 +92,14 @@ slm_status slm_generate(slm_llama *m, const slm_tokenizer *tok, const char *prom
                       maxT);
         goto out;
     }
-    int cache_T = (int)ids.len + o->max_new < maxT ? (int)ids.len + o->max_new : maxT;
+    int64_t want_T = (int64_t)ids.len + o->max_new;
+    int cache_T = want_T < maxT ? (int)want_T : maxT;
+    // The KV cache for cache_T positions and the logits row, before allocating them.
+    st = slm_mem_check(slm_kv_cache_bytes_estimate(&m->cfg, cache_T) +
+                           (double)m->cfg.vocab_size * sizeof(float),
+                       "the KV cache for %d positions (prompt %zu + --max-new %d tokens)",
+                       cache_T, ids.len, o->max_new);
+    if (st) goto out;
     slm_kv_cache *kv = slm_kv_cache_new(m, cache_T);
     int32_t V = m->cfg.vocab_size;
     int32_t tv = slm_tokenizer_vocab_size(tok);

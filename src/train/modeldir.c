@@ -3,6 +3,7 @@
 #include "train/modeldir.h"
 
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,22 +34,19 @@ static char *file_in(const char *dir, const char *name) {
     return NULL;
 }
 
-// The directory above DIR: DIR without its last component when that is a plain name
-// ("runs/a/checkpoints/step_N" -> "runs/a/checkpoints"), else DIR/.. (caller frees).
-static char *parent_dir(const char *dir) {
-    char *p = slm_xstrdup(dir);
-    size_t n = strlen(p);
-    while (n > 1 && p[n - 1] == '/')
-        p[--n] = 0;
-    char *slash = strrchr(p, '/');
-    const char *base = slash ? slash + 1 : p;
-    if (slash && slash != p && strcmp(base, ".") && strcmp(base, "..")) {
-        *slash = 0;
-        return p;
-    }
-    char *up = slm_path_join(p, "..");
-    free(p);
-    return up;
+// The run directory of a step directory STEP: the directory above STEP's parent when that
+// parent is named "checkpoints" (RUN_DIR/checkpoints/step_N, symlinks and ".." resolved); NULL
+// for a step directory kept anywhere else (caller frees).
+static char *run_dir_of_step(const char *step) {
+    char real[PATH_MAX];
+    if (!realpath(step, real)) return NULL;
+    char *slash = strrchr(real, '/');
+    if (!slash || slash == real) return NULL;
+    *slash = 0; // real = .../checkpoints
+    slash = strrchr(real, '/');
+    if (!slash || strcmp(slash + 1, "checkpoints")) return NULL;
+    *slash = 0; // real = RUN_DIR
+    return slm_xstrdup(slash == real ? "/" : real);
 }
 
 // RUN_DIR/NAME, the tokenizer copy a checkpoint recorded; warns when it is missing.
@@ -148,12 +146,14 @@ static slm_status open_step(slm_model_dir *d) {
     const slm_ckpt_meta *M = slm_ckpt_get_meta(d->ckpt);
     d->cfg = M->cfg;
     d->step = M->step;
-    if (M->tokenizer_file[0]) {
-        char *root = parent_dir(d->path), *run = parent_dir(root);
+    char *run = M->tokenizer_file[0] ? run_dir_of_step(d->path) : NULL;
+    if (run)
         d->tokenizer = recorded_tokenizer(run, M->tokenizer_file);
-        free(root);
-        free(run);
-    }
+    else if (M->tokenizer_file[0])
+        slm_warn("%s: not inside RUN_DIR/checkpoints/, so the tokenizer the checkpoint recorded "
+                 "(%s) is not looked for",
+                 d->path, M->tokenizer_file);
+    free(run);
     return SLM_OK;
 }
 
@@ -244,19 +244,35 @@ slm_status slm_model_dir_read_weights(slm_model_dir *d, slm_llama *m) {
     return st;
 }
 
-slm_status slm_model_dir_load_model(slm_model_dir *d, slm_llama *m) {
-    // Parameters and gradients (slm_llama_init allocates both), before any big allocation.
-    double need = 2.0 * (double)slm_llama_n_params(&d->cfg) * sizeof(float);
-    double avail = slm_train_mem_available();
-    if (avail > 0 && need > avail) {
-        char a[32], b[32];
-        return slm_fail(SLM_E_NOMEM,
-                        "%s: the model needs %s for its parameters and gradients, more than the "
-                        "%s of memory available (physical memory / ulimit -v)",
-                        d->path, slm_train_fmt_bytes(need, a), slm_train_fmt_bytes(avail, b));
-    }
-    slm_status st = slm_llama_init(m, &d->cfg, true);
+// Before any allocation: the weights' shapes against d->cfg (the checkpoint's recorded layout
+// against the config's, built without buffers; or the safetensors headers), so a config that
+// declares a huge model fails naming the tensor instead of on memory.
+static slm_status check_shapes(slm_model_dir *d) {
+    if (!d->ckpt) return slm_hf_check_shapes(d->weights_dir, &d->cfg);
+    slm_llama lay;
+    slm_status st = slm_llama_init(&lay, &d->cfg, false);
     if (st) return st;
+    st = slm_ckpt_check_model(d->ckpt, &lay);
+    slm_llama_free(&lay);
+    // The manifest's config disagrees with its own layout: a bad checkpoint (exit 1), not a
+    // usage error.
+    if (st == SLM_E_ARG) {
+        char *msg = slm_xstrdup(slm_errmsg());
+        st = slm_fail(SLM_E_FORMAT, "%s", msg);
+        free(msg);
+    }
+    return st;
+}
+
+slm_status slm_model_dir_load_model(slm_model_dir *d, slm_llama *m) {
+    slm_status st = check_shapes(d);
+    if (st) return st;
+    // Then the memory: parameters and gradients (slm_llama_init allocates both).
+    double n = (double)slm_llama_n_params(&d->cfg);
+    st = slm_mem_check(2.0 * n * sizeof(float),
+                       "the model of %s (%.3g parameters: fp32 weights and gradients)", d->path, n);
+    if (st) return st;
+    if ((st = slm_llama_init(m, &d->cfg, true))) return st;
     if ((st = slm_model_dir_read_weights(d, m))) slm_llama_free(m);
     return st;
 }

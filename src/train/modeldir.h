@@ -8,8 +8,9 @@
 // Checkpoints load in one process whatever world saved them (ckpt/ reshards on read). The
 // config comes with the weights (the checkpoint's manifest, or the HF config.json); a run
 // directory's config.json must describe the same model. The tokenizer is the run directory's
-// copy under the file name the checkpoint recorded (none when it recorded none), or the HF
-// directory's tokenizer.json / tokenizer.model. This module does not parse command lines.
+// copy under the file name the checkpoint recorded (none when it recorded none; for a step_N
+// directory, only when it sits in RUN_DIR/checkpoints/), or the HF directory's tokenizer.json /
+// tokenizer.model. This module does not parse command lines.
 #ifndef SLM_TRAIN_MODELDIR_H
 #define SLM_TRAIN_MODELDIR_H
 
@@ -44,8 +45,11 @@ slm_status slm_model_dir_open(const char *path, slm_model_dir *d);
 // Releases everything; safe on a zeroed or already closed struct.
 void slm_model_dir_close(slm_model_dir *d);
 // Allocates *m for d->cfg (parameters and gradients: slm_llama_init; free with slm_llama_free)
-// after checking that they fit in the memory available (SLM_E_NOMEM naming the size and the
-// limit), then reads the weights into it (slm_model_dir_read_weights). On error *m is freed.
+// after checking, before any allocation, the weights' shapes against the config (the
+// checkpoint's layout: slm_ckpt_check_model, SLM_E_ARG naming manifest.json and the unit; HF:
+// slm_hf_check_shapes) and that they fit in the memory available (slm_mem_check: SLM_E_NOMEM
+// naming the size and the limit), then reads the weights into it
+// (slm_model_dir_read_weights). On error *m is freed.
 slm_status slm_model_dir_load_model(slm_model_dir *d, slm_llama *m);
 // Reads the weights into an initialised model whose params are allocated; its config must be
 // the weights' (checked: slm_ckpt_check_model / slm_hf_load). Every byte read is verified

@@ -235,11 +235,16 @@ static slm_status check_opts(const slm_train_opts *o) {
 // Up-front estimate of one rank's memory (before any allocation or file): parameters,
 // gradients and AdamW m, v (4 x fp32 per parameter; under FSDP each rank keeps 1/S of them plus
 // the gathered full parameters and gradients of about two units at a time), and the
-// activation workspace for B x T (slm_llama_act_bytes_estimate). Compared with
-// slm_train_mem_available(); too much is SLM_E_ARG naming what to reduce.
+// activation workspace for B x T (slm_llama_act_bytes_estimate). Compared with the memory probe
+// (slm_mem_probe: MemAvailable, ulimit -v, cgroup memory.max); too much is SLM_E_NOMEM (exit 1)
+// naming the estimate, the limit and what to reduce. With a run directory, the asynchronous
+// checkpoint's staging copy (params, m, v of the rank's shard: 3 x fp32 per parameter) is
+// counted too: when only it does not fit, the run goes ahead and says that its checkpoints will
+// be written synchronously, straight from the shards (the saver decides again at each save).
 static slm_status check_memory(const slm_train_opts *o, const slm_llama_config *cfg, int W) {
     double n = (double)slm_llama_n_params(cfg);
     double state = 4.0 * n * sizeof(float);
+    double staging = 3.0 * n * sizeof(float);
     if (W > 1) {
         int S = W; // ranks one copy of the state is sharded over
         if (o->fsdp.sharding == SLM_NO_SHARD) S = 1;
@@ -249,21 +254,37 @@ static slm_status check_memory(const slm_train_opts *o, const slm_llama_config *
         double big_unit = 4 * C * C + 3 * F * C;
         if (2 * V * C > big_unit) big_unit = 2 * V * C;
         state = state / S + 2.0 * 2.0 * big_unit * sizeof(float);
+        staging /= S;
     }
     double acts = slm_llama_act_bytes_estimate(cfg, o->B, o->T, o->activation_checkpointing);
-    double need = state + acts, avail = slm_train_mem_available();
-    if (avail <= 0 || need <= avail) return SLM_OK;
-    char a[32], b[32], c[32], d[32];
-    return slm_fail(SLM_E_ARG,
+    slm_mem_info mi;
+    slm_mem_probe(&mi);
+    double need = state + acts, avail = mi.bytes;
+    char a[32], b[32], c[32], d[32], e[32];
+    if (avail <= 0 || need <= avail) {
+        slm_info("memory: about %s per process (%s of parameters, gradients and AdamW state, %s "
+                 "of activations%s%s%s); %s available (%s)",
+                 slm_fmt_bytes(need, a), slm_fmt_bytes(state, b), slm_fmt_bytes(acts, c),
+                 o->out_dir ? ", plus " : "", o->out_dir ? slm_fmt_bytes(staging, e) : "",
+                 o->out_dir ? " for a checkpoint's staging copy" : "",
+                 avail > 0 ? slm_fmt_bytes(avail, d) : "unknown", mi.limit_name);
+        if (o->out_dir && avail > 0 && !o->ckpt_sync && need + staging > avail)
+            slm_info("memory: the training state needs about %s and a checkpoint's staging copy "
+                     "%s more, beyond the %s available (%s); checkpoints will be written "
+                     "synchronously, straight from the shards (bounded memory)",
+                     slm_fmt_bytes(need, a), slm_fmt_bytes(staging, b), slm_fmt_bytes(avail, c),
+                     mi.limit_name);
+        return SLM_OK;
+    }
+    return slm_fail(SLM_E_NOMEM,
                     "model %s (%.3g parameters) with --batch %d --seq %d needs about %s of memory "
                     "per process (%s of parameters, gradients and AdamW state, %s of "
-                    "activations), more than the %s available (physical memory / ulimit -v); "
+                    "activations), more than the %s available (%s); "
                     "reduce --batch or --seq, use a smaller model%s or train with FSDP over "
                     "more ranks (mpirun)",
-                    o->model ? o->model : "(default)", n, o->B, o->T, slm_train_fmt_bytes(need, a),
-                    slm_train_fmt_bytes(state, b), slm_train_fmt_bytes(acts, c),
-                    slm_train_fmt_bytes(avail, d),
-                    o->activation_checkpointing ? "" : ", add --activation-checkpointing");
+                    o->model ? o->model : "(default)", n, o->B, o->T, slm_fmt_bytes(need, a),
+                    slm_fmt_bytes(state, b), slm_fmt_bytes(acts, c), slm_fmt_bytes(avail, d),
+                    mi.limit_name, o->activation_checkpointing ? "" : ", add --activation-checkpointing");
 }
 
 static void jsonl_num(slm_buf *b, const char *key, double x) {
@@ -422,6 +443,13 @@ slm_status slm_train_run(const slm_train_opts *o, slm_train_result *res) {
     if (st) goto out;
     st = check_memory(o, &cfg, W);
     if (st) goto out;
+    if (o->init_from_hf) { // the HF weights' shapes against the config, before allocating
+        st = slm_hf_check_shapes(o->init_from_hf, &cfg);
+        if (st) {
+            st = slm_fail_wrap(st, "--init-from-hf %s", o->init_from_hf);
+            goto out;
+        }
+    }
     if (!o->synthetic) {
         st = slm_dataset_open(o->data_dir, &r.ds);
         if (st) goto out;
