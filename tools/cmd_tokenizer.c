@@ -309,22 +309,12 @@ static int cmd_codec(int argc, char **argv, bool encode) {
             if (!ids.len) slm_buf_append(&ob, "\n", 1);
         } else {
             line[len] = 0;
-            char *p = line, *end;
-            for (;;) {
-                while (*p == ' ' || *p == '\t' || *p == '\r')
-                    p++;
-                if (!*p) break;
-                long v = strtol(p, &end, 10);
-                if (end == p || v < INT32_MIN || v > INT32_MAX ||
-                    (*end && *end != ' ' && *end != '\t' && *end != '\r')) {
-                    slm_error(
-                        "tokenizer decode: stdin line %lld: expected integer ids, got \"%.20s\"",
-                        (long long)lineno, p);
-                    rc = SLM_EXIT_ERROR;
-                    goto done;
-                }
-                slm_ivec_push(&ids, (int32_t)v);
-                p = end;
+            char what[64];
+            snprintf(what, sizeof what, "tokenizer decode: stdin line %lld", (long long)lineno);
+            if (slm_token_ids_parse_line(what, line, INT32_MAX, "the int32 range", &ids)) {
+                slm_error("%s", slm_errmsg());
+                rc = SLM_EXIT_ERROR;
+                goto done;
             }
             if (raw ? slm_tokenizer_decode_bytes(t, ids.data, ids.len, &ob)
                     : slm_tokenizer_decode(t, ids.data, ids.len, &ob)) {

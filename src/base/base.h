@@ -1,5 +1,8 @@
 // base: status codes and error messages, logging, fatal-error path, checked allocation,
-// deterministic RNG, timers, growable buffers, file helpers (atomic write, mmap) and hashing.
+// deterministic RNG, timers, growable buffers, file helpers (atomic write, full write + fsync,
+// copy, directory removal, mmap), hashing, little-endian byte order, dtypes (fp32 / fp16 / bf16
+// conversions), the signal stop flag, byte formatting and the memory probe. JSON field readers
+// are in base/json.h (they need cJSON's types).
 //
 // Invariants: every fallible function in shardlm returns an slm_status and, on failure, has
 // recorded a human message with slm_fail() that names what failed and where (file, tensor,
@@ -175,6 +178,9 @@ bool slm_is_dir(const char *path);
 bool slm_is_file(const char *path);
 // Joins two path parts with one '/' into a new string (caller frees).
 char *slm_path_join(const char *a, const char *b);
+// The directory part of `path` into a new string (caller frees): everything before the last
+// '/', "/" for a path directly under the root, "." for a path without '/'.
+char *slm_path_parent(const char *path);
 
 // Read-only memory map of a whole file. Zero-length files map to data == NULL, len == 0.
 typedef struct slm_map {
@@ -193,6 +199,118 @@ slm_status slm_file_xxh64(const char *path, uint64_t *out);
 void slm_hex64(uint64_t h, char out[17]);
 // Parses 16 hex digits; returns false on malformed input.
 bool slm_parse_hex64(const char *s, uint64_t *out);
+
+// Writes all `len` bytes to the open descriptor `fd` (retrying short writes and EINTR), then
+// fsyncs it and closes it (always, also on failure). `path` names the file in messages.
+// Errors: SLM_E_IO naming the path, the failing step (write / fsync / close) and errno text.
+slm_status slm_fd_write_fsync_close(int fd, const void *data, size_t len, const char *path);
+// Writes all `len` bytes to `fd` (short writes and EINTR retried), no fsync, no close.
+// Errors: SLM_E_IO "PATH: write failed: <errno text>".
+slm_status slm_fd_write_all(int fd, const void *data, size_t len, const char *path);
+// Creates (or truncates) `path`, writes `len` bytes, fsyncs and closes it; on failure the partial
+// file is removed. Not atomic (no rename): for files inside a directory that is itself renamed
+// into place (checkpoint staging). Errors: SLM_E_IO as slm_fd_write_fsync_close or "cannot create".
+slm_status slm_file_write_durable(const char *path, const void *data, size_t len);
+// Copies the file `src` to `dst` atomically (slm_file_write_atomic of src's bytes); with
+// `xxh64`, also returns the XXH64 (seed 0) of the bytes copied (read once).
+// Errors: SLM_E_IO naming the path that failed.
+slm_status slm_file_copy(const char *src, const char *dst, uint64_t *xxh64);
+// Removes `dir` and the plain files in it (a flat directory: subdirectories are not descended;
+// one left behind makes the rmdir fail). A missing `dir` is SLM_OK.
+// Errors: SLM_E_IO naming the directory and errno text (opendir or rmdir).
+slm_status slm_rmdir_flat(const char *dir);
+// The same, best effort, for clean-up paths: failures are ignored and the calling thread's
+// current message (the error being reported) is kept.
+void slm_rmdir_flat_quiet(const char *dir);
+
+// ---------------------------------------------------------------------------------------------
+// Little-endian byte order. Every on-disk integer and float of shardlm's formats (token shards,
+// checkpoint rank files, model.bin, safetensors) is little-endian; these read and write them
+// byte by byte, so the formats are defined whatever the host order. p need not be aligned.
+
+static inline void slm_put_le16(uint8_t *p, uint16_t v) {
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+static inline void slm_put_le32(uint8_t *p, uint32_t v) {
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline void slm_put_le64(uint8_t *p, uint64_t v) {
+    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline uint16_t slm_get_le16(const uint8_t *p) {
+    return (uint16_t)(p[0] | (uint16_t)p[1] << 8);
+}
+static inline uint32_t slm_get_le32(const uint8_t *p) {
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--) v = (v << 8) | p[i];
+    return v;
+}
+static inline uint64_t slm_get_le64(const uint8_t *p) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+    return v;
+}
+// Bulk f32 payloads (weights, checkpoint shards) are copied with memcpy: shardlm builds only on
+// little-endian hosts (x86-64, aarch64), checked at compile time in base/dtype.c, so the host's
+// float bytes are the format's.
+
+// ---------------------------------------------------------------------------------------------
+// Dtypes: the one enum of element types, for tensors on disk (safetensors, checkpoints), on the
+// wire (dist/'s collectives: bf16 buffers are uint16 bit patterns) and for mixed precision
+// (fsdp/). fp16 is IEEE 754 binary16; bf16 is the top half of an IEEE 754 binary32 (bfloat16).
+
+typedef enum slm_dtype {
+    SLM_DTYPE_F32,  // fp32
+    SLM_DTYPE_F16,  // fp16 (binary16)
+    SLM_DTYPE_BF16, // bfloat16
+    SLM_DTYPE_F64,  // double
+    SLM_DTYPE_I64,  // int64_t
+    SLM_DTYPE_U8    // uint8_t (bytes)
+} slm_dtype;
+
+// Bytes per element (8, 4, 2 or 1).
+size_t slm_dtype_bytes(slm_dtype t);
+// Safetensors' name: "F32", "F16", "BF16", "F64", "I64", "U8".
+const char *slm_dtype_st_name(slm_dtype t);
+// Parses the float dtypes: "F32" / "F16" / "BF16", "fp32" / "fp16" / "bf16" or "f32" / "f16".
+// Errors: SLM_E_ARG "WHAT \"TEXT\": expected fp32, fp16 or bf16" (`what`: the option or field).
+slm_status slm_dtype_parse(const char *what, const char *s, slm_dtype *out);
+
+// fp32 -> bf16, round to nearest even; a NaN stays a (quiet) NaN, never rounds to inf.
+uint16_t slm_f32_to_bf16_1(float f);
+// bf16 -> fp32 (exact).
+float slm_bf16_to_f32_1(uint16_t h);
+// fp32 -> fp16, round to nearest even; overflow to +-inf (|x| >= 65520), subnormals kept, NaN
+// stays NaN. Bit-identical to torch's float -> half conversion.
+uint16_t slm_f32_to_f16_1(float f);
+// fp16 -> fp32 (exact).
+float slm_f16_to_f32_1(uint16_t h);
+// Array forms: y[i] = conversion of x[i] for i < n.
+void slm_f32_to_bf16(const float *x, uint16_t *y, int64_t n);
+void slm_bf16_to_f32(const uint16_t *x, float *y, int64_t n);
+
+// ---------------------------------------------------------------------------------------------
+// The stop flag: SIGINT / SIGTERM request a stop that long-running loops poll at safe points
+// (train: micro-batch / step boundaries; prep: the next document). One flag per process.
+
+// Installs SIGINT / SIGTERM handlers that set the flag and record the signal number. With
+// `sigint_msg`, the first SIGINT also writes it to stderr (SIGTERM stays quiet: supervisors and
+// mpirun's teardown send it); with `second_sigint_msg`, a SIGINT while a stop is already pending
+// writes it and exits at once with _exit(1) (without it, further signals only set the flag).
+// Both strings must outlive the handlers (string literals). The handlers in place before the
+// call are saved for slm_stop_restore. Does not clear the flag (slm_stop_reset does).
+void slm_stop_install(const char *sigint_msg, const char *second_sigint_msg);
+// Restores the SIGINT / SIGTERM handlers saved by the last slm_stop_install.
+void slm_stop_restore(void);
+// Sets the flag as a signal would (signal number 0 recorded unless one came first).
+void slm_stop_request(void);
+// True once a stop was requested (async-signal-safe to read).
+bool slm_stop_requested(void);
+// The signal number that requested the stop, or 0 (none, or slm_stop_request).
+int slm_stop_signal(void);
+// Clears the flag and the recorded signal.
+void slm_stop_reset(void);
 
 // ---------------------------------------------------------------------------------------------
 // Number parsing for CLI options and config files: whole-string, range-checked.

@@ -1,11 +1,11 @@
-// File helpers: whole-file reads, atomic writes (temp + fsync + rename + dir fsync), mmap,
-// and XXH64 hashing.
+// File helpers: whole-file reads, full writes + fsync, atomic writes (temp + fsync + rename +
+// dir fsync), copy, flat directory removal, mmap, and XXH64 hashing.
 #include "base.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,13 +51,6 @@ slm_status slm_file_read_all(const char *path, char **out, size_t *len) {
     return SLM_OK;
 }
 
-static char *dir_of(const char *path) {
-    char *tmp = slm_xstrdup(path);
-    char *d = slm_xstrdup(dirname(tmp));
-    free(tmp);
-    return d;
-}
-
 slm_status slm_fsync_dir(const char *dir) {
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) return slm_fail(SLM_E_IO, "%s: cannot open directory: %s", dir, strerror(errno));
@@ -68,45 +61,90 @@ slm_status slm_fsync_dir(const char *dir) {
     return SLM_OK;
 }
 
+slm_status slm_fd_write_all(int fd, const void *data, size_t len, const char *path) {
+    const uint8_t *p = data;
+    while (len > 0) {
+        size_t chunk = len < ((size_t)1 << 30) ? len : ((size_t)1 << 30);
+        ssize_t n = write(fd, p, chunk);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return slm_fail(SLM_E_IO, "%s: write failed: %s", path, strerror(errno));
+        }
+        p += n;
+        len -= (size_t)n;
+    }
+    return SLM_OK;
+}
+
+slm_status slm_fd_write_fsync_close(int fd, const void *data, size_t len, const char *path) {
+    slm_status st = slm_fd_write_all(fd, data, len, path);
+    if (!st && fsync(fd) != 0)
+        st = slm_fail(SLM_E_IO, "%s: fsync failed: %s", path, strerror(errno));
+    if (close(fd) != 0 && !st)
+        st = slm_fail(SLM_E_IO, "%s: close failed: %s", path, strerror(errno));
+    return st;
+}
+
+slm_status slm_file_write_durable(const char *path, const void *data, size_t len) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return slm_fail(SLM_E_IO, "%s: cannot create: %s", path, strerror(errno));
+    slm_status st = slm_fd_write_fsync_close(fd, data, len, path);
+    if (st) unlink(path);
+    return st;
+}
+
 slm_status slm_file_write_atomic(const char *path, const void *data, size_t len) {
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return slm_fail(SLM_E_IO, "%s: cannot create: %s", tmp, strerror(errno));
-    const char *p = data;
-    size_t left = len;
-    while (left) {
-        ssize_t n = write(fd, p, left);
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            int e = errno;
-            close(fd);
-            unlink(tmp);
-            return slm_fail(SLM_E_IO, "%s: write failed: %s", path, strerror(e));
-        }
-        p += n;
-        left -= (size_t)n;
-    }
-    if (fsync(fd) != 0) {
-        int e = errno;
-        close(fd);
+    slm_status wst = slm_fd_write_fsync_close(fd, data, len, path);
+    if (wst) {
         unlink(tmp);
-        return slm_fail(SLM_E_IO, "%s: fsync failed: %s", path, strerror(e));
-    }
-    if (close(fd) != 0) {
-        int e = errno;
-        unlink(tmp);
-        return slm_fail(SLM_E_IO, "%s: close failed: %s", path, strerror(e));
+        return wst;
     }
     if (rename(tmp, path) != 0) {
         int e = errno;
         unlink(tmp);
         return slm_fail(SLM_E_IO, "%s: rename from temp file failed: %s", path, strerror(e));
     }
-    char *d = dir_of(path);
+    char *d = slm_path_parent(path);
     slm_status st = slm_fsync_dir(d);
     free(d);
     return st;
+}
+
+slm_status slm_file_copy(const char *src, const char *dst, uint64_t *xxh64) {
+    char *data = NULL;
+    size_t len = 0;
+    slm_status st = slm_file_read_all(src, &data, &len);
+    if (st) return st;
+    if (xxh64) *xxh64 = slm_xxh64(data, len, 0);
+    st = slm_file_write_atomic(dst, data, len);
+    free(data);
+    return st;
+}
+
+slm_status slm_rmdir_flat(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return errno == ENOENT ? SLM_OK : slm_fail(SLM_E_IO, "%s: %s", dir, strerror(errno));
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        char *p = slm_path_join(dir, e->d_name);
+        unlink(p);
+        free(p);
+    }
+    closedir(d);
+    if (rmdir(dir) != 0) return slm_fail(SLM_E_IO, "%s: rmdir: %s", dir, strerror(errno));
+    return SLM_OK;
+}
+
+void slm_rmdir_flat_quiet(const char *dir) {
+    char *keep = slm_xstrdup(slm_errmsg());
+    (void)slm_rmdir_flat(dir);
+    slm_set_errmsg(keep);
+    free(keep);
 }
 
 slm_status slm_mkdir_p(const char *dir) {
@@ -145,6 +183,15 @@ char *slm_path_join(const char *a, const char *b) {
     if (slash) out[la++] = '/';
     memcpy(out + la, b, lb + 1);
     return out;
+}
+
+char *slm_path_parent(const char *path) {
+    const char *slash = strrchr(path, '/');
+    if (!slash) return slm_xstrdup(".");
+    if (slash == path) return slm_xstrdup("/");
+    char *p = slm_xstrdup(path);
+    p[slash - path] = 0;
+    return p;
 }
 
 slm_status slm_map_file(const char *path, slm_map *m) {

@@ -2,7 +2,7 @@
 // resharding and verification. Format: docs/formats.md "Checkpoints".
 #include "ckpt/ckpt_internal.h"
 
-#include <cjson/cJSON.h>
+#include "base/json.h"
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -15,7 +15,6 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#define MAX_EXACT 9007199254740992.0 // 2^53: JSON numbers hold integers below this exactly
 
 void slm_ckpt_meta_default(slm_ckpt_meta *meta, const slm_llama_config *cfg) {
     memset(meta, 0, sizeof *meta);
@@ -72,10 +71,12 @@ static void image_layout(slm_ckpt_image *im, int rank, int world, int64_t step,
     uint8_t *h = im->hdr;
     memset(h, 0, SLM_CKPT_HEADER_BYTES);
     memcpy(h, SLM_CKPT_MAGIC, 8);
-    uint32_t u32[4] = {SLM_CKPT_FORMAT_VERSION, (uint32_t)rank, (uint32_t)world, (uint32_t)n_units};
-    memcpy(h + 8, u32, sizeof u32);
-    uint64_t u64[2] = {(uint64_t)step, (uint64_t)(off - SLM_CKPT_HEADER_BYTES)};
-    memcpy(h + 24, u64, sizeof u64);
+    slm_put_le32(h + 8, SLM_CKPT_FORMAT_VERSION);
+    slm_put_le32(h + 12, (uint32_t)rank);
+    slm_put_le32(h + 16, (uint32_t)world);
+    slm_put_le32(h + 20, (uint32_t)n_units);
+    slm_put_le64(h + 24, (uint64_t)step);
+    slm_put_le64(h + 32, (uint64_t)(off - SLM_CKPT_HEADER_BYTES));
 }
 
 void slm_ckpt_describe(slm_ckpt_image *im, int rank, int world, int64_t step,
@@ -131,33 +132,6 @@ void slm_ckpt_stage(slm_ckpt_image *im, int rank, int world, int64_t step,
     }
 }
 
-static slm_status write_all(int fd, const uint8_t *p, size_t n, const char *path) {
-    while (n > 0) {
-        size_t chunk = n < ((size_t)1 << 30) ? n : ((size_t)1 << 30);
-        ssize_t w = write(fd, p, chunk);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            return slm_fail(SLM_E_IO, "%s: write failed: %s", path, strerror(errno));
-        }
-        p += w;
-        n -= (size_t)w;
-    }
-    return SLM_OK;
-}
-
-// Writes `len` bytes to `path` (new file), fsyncs it; on failure removes it.
-static slm_status write_file_durable(const char *path, const uint8_t *data, size_t len) {
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return slm_fail(SLM_E_IO, "%s: cannot create: %s", path, strerror(errno));
-    slm_status st = write_all(fd, data, len, path);
-    if (!st && fsync(fd) != 0)
-        st = slm_fail(SLM_E_IO, "%s: fsync failed: %s", path, strerror(errno));
-    if (close(fd) != 0 && !st)
-        st = slm_fail(SLM_E_IO, "%s: close failed: %s", path, strerror(errno));
-    if (st) unlink(path);
-    return st;
-}
-
 static void add_hex(cJSON *o, const char *key, uint64_t h) {
     char hex[17];
     slm_hex64(h, hex);
@@ -184,7 +158,7 @@ static slm_status write_segments(const char *path, const slm_ckpt_image *im, uin
         while (left > 0 && !st) {
             size_t room = SLM_CKPT_CHUNK_BYTES - pos % SLM_CKPT_CHUNK_BYTES;
             size_t take = left < room ? left : room;
-            st = write_all(fd, p, take, path);
+            st = slm_fd_write_all(fd, p, take, path);
             XXH64_update(hw, p, take);
             XXH64_update(hc, p, take);
             p += take;
@@ -201,10 +175,10 @@ static slm_status write_segments(const char *path, const slm_ckpt_image *im, uin
     XXH64_freeState(hw);
     XXH64_freeState(hc);
     SLM_ASSERT(st || pos == im->len);
-    if (!st && fsync(fd) != 0)
-        st = slm_fail(SLM_E_IO, "%s: fsync failed: %s", path, strerror(errno));
-    if (close(fd) != 0 && !st)
-        st = slm_fail(SLM_E_IO, "%s: close failed: %s", path, strerror(errno));
+    if (!st)
+        st = slm_fd_write_fsync_close(fd, NULL, 0, path); // all written above: fsync + close
+    else
+        close(fd);
     if (st) unlink(path);
     return st;
 }
@@ -241,7 +215,7 @@ slm_status slm_ckpt_write_image(const char *dir, const slm_ckpt_image *im) {
     }
     char *txt = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
-    st = write_file_durable(spath, (const uint8_t *)txt, strlen(txt));
+    st = slm_file_write_durable(spath, txt, strlen(txt));
     free(txt);
     if (st) unlink(bpath);
 out:
@@ -270,27 +244,13 @@ slm_status slm_ckpt_write_rank(const char *dir, int rank, int world, int64_t ste
 // ---------------------------------------------------------------------------------------------
 // Manifest writing and the commit
 
-static void add_config(cJSON *o, const slm_llama_config *c) {
-    cJSON_AddNumberToObject(o, "vocab_size", c->vocab_size);
-    cJSON_AddNumberToObject(o, "hidden_size", c->hidden_size);
-    cJSON_AddNumberToObject(o, "intermediate_size", c->intermediate_size);
-    cJSON_AddNumberToObject(o, "num_hidden_layers", c->num_hidden_layers);
-    cJSON_AddNumberToObject(o, "num_attention_heads", c->num_attention_heads);
-    cJSON_AddNumberToObject(o, "num_key_value_heads", c->num_key_value_heads);
-    cJSON_AddNumberToObject(o, "max_position_embeddings", c->max_position_embeddings);
-    cJSON_AddNumberToObject(o, "rms_norm_eps", c->rms_norm_eps);
-    cJSON_AddNumberToObject(o, "rope_theta", c->rope_theta);
-    cJSON_AddBoolToObject(o, "tie_word_embeddings", c->tie_word_embeddings);
-    cJSON_AddNumberToObject(o, "initializer_range", c->initializer_range);
-}
-
 static cJSON *manifest_json(const slm_ckpt_meta *meta, const slm_unit_layout *layout, int n_units) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "format", "shardlm-checkpoint");
     cJSON_AddNumberToObject(o, "format_version", SLM_CKPT_FORMAT_VERSION);
     cJSON_AddNumberToObject(o, "step", (double)meta->step);
     cJSON_AddNumberToObject(o, "tokens_seen", (double)meta->tokens_seen);
-    add_config(cJSON_AddObjectToObject(o, "model_config"), &meta->cfg);
+    slm_llama_config_to_json(&meta->cfg, false, cJSON_AddObjectToObject(o, "model_config"));
     cJSON *tk = cJSON_AddObjectToObject(o, "tokenizer");
     cJSON_AddStringToObject(tk, "file", meta->tokenizer_file);
     if (meta->has_tokenizer)
@@ -355,18 +315,7 @@ static int cmp_i64(const void *a, const void *b) {
 
 // Deletes a directory and the plain files in it (checkpoint directories are flat).
 slm_status slm_ckpt_rmdir(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return errno == ENOENT ? SLM_OK : slm_fail(SLM_E_IO, "%s: %s", dir, strerror(errno));
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        char *p = slm_path_join(dir, e->d_name);
-        unlink(p);
-        free(p);
-    }
-    closedir(d);
-    if (rmdir(dir) != 0) return slm_fail(SLM_E_IO, "%s: rmdir: %s", dir, strerror(errno));
-    return SLM_OK;
+    return slm_rmdir_flat(dir);
 }
 
 // Parses "step_NNNNNNNN" (committed) names; false for anything else (".tmp" included).
@@ -585,50 +534,10 @@ void slm_ckpt_free(slm_ckpt *c) {
     free(c);
 }
 
-// JSON field helpers: each names the manifest and the field on error.
-static slm_status jnum(const char *mp, const cJSON *o, const char *key, double lo, double hi,
-                       bool integer, double *out) {
-    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!cJSON_IsNumber(x))
-        return slm_fail(SLM_E_FORMAT, "%s: field \"%s\" missing or not a number", mp, key);
-    double v = x->valuedouble;
-    if (!(v >= lo && v <= hi) || (integer && v != floor(v)))
-        return slm_fail(SLM_E_FORMAT, "%s: field \"%s\" = %g out of range [%g, %g]%s", mp, key, v,
-                        lo, hi, integer ? " or not an integer" : "");
-    *out = v;
-    return SLM_OK;
-}
-
-static slm_status ji64(const char *mp, const cJSON *o, const char *key, int64_t lo, int64_t *out) {
-    double d = 0;
-    slm_status st = jnum(mp, o, key, (double)lo, MAX_EXACT, true, &d);
-    if (!st) *out = (int64_t)d;
-    return st;
-}
-
-static slm_status jhex(const char *mp, const cJSON *o, const char *key, uint64_t *out) {
-    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!cJSON_IsString(x) || !slm_parse_hex64(x->valuestring, out))
-        return slm_fail(SLM_E_FORMAT, "%s: field \"%s\" missing or not 16 hex digits", mp, key);
-    return SLM_OK;
-}
-
-static const cJSON *jobj(const cJSON *o, const char *key) {
-    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
-    return cJSON_IsObject(x) ? x : NULL;
-}
-
-static const cJSON *jarr(const cJSON *o, const char *key) {
-    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
-    return cJSON_IsArray(x) ? x : NULL;
-}
-
 // The rank and world size a rank file's header records (offsets 12 and 16) must be the ones the
 // manifest gives for it (files[].rank, world_size): a file from another save is refused.
 static slm_status check_rank_header(const slm_ckpt *c, const ck_file *f, const uint8_t *hdr) {
-    uint32_t rank, world;
-    memcpy(&rank, hdr + 12, 4);
-    memcpy(&world, hdr + 16, 4);
+    uint32_t rank = slm_get_le32(hdr + 12), world = slm_get_le32(hdr + 16);
     if ((int64_t)world != c->meta.world || (int64_t)rank != f->rank)
         return slm_fail(SLM_E_FORMAT,
                         "%s: header records rank %" PRIu32 " of world %" PRIu32
@@ -665,8 +574,8 @@ static slm_status parse_units(slm_ckpt *c, const char *mp, const cJSON *arr) {
         slm_unit_layout *L = &c->units[u];
         if (!cJSON_IsObject(uo))
             return slm_fail(SLM_E_FORMAT, "%s: units[%d] is not an object", mp, u);
-        if ((st = ji64(mp, uo, "numel", 0, &L->numel))) return st;
-        const cJSON *ts = jarr(uo, "tensors");
+        if ((st = slm_json_i64(mp, uo, "numel", 0, INT64_MAX, &L->numel))) return st;
+        const cJSON *ts = slm_json_arr(uo, "tensors");
         if (!ts) return slm_fail(SLM_E_FORMAT, "%s: units[%d].tensors missing", mp, u);
         int nv = cJSON_GetArraySize(ts);
         L->views = slm_xcalloc((size_t)(nv ? nv : 1), sizeof *L->views);
@@ -676,7 +585,7 @@ static slm_status parse_units(slm_ckpt *c, const char *mp, const cJSON *arr) {
             slm_param_view *v = &L->views[i];
             const cJSON *nm = cJSON_GetObjectItemCaseSensitive(t, "name");
             const cJSON *dt = cJSON_GetObjectItemCaseSensitive(t, "dtype");
-            const cJSON *shp = jarr(t, "shape");
+            const cJSON *shp = slm_json_arr(t, "shape");
             if (!cJSON_IsString(nm) || strlen(nm->valuestring) >= sizeof v->name)
                 return slm_fail(SLM_E_FORMAT, "%s: units[%d].tensors[%d].name missing/too long", mp,
                                 u, i);
@@ -697,7 +606,7 @@ static slm_status parse_units(slm_ckpt *c, const char *mp, const cJSON *arr) {
                 v->shape[d] = (int64_t)x->valuedouble;
                 v->numel *= v->shape[d];
             }
-            if ((st = ji64(mp, t, "offset", 0, &v->offset))) return st;
+            if ((st = slm_json_i64(mp, t, "offset", 0, INT64_MAX, &v->offset))) return st;
             if (v->offset + v->numel > L->numel)
                 return slm_fail(SLM_E_FORMAT,
                                 "%s: tensor %s: offset %" PRId64 " + numel %" PRId64
@@ -727,14 +636,14 @@ static slm_status parse_files(slm_ckpt *c, const char *mp, const cJSON *arr) {
         snprintf(f->name, sizeof f->name, "%s", nm->valuestring);
         f->path = slm_path_join(c->dir, f->name);
         double d = 0;
-        if ((st = jnum(mp, fo, "rank", 0, c->meta.world - 1, true, &d))) return st;
+        if ((st = slm_json_num(mp, fo, "rank", 0, c->meta.world - 1, true, &d))) return st;
         f->rank = (int)d;
-        if ((st = ji64(mp, fo, "bytes", SLM_CKPT_HEADER_BYTES, &f->bytes))) return st;
-        if ((st = jhex(mp, fo, "xxh64", &f->xxh64))) return st;
+        if ((st = slm_json_i64(mp, fo, "bytes", SLM_CKPT_HEADER_BYTES, INT64_MAX, &f->bytes))) return st;
+        if ((st = slm_json_hex64(mp, fo, "xxh64", &f->xxh64))) return st;
         if ((st =
-                 jnum(mp, fo, "chunk_bytes", SLM_CKPT_CHUNK_BYTES, SLM_CKPT_CHUNK_BYTES, true, &d)))
+                 slm_json_num(mp, fo, "chunk_bytes", SLM_CKPT_CHUNK_BYTES, SLM_CKPT_CHUNK_BYTES, true, &d)))
             return st;
-        const cJSON *ch = jarr(fo, "chunk_xxh64");
+        const cJSON *ch = slm_json_arr(fo, "chunk_xxh64");
         f->n_chunks = (f->bytes + SLM_CKPT_CHUNK_BYTES - 1) / SLM_CKPT_CHUNK_BYTES;
         if (!ch || cJSON_GetArraySize(ch) != f->n_chunks)
             return slm_fail(SLM_E_FORMAT, "%s: %s: chunk_xxh64 must list %" PRId64 " hashes", mp,
@@ -748,7 +657,7 @@ static slm_status parse_files(slm_ckpt *c, const char *mp, const cJSON *arr) {
                                 f->name, k);
             k++;
         }
-        const cJSON *us = jarr(fo, "units");
+        const cJSON *us = slm_json_arr(fo, "units");
         if (!us || cJSON_GetArraySize(us) != c->n_units)
             return slm_fail(SLM_E_FORMAT, "%s: %s: \"units\" must list %d ranges", mp, f->name,
                             c->n_units);
@@ -757,10 +666,10 @@ static slm_status parse_files(slm_ckpt *c, const char *mp, const cJSON *arr) {
         for (int u = 0; u < c->n_units; u++) {
             const cJSON *r = cJSON_GetArrayItem(us, u);
             slm_ckpt_range *R = &f->ranges[u];
-            if ((st = ji64(mp, r, "begin", 0, &R->begin)) ||
-                (st = ji64(mp, r, "end", 0, &R->end)) ||
-                (st = ji64(mp, r, "stored", 0, &R->stored)) ||
-                (st = ji64(mp, r, "offset", 0, &R->offset)))
+            if ((st = slm_json_i64(mp, r, "begin", 0, INT64_MAX, &R->begin)) ||
+                (st = slm_json_i64(mp, r, "end", 0, INT64_MAX, &R->end)) ||
+                (st = slm_json_i64(mp, r, "stored", 0, INT64_MAX, &R->stored)) ||
+                (st = slm_json_i64(mp, r, "offset", 0, INT64_MAX, &R->offset)))
                 return st;
             int64_t hi = R->end < c->units[u].numel ? R->end : c->units[u].numel;
             int64_t want = hi > R->begin ? hi - R->begin : 0;
@@ -815,17 +724,17 @@ slm_status slm_ckpt_parse_manifest(slm_ckpt *c, const char *text, size_t len) {
         st = slm_fail(SLM_E_FORMAT, "%s: \"format\" is not \"shardlm-checkpoint\"", mp);
         goto out;
     }
-    if ((st = jnum(mp, o, "format_version", 0, 1e9, true, &d))) goto out;
+    if ((st = slm_json_num(mp, o, "format_version", 0, 1e9, true, &d))) goto out;
     if ((int)d != SLM_CKPT_FORMAT_VERSION) {
         st = slm_fail(SLM_E_UNSUPPORTED,
                       "%s: format_version %d is not supported (this shardlm reads version %d)", mp,
                       (int)d, SLM_CKPT_FORMAT_VERSION);
         goto out;
     }
-    if ((st = ji64(mp, o, "step", 0, &M->step)) ||
-        (st = ji64(mp, o, "tokens_seen", 0, &M->tokens_seen)))
+    if ((st = slm_json_i64(mp, o, "step", 0, INT64_MAX, &M->step)) ||
+        (st = slm_json_i64(mp, o, "tokens_seen", 0, INT64_MAX, &M->tokens_seen)))
         goto out;
-    const cJSON *cfg = jobj(o, "model_config");
+    const cJSON *cfg = slm_json_obj(o, "model_config");
     if (!cfg) {
         st = slm_fail(SLM_E_FORMAT, "%s: \"model_config\" missing", mp);
         goto out;
@@ -836,7 +745,7 @@ slm_status slm_ckpt_parse_manifest(slm_ckpt *c, const char *text, size_t len) {
         free(ct);
         if (st) goto out;
     }
-    const cJSON *tk = jobj(o, "tokenizer");
+    const cJSON *tk = slm_json_obj(o, "tokenizer");
     if (tk) {
         const cJSON *fn = cJSON_GetObjectItemCaseSensitive(tk, "file");
         if (cJSON_IsString(fn) && fn->valuestring[0]) {
@@ -858,13 +767,13 @@ slm_status slm_ckpt_parse_manifest(slm_ckpt *c, const char *text, size_t len) {
         }
         const cJSON *h = cJSON_GetObjectItemCaseSensitive(tk, "xxh64");
         if (cJSON_IsString(h)) {
-            if ((st = jhex(mp, tk, "xxh64", &M->tokenizer_xxh64))) goto out;
+            if ((st = slm_json_hex64(mp, tk, "xxh64", &M->tokenizer_xxh64))) goto out;
             M->has_tokenizer = true;
         }
     }
-    if ((st = jnum(mp, o, "world_size", 1, 1e7, true, &d))) goto out;
+    if ((st = slm_json_num(mp, o, "world_size", 1, 1e7, true, &d))) goto out;
     M->world = (int)d;
-    const cJSON *sh = jobj(o, "sharding");
+    const cJSON *sh = slm_json_obj(o, "sharding");
     if (!sh) {
         st = slm_fail(SLM_E_FORMAT, "%s: \"sharding\" missing", mp);
         goto out;
@@ -888,11 +797,11 @@ slm_status slm_ckpt_parse_manifest(slm_ckpt *c, const char *text, size_t len) {
             goto out;
         }
         snprintf(M->strategy, sizeof M->strategy, "%s", s->valuestring);
-        if ((st = jnum(mp, sh, "shard_group_size", 1, 1e7, true, &d))) goto out;
+        if ((st = slm_json_num(mp, sh, "shard_group_size", 1, 1e7, true, &d))) goto out;
         M->shard_group_size = (int)d;
     }
-    const cJSON *op = jobj(o, "optimizer"), *lr = jobj(o, "lr_schedule"), *ld = jobj(o, "loader");
-    const cJSON *rng = jarr(o, "rng_state");
+    const cJSON *op = slm_json_obj(o, "optimizer"), *lr = slm_json_obj(o, "lr_schedule"), *ld = slm_json_obj(o, "loader");
+    const cJSON *rng = slm_json_arr(o, "rng_state");
     if (!op || !lr || !ld || !rng || cJSON_GetArraySize(rng) != 4) {
         st = slm_fail(SLM_E_FORMAT,
                       "%s: \"optimizer\", \"lr_schedule\", \"loader\" or \"rng_state\" (4 hex "
@@ -904,19 +813,19 @@ slm_status slm_ckpt_parse_manifest(slm_ckpt *c, const char *text, size_t len) {
         double v[5] = {0};
         const char *keys[5] = {"lr_peak", "beta1", "beta2", "eps", "weight_decay"};
         for (int i = 0; i < 5; i++)
-            if ((st = jnum(mp, op, keys[i], -1e30, 1e30, false, &v[i]))) goto out;
+            if ((st = slm_json_num(mp, op, keys[i], -1e30, 1e30, false, &v[i]))) goto out;
         M->adamw =
             (slm_adamw_hparams){(float)v[0], (float)v[1], (float)v[2], (float)v[3], (float)v[4]};
-        if ((st = ji64(mp, op, "step", 0, &M->opt_step))) goto out;
-        if ((st = ji64(mp, lr, "step", 0, &M->lr_step)) ||
-            (st = ji64(mp, lr, "warmup", 0, &M->lr_warmup)) ||
-            (st = ji64(mp, lr, "total", 0, &M->lr_total)) ||
-            (st = jnum(mp, lr, "lr_min", -1e30, 1e30, false, &d)))
+        if ((st = slm_json_i64(mp, op, "step", 0, INT64_MAX, &M->opt_step))) goto out;
+        if ((st = slm_json_i64(mp, lr, "step", 0, INT64_MAX, &M->lr_step)) ||
+            (st = slm_json_i64(mp, lr, "warmup", 0, INT64_MAX, &M->lr_warmup)) ||
+            (st = slm_json_i64(mp, lr, "total", 0, INT64_MAX, &M->lr_total)) ||
+            (st = slm_json_num(mp, lr, "lr_min", -1e30, 1e30, false, &d)))
             goto out;
         M->lr_min = (float)d;
-        if ((st = jhex(mp, ld, "seed", &M->loader.seed)) ||
-            (st = ji64(mp, ld, "epoch", 0, &M->loader.epoch)) ||
-            (st = ji64(mp, ld, "pos", 0, &M->loader.pos)))
+        if ((st = slm_json_hex64(mp, ld, "seed", &M->loader.seed)) ||
+            (st = slm_json_i64(mp, ld, "epoch", 0, INT64_MAX, &M->loader.epoch)) ||
+            (st = slm_json_i64(mp, ld, "pos", 0, INT64_MAX, &M->loader.pos)))
             goto out;
         for (int i = 0; i < 4; i++) {
             const cJSON *x = cJSON_GetArrayItem(rng, i);
@@ -926,13 +835,13 @@ slm_status slm_ckpt_parse_manifest(slm_ckpt *c, const char *text, size_t len) {
             }
         }
     }
-    const cJSON *us = jarr(o, "units");
+    const cJSON *us = slm_json_arr(o, "units");
     if (!us) {
         st = slm_fail(SLM_E_FORMAT, "%s: \"units\" missing", mp);
         goto out;
     }
     if ((st = parse_units(c, mp, us))) goto out;
-    const cJSON *fs = jarr(o, "files");
+    const cJSON *fs = slm_json_arr(o, "files");
     if (!fs) {
         st = slm_fail(SLM_E_FORMAT, "%s: \"files\" missing", mp);
         goto out;
@@ -1172,10 +1081,8 @@ slm_status slm_ckpt_verify(slm_ckpt *c) {
         uint8_t hdr[SLM_CKPT_HEADER_BYTES];
         if (pread(f->fd, hdr, sizeof hdr, 0) != (ssize_t)sizeof hdr)
             return slm_fail(SLM_E_IO, "%s: cannot read the header", f->path);
-        uint32_t u32[4];
-        memcpy(u32, hdr + 8, sizeof u32);
-        if (memcmp(hdr, SLM_CKPT_MAGIC, 8) || u32[0] != SLM_CKPT_FORMAT_VERSION ||
-            (int)u32[3] != c->n_units)
+        if (memcmp(hdr, SLM_CKPT_MAGIC, 8) || slm_get_le32(hdr + 8) != SLM_CKPT_FORMAT_VERSION ||
+            (int)slm_get_le32(hdr + 20) != c->n_units)
             return slm_fail(SLM_E_FORMAT,
                             "%s: header does not match the manifest (magic, version or units)",
                             f->path);

@@ -259,7 +259,11 @@ void slm_ckpt_print_summary(const slm_ckpt *c, void *file);
 // JSON {name: {dtype, shape, data_offsets: [begin, end]}, "__metadata__": {str: str}} padded with
 // spaces to a multiple of 8, then the data (offsets relative to its start, row-major LE).
 
-typedef enum { SLM_ST_F32, SLM_ST_F16, SLM_ST_BF16 } slm_st_dtype;
+// Tensor dtypes: base/'s slm_dtype (F32, F16, BF16); slm_st_dtype / SLM_ST_* are older spellings.
+typedef slm_dtype slm_st_dtype;
+#define SLM_ST_F32 SLM_DTYPE_F32
+#define SLM_ST_F16 SLM_DTYPE_F16
+#define SLM_ST_BF16 SLM_DTYPE_BF16
 
 // Parses "F32" / "F16" / "BF16" ("fp32", "fp16", "bf16" accepted too). Errors: SLM_E_ARG.
 slm_status slm_st_parse_dtype(const char *s, slm_st_dtype *out);

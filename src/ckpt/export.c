@@ -19,13 +19,9 @@ static slm_status copy_tokenizer(const char *tokenizer_path, const char *dir,
                                  int32_t max_positions) {
     const char *slash = strrchr(tokenizer_path, '/');
     char *dst = slm_path_join(dir, slash ? slash + 1 : tokenizer_path);
-    char *txt = NULL;
-    size_t len = 0;
-    slm_status st = slm_file_read_all(tokenizer_path, &txt, &len);
-    if (!st) st = slm_file_write_atomic(dst, txt, len);
+    slm_status st = slm_file_copy(tokenizer_path, dst, NULL);
     // tokenizer_config.json & co., bos / eos ids in config.json (for transformers)
     if (!st) st = slm_hf_write_tokenizer_files(dir, dst, max_positions);
-    free(txt);
     free(dst);
     return st;
 }

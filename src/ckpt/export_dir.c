@@ -37,29 +37,8 @@ static char *sibling(const char *path, const char *tag) {
     return b.data;
 }
 
-static char *parent_of(const char *path) {
-    const char *slash = strrchr(path, '/');
-    if (!slash) return slm_xstrdup(".");
-    if (slash == path) return slm_xstrdup("/");
-    char *p = slm_xstrdup(path);
-    p[slash - path] = 0;
-    return p;
-}
-
 void slm_export_dir_abort(const char *tmp) {
-    if (!tmp) return;
-    DIR *d = opendir(tmp);
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d))) {
-            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-            char *p = slm_path_join(tmp, e->d_name);
-            unlink(p);
-            free(p);
-        }
-        closedir(d);
-    }
-    rmdir(tmp);
+    if (tmp) slm_rmdir_flat_quiet(tmp);
 }
 
 slm_status slm_export_dir_begin(const char *out_dir, char **tmp) {
@@ -70,7 +49,7 @@ slm_status slm_export_dir_begin(const char *out_dir, char **tmp) {
     if (stat(out, &st) == 0 && !S_ISDIR(st.st_mode)) {
         rc = slm_fail(SLM_E_IO, "export: --hf %s exists and is not a directory", out_dir);
     } else {
-        char *parent = parent_of(out);
+        char *parent = slm_path_parent(out);
         rc = slm_mkdir_p(parent);
         free(parent);
     }
@@ -136,7 +115,7 @@ slm_status slm_export_dir_commit(const char *tmp, const char *out_dir) {
         goto done;
     }
     {
-        char *parent = parent_of(out);
+        char *parent = slm_path_parent(out);
         rc = slm_fsync_dir(parent);
         free(parent);
     }

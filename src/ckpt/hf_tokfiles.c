@@ -6,25 +6,18 @@
 #include "ckpt/ckpt.h"
 #include "tokenizer/tokenizer.h"
 
-#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/json.h"
+
+// Writes DIR/NAME from `o` (consumed).
 static slm_status write_json(const char *dir, const char *name, cJSON *o) {
-    char *txt = cJSON_Print(o);
-    cJSON_Delete(o);
-    if (!txt) return slm_fail(SLM_E_NOMEM, "%s/%s: cannot format JSON", dir, name);
-    size_t n = strlen(txt);
-    char *withnl = slm_xmalloc(n + 2);
-    memcpy(withnl, txt, n);
-    withnl[n] = '\n';
-    withnl[n + 1] = 0;
-    cJSON_free(txt);
     char *p = slm_path_join(dir, name);
-    slm_status st = slm_file_write_atomic(p, withnl, n + 1);
+    slm_status st = slm_json_write_file(p, o);
+    cJSON_Delete(o);
     free(p);
-    free(withnl);
     return st;
 }
 

@@ -14,72 +14,8 @@
 
 #define ST_MAX_HEADER (100u << 20) // the reference implementation's limit, 100 MB
 
-static size_t dtype_size(slm_st_dtype d) {
-    return d == SLM_ST_F32 ? 4 : 2;
-}
-static const char *dtype_name(slm_st_dtype d) {
-    return d == SLM_ST_F32 ? "F32" : d == SLM_ST_F16 ? "F16" : "BF16";
-}
-
 slm_status slm_st_parse_dtype(const char *s, slm_st_dtype *out) {
-    if (!strcmp(s, "F32") || !strcmp(s, "fp32") || !strcmp(s, "f32"))
-        *out = SLM_ST_F32;
-    else if (!strcmp(s, "F16") || !strcmp(s, "fp16") || !strcmp(s, "f16"))
-        *out = SLM_ST_F16;
-    else if (!strcmp(s, "BF16") || !strcmp(s, "bf16"))
-        *out = SLM_ST_BF16;
-    else
-        return slm_fail(SLM_E_ARG, "dtype \"%s\": expected fp32, fp16 or bf16", s);
-    return SLM_OK;
-}
-
-// --- fp16 / bf16 (IEEE 754 binary16; bfloat16 = the top half of binary32) ---------------------
-
-static float bits_f32(uint32_t u) {
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-static uint32_t f32_bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-
-static float bf16_to_f32(uint16_t h) {
-    return bits_f32((uint32_t)h << 16);
-}
-// Round to nearest even; NaN stays NaN (quiet).
-static uint16_t f32_to_bf16(float f) {
-    uint32_t u = f32_bits(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
-    u += 0x7fffu + ((u >> 16) & 1);
-    return (uint16_t)(u >> 16);
-}
-
-static float f16_to_f32(uint16_t h) {
-    uint32_t s = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 0x1f, m = h & 0x3ff;
-    if (e == 0) { // zero / subnormal: m * 2^-24
-        float v = (float)m * 5.9604644775390625e-8f;
-        return s ? -v : v;
-    }
-    if (e == 31) return bits_f32(s | 0x7f800000u | (m << 13));
-    return bits_f32(s | ((e + 112) << 23) | (m << 13));
-}
-// Round to nearest even, overflow to inf, subnormals handled.
-static uint16_t f32_to_f16(float f) {
-    uint32_t u = f32_bits(f);
-    uint16_t s = (uint16_t)((u >> 16) & 0x8000);
-    uint32_t a = u & 0x7fffffffu;
-    if (a > 0x7f800000u) return s | 0x7e00;  // NaN
-    if (a >= 0x477ff000u) return s | 0x7c00; // >= 65520 rounds to inf
-    if (a < 0x38800000u) {                   // below 2^-14: subnormal or zero
-        float v = bits_f32(a) * 16777216.0f; // in units of 2^-24
-        float r = nearbyintf(v);             // default mode: ties to even
-        return s | (uint16_t)r;
-    }
-    uint32_t m = a + 0xfffu + ((a >> 13) & 1); // round the 13 dropped bits
-    return s | (uint16_t)((m - 0x38000000u) >> 13);
+    return slm_dtype_parse("dtype", s, out);
 }
 
 // --- Reading -----------------------------------------------------------------------------------
@@ -108,8 +44,7 @@ slm_status slm_st_parse(const uint8_t *data, size_t len, const char *name, slm_s
     f->map.len = len;
     if (len < 8)
         return slm_fail(SLM_E_FORMAT, "%s: %zu bytes, too short for a safetensors file", name, len);
-    uint64_t n;
-    memcpy(&n, data, 8);
+    uint64_t n = slm_get_le64(data);
     if (n > len - 8)
         return slm_fail(SLM_E_FORMAT, "%s: header length %" PRIu64 " is beyond the file size %zu",
                         name, n, len);
@@ -208,11 +143,11 @@ slm_status slm_st_parse(const uint8_t *data, size_t len, const char *name, slm_s
         }
         t->begin = (size_t)b;
         t->end = (size_t)en;
-        if ((uint64_t)(t->end - t->begin) != (uint64_t)t->numel * dtype_size(t->dtype)) {
+        if ((uint64_t)(t->end - t->begin) != (uint64_t)t->numel * slm_dtype_bytes(t->dtype)) {
             st = slm_fail(SLM_E_FORMAT,
                           "%s: tensor %s: data_offsets span %zu bytes, shape x %s needs %" PRId64,
                           name, t->name, t->end - t->begin, d,
-                          t->numel * (int64_t)dtype_size(t->dtype));
+                          t->numel * (int64_t)slm_dtype_bytes(t->dtype));
             goto out;
         }
         f->n++;
@@ -269,9 +204,8 @@ void slm_st_read_f32(const slm_st_file *f, const slm_st_tensor *t, float *out) {
         if (t->dtype == SLM_ST_F32) {
             memcpy(&out[i], p + 4 * i, 4);
         } else {
-            uint16_t h;
-            memcpy(&h, p + 2 * i, 2);
-            out[i] = t->dtype == SLM_ST_F16 ? f16_to_f32(h) : bf16_to_f32(h);
+            uint16_t h = slm_get_le16(p + 2 * i);
+            out[i] = t->dtype == SLM_ST_F16 ? slm_f16_to_f32_1(h) : slm_bf16_to_f32_1(h);
         }
     }
 }
@@ -290,11 +224,11 @@ static slm_status write_st_file(const char *path, const st_item *items, int n, i
     cJSON *h = cJSON_CreateObject();
     cJSON *md = cJSON_AddObjectToObject(h, "__metadata__");
     cJSON_AddStringToObject(md, "format", "pt");
-    size_t off = 0, es = dtype_size(dt);
+    size_t off = 0, es = slm_dtype_bytes(dt);
     for (int i = 0; i < n; i++) {
         if (items[i].file != file) continue;
         cJSON *t = cJSON_AddObjectToObject(h, items[i].name);
-        cJSON_AddStringToObject(t, "dtype", dtype_name(dt));
+        cJSON_AddStringToObject(t, "dtype", slm_dtype_st_name(dt));
         cJSON *s = cJSON_AddArrayToObject(t, "shape");
         for (int d = 0; d < items[i].v->ndim; d++)
             cJSON_AddItemToArray(s, cJSON_CreateNumber((double)items[i].v->shape[d]));
@@ -308,8 +242,9 @@ static slm_status write_st_file(const char *path, const st_item *items, int n, i
     cJSON_Delete(h);
     size_t jl = strlen(js), padded = (jl + 7) / 8 * 8;
     slm_buf hdr = {0};
-    uint64_t n64 = padded;
-    slm_buf_append(&hdr, &n64, 8);
+    uint8_t n64[8];
+    slm_put_le64(n64, padded);
+    slm_buf_append(&hdr, n64, 8);
     slm_buf_append(&hdr, js, jl);
     for (size_t i = jl; i < padded; i++)
         slm_buf_append(&hdr, " ", 1);
@@ -339,8 +274,8 @@ static slm_status write_st_file(const char *path, const st_item *items, int n, i
                 if (dt == SLM_ST_F32)
                     memcpy(buf + 4 * j, &x, 4);
                 else {
-                    uint16_t hv = dt == SLM_ST_F16 ? f32_to_f16(x) : f32_to_bf16(x);
-                    memcpy(buf + 2 * j, &hv, 2);
+                    uint16_t hv = dt == SLM_ST_F16 ? slm_f32_to_f16_1(x) : slm_f32_to_bf16_1(x);
+                    slm_put_le16(buf + 2 * j, hv);
                 }
             }
             ok = fwrite(buf, es, k, fp) == k;
@@ -386,7 +321,7 @@ slm_status slm_hf_export(const slm_llama *m, const char *out_dir, slm_st_dtype d
             if (u == L && !strcmp(v->name, "model.embed_tokens.weight")) continue;
             items[k++] = (st_item){v->name, v, m->params[u], 0};
         }
-    size_t es = dtype_size(dtype), cur = 0, total = 0;
+    size_t es = slm_dtype_bytes(dtype), cur = 0, total = 0;
     int n_files = 1;
     for (int i = 0; i < n; i++) {
         size_t nb = (size_t)items[i].v->numel * es;

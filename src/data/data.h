@@ -130,6 +130,26 @@ slm_status slm_dataset_write(const slm_dataset *ds);
 // Frees what *ds owns and zeroes it; safe on a zeroed struct.
 void slm_dataset_free(slm_dataset *ds);
 
+// Maps the shard `si` of dataset `ds` (ds->dir/si->file) and verifies it against its manifest
+// entry and against itself: file size and whole-file XXH64 (manifest), then header, payload
+// hash and every token < ds->vocab_size (slm_shard_verify), then the header's n_tokens / n_docs
+// (manifest). On success *map holds the mapping (release with slm_map_free) and *h the header;
+// on error nothing stays mapped. Errors: SLM_E_IO / SLM_E_FORMAT / SLM_E_CHECKSUM naming the
+// shard's path, with a HINT to rerun shardlm prep where the file is corrupt.
+slm_status slm_shard_open_verified(const slm_dataset *ds, const slm_shard_info *si, slm_map *map,
+                                   slm_shard_header *h);
+// Token i of a shard payload of `token_bytes` (2 or 4) little-endian bytes per token.
+static inline uint32_t slm_shard_token(const uint8_t *payload, uint32_t token_bytes, uint64_t i) {
+    return token_bytes == 2 ? slm_get_le16(payload + 2 * i) : slm_get_le32(payload + 4 * i);
+}
+// Unigram entropy, in nats, of the token frequencies of a split ("train" / "val") of the
+// dataset in data_dir: H = -sum_v p(v) ln p(v) over the split's tokens (every shard opened with
+// slm_shard_open_verified). *n_tokens (optional) receives the split's token count.
+// Errors: those of slm_dataset_open / slm_shard_open_verified; SLM_E_ARG for an unknown split;
+// SLM_E_FORMAT for an empty split.
+slm_status slm_split_unigram_entropy(const char *data_dir, const char *split, double *nats,
+                                     int64_t *n_tokens);
+
 // --- Loader ---------------------------------------------------------------------------------
 
 // Position of the loader in the global window sequence: a checkpoint stores these integers.

@@ -88,14 +88,10 @@ static void copy_window(const slm_loader *l, int64_t k, int32_t *out) {
             const uint8_t *p = l->pay[s];
             if (l->tb[s] == 2) {
                 const uint8_t *q = p + 2 * off;
-                for (int64_t j = 0; j < n; j++)
-                    out[j] = (int32_t)((uint32_t)q[2 * j] | ((uint32_t)q[2 * j + 1] << 8));
+                for (int64_t j = 0; j < n; j++) out[j] = (int32_t)slm_get_le16(q + 2 * j);
             } else {
                 const uint8_t *q = p + 4 * off;
-                for (int64_t j = 0; j < n; j++)
-                    out[j] =
-                        (int32_t)((uint32_t)q[4 * j] | ((uint32_t)q[4 * j + 1] << 8) |
-                                  ((uint32_t)q[4 * j + 2] << 16) | ((uint32_t)q[4 * j + 3] << 24));
+                for (int64_t j = 0; j < n; j++) out[j] = (int32_t)slm_get_le32(q + 4 * j);
             }
             out += n;
             t0 += n;
@@ -128,43 +124,10 @@ static slm_status open_shards(slm_loader *l) {
     l->cum = slm_xcalloc((size_t)n + 1, sizeof *l->cum);
     for (int i = 0; i < n; i++) {
         const slm_shard_info *si = &sp->shards[i];
-        char *path = slm_path_join(l->ds.dir, si->file);
-        slm_status st = slm_map_file(path, &l->maps[i]);
-        if (st) {
-            free(path);
-            return st;
-        }
-        const uint8_t *d = l->maps[i].data;
-        size_t len = l->maps[i].len;
-        if (len != si->bytes) {
-            st = slm_fail(SLM_E_FORMAT,
-                          "%s: file is %zu bytes, manifest says %" PRIu64 " (truncated or "
-                          "replaced); HINT: rerun shardlm prep",
-                          path, len, si->bytes);
-            free(path);
-            return st;
-        }
-        uint64_t fh = slm_xxh64(d, len, 0);
-        if (fh != si->xxh64) {
-            char a[17], b[17];
-            slm_hex64(si->xxh64, a);
-            slm_hex64(fh, b);
-            st = slm_fail(SLM_E_CHECKSUM,
-                          "%s: checksum mismatch (manifest xxh64 %s, file %s): the shard is "
-                          "corrupt; HINT: rerun shardlm prep",
-                          path, a, b);
-            free(path);
-            return st;
-        }
         slm_shard_header h;
-        st = slm_shard_verify(path, d, len, (uint32_t)l->ds.vocab_size, &h);
-        if (st == SLM_OK && (h.n_tokens != si->n_tokens || h.n_docs != si->n_docs))
-            st = slm_fail(SLM_E_FORMAT,
-                          "%s: header has %" PRIu64 " tokens / %" PRIu64
-                          " docs, manifest says %" PRIu64 " / %" PRIu64,
-                          path, h.n_tokens, h.n_docs, si->n_tokens, si->n_docs);
-        free(path);
+        slm_status st = slm_shard_open_verified(&l->ds, si, &l->maps[i], &h);
         if (st) return st;
+        const uint8_t *d = l->maps[i].data;
         l->pay[i] = d + SLM_SHARD_HEADER_BYTES;
         l->tb[i] = h.token_bytes;
         l->cum[i + 1] = l->cum[i] + (int64_t)h.n_tokens;

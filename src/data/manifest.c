@@ -3,14 +3,13 @@
 // 64-bit hashes are 16-digit lowercase hex strings.
 #include "data/data.h"
 
-#include <cjson/cJSON.h>
+#include "base/json.h"
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_EXACT 9007199254740992.0 // 2^53
 
 void slm_dataset_free(slm_dataset *ds) {
     if (!ds) return;
@@ -36,59 +35,19 @@ static bool safe_name(const char *s) {
     return true;
 }
 
-static slm_status get_num(const char *what, const cJSON *obj, const char *field, double lo,
-                          double hi, bool integer, double *out) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, field);
-    if (!v) return slm_fail(SLM_E_FORMAT, "%s: missing field \"%s\"", what, field);
-    if (!cJSON_IsNumber(v))
-        return slm_fail(SLM_E_FORMAT, "%s: field \"%s\" must be a number", what, field);
-    double d = v->valuedouble;
-    if (!(d >= lo && d <= hi) || (integer && d != floor(d)))
-        return slm_fail(SLM_E_FORMAT, "%s: field \"%s\" is %.17g, expected %s in [%.17g, %.17g]",
-                        what, field, d, integer ? "an integer" : "a number", lo, hi);
-    *out = d;
-    return SLM_OK;
-}
-
-static slm_status get_u64(const char *what, const cJSON *obj, const char *field, uint64_t *out) {
-    double d = 0;
-    slm_status st = get_num(what, obj, field, 0, MAX_EXACT, true, &d);
-    if (st == SLM_OK) *out = (uint64_t)d;
-    return st;
-}
-
-static slm_status get_str(const char *what, const cJSON *obj, const char *field, const char **out) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, field);
-    if (!v) return slm_fail(SLM_E_FORMAT, "%s: missing field \"%s\"", what, field);
-    if (!cJSON_IsString(v) || !v->valuestring)
-        return slm_fail(SLM_E_FORMAT, "%s: field \"%s\" must be a string", what, field);
-    *out = v->valuestring;
-    return SLM_OK;
-}
-
-static slm_status get_hex(const char *what, const cJSON *obj, const char *field, uint64_t *out) {
-    const char *s = NULL;
-    slm_status st = get_str(what, obj, field, &s);
-    if (st) return st;
-    if (!slm_parse_hex64(s, out))
-        return slm_fail(SLM_E_FORMAT, "%s: field \"%s\" is \"%.40s\", expected 16 hex digits", what,
-                        field, s);
-    return SLM_OK;
-}
-
 static slm_status parse_doc(const char *what, const cJSON *root, slm_dataset *ds) {
     slm_status st;
     double d = 0;
     if (!cJSON_IsObject(root)) return slm_fail(SLM_E_FORMAT, "%s: not a JSON object", what);
     const char *fmt = NULL;
-    if ((st = get_str(what, root, "format", &fmt))) return st;
+    if ((st = slm_json_str(what, root, "format", &fmt))) return st;
     if (strcmp(fmt, "shardlm-dataset") != 0)
         return slm_fail(SLM_E_FORMAT, "%s: \"format\" is \"%.40s\", expected \"shardlm-dataset\"",
                         what, fmt);
-    if ((st = get_num(what, root, "format_version", 1, 1, true, &d))) return st;
-    if ((st = get_u64(what, root, "seed", &ds->seed))) return st;
-    if ((st = get_num(what, root, "val_fraction", 0, 1, false, &ds->val_fraction))) return st;
-    if ((st = get_num(what, root, "token_bytes", 2, 4, true, &d))) return st;
+    if ((st = slm_json_num(what, root, "format_version", 1, 1, true, &d))) return st;
+    if ((st = slm_json_u64(what, root, "seed", &ds->seed))) return st;
+    if ((st = slm_json_num(what, root, "val_fraction", 0, 1, false, &ds->val_fraction))) return st;
+    if ((st = slm_json_num(what, root, "token_bytes", 2, 4, true, &d))) return st;
     ds->token_bytes = (uint32_t)d;
     if (ds->token_bytes == 3)
         return slm_fail(SLM_E_FORMAT, "%s: \"token_bytes\" is 3, expected 2 or 4", what);
@@ -97,19 +56,19 @@ static slm_status parse_doc(const char *what, const cJSON *root, slm_dataset *ds
     if (!cJSON_IsObject(tok))
         return slm_fail(SLM_E_FORMAT, "%s: missing object field \"tokenizer\"", what);
     const char *tfile = NULL, *ttype = NULL;
-    if ((st = get_str(what, tok, "file", &tfile))) return st;
+    if ((st = slm_json_str(what, tok, "file", &tfile))) return st;
     if (!safe_name(tfile))
         return slm_fail(SLM_E_FORMAT, "%s: tokenizer.file \"%.60s\" is not a plain file name", what,
                         tfile);
-    if ((st = get_str(what, tok, "type", &ttype))) return st;
-    if ((st = get_hex(what, tok, "xxh64", &ds->tokenizer_xxh64))) return st;
-    if ((st = get_num(what, tok, "vocab_size", 1, 4294967295.0, true, &d))) return st;
+    if ((st = slm_json_str(what, tok, "type", &ttype))) return st;
+    if ((st = slm_json_hex64(what, tok, "xxh64", &ds->tokenizer_xxh64))) return st;
+    if ((st = slm_json_num(what, tok, "vocab_size", 1, 4294967295.0, true, &d))) return st;
     if (d > INT32_MAX)
         return slm_fail(SLM_E_FORMAT, "%s: tokenizer.vocab_size %.0f exceeds int32", what, d);
     ds->vocab_size = (int32_t)d;
-    if ((st = get_num(what, tok, "bos_id", -1, ds->vocab_size - 1, true, &d))) return st;
+    if ((st = slm_json_num(what, tok, "bos_id", -1, ds->vocab_size - 1, true, &d))) return st;
     ds->bos_id = (int32_t)d;
-    if ((st = get_num(what, tok, "eos_id", -1, ds->vocab_size - 1, true, &d))) return st;
+    if ((st = slm_json_num(what, tok, "eos_id", -1, ds->vocab_size - 1, true, &d))) return st;
     ds->eos_id = (int32_t)d;
     uint32_t want_tb = (uint32_t)ds->vocab_size <= 65536u ? 2u : 4u;
     if (ds->token_bytes != want_tb)
@@ -132,10 +91,10 @@ static slm_status parse_doc(const char *what, const cJSON *root, slm_dataset *ds
         snprintf(w, sizeof w, "%s: shards[%d]", what, idx++);
         if (!cJSON_IsObject(e)) return slm_fail(SLM_E_FORMAT, "%s: not an object", w);
         const char *file = NULL, *split = NULL;
-        if ((st = get_str(w, e, "file", &file))) return st;
+        if ((st = slm_json_str(w, e, "file", &file))) return st;
         if (!safe_name(file))
             return slm_fail(SLM_E_FORMAT, "%s: file \"%.60s\" is not a plain file name", w, file);
-        if ((st = get_str(w, e, "split", &split))) return st;
+        if ((st = slm_json_str(w, e, "split", &split))) return st;
         slm_split_info *sp;
         if (!strcmp(split, "train"))
             sp = &ds->train;
@@ -145,10 +104,10 @@ static slm_status parse_doc(const char *what, const cJSON *root, slm_dataset *ds
             return slm_fail(SLM_E_FORMAT, "%s: split \"%.20s\", expected \"train\" or \"val\"", w,
                             split);
         slm_shard_info *si = &sp->shards[sp->n_shards];
-        if ((st = get_u64(w, e, "n_tokens", &si->n_tokens))) return st;
-        if ((st = get_u64(w, e, "n_docs", &si->n_docs))) return st;
-        if ((st = get_u64(w, e, "bytes", &si->bytes))) return st;
-        if ((st = get_hex(w, e, "xxh64", &si->xxh64))) return st;
+        if ((st = slm_json_u64(w, e, "n_tokens", &si->n_tokens))) return st;
+        if ((st = slm_json_u64(w, e, "n_docs", &si->n_docs))) return st;
+        if ((st = slm_json_u64(w, e, "bytes", &si->bytes))) return st;
+        if ((st = slm_json_hex64(w, e, "xxh64", &si->xxh64))) return st;
         if (si->bytes != SLM_SHARD_HEADER_BYTES + si->n_tokens * ds->token_bytes)
             return slm_fail(SLM_E_FORMAT,
                             "%s: bytes %" PRIu64 " != 64 + n_tokens %" PRIu64
@@ -158,7 +117,7 @@ static slm_status parse_doc(const char *what, const cJSON *root, slm_dataset *ds
         sp->n_shards++;
         sp->n_tokens += si->n_tokens;
         sp->n_docs += si->n_docs;
-        if (sp->n_tokens > (uint64_t)MAX_EXACT)
+        if (sp->n_tokens > (uint64_t)SLM_JSON_MAX_EXACT)
             return slm_fail(SLM_E_FORMAT, "%s: split token count overflows", w);
     }
     // Optional (older manifests lack it): documents read / written / skipped_empty by prep.
@@ -168,9 +127,9 @@ static slm_status parse_doc(const char *what, const cJSON *root, slm_dataset *ds
         snprintf(w, sizeof w, "%s: documents", what);
         if (!cJSON_IsObject(docs)) return slm_fail(SLM_E_FORMAT, "%s: not an object", w);
         uint64_t written = 0;
-        if ((st = get_u64(w, docs, "read", &ds->docs_read)) ||
-            (st = get_u64(w, docs, "written", &written)) ||
-            (st = get_u64(w, docs, "skipped_empty", &ds->docs_skipped)))
+        if ((st = slm_json_u64(w, docs, "read", &ds->docs_read)) ||
+            (st = slm_json_u64(w, docs, "written", &written)) ||
+            (st = slm_json_u64(w, docs, "skipped_empty", &ds->docs_skipped)))
             return st;
         if (written + ds->docs_skipped != ds->docs_read ||
             written != ds->train.n_docs + ds->val.n_docs)
@@ -194,8 +153,8 @@ static slm_status parse_doc(const char *what, const cJSON *root, slm_dataset *ds
         const cJSON *o = cJSON_GetObjectItemCaseSensitive(splits, names[s]);
         if (!cJSON_IsObject(o)) return slm_fail(SLM_E_FORMAT, "%s: missing object", w);
         uint64_t nt, nd, ns;
-        if ((st = get_u64(w, o, "n_tokens", &nt)) || (st = get_u64(w, o, "n_docs", &nd)) ||
-            (st = get_u64(w, o, "n_shards", &ns)))
+        if ((st = slm_json_u64(w, o, "n_tokens", &nt)) || (st = slm_json_u64(w, o, "n_docs", &nd)) ||
+            (st = slm_json_u64(w, o, "n_shards", &ns)))
             return st;
         if (nt != sps[s]->n_tokens || nd != sps[s]->n_docs || ns != (uint64_t)sps[s]->n_shards)
             return slm_fail(SLM_E_FORMAT,

@@ -116,15 +116,11 @@ static char *shard_path(const prep_ctx *c, int split, int64_t w, int64_t idx, in
     return slm_path_join(c->work_dir, name);
 }
 
-// SIGINT / SIGTERM while prep runs: workers stop at the next document, the run fails with
-// SLM_E_INTERRUPTED and removes its output. Previous handlers are restored on return.
-static volatile sig_atomic_t g_signal;
-static void on_signal(int sig) {
-    g_signal = sig;
-}
-
+// SIGINT / SIGTERM while prep runs (base/'s stop flag): workers stop at the next document, the
+// run fails with SLM_E_INTERRUPTED and removes its output. Previous handlers are restored on
+// return.
 static bool stop_requested(prep_ctx *c) {
-    return atomic_load(&c->failed) || g_signal != 0;
+    return atomic_load(&c->failed) || slm_stop_requested();
 }
 
 // --- Inputs ---------------------------------------------------------------------------------
@@ -562,38 +558,13 @@ static char *sibling_path(const char *out_path, const char *tag, int64_t pid) {
     return b.data;
 }
 
-static char *parent_dir(const char *path) {
-    const char *slash = strrchr(path, '/');
-    if (!slash) return slm_xstrdup(".");
-    if (slash == path) return slm_xstrdup("/");
-    char *p = slm_xstrdup(path);
-    p[slash - path] = 0;
-    return p;
-}
-
-// Removes a directory prep created and the plain files in it (it holds no subdirectories).
-static void remove_work_dir(const char *dir) {
-    DIR *d = opendir(dir);
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d))) {
-            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-            char *p = slm_path_join(dir, e->d_name);
-            unlink(p);
-            free(p);
-        }
-        closedir(d);
-    }
-    rmdir(dir);
-}
-
 // Removes the temp siblings "<parent>/.<name>.prep-tmp.<pid>" that runs killed before they could
 // clean up (kill -9, OOM) left behind: those whose pid is not a running process on this host
 // (kill(pid, 0) fails with ESRCH), saying so. A temp directory of a live run is never touched.
 // Old directories (.prep-old.<pid>) are left alone: after a kill between the two renames of the
 // swap, one may hold the only copy of the previous dataset.
 static void remove_stale_work_dirs(const char *out_path) {
-    char *parent = parent_dir(out_path);
+    char *parent = slm_path_parent(out_path);
     const char *slash = strrchr(out_path, '/');
     const char *base = slash ? slash + 1 : out_path;
     slm_buf prefix = {0};
@@ -611,7 +582,7 @@ static void remove_stale_work_dirs(const char *out_path) {
                 continue;
             if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; // alive (or not ours)
             char *p = slm_path_join(parent, e->d_name);
-            remove_work_dir(p);
+            slm_rmdir_flat_quiet(p);
             if (!slm_is_dir(p))
                 slm_info("prep: removed stale temp directory %s (left by pid %lld, which is no "
                          "longer running)",
@@ -691,7 +662,7 @@ static slm_status swap_in(const char *work, const char *out_path, const char *ol
         return slm_fail(SLM_E_IO, "prep: %s: rename of %s into place failed: %s", shown, work,
                         strerror(e));
     }
-    char *parent = parent_dir(out_path);
+    char *parent = slm_path_parent(out_path);
     slm_status st2 = slm_fsync_dir(parent);
     free(parent);
     if (had_old) retire_old_dir(old, out_path, shown);
@@ -741,18 +712,6 @@ static slm_status agree(const prep_ctx *c, slm_status st) {
     return c->world > 1 ? slm_dist_agree(st) : st;
 }
 
-// Copies the tokenizer file into the (new) dataset directory.
-static slm_status copy_tokenizer(const char *src, const char *dst, uint64_t *hash) {
-    char *data = NULL;
-    size_t len = 0;
-    slm_status st = slm_file_read_all(src, &data, &len);
-    if (st) return st;
-    *hash = slm_xxh64(data, len, 0);
-    st = slm_file_write_atomic(dst, data, len);
-    free(data);
-    return st;
-}
-
 static const char *base_name(const char *p) {
     const char *s = strrchr(p, '/');
     return s ? s + 1 : p;
@@ -775,13 +734,8 @@ slm_status slm_prep_run(const slm_prep_opts *o) {
     slm_status st = check_opts(o);
     if (st) return st;
     // Interruptible from here on (handlers restored at the end).
-    struct sigaction sa, old_int, old_term;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    g_signal = 0;
-    sigaction(SIGINT, &sa, &old_int);
-    sigaction(SIGTERM, &sa, &old_term);
+    slm_stop_reset();
+    slm_stop_install(NULL, NULL);
     if (st == SLM_OK) st = slm_tokenizer_load(o->tokenizer_path, &c.tok);
     if (st == SLM_OK) {
         int32_t v = slm_tokenizer_vocab_size(c.tok);
@@ -821,12 +775,12 @@ slm_status slm_prep_run(const slm_prep_opts *o) {
         old_dir = sibling_path(out_path, "old", pid);
     }
     if (c.rank == 0) {
-        char *parent = parent_dir(out_path);
+        char *parent = slm_path_parent(out_path);
         st = slm_mkdir_p(parent);
         free(parent);
         if (st == SLM_OK) {
             remove_stale_work_dirs(out_path);
-            remove_work_dir(c.work_dir); // a stale one from a killed run with the same pid
+            slm_rmdir_flat_quiet(c.work_dir); // a stale one from a killed run with the same pid
             if (mkdir(c.work_dir, 0777) != 0)
                 st = slm_fail(SLM_E_IO, "prep: cannot create temp directory %s: %s", c.work_dir,
                               strerror(errno));
@@ -835,7 +789,7 @@ slm_status slm_prep_run(const slm_prep_opts *o) {
         }
         if (st == SLM_OK) {
             tok_dst = slm_path_join(c.work_dir, base_name(o->tokenizer_path));
-            st = copy_tokenizer(o->tokenizer_path, tok_dst, &ds.tokenizer_xxh64);
+            st = slm_file_copy(o->tokenizer_path, tok_dst, &ds.tokenizer_xxh64);
         }
     }
     st = agree(&c, st); // the temp directory exists before any shard is written
@@ -907,9 +861,9 @@ slm_status slm_prep_run(const slm_prep_opts *o) {
             st = c.workers[i].st;
             slm_set_errmsg(c.workers[i].err);
         }
-    if (st == SLM_OK && g_signal)
+    if (st == SLM_OK && slm_stop_requested())
         st = slm_fail(SLM_E_INTERRUPTED,
-                      "prep: interrupted by signal %d; removed this run's output", (int)g_signal);
+                      "prep: interrupted by signal %d; removed this run's output", slm_stop_signal());
     st = agree(&c, st);
     if (st) goto out;
 
@@ -1005,9 +959,9 @@ slm_status slm_prep_run(const slm_prep_opts *o) {
             free(to);
         }
     if (st == SLM_OK) st = slm_fsync_dir(c.work_dir);
-    if (st == SLM_OK && g_signal)
+    if (st == SLM_OK && slm_stop_requested())
         st = slm_fail(SLM_E_INTERRUPTED,
-                      "prep: interrupted by signal %d; removed this run's output", (int)g_signal);
+                      "prep: interrupted by signal %d; removed this run's output", slm_stop_signal());
     st = agree(&c, st);
     if (st) goto out;
     if (c.rank == 0) {
@@ -1021,10 +975,10 @@ slm_status slm_prep_run(const slm_prep_opts *o) {
         ds.seed = o->seed;
         ds.val_fraction = o->val_fraction;
         st = slm_dataset_write(&ds);
-        if (st == SLM_OK && g_signal)
+        if (st == SLM_OK && slm_stop_requested())
             st = slm_fail(SLM_E_INTERRUPTED,
                           "prep: interrupted by signal %d; removed this run's output",
-                          (int)g_signal);
+                          slm_stop_signal());
         if (st == SLM_OK) {
             st = swap_in(c.work_dir, out_path, old_dir, o->out_dir);
             swapped = st == SLM_OK || !slm_is_dir(c.work_dir);
@@ -1055,7 +1009,7 @@ out:
                     free(p);
                 }
             }
-        if (c.rank == 0 && work_created) remove_work_dir(c.work_dir);
+        if (c.rank == 0 && work_created) slm_rmdir_flat_quiet(c.work_dir);
     }
     for (int i = 0; c.workers && i < W; i++) {
         slm_ivec_free(&c.workers[i].buf[0]);
@@ -1076,7 +1030,6 @@ out:
     free(c.work_dir);
     slm_dataset_free(&ds);
     slm_tokenizer_free(c.tok);
-    sigaction(SIGINT, &old_int, NULL);
-    sigaction(SIGTERM, &old_term, NULL);
+    slm_stop_restore();
     return st;
 }

@@ -14,27 +14,6 @@
 #include <string.h>
 #include <unistd.h>
 
-static void put_u32(uint8_t *p, uint32_t v) {
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-static void put_u64(uint8_t *p, uint64_t v) {
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-static uint32_t get_u32(const uint8_t *p) {
-    uint32_t v = 0;
-    for (int i = 3; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
-static uint64_t get_u64(const uint8_t *p) {
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
-
 slm_status slm_shard_write(const char *path, const int32_t *tokens, uint64_t n, uint64_t n_docs,
                            uint32_t vocab_size) {
     if (vocab_size == 0) return slm_fail(SLM_E_ARG, "%s: vocab_size must be > 0", path);
@@ -54,19 +33,18 @@ slm_status slm_shard_write(const char *path, const int32_t *tokens, uint64_t n, 
                             path, i, t, vocab_size);
         }
         if (tb == 2) {
-            pay[2 * i] = (uint8_t)t;
-            pay[2 * i + 1] = (uint8_t)((uint32_t)t >> 8);
+            slm_put_le16(pay + 2 * i, (uint16_t)t);
         } else {
-            put_u32(pay + 4 * i, (uint32_t)t);
+            slm_put_le32(pay + 4 * i, (uint32_t)t);
         }
     }
     memcpy(buf, SLM_SHARD_MAGIC, 8);
-    put_u32(buf + 8, SLM_SHARD_VERSION);
-    put_u32(buf + 12, tb);
-    put_u64(buf + 16, n);
-    put_u64(buf + 24, n_docs);
-    put_u64(buf + 32, slm_xxh64(pay, (size_t)n * tb, 0));
-    put_u32(buf + 40, vocab_size);
+    slm_put_le32(buf + 8, SLM_SHARD_VERSION);
+    slm_put_le32(buf + 12, tb);
+    slm_put_le64(buf + 16, n);
+    slm_put_le64(buf + 24, n_docs);
+    slm_put_le64(buf + 32, slm_xxh64(pay, (size_t)n * tb, 0));
+    slm_put_le32(buf + 40, vocab_size);
     slm_status st = slm_file_write_atomic(path, buf, bytes);
     free(buf);
     return st;
@@ -82,18 +60,18 @@ slm_status slm_shard_parse_header(const char *path, const uint8_t *data, size_t 
     if (memcmp(data, SLM_SHARD_MAGIC, 8) != 0)
         return slm_fail(SLM_E_FORMAT, "%s: not a shardlm token shard (magic is not \"%s\")", path,
                         SLM_SHARD_MAGIC);
-    h->version = get_u32(data + 8);
+    h->version = slm_get_le32(data + 8);
     if (h->version != SLM_SHARD_VERSION)
         return slm_fail(SLM_E_FORMAT, "%s: shard format version %" PRIu32 ", expected %d", path,
                         h->version, SLM_SHARD_VERSION);
-    h->token_bytes = get_u32(data + 12);
+    h->token_bytes = slm_get_le32(data + 12);
     if (h->token_bytes != 2 && h->token_bytes != 4)
         return slm_fail(SLM_E_FORMAT, "%s: token width %" PRIu32 " bytes, expected 2 or 4", path,
                         h->token_bytes);
-    h->n_tokens = get_u64(data + 16);
-    h->n_docs = get_u64(data + 24);
-    h->payload_xxh64 = get_u64(data + 32);
-    h->vocab_size = get_u32(data + 40);
+    h->n_tokens = slm_get_le64(data + 16);
+    h->n_docs = slm_get_le64(data + 24);
+    h->payload_xxh64 = slm_get_le64(data + 32);
+    h->vocab_size = slm_get_le32(data + 40);
     for (int i = 44; i < SLM_SHARD_HEADER_BYTES; i++)
         if (data[i] != 0)
             return slm_fail(SLM_E_FORMAT, "%s: reserved header byte %d is not zero", path, i);
@@ -142,12 +120,12 @@ slm_status slm_shard_verify(const char *path, const uint8_t *data, size_t len, u
     uint32_t mx = 0;
     if (h->token_bytes == 2) {
         for (uint64_t i = 0; i < h->n_tokens; i++) {
-            uint32_t t = (uint32_t)pay[2 * i] | ((uint32_t)pay[2 * i + 1] << 8);
+            uint32_t t = slm_get_le16(pay + 2 * i);
             mx = t > mx ? t : mx;
         }
     } else {
         for (uint64_t i = 0; i < h->n_tokens; i++) {
-            uint32_t t = get_u32(pay + 4 * i);
+            uint32_t t = slm_get_le32(pay + 4 * i);
             mx = t > mx ? t : mx;
         }
     }
@@ -156,9 +134,7 @@ slm_status slm_shard_verify(const char *path, const uint8_t *data, size_t len, u
     uint32_t hv = h->vocab_size;
     if (h->n_tokens > 0 && mx >= hv) {
         for (uint64_t i = 0; i < h->n_tokens; i++) {
-            uint32_t t = h->token_bytes == 2
-                             ? ((uint32_t)pay[2 * i] | ((uint32_t)pay[2 * i + 1] << 8))
-                             : get_u32(pay + 4 * i);
+            uint32_t t = h->token_bytes == 2 ? slm_get_le16(pay + 2 * i) : slm_get_le32(pay + 4 * i);
             if (t >= hv)
                 return slm_fail(SLM_E_FORMAT,
                                 "%s: token %" PRIu64 " is %" PRIu32 ", >= vocab_size %" PRIu32

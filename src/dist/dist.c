@@ -115,6 +115,7 @@ static MPI_Datatype mpi_dt(slm_dtype_comm dt) {
     case SLM_DT_I64: return MPI_INT64_T;
     case SLM_DT_U8: return MPI_UINT8_T;
     case SLM_DT_BF16: return MPI_UINT16_T;
+    case SLM_DTYPE_F16: slm_fatal("collectives do not carry fp16 buffers");
     }
     return MPI_BYTE;
 }
@@ -341,30 +342,7 @@ slm_status slm_dist_agree_values(const slm_agree_item *items, int n) {
 // ---------------------------------------------------------------------------------------------
 // bfloat16
 
-// Round-to-nearest-even truncation of the low 16 bits (the usual bias trick: add 0x7fff plus the
-// lowest kept bit, then shift). NaNs keep a quiet-NaN pattern so rounding cannot make them Inf.
-static inline uint16_t f32_to_bf16_one(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu)) return (uint16_t)((u >> 16) | 0x40);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-static inline float bf16_to_f32_one(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-void slm_f32_to_bf16(const float *x, uint16_t *y, int64_t n) {
-    for (int64_t i = 0; i < n; i++) y[i] = f32_to_bf16_one(x[i]);
-}
-
-void slm_bf16_to_f32(const uint16_t *x, float *y, int64_t n) {
-    for (int64_t i = 0; i < n; i++) y[i] = bf16_to_f32_one(x[i]);
-}
+// The conversions are base/'s (slm_f32_to_bf16_1, slm_bf16_to_f32_1).
 
 // The user-defined reduction for bf16 buffers: each pair is widened to fp32, added, and rounded
 // back to bf16 (so a k-way reduction rounds k-1 times, as NCCL's bf16 sum does).
@@ -372,7 +350,7 @@ static void bf16_sum_fn(void *in, void *inout, int *len, MPI_Datatype *dt) {
     (void)dt;
     const uint16_t *a = in;
     uint16_t *b = inout;
-    for (int i = 0; i < *len; i++) b[i] = f32_to_bf16_one(bf16_to_f32_one(a[i]) + bf16_to_f32_one(b[i]));
+    for (int i = 0; i < *len; i++) b[i] = slm_f32_to_bf16_1(slm_bf16_to_f32_1(a[i]) + slm_bf16_to_f32_1(b[i]));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -402,17 +380,6 @@ int slm_comm_rank(const slm_comm *c) { return c->rank; }
 int slm_comm_size(const slm_comm *c) { return c->size; }
 const char *slm_comm_name(const slm_comm *c) { return c->name; }
 
-size_t slm_dtype_size(slm_dtype_comm dt) {
-    switch (dt) {
-    case SLM_DT_F32: return 4;
-    case SLM_DT_F64: return 8;
-    case SLM_DT_I64: return 8;
-    case SLM_DT_U8: return 1;
-    case SLM_DT_BF16: return 2;
-    }
-    return 1;
-}
-
 _Static_assert(sizeof(MPI_Request) <= sizeof(uint64_t), "MPI_Request must fit slm_dist_req.h");
 
 static void req_set(slm_dist_req *req, MPI_Request r, const slm_comm *c, const char *what) {
@@ -433,7 +400,7 @@ static void req_done(slm_dist_req *req, const slm_comm *c, const char *what) {
 void slm_dist_iallgather(slm_comm *c, const void *send, void *recv, int64_t count,
                          slm_dtype_comm dt, const char *what, slm_dist_req *req) {
     if (c->size == 1) {
-        if (send != recv) memmove(recv, send, (size_t)count * slm_dtype_size(dt));
+        if (send != recv) memmove(recv, send, (size_t)count * slm_dtype_bytes(dt));
         req_done(req, c, what);
         return;
     }
@@ -449,7 +416,7 @@ void slm_dist_ireduce_scatter(slm_comm *c, const void *send, void *recv, int64_t
                               slm_dtype_comm dt, slm_redop op, const char *what,
                               slm_dist_req *req) {
     if (c->size == 1) {
-        if (send != recv) memmove(recv, send, (size_t)count * slm_dtype_size(dt));
+        if (send != recv) memmove(recv, send, (size_t)count * slm_dtype_bytes(dt));
         req_done(req, c, what);
         return;
     }

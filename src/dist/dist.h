@@ -16,9 +16,15 @@
 
 #include "base/base.h"
 
+// Element types of collectives: base/'s slm_dtype (F32, F64, I64, U8, BF16; F16 is not sent).
 // SLM_DT_BF16: uint16 bfloat16 bit patterns (SUM only, through a user-defined op; MAX/MIN are
-// fatal for it).
-typedef enum { SLM_DT_F32, SLM_DT_F64, SLM_DT_I64, SLM_DT_U8, SLM_DT_BF16 } slm_dtype_comm;
+// fatal for it). slm_dtype_comm and SLM_DT_* are the older spellings of slm_dtype's names.
+typedef slm_dtype slm_dtype_comm;
+#define SLM_DT_F32 SLM_DTYPE_F32
+#define SLM_DT_F64 SLM_DTYPE_F64
+#define SLM_DT_I64 SLM_DTYPE_I64
+#define SLM_DT_U8 SLM_DTYPE_U8
+#define SLM_DT_BF16 SLM_DTYPE_BF16
 typedef enum { SLM_OP_SUM, SLM_OP_MAX, SLM_OP_MIN } slm_redop;
 
 // Initialises MPI (thread level FUNNELED), sets the log rank and installs an abort hook that
@@ -95,8 +101,6 @@ int slm_comm_rank(const slm_comm *c);
 int slm_comm_size(const slm_comm *c);
 const char *slm_comm_name(const slm_comm *c);
 
-// Bytes of one element of `dt`.
-size_t slm_dtype_size(slm_dtype_comm dt);
 
 // A request handle of an in-flight non-blocking collective. Zero-initialised = inactive.
 // The buffers given to the start call must stay valid and untouched until the request
@@ -150,9 +154,5 @@ void slm_comm_barrier(slm_comm *c, const char *what);
 // the last reset: the communication time not hidden behind compute ("exposed comm").
 double slm_dist_wait_seconds(void);
 void slm_dist_reset_wait_seconds(void);
-
-// bfloat16 conversion (round to nearest even; NaN stays NaN). n elements.
-void slm_f32_to_bf16(const float *x, uint16_t *y, int64_t n);
-void slm_bf16_to_f32(const uint16_t *x, float *y, int64_t n);
 
 #endif

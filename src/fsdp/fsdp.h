@@ -42,7 +42,10 @@
 #include "optim/optim.h"
 
 typedef enum { SLM_FULL_SHARD, SLM_SHARD_GRAD_OP, SLM_NO_SHARD, SLM_HYBRID_SHARD } slm_sharding;
-typedef enum { SLM_PREC_FP32, SLM_PREC_BF16 } slm_precision;
+// The dtypes of mixed precision: base/'s slm_dtype, fp32 or bf16 (SLM_PREC_* are older spellings).
+typedef slm_dtype slm_precision;
+#define SLM_PREC_FP32 SLM_DTYPE_F32
+#define SLM_PREC_BF16 SLM_DTYPE_BF16
 
 typedef struct slm_fsdp_opts {
     slm_sharding sharding;

@@ -1,7 +1,8 @@
 // Llama configuration: named presets, HF config.json in and out, validation, parameter counts.
 #include "model.h"
 
-#include <cJSON.h>
+#include "base/json.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -124,48 +125,6 @@ static void hf_defaults(slm_llama_config *c) {
     c->initializer_range = 0.02f;
 }
 
-// Reads an optional integer field. Absent or (for nullable fields) null leaves *out unchanged.
-static slm_status json_int(const char *path, const cJSON *root, const char *field, bool nullable,
-                           int32_t *out) {
-    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, field);
-    if (!it || (nullable && cJSON_IsNull(it))) return SLM_OK;
-    if (!cJSON_IsNumber(it))
-        return slm_fail(SLM_E_FORMAT, "%s: field \"%s\": expected an integer, got %s", path, field,
-                        cJSON_IsString(it) ? "a string"
-                        : cJSON_IsBool(it) ? "a boolean"
-                        : cJSON_IsNull(it) ? "null"
-                                           : "an array or object");
-    double v = it->valuedouble;
-    if (v != floor(v) || v < -2147483648.0 || v > 2147483647.0)
-        return slm_fail(SLM_E_FORMAT, "%s: field \"%s\": expected a 32-bit integer, got %.17g",
-                        path, field, v);
-    *out = (int32_t)v;
-    return SLM_OK;
-}
-
-static slm_status json_float(const char *path, const cJSON *root, const char *field, float *out) {
-    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, field);
-    if (!it) return SLM_OK;
-    if (!cJSON_IsNumber(it))
-        return slm_fail(SLM_E_FORMAT, "%s: field \"%s\": expected a number, got %s", path, field,
-                        cJSON_IsString(it) ? "a string"
-                        : cJSON_IsBool(it) ? "a boolean"
-                        : cJSON_IsNull(it) ? "null"
-                                           : "an array or object");
-    *out = (float)it->valuedouble;
-    return SLM_OK;
-}
-
-static slm_status json_bool(const char *path, const cJSON *root, const char *field, bool *out) {
-    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, field);
-    if (!it) return SLM_OK;
-    if (!cJSON_IsBool(it))
-        return slm_fail(SLM_E_FORMAT, "%s: field \"%s\": expected true or false, got %s", path,
-                        field, cJSON_IsNumber(it) ? "a number" : "a non-boolean value");
-    *out = cJSON_IsTrue(it);
-    return SLM_OK;
-}
-
 // One RoPE settings object: transformers >= 5 writes "rope_parameters": {"rope_type",
 // "rope_theta", ...}; transformers 4 wrote "rope_scaling" (an alias of rope_parameters in 5).
 // Only unscaled RoPE is implemented: rope_type (or the older "type") must be "default",
@@ -219,7 +178,7 @@ static slm_status read_rope(const char *path, const cJSON *root, float *theta) {
     static const char *fields[] = {"rope_parameters", "rope_scaling"};
     float top = *theta;
     bool has_top = cJSON_GetObjectItemCaseSensitive(root, "rope_theta") != NULL;
-    slm_status st = json_float(path, root, "rope_theta", &top);
+    slm_status st = slm_json_opt_f32(path, root, "rope_theta", &top);
     if (st) return st;
     const char *src = has_top ? "rope_theta" : NULL;
     float val = top;
@@ -349,17 +308,17 @@ slm_status slm_llama_config_parse(const char *text, size_t len, const char *path
     slm_llama_config t;
     hf_defaults(&t);
     slm_status st;
-    if ((st = json_int(path, root, "vocab_size", false, &t.vocab_size)) ||
-        (st = json_int(path, root, "hidden_size", false, &t.hidden_size)) ||
-        (st = json_int(path, root, "intermediate_size", false, &t.intermediate_size)) ||
-        (st = json_int(path, root, "num_hidden_layers", false, &t.num_hidden_layers)) ||
-        (st = json_int(path, root, "num_attention_heads", false, &t.num_attention_heads)) ||
-        (st = json_int(path, root, "num_key_value_heads", true, &t.num_key_value_heads)) ||
-        (st = json_int(path, root, "max_position_embeddings", false, &t.max_position_embeddings)) ||
-        (st = json_float(path, root, "rms_norm_eps", &t.rms_norm_eps)) ||
+    if ((st = slm_json_opt_i32(path, root, "vocab_size", false, &t.vocab_size)) ||
+        (st = slm_json_opt_i32(path, root, "hidden_size", false, &t.hidden_size)) ||
+        (st = slm_json_opt_i32(path, root, "intermediate_size", false, &t.intermediate_size)) ||
+        (st = slm_json_opt_i32(path, root, "num_hidden_layers", false, &t.num_hidden_layers)) ||
+        (st = slm_json_opt_i32(path, root, "num_attention_heads", false, &t.num_attention_heads)) ||
+        (st = slm_json_opt_i32(path, root, "num_key_value_heads", true, &t.num_key_value_heads)) ||
+        (st = slm_json_opt_i32(path, root, "max_position_embeddings", false, &t.max_position_embeddings)) ||
+        (st = slm_json_opt_f32(path, root, "rms_norm_eps", &t.rms_norm_eps)) ||
         (st = read_rope(path, root, &t.rope_theta)) ||
-        (st = json_float(path, root, "initializer_range", &t.initializer_range)) ||
-        (st = json_bool(path, root, "tie_word_embeddings", &t.tie_word_embeddings)) ||
+        (st = slm_json_opt_f32(path, root, "initializer_range", &t.initializer_range)) ||
+        (st = slm_json_opt_bool(path, root, "tie_word_embeddings", &t.tie_word_embeddings)) ||
         (st = check_unsupported(path, root, t.hidden_size, t.num_attention_heads)))
         goto out;
     if (t.num_key_value_heads == 0) t.num_key_value_heads = t.num_attention_heads;
@@ -404,12 +363,13 @@ static void add_float(cJSON *obj, const char *name, float v) {
     cJSON_AddItemToObject(obj, name, cJSON_CreateRaw(buf));
 }
 
-slm_status slm_llama_config_save(const slm_llama_config *c, const char *path) {
-    cJSON *o = cJSON_CreateObject();
-    cJSON *arch = cJSON_AddArrayToObject(o, "architectures");
-    cJSON_AddItemToArray(arch, cJSON_CreateString("LlamaForCausalLM"));
-    cJSON_AddStringToObject(o, "model_type", "llama");
-    cJSON_AddStringToObject(o, "hidden_act", "silu");
+void slm_llama_config_to_json(const slm_llama_config *c, bool hf, cJSON *o) {
+    if (hf) {
+        cJSON *arch = cJSON_AddArrayToObject(o, "architectures");
+        cJSON_AddItemToArray(arch, cJSON_CreateString("LlamaForCausalLM"));
+        cJSON_AddStringToObject(o, "model_type", "llama");
+        cJSON_AddStringToObject(o, "hidden_act", "silu");
+    }
     cJSON_AddNumberToObject(o, "vocab_size", c->vocab_size);
     cJSON_AddNumberToObject(o, "hidden_size", c->hidden_size);
     cJSON_AddNumberToObject(o, "intermediate_size", c->intermediate_size);
@@ -419,27 +379,27 @@ slm_status slm_llama_config_save(const slm_llama_config *c, const char *path) {
     cJSON_AddNumberToObject(o, "max_position_embeddings", c->max_position_embeddings);
     add_float(o, "rms_norm_eps", c->rms_norm_eps);
     add_float(o, "rope_theta", c->rope_theta);
-    // transformers >= 5 reads RoPE settings from rope_parameters, 4 from rope_theta: both.
-    cJSON *rp = cJSON_AddObjectToObject(o, "rope_parameters");
-    cJSON_AddStringToObject(rp, "rope_type", "default");
-    add_float(rp, "rope_theta", c->rope_theta);
-    cJSON_AddNullToObject(o, "rope_scaling");
+    if (hf) {
+        // transformers >= 5 reads RoPE settings from rope_parameters, 4 from rope_theta: both.
+        cJSON *rp = cJSON_AddObjectToObject(o, "rope_parameters");
+        cJSON_AddStringToObject(rp, "rope_type", "default");
+        add_float(rp, "rope_theta", c->rope_theta);
+        cJSON_AddNullToObject(o, "rope_scaling");
+    }
     cJSON_AddBoolToObject(o, "tie_word_embeddings", c->tie_word_embeddings);
     add_float(o, "initializer_range", c->initializer_range);
-    cJSON_AddBoolToObject(o, "attention_bias", false);
-    cJSON_AddBoolToObject(o, "mlp_bias", false);
-    cJSON_AddStringToObject(o, "torch_dtype", "float32");
-    char *text = cJSON_Print(o);
+    if (hf) {
+        cJSON_AddBoolToObject(o, "attention_bias", false);
+        cJSON_AddBoolToObject(o, "mlp_bias", false);
+        cJSON_AddStringToObject(o, "torch_dtype", "float32");
+    }
+}
+
+slm_status slm_llama_config_save(const slm_llama_config *c, const char *path) {
+    cJSON *o = cJSON_CreateObject();
+    slm_llama_config_to_json(c, true, o);
+    slm_status st = slm_json_write_file(path, o);
     cJSON_Delete(o);
-    if (!text) return slm_fail(SLM_E_NOMEM, "%s: cannot format the model config", path);
-    size_t n = strlen(text);
-    char *withnl = slm_xmalloc(n + 2);
-    memcpy(withnl, text, n);
-    withnl[n] = '\n';
-    withnl[n + 1] = 0;
-    cJSON_free(text);
-    slm_status st = slm_file_write_atomic(path, withnl, n + 1);
-    free(withnl);
     return st;
 }
 

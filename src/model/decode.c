@@ -4,7 +4,7 @@
 // head's positions contiguous ([KV, max_T, D] per layer), so
 //   scores [rep, pos+1] = q_g [rep, D] @ K_g[0..pos]^T      (slm_matmul_fwd)
 //   out_g  [rep, D]     = softmax(scores / sqrt(D)) @ V_g   (slm_matmul_bwd's dinp = dout @ W)
-#include "model.h"
+#include "model_internal.h"
 
 #include "kernels/kernels.h"
 
@@ -111,17 +111,17 @@ void slm_llama_decode_step(slm_llama *m, slm_kv_cache *kc, int32_t token, int po
 
     if (m->hooks.pre_forward) m->hooks.pre_forward(m->hooks.ctx, L);
     SLM_ASSERT(m->params[L]);
-    slm_embedding_fwd(kc->x, &token, m->params[L] + rv[0].offset, 1, C);
+    slm_embedding_fwd(kc->x, &token, m->params[L] + rv[RV_EMB].offset, 1, C);
     for (int l = 0; l < L; l++) {
         if (m->hooks.pre_forward) m->hooks.pre_forward(m->hooks.ctx, l);
         const float *p = m->params[l];
         SLM_ASSERT(p);
         const slm_param_view *vw = m->units[l].views;
         // view order: ln1, q, k, v, o, ln2, gate, up, down (see llama.c)
-        slm_rmsnorm_fwd(kc->ln, kc->rstd, kc->x, p + vw[0].offset, 1, C, eps);
-        slm_matmul_fwd(kc->q, kc->ln, p + vw[1].offset, 1, C, C, false);
-        slm_matmul_fwd(kc->kt, kc->ln, p + vw[2].offset, 1, C, KVD, false);
-        slm_matmul_fwd(kc->vt, kc->ln, p + vw[3].offset, 1, C, KVD, false);
+        slm_rmsnorm_fwd(kc->ln, kc->rstd, kc->x, p + vw[BV_LN1].offset, 1, C, eps);
+        slm_matmul_fwd(kc->q, kc->ln, p + vw[BV_Q].offset, 1, C, C, false);
+        slm_matmul_fwd(kc->kt, kc->ln, p + vw[BV_K].offset, 1, C, KVD, false);
+        slm_matmul_fwd(kc->vt, kc->ln, p + vw[BV_V].offset, 1, C, KVD, false);
         slm_rope_apply(kc->q, kc->rope_cos, kc->rope_sin, 1, 1, H, D, pos, false);
         slm_rope_apply(kc->kt, kc->rope_cos, kc->rope_sin, 1, 1, KV, D, pos, false);
         float *kl = kc->k + l * kc->layer_stride, *vl = kc->v + l * kc->layer_stride;
@@ -141,17 +141,17 @@ void slm_llama_decode_step(slm_llama *m, slm_kv_cache *kc, int32_t token, int po
             memset(og, 0, (size_t)(rep * D) * sizeof(float));
             slm_matmul_bwd(og, NULL, kc->scores, NULL, Vg, rep, D, n);
         }
-        slm_matmul_fwd(kc->x, kc->att, p + vw[4].offset, 1, C, C, true);
-        slm_rmsnorm_fwd(kc->ln, kc->rstd, kc->x, p + vw[5].offset, 1, C, eps);
-        slm_matmul_fwd(kc->gate, kc->ln, p + vw[6].offset, 1, C, F, false);
-        slm_matmul_fwd(kc->up, kc->ln, p + vw[7].offset, 1, C, F, false);
+        slm_matmul_fwd(kc->x, kc->att, p + vw[BV_O].offset, 1, C, C, true);
+        slm_rmsnorm_fwd(kc->ln, kc->rstd, kc->x, p + vw[BV_LN2].offset, 1, C, eps);
+        slm_matmul_fwd(kc->gate, kc->ln, p + vw[BV_GATE].offset, 1, C, F, false);
+        slm_matmul_fwd(kc->up, kc->ln, p + vw[BV_UP].offset, 1, C, F, false);
         slm_swiglu_fwd(kc->h, kc->gate, kc->up, 1, F);
-        slm_matmul_fwd(kc->x, kc->h, p + vw[8].offset, 1, F, C, true);
+        slm_matmul_fwd(kc->x, kc->h, p + vw[BV_DOWN].offset, 1, F, C, true);
         if (m->hooks.post_forward) m->hooks.post_forward(m->hooks.ctx, l);
     }
     const float *root = m->params[L];
-    slm_rmsnorm_fwd(kc->ln, kc->rstd, kc->x, root + rv[1].offset, 1, C, eps);
-    const float *Wlm = root + (c->tie_word_embeddings ? rv[0].offset : rv[2].offset);
+    slm_rmsnorm_fwd(kc->ln, kc->rstd, kc->x, root + rv[RV_NORM].offset, 1, C, eps);
+    const float *Wlm = root + (c->tie_word_embeddings ? rv[RV_EMB].offset : rv[RV_LM].offset);
     slm_matmul_fwd(logits, kc->ln, Wlm, 1, C, V, false);
     if (m->hooks.post_forward) m->hooks.post_forward(m->hooks.ctx, L);
 }

@@ -4,7 +4,7 @@
 // Shapes: N = B*T token rows, C hidden, H heads, KV kv heads, D = C/H head dim, F ffn, V vocab.
 // Every tensor of a block is [N, features] row-major, so q_proj's output [N, H*D] is already the
 // [B, T, H, D] layout the attention kernel takes: no transposes anywhere.
-#include "model.h"
+#include "model_internal.h"
 
 #include "kernels/kernels.h"
 
@@ -12,10 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-// View indices inside a block unit and the root unit (HF order).
-enum { BV_LN1, BV_Q, BV_K, BV_V, BV_O, BV_LN2, BV_GATE, BV_UP, BV_DOWN, BV_COUNT };
-enum { RV_EMB, RV_NORM, RV_LM };
 
 // Saved activations of one block (per layer, or one shared set under activation checkpointing).
 typedef struct block_acts {

@@ -59,6 +59,13 @@ slm_status slm_llama_config_resolve(const char *spec, slm_llama_config *c);
 slm_status slm_llama_config_validate(const slm_llama_config *c);
 // Writes an HF-compatible config.json (architectures: LlamaForCausalLM) atomically.
 slm_status slm_llama_config_save(const slm_llama_config *c, const char *path);
+// Adds the config's fields to the cJSON object `o` (the one JSON form of a config; every float
+// as the shortest decimal that reads back to the same float). With `hf`, also the fields HF's
+// LlamaConfig expects (architectures, model_type, hidden_act, rope_parameters, rope_scaling,
+// attention_bias, mlp_bias, torch_dtype): config.json. Without: the 11 fields of a checkpoint
+// manifest's model_config. Both read back with slm_llama_config_parse.
+struct cJSON;
+void slm_llama_config_to_json(const slm_llama_config *c, bool hf, struct cJSON *o);
 // Parameter counts: all parameters / matmul parameters (incl. lm_head; embedding excluded),
 // the N of the MFU formula 6N + 12 L C T.
 int64_t slm_llama_n_params(const slm_llama_config *c);

@@ -11,12 +11,13 @@
 // by the model's serial number so a thread may switch between tokenizers safely.
 #include "tokenizer/bpe.h"
 
-#include <cjson/cJSON.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "base/json.h"
 
 const char slm_bpe_gpt2_regex[] =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
@@ -243,14 +244,6 @@ void slm_bpe_free(void *impl) {
 // Largest id accepted in a tokenizer.json (keeps a corrupt file from allocating gigabytes).
 #define BPE_MAX_IDS (1 << 22)
 
-static bool json_absent_or_null(const cJSON *x) {
-    return !x || cJSON_IsNull(x);
-}
-
-static bool json_true(const cJSON *x) {
-    return x && cJSON_IsTrue(x);
-}
-
 static const char *json_type_name(const cJSON *obj) {
     const cJSON *ty = cJSON_GetObjectItemCaseSensitive(obj, "type");
     return cJSON_IsString(ty) ? ty->valuestring : NULL;
@@ -259,7 +252,7 @@ static const char *json_type_name(const cJSON *obj) {
 static slm_status check_bytelevel(const char *path, const char *field, const cJSON *bl,
                                   bool want_regex) {
     const cJSON *ap = cJSON_GetObjectItemCaseSensitive(bl, "add_prefix_space");
-    if (json_true(ap))
+    if (slm_json_true(ap))
         return slm_fail(SLM_E_UNSUPPORTED,
                         "%s: %s.add_prefix_space is true; shardlm implements only false (a "
                         "prefix space would not round-trip)",
@@ -274,7 +267,7 @@ static slm_status check_bytelevel(const char *path, const char *field, const cJS
 
 // Accepts ByteLevel(use_regex) or Sequence[Split(Regex, Isolated), ByteLevel(no regex)].
 static slm_status parse_pre_tokenizer(const char *path, const cJSON *pt, bpe_model *m) {
-    if (json_absent_or_null(pt))
+    if (slm_json_absent_or_null(pt))
         return slm_fail(SLM_E_UNSUPPORTED,
                         "%s: pre_tokenizer is null; shardlm implements byte-level BPE with a "
                         "ByteLevel pre-tokenizer",
@@ -309,7 +302,7 @@ static slm_status parse_pre_tokenizer(const char *path, const cJSON *pt, bpe_mod
                             "%s: pre_tokenizer.pretokenizers[0].behavior: shardlm implements "
                             "only \"Isolated\"",
                             path);
-        if (json_true(cJSON_GetObjectItemCaseSensitive(sp, "invert")))
+        if (slm_json_true(cJSON_GetObjectItemCaseSensitive(sp, "invert")))
             return slm_fail(SLM_E_UNSUPPORTED,
                             "%s: pre_tokenizer.pretokenizers[0].invert: true is not implemented",
                             path);
@@ -332,19 +325,19 @@ static slm_status parse_model_options(const char *path, const cJSON *model, bpe_
         return slm_fail(SLM_E_UNSUPPORTED,
                         "%s: model.type is \"%s\"; shardlm reads byte-level \"BPE\" only", path,
                         ty);
-    if (json_true(cJSON_GetObjectItemCaseSensitive(model, "byte_fallback")))
+    if (slm_json_true(cJSON_GetObjectItemCaseSensitive(model, "byte_fallback")))
         return slm_fail(SLM_E_UNSUPPORTED, "%s: model.byte_fallback true is not implemented", path);
     const cJSON *dr = cJSON_GetObjectItemCaseSensitive(model, "dropout");
-    if (!json_absent_or_null(dr) && !(cJSON_IsNumber(dr) && dr->valuedouble == 0.0))
+    if (!slm_json_absent_or_null(dr) && !(cJSON_IsNumber(dr) && dr->valuedouble == 0.0))
         return slm_fail(SLM_E_UNSUPPORTED, "%s: model.dropout: BPE dropout is not implemented",
                         path);
     const char *affix[2] = {"continuing_subword_prefix", "end_of_word_suffix"};
     for (int i = 0; i < 2; i++) {
         const cJSON *x = cJSON_GetObjectItemCaseSensitive(model, affix[i]);
-        if (!json_absent_or_null(x) && !(cJSON_IsString(x) && x->valuestring[0] == 0))
+        if (!slm_json_absent_or_null(x) && !(cJSON_IsString(x) && x->valuestring[0] == 0))
             return slm_fail(SLM_E_UNSUPPORTED, "%s: model.%s is not implemented", path, affix[i]);
     }
-    m->ignore_merges = json_true(cJSON_GetObjectItemCaseSensitive(model, "ignore_merges"));
+    m->ignore_merges = slm_json_true(cJSON_GetObjectItemCaseSensitive(model, "ignore_merges"));
     const cJSON *unk = cJSON_GetObjectItemCaseSensitive(model, "unk_token");
     if (cJSON_IsString(unk)) m->unk_token = slm_xstrdup(unk->valuestring);
     return SLM_OK;
@@ -352,12 +345,12 @@ static slm_status parse_model_options(const char *path, const cJSON *model, bpe_
 
 static slm_status get_id(const char *path, const char *field, int idx, const cJSON *v,
                          int32_t *out) {
-    if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble >= BPE_MAX_IDS ||
-        v->valuedouble != (double)(int32_t)v->valuedouble)
-        return slm_fail(SLM_E_FORMAT, "%s: %s[%d]: expected an integer id in [0, %d)", path, field,
-                        idx, BPE_MAX_IDS);
-    *out = (int32_t)v->valuedouble;
-    return SLM_OK;
+    char name[64];
+    snprintf(name, sizeof name, "%s[%d]", field, idx);
+    double d = 0;
+    slm_status st = slm_json_check_num(path, name, v, 0, BPE_MAX_IDS - 1, true, &d);
+    if (!st) *out = (int32_t)d;
+    return st;
 }
 
 // First added token whose content is one of `names`, or -1.
@@ -400,7 +393,7 @@ static slm_status parse_vocab(const char *path, const cJSON *vocab, const cJSON 
                               bpe_model *m) {
     if (!cJSON_IsObject(vocab))
         return slm_fail(SLM_E_FORMAT, "%s: model.vocab: expected an object {token: id}", path);
-    if (!json_absent_or_null(added) && !cJSON_IsArray(added))
+    if (!slm_json_absent_or_null(added) && !cJSON_IsArray(added))
         return slm_fail(SLM_E_FORMAT, "%s: added_tokens: expected an array", path);
     int32_t max_id = -1;
     int idx = 0;
@@ -423,7 +416,7 @@ static slm_status parse_vocab(const char *path, const cJSON *vocab, const cJSON 
                             "%s: added_tokens[%d].content: expected a non-empty string", path, idx);
         const char *opt[3] = {"lstrip", "rstrip", "single_word"};
         for (int k = 0; k < 3; k++)
-            if (json_true(cJSON_GetObjectItemCaseSensitive(it, opt[k])))
+            if (slm_json_true(cJSON_GetObjectItemCaseSensitive(it, opt[k])))
                 return slm_fail(SLM_E_UNSUPPORTED,
                                 "%s: added_tokens[%d].%s true is not implemented", path, idx,
                                 opt[k]);
@@ -455,7 +448,7 @@ static slm_status parse_vocab(const char *path, const cJSON *vocab, const cJSON 
                             path, idx, id, content, m->piece[id]);
         if (!m->piece[id]) m->piece[id] = slm_xstrdup(content);
         m->flags[id] |= BPE_ADDED;
-        if (json_true(cJSON_GetObjectItemCaseSensitive(it, "special"))) m->flags[id] |= BPE_SPECIAL;
+        if (slm_json_true(cJSON_GetObjectItemCaseSensitive(it, "special"))) m->flags[id] |= BPE_SPECIAL;
         idx++;
     }
     m->added_ids = slm_xcalloc((size_t)idx + 1, sizeof *m->added_ids);
@@ -561,7 +554,7 @@ slm_status slm_bpe_load_json(const char *path, const char *data, size_t len, slm
     }
     if ((st = parse_model_options(path, model, m))) goto out;
     const cJSON *norm = cJSON_GetObjectItemCaseSensitive(root, "normalizer");
-    if (!json_absent_or_null(norm)) {
+    if (!slm_json_absent_or_null(norm)) {
         const char *ty = json_type_name(norm);
         st = slm_fail(SLM_E_UNSUPPORTED,
                       "%s: normalizer \"%s\": shardlm implements only null for "
@@ -570,7 +563,7 @@ slm_status slm_bpe_load_json(const char *path, const char *data, size_t len, slm
         goto out;
     }
     const cJSON *dec = cJSON_GetObjectItemCaseSensitive(root, "decoder");
-    if (!json_absent_or_null(dec) &&
+    if (!slm_json_absent_or_null(dec) &&
         (!json_type_name(dec) || strcmp(json_type_name(dec), "ByteLevel"))) {
         st = slm_fail(SLM_E_UNSUPPORTED, "%s: decoder.type \"%s\": shardlm implements ByteLevel",
                       path, json_type_name(dec) ? json_type_name(dec) : "?");

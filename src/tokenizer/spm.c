@@ -261,8 +261,7 @@ static slm_status parse_piece(pb_reader *r, raw_spec *s) {
             st = pb_expect(r, f, wt, PB_I32, "score");
             if (!st) st = pb_fixed(r, 4, b, "score");
             if (!st) {
-                uint32_t u = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 |
-                             (uint32_t)b[3] << 24;
+                uint32_t u = slm_get_le32(b);
                 memcpy(&score, &u, 4);
             }
         } else if (f == 3) {

@@ -74,22 +74,27 @@ slm_status slm_tokenizer_encode(const slm_tokenizer *t, const char *text, size_t
                                        : slm_spm_encode(t, text, len, flags, out);
 }
 
-slm_status slm_tokenizer_decode(const slm_tokenizer *t, const int32_t *ids, size_t n,
-                                slm_buf *out) {
+// Every id in [0, vocab_size). Errors: SLM_E_ARG naming the first id outside and its position.
+static slm_status check_ids(const slm_tokenizer *t, const int32_t *ids, size_t n) {
     for (size_t i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= t->vocab_size)
             return slm_fail(SLM_E_ARG, "tokenizer decode: id %d at position %zu is outside [0, %d)",
                             ids[i], i, t->vocab_size);
+    return SLM_OK;
+}
+
+slm_status slm_tokenizer_decode(const slm_tokenizer *t, const int32_t *ids, size_t n,
+                                slm_buf *out) {
+    slm_status st = check_ids(t, ids, n);
+    if (st) return st;
     return t->type == SLM_TOK_BYTE_BPE ? slm_bpe_decode(t, ids, n, out)
                                        : slm_spm_decode(t, ids, n, out);
 }
 
 slm_status slm_tokenizer_decode_bytes(const slm_tokenizer *t, const int32_t *ids, size_t n,
                                       slm_buf *out) {
-    for (size_t i = 0; i < n; i++)
-        if (ids[i] < 0 || ids[i] >= t->vocab_size)
-            return slm_fail(SLM_E_ARG, "tokenizer decode: id %d at position %zu is outside [0, %d)",
-                            ids[i], i, t->vocab_size);
+    slm_status st = check_ids(t, ids, n);
+    if (st) return st;
     return t->type == SLM_TOK_BYTE_BPE ? slm_bpe_decode(t, ids, n, out)
                                        : slm_spm_decode_ex(t, ids, n, true, out);
 }

@@ -118,6 +118,14 @@ typedef struct slm_bpe_train_opts {
 // Source: Sennrich et al. 2016 (BPE); Radford et al. 2019 (GPT-2 byte-level BPE).
 slm_status slm_bpe_train(const slm_bpe_train_opts *opts, slm_tokenizer **out);
 
+// Parses one line of whitespace-separated (space, tab, CR) token ids in [0, vocab) from `s`,
+// up to its NUL or first '\n', into `ids` (cleared first). `what` prefixes messages with the
+// source and line ("ids.txt:3"); columns count from 1; `vocab_name` names the range ("the
+// model's vocabulary"). Errors: SLM_E_FORMAT "WHAT:COL: expected a token id, found 'x'";
+// SLM_E_ARG "WHAT:COL: token id N is outside VOCAB_NAME [0, vocab)".
+slm_status slm_token_ids_parse_line(const char *what, const char *s, int32_t vocab,
+                                    const char *vocab_name, slm_ivec *ids);
+
 // Writes a byte-level BPE tokenizer as a Hugging Face tokenizer.json (model BPE, vocab, merges,
 // ByteLevel pre-tokenizer and decoder, added_tokens) atomically.
 // Errors: SLM_E_IO; SLM_E_UNSUPPORTED for a SentencePiece tokenizer.

@@ -1,7 +1,5 @@
 // Evaluation: mean loss / perplexity on a prepared split or on a file of token ids, and the
 // unigram entropy of a split (the quick start's yardstick). Contracts in train.h.
-#include <ctype.h>
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,31 +69,6 @@ slm_status slm_eval_split(slm_llama *m, const char *data_dir, const char *split,
     return st;
 }
 
-// Parses one line of whitespace-separated non-negative integers into `ids`.
-static slm_status parse_ids_line(const char *path, int64_t lineno, const char *s, slm_ivec *ids,
-                                 int32_t vocab) {
-    const char *p = s;
-    ids->len = 0;
-    for (;;) {
-        while (*p == ' ' || *p == '\t' || *p == '\r') p++;
-        if (!*p || *p == '\n') break;
-        if (!isdigit((unsigned char)*p))
-            return slm_fail(SLM_E_FORMAT, "%s:%lld:%lld: expected a token id, found '%c'", path,
-                            (long long)lineno, (long long)(p - s) + 1, *p);
-        errno = 0;
-        char *end = NULL;
-        long long x = strtoll(p, &end, 10);
-        if (errno || x >= vocab)
-            return slm_fail(SLM_E_ARG, "%s:%lld:%lld: token id %.*s is outside the model's "
-                                       "vocabulary [0, %d)",
-                            path, (long long)lineno, (long long)(p - s) + 1,
-                            (int)(end - p > 24 ? 24 : end - p), p, vocab);
-        slm_ivec_push(ids, (int32_t)x);
-        p = end;
-    }
-    return SLM_OK;
-}
-
 slm_status slm_eval_token_ids(slm_llama *m, const char *path, slm_eval_result *res) {
     char *text = NULL;
     size_t len = 0;
@@ -112,7 +85,9 @@ slm_status slm_eval_token_ids(slm_llama *m, const char *path, slm_eval_result *r
     for (char *line = text; line && *line;) {
         char *nl = strchr(line, '\n');
         lineno++;
-        st = parse_ids_line(path, lineno, line, &ids, m->cfg.vocab_size);
+        char what[4200];
+        snprintf(what, sizeof what, "%s:%lld", path, (long long)lineno);
+        st = slm_token_ids_parse_line(what, line, m->cfg.vocab_size, "the model's vocabulary", &ids);
         if (st) goto out;
         line = nl ? nl + 1 : NULL;
         if (ids.len < 2) continue;
@@ -155,77 +130,5 @@ out:
 
 slm_status slm_unigram_entropy(const char *data_dir, const char *split, double *nats,
                                int64_t *n_tokens) {
-    slm_dataset ds;
-    slm_status st = slm_dataset_open(data_dir, &ds);
-    if (st) return st;
-    const slm_split_info *si = !strcmp(split, "train") ? &ds.train
-                               : !strcmp(split, "val") ? &ds.val
-                                                       : NULL;
-    if (!si) {
-        slm_dataset_free(&ds);
-        return slm_fail(SLM_E_ARG, "unknown split \"%s\" (train or val)", split);
-    }
-    uint64_t *count = slm_xcalloc((size_t)ds.vocab_size, sizeof(uint64_t));
-    uint64_t total = 0;
-    for (int s = 0; s < si->n_shards && !st; s++) {
-        char *p = slm_path_join(ds.dir, si->shards[s].file);
-        slm_map map = {0};
-        slm_shard_header h;
-        const slm_shard_info *sh = &si->shards[s];
-        st = slm_map_file(p, &map);
-        // The loader's checks: size and whole-file XXH64 against manifest.json, then the shard's
-        // own header, payload hash and token range (slm_shard_verify).
-        if (!st && map.len != sh->bytes)
-            st = slm_fail(SLM_E_FORMAT,
-                          "%s: file is %zu bytes, manifest says %llu (truncated or replaced); "
-                          "HINT: rerun shardlm prep",
-                          p, map.len, (unsigned long long)sh->bytes);
-        if (!st) {
-            uint64_t fh = slm_xxh64(map.data, map.len, 0);
-            if (fh != sh->xxh64) {
-                char a[17], b[17];
-                slm_hex64(sh->xxh64, a);
-                slm_hex64(fh, b);
-                st = slm_fail(SLM_E_CHECKSUM,
-                              "%s: checksum mismatch (manifest xxh64 %s, file %s): the shard is "
-                              "corrupt; HINT: rerun shardlm prep",
-                              p, a, b);
-            }
-        }
-        if (!st) st = slm_shard_verify(p, map.data, map.len, (uint32_t)ds.vocab_size, &h);
-        if (!st) {
-            const uint8_t *d = map.data + SLM_SHARD_HEADER_BYTES;
-            for (uint64_t i = 0; i < h.n_tokens; i++) {
-                uint32_t tkn;
-                if (h.token_bytes == 2)
-                    tkn = (uint32_t)d[2 * i] | (uint32_t)d[2 * i + 1] << 8;
-                else
-                    tkn = (uint32_t)d[4 * i] | (uint32_t)d[4 * i + 1] << 8 |
-                          (uint32_t)d[4 * i + 2] << 16 | (uint32_t)d[4 * i + 3] << 24;
-                if (tkn >= (uint32_t)ds.vocab_size) {
-                    st = slm_fail(SLM_E_FORMAT, "%s: token %llu is %u, vocab_size %d", p,
-                                  (unsigned long long)i, tkn, ds.vocab_size);
-                    break;
-                }
-                count[tkn]++;
-            }
-            total += h.n_tokens;
-        }
-        slm_map_free(&map);
-        free(p);
-    }
-    if (!st && total == 0) st = slm_fail(SLM_E_FORMAT, "%s: split \"%s\" is empty", data_dir, split);
-    if (!st) {
-        double hsum = 0;
-        for (int32_t v = 0; v < ds.vocab_size; v++)
-            if (count[v]) {
-                double pv = (double)count[v] / (double)total;
-                hsum -= pv * log(pv);
-            }
-        *nats = hsum;
-        if (n_tokens) *n_tokens = (int64_t)total;
-    }
-    free(count);
-    slm_dataset_free(&ds);
-    return st;
+    return slm_split_unigram_entropy(data_dir, split, nats, n_tokens);
 }

@@ -40,13 +40,11 @@ static char *file_in(const char *dir, const char *name) {
 static char *run_dir_of_step(const char *step) {
     char real[PATH_MAX];
     if (!realpath(step, real)) return NULL;
-    char *slash = strrchr(real, '/');
-    if (!slash || slash == real) return NULL;
-    *slash = 0; // real = .../checkpoints
-    slash = strrchr(real, '/');
-    if (!slash || strcmp(slash + 1, "checkpoints")) return NULL;
-    *slash = 0; // real = RUN_DIR
-    return slm_xstrdup(slash == real ? "/" : real);
+    char *root = slm_path_parent(real); // .../checkpoints
+    const char *base = strrchr(root, '/');
+    char *run = base && !strcmp(base + 1, "checkpoints") ? slm_path_parent(root) : NULL;
+    free(root);
+    return run;
 }
 
 // RUN_DIR/NAME, the tokenizer copy a checkpoint recorded; warns when it is missing.

@@ -24,18 +24,7 @@ static inline char *tu_mkdtemp(void) {
 
 // Removes a flat directory (files only) and frees the path.
 static inline void tu_rmdir(char *dir) {
-    DIR *d = opendir(dir);
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d))) {
-            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-            char *p = slm_path_join(dir, e->d_name);
-            unlink(p);
-            free(p);
-        }
-        closedir(d);
-    }
-    rmdir(dir);
+    slm_rmdir_flat_quiet(dir);
     free(dir);
 }
 

@@ -2,6 +2,7 @@
 // packed by hand here, hash from the xxHash library directly), round trips, and every corruption
 // the loader must refuse at open with a message naming the file.
 #include <fcntl.h>
+#include <math.h>
 #include <sys/stat.h>
 #include <xxhash.h>
 
@@ -301,6 +302,41 @@ static void test_manifest_malformed(void) {
     tu_rmdir(dir);
 }
 
+// One verified open (issue 9 item 4): the loader and the unigram entropy go through
+// slm_shard_open_verified; its mapping is released on every error.
+static void test_open_verified_and_entropy(void) {
+    char *dir = tu_mkdtemp();
+    CHECK_OK(tu_make_dataset(dir, SIZES, 2, 0, 1000, 0));
+    slm_dataset ds;
+    CHECK_OK(slm_dataset_open(dir, &ds));
+    slm_map map = {0};
+    slm_shard_header h;
+    CHECK_OK(slm_shard_open_verified(&ds, &ds.train.shards[1], &map, &h));
+    CHECK(map.len == SLM_SHARD_HEADER_BYTES + 2 * 60 && h.n_tokens == 60 && h.token_bytes == 2);
+    // The second shard continues the stream 0, 1, ...: its first token is 50.
+    CHECK_EQ_INT(slm_shard_token(map.data + SLM_SHARD_HEADER_BYTES, h.token_bytes, 0), 50);
+    CHECK_EQ_INT(slm_shard_token(map.data + SLM_SHARD_HEADER_BYTES, h.token_bytes, 59), 109);
+    slm_map_free(&map);
+    // 110 distinct tokens, once each: H = ln 110.
+    double nats = 0;
+    int64_t n = 0;
+    CHECK_OK(slm_split_unigram_entropy(dir, "train", &nats, &n));
+    CHECK_EQ_INT(n, 110);
+    CHECK_CLOSE(nats, log(110.0), 1e-12, 0);
+    CHECK_EQ_INT(slm_split_unigram_entropy(dir, "test", &nats, &n), SLM_E_ARG);
+    // A corrupt shard: the same checksum refusal as the loader's, nothing left mapped.
+    char *p = slm_path_join(dir, "train_0001.bin");
+    patch_byte(p, 64 + 17, 0x01);
+    CHECK_EQ_INT(slm_shard_open_verified(&ds, &ds.train.shards[1], &map, &h), SLM_E_CHECKSUM);
+    CHECK(map.data == NULL && map.len == 0);
+    CHECK_EQ_INT(slm_split_unigram_entropy(dir, "train", &nats, &n), SLM_E_CHECKSUM);
+    CHECK_MSG(strstr(slm_errmsg(), "train_0001.bin") && strstr(slm_errmsg(), "HINT: rerun"), "%s",
+              slm_errmsg());
+    free(p);
+    slm_dataset_free(&ds);
+    tu_rmdir(dir);
+}
+
 int main(void) {
     RUN(test_layout_u16);
     RUN(test_layout_u16_edge);
@@ -315,5 +351,6 @@ int main(void) {
     RUN(test_missing_shard_and_tokenizer);
     RUN(test_manifest_missing);
     RUN(test_manifest_malformed);
+    RUN(test_open_verified_and_entropy);
     return TEST_SUMMARY();
 }

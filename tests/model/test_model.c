@@ -4,6 +4,8 @@
 #include "model/model.h"
 #include "test.h"
 
+#include <cjson/cJSON.h>
+
 #include <omp.h>
 #include <unistd.h>
 
@@ -622,12 +624,35 @@ static void test_decode_matches_forward(void) {
     }
 }
 
+// The one JSON form of a config (issue 9 item 4): the manifest form (11 fields) and the HF
+// config.json form both read back to the same config, floats written shortest ("1e-05").
+static void test_config_to_json(void) {
+    slm_llama_config c = small_cfg(97, 40, 72, 2, 4, 2, true), back;
+    c.rms_norm_eps = 1e-5f;
+    c.rope_theta = 500000.0f;
+    c.initializer_range = 0.02f;
+    for (int hf = 0; hf < 2; hf++) {
+        cJSON *o = cJSON_CreateObject();
+        slm_llama_config_to_json(&c, hf, o);
+        CHECK_EQ_INT(cJSON_GetArraySize(o), hf ? 19 : 11);
+        CHECK(cJSON_IsString(cJSON_GetObjectItem(o, "model_type")) == (hf == 1));
+        char *txt = cJSON_PrintUnformatted(o);
+        CHECK_MSG(strstr(txt, "\"rms_norm_eps\":1e-05") && strstr(txt, "\"initializer_range\":0.02"),
+                  "%s", txt);
+        CHECK_OK(slm_llama_config_parse(txt, strlen(txt), "to_json", &back));
+        CHECK(cfg_equal(&c, &back));
+        free(txt);
+        cJSON_Delete(o);
+    }
+}
+
 int main(void) {
     snprintf(g_tmpdir, sizeof g_tmpdir, "/tmp/slm_test_model_XXXXXX");
     if (!mkdtemp(g_tmpdir)) return 1;
     RUN(test_presets);
     RUN(test_validate_errors);
     RUN(test_config_json);
+    RUN(test_config_to_json);
     RUN(test_config_rope);
     RUN(test_layout);
     RUN(test_init);
