@@ -15,6 +15,7 @@
 #include "kernels/kernels.h"
 #include "train/train.h"
 #include "train/train_internal.h"
+#include "train/modeldir.h"
 #include "ckpt/ckpt.h"
 
 static volatile sig_atomic_t g_stop = 0;
@@ -194,7 +195,6 @@ typedef struct run_state {
     slm_decay_range **ranges; // per unit: one range per view
     int32_t *win, *inp, *tgt; // [K][B, T+1], [B, T], [B, T]
     FILE *jsonl;
-    char *model_path;
     slm_ckpt_sched *ckpt; // checkpoint schedule + saver (NULL without out_dir)
     char *resume_path;    // checkpoint to resume from (NULL: fresh start)
     slm_rundir *rundir;   // rank 0 with out_dir: holds the run directory's lock
@@ -208,7 +208,6 @@ static void run_state_free(run_state *r) {
     free(r->m), free(r->v), free(r->ranges);
     free(r->win), free(r->inp), free(r->tgt);
     if (r->jsonl) fclose(r->jsonl);
-    free(r->model_path);
     if (r->train_l) slm_loader_free(r->train_l);
     if (r->val_l) slm_loader_free(r->val_l);
     if (r->tok) slm_tokenizer_free(r->tok);
@@ -258,20 +257,14 @@ static slm_status check_memory(const slm_train_opts *o, const slm_llama_config *
         staging /= S;
     }
     double acts = slm_llama_act_bytes_estimate(cfg, o->B, o->T, o->activation_checkpointing);
-    // Under FSDP the end of the run all-gathers the full fp32 weights on every rank for
-    // model.bin (there is no bounded path for it): counted, so a run that could not write its
-    // model.bin is refused up front rather than aborted after training.
-    double gather = W > 1 && o->out_dir ? n * sizeof(float) : 0;
     slm_mem_info mi;
     slm_mem_probe(&mi);
-    double need = state + acts + gather, avail = mi.bytes;
-    char a[32], b[32], c[32], d[32], e[32], g[32];
+    double need = state + acts, avail = mi.bytes;
+    char a[32], b[32], c[32], d[32], e[32];
     if (avail <= 0 || need <= avail) {
         slm_info("memory: about %s per process (%s of parameters, gradients and AdamW state, %s "
-                 "of activations%s%s%s%s%s); %s available (%s)",
+                 "of activations%s%s%s); %s available (%s)",
                  slm_fmt_bytes(need, a), slm_fmt_bytes(state, b), slm_fmt_bytes(acts, c),
-                 gather > 0 ? ", model.bin's gather of the full weights " : "",
-                 gather > 0 ? slm_fmt_bytes(gather, g) : "",
                  o->out_dir ? ", plus " : "", o->out_dir ? slm_fmt_bytes(staging, e) : "",
                  o->out_dir ? " for a checkpoint's staging copy" : "",
                  avail > 0 ? slm_fmt_bytes(avail, d) : "unknown", mi.limit_name);
@@ -286,13 +279,11 @@ static slm_status check_memory(const slm_train_opts *o, const slm_llama_config *
     return slm_fail(SLM_E_NOMEM,
                     "model %s (%.3g parameters) with --batch %d --seq %d needs about %s of memory "
                     "per process (%s of parameters, gradients and AdamW state, %s of "
-                    "activations%s%s), more than the %s available (%s); "
+                    "activations), more than the %s available (%s); "
                     "reduce --batch or --seq, use a smaller model%s or train with FSDP over "
                     "more ranks (mpirun)",
                     o->model ? o->model : "(default)", n, o->B, o->T, slm_fmt_bytes(need, a),
-                    slm_fmt_bytes(state, b), slm_fmt_bytes(acts, c),
-                    gather > 0 ? ", model.bin's gather of the full weights " : "",
-                    gather > 0 ? slm_fmt_bytes(gather, g) : "", slm_fmt_bytes(avail, d),
+                    slm_fmt_bytes(state, b), slm_fmt_bytes(acts, c), slm_fmt_bytes(avail, d),
                     mi.limit_name, o->activation_checkpointing ? "" : ", add --activation-checkpointing");
 }
 
@@ -512,27 +503,20 @@ slm_status slm_train_run(const slm_train_opts *o, slm_train_result *res) {
     if (o->out_dir && RANK == 0) {
         // A fresh run never mixes with an earlier run's files: its checkpoints would be resumed
         // by a later --resume auto (refused unless --train-from-scratch moves them aside; they
-        // are never deleted), and its model.bin would pair with the new config.json if this run
-        // failed before saving (removed). Not a run directory, or locked by another run:
-        // refused (slm_rundir_prepare).
+        // are never deleted). Not a run directory, or locked by another run: refused
+        // (slm_rundir_prepare).
         st = slm_rundir_prepare(o, &r.rundir, &r.resume_path);
         if (st) goto run_dir_done;
         if (r.resume_path && r.ds_open) { // before the dataset's tokenizer replaces the run's
             st = slm_train_check_resume_tokenizer(o->out_dir, r.resume_path, &r.ds);
             if (st) goto run_dir_done;
         }
-        char *p = slm_path_join(o->out_dir, "model.bin");
-        if (!r.resume_path && remove(p) != 0 && errno != ENOENT)
-            st = slm_fail(SLM_E_IO, "%s: cannot remove the earlier run's weights: %s", p,
-                          strerror(errno));
-        free(p);
-        if (st) goto run_dir_done;
-        p = slm_path_join(o->out_dir, "config.json");
+        char *p = slm_path_join(o->out_dir, "config.json");
         st = slm_llama_config_save(&cfg, p);
         free(p);
         if (st) goto run_dir_done;
         if (r.tok) {
-            // Under its canonical name, where slm_run_open looks for it.
+            // Under its canonical name, where slm_model_dir_open looks for it.
             p = slm_path_join(o->out_dir, slm_tokenizer_type(r.tok) == SLM_TOK_SPM_BPE
                                               ? "tokenizer.model"
                                               : "tokenizer.json");
@@ -545,7 +529,6 @@ slm_status slm_train_run(const slm_train_opts *o, slm_train_result *res) {
         if (!r.jsonl) st = slm_fail(SLM_E_IO, "%s: cannot open for writing", p);
         free(p);
         if (st) goto run_dir_done;
-        r.model_path = slm_path_join(o->out_dir, "model.bin");
     }
 run_dir_done:
     // Rank 0 alone writes the run directory; the others learn of its failure here.
@@ -635,7 +618,7 @@ run_dir_done:
         slm_llama full;
         st = slm_llama_init(&full, &cfg, true);
         if (!st) {
-            st = slm_hf_load(&full, o->init_from_hf);
+            st = slm_model_dir_init_weights(o->init_from_hf, &full);
             for (int u = 0; !st && u < NU; u++) slm_fsdp_load_unit(&r.fsdp, u, full.params[u]);
             slm_llama_free(&full);
         }
@@ -643,7 +626,7 @@ run_dir_done:
         if (st) goto out;
         slm_info("initial weights from %s", o->init_from_hf);
     } else if (o->init_from_hf) {
-        st = slm_hf_load(&r.model, o->init_from_hf);
+        st = slm_model_dir_init_weights(o->init_from_hf, &r.model);
         if (st) goto out;
         slm_info("initial weights from %s", o->init_from_hf);
     }
@@ -876,26 +859,6 @@ run_dir_done:
         if (RANK == 0) printf("step %6lld | val loss %.4f\n", (long long)step, er.loss);
         fflush(stdout);
     }
-    if (r.dp && o->out_dir) {
-        // All ranks all-gather each unit's masters; rank 0 writes them as model.bin.
-        float **full = slm_xcalloc((size_t)NU, sizeof(float *)), **keep = r.model.params;
-        for (int u = 0; u < NU; u++) {
-            full[u] = slm_xaligned((size_t)r.model.units[u].numel * sizeof(float));
-            slm_fsdp_gather_unit(&r.fsdp, u, full[u]);
-        }
-        r.model.params = full;
-        if (r.model_path) st = slm_model_save(&r.model, r.model_path);
-        r.model.params = keep;
-        for (int u = 0; u < NU; u++) free(full[u]);
-        free(full);
-        st = slm_dist_agree(st);
-        if (st) goto out;
-        if (r.model_path) slm_info("saved %s (step %lld)", r.model_path, (long long)step);
-    } else if (r.model_path) {
-        st = slm_model_save(&r.model, r.model_path);
-        if (st) goto out;
-        slm_info("saved %s (step %lld)", r.model_path, (long long)step);
-    }
     if (r.jsonl) {
         slm_buf b = {0};
         slm_buf_appendf(&b, "{\"event\":\"end\",\"steps\":%lld", (long long)step);
@@ -917,9 +880,9 @@ run_dir_done:
         res->flops_per_token = fpt;
     }
     if (interrupted)
-        st = slm_fail(SLM_E_INTERRUPTED, "interrupted by a signal after step %lld%s%s",
-                      (long long)step, r.model_path ? "; model saved to " : "",
-                      r.model_path ? r.model_path : "");
+        st = slm_fail(SLM_E_INTERRUPTED, "interrupted by a signal after step %lld%s%s%s",
+                      (long long)step, o->out_dir ? "; checkpoint saved under " : "",
+                      o->out_dir ? o->out_dir : "", o->out_dir ? "/checkpoints" : "");
 out:
     // A save that finished writing is committed on an error exit too: every rank gets here
     // together in a world of one and after a non-finite loss (agreed by the all-reduce);

@@ -5,15 +5,13 @@
 //
 // A run directory (written by training, read by eval and generate) holds:
 //   config.json    HF LlamaConfig (model/ writes and reads it)
-//   model.bin      the weights, unit by unit (format below); the checkpoint issue replaces it
 //   tokenizer.json / tokenizer.model   copied from the dataset
 //   metrics.jsonl  one JSON object per line: {"event":"start",...}, {"event":"step",...},
 //                  {"event":"eval",...}, {"event":"end",...}
 //   run.lock       flock'ed by rank 0 for the whole run; "pid P on host H" of the holder
-//   checkpoints/   step_N/ checkpoints and `latest` (src/ckpt/ckpt.h)
-// model.bin: 64-byte header — magic "SLMMODL1", u32 version (1), u32 n_units, u64 total
-// elements, u64 XXH64 of the payload, zero padding — then u64 numel[n_units], then every unit's
-// FlatParameter as little-endian f32 in unit order (blocks 0..L-1, then the root).
+//   checkpoints/   step_N/ checkpoints and `latest` (src/ckpt/ckpt.h): the run's weights;
+//                  every run with a run directory ends with one (also when stopped)
+// Readers open it through train/modeldir.h.
 //
 // Invariants: the same options, seed and thread count give bitwise-identical losses and
 // weights. The loop checks a stop flag (set by SIGINT / SIGTERM through
@@ -141,12 +139,12 @@ typedef struct slm_train_result {
 // per step, grad_accum micro-batches of B x T from the loader, loss scaled so the gradient is
 // that of the mean over all the step's target tokens, global-norm clipping, AdamW with no decay
 // on norms and embeddings (slm_param_view.weight_decay), LR from slm_lr_at. Writes the run
-// directory (config.json, tokenizer, model.bin at the end, metrics.jsonl as it goes) and prints
+// directory (config.json, tokenizer, metrics.jsonl as it goes, the final checkpoint) and prints
 // a step line per log_every steps to stderr. `res` may be NULL.
 // Errors: SLM_E_ARG (bad option; unknown preset; vocab mismatch between tokenizer, dataset and
 // model; T > max_position_embeddings), SLM_E_IO (no manifest, unwritable run dir),
 // SLM_E_FORMAT / SLM_E_CHECKSUM (bad data), SLM_E_NUMERIC (NaN/Inf loss or gradient, naming the
-// step), SLM_E_INTERRUPTED (the stop flag was set: the model is saved first),
+// step), SLM_E_INTERRUPTED (the stop flag was set: the checkpoint is saved first),
 // SLM_E_ARG for FSDP options that do not fit the world size. Reaching max_minutes is not an error: it saves and returns SLM_OK.
 // Before any allocation or file: SLM_E_ARG when the memory estimate (parameters, gradients,
 // AdamW m / v — shards under FSDP — and slm_llama_act_bytes_estimate for B x T) exceeds the
@@ -159,9 +157,8 @@ typedef struct slm_train_result {
 // init_from_hf directory's tokenizer) was made with another tokenizer than the dataset's;
 // resuming a checkpoint at step == steps returns SLM_OK with res->already_complete, one past
 // is SLM_E_ARG. On an error exit a checkpoint that finished writing is committed (world of one,
-// or errors every rank agreed on) or discarded with a warning. A
-// fresh run removes out_dir's earlier model.bin before writing its config.json, so a failed run
-// never leaves weights that do not match the config.
+// or errors every rank agreed on) or discarded with a warning. The final checkpoint is the
+// run's weights: its failure is an error even under --on-ckpt-error continue.
 slm_status slm_train_run(const slm_train_opts *o, slm_train_result *res);
 
 // Under mpirun, before any other collective: checks that every rank was started with the same
@@ -193,31 +190,6 @@ void slm_train_reset_stop(void);
 // FLOPs per trained token: 6 N + 12 L C T (Kaplan et al. 2020 / PaLM appendix B), N =
 // slm_llama_n_matmul_params (embedding excluded, lm_head included).
 double slm_train_flops_per_token(const slm_llama_config *c, int T);
-
-// ---------------------------------------------------------------------------------------------
-// Run directory
-
-// Writes m's weights to `path` in the model.bin format above, atomically.
-// Errors: SLM_E_IO naming the path.
-slm_status slm_model_save(const slm_llama *m, const char *path);
-// Reads model.bin into an initialised model of the same config (checks n_units and every unit's
-// numel against m's layout, and the checksum). Errors: SLM_E_IO, SLM_E_FORMAT naming the file and
-// the field, SLM_E_CHECKSUM.
-slm_status slm_model_load(slm_llama *m, const char *path);
-// Opens a run directory: config.json -> m (allocated; free with slm_llama_free), model.bin ->
-// weights (its header and size are checked against config.json's layout before the model is
-// allocated: SLM_E_FORMAT naming both files; SLM_E_NOMEM if parameters + gradients exceed the
-// available memory), and, if `tok` is non-NULL, the tokenizer file (*tok owned; NULL if the run has none
-// and need_tokenizer is false). Errors: those of the loaders, naming RUN_DIR; SLM_E_ARG if the
-// tokenizer's vocab is larger than the model's.
-slm_status slm_run_open(const char *run_dir, slm_llama *m, slm_tokenizer **tok,
-                        bool need_tokenizer);
-
-// Checks that the dataset DATA_DIR was prepared with the run's tokenizer (RUN_DIR's
-// tokenizer.json / tokenizer.model hashed against manifest.json's tokenizer XXH64); a run
-// without a tokenizer copy passes. RUN_DIR may be an HF directory (eval --init-from-hf). Errors: SLM_E_FORMAT naming both tokenizer files and both
-// directories; those of slm_dataset_open.
-slm_status slm_run_check_dataset(const char *run_dir, const char *data_dir);
 
 // ---------------------------------------------------------------------------------------------
 // Evaluation
