@@ -9,6 +9,7 @@
 
 #include "cmd.h"
 #include "ckpt/ckpt.h"
+#include "train/modeldir.h"
 #include "train/train.h"
 
 typedef struct eval_args {
@@ -19,8 +20,10 @@ typedef struct eval_args {
 
 #define A(f) offsetof(eval_args, f)
 static const slm_opt k_eval_opts[] = {
-    {.name = "--model", .type = SLM_OPT_STRING, .off = A(model), .meta = "RUN_DIR",
-     .help = "run directory written by shardlm train", .group = 1},
+    {.name = "--model", .type = SLM_OPT_STRING, .off = A(model), .meta = "DIR",
+     .help = "a run directory written by shardlm train (its newest checkpoint that "
+             "verifies), a checkpoint step_N directory, or an HF directory (config.json + "
+             "safetensors)", .group = 1},
     {.name = "--init-from-hf", .type = SLM_OPT_STRING, .off = A(hf), .meta = "DIR",
      .help = "instead of --model: HF config.json + safetensors (+ tokenizer)", .group = 1},
     {.name = "--data", .type = SLM_OPT_STRING, .off = A(data), .meta = "DIR",
@@ -48,7 +51,7 @@ static const slm_opt k_eval_opts[] = {
 
 static const slm_cli k_eval_cli = {
     .cmd = "eval",
-    .usage = "usage: shardlm eval --model RUN_DIR (--data DIR [--split val] | --token-ids FILE)\n"
+    .usage = "usage: shardlm eval --model DIR (--data DIR [--split val] | --token-ids FILE)\n"
              "       shardlm eval --data DIR --unigram-entropy [--split val]\n"
              "Mean cross-entropy (nats/token) and perplexity of a trained model.\n\n",
     .opts = k_eval_opts,
@@ -102,18 +105,21 @@ int slm_cmd_eval(int argc, char **argv) {
         if (st) goto fail;
         printf("unigram_entropy %.6f\nunigram_tokens %lld\n", h, (long long)n);
     }
-    if (run && data) {
+    if (run) {
+        if (hf && (st = slm_model_dir_require_hf(run))) goto fail; // SLM_E_ARG: exit 2
+        slm_model_dir d;
+        st = slm_model_dir_open(run, &d);
+        if (st) goto fail;
         // The model must have been trained with the dataset's tokenizer (same file hash); an
-        // --init-from-hf directory that ships a tokenizer is checked the same way.
-        st = slm_run_check_dataset(run, data);
-        if (st) {
+        // HF directory that ships a tokenizer is checked the same way.
+        if (data && (st = slm_model_dir_check_dataset(&d, data))) {
+            slm_model_dir_close(&d);
             slm_error("eval: %s", slm_errmsg());
             return SLM_EXIT_ERROR;
         }
-    }
-    if (run) {
         slm_llama m;
-        st = hf ? slm_hf_open(run, &m, NULL, false) : slm_run_open(run, &m, NULL, false);
+        st = slm_model_dir_load_model(&d, &m);
+        slm_model_dir_close(&d);
         if (st) goto fail;
         slm_eval_result r;
         if (ids) {

@@ -9,6 +9,7 @@
 
 #include "cmd.h"
 #include "ckpt/ckpt.h"
+#include "train/modeldir.h"
 #include "train/train.h"
 
 typedef struct generate_args {
@@ -21,8 +22,10 @@ typedef struct generate_args {
 
 #define A(f) offsetof(generate_args, f)
 static const slm_opt k_generate_opts[] = {
-    {.name = "--model", .type = SLM_OPT_STRING, .off = A(model), .meta = "RUN_DIR",
-     .help = "run directory written by shardlm train", .group = 1},
+    {.name = "--model", .type = SLM_OPT_STRING, .off = A(model), .meta = "DIR",
+     .help = "a run directory written by shardlm train (its newest checkpoint that "
+             "verifies), a checkpoint step_N directory, or an HF directory (config.json + "
+             "safetensors)", .group = 1},
     {.name = "--init-from-hf", .type = SLM_OPT_STRING, .off = A(hf), .meta = "DIR",
      .help = "instead of --model: HF config.json + safetensors (+ tokenizer)", .group = 1},
     {.name = "--prompt", .type = SLM_OPT_STRING, .off = A(prompt), .meta = "TEXT",
@@ -55,7 +58,7 @@ static const slm_opt k_generate_opts[] = {
 
 static const slm_cli k_generate_cli = {
     .cmd = "generate",
-    .usage = "usage: shardlm generate --model RUN_DIR --prompt TEXT [options]\n"
+    .usage = "usage: shardlm generate --model DIR --prompt TEXT [options]\n"
              "Samples a continuation of TEXT with the run's model and tokenizer, printing the\n"
              "prompt and then each new token's text as it is produced.\n\n",
     .opts = k_generate_opts,
@@ -109,7 +112,7 @@ int slm_cmd_generate(int argc, char **argv) {
     }
     slm_llama m;
     slm_tokenizer *tok = NULL;
-    st = hf ? slm_hf_open(run, &m, &tok, true) : slm_run_open(run, &m, &tok, true);
+    st = slm_model_dir_load(run, hf, &m, &tok, true);
     if (st) {
         slm_error("generate: %s", slm_errmsg());
         return slm_exit_code(st);

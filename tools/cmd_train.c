@@ -127,8 +127,8 @@ static const slm_opt k_train_opts[] = {
      .range = "in [0, 1e6) microseconds", .def = "0 = off"},
     {.type = SLM_OPT_SECTION, .help = "  run directory, checkpoints and resume:"},
     {.name = "--out", .type = SLM_OPT_STRING, .off = A(o.out_dir), .meta = "RUN_DIR",
-     .help = "run directory: config.json, tokenizer, model.bin, metrics.jsonl, checkpoints/ "
-             "(always one at the end / stop), run.lock (one run at a time); a non-empty "
+     .help = "run directory: config.json, tokenizer, metrics.jsonl, checkpoints/ (the "
+             "weights; always one at the end / stop), run.lock (one run at a time); a non-empty "
              "directory that is not a run directory is refused"},
     {.name = "--ckpt-every-steps", .type = SLM_OPT_INT64, .off = A(o.ckpt_every_steps),
      .meta = "N", .help = "also checkpoint every N steps (asynchronous by default), 0 = off",

@@ -31,7 +31,6 @@
 #include "data/data.h"
 #include "model/model.h"
 #include "optim/optim.h"
-#include "tokenizer/tokenizer.h"
 
 #define SLM_CKPT_FORMAT_VERSION 1
 #define SLM_CKPT_MAGIC "SLMCKPT1"       // 8 bytes at offset 0 of every rank file
@@ -176,7 +175,9 @@ slm_status slm_ckpt_sched_step(slm_ckpt_sched *s, bool save, const slm_ckpt_meta
                                const slm_ckpt_shard *shards);
 // slm_ckpt_saver_fence of the pending save: call before modifying the shards.
 void slm_ckpt_sched_fence(slm_ckpt_sched *s);
-// Waits for and commits the pending save (end of training). Error handling as above.
+// Waits for and commits the pending save (end of training). Error handling as above, except
+// that the last save started must have committed (it holds the run's final weights): if it
+// failed, SLM_E_IO naming its step and the newest committed checkpoint, whatever the policy.
 slm_status slm_ckpt_sched_finish(slm_ckpt_sched *s);
 // Number of saves committed (failed and no-op saves not counted), total and max
 // training-thread stall of the saves, seconds.
@@ -209,6 +210,10 @@ int slm_ckpt_list_steps(const char *root, int64_t **steps);
 // naming the newest one's problem (the caller adds what the user can do).
 slm_status slm_ckpt_pick_resume(const char *root, bool full_verify, char **out_dir,
                                 int64_t *out_step);
+// The same pick for any reader (eval, generate, ckpt export): `use` is the verb of the log line
+// ("resuming from", "loading"); slm_ckpt_pick_resume passes "resuming from".
+slm_status slm_ckpt_pick_newest(const char *root, bool full_verify, const char *use,
+                                char **out_dir, int64_t *out_step);
 // Makes ROOT/latest name step_N (atomically; nothing is done when it already does), logging the
 // repair. For the checkpoint slm_ckpt_pick_resume chose. Errors: SLM_E_IO naming the file.
 slm_status slm_ckpt_repair_latest(const char *root, int64_t step);
@@ -300,6 +305,14 @@ void slm_st_read_f32(const slm_st_file *f, const slm_st_tensor *t, float *out);
 // Errors: SLM_E_IO naming the file.
 slm_status slm_hf_export(const slm_llama *m, const char *out_dir, slm_st_dtype dtype,
                          size_t max_shard_bytes);
+// `ckpt export`: writes m's weights (slm_hf_export) and, if tokenizer_path is non-NULL, a copy
+// of that file under its own name plus the transformers-side files
+// (slm_hf_write_tokenizer_files) into a temp sibling of OUT_DIR, then swaps it in
+// (slm_export_dir_commit); on any error the temp directory is removed and OUT_DIR is unchanged.
+// SRC_DIR is where the weights came from. Errors: SLM_E_ARG when OUT_DIR is SRC_DIR or
+// contains it (the swap would move the source), those of the steps, naming the file.
+slm_status slm_hf_export_dir(const slm_llama *m, const char *src_dir, const char *tokenizer_path,
+                             const char *out_dir, slm_st_dtype dtype, size_t max_shard_bytes);
 // Export staging (ckpt export): the files go into a hidden temp sibling of OUT_DIR,
 // "<parent>/.<name>.export-tmp.<pid>", which slm_export_dir_begin creates (with OUT_DIR's
 // parent; a stale one of the same name is removed) and returns in *tmp (owned). Errors: SLM_E_IO
@@ -335,11 +348,5 @@ slm_status slm_hf_load(slm_llama *m, const char *dir);
 // defaults are Llama-2-7B, then fails naming the tensor instead of aborting on memory).
 // Errors: SLM_E_ARG (configs differ), SLM_E_FORMAT naming file and tensor, SLM_E_IO.
 slm_status slm_hf_check_shapes(const char *dir, const slm_llama_config *cfg);
-// Opens an HF directory as eval / generate do a run directory: config.json -> *m (allocated;
-// free with slm_llama_free; shapes checked by slm_hf_check_shapes and the memory estimated
-// (SLM_E_NOMEM) first), weights via slm_hf_load, and, if `tok` is non-NULL, tokenizer.json or
-// tokenizer.model (*tok owned; NULL if absent and !need_tokenizer). Errors: those of the loaders;
-// SLM_E_IO when a needed tokenizer is missing; SLM_E_ARG if its vocab exceeds the model's.
-slm_status slm_hf_open(const char *dir, slm_llama *m, slm_tokenizer **tok, bool need_tokenizer);
 
 #endif

@@ -4,6 +4,7 @@
 // and generate() knows BOS / EOS. The tokenizer file itself is left byte-identical to the run's
 // (its XXH64 identifies the tokenizer to shardlm).
 #include "ckpt/ckpt.h"
+#include "tokenizer/tokenizer.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -64,6 +64,11 @@ slm_status slm_ckpt_repair_latest(const char *root, int64_t step) {
 
 slm_status slm_ckpt_pick_resume(const char *root, bool full_verify, char **out_dir,
                                 int64_t *out_step) {
+    return slm_ckpt_pick_newest(root, full_verify, "resuming from", out_dir, out_step);
+}
+
+slm_status slm_ckpt_pick_newest(const char *root, bool full_verify, const char *use,
+                                char **out_dir, int64_t *out_step) {
     *out_dir = NULL;
     *out_step = -1;
     int64_t *steps = NULL;
@@ -97,7 +102,7 @@ slm_status slm_ckpt_pick_resume(const char *root, bool full_verify, char **out_d
             snprintf(why, sizeof why, "latest names step_%08" PRId64 "%s", hint,
                      hint > steps[i] ? ", which is missing or does not verify"
                                      : ", an older one");
-        slm_info("%s; resuming from %s (the newest checkpoint that verifies%s%s)", why, name,
+        slm_info("%s; %s %s (the newest checkpoint that verifies%s%s)", why, use, name,
                  full_verify ? ", checksums included" : ", manifest and sizes",
                  n_bad ? "; newer ones skipped, see the warnings" : "");
         *out_dir = d;

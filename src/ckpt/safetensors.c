@@ -538,48 +538,6 @@ slm_status slm_hf_load(slm_llama *m, const char *dir) {
     return st;
 }
 
-slm_status slm_hf_open(const char *dir, slm_llama *m, slm_tokenizer **tok, bool need_tokenizer) {
-    if (tok) *tok = NULL;
-    char *cp = slm_path_join(dir, "config.json");
-    slm_llama_config cfg;
-    slm_status st = slm_llama_config_load(cp, &cfg);
-    free(cp);
-    if (st) return st;
-    // Shapes against the config, then the memory the model needs (parameters and gradients,
-    // both allocated by slm_llama_init), before any big allocation.
-    if ((st = slm_hf_check_shapes(dir, &cfg))) return st;
-    if ((st = slm_mem_check(2.0 * (double)slm_llama_n_params(&cfg) * sizeof(float),
-                            "the model of %s (%.3g parameters: fp32 weights and gradients)", dir,
-                            (double)slm_llama_n_params(&cfg))))
-        return st;
-    if ((st = slm_llama_init(m, &cfg, true))) return st;
-    if ((st = slm_hf_load(m, dir))) goto fail;
-    if (tok) {
-        static const char *names[] = {"tokenizer.json", "tokenizer.model"};
-        for (int i = 0; i < 2 && !*tok && !st; i++) {
-            char *p = slm_path_join(dir, names[i]);
-            if (slm_is_file(p)) st = slm_tokenizer_load(p, tok);
-            free(p);
-        }
-        if (st) goto fail;
-        if (!*tok && need_tokenizer) {
-            st = slm_fail(SLM_E_IO, "%s: no tokenizer.json or tokenizer.model", dir);
-            goto fail;
-        }
-        if (*tok && slm_tokenizer_vocab_size(*tok) > cfg.vocab_size) {
-            st = slm_fail(SLM_E_ARG, "%s: tokenizer has %d ids but the model's vocab_size is %d",
-                          dir, slm_tokenizer_vocab_size(*tok), cfg.vocab_size);
-            slm_tokenizer_free(*tok);
-            *tok = NULL;
-            goto fail;
-        }
-    }
-    return SLM_OK;
-fail:
-    slm_llama_free(m);
-    return st;
-}
-
 // The weight files an HF directory names: the index's weight_map values (deduplicated), or
 // model.safetensors. *files owned by the caller (free each, then the array).
 static slm_status hf_weight_files(const char *dir, char ***files_out, int *n_out) {

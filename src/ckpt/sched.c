@@ -14,6 +14,7 @@ struct slm_ckpt_sched {
     slm_ckpt_saver *saver;
     double last_save_t; // slm_time_s() of the last save (or of creation)
     int64_t n_saves, n_failed;
+    int64_t last_asked; // step of the last save started (-1: none)
     double stall_total_s, stall_max_s;
 };
 
@@ -36,6 +37,7 @@ slm_status slm_ckpt_sched_new(const slm_ckpt_policy *p, int rank, int world, boo
     s->rank = rank;
     s->saver = sv;
     s->last_save_t = slm_time_s();
+    s->last_asked = -1;
     *out = s;
     return SLM_OK;
 }
@@ -66,6 +68,7 @@ slm_status slm_ckpt_sched_step(slm_ckpt_sched *s, bool save, const slm_ckpt_meta
     slm_status st = slm_ckpt_saver_poll(s->saver);
     if (st) return on_error(s, st);
     if (!save) return SLM_OK;
+    s->last_asked = meta->step;
     st = slm_ckpt_saver_save(s->saver, meta, layout, n_units, shards);
     double stall = slm_ckpt_saver_last_stall_s(s->saver);
     s->n_saves++;
@@ -86,7 +89,21 @@ void slm_ckpt_sched_fence(slm_ckpt_sched *s) {
 }
 
 slm_status slm_ckpt_sched_finish(slm_ckpt_sched *s) {
-    return on_error(s, slm_ckpt_saver_finish(s->saver));
+    slm_status st = on_error(s, slm_ckpt_saver_finish(s->saver));
+    if (st || s->last_asked < 0) return st;
+    // The last save holds the run's final weights: under --on-ckpt-error continue its failure
+    // was only logged, but a run must not end without them.
+    int64_t done = slm_ckpt_saver_last_committed(s->saver);
+    if (done == s->last_asked) return SLM_OK;
+    if (done < 0)
+        return slm_fail(SLM_E_IO,
+                        "%s: the final checkpoint (step %lld) was not saved (see the error above) "
+                        "and no checkpoint was committed: the run's weights are lost",
+                        s->root, (long long)s->last_asked);
+    return slm_fail(SLM_E_IO,
+                    "%s: the final checkpoint (step %lld) was not saved (see the error above); "
+                    "the newest committed one is step_%08lld",
+                    s->root, (long long)s->last_asked, (long long)done);
 }
 
 void slm_ckpt_sched_stats(const slm_ckpt_sched *s, int64_t *n_saves, double *stall_total_s,

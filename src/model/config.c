@@ -89,7 +89,7 @@ slm_status slm_llama_config_validate(const slm_llama_config *c) {
                         c->num_hidden_layers);
     // Keeps every element count, and its size in bytes, inside int64_t / size_t (2^60 elements
     // x 4 bytes < 2^63). Whether the model fits in memory is checked by its users (train's
-    // up-front estimate, slm_run_open's model.bin check), not here.
+    // up-front estimate, the model-directory loader's check), not here.
     double C = c->hidden_size, F = c->intermediate_size;
     double n = c->num_hidden_layers * (4.0 * C * C + 3.0 * F * C) + 2.0 * c->vocab_size * C;
     if (n >= 0x1p60)

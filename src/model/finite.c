@@ -1,4 +1,4 @@
-// Non-finite weight detection for loaders (HF safetensors, checkpoints, model.bin).
+// Non-finite weight detection for loaders (HF safetensors, checkpoints).
 #include "model.h"
 
 #include <inttypes.h>

@@ -130,7 +130,7 @@ slm_status slm_rundir_prepare(const slm_train_opts *o, slm_rundir **out, char **
         return slm_fail(SLM_E_ARG,
                         "--out %s: the directory is not empty and is not a shardlm run "
                         "directory (it has no %s, metrics.jsonl or checkpoints/); training "
-                        "would overwrite its files (config.json, model.bin, tokenizer.json); "
+                        "would overwrite its files (config.json, tokenizer.json); "
                         "give a new or empty directory",
                         dir, SLM_RUNDIR_LOCK);
     slm_status st = slm_mkdir_p(dir);

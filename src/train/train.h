@@ -5,15 +5,13 @@
 //
 // A run directory (written by training, read by eval and generate) holds:
 //   config.json    HF LlamaConfig (model/ writes and reads it)
-//   model.bin      the weights, unit by unit (format below); the checkpoint issue replaces it
 //   tokenizer.json / tokenizer.model   copied from the dataset
 //   metrics.jsonl  one JSON object per line: {"event":"start",...}, {"event":"step",...},
 //                  {"event":"eval",...}, {"event":"end",...}
 //   run.lock       flock'ed by rank 0 for the whole run; "pid P on host H" of the holder
-//   checkpoints/   step_N/ checkpoints and `latest` (src/ckpt/ckpt.h)
-// model.bin: 64-byte header — magic "SLMMODL1", u32 version (1), u32 n_units, u64 total
-// elements, u64 XXH64 of the payload, zero padding — then u64 numel[n_units], then every unit's
-// FlatParameter as little-endian f32 in unit order (blocks 0..L-1, then the root).
+//   checkpoints/   step_N/ checkpoints and `latest` (src/ckpt/ckpt.h): the run's weights;
+//                  every run with a run directory ends with one (also when stopped)
+// Readers open it through train/modeldir.h.
 //
 // Invariants: the same options, seed and thread count give bitwise-identical losses and
 // weights. The loop polls the want_stop hooks (the stop flag set by SIGINT / SIGTERM through
@@ -182,7 +180,8 @@ slm_status slm_train_add_stop_hook(slm_train_opts *o);
 slm_status slm_train_add_metrics_hook(slm_train_opts *o, slm_train_std_hooks *h);
 // With out_dir: checkpoints under out_dir/checkpoints as opts' ckpt_* fields say (every N steps
 // / M minutes, async unless ckpt_sync, keep K), always one at on_finish of a run that did not
-// fail (end, --max-minutes, stop), then a summary line (slm_info); on an error exit a save that
+// fail (end, --max-minutes, stop): the run's weights, so its failure fails the run whatever
+// ckpt_abort_on_error says; then a summary line (slm_info); on an error exit a save that
 // finished writing is committed (world of one, or a non-finite loss every rank agreed on) or
 // discarded. Collective (every rank must install it).
 slm_status slm_train_add_ckpt_hook(slm_train_opts *o, slm_train_std_hooks *h);
@@ -209,19 +208,18 @@ typedef struct slm_train_result {
 // per step, grad_accum micro-batches of B x T from the loader, loss scaled so the gradient is
 // that of the mean over all the step's target tokens, global-norm clipping, AdamW with no decay
 // on norms and embeddings (slm_param_view.weight_decay), LR from slm_lr_at. Writes the run
-// directory (config.json, tokenizer, model.bin at the end); metrics.jsonl, checkpoints, the stop
-// flag and step lines come from the hooks in o (slm_train_add_std_hooks; nothing is printed to
-// stdout by the library). `res` may be NULL (filled on SLM_OK and SLM_E_INTERRUPTED).
+// directory (config.json, tokenizer; the final checkpoint, metrics.jsonl, the stop flag and step
+// lines come from the hooks in o: slm_train_add_std_hooks; nothing is printed to stdout by the
+// library). `res` may be NULL (filled on SLM_OK and SLM_E_INTERRUPTED).
 // Equivalent to: slm_train_open, slm_train_init, slm_train_step until slm_train_done,
 // slm_train_finish, slm_train_close (below).
 // Errors: SLM_E_ARG (bad option; unknown preset; vocab mismatch between tokenizer, dataset and
 // model; T > max_position_embeddings), SLM_E_IO (no manifest, unwritable run dir),
 // SLM_E_FORMAT / SLM_E_CHECKSUM (bad data), SLM_E_NUMERIC (NaN/Inf loss or gradient, naming the
-// step), SLM_E_INTERRUPTED (the stop flag was set: the model is saved first),
+// step), SLM_E_INTERRUPTED (the stop flag was set: the checkpoint is saved first),
 // SLM_E_ARG for FSDP options that do not fit the world size. Reaching max_minutes is not an error: it saves and returns SLM_OK.
 // Before any allocation or file: SLM_E_NOMEM when the memory estimate (parameters, gradients,
-// AdamW m / v — shards under FSDP — slm_llama_act_bytes_estimate for B x T, and under FSDP
-// model.bin's gather) exceeds what slm_mem_probe allows, naming both and what to reduce; SLM_E_ARG when the train split
+// AdamW m / v — shards under FSDP — and slm_llama_act_bytes_estimate for B x T) exceeds what slm_mem_probe allows, naming both and what to reduce; SLM_E_ARG when the train split
 // has fewer than B x world windows of T + 1 tokens; SLM_E_ARG for a fresh run (resume NULL,
 // no train_from_scratch) into an out_dir holding checkpoints (step_N directories; never
 // deleted: resume it or use another out_dir); SLM_E_ARG for an out_dir that is a non-empty
@@ -230,9 +228,8 @@ typedef struct slm_train_result {
 // init_from_hf directory's tokenizer) was made with another tokenizer than the dataset's;
 // resuming a checkpoint at step == steps returns SLM_OK with res->already_complete, one past
 // is SLM_E_ARG. On an error exit a checkpoint that finished writing is committed (world of one,
-// or errors every rank agreed on) or discarded with a warning. A
-// fresh run removes out_dir's earlier model.bin before writing its config.json, so a failed run
-// never leaves weights that do not match the config.
+// or errors every rank agreed on) or discarded with a warning. The final checkpoint is the
+// run's weights: its failure is an error even under --on-ckpt-error continue.
 slm_status slm_train_run(const slm_train_opts *o, slm_train_result *res);
 
 // ---------------------------------------------------------------------------------------------
@@ -259,7 +256,7 @@ bool slm_train_done(const slm_trainer *tr);
 // the run done. Errors: SLM_E_NUMERIC (non-finite loss or gradient norm, naming the step),
 // a hook's status.
 slm_status slm_train_step(slm_trainer *tr, slm_step_metrics *m);
-// Finish: with st == SLM_OK, an early stop's validation, model.bin, the result; then every
+// Finish: with st == SLM_OK, an early stop's validation and the result; then every
 // started hook's on_finish (with st). Returns st, else a hook's failure, else
 // SLM_E_INTERRUPTED after a stop hook stopped the run, else SLM_OK. tr may be NULL (returns st).
 slm_status slm_train_finish(slm_trainer *tr, slm_status st);
@@ -303,31 +300,6 @@ void slm_train_reset_stop(void);
 // FLOPs per trained token: 6 N + 12 L C T (Kaplan et al. 2020 / PaLM appendix B), N =
 // slm_llama_n_matmul_params (embedding excluded, lm_head included).
 double slm_train_flops_per_token(const slm_llama_config *c, int T);
-
-// ---------------------------------------------------------------------------------------------
-// Run directory
-
-// Writes m's weights to `path` in the model.bin format above, atomically.
-// Errors: SLM_E_IO naming the path.
-slm_status slm_model_save(const slm_llama *m, const char *path);
-// Reads model.bin into an initialised model of the same config (checks n_units and every unit's
-// numel against m's layout, and the checksum). Errors: SLM_E_IO, SLM_E_FORMAT naming the file and
-// the field, SLM_E_CHECKSUM.
-slm_status slm_model_load(slm_llama *m, const char *path);
-// Opens a run directory: config.json -> m (allocated; free with slm_llama_free), model.bin ->
-// weights (its header and size are checked against config.json's layout before the model is
-// allocated: SLM_E_FORMAT naming both files; SLM_E_NOMEM if parameters + gradients exceed the
-// available memory), and, if `tok` is non-NULL, the tokenizer file (*tok owned; NULL if the run has none
-// and need_tokenizer is false). Errors: those of the loaders, naming RUN_DIR; SLM_E_ARG if the
-// tokenizer's vocab is larger than the model's.
-slm_status slm_run_open(const char *run_dir, slm_llama *m, slm_tokenizer **tok,
-                        bool need_tokenizer);
-
-// Checks that the dataset DATA_DIR was prepared with the run's tokenizer (RUN_DIR's
-// tokenizer.json / tokenizer.model hashed against manifest.json's tokenizer XXH64); a run
-// without a tokenizer copy passes. RUN_DIR may be an HF directory (eval --init-from-hf). Errors: SLM_E_FORMAT naming both tokenizer files and both
-// directories; those of slm_dataset_open.
-slm_status slm_run_check_dataset(const char *run_dir, const char *data_dir);
 
 // ---------------------------------------------------------------------------------------------
 // Evaluation

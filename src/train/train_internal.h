@@ -26,7 +26,6 @@ struct slm_trainer {
     slm_loader *train_l, *val_l;
     slm_loader_state val_start;
     int32_t *win, *inp, *tgt; // [K][B, T+1], [B, T], [B, T]
-    char *model_path;      // rank 0 with out_dir: RUN_DIR/model.bin
     char *resume_path;     // checkpoint to resume from (NULL: fresh start)
     slm_rundir *rundir;    // rank 0 with out_dir: holds the run directory's lock
     slm_rng synth;         // synthetic tokens (and saved in checkpoints)
@@ -57,12 +56,6 @@ int64_t slm_train_split_windows(const int32_t *win, int b, int T, int32_t *inp, 
 // B_global 1, from its current position. Errors: SLM_E_NUMERIC on a non-finite loss.
 slm_status slm_train_eval_loader(slm_llama *m, slm_loader *l, int B, int T, int64_t max_batches,
                                  slm_eval_result *res);
-
-// Memory this process may still allocate, in bytes: slm_mem_available() (base/), the min of
-// MemAvailable, the RLIMIT_AS headroom and the cgroup memory.max headroom; 0 if none is known.
-double slm_train_mem_available(void);
-// Human-readable size ("1.50 GiB") into buf[32]; returns buf.
-const char *slm_train_fmt_bytes(double bytes, char buf[32]);
 
 // ---------------------------------------------------------------------------------------------
 // The run directory as training opens it (rundir.c)

@@ -2,7 +2,6 @@
 // fsdp, buffers, schedule, initial state), step (one optimizer step), finish, close. One path for
 // every world size: fsdp/ holds the parameters, gradients and AdamW state (a world of one is
 // NO_SHARD over one-rank communicators). Contract in train.h.
-#include <errno.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -15,6 +14,7 @@
 #include "kernels/kernels.h"
 #include "train/train.h"
 #include "train/train_internal.h"
+#include "train/modeldir.h"
 
 // ---------------------------------------------------------------------------------------------
 // Open
@@ -42,10 +42,7 @@ static slm_status check_opts(const slm_train_opts *o) {
 // and what to reduce. With a run directory, the asynchronous checkpoint's staging copy (params,
 // m, v of the rank's shard: 3 x fp32 per parameter) is counted too: when only it does not fit,
 // the run goes ahead and says that its checkpoints will be written synchronously, straight from
-// the shards (the saver decides again at each save). Under FSDP (world > 1) the end of the run
-// all-gathers the full fp32 weights on every rank for model.bin (no bounded path for it):
-// counted, so a run that could not write its model.bin is refused up front. (A world of one
-// writes it from its shards without a copy.)
+// the shards (the saver decides again at each save).
 static slm_status check_memory(const slm_train_opts *o, const slm_llama_config *cfg, int W) {
     double n = (double)slm_llama_n_params(cfg);
     double C = cfg->hidden_size, F = cfg->intermediate_size, V = cfg->vocab_size;
@@ -54,18 +51,15 @@ static slm_status check_memory(const slm_train_opts *o, const slm_llama_config *
     double state = slm_fsdp_estimate_bytes(&o->fsdp, W, n, big_unit);
     double staging = 3.0 * n * sizeof(float) / slm_fsdp_shard_group_for(&o->fsdp, W);
     double acts = slm_llama_act_bytes_estimate(cfg, o->B, o->T, o->activation_checkpointing);
-    double gather = W > 1 && o->out_dir ? n * sizeof(float) : 0;
     slm_mem_info mi;
     slm_mem_probe(&mi);
-    double need = state + acts + gather, avail = mi.bytes;
-    char a[32], b[32], c[32], d[32], e[32], g[32];
+    double need = state + acts, avail = mi.bytes;
+    char a[32], b[32], c[32], d[32], e[32];
     if (avail <= 0 || need <= avail) {
         slm_info("memory: about %s per process (%s of parameters, gradients and AdamW state, %s "
-                 "of activations%s%s%s%s%s); %s available (%s)",
+                 "of activations%s%s%s); %s available (%s)",
                  slm_fmt_bytes(need, a), slm_fmt_bytes(state, b), slm_fmt_bytes(acts, c),
-                 gather > 0 ? ", model.bin's gather of the full weights " : "",
-                 gather > 0 ? slm_fmt_bytes(gather, g) : "", o->out_dir ? ", plus " : "",
-                 o->out_dir ? slm_fmt_bytes(staging, e) : "",
+                 o->out_dir ? ", plus " : "", o->out_dir ? slm_fmt_bytes(staging, e) : "",
                  o->out_dir ? " for a checkpoint's staging copy" : "",
                  avail > 0 ? slm_fmt_bytes(avail, d) : "unknown", mi.limit_name);
         if (o->out_dir && avail > 0 && !o->ckpt_sync && need + staging > avail)
@@ -79,13 +73,11 @@ static slm_status check_memory(const slm_train_opts *o, const slm_llama_config *
     return slm_fail(SLM_E_NOMEM,
                     "model %s (%.3g parameters) with --batch %d --seq %d needs about %s of memory "
                     "per process (%s of parameters, gradients and AdamW state, %s of "
-                    "activations%s%s), more than the %s available (%s); "
+                    "activations), more than the %s available (%s); "
                     "reduce --batch or --seq, use a smaller model%s or train with FSDP over "
                     "more ranks (mpirun)",
                     o->model ? o->model : "(default)", n, o->B, o->T, slm_fmt_bytes(need, a),
-                    slm_fmt_bytes(state, b), slm_fmt_bytes(acts, c),
-                    gather > 0 ? ", model.bin's gather of the full weights " : "",
-                    gather > 0 ? slm_fmt_bytes(gather, g) : "", slm_fmt_bytes(avail, d),
+                    slm_fmt_bytes(state, b), slm_fmt_bytes(acts, c), slm_fmt_bytes(avail, d),
                     mi.limit_name,
                     o->activation_checkpointing ? "" : ", add --activation-checkpointing");
 }
@@ -149,8 +141,7 @@ static slm_status open_data(slm_trainer *tr) {
 
 // Rank 0: the run directory. A fresh run never mixes with an earlier run's files: its
 // checkpoints would be resumed by a later --resume auto (refused unless --train-from-scratch
-// moves them aside; never deleted), its model.bin would pair with the new config.json if this
-// run failed before saving (removed), its metrics.jsonl starts empty. Not a run directory, or
+// moves them aside; never deleted), its metrics.jsonl starts empty. Not a run directory, or
 // locked by another run: refused (slm_rundir_prepare).
 static slm_status write_rundir(slm_trainer *tr) {
     const slm_train_opts *o = tr->o;
@@ -158,16 +149,10 @@ static slm_status write_rundir(slm_trainer *tr) {
     if (!st && tr->resume_path && tr->ds_open) // before the dataset's tokenizer replaces the run's
         st = slm_train_check_resume_tokenizer(o->out_dir, tr->resume_path, &tr->ds);
     if (st) return st;
-    char *p = slm_path_join(o->out_dir, "model.bin");
-    if (!tr->resume_path && remove(p) != 0 && errno != ENOENT)
-        st = slm_fail(SLM_E_IO, "%s: cannot remove the earlier run's weights: %s", p,
-                      strerror(errno));
-    free(p);
-    if (st) return st;
-    p = slm_path_join(o->out_dir, "config.json");
+    char *p = slm_path_join(o->out_dir, "config.json");
     st = slm_llama_config_save(&tr->cfg, p);
     free(p);
-    if (!st && tr->tok) { // under its canonical name, where slm_run_open looks for it
+    if (!st && tr->tok) { // under its canonical name, where slm_model_dir_open looks for it
         p = slm_path_join(o->out_dir, slm_tokenizer_type(tr->tok) == SLM_TOK_SPM_BPE
                                           ? "tokenizer.model"
                                           : "tokenizer.json");
@@ -182,7 +167,6 @@ static slm_status write_rundir(slm_trainer *tr) {
     else
         fclose(f);
     free(p);
-    if (!st) tr->model_path = slm_path_join(o->out_dir, "model.bin");
     return st;
 }
 
@@ -293,7 +277,7 @@ static slm_status load_hf(slm_trainer *tr, const char *dir) {
         slm_fsdp_release_all(&tr->fsdp);
         for (int u = 0; u < m->n_units; u++)
             m->params[u] = slm_fsdp_unit_shard(&tr->fsdp, u).master;
-        slm_status st = slm_hf_load(m, dir);
+        slm_status st = slm_model_dir_init_weights(dir, m);
         for (int u = 0; u < m->n_units; u++)
             m->params[u] = NULL;
         return st;
@@ -301,7 +285,7 @@ static slm_status load_hf(slm_trainer *tr, const char *dir) {
     slm_llama full;
     slm_status st = slm_llama_init(&full, &tr->cfg, true);
     if (st) return st;
-    st = slm_hf_load(&full, dir);
+    st = slm_model_dir_init_weights(dir, &full);
     for (int u = 0; !st && u < full.n_units; u++)
         slm_fsdp_load_unit(&tr->fsdp, u, full.params[u]);
     slm_llama_free(&full);
@@ -590,37 +574,9 @@ slm_status slm_train_step(slm_trainer *tr, slm_step_metrics *m) {
 // ---------------------------------------------------------------------------------------------
 // Finish
 
-// model.bin: with a shard group of one (a world of one, NO_SHARD) every rank holds whole units
-// and they are written from the shards; otherwise every rank of the shard group all-gathers
-// each unit. Rank 0 writes.
-static slm_status save_model(slm_trainer *tr) {
-    int NU = tr->model.n_units;
-    float **full = slm_xcalloc((size_t)NU, sizeof(float *)), **keep = tr->model.params;
-    bool *owned = slm_xcalloc((size_t)NU, sizeof(bool));
-    bool whole = slm_fsdp_group_size(&tr->fsdp) == 1; // same on every rank of the group
-    for (int u = 0; u < NU; u++) {
-        if (whole) {
-            full[u] = slm_fsdp_unit_shard(&tr->fsdp, u).master; // the shard is the whole unit
-            continue;
-        }
-        owned[u] = true;
-        full[u] = slm_xaligned((size_t)tr->model.units[u].numel * sizeof(float));
-        slm_fsdp_gather_unit(&tr->fsdp, u, full[u]);
-    }
-    tr->model.params = full;
-    slm_status st = tr->model_path ? slm_model_save(&tr->model, tr->model_path) : SLM_OK;
-    tr->model.params = keep;
-    for (int u = 0; u < NU; u++)
-        if (owned[u]) free(full[u]);
-    free(full), free(owned);
-    st = slm_dist_agree(st);
-    if (!st && tr->model_path)
-        slm_info("saved %s (step %lld)", tr->model_path, (long long)tr->step);
-    return st;
-}
-
 // A run that ended without an error: a stop before the planned end still evaluates what it
-// has (so the run has a val loss), model.bin, the result.
+// has (so the run has a val loss), then the result. (The weights are the final checkpoint,
+// written by the checkpoint hook's on_finish.)
 static slm_status finish_ok(slm_trainer *tr) {
     const slm_train_opts *o = tr->o;
     slm_status st = SLM_OK;
@@ -630,7 +586,6 @@ static slm_status finish_ok(slm_trainer *tr) {
         st = validate(tr, &v);
         r->stop_evaluated = !st;
     }
-    if (!st && o->out_dir) st = save_model(tr);
     r->steps_done = tr->step;
     r->final_loss = tr->last_loss;
     r->final_val_loss = tr->last_val;
@@ -644,8 +599,8 @@ static slm_status finish_ok(slm_trainer *tr) {
 
 slm_status slm_train_finish(slm_trainer *tr, slm_status st) {
     if (!tr || tr->res.already_complete || !tr->started) return st;
-    // The hooks see the status of the training itself: an error in the final validation or
-    // model.bin does not cost the final checkpoint.
+    // The hooks see the status of the training itself: an error in the final validation does
+    // not cost the final checkpoint.
     slm_status fin = st ? st : finish_ok(tr);
     const slm_train_opts *o = tr->o;
     for (int h = 0; h < o->n_hooks; h++) {
@@ -654,9 +609,9 @@ slm_status slm_train_finish(slm_trainer *tr, slm_status st) {
         if (hs && !fin) fin = hs;
     }
     if (!fin && tr->interrupted)
-        fin = slm_fail(SLM_E_INTERRUPTED, "interrupted by a signal after step %lld%s%s",
-                       (long long)tr->step, tr->model_path ? "; model saved to " : "",
-                       tr->model_path ? tr->model_path : "");
+        fin = slm_fail(SLM_E_INTERRUPTED, "interrupted by a signal after step %lld%s%s%s",
+                       (long long)tr->step, o->out_dir ? "; checkpoint saved under " : "",
+                       o->out_dir ? o->out_dir : "", o->out_dir ? "/checkpoints" : "");
     return fin;
 }
 
@@ -667,7 +622,6 @@ void slm_train_close(slm_trainer *tr) {
     if (!tr) return;
     free(tr->resume_path);
     free(tr->win), free(tr->inp), free(tr->tgt);
-    free(tr->model_path);
     free(tr->hook_started);
     if (tr->train_l) slm_loader_free(tr->train_l);
     if (tr->val_l) slm_loader_free(tr->val_l);

@@ -495,6 +495,49 @@ static void test_sched(void) {
     free(root);
 }
 
+// The last save holds a run's final weights: under --on-ckpt-error continue a failed last save
+// is logged at the step, but slm_ckpt_sched_finish returns an error naming it (and the newest
+// committed checkpoint), so a run never ends "successfully" without its weights.
+static void test_sched_final_save_must_commit(void) {
+    char *root = root_dir("sched_final");
+    state s;
+    state_init(&s, 2);
+    slm_ckpt_shard sh[8];
+    full_shards(&s, sh);
+    slm_ckpt_meta meta;
+    for (int earlier = 0; earlier < 2; earlier++) {
+        slm_ckpt_policy p = {.root = root, .sync = earlier == 1};
+        slm_ckpt_sched *sc = NULL;
+        CHECK_OK(slm_ckpt_sched_new(&p, 0, 1, false, &sc));
+        if (earlier) { // step 3 commits first
+            meta_for(&meta, &s, 3);
+            CHECK_OK(slm_ckpt_sched_step(sc, true, &meta, s.model.units, s.model.n_units, sh));
+        }
+        char *blocker = slm_ckpt_step_dir(root, 5, true);
+        CHECK_OK(slm_file_write_atomic(blocker, "x", 1));
+        meta_for(&meta, &s, 5);
+        CHECK_OK(slm_ckpt_sched_step(sc, true, &meta, s.model.units, s.model.n_units, sh));
+        CHECK_EQ_INT(slm_ckpt_sched_finish(sc), SLM_E_IO);
+        CHECK_MSG(strstr(slm_errmsg(), "final checkpoint (step 5) was not saved") &&
+                      strstr(slm_errmsg(), earlier ? "step_00000003" : "no checkpoint"),
+                  "%s", slm_errmsg());
+        unlink(blocker);
+        free(blocker);
+        slm_ckpt_sched_free(sc);
+    }
+    // A final save that commits: finish is OK (also when the same step was saved just before).
+    slm_ckpt_policy p = {.root = root};
+    slm_ckpt_sched *sc = NULL;
+    CHECK_OK(slm_ckpt_sched_new(&p, 0, 1, false, &sc));
+    meta_for(&meta, &s, 8);
+    CHECK_OK(slm_ckpt_sched_step(sc, true, &meta, s.model.units, s.model.n_units, sh));
+    CHECK_OK(slm_ckpt_sched_step(sc, true, &meta, s.model.units, s.model.n_units, sh));
+    CHECK_OK(slm_ckpt_sched_finish(sc));
+    slm_ckpt_sched_free(sc);
+    state_free(&s);
+    free(root);
+}
+
 // Reads ROOT/latest ("" if missing) into buf[64].
 static const char *read_latest(const char *root, char buf[64]) {
     char *lp = slm_path_join(root, "latest"), *txt = NULL;
@@ -661,6 +704,7 @@ int main(void) {
     RUN(test_keep_and_crash_leftovers);
     RUN(test_corruption);
     RUN(test_sched);
+    RUN(test_sched_final_save_must_commit);
     RUN(test_resave_existing_step);
     RUN(test_pick_resume);
     RUN(test_settle);

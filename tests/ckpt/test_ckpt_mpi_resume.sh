@@ -2,7 +2,8 @@
 # Sharded checkpoints through shardlm train under mpirun (FSDP):
 #   for FULL_SHARD, NO_SHARD, SHARD_GRAD_OP (2 ranks) and HYBRID_SHARD (4 ranks, G 2): 8 steps
 #   straight with checkpoints at 4 and 8, vs --resume of step 4 + 4 steps, same world size ->
-#   bitwise-equal losses (metrics.jsonl, %.9g) and model.bin;
+#   bitwise-equal losses (metrics.jsonl, %.9g) and final checkpoints (every rank file of step 8:
+#   params, AdamW m and v, byte for byte);
 #   resharding: the 2-rank FULL_SHARD step 4 resumed by 3 ranks, by a world of one, by 2 NO_SHARD
 #   ranks and by 4 HYBRID_SHARD ranks (G 2) gives the
 #   straight run's losses within the FSDP-vs-single-process tolerance (1e-5 relative);
@@ -45,8 +46,12 @@ for cfg in "2 FULL_SHARD" "2 NO_SHARD" "2 SHARD_GRAD_OP" "4 HYBRID_SHARD"; do
     want=$n; [ "$s" = NO_SHARD ] && want=1; [ "$s" = HYBRID_SHARD ] && want=2
     [ "$nfiles" = "$want" ] && ok "$s: $nfiles rank files (replicas write none)" \
         || bad "$s: $nfiles rank files, expected $want"
-    if diff <(losses "$A" | awk '$1 > 4') <(losses "$B") > /dev/null && cmp -s "$A/model.bin" "$B/model.bin"; then
-        ok "$s on $n ranks: resume == straight (losses, model.bin bitwise)"
+    same_ckpt=1
+    for f in "$A"/checkpoints/step_00000008/rank_*.bin; do
+        cmp -s "$f" "$B/checkpoints/step_00000008/${f##*/}" || same_ckpt=0
+    done
+    if diff <(losses "$A" | awk '$1 > 4') <(losses "$B") > /dev/null && [ $same_ckpt = 1 ]; then
+        ok "$s on $n ranks: resume == straight (losses, step-8 rank files bitwise)"
     else
         losses "$A"; echo "--"; losses "$B"; bad "$s on $n ranks: resume == straight"
     fi

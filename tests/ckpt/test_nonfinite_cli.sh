@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # NaN / inf weights in an HF directory are refused by every command that loads it, exit 1,
-# naming the file and the tensor (issue 8 item 26; the checkpoint and model.bin paths are
-# tests/ckpt/test_load_checks.c). The NaN / inf is written into model.safetensors by Python
+# naming the file and the tensor (issue 8 item 26; the checkpoint paths, direct and through the
+# model-directory loader, are tests/ckpt/test_load_checks.c). The NaN / inf is written into model.safetensors by Python
 # at the offset the header gives for the tensor.
 # Env (set by CTest): SHARDLM_BIN, SLM_SHARED_DIR, SLM_PYTHON.
 set -uo pipefail

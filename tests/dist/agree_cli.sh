@@ -77,7 +77,7 @@ expect "dataset contents" 1 "ranks disagree on dataset manifest: rank 0 xxh64" -
 out=$("$MPIEXEC" --oversubscribe -np 1 "$BIN" "${TR[@]}" "${D[@]}" --out "$W/ok" --lr 3e-4 \
       --sharding full_shard : -np 1 "$BIN" "${TR[@]}" "${D[@]}" --out "$W/ok" --lr 0.0003 2>&1)
 rc=$?
-if [ $rc -eq 0 ] && [ -f "$W/ok/model.bin" ]; then ok "3e-4 == 0.0003, full_shard == FULL_SHARD: trains"
+if [ $rc -eq 0 ] && [ -f "$W/ok/checkpoints/latest" ]; then ok "3e-4 == 0.0003, full_shard == FULL_SHARD: trains"
 else bad "equal options refused (exit $rc)"; echo "$out" | tail -5; fi
 
 # prep under mpirun

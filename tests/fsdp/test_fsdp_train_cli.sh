@@ -6,7 +6,8 @@
 # shape on both sides (whichever kernels OpenBLAS picks on this CPU, both sides run the same
 # ones on the same operands) and the runs differ only in the order in which the k = N (or
 # 2 x 2) partial gradients of a step are summed in fp32. Per-step losses and grad norms in
-# metrics.jsonl must match within 1e-5 relative and model.bin (all-gathered by rank 0) within
+# metrics.jsonl must match within 1e-5 relative and the final weights (the run's last
+# checkpoint, read back in one process by `ckpt export --dtype fp32`: every rank's shard) within
 # the limit derived in compare() below, for FULL_SHARD, NO_SHARD, SHARD_GRAD_OP (N=2) and
 # HYBRID_SHARD G=2 (N=4, with eval), and --grad-accum 2 on 2 ranks. Also: bad FSDP options exit 2.
 # Usage: test_fsdp_train_cli.sh MPIEXEC. Env (CTest): SHARDLM_BIN, SLM_PYTHON, SLM_SHARED_DIR.
@@ -27,17 +28,28 @@ COMMON=(--model "$W/config.json" --seq 32 --steps 8 --lr 3e-3 --warmup 2 --seed 
 # compare RUN_A RUN_B K: losses / grad norms / val losses and weights; K = number of fp32
 # partial gradients summed per step (micro-batches x ranks).
 compare() {
+    local d
+    for d in "$1" "$2"; do
+        "$BIN" ckpt export "$d" --hf "$d.hf" --dtype fp32 > /dev/null 2>&1 || { echo "export of $d failed"; return 1; }
+    done
     "$PY" - "$1" "$2" "$3" <<'EOF2'
 import json, struct, sys
 import numpy as np
 def steps(d):
     rows = [json.loads(l) for l in open(d + "/metrics.jsonl")]
     return [r for r in rows if r.get("event") == "step"]
-def weights(d):
-    b = open(d + "/model.bin", "rb").read()
-    n_units = struct.unpack_from("<I", b, 12)[0]
-    numel = struct.unpack_from("<%dQ" % n_units, b, 64)
-    return np.frombuffer(b, dtype="<f4", offset=64 + 8 * n_units, count=sum(numel))
+def weights(d):  # every tensor of the fp32 export, by name
+    b = open(d + ".hf/model.safetensors", "rb").read()
+    n = struct.unpack_from("<Q", b, 0)[0]
+    hdr = json.loads(b[8:8 + n])
+    hdr.pop("__metadata__", None)
+    parts = []
+    for name in sorted(hdr):
+        t = hdr[name]
+        assert t["dtype"] == "F32", (name, t["dtype"])
+        s, e = t["data_offsets"]
+        parts.append(np.frombuffer(b[8 + n + s:8 + n + e], dtype="<f4"))
+    return np.concatenate(parts)
 a, b = steps(sys.argv[1]), steps(sys.argv[2])
 k = int(sys.argv[3])
 assert len(a) == len(b) and len(a) > 0, (len(a), len(b))

@@ -2,8 +2,9 @@
 # The stop flag is honoured between micro-batches, not only between optimizer steps:
 #  1. one process, a step of 20000 micro-batches: SIGINT once step 1 is logged stops inside step
 #     2 (exit 1, "interrupted ... after step 1") in a small fraction of a step; the partial step
-#     is discarded, so --resume auto replays it and model.bin equals an uninterrupted run's
-#     bit for bit (the loader position is rewound to the step's start);
+#     is discarded, so --resume auto replays it and the final checkpoint (its rank files:
+#     params, AdamW m and v) equals an uninterrupted run's bit for bit (the loader position is
+#     rewound to the step's start);
 #  2. mpirun -np 2, SIGINT to rank 1 only: both ranks stop at the same micro-batch (the stop is
 #     agreed), no collective timeout, and the resumed run again equals the uninterrupted one;
 #  1b. --max-minutes likewise stops inside a step (exit 0);
@@ -14,6 +15,15 @@
 . "$(dirname "$0")/../lib.sh"
 set +e # the checks read the exit status ($?) of commands that are meant to fail
 MPIEXEC=$1
+# same_ckpt A B: both runs' final checkpoints (step 2) have byte-identical rank files.
+same_ckpt() {
+    local f n=0
+    for f in "$1"/checkpoints/step_00000002/rank_*.bin; do
+        [ -f "$f" ] && cmp -s "$f" "$2/checkpoints/step_00000002/${f##*/}" || return 1
+        n=$((n + 1))
+    done
+    [ $n -gt 0 ] && [ $n -eq "$(ls "$2"/checkpoints/step_00000002/rank_*.bin | wc -l)" ]
+}
 export OMP_NUM_THREADS=1
 slm_corpus "$W/corpus.txt" 60000
 "$BIN" tokenizer train --input "$W/corpus.txt" --vocab-size 300 --out "$W/tok.json" --quiet &&
@@ -57,10 +67,10 @@ if wait_for "$W/a.out" "step *1/2" $P; then
     fi
     "$BIN" "${TR[@]}" --grad-accum $K --out "$W/a" --resume auto > "$W/a2.log" 2>&1
     rc=$?
-    if [ $rc -eq 0 ] && grep -q "(step 1)" "$W/a2.log" && cmp -s "$W/a/model.bin" "$W/ref/model.bin"; then
-        ok "1 rank: resumed from step 1, the replayed step 2 gives model.bin == uninterrupted"
+    if [ $rc -eq 0 ] && grep -q "(step 1)" "$W/a2.log" && same_ckpt "$W/a" "$W/ref"; then
+        ok "1 rank: resumed from step 1, the replayed step 2 gives a checkpoint == uninterrupted"
     else
-        bad "1 rank: resume exit $rc or model.bin differs from the uninterrupted run"; tail -5 "$W/a2.log"
+        bad "1 rank: resume exit $rc or the checkpoint differs from the uninterrupted run"; tail -5 "$W/a2.log"
     fi
 else
     bad "1 rank: no step 1 line"; cat "$W/a.err"
@@ -100,10 +110,10 @@ if wait_for "$W/m.out" "step *1/2" $P && [ -s "$W/pid.1" ]; then
     "$MPIEXEC" --oversubscribe -np 2 "$BIN" "${TR[@]}" --grad-accum $K --out "$W/m" --resume auto \
         > "$W/m2.log" 2>&1
     rc=$?
-    if [ $rc -eq 0 ] && cmp -s "$W/m/model.bin" "$W/mref/model.bin"; then
-        ok "np 2: resumed run's model.bin == uninterrupted"
+    if [ $rc -eq 0 ] && same_ckpt "$W/m" "$W/mref"; then
+        ok "np 2: resumed run's checkpoint == uninterrupted"
     else
-        bad "np 2: resume exit $rc or model.bin differs"; tail -5 "$W/m2.log"
+        bad "np 2: resume exit $rc or the checkpoint differs"; tail -5 "$W/m2.log"
     fi
 else
     bad "np 2: no step 1 line"; cat "$W/m.err"; kill $P 2>/dev/null
@@ -119,7 +129,7 @@ if wait_for "$W/f.err" "info: model " $P; then
     t0=$(now); kill -INT $P; wait $P; rc=$?; t1=$(now)
     lat=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.0f", (b - a) * 1000}')
     if [ $rc -eq 1 ] && grep -q "second interrupt: exiting now without saving" "$W/f.err" &&
-        ! grep -q "interrupted by a signal after" "$W/f.err" && [ ! -e "$W/f/model.bin" ] &&
+        ! grep -q "interrupted by a signal after" "$W/f.err" && ! ls "$W/f/checkpoints"/step_* > /dev/null 2>&1 &&
         [ "$lat" -lt 1000 ]; then
         ok "second SIGINT: exit 1 at once (${lat} ms), message, nothing saved"
     else

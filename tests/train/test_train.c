@@ -1,6 +1,7 @@
 // train: the loop's invariants on a tiny model with synthetic tokens — bitwise determinism
 // (two runs, memcmp of weights and losses), gradient accumulation equals the large batch,
-// hooks and the stop flag, model.bin round trip and corruption errors, option / config errors
+// hooks and the stop flag (it leaves a checkpoint), the run directory read back through the
+// model-directory loader and its corruption / mismatch errors, option / config errors
 // (the NaN-loss error is checked in test_train_cli.sh: it needs kernels fed with Inf);
 // the sampler against probabilities computed naively in double; the MFU FLOPs formula by hand.
 #include <math.h>
@@ -13,6 +14,7 @@
 #include "test.h"
 #include "ckpt/ckpt.h"
 #include "data/data.h"
+#include "train/modeldir.h"
 #include "train/train.h"
 
 static char g_dir[256];
@@ -86,16 +88,20 @@ static void test_determinism(void) {
     for (int i = 0; i < 6; i++) CHECK_EQ_INT(a.steps[i], i + 1);
     CHECK(memcmp(a.loss, b.loss, sizeof a.loss) == 0);
     CHECK(memcmp(a.gnorm, b.gnorm, sizeof a.gnorm) == 0);
-    char *pa = run_path("det_a", "model.bin"), *pb = run_path("det_b", "model.bin");
-    char *da = NULL, *db = NULL;
-    size_t la = 0, lb = 0;
-    CHECK_OK(slm_file_read_all(pa, &da, &la));
-    CHECK_OK(slm_file_read_all(pb, &db, &lb));
-    CHECK_EQ_INT(la, lb);
-    CHECK(memcmp(da, db, la) == 0);
+    // The final weights (each run's last checkpoint, read back as eval reads them), bitwise.
+    slm_llama ma, mb;
+    CHECK_OK(slm_model_dir_load(out_a, false, &ma, NULL, false));
+    CHECK_OK(slm_model_dir_load(out_b, false, &mb, NULL, false));
+    CHECK_EQ_INT(ma.n_units, mb.n_units);
+    for (int u = 0; u < ma.n_units; u++)
+        CHECK_MSG(memcmp(ma.params[u], mb.params[u],
+                         (size_t)ma.units[u].numel * sizeof(float)) == 0,
+                  "unit %d differs", u);
+    slm_llama_free(&ma);
+    slm_llama_free(&mb);
     // Loss at init is near ln(V) for uniform targets.
     CHECK_CLOSE(a.loss[0], log(97.0), 0.05, 0);
-    free(da), free(db), free(pa), free(pb), free(out_a), free(out_b);
+    free(out_a), free(out_b);
 }
 
 static void test_grad_accum_equals_big_batch(void) {
@@ -127,8 +133,8 @@ static void test_grad_accum_equals_big_batch(void) {
         CHECK_CLOSE(b.gnorm[i], a.gnorm[i], 1e-4, 0);
     }
     slm_llama ma, mb;
-    CHECK_OK(slm_run_open(out_a, &ma, NULL, false));
-    CHECK_OK(slm_run_open(out_b, &mb, NULL, false));
+    CHECK_OK(slm_model_dir_load(out_a, false, &ma, NULL, false));
+    CHECK_OK(slm_model_dir_load(out_b, false, &mb, NULL, false));
     double num = 0, den = 0;
     for (int u = 0; u < ma.n_units; u++)
         for (int64_t i = 0; i < ma.units[u].numel; i++) {
@@ -154,25 +160,52 @@ static void test_stop_flag_saves(void) {
     CHECK_EQ_INT(st, SLM_E_INTERRUPTED);
     CHECK(strstr(slm_errmsg(), "after step 2") != NULL);
     CHECK_EQ_INT(a.n, 2);
-    char *p = run_path("stop", "model.bin");
-    CHECK(slm_is_file(p));
-    free(p);
+    // The stopped run's weights are its step-2 checkpoint (no --ckpt-every: the final save).
+    slm_model_dir d;
+    CHECK_OK(slm_model_dir_open(out, &d));
+    CHECK_EQ_INT(d.kind, SLM_MODEL_DIR_RUN);
+    CHECK_EQ_INT(d.step, 2);
+    slm_model_dir_close(&d);
     free(out);
 }
 
-static void test_model_file_errors(void) {
+// Flips one byte of FILE at offset `at`.
+static void flip_byte(const char *file, size_t at) {
+    char *data = NULL;
+    size_t len = 0;
+    CHECK_OK(slm_file_read_all(file, &data, &len));
+    CHECK(at < len);
+    data[at] ^= 0x40;
+    CHECK_OK(slm_file_write_atomic(file, data, len));
+    free(data);
+}
+
+static void test_model_dir_errors(void) {
     slm_train_opts o;
     char *out = slm_path_join(g_dir, "mf");
     base_opts(&o, out);
     o.steps = 1;
     CHECK_OK(slm_train_run(&o, NULL));
-    char *p = run_path("mf", "model.bin");
+    char *step_dir = run_path("mf", "checkpoints/step_00000001");
+    char *p = slm_path_join(step_dir, "rank_00000.bin");
     char *data = NULL;
     size_t len = 0;
     CHECK_OK(slm_file_read_all(p, &data, &len));
     slm_llama m;
-    // config.json describing another (much bigger) model: SLM_E_FORMAT naming both files, found
-    // from model.bin's header before the model is allocated.
+    // The run directory, the checkpoints root and the step directory open the same weights.
+    const char *kinds[3] = {out, NULL, step_dir};
+    char *root = run_path("mf", "checkpoints");
+    kinds[1] = root;
+    for (int k = 0; k < 3; k++) {
+        slm_model_dir d;
+        CHECK_OK(slm_model_dir_open(kinds[k], &d));
+        CHECK_EQ_INT(d.kind, k == 2 ? SLM_MODEL_DIR_CKPT : SLM_MODEL_DIR_RUN);
+        CHECK_EQ_INT(d.step, 1);
+        CHECK_EQ_INT(d.cfg.hidden_size, 32);
+        slm_model_dir_close(&d);
+    }
+    // config.json describing another (much bigger) model: SLM_E_FORMAT naming both files,
+    // before the model is allocated.
     char *cp = run_path("mf", "config.json");
     char *cfg_text = NULL;
     size_t cfg_len = 0;
@@ -181,8 +214,9 @@ static void test_model_file_errors(void) {
                       "131072, \"num_hidden_layers\": 20, \"num_attention_heads\": 512, "
                       "\"num_key_value_heads\": 512, \"max_position_embeddings\": 32}";
     CHECK_OK(slm_file_write_atomic(cp, big, strlen(big)));
-    CHECK_EQ_INT(slm_run_open(out, &m, NULL, false), SLM_E_FORMAT);
-    CHECK_MSG(strstr(slm_errmsg(), "model.bin") && strstr(slm_errmsg(), "config.json"),
+    CHECK_EQ_INT(slm_model_dir_load(out, false, &m, NULL, false), SLM_E_FORMAT);
+    CHECK_MSG(strstr(slm_errmsg(), "config.json: hidden_size is 65536") &&
+                  strstr(slm_errmsg(), "step_00000001/manifest.json"),
               "message: %s", slm_errmsg());
     CHECK_OK(slm_file_write_atomic(cp, cfg_text, cfg_len));
     // A fresh run into a run directory that holds checkpoints is refused before any write.
@@ -191,29 +225,42 @@ static void test_model_file_errors(void) {
     char *now = NULL;
     size_t now_len = 0;
     CHECK_OK(slm_file_read_all(p, &now, &now_len));
-    CHECK(now_len == len && memcmp(now, data, len) == 0); // model.bin untouched
+    CHECK(now_len == len && memcmp(now, data, len) == 0); // the checkpoint untouched
     free(now), free(cp), free(cfg_text);
-    CHECK_OK(slm_run_open(out, &m, NULL, false));
-    // Flip one payload byte: checksum error naming the file.
-    data[len - 3] ^= 0x40;
-    CHECK_OK(slm_file_write_atomic(p, data, len));
-    slm_status st = slm_model_load(&m, p);
-    CHECK_EQ_INT(st, SLM_E_CHECKSUM);
-    CHECK(strstr(slm_errmsg(), "model.bin") != NULL);
-    // Truncated file.
-    data[len - 3] ^= 0x40;
+    // --init-from-hf refuses a run directory (it is not an HF directory).
+    CHECK_EQ_INT(slm_model_dir_load(out, true, &m, NULL, false), SLM_E_ARG);
+    CHECK(strstr(slm_errmsg(), "not a Hugging Face directory") != NULL);
+    // Flip one byte of unit 0's params (right after the 64-byte header): the run directory's
+    // pick (full XXH64) finds no checkpoint that verifies; the step directory read fails on the
+    // chunk's checksum.
+    flip_byte(p, SLM_CKPT_HEADER_BYTES + 21);
+    CHECK_EQ_INT(slm_model_dir_load(out, false, &m, NULL, false), SLM_E_FORMAT);
+    CHECK_MSG(strstr(slm_errmsg(), "none of its 1 checkpoints verifies") &&
+                  strstr(slm_errmsg(), "rank_00000.bin"),
+              "message: %s", slm_errmsg());
+    CHECK_EQ_INT(slm_model_dir_load(step_dir, false, &m, NULL, false), SLM_E_CHECKSUM);
+    CHECK_MSG(strstr(slm_errmsg(), "rank_00000.bin"), "message: %s", slm_errmsg());
+    // Truncated rank file.
     CHECK_OK(slm_file_write_atomic(p, data, len - 8));
-    CHECK_EQ_INT(slm_model_load(&m, p), SLM_E_FORMAT);
-    CHECK(strstr(slm_errmsg(), "truncated") != NULL);
-    // Not a model file.
-    CHECK_OK(slm_file_write_atomic(p, "hello", 5));
-    CHECK_EQ_INT(slm_model_load(&m, p), SLM_E_FORMAT);
-    slm_llama_free(&m);
-    free(data), free(p), free(out);
+    CHECK_EQ_INT(slm_model_dir_load(step_dir, false, &m, NULL, false), SLM_E_IO);
+    CHECK_MSG(strstr(slm_errmsg(), "rank_00000.bin"), "message: %s", slm_errmsg());
+    // No weights at all: a run directory without checkpoints, and a plain directory.
+    char *cks = run_path("mf", "checkpoints.gone");
+    CHECK(rename(root, cks) == 0);
+    CHECK_EQ_INT(slm_model_dir_load(out, false, &m, NULL, false), SLM_E_IO);
+    CHECK_MSG(strstr(slm_errmsg(), "without checkpoints/"), "message: %s", slm_errmsg());
+    char *empty = run_path("mf", "empty");
+    CHECK_OK(slm_mkdir_p(empty));
+    CHECK_EQ_INT(slm_model_dir_load(empty, false, &m, NULL, false), SLM_E_IO);
+    CHECK_MSG(strstr(slm_errmsg(), "no weights here"), "message: %s", slm_errmsg());
+    // config.json alone (not a run directory): an HF directory whose weights file is missing.
+    CHECK_EQ_INT(slm_model_dir_load(g_dir, false, &m, NULL, false), SLM_E_IO);
+    CHECK_MSG(strstr(slm_errmsg(), "model.safetensors"), "message: %s", slm_errmsg());
+    free(empty), free(cks), free(root), free(data), free(p), free(step_dir), free(out);
 }
 
-// eval's guard against data prepared with another tokenizer: slm_run_check_dataset hashes the
-// run's tokenizer copy against manifest.json's tokenizer XXH64.
+// eval's guard against data prepared with another tokenizer: slm_model_dir_check_dataset hashes
+// the model directory's tokenizer against manifest.json's tokenizer XXH64.
 static void test_run_check_dataset(void) {
     char *run = slm_path_join(g_dir, "ckds_run");
     char *data = slm_path_join(g_dir, "ckds_data");
@@ -234,9 +281,10 @@ static void test_run_check_dataset(void) {
     ds.val_fraction = 0.1;
     CHECK_OK(slm_file_xxh64(dt, &ds.tokenizer_xxh64));
     CHECK_OK(slm_dataset_write(&ds));
-    CHECK_OK(slm_run_check_dataset(run, data));
+    slm_model_dir md = {.path = run, .tokenizer = rt, .step = -1};
+    CHECK_OK(slm_model_dir_check_dataset(&md, data));
     CHECK_OK(slm_file_write_atomic(rt, "{\"b\": 2}", 8)); // another tokenizer, same size
-    CHECK_EQ_INT(slm_run_check_dataset(run, data), SLM_E_FORMAT);
+    CHECK_EQ_INT(slm_model_dir_check_dataset(&md, data), SLM_E_FORMAT);
     CHECK_MSG(strstr(slm_errmsg(), "ckds_run/tokenizer.json") &&
                   strstr(slm_errmsg(), "ckds_data/tokenizer.json"),
               "message: %s", slm_errmsg());
@@ -392,7 +440,7 @@ static void test_world_of_one_is_plain(void) {
                   a.gnorm[step], gn);
     }
     slm_llama run;
-    CHECK_OK(slm_run_open(out, &run, NULL, false));
+    CHECK_OK(slm_model_dir_load(out, false, &run, NULL, false));
     for (int u = 0; u < NU; u++)
         CHECK_MSG(memcmp(run.params[u], m.params[u], (size_t)lens[u] * sizeof(float)) == 0,
                   "unit %d: weights differ from the plain loop", u);
@@ -441,7 +489,7 @@ static void test_init_from_hf_world_of_one(void) {
     o.adamw.lr_peak = 1e-30f, o.min_lr = 0, o.adamw.weight_decay = 0;
     CHECK_OK(slm_train_run(&o, NULL));
     slm_llama run;
-    CHECK_OK(slm_run_open(out, &run, NULL, false));
+    CHECK_OK(slm_model_dir_load(out, false, &run, NULL, false));
     for (int u = 0; u < src.n_units; u++)
         CHECK_MSG(memcmp(run.params[u], src.params[u], (size_t)src.units[u].numel * 4) == 0,
                   "unit %d: not the HF weights", u);
@@ -596,7 +644,7 @@ int main(void) {
     RUN(test_forward_loss_leaves_flag);
     RUN(test_init_from_hf_world_of_one);
     RUN(test_library_silent_on_stdout);
-    RUN(test_model_file_errors);
+    RUN(test_model_dir_errors);
     RUN(test_option_errors);
     RUN(test_run_check_dataset);
     RUN(test_flops_formula);

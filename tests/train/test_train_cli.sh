@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # End-to-end CLI: tokenizer train -> prep -> train -> eval -> generate on a slice of
 # tinyshakespeare, with a tiny model. Checks: loss decreases; two runs are bitwise identical
-# (model.bin and the losses / grad norms / val losses in metrics.jsonl); eval on the val split
+# (the final checkpoint's weights, exported as fp32 safetensors, and the losses / grad norms /
+# val losses in metrics.jsonl); eval on the val split
 # reproduces the training loop's val loss; --unigram-entropy equals the entropy numpy computes
 # from the val shard files; generate is deterministic for a seed; SIGTERM stops at a step
-# boundary and saves; bad inputs exit 1/2 naming the problem.
+# boundary and saves a checkpoint; bad inputs exit 1/2 naming the problem.
 # Env (set by CTest): SHARDLM_BIN, SLM_PYTHON, SLM_SHARED_DIR.
 . "$(dirname "$0")/../lib.sh"
 slm_corpus "$W/corpus.txt" 300000
@@ -23,7 +24,7 @@ TRAIN=(train --data "$W/data" --model "$W/config.json" --batch 8 --seq 64 --step
 "$BIN" "${TRAIN[@]}" --out "$W/run1" > "$W/train1.log"
 "$BIN" "${TRAIN[@]}" --out "$W/run2" > "$W/train2.log"
 cat "$W/train1.log"
-for f in config.json model.bin metrics.jsonl tokenizer.json; do
+for f in config.json checkpoints/latest metrics.jsonl tokenizer.json; do
     [ -f "$W/run1/$f" ] && ok "run dir has $f" || bad "run dir lacks $f"
 done
 "$PY" - "$W/run1/metrics.jsonl" <<'EOF' && ok "loss decreases" || bad "loss decreases"
@@ -33,8 +34,11 @@ first, last = steps[0]["loss"], steps[-1]["loss"]
 print(f"  first loss {first:.4f}, last {last:.4f}, val {steps[-1]['val_loss']:.4f}, {len(steps)} steps")
 assert len(steps) == 40 and last < first - 1.0 and steps[-1]["val_loss"] < first
 EOF
-cmp -s "$W/run1/model.bin" "$W/run2/model.bin" && ok "model.bin bitwise equal" \
-    || bad "model.bin bitwise equal"
+# The weights: each run's final checkpoint exported as fp32 (every parameter's bytes as trained).
+"$BIN" ckpt export "$W/run1" --hf "$W/run1.hf" --dtype fp32 > /dev/null
+"$BIN" ckpt export "$W/run2" --hf "$W/run2.hf" --dtype fp32 > /dev/null
+cmp -s "$W/run1.hf/model.safetensors" "$W/run2.hf/model.safetensors" && ok "weights bitwise equal" \
+    || bad "weights bitwise equal"
 strip() { grep '"event":"step"' "$1" | sed -E 's/,"(tokens_per_s|mfu|ms_per_step|elapsed_s)":[^,}]*//g'; }
 if diff <(strip "$W/run1/metrics.jsonl") <(strip "$W/run2/metrics.jsonl") > /dev/null; then
     ok "metrics bitwise equal"
@@ -61,6 +65,24 @@ want = float(-(p * np.log(p)).sum())
 print(f"  unigram entropy shardlm {got:.6f} numpy {want:.6f}")
 assert abs(got - want) < 1e-5
 EOF
+
+# --- one weight format: the run directory (its newest checkpoint), that step_N checkpoint and
+# its fp32 HF export (with the tokenizer) are the same model to eval and generate
+EA=(--data "$W/data" --split val --seq 32 --batch 4 --max-batches 2)
+E_RUN=$("$BIN" eval --model "$W/run1" "${EA[@]}" 2> /dev/null)
+E_STEP=$("$BIN" eval --model "$W/run1/checkpoints/step_00000040" "${EA[@]}" 2> /dev/null)
+E_HF=$("$BIN" eval --model "$W/run1.hf" "${EA[@]}" 2> /dev/null)
+E_HF2=$("$BIN" eval --init-from-hf "$W/run1.hf" "${EA[@]}" 2> /dev/null)
+if [ -n "$E_RUN" ] && [ "$E_RUN" = "$E_STEP" ] && [ "$E_RUN" = "$E_HF" ] && [ "$E_RUN" = "$E_HF2" ]; then
+    ok "eval: run dir == step_N == fp32 HF export ($(echo $E_RUN | head -c 40))"
+else
+    bad "eval of the model directory kinds differs: [$E_RUN] [$E_STEP] [$E_HF] [$E_HF2]"
+fi
+GR=$("$BIN" generate --model "$W/run1" --prompt "ROMEO:" --max-new 20 --seed 5 2> /dev/null)
+GS=$("$BIN" generate --model "$W/run1/checkpoints/step_00000040" --prompt "ROMEO:" --max-new 20 --seed 5 2> /dev/null)
+GH=$("$BIN" generate --model "$W/run1.hf" --prompt "ROMEO:" --max-new 20 --seed 5 2> /dev/null)
+[ -n "$GR" ] && [ "$GR" = "$GS" ] && [ "$GR" = "$GH" ] && ok "generate: run dir == step_N == HF export" \
+    || bad "generate of the model directory kinds differs: [$GR] [$GS] [$GH]"
 
 # --- generate: deterministic for a seed
 G1=$("$BIN" generate --model "$W/run1" --prompt "ROMEO:" --max-new 40 --seed 3 --top-k 50)
@@ -112,7 +134,7 @@ expect_fail "eval --token-ids with --seq" 2 "--seq applies to --data only" "$BIN
     --model "$W/run1" --token-ids "$W/ids_ok.txt" --seq 8
 
 # Invalid hyper-parameters are usage errors at parse time: nothing is written to the run dir.
-cp "$W/run1/model.bin" "$W/model1.bin"
+cp -r "$W/run1/checkpoints" "$W/ckpts1"
 cp "$W/run1/metrics.jsonl" "$W/metrics1.jsonl"
 while read -r opt val re <&3; do
     expect_fail "train $opt $val" 2 "$re" "$BIN" "${TRAIN[@]}" --out "$W/run1" "$opt" "$val"
@@ -136,7 +158,7 @@ done 3<<'EOF2'
 --peak-gflops -5 --peak-gflops -5: must be > 0
 --warmup -1 --warmup: -1 is out of range
 EOF2
-cmp -s "$W/run1/model.bin" "$W/model1.bin" && cmp -s "$W/run1/metrics.jsonl" "$W/metrics1.jsonl" \
+diff -r "$W/run1/checkpoints" "$W/ckpts1" > /dev/null && cmp -s "$W/run1/metrics.jsonl" "$W/metrics1.jsonl" \
     && ok "rejected options left run1 intact" || bad "rejected options left run1 intact"
 expect_fail "train without --out" 2 "--out RUN_DIR is required" "$BIN" train --data "$W/data" \
     --model "$W/config.json" --batch 2 --seq 16 --steps 2
@@ -155,6 +177,12 @@ expect_fail "train --synthetic with --data" 2 "--synthetic and --data" "$BIN" tr
     --val-fraction 0.1 --quiet
 expect_fail "eval with another tokenizer's data" 1 "tokenizer" "$BIN" eval --model "$W/run1" \
     --data "$W/data2"
+expect_fail "eval of a step_N with another tokenizer's data" 1 "run1/tokenizer.json .*differs" \
+    "$BIN" eval --model "$W/run1/checkpoints/step_00000040" --data "$W/data2"
+expect_fail "eval --init-from-hf of a run directory" 2 "not a Hugging Face directory" \
+    "$BIN" eval --init-from-hf "$W/run1" --data "$W/data"
+expect_fail "generate --init-from-hf of a run directory" 2 "not a Hugging Face directory" \
+    "$BIN" generate --init-from-hf "$W/run1" --prompt hi
 expect_fail "train unknown option" 2 "unknown option --bogus \(see --help\)" "$BIN" train --bogus 1
 expect_fail "train missing value" 2 "option --lr needs a value" "$BIN" train --model x --lr
 expect_fail "eval unknown option" 2 "unknown option --bogus \(see --help\)" "$BIN" eval --bogus
@@ -195,7 +223,7 @@ expect_full "generate" "$BIN" generate --model "$W/run1" --prompt "ROMEO:" --max
 expect_full "bench-peak" "$BIN" bench-peak --n 64 --reps 1
 expect_fail "eval without run" 1 "not a directory" "$BIN" eval --model "$W/nope" --token-ids "$W/ids.txt"
 
-# --- config.json / model.bin mismatch (a config far bigger than the weights): exit 1 before any
+# --- config.json / checkpoint mismatch (a config far bigger than the weights): exit 1 before any
 # allocation, naming both files
 cp -r "$W/run1" "$W/g3"
 "$PY" - "$W/g3/config.json" <<'EOF'
@@ -205,9 +233,9 @@ c.update(hidden_size=8192, intermediate_size=22016, num_hidden_layers=8, num_att
          num_key_value_heads=64)
 json.dump(c, open(sys.argv[1], "w"))
 EOF
-expect_fail "eval: config.json bigger than model.bin" 1 "model.bin.*config.json" \
+expect_fail "eval: config.json bigger than the checkpoint" 1 "config.json: hidden_size is 8192.*manifest.json" \
     bash -c 'ulimit -v 4000000; exec "$@"' _ "$BIN" eval --model "$W/g3" --data "$W/data"
-expect_fail "generate: config.json bigger than model.bin" 1 "model.bin.*config.json" \
+expect_fail "generate: config.json bigger than the checkpoint" 1 "config.json: hidden_size is 8192.*manifest.json" \
     bash -c 'ulimit -v 4000000; exec "$@"' _ "$BIN" generate --model "$W/g3" --prompt hi
 
 # --- train's memory estimate: refused up front (exit 2), naming what to reduce; no files
@@ -230,13 +258,13 @@ expect_fail "train: batch larger than the split" 2 \
     --out "$W/xh3"
 
 # --- a fresh run into an earlier run's directory: refused while it holds checkpoints (kept), and
-# a failed fresh run leaves no stale model.bin beside its new config.json
+# a failed fresh run leaves no stale weights beside its new config.json
 cp "$W/run1/config.json" "$W/run1_config.json"
-cp "$W/run1/model.bin" "$W/run1_model.bin"
+cp -r "$W/run1/checkpoints" "$W/run1_ckpts"
 expect_fail "fresh train into a run with checkpoints" 2 "checkpoints.*--resume auto" \
     "$BIN" train --data "$W/data" --model "$W/config.json" "${COMMON[@]}" --out "$W/run1"
 if cmp -s "$W/run1/config.json" "$W/run1_config.json" &&
-    cmp -s "$W/run1/model.bin" "$W/run1_model.bin" && [ -d "$W/run1/checkpoints" ]; then
+    diff -r "$W/run1/checkpoints" "$W/run1_ckpts" > /dev/null; then
     ok "refused run leaves the run dir intact"
 else
     bad "refused run changed $W/run1"
@@ -246,7 +274,7 @@ rm -rf "$W/g4/checkpoints"
 expect_fail "failed fresh train (NaN)" 1 "(NaN|nan|inf)" "$BIN" train --data "$W/data" \
     --model "$W/config.json" --batch 2 --seq 16 --steps 30 --lr 1e30 --min-lr 1e30 \
     --grad-clip 0 --threads 2 --out "$W/g4"
-expect_fail "eval after a failed fresh run: no stale weights" 1 "g4/model.bin: cannot open" \
+expect_fail "eval after a failed fresh run: no stale weights" 1 "g4: no committed checkpoint" \
     "$BIN" eval --model "$W/g4" --data "$W/data"
 
 # --- eval messages: one prefix, no loader jargon; --unigram-entropy verifies the shards
@@ -271,7 +299,8 @@ set +e
 wait "$pid"
 rc=$?
 set -e
-if [ $rc -eq 1 ] && grep -q "interrupted" "$W/sig.err" && [ -f "$W/run_sig/model.bin" ]; then
+if [ $rc -eq 1 ] && grep -q "interrupted.*checkpoint saved" "$W/sig.err" &&
+    "$BIN" ckpt verify "$W/run_sig" > /dev/null 2>&1; then
     ok "SIGTERM stops and saves"
 else
     bad "SIGTERM stops and saves: exit $rc, $(cat "$W/sig.err")"

@@ -11,6 +11,7 @@
 #include "base/base.h"
 #include "reference/slm_tensors.h"
 #include "test.h"
+#include "train/modeldir.h"
 #include "train/train.h"
 
 static double g_loss[64];
@@ -67,7 +68,7 @@ static void test_ten_steps_vs_torch(void) {
     add_weights(&s, &init, "init/");
     slm_llama_free(&init);
     slm_llama fin;
-    CHECK_OK(slm_run_open(run, &fin, NULL, false));
+    CHECK_OK(slm_model_dir_load(run, false, &fin, NULL, false));
     add_weights(&s, &fin, "final/");
     slm_llama_free(&fin);
     // The synthetic token stream documented in train.h.

@@ -126,12 +126,12 @@ t "the first run's checkpoint verifies" '"$BIN" ckpt verify "$R" > /dev/null 2>&
 U="$W/user"
 mkdir -p "$U"
 echo '{"mine": 1}' > "$U/config.json"
-echo "my weights" > "$U/model.bin"
+echo "my weights" > "$U/weights.bin"
 cp "$U/config.json" "$W/cfg.bak"
 "$BIN" "${S[@]}" --steps 2 --out "$U" > "$W/l14" 2>&1
 rc=$?
 t "--out a user folder: exit 2, files untouched" '[ $rc = 2 ] && grep -q "not a shardlm run directory" "$W/l14" &&
-   cmp -s "$U/config.json" "$W/cfg.bak" && [ "$(cat "$U/model.bin")" = "my weights" ] &&
+   cmp -s "$U/config.json" "$W/cfg.bak" && [ "$(cat "$U/weights.bin")" = "my weights" ] &&
    [ ! -e "$U/run.lock" ]' "$W/l14"
 
 # --- item 8: another tokenizer with the same vocab size

@@ -1,0 +1,346 @@
+// Opening a model directory (run directory, checkpoint or Hugging Face directory) for every
+// reader of weights. Contract in modeldir.h.
+#include "train/modeldir.h"
+
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data/data.h"
+#include "train/train_internal.h"
+
+static bool has_file(const char *dir, const char *name) {
+    char *p = slm_path_join(dir, name);
+    bool r = slm_is_file(p);
+    free(p);
+    return r;
+}
+
+static bool has_dir(const char *dir, const char *name) {
+    char *p = slm_path_join(dir, name);
+    bool r = slm_is_dir(p);
+    free(p);
+    return r;
+}
+
+// DIR/name if that file exists (owned), else NULL.
+static char *file_in(const char *dir, const char *name) {
+    char *p = slm_path_join(dir, name);
+    if (slm_is_file(p)) return p;
+    free(p);
+    return NULL;
+}
+
+// The run directory of a step directory STEP: the directory above STEP's parent when that
+// parent is named "checkpoints" (RUN_DIR/checkpoints/step_N, symlinks and ".." resolved); NULL
+// for a step directory kept anywhere else (caller frees).
+static char *run_dir_of_step(const char *step) {
+    char real[PATH_MAX];
+    if (!realpath(step, real)) return NULL;
+    char *root = slm_path_parent(real); // .../checkpoints
+    const char *base = strrchr(root, '/');
+    char *run = base && !strcmp(base + 1, "checkpoints") ? slm_path_parent(root) : NULL;
+    free(root);
+    return run;
+}
+
+// RUN_DIR/NAME, the tokenizer copy a checkpoint recorded; warns when it is missing.
+static char *recorded_tokenizer(const char *run_dir, const char *name) {
+    char *p = file_in(run_dir, name);
+    if (!p) slm_warn("%s/%s: not found (the checkpoint recorded it); no tokenizer", run_dir, name);
+    return p;
+}
+
+// An HF directory's tokenizer: tokenizer.json, else tokenizer.model.
+static char *find_tokenizer(const char *dir) {
+    char *p = file_in(dir, "tokenizer.json");
+    if (!p) p = file_in(dir, "tokenizer.model");
+    return p;
+}
+
+// A checkpoints root (RUN_DIR/checkpoints): `latest` or committed step_N directories.
+static bool is_ckpt_root(const char *dir) {
+    int64_t *steps = NULL;
+    int n = slm_ckpt_list_steps(dir, &steps);
+    free(steps);
+    return n > 0 || has_file(dir, "latest");
+}
+
+static bool close_f(float a, float b) {
+    return fabsf(a - b) <= 1e-6f * fabsf(b);
+}
+
+// A run directory's config.json must describe the model its checkpoint holds.
+static slm_status check_run_config(const char *cfg_path, const slm_ckpt *c) {
+    slm_llama_config j;
+    slm_status st = slm_llama_config_load(cfg_path, &j);
+    if (st) return st;
+    const slm_llama_config *k = &slm_ckpt_get_meta(c)->cfg;
+    const char *field = NULL;
+    double a = 0, b = 0;
+#define CK(f)                                                                                      \
+    if (!field && j.f != k->f) field = #f, a = (double)j.f, b = (double)k->f;
+#define CKF(f)                                                                                     \
+    if (!field && !close_f(j.f, k->f)) field = #f, a = (double)j.f, b = (double)k->f;
+    CK(vocab_size)
+    CK(hidden_size)
+    CK(intermediate_size)
+    CK(num_hidden_layers)
+    CK(num_attention_heads)
+    CK(num_key_value_heads)
+    CK(max_position_embeddings)
+    CK(tie_word_embeddings)
+    CKF(rms_norm_eps)
+    CKF(rope_theta)
+#undef CK
+#undef CKF
+    if (!field) return SLM_OK;
+    return slm_fail(SLM_E_FORMAT,
+                    "%s: %s is %g, but the checkpoint %s/manifest.json holds weights with %s %g: "
+                    "the two files are from different models",
+                    cfg_path, field, a, slm_ckpt_dir(c), field, b);
+}
+
+// RUN kind: the newest checkpoint under ROOT that verifies; RUN_DIR (may be NULL) has the
+// config.json and tokenizer copy.
+static slm_status open_run(slm_model_dir *d, const char *root, const char *run_dir) {
+    int64_t *steps = NULL;
+    int n = slm_ckpt_list_steps(root, &steps);
+    free(steps);
+    if (n == 0)
+        return slm_fail(SLM_E_IO,
+                        "%s: no committed checkpoint in %s (a run directory's weights are its "
+                        "checkpoints, step_N directories written by shardlm train; this run "
+                        "saved none)",
+                        d->path, root);
+    slm_status st = slm_ckpt_pick_newest(root, true, "loading", &d->weights_dir, &d->step);
+    if (st) return st;
+    d->kind = SLM_MODEL_DIR_RUN;
+    if ((st = slm_ckpt_open(d->weights_dir, &d->ckpt))) return st;
+    const slm_ckpt_meta *M = slm_ckpt_get_meta(d->ckpt);
+    d->cfg = M->cfg;
+    if (run_dir) {
+        char *cp = file_in(run_dir, "config.json");
+        if (cp) st = check_run_config(cp, d->ckpt);
+        free(cp);
+        if (st) return st;
+        // The file the checkpoint recorded (training records the copy it made); a checkpoint
+        // that recorded none (synthetic data) has none.
+        if (M->tokenizer_file[0]) d->tokenizer = recorded_tokenizer(run_dir, M->tokenizer_file);
+    }
+    return SLM_OK;
+}
+
+// CKPT kind: PATH is a step directory; the run directory is PATH/../.. (RUN/checkpoints/step_N).
+static slm_status open_step(slm_model_dir *d) {
+    d->kind = SLM_MODEL_DIR_CKPT;
+    d->weights_dir = slm_xstrdup(d->path);
+    slm_status st = slm_ckpt_open(d->path, &d->ckpt);
+    if (st) return st;
+    if ((st = slm_ckpt_check_files(d->ckpt))) return st;
+    const slm_ckpt_meta *M = slm_ckpt_get_meta(d->ckpt);
+    d->cfg = M->cfg;
+    d->step = M->step;
+    char *run = M->tokenizer_file[0] ? run_dir_of_step(d->path) : NULL;
+    if (run)
+        d->tokenizer = recorded_tokenizer(run, M->tokenizer_file);
+    else if (M->tokenizer_file[0])
+        slm_warn("%s: not inside RUN_DIR/checkpoints/, so the tokenizer the checkpoint recorded "
+                 "(%s) is not looked for",
+                 d->path, M->tokenizer_file);
+    free(run);
+    return SLM_OK;
+}
+
+static slm_status open_hf(slm_model_dir *d) {
+    d->kind = SLM_MODEL_DIR_HF;
+    d->weights_dir = slm_xstrdup(d->path);
+    char *cp = slm_path_join(d->path, "config.json");
+    slm_status st = slm_llama_config_load(cp, &d->cfg);
+    free(cp);
+    if (st) return st;
+    d->tokenizer = find_tokenizer(d->path);
+    return SLM_OK;
+}
+
+// Which kind PATH is, from the names in it alone (nothing is parsed); HF for anything else.
+static slm_model_dir_kind kind_of(const char *p) {
+    if (has_file(p, "manifest.json")) return SLM_MODEL_DIR_CKPT;
+    if (has_dir(p, "checkpoints") || is_ckpt_root(p)) return SLM_MODEL_DIR_RUN;
+    return SLM_MODEL_DIR_HF;
+}
+
+static slm_status open_kind(slm_model_dir *d) {
+    const char *p = d->path;
+    if (!slm_is_dir(p))
+        return slm_fail(SLM_E_IO,
+                        "%s: not a directory (expected a run directory written by shardlm "
+                        "train, a checkpoint step_N directory or a Hugging Face directory)",
+                        p);
+    if (kind_of(p) == SLM_MODEL_DIR_CKPT) return open_step(d);
+    if (has_dir(p, "checkpoints")) {
+        char *root = slm_path_join(p, "checkpoints");
+        slm_status st = open_run(d, root, p);
+        free(root);
+        return st;
+    }
+    if (is_ckpt_root(p)) { // RUN_DIR/checkpoints
+        char *run = slm_path_join(p, "..");
+        slm_status st = open_run(d, p, run);
+        free(run);
+        return st;
+    }
+    if (has_file(p, "config.json") &&
+        (has_file(p, "model.safetensors") || has_file(p, "model.safetensors.index.json") ||
+         !slm_rundir_is_run_dir(p)))
+        return open_hf(d); // a missing weights file is named by slm_hf_load
+    if (slm_rundir_is_run_dir(p))
+        return slm_fail(SLM_E_IO,
+                        "%s: a run directory without checkpoints/ (its weights are its "
+                        "checkpoints, written by shardlm train; this run saved none)",
+                        p);
+    return slm_fail(SLM_E_IO,
+                    "%s: no weights here (neither checkpoints/, manifest.json nor config.json "
+                    "with model.safetensors)",
+                    p);
+}
+
+slm_status slm_model_dir_open(const char *path, slm_model_dir *d) {
+    memset(d, 0, sizeof *d);
+    d->path = slm_xstrdup(path);
+    d->step = -1;
+    slm_status st = open_kind(d);
+    if (!st && d->ckpt && d->tokenizer) {
+        const slm_ckpt_meta *M = slm_ckpt_get_meta(d->ckpt);
+        uint64_t h = 0;
+        st = slm_file_xxh64(d->tokenizer, &h);
+        if (!st && M->has_tokenizer && h != M->tokenizer_xxh64)
+            slm_warn("%s: differs from the tokenizer the checkpoint %s recorded (xxh64)",
+                     d->tokenizer, d->weights_dir);
+    }
+    if (st) slm_model_dir_close(d);
+    return st;
+}
+
+void slm_model_dir_close(slm_model_dir *d) {
+    slm_ckpt_free(d->ckpt);
+    free(d->path);
+    free(d->weights_dir);
+    free(d->tokenizer);
+    memset(d, 0, sizeof *d);
+    d->step = -1;
+}
+
+slm_status slm_model_dir_read_weights(slm_model_dir *d, slm_llama *m) {
+    if (!d->ckpt) return slm_hf_load(m, d->weights_dir);
+    slm_status st = slm_ckpt_check_model(d->ckpt, m);
+    for (int u = 0; u < m->n_units && !st; u++)
+        st = slm_ckpt_read_range(d->ckpt, u, 0, m->units[u].numel, m->params[u], NULL, NULL);
+    return st;
+}
+
+// Before any allocation: the weights' shapes against d->cfg (the checkpoint's recorded layout
+// against the config's, built without buffers; or the safetensors headers), so a config that
+// declares a huge model fails naming the tensor instead of on memory.
+static slm_status check_shapes(slm_model_dir *d) {
+    if (!d->ckpt) return slm_hf_check_shapes(d->weights_dir, &d->cfg);
+    slm_llama lay;
+    slm_status st = slm_llama_init(&lay, &d->cfg, false);
+    if (st) return st;
+    st = slm_ckpt_check_model(d->ckpt, &lay);
+    slm_llama_free(&lay);
+    // The manifest's config disagrees with its own layout: a bad checkpoint (exit 1), not a
+    // usage error.
+    if (st == SLM_E_ARG) {
+        char *msg = slm_xstrdup(slm_errmsg());
+        st = slm_fail(SLM_E_FORMAT, "%s", msg);
+        free(msg);
+    }
+    return st;
+}
+
+slm_status slm_model_dir_load_model(slm_model_dir *d, slm_llama *m) {
+    slm_status st = check_shapes(d);
+    if (st) return st;
+    // Then the memory: parameters and gradients (slm_llama_init allocates both).
+    double n = (double)slm_llama_n_params(&d->cfg);
+    st = slm_mem_check(2.0 * n * sizeof(float),
+                       "the model of %s (%.3g parameters: fp32 weights and gradients)", d->path, n);
+    if (st) return st;
+    if ((st = slm_llama_init(m, &d->cfg, true))) return st;
+    if ((st = slm_model_dir_read_weights(d, m))) slm_llama_free(m);
+    return st;
+}
+
+slm_status slm_model_dir_load_tokenizer(const slm_model_dir *d, slm_tokenizer **tok, bool need) {
+    *tok = NULL;
+    if (!d->tokenizer) {
+        if (!need) return SLM_OK;
+        return slm_fail(SLM_E_IO, "%s: no tokenizer.json or tokenizer.model%s", d->path,
+                        d->kind == SLM_MODEL_DIR_HF ? "" : " in the run directory");
+    }
+    slm_status st = slm_tokenizer_load(d->tokenizer, tok);
+    if (st) return st;
+    if (slm_tokenizer_vocab_size(*tok) > d->cfg.vocab_size) {
+        st = slm_fail(SLM_E_ARG, "%s: tokenizer has %d ids but the model's vocab_size is %d",
+                      d->tokenizer, slm_tokenizer_vocab_size(*tok), d->cfg.vocab_size);
+        slm_tokenizer_free(*tok);
+        *tok = NULL;
+    }
+    return st;
+}
+
+slm_status slm_model_dir_check_dataset(const slm_model_dir *d, const char *data_dir) {
+    if (!d->tokenizer) return SLM_OK; // nothing to compare
+    slm_dataset ds;
+    slm_status st = slm_dataset_open(data_dir, &ds);
+    uint64_t h = 0;
+    if (!st) st = slm_file_xxh64(d->tokenizer, &h);
+    if (!st && h != ds.tokenizer_xxh64) {
+        char a[17], b[17];
+        slm_hex64(h, a);
+        slm_hex64(ds.tokenizer_xxh64, b);
+        st = slm_fail(SLM_E_FORMAT,
+                      "%s (xxh64 %s) differs from the tokenizer dataset %s was prepared with "
+                      "(%s, xxh64 %s in manifest.json): the token ids would mean other text; "
+                      "evaluate on data prepared with the run's tokenizer",
+                      d->tokenizer, a, data_dir, ds.tokenizer_file, b);
+    }
+    slm_dataset_free(&ds); // zeroed by slm_dataset_open, so safe on its errors too
+    return st;
+}
+
+slm_status slm_model_dir_require_hf(const char *path) {
+    slm_model_dir_kind k = kind_of(path);
+    if (k == SLM_MODEL_DIR_HF) return SLM_OK;
+    return slm_fail(SLM_E_ARG,
+                    "--init-from-hf %s: a %s, not a Hugging Face directory (config.json + "
+                    "model.safetensors)%s",
+                    path, k == SLM_MODEL_DIR_RUN ? "run directory" : "checkpoint",
+                    k == SLM_MODEL_DIR_RUN ? "; give it as --model" : "");
+}
+
+slm_status slm_model_dir_load(const char *path, bool hf_only, slm_llama *m, slm_tokenizer **tok,
+                              bool need_tokenizer) {
+    if (tok) *tok = NULL;
+    slm_status st = hf_only ? slm_model_dir_require_hf(path) : SLM_OK;
+    if (st) return st;
+    slm_model_dir d;
+    if ((st = slm_model_dir_open(path, &d))) return st;
+    st = slm_model_dir_load_model(&d, m);
+    if (!st && tok) {
+        st = slm_model_dir_load_tokenizer(&d, tok, need_tokenizer);
+        if (st) slm_llama_free(m);
+    }
+    slm_model_dir_close(&d);
+    return st;
+}
+
+slm_status slm_model_dir_init_weights(const char *dir, slm_llama *m) {
+    // The kind only (slm_hf_load reads config.json itself: one read, one set of warnings).
+    slm_status st = slm_model_dir_require_hf(dir);
+    return st ? st : slm_hf_load(m, dir);
+}
