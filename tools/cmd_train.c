@@ -246,6 +246,41 @@ static int train_check(const train_args *t, const slm_opt_seen *seen) {
     return -1;
 }
 
+// The step line on stdout (rank 0, every log_every steps, the first and last, and any step with
+// a validation), and the validation of an early stop at the end.
+static void print_step(void *ctx, const slm_step_metrics *m) {
+    const slm_train_opts *o = ctx;
+    bool last = m->step == o->steps;
+    if (slm_dist_rank() != 0 || o->log_every <= 0) return;
+    if (!(m->step % o->log_every == 0 || last || m->step == 1 || isfinite(m->val_loss))) return;
+    printf("step %6lld/%lld | loss %.4f | lr %.3e | grad norm %.3f | %.0f tok/s | MFU %.1f%% | "
+           "%.1f ms/step",
+           (long long)m->step, (long long)o->steps, m->loss, m->lr, m->grad_norm,
+           m->tokens_per_s, 100.0 * m->mfu, m->ms_per_step);
+    if (isfinite(m->val_loss)) printf(" | val loss %.4f", m->val_loss);
+    printf("\n");
+    fflush(stdout);
+}
+
+static slm_status print_finish(void *ctx, slm_trainer *tr, slm_status st) {
+    (void)ctx;
+    const slm_train_result *r = slm_trainer_result(tr);
+    if (!st && r->stop_evaluated && slm_trainer_rank(tr) == 0) {
+        printf("step %6lld | val loss %.4f\n", (long long)r->steps_done, r->final_val_loss);
+        fflush(stdout);
+    }
+    return SLM_OK;
+}
+
+// The hooks `shardlm train` attaches: stop flag, checkpoints, metrics.jsonl, then the step line
+// (the supervisor heartbeat and metrics exporters attach here the same way).
+static slm_status install_hooks(slm_train_opts *o, slm_train_std_hooks *std) {
+    slm_status st = slm_train_add_std_hooks(o, std);
+    slm_train_hook print = {.name = "step line", .ctx = o, .observe = print_step,
+                            .on_finish = print_finish};
+    return st ? st : slm_train_attach(o, &print);
+}
+
 int slm_cmd_train(int argc, char **argv) {
     train_args t = {0};
     slm_train_opts_default(&t.o);
@@ -281,7 +316,9 @@ int slm_cmd_train(int argc, char **argv) {
         return slm_exit_code(st);
     }
     slm_train_result res;
-    st = slm_train_run(&o, &res);
+    slm_train_std_hooks std = {0};
+    st = install_hooks(&o, &std);
+    if (!st) st = slm_train_run(&o, &res);
     if (st) {
         slm_error("train: %s", slm_errmsg());
     } else if (slm_dist_rank() == 0 && res.already_complete) {

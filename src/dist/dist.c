@@ -190,10 +190,8 @@ void slm_dist_bcast(void *buf, int64_t count, slm_dtype_comm dt, int root, const
 
 void slm_dist_allgather(const void *send, void *recv, int64_t count, slm_dtype_comm dt,
                         const char *what) {
-    int sz = 0;
-    MPI_Type_size(mpi_dt(dt), &sz);
     if (g_world == 1) {
-        memmove(recv, send, (size_t)count * (size_t)sz);
+        memmove(recv, send, (size_t)count * slm_dtype_bytes(dt));
         return;
     }
     MPI_Request r;
@@ -360,19 +358,26 @@ slm_comm *slm_comm_world(void) { return &g_world_comm; }
 
 slm_comm *slm_comm_split(slm_comm *parent, int color, int key, const char *name) {
     slm_comm *c = slm_xcalloc(1, sizeof *c);
+    snprintf(c->name, sizeof c->name, "%s", name ? name : "group");
+    if (parent->size == 1) { // a one-rank group: no MPI object (MPI may not even be started)
+        (void)color, (void)key;
+        c->comm = MPI_COMM_NULL;
+        c->rank = 0;
+        c->size = 1;
+        return c;
+    }
     if (MPI_Comm_split(parent->comm, color, key, &c->comm) != MPI_SUCCESS)
         slm_fatal("MPI_Comm_split of %s (color %d) failed", parent->name, color);
     MPI_Comm_rank(c->comm, &c->rank);
     MPI_Comm_size(c->comm, &c->size);
-    snprintf(c->name, sizeof c->name, "%s", name ? name : "group");
     return c;
 }
 
 void slm_comm_free(slm_comm *c) {
     if (!c || c == &g_world_comm) return;
     int fin = 0;
-    MPI_Finalized(&fin);
-    if (!fin) MPI_Comm_free(&c->comm);
+    if (c->comm != MPI_COMM_NULL) MPI_Finalized(&fin);
+    if (c->comm != MPI_COMM_NULL && !fin) MPI_Comm_free(&c->comm);
     free(c);
 }
 

@@ -1,6 +1,9 @@
 // dist: the communication layer over MPI (Open MPI). mpi.h is included only in this module.
 //
-// A process without mpirun is a world of one through MPI's singleton init. Every collective is
+// A process without mpirun is a world of one through MPI's singleton init. A world of one also
+// works without slm_dist_init at all (library callers, unit tests): the world communicator and
+// every group split from a one-rank communicator are one-rank communicators whose collectives
+// complete locally (copies where needed) and never call MPI. Every collective is
 // started non-blocking and waited on with a deadline (slm_dist_set_timeout); on expiry the rank
 // logs the op, its context (unit, step) and the group, then aborts the whole job with MPI_Abort,
 // so a dead or stuck peer ends the job with an error instead of a hang.
@@ -90,7 +93,7 @@ typedef struct slm_comm slm_comm;
 
 // The world communicator (valid after slm_dist_init; never freed by callers).
 slm_comm *slm_comm_world(void);
-// Splits `parent` (MPI_Comm_split): ranks with the same `color` (>= 0) form one group, ordered
+// Splits `parent` (MPI_Comm_split; a one-rank parent gives a one-rank group without MPI): ranks with the same `color` (>= 0) form one group, ordered
 // by `key` then parent rank. `name` ("shard group 1 of 2") is copied into timeout messages.
 // Collective over `parent`. Returns an owned communicator (slm_comm_free); never NULL.
 // Errors are fatal (an MPI failure here leaves peers blocked).

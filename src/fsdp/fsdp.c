@@ -73,6 +73,14 @@ static bool alias_master(const slm_fsdp *f) {
     return f->S == 1 && f->opts.param_dtype == SLM_PREC_FP32;
 }
 
+// True when the backward writes straight into the gradient shard: one rank holds the whole unit
+// and nothing is reduced (S == R == 1, fp32 reduction), so the model's grads[u] is the shard
+// itself and micro-batches accumulate there as in a plain single-process model (no copy, no
+// temporary full gradient: the same additions in the same order).
+static bool direct_grads(const slm_fsdp *f) {
+    return f->S == 1 && f->R == 1 && f->opts.reduce_dtype == SLM_PREC_FP32;
+}
+
 static void set_context(const slm_fsdp *f, const char *phase, int u) {
     char ctx[96];
     snprintf(ctx, sizeof ctx, "step %lld, %s, FSDP unit %d", (long long)f->t + 1, phase, u);
@@ -326,12 +334,16 @@ static void hook_pre_backward(void *ctx, int u) {
     slm_fsdp_unit *x = &f->units[u];
     set_context(f, "backward", u);
     gather_wait(f, u);
-    // A reduction of this unit from the previous micro-batch still owns its buffers.
-    reduce_wait_unit(f, u);
-    x->full_grad = talloc(f, (size_t)x->n_padded * sizeof(float));
-    memset(x->full_grad, 0, (size_t)x->n_padded * sizeof(float));
-    f->model->grads[u] = x->full_grad;
     int L = f->n_units - 1;
+    if (direct_grads(f)) {
+        f->model->grads[u] = x->grad; // the backward adds into the shard itself
+    } else {
+        // A reduction of this unit from the previous micro-batch still owns its buffers.
+        reduce_wait_unit(f, u);
+        x->full_grad = talloc(f, (size_t)x->n_padded * sizeof(float));
+        memset(x->full_grad, 0, (size_t)x->n_padded * sizeof(float));
+        f->model->grads[u] = x->full_grad;
+    }
     if (f->opts.backward_prefetch) prefetch(f, u == L ? L - 1 : u - 1);
     poll_all(f);
 }
@@ -340,7 +352,7 @@ static void hook_post_backward(void *ctx, int u) {
     slm_fsdp *f = ctx;
     set_context(f, "backward reduce", u);
     f->model->grads[u] = NULL;
-    reduce_start(f, u);
+    if (!direct_grads(f)) reduce_start(f, u);
     if (f->opts.sharding != SLM_NO_SHARD) release(f, u);
     poll_all(f);
 }
@@ -520,6 +532,36 @@ void slm_fsdp_load_unit(slm_fsdp *f, int u, const float *full) {
     if (valid < 0) valid = 0;
     memset(x->master, 0, (size_t)x->shard_numel * sizeof(float));
     memcpy(x->master, full + x->shard_begin, (size_t)valid * sizeof(float));
+}
+
+slm_fsdp_shard slm_fsdp_unit_shard(const slm_fsdp *f, int u) {
+    const slm_fsdp_unit *x = &f->units[u];
+    return (slm_fsdp_shard){x->shard_begin, x->shard_begin + x->shard_numel, x->master, x->m,
+                            x->v};
+}
+
+int64_t slm_fsdp_steps_done(const slm_fsdp *f) { return f->t; }
+void slm_fsdp_set_steps_done(slm_fsdp *f, int64_t t) { f->t = t; }
+int slm_fsdp_group_size(const slm_fsdp *f) { return f->S; }
+bool slm_fsdp_is_replica(const slm_fsdp *f) { return f->rank / f->S != 0; }
+
+void slm_fsdp_opts_for_world(slm_fsdp_opts *o, int world) {
+    if (world > 1) return;
+    o->sharding = SLM_NO_SHARD;
+    o->param_dtype = o->reduce_dtype = SLM_PREC_FP32;
+}
+
+int slm_fsdp_shard_group_for(const slm_fsdp_opts *o, int world) {
+    if (world <= 1 || o->sharding == SLM_NO_SHARD) return 1;
+    if (o->sharding == SLM_HYBRID_SHARD && o->shard_group_size > 0) return o->shard_group_size;
+    return world;
+}
+
+double slm_fsdp_estimate_bytes(const slm_fsdp_opts *o, int world, double n_params,
+                               double big_unit_numel) {
+    double state = 4.0 * n_params * sizeof(float) / slm_fsdp_shard_group_for(o, world);
+    if (world <= 1) return state; // direct gradients, params aliased: nothing transient
+    return state + 2.0 * 2.0 * big_unit_numel * sizeof(float);
 }
 
 void slm_fsdp_reset_stats(slm_fsdp *f) {

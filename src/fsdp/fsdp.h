@@ -67,7 +67,8 @@ const char *slm_sharding_name(slm_sharding s);
 // "fp32" | "bf16". Errors: SLM_E_ARG naming `what` (the option) and the text.
 slm_status slm_precision_parse(const char *what, const char *s, slm_precision *out);
 
-// One unit's shard state on this rank.
+// One unit's shard state on this rank. Private to fsdp.c: other modules use the functions below
+// (slm_fsdp_unit_shard, slm_fsdp_steps_done, ...), never these fields.
 typedef struct slm_fsdp_unit {
     int64_t numel;           // unpadded FlatParameter elements
     int64_t n_padded;        // numel rounded up to a multiple of S
@@ -100,6 +101,8 @@ typedef struct slm_fsdp_stats {
     int64_t n_prefetched;   // of which started early by prefetch
 } slm_fsdp_stats;
 
+// The sharding state. Its fields are private to fsdp.c (reach them through the functions below);
+// the struct is public only so callers can hold one by value.
 typedef struct slm_fsdp {
     slm_fsdp_opts opts;
     slm_llama *model; // borrowed; its params/grads pointers and hooks are managed here
@@ -152,6 +155,37 @@ void slm_fsdp_load_unit(slm_fsdp *f, int u, const float *full);
 // Releases all gathered parameters (after changing masters outside slm_fsdp_optimizer_step).
 void slm_fsdp_release_all(slm_fsdp *f);
 void slm_fsdp_reset_stats(slm_fsdp *f);
+
+// This rank's shard of unit u: elements [begin, end) of the unit's FlatParameter (end may run
+// past the unit's numel into the zero padding) and their fp32 master weights and AdamW m / v,
+// end - begin elements each, borrowed (valid until slm_fsdp_free; the optimizer step writes
+// them). For checkpoints: save and restore exactly these ranges.
+typedef struct slm_fsdp_shard {
+    int64_t begin, end;
+    float *master, *m, *v;
+} slm_fsdp_shard;
+slm_fsdp_shard slm_fsdp_unit_shard(const slm_fsdp *f, int u);
+// Optimizer steps done (the AdamW bias-correction count; the next step uses this + 1); set it
+// when restoring a checkpoint.
+int64_t slm_fsdp_steps_done(const slm_fsdp *f);
+void slm_fsdp_set_steps_done(slm_fsdp *f, int64_t t);
+// The shard group size S (1 for NO_SHARD and in a world of one).
+int slm_fsdp_group_size(const slm_fsdp *f);
+// True on ranks outside shard group 0 (NO_SHARD / HYBRID_SHARD replicas): their shards equal
+// shard group 0's, so they need not be saved.
+bool slm_fsdp_is_replica(const slm_fsdp *f);
+// Normalises options for a world of `world` ranks: a world of one has nothing to shard or send,
+// so it runs NO_SHARD with fp32 params and reduction (the plain single-process arithmetic; the
+// dtypes name communication formats). Larger worlds are left as given.
+void slm_fsdp_opts_for_world(slm_fsdp_opts *o, int world);
+// The shard group size options `o` give in a world of `world` ranks (before slm_fsdp_init).
+int slm_fsdp_shard_group_for(const slm_fsdp_opts *o, int world);
+// Up-front estimate of one rank's parameter, gradient and AdamW bytes for a model of n_params
+// parameters whose largest unit has big_unit_numel elements: 4 fp32 per parameter over the
+// shard group, plus (world > 1) the gathered parameters and full gradients of about two
+// units at a time. A world of one holds nothing transient (params aliased, direct gradients).
+double slm_fsdp_estimate_bytes(const slm_fsdp_opts *o, int world, double n_params,
+                               double big_unit_numel);
 // state_bytes + peak_transient_bytes: the most parameter / gradient / optimizer bytes held.
 size_t slm_fsdp_peak_bytes(const slm_fsdp *f);
 

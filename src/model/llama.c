@@ -444,6 +444,15 @@ static float head_forward(slm_llama *m, const int32_t *targets, int64_t N, bool 
     return n_valid ? (float)(sum / (double)n_valid) : 0.0f;
 }
 
+float slm_llama_forward_loss(slm_llama *m, const int32_t *tokens, const int32_t *targets, int B,
+                             int T) {
+    bool was = m->loss_only;
+    m->loss_only = true;
+    float loss = slm_llama_forward(m, tokens, targets, B, T);
+    m->loss_only = was;
+    return loss;
+}
+
 float slm_llama_forward(slm_llama *m, const int32_t *tokens, const int32_t *targets, int B, int T) {
     const slm_llama_config *c = &m->cfg;
     int L = c->num_hidden_layers, C = c->hidden_size;

@@ -156,6 +156,11 @@ void slm_llama_init_weights(slm_llama *m, uint64_t seed);
 // With targets (and !loss_only) the forward also runs the lm_head backward for the mean loss,
 // chunk by chunk, so the [B*T, V] logits never exist (unless keep_logits).
 float slm_llama_forward(slm_llama *m, const int32_t *tokens, const int32_t *targets, int B, int T);
+// Evaluation forward: slm_llama_forward with loss_only set for this call only (no lm_head
+// backward work; no slm_llama_backward may follow), m->loss_only restored. Returns the mean
+// loss over targets != -1 (targets required).
+float slm_llama_forward_loss(slm_llama *m, const int32_t *tokens, const int32_t *targets, int B,
+                             int T);
 // Backward of the last forward: ADDS d(loss * loss_scale)/d(param) into grads (so gradient
 // accumulation over micro-batches is a sum; zero with slm_llama_zero_grad). At most one
 // backward per forward (fatal otherwise).

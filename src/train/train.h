@@ -14,15 +14,18 @@
 // Readers open it through train/modeldir.h.
 //
 // Invariants: the same options, seed and thread count give bitwise-identical losses and
-// weights. The loop checks a stop flag (set by SIGINT / SIGTERM through
-// slm_train_install_signal_handlers) and --max-minutes at step boundaries and between
-// micro-batches (under FSDP the ranks agree on it with a small all-reduce, so all stop at the
-// same micro-batch); a stop between micro-batches discards the partial step (loader position and
-// synthetic RNG rewound to the step's start, so a resume replays the whole step bitwise). Then
-// it saves and returns SLM_E_INTERRUPTED (--max-minutes: SLM_OK). Under mpirun (world > 1) the run is data parallel through fsdp/: each rank
+// weights. The loop polls the want_stop hooks (the stop flag set by SIGINT / SIGTERM through
+// slm_train_install_signal_handlers, attached by slm_train_add_stop_hook) and --max-minutes at
+// step boundaries and between micro-batches (the ranks agree on it with a small all-reduce, so
+// all stop at the same micro-batch); a stop between micro-batches discards the partial step
+// (loader position and synthetic RNG rewound to the step's start, so a resume replays the whole
+// step bitwise). Then the hooks save and it returns SLM_E_INTERRUPTED (--max-minutes: SLM_OK).
+// Under mpirun (world > 1) the run is data parallel through fsdp/: each rank
 // trains on its slice of every global batch (B x world sequences per micro-batch) with the
 // parameters, gradients and AdamW state sharded as opts.fsdp says (docs/cluster.md); rank 0
-// alone writes the run directory. A world of one keeps the plain single-process path.
+// alone writes the run directory. A world of one takes the same path: fsdp/ over one-rank
+// communicators (no MPI launch needed), NO_SHARD, gradients written straight into the shards,
+// so its arithmetic is that of a plain single-process trainer.
 // This module does not parse command lines (tools/ does) and calls no exit().
 #ifndef SLM_TRAIN_H
 #define SLM_TRAIN_H
@@ -51,12 +54,47 @@ typedef struct slm_step_metrics {
     double elapsed_s;    // wall seconds since training started
 } slm_step_metrics;
 
-// A callback run on the training thread after each step; must not block for long.
+// The simplest hook: called on every rank after each step (and its eval) with its metrics.
 typedef void (*slm_step_hook_fn)(void *ctx, const slm_step_metrics *m);
-typedef struct slm_step_hook {
-    slm_step_hook_fn fn;
-    void *ctx; // borrowed, passed back to fn
-} slm_step_hook;
+
+typedef struct slm_trainer slm_trainer; // one run's state, between slm_train_open and _close
+
+// A step hook: what attaches to the training loop from outside it (tools/ installs step
+// printing, metrics.jsonl, the stop flag and checkpoint scheduling this way; heartbeats and
+// exporters attach the same way). Every member may be NULL. The contract:
+//  - Hooks run on the training thread, on EVERY rank, in the order they were added, and must
+//    not block for long. Work meant for one rank (printing, files) checks slm_trainer_rank.
+//  - on_start: once per run, after slm_train_init restored the initial state (seeded, HF or
+//    checkpoint) and before the run's first step; not called when nothing is trained (a resume
+//    at --steps) or when open / init failed. Every hook's on_start runs even after an earlier
+//    one failed; the statuses are then agreed over the ranks (slm_dist_agree) and a failure
+//    ends the run (on_finish still runs for every started hook).
+//  - want_stop: polled at each step boundary and between micro-batches; local (no collectives),
+//    cheap. True on any rank stops every rank at the same boundary (the trainer agrees with a
+//    small all-reduce); the partial step is discarded, the stop saved by on_finish.
+//  - before_update: after the step's gradients are final, before the optimizer writes the
+//    weights and AdamW state; local. (The checkpoint hook waits there for a background copy.)
+//  - on_step / observe: after each optimizer step and its validation; `m` valid for the call.
+//    They may read the run through the slm_trainer_* accessors and may call collectives only
+//    if every rank has the hook (the checkpoint hook commits collectively); they must not
+//    change weights, gradients or loader positions. A non-OK status from on_step ends the run
+//    with it: a hook that can fail on some ranks only must agree its status itself.
+//  - on_finish: once after the last step of a started run, also after a stop or an error
+//    (st: the run's status so far; SLM_OK for a completed, --max-minutes or signal-stopped
+//    run, whose result says which), before anything is freed: the final checkpoint and the
+//    last log lines go here, and on an error the hook releases what it holds. Every started
+//    hook's on_finish runs; the first non-OK status it returns while st is SLM_OK fails the
+//    run. Collective under the same rule as on_step (all ranks reach it together).
+typedef struct slm_train_hook {
+    const char *name; // for messages ("checkpoints")
+    void *ctx;        // borrowed, passed back to every callback
+    slm_status (*on_start)(void *ctx, slm_trainer *tr);
+    bool (*want_stop)(void *ctx);
+    void (*before_update)(void *ctx, slm_trainer *tr);
+    slm_status (*on_step)(void *ctx, slm_trainer *tr, const slm_step_metrics *m);
+    slm_step_hook_fn observe;
+    slm_status (*on_finish)(void *ctx, slm_trainer *tr, slm_status st);
+} slm_train_hook;
 
 #define SLM_TRAIN_MAX_HOOKS 8
 #define SLM_TRAIN_SYNTH_SEED_XOR 0x5eedda7aull
@@ -78,7 +116,7 @@ typedef struct slm_train_opts {
     int64_t steps;         // optimizer steps (the cosine schedule's length)
     int64_t warmup;        // linear warmup steps
     slm_adamw_hparams adamw; // lr_peak, betas, eps, weight_decay
-    float min_lr;          // floor of the cosine decay
+    float min_lr;          // floor of the cosine decay; < 0 (the default): lr_peak / 10
     float grad_clip;       // max global grad norm; <= 0 disables clipping
     uint64_t seed;         // weight init and data order
     int64_t eval_every;    // validate every this many steps (and at the end); 0: never
@@ -90,7 +128,8 @@ typedef struct slm_train_opts {
                            // max_minutes elapsed x steps), so the cosine ends on time on a
                            // machine of unknown speed (not bitwise reproducible)
     double peak_gflops;    // > 0: MFU denominator; else measured at start (slm_sgemm_peak_gflops)
-    int log_every;         // print a step line every this many steps (0: never; default 1)
+    int log_every;         // step line every this many steps (0: never; default 1); read by
+                           // the printing hook of tools/, not by the library
     // Checkpoints (src/ckpt, docs/formats.md "Checkpoints") under out_dir/checkpoints when
     // out_dir is set: every ckpt_every_steps steps / ckpt_every_minutes minutes, and always at
     // the end and when stopped. Asynchronous (copy and write behind the next step) unless
@@ -112,16 +151,43 @@ typedef struct slm_train_opts {
     const char *init_from_hf;  // HF directory (config.json + safetensors): initial weights
                                // instead of the seeded init (checked against the model config)
     int n_hooks;
-    slm_step_hook hooks[SLM_TRAIN_MAX_HOOKS];
+    slm_train_hook hooks[SLM_TRAIN_MAX_HOOKS]; // slm_train_attach / slm_train_add_hook
     slm_fsdp_opts fsdp;          // world > 1: sharding strategy, dtypes, prefetch (fsdp.h)
     double collective_timeout_s; // bound on every collective wait (default 600; <= 0: none)
 } slm_train_opts;
 
 // Fills the defaults: grad_accum 1, lr 3e-4, betas (0.9, 0.95), eps 1e-8, weight decay 0.1,
-// min_lr = lr / 10, grad_clip 1.0, seed 1337, eval_batches 20, log_every 1, everything else 0.
+// min_lr -1 (any value < 0 means lr / 10, resolved when the run opens), grad_clip 1.0, seed
+// 1337, eval_batches 20, log_every 1, collective_timeout_s 600, fsdp defaults (fsdp.h),
+// everything else 0.
 void slm_train_opts_default(slm_train_opts *o);
-// Appends a per-step hook. Errors: SLM_E_ARG when SLM_TRAIN_MAX_HOOKS are already set.
+// Appends a hook (copied). Errors: SLM_E_ARG when SLM_TRAIN_MAX_HOOKS are already set.
+slm_status slm_train_attach(slm_train_opts *o, const slm_train_hook *h);
+// Appends an observe-only hook (fn(ctx, metrics) after every step). Errors: as slm_train_attach.
 slm_status slm_train_add_hook(slm_train_opts *o, slm_step_hook_fn fn, void *ctx);
+
+// The library's own hooks (src/train/hooks.c); tools/ installs them, as may any caller of
+// slm_train_run that wants them. Each keeps its per-run state in caller-owned storage (zeroed
+// before the run; one run at a time; on_finish releases it).
+typedef struct slm_train_std_hooks {
+    void *metrics, *ckpt; // private state
+} slm_train_std_hooks;
+// The stop flag (slm_train_request_stop, SIGINT / SIGTERM) as a want_stop hook.
+slm_status slm_train_add_stop_hook(slm_train_opts *o);
+// Rank 0 with out_dir: metrics.jsonl (a "start" event at on_start, a "step" event per step, an
+// "end" event at on_finish of a run that did not fail), appended to (a fresh run's open phase
+// has emptied it). Flushed per line.
+slm_status slm_train_add_metrics_hook(slm_train_opts *o, slm_train_std_hooks *h);
+// With out_dir: checkpoints under out_dir/checkpoints as opts' ckpt_* fields say (every N steps
+// / M minutes, async unless ckpt_sync, keep K), always one at on_finish of a run that did not
+// fail (end, --max-minutes, stop): the run's weights, so its failure fails the run whatever
+// ckpt_abort_on_error says; then a summary line (slm_info); on an error exit a save that
+// finished writing is committed (world of one, or a non-finite loss every rank agreed on) or
+// discarded. Collective (every rank must install it).
+slm_status slm_train_add_ckpt_hook(slm_train_opts *o, slm_train_std_hooks *h);
+// Stop, checkpoint and metrics hooks in that order (what `shardlm train` installs before its
+// printing hook).
+slm_status slm_train_add_std_hooks(slm_train_opts *o, slm_train_std_hooks *h);
 
 // What a finished (or stopped) run reports.
 typedef struct slm_train_result {
@@ -133,22 +199,27 @@ typedef struct slm_train_result {
     double peak_gflops;    // the MFU denominator used
     double flops_per_token;
     bool already_complete; // resumed at step == steps: nothing trained (the rest is NaN)
+    bool interrupted;      // stopped by a want_stop hook (the stop flag); saved by the hooks
+    bool stop_evaluated;   // stopped before --steps (not interrupted): final_val_loss is the
+                           // validation of the weights it stopped with
 } slm_train_result;
 
 // Trains a model from a seeded init (slm_llama_init_weights) as described in the module comment:
 // per step, grad_accum micro-batches of B x T from the loader, loss scaled so the gradient is
 // that of the mean over all the step's target tokens, global-norm clipping, AdamW with no decay
 // on norms and embeddings (slm_param_view.weight_decay), LR from slm_lr_at. Writes the run
-// directory (config.json, tokenizer, metrics.jsonl as it goes, the final checkpoint) and prints
-// a step line per log_every steps to stderr. `res` may be NULL.
+// directory (config.json, tokenizer; the final checkpoint, metrics.jsonl, the stop flag and step
+// lines come from the hooks in o: slm_train_add_std_hooks; nothing is printed to stdout by the
+// library). `res` may be NULL (filled on SLM_OK and SLM_E_INTERRUPTED).
+// Equivalent to: slm_train_open, slm_train_init, slm_train_step until slm_train_done,
+// slm_train_finish, slm_train_close (below).
 // Errors: SLM_E_ARG (bad option; unknown preset; vocab mismatch between tokenizer, dataset and
 // model; T > max_position_embeddings), SLM_E_IO (no manifest, unwritable run dir),
 // SLM_E_FORMAT / SLM_E_CHECKSUM (bad data), SLM_E_NUMERIC (NaN/Inf loss or gradient, naming the
 // step), SLM_E_INTERRUPTED (the stop flag was set: the checkpoint is saved first),
 // SLM_E_ARG for FSDP options that do not fit the world size. Reaching max_minutes is not an error: it saves and returns SLM_OK.
-// Before any allocation or file: SLM_E_ARG when the memory estimate (parameters, gradients,
-// AdamW m / v — shards under FSDP — and slm_llama_act_bytes_estimate for B x T) exceeds the
-// physical memory or RLIMIT_AS, naming both and what to reduce; SLM_E_ARG when the train split
+// Before any allocation or file: SLM_E_NOMEM when the memory estimate (parameters, gradients,
+// AdamW m / v — shards under FSDP — and slm_llama_act_bytes_estimate for B x T) exceeds what slm_mem_probe allows, naming both and what to reduce; SLM_E_ARG when the train split
 // has fewer than B x world windows of T + 1 tokens; SLM_E_ARG for a fresh run (resume NULL,
 // no train_from_scratch) into an out_dir holding checkpoints (step_N directories; never
 // deleted: resume it or use another out_dir); SLM_E_ARG for an out_dir that is a non-empty
@@ -160,6 +231,45 @@ typedef struct slm_train_result {
 // or errors every rank agreed on) or discarded with a warning. The final checkpoint is the
 // run's weights: its failure is an error even under --on-ckpt-error continue.
 slm_status slm_train_run(const slm_train_opts *o, slm_train_result *res);
+
+// ---------------------------------------------------------------------------------------------
+// The run as phases (slm_train_run composes them). Under mpirun every rank calls each phase;
+// each is collective and returns the same status on every rank.
+
+// Open: checks the options, resolves the model config, estimates memory, opens the dataset,
+// tokenizer and loaders, then (rank 0) prepares the run directory: lock, resume decision
+// (slm_rundir_prepare), config.json, tokenizer copy, an empty metrics.jsonl for a fresh run,
+// shared with the other ranks. Nothing is allocated for the model yet. *out owned (close it
+// with slm_train_close, which releases the lock last); NULL on error. `o` is borrowed until
+// slm_train_close. Errors: those listed for slm_train_run before any allocation.
+slm_status slm_train_open(const slm_train_opts *o, slm_trainer **out);
+// Init: the model, its FSDP sharding (a world of one: NO_SHARD over one-rank communicators),
+// the batch buffers, the LR schedule and MFU denominator, then the initial state (seeded init,
+// --init-from-hf weights, or everything restored from the checkpoint the open phase chose),
+// then every hook's on_start. A resume at --steps leaves the run done with nothing to train.
+slm_status slm_train_init(slm_trainer *tr);
+// True when no step is left: --steps reached, a stop agreed, or a resume at --steps.
+bool slm_train_done(const slm_trainer *tr);
+// Step: one optimizer step (grad_accum micro-batches, clipping, AdamW, validation when due,
+// then the on_step hooks); *m receives its metrics. A stop agreed at the step boundary or
+// between micro-batches trains nothing (m->step == 0, the partial step discarded) and makes
+// the run done. Errors: SLM_E_NUMERIC (non-finite loss or gradient norm, naming the step),
+// a hook's status.
+slm_status slm_train_step(slm_trainer *tr, slm_step_metrics *m);
+// Finish: with st == SLM_OK, an early stop's validation and the result; then every
+// started hook's on_finish (with st). Returns st, else a hook's failure, else
+// SLM_E_INTERRUPTED after a stop hook stopped the run, else SLM_OK. tr may be NULL (returns st).
+slm_status slm_train_finish(slm_trainer *tr, slm_status st);
+// The result of a finished run (valid after slm_train_finish; also for the on_finish hooks).
+const slm_train_result *slm_trainer_result(const slm_trainer *tr);
+// Frees everything (joins nothing a hook still holds: on_finish released that); safe on NULL.
+void slm_train_close(slm_trainer *tr);
+// Accessors for hooks.
+const slm_train_opts *slm_trainer_opts(const slm_trainer *tr);
+int slm_trainer_rank(const slm_trainer *tr);
+int slm_trainer_world(const slm_trainer *tr);
+// Optimizer steps done so far (resumed steps included).
+int64_t slm_trainer_steps_done(const slm_trainer *tr);
 
 // Under mpirun, before any other collective: checks that every rank was started with the same
 // settings (slm_dist_agree_values), so mismatched ranks stop together with one message instead

@@ -2,8 +2,46 @@
 #ifndef SLM_TRAIN_INTERNAL_H
 #define SLM_TRAIN_INTERNAL_H
 
+#include "ckpt/ckpt.h"
 #include "data/data.h"
 #include "train/train.h"
+
+typedef struct slm_rundir slm_rundir;
+
+// ---------------------------------------------------------------------------------------------
+// One run's state (trainer.c; the library hooks in hooks.c read it). Everything it owns is
+// released by slm_train_close.
+struct slm_trainer {
+    const slm_train_opts *o; // borrowed
+    int W, rank, B, T, K;
+    float min_lr;          // resolved (o->min_lr < 0: lr / 10)
+    slm_llama_config cfg;
+    slm_llama model;       // holds no buffers: fsdp owns the shards and points params / grads
+    bool model_init;
+    slm_fsdp fsdp;         // zeroed until init
+    slm_fsdp_opts fsdp_opts; // o->fsdp normalised for the world (slm_fsdp_opts_for_world)
+    slm_dataset ds;
+    bool ds_open;
+    slm_tokenizer *tok;
+    slm_loader *train_l, *val_l;
+    slm_loader_state val_start;
+    int32_t *win, *inp, *tgt; // [K][B, T+1], [B, T], [B, T]
+    char *resume_path;     // checkpoint to resume from (NULL: fresh start)
+    slm_rundir *rundir;    // rank 0 with out_dir: holds the run directory's lock
+    slm_rng synth;         // synthetic tokens (and saved in checkpoints)
+    double peak, fpt, t_start;
+    int64_t step, tokens_seen;
+    double sum_tps, sum_mfu, last_loss, last_val;
+    int64_t n_rate;
+    bool done, started, interrupted;
+    bool *hook_started;    // [o->n_hooks]: on_start ran (so on_finish runs)
+    slm_train_result res;
+};
+
+// Fills a checkpoint's meta and this rank's shards for the state after `step` steps
+// (sh[n_units], caller-allocated). For the checkpoint hook.
+void slm_trainer_ckpt_state(const slm_trainer *tr, int64_t step, slm_ckpt_meta *meta,
+                            slm_ckpt_shard *sh);
 
 // Resolves a preset / config.json, applies a vocab override (> 0), validates, and checks
 // T <= max_position_embeddings. Errors: SLM_E_ARG naming the spec and the field.
@@ -23,8 +61,6 @@ slm_status slm_train_eval_loader(slm_llama *m, slm_loader *l, int B, int T, int6
 // The run directory as training opens it (rundir.c)
 
 #define SLM_RUNDIR_LOCK "run.lock" // RUN_DIR's lock file; names the holder ("pid P on host H")
-
-typedef struct slm_rundir slm_rundir;
 
 // True if DIR looks like a shardlm run directory: it has run.lock, metrics.jsonl or
 // checkpoints/ (what every training run creates first).

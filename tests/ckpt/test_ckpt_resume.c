@@ -29,8 +29,11 @@ static void hook(void *ctx, const slm_step_metrics *m) {
     if (l->stop_at && m->step == l->stop_at) slm_train_request_stop();
 }
 
+static slm_train_std_hooks g_std; // stop flag, checkpoints, metrics.jsonl (as shardlm train)
+
 static void base_opts(slm_train_opts *o, bool synthetic, const char *out, losses *l) {
     slm_train_opts_default(o);
+    slm_train_add_std_hooks(o, &g_std);
     o->synthetic = synthetic;
     o->data_dir = synthetic ? NULL : g_data;
     o->model = g_cfg;

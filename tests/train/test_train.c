@@ -12,6 +12,7 @@
 
 #include "base/base.h"
 #include "test.h"
+#include "ckpt/ckpt.h"
 #include "data/data.h"
 #include "train/modeldir.h"
 #include "train/train.h"
@@ -47,8 +48,12 @@ static void log_hook(void *ctx, const slm_step_metrics *m) {
     if (l->stop_at && m->step == l->stop_at) slm_train_request_stop();
 }
 
+// The library's hooks as `shardlm train` installs them (stop flag, checkpoints, metrics.jsonl).
+static slm_train_std_hooks g_std;
+
 static void base_opts(slm_train_opts *o, const char *out) {
     slm_train_opts_default(o);
+    slm_train_add_std_hooks(o, &g_std);
     o->synthetic = true;
     o->model = g_cfg;
     o->out_dir = out;
@@ -364,6 +369,269 @@ static void test_sampler_distribution(void) {
     }
 }
 
+// A world of one trains through fsdp/ (one-rank communicators, no MPI started here) and must do
+// exactly the arithmetic of a plain single-process loop: gradients accumulated in place over
+// the micro-batches (slm_llama_backward adds into grads), slm_clip_grad_norm, AdamW per unit
+// with one decay range per view, LR from slm_lr_at with the default min_lr = lr / 10. The
+// plain loop below is that reference, written against model/ and optim/ only; losses, grad
+// norms and final weights must be bitwise equal (a copy of each micro-batch's gradient into
+// the shard, or any other order of additions, changes the bits).
+static void test_world_of_one_is_plain(void) {
+    loss_log a = {0};
+    slm_train_opts o;
+    char *out = slm_path_join(g_dir, "plain");
+    base_opts(&o, out);
+    o.B = 2, o.grad_accum = 3, o.steps = 5;
+    o.grad_clip = 0.05f; // below every step's norm (checked): clipping scales each step
+    slm_train_add_hook(&o, log_hook, &a);
+    CHECK_OK(slm_train_run(&o, NULL));
+    CHECK_EQ_INT(a.n, 5);
+
+    slm_llama_config cfg;
+    CHECK_OK(slm_llama_config_load(g_cfg, &cfg));
+    slm_llama m;
+    CHECK_OK(slm_llama_init(&m, &cfg, true));
+    slm_llama_init_weights(&m, o.seed);
+    slm_llama_set_shape(&m, o.B, o.T, false);
+    int NU = m.n_units, B = o.B, T = o.T, K = o.grad_accum;
+    float **mo = calloc((size_t)NU, sizeof *mo), **vo = calloc((size_t)NU, sizeof *vo);
+    slm_decay_range **rg = calloc((size_t)NU, sizeof *rg);
+    int64_t *lens = calloc((size_t)NU, sizeof *lens);
+    for (int u = 0; u < NU; u++) {
+        lens[u] = m.units[u].numel;
+        mo[u] = calloc((size_t)lens[u], sizeof(float));
+        vo[u] = calloc((size_t)lens[u], sizeof(float));
+        rg[u] = calloc((size_t)m.units[u].n_views, sizeof **rg);
+        for (int i = 0; i < m.units[u].n_views; i++) {
+            const slm_param_view *pv = &m.units[u].views[i];
+            rg[u][i] = (slm_decay_range){pv->offset, pv->offset + pv->numel, pv->weight_decay};
+        }
+    }
+    slm_rng r;
+    slm_rng_seed(&r, o.seed ^ SLM_TRAIN_SYNTH_SEED_XOR);
+    int32_t *win = malloc((size_t)K * B * (T + 1) * sizeof(int32_t));
+    int32_t *inp = malloc((size_t)B * T * sizeof(int32_t)), *tgt = malloc((size_t)B * T * sizeof(int32_t));
+    float min_lr = o.adamw.lr_peak / 10.0f;
+    for (int64_t step = 0; step < o.steps; step++) {
+        for (int64_t i = 0; i < (int64_t)K * B * (T + 1); i++)
+            win[i] = (int32_t)slm_rng_below(&r, (uint64_t)cfg.vocab_size);
+        int64_t n_total = (int64_t)K * B * T;
+        slm_llama_zero_grad(&m);
+        double loss_sum = 0;
+        for (int k = 0; k < K; k++) {
+            const int32_t *w = win + (int64_t)k * B * (T + 1);
+            for (int b = 0; b < B; b++) {
+                memcpy(inp + b * T, w + b * (T + 1), (size_t)T * sizeof(int32_t));
+                memcpy(tgt + b * T, w + b * (T + 1) + 1, (size_t)T * sizeof(int32_t));
+            }
+            float loss = slm_llama_forward(&m, inp, tgt, B, T);
+            slm_llama_backward(&m, (float)((double)(B * T) / (double)n_total));
+            loss_sum += (double)loss * (double)(B * T);
+        }
+        double gn = slm_clip_grad_norm(m.grads, lens, NU, o.grad_clip);
+        CHECK(gn > o.grad_clip);
+        float lr = slm_lr_at(step, o.warmup, o.steps, o.adamw.lr_peak, min_lr);
+        for (int u = 0; u < NU; u++)
+            slm_adamw_step(m.params[u], m.grads[u], mo[u], vo[u], lens[u], &o.adamw, lr, step + 1,
+                           rg[u], m.units[u].n_views);
+        CHECK_MSG(a.loss[step] == loss_sum / (double)n_total, "step %lld: loss %.17g vs %.17g",
+                  (long long)step + 1, a.loss[step], loss_sum / (double)n_total);
+        CHECK_MSG(a.gnorm[step] == gn, "step %lld: grad norm %.17g vs %.17g", (long long)step + 1,
+                  a.gnorm[step], gn);
+    }
+    slm_llama run;
+    CHECK_OK(slm_model_dir_load(out, false, &run, NULL, false));
+    for (int u = 0; u < NU; u++)
+        CHECK_MSG(memcmp(run.params[u], m.params[u], (size_t)lens[u] * sizeof(float)) == 0,
+                  "unit %d: weights differ from the plain loop", u);
+    slm_llama_free(&run);
+    for (int u = 0; u < NU; u++) free(mo[u]), free(vo[u]), free(rg[u]);
+    free(mo), free(vo), free(rg), free(lens), free(win), free(inp), free(tgt);
+    slm_llama_free(&m);
+    free(out);
+}
+
+// slm_llama_forward_loss (what the validation loop calls) is the loss_only forward without the
+// caller touching the flag: the same loss as a forward with loss_only set, the flag restored.
+static void test_forward_loss_leaves_flag(void) {
+    slm_llama_config cfg;
+    CHECK_OK(slm_llama_config_load(g_cfg, &cfg));
+    slm_llama m;
+    CHECK_OK(slm_llama_init(&m, &cfg, true));
+    slm_llama_init_weights(&m, 3);
+    int32_t inp[2 * 8], tgt[2 * 8];
+    for (int i = 0; i < 16; i++) inp[i] = (i * 7) % 97, tgt[i] = (i * 11 + 1) % 97;
+    m.loss_only = true;
+    float want = slm_llama_forward(&m, inp, tgt, 2, 8);
+    m.loss_only = false;
+    float got = slm_llama_forward_loss(&m, inp, tgt, 2, 8);
+    CHECK(!m.loss_only);
+    CHECK_MSG(got == want, "loss %.9g vs %.9g", (double)got, (double)want);
+    slm_llama_free(&m);
+}
+
+// --init-from-hf in a world of one loads the HF weights straight into the FSDP shards: a run of
+// one step at lr 1e-30 (each AdamW update ~1e-30, far below half an ulp of weights of order
+// 1e-3..1, and no decay) saves exactly the weights of the model that was exported.
+static void test_init_from_hf_world_of_one(void) {
+    slm_llama_config cfg;
+    CHECK_OK(slm_llama_config_load(g_cfg, &cfg));
+    slm_llama src;
+    CHECK_OK(slm_llama_init(&src, &cfg, true));
+    slm_llama_init_weights(&src, 4242); // not the run's seed
+    char *hf = slm_path_join(g_dir, "hf_src"), *out = slm_path_join(g_dir, "hf_run");
+    CHECK_OK(slm_mkdir_p(hf));
+    CHECK_OK(slm_hf_export(&src, hf, SLM_ST_F32, 0));
+    slm_train_opts o;
+    base_opts(&o, out);
+    o.init_from_hf = hf;
+    o.steps = 1, o.warmup = 0;
+    o.adamw.lr_peak = 1e-30f, o.min_lr = 0, o.adamw.weight_decay = 0;
+    CHECK_OK(slm_train_run(&o, NULL));
+    slm_llama run;
+    CHECK_OK(slm_model_dir_load(out, false, &run, NULL, false));
+    for (int u = 0; u < src.n_units; u++)
+        CHECK_MSG(memcmp(run.params[u], src.params[u], (size_t)src.units[u].numel * 4) == 0,
+                  "unit %d: not the HF weights", u);
+    slm_llama_free(&run);
+    slm_llama_free(&src);
+    free(hf), free(out);
+}
+
+// A hook that records the order of its calls ("S" on_start, "w" want_stop, "u" before_update,
+// "s" on_step, "F" on_finish) and asks to stop at its stop_at-th want_stop poll.
+typedef struct trace_hook {
+    char calls[256];
+    int n, polls, stop_at, finishes;
+    slm_status finish_st;
+    int bad; // an accessor disagreed with what the hook was told
+} trace_hook;
+
+static void trace(trace_hook *t, char c) {
+    if (t->n < (int)sizeof t->calls - 1) t->calls[t->n++] = c;
+}
+static slm_status tr_start(void *ctx, slm_trainer *tr) {
+    trace_hook *t = ctx;
+    trace(t, 'S');
+    t->bad |= slm_trainer_steps_done(tr) != 0 || slm_trainer_world(tr) != 1 ||
+              slm_trainer_rank(tr) != 0;
+    return SLM_OK;
+}
+static bool tr_want_stop(void *ctx) {
+    trace_hook *t = ctx;
+    trace(t, 'w');
+    return t->stop_at && ++t->polls >= t->stop_at;
+}
+static void tr_update(void *ctx, slm_trainer *tr) {
+    (void)tr;
+    trace(ctx, 'u');
+}
+static slm_status tr_step(void *ctx, slm_trainer *tr, const slm_step_metrics *m) {
+    trace_hook *t = ctx;
+    trace(t, 's');
+    t->bad |= slm_trainer_steps_done(tr) != m->step;
+    return SLM_OK;
+}
+static slm_status tr_finish(void *ctx, slm_trainer *tr, slm_status st) {
+    trace_hook *t = ctx;
+    (void)tr;
+    trace(t, 'F');
+    t->finishes++;
+    t->finish_st = st;
+    return SLM_OK;
+}
+
+// The phases driven by hand give the run slm_train_run gives (bitwise losses), and the hooks
+// are called as train.h says: on_start once before the first step, want_stop at each step
+// boundary and between micro-batches, before_update once per step before on_step, on_finish
+// once. A want_stop between micro-batches discards the partial step: SLM_E_INTERRUPTED after
+// the hooks finished with SLM_OK, the result marked interrupted, the step not counted.
+static void test_phases_and_hooks(void) {
+    loss_log a = {0}, b = {0};
+    slm_train_opts o;
+    char *out_a = slm_path_join(g_dir, "ph_a"), *out_b = slm_path_join(g_dir, "ph_b");
+    base_opts(&o, out_a);
+    o.grad_accum = 2, o.steps = 3;
+    slm_train_add_hook(&o, log_hook, &a);
+    CHECK_OK(slm_train_run(&o, NULL));
+
+    trace_hook t = {0};
+    base_opts(&o, out_b);
+    o.grad_accum = 2, o.steps = 3;
+    slm_train_add_hook(&o, log_hook, &b);
+    slm_train_hook h = {.name = "trace", .ctx = &t, .on_start = tr_start,
+                        .want_stop = tr_want_stop, .before_update = tr_update,
+                        .on_step = tr_step, .on_finish = tr_finish};
+    CHECK_OK(slm_train_attach(&o, &h));
+    slm_trainer *tr = NULL;
+    CHECK_OK(slm_train_open(&o, &tr));
+    CHECK_OK(slm_train_init(tr));
+    slm_status st = SLM_OK;
+    int n_steps = 0;
+    while (!st && !slm_train_done(tr)) {
+        slm_step_metrics m;
+        st = slm_train_step(tr, &m);
+        n_steps++;
+        CHECK_EQ_INT(m.step, n_steps);
+    }
+    CHECK_OK(slm_train_finish(tr, st));
+    CHECK_EQ_INT(slm_trainer_result(tr)->steps_done, 3);
+    slm_train_close(tr);
+    t.calls[t.n] = 0;
+    // per step: want_stop at the boundary, once between the 2 micro-batches, then the update
+    CHECK_MSG(strcmp(t.calls, "SwwuswwuswwusF") == 0, "calls %s", t.calls);
+    CHECK_EQ_INT(t.finish_st, SLM_OK);
+    CHECK_EQ_INT(t.bad, 0);
+    CHECK_EQ_INT(b.n, 3);
+    CHECK(memcmp(a.loss, b.loss, sizeof a.loss) == 0);
+
+    // Stop at the 4th poll: polls 1 and 2 are step 1's boundary and its micro-batch boundary
+    // (K = 2), 3 is step 2's boundary, 4 step 2's micro-batch boundary: step 2 is discarded.
+    trace_hook u = {.stop_at = 4};
+    char *out_c = slm_path_join(g_dir, "ph_c");
+    base_opts(&o, out_c);
+    o.grad_accum = 2, o.steps = 3;
+    h.ctx = &u;
+    CHECK_OK(slm_train_attach(&o, &h));
+    slm_train_result r;
+    CHECK_EQ_INT(slm_train_run(&o, &r), SLM_E_INTERRUPTED);
+    CHECK(strstr(slm_errmsg(), "after step 1") != NULL);
+    CHECK(r.interrupted && r.steps_done == 1);
+    u.calls[u.n] = 0;
+    CHECK_MSG(strcmp(u.calls, "SwwuswwF") == 0, "calls %s", u.calls);
+    CHECK_EQ_INT(u.finishes, 1);
+    CHECK_EQ_INT(u.finish_st, SLM_OK);
+    // the stop was saved: the final checkpoint is at step 1
+    char *lat = run_path("ph_c", "checkpoints/step_00000001");
+    CHECK(slm_is_dir(lat));
+    free(lat), free(out_a), free(out_b), free(out_c);
+}
+
+// The library prints nothing on stdout (step lines belong to tools/): a run with log_every 1 and
+// every library hook writes no byte to fd 1.
+static void test_library_silent_on_stdout(void) {
+    slm_train_opts o;
+    char *out = slm_path_join(g_dir, "quiet"), *cap = slm_path_join(g_dir, "stdout.txt");
+    base_opts(&o, out);
+    o.log_every = 1, o.steps = 2;
+    fflush(stdout);
+    int saved = dup(1);
+    FILE *f = fopen(cap, "w");
+    CHECK(f && saved >= 0);
+    dup2(fileno(f), 1);
+    slm_status st = slm_train_run(&o, NULL);
+    fflush(stdout);
+    dup2(saved, 1);
+    close(saved);
+    fclose(f);
+    CHECK_OK(st);
+    char *data = NULL;
+    size_t len = 1;
+    CHECK_OK(slm_file_read_all(cap, &data, &len));
+    CHECK_MSG(len == 0, "the library wrote %zu bytes on stdout: %.80s", len, data);
+    free(data), free(out), free(cap);
+}
+
 int main(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/slm_test_train_XXXXXX");
     if (!mkdtemp(g_dir)) return 1;
@@ -371,6 +639,11 @@ int main(void) {
     RUN(test_determinism);
     RUN(test_grad_accum_equals_big_batch);
     RUN(test_stop_flag_saves);
+    RUN(test_world_of_one_is_plain);
+    RUN(test_phases_and_hooks);
+    RUN(test_forward_loss_leaves_flag);
+    RUN(test_init_from_hf_world_of_one);
+    RUN(test_library_silent_on_stdout);
     RUN(test_model_dir_errors);
     RUN(test_option_errors);
     RUN(test_run_check_dataset);

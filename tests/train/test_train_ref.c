@@ -55,6 +55,8 @@ static void test_ten_steps_vs_torch(void) {
     o.seed = 7;
     o.log_every = 0;
     o.peak_gflops = 1;
+    slm_train_std_hooks std = {0}; // the final checkpoint holds the weights read back below
+    CHECK_OK(slm_train_add_std_hooks(&o, &std));
     slm_train_add_hook(&o, hook, NULL);
     CHECK_OK(slm_train_run(&o, NULL));
     CHECK_EQ_INT(g_n, 10);

@@ -1,0 +1,678 @@
+// The training run as phases: open (data, run directory, lock, resume decision), init (model,
+// fsdp, buffers, schedule, initial state), step (one optimizer step), finish, close. One path for
+// every world size: fsdp/ holds the parameters, gradients and AdamW state (a world of one is
+// NO_SHARD over one-rank communicators). Contract in train.h.
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt/ckpt.h"
+#include "data/data.h"
+#include "dist/dist.h"
+#include "kernels/kernels.h"
+#include "train/train.h"
+#include "train/train_internal.h"
+#include "train/modeldir.h"
+
+// ---------------------------------------------------------------------------------------------
+// Open
+
+static slm_status check_opts(const slm_train_opts *o) {
+    if (o->B < 1) return slm_fail(SLM_E_ARG, "--batch must be >= 1 (got %d)", o->B);
+    if (o->T < 1) return slm_fail(SLM_E_ARG, "--seq must be >= 1 (got %d)", o->T);
+    if (o->grad_accum < 1)
+        return slm_fail(SLM_E_ARG, "--grad-accum must be >= 1 (got %d)", o->grad_accum);
+    if (o->steps < 1)
+        return slm_fail(SLM_E_ARG, "--steps must be >= 1 (got %lld)", (long long)o->steps);
+    if (o->warmup < 0) return slm_fail(SLM_E_ARG, "--warmup must be >= 0");
+    if (!(o->adamw.lr_peak > 0) || !isfinite(o->adamw.lr_peak))
+        return slm_fail(SLM_E_ARG, "--lr must be a positive number");
+    if (!(o->adamw.weight_decay >= 0)) return slm_fail(SLM_E_ARG, "--weight-decay must be >= 0");
+    if (!o->synthetic && !o->data_dir)
+        return slm_fail(SLM_E_ARG, "no dataset given (--data DIR, or --synthetic)");
+    return SLM_OK;
+}
+
+// Up-front estimate of one rank's memory (before any allocation or file): parameters,
+// gradients and AdamW m, v (slm_fsdp_estimate_bytes) and the activation workspace for B x T
+// (slm_llama_act_bytes_estimate). Compared with the memory probe (slm_mem_probe: MemAvailable,
+// ulimit -v, cgroup memory.max); too much is SLM_E_NOMEM (exit 1) naming the estimate, the limit
+// and what to reduce. With a run directory, the asynchronous checkpoint's staging copy (params,
+// m, v of the rank's shard: 3 x fp32 per parameter) is counted too: when only it does not fit,
+// the run goes ahead and says that its checkpoints will be written synchronously, straight from
+// the shards (the saver decides again at each save).
+static slm_status check_memory(const slm_train_opts *o, const slm_llama_config *cfg, int W) {
+    double n = (double)slm_llama_n_params(cfg);
+    double C = cfg->hidden_size, F = cfg->intermediate_size, V = cfg->vocab_size;
+    double big_unit = 4 * C * C + 3 * F * C;
+    if (2 * V * C > big_unit) big_unit = 2 * V * C;
+    double state = slm_fsdp_estimate_bytes(&o->fsdp, W, n, big_unit);
+    double staging = 3.0 * n * sizeof(float) / slm_fsdp_shard_group_for(&o->fsdp, W);
+    double acts = slm_llama_act_bytes_estimate(cfg, o->B, o->T, o->activation_checkpointing);
+    slm_mem_info mi;
+    slm_mem_probe(&mi);
+    double need = state + acts, avail = mi.bytes;
+    char a[32], b[32], c[32], d[32], e[32];
+    if (avail <= 0 || need <= avail) {
+        slm_info("memory: about %s per process (%s of parameters, gradients and AdamW state, %s "
+                 "of activations%s%s%s); %s available (%s)",
+                 slm_fmt_bytes(need, a), slm_fmt_bytes(state, b), slm_fmt_bytes(acts, c),
+                 o->out_dir ? ", plus " : "", o->out_dir ? slm_fmt_bytes(staging, e) : "",
+                 o->out_dir ? " for a checkpoint's staging copy" : "",
+                 avail > 0 ? slm_fmt_bytes(avail, d) : "unknown", mi.limit_name);
+        if (o->out_dir && avail > 0 && !o->ckpt_sync && need + staging > avail)
+            slm_info("memory: the training state needs about %s and a checkpoint's staging copy "
+                     "%s more, beyond the %s available (%s); checkpoints will be written "
+                     "synchronously, straight from the shards (bounded memory)",
+                     slm_fmt_bytes(need, a), slm_fmt_bytes(staging, b), slm_fmt_bytes(avail, c),
+                     mi.limit_name);
+        return SLM_OK;
+    }
+    return slm_fail(SLM_E_NOMEM,
+                    "model %s (%.3g parameters) with --batch %d --seq %d needs about %s of memory "
+                    "per process (%s of parameters, gradients and AdamW state, %s of "
+                    "activations), more than the %s available (%s); "
+                    "reduce --batch or --seq, use a smaller model%s or train with FSDP over "
+                    "more ranks (mpirun)",
+                    o->model ? o->model : "(default)", n, o->B, o->T, slm_fmt_bytes(need, a),
+                    slm_fmt_bytes(state, b), slm_fmt_bytes(acts, c), slm_fmt_bytes(avail, d),
+                    mi.limit_name,
+                    o->activation_checkpointing ? "" : ", add --activation-checkpointing");
+}
+
+// The train loader (each rank reads its slice, B windows, of the global batch of B x W) and the
+// val loader (every rank evaluates the same windows).
+static slm_status open_loaders(slm_trainer *tr) {
+    const slm_train_opts *o = tr->o;
+    int B = tr->B, T = tr->T, W = tr->W;
+    uint64_t n_win = tr->ds.train.n_tokens > 0 ? (tr->ds.train.n_tokens - 1) / (uint64_t)T : 0;
+    if (n_win < (uint64_t)B * (uint64_t)W)
+        return slm_fail(SLM_E_ARG,
+                        "dataset %s: the train split has %llu windows of --seq + 1 = %d tokens; "
+                        "need at least %lld (--batch %d%s); reduce --batch or --seq, or "
+                        "prepare more data",
+                        o->data_dir, (unsigned long long)n_win, T + 1, (long long)B * W, B,
+                        W > 1 ? " x the ranks" : "");
+    slm_loader_opts lo = {.dir = o->data_dir,
+                          .split = "train",
+                          .T = T,
+                          .B_global = B * W,
+                          .rank = tr->rank,
+                          .world = W,
+                          .seed = o->seed,
+                          .shuffle = true};
+    slm_status st = slm_loader_open(&lo, &tr->train_l);
+    if (st || o->eval_every <= 0) return st;
+    if (tr->ds.val.n_tokens < (uint64_t)T + 1) {
+        slm_warn("dataset %s: the val split has %llu tokens, fewer than one window of %d; "
+                 "validation is skipped",
+                 o->data_dir, (unsigned long long)tr->ds.val.n_tokens, T + 1);
+        return SLM_OK;
+    }
+    slm_loader_opts vo = lo;
+    vo.split = "val";
+    vo.B_global = 1;
+    vo.rank = 0; // every rank evaluates the same windows
+    vo.world = 1;
+    vo.shuffle = false;
+    st = slm_loader_open(&vo, &tr->val_l);
+    if (!st) tr->val_start = slm_loader_get_state(tr->val_l);
+    return st;
+}
+
+// Dataset, tokenizer, loaders: every mismatch is an error before anything is written.
+static slm_status open_data(slm_trainer *tr) {
+    const slm_train_opts *o = tr->o;
+    if (o->synthetic) return SLM_OK;
+    slm_status st = slm_dataset_open(o->data_dir, &tr->ds);
+    if (st) return st;
+    tr->ds_open = true;
+    st = slm_tokenizer_load(tr->ds.tokenizer_file, &tr->tok);
+    if (st) return slm_fail_wrap(st, "dataset %s", o->data_dir);
+    st = slm_train_check_vocab(&tr->ds, tr->tok, &tr->cfg, o->model);
+    if (!st && o->init_from_hf) // the HF weights' token ids must be the dataset's
+        st = slm_train_check_dir_tokenizer(o->init_from_hf, &tr->ds, "--init-from-hf",
+                                           "prepare the dataset with that directory's "
+                                           "tokenizer (shardlm prep --tokenizer)");
+    return st ? st : open_loaders(tr);
+}
+
+// Rank 0: the run directory. A fresh run never mixes with an earlier run's files: its
+// checkpoints would be resumed by a later --resume auto (refused unless --train-from-scratch
+// moves them aside; never deleted), its metrics.jsonl starts empty. Not a run directory, or
+// locked by another run: refused (slm_rundir_prepare).
+static slm_status write_rundir(slm_trainer *tr) {
+    const slm_train_opts *o = tr->o;
+    slm_status st = slm_rundir_prepare(o, &tr->rundir, &tr->resume_path);
+    if (!st && tr->resume_path && tr->ds_open) // before the dataset's tokenizer replaces the run's
+        st = slm_train_check_resume_tokenizer(o->out_dir, tr->resume_path, &tr->ds);
+    if (st) return st;
+    char *p = slm_path_join(o->out_dir, "config.json");
+    st = slm_llama_config_save(&tr->cfg, p);
+    free(p);
+    if (!st && tr->tok) { // under its canonical name, where slm_model_dir_open looks for it
+        p = slm_path_join(o->out_dir, slm_tokenizer_type(tr->tok) == SLM_TOK_SPM_BPE
+                                          ? "tokenizer.model"
+                                          : "tokenizer.json");
+        st = slm_file_copy(tr->ds.tokenizer_file, p, NULL);
+        free(p);
+    }
+    if (st) return st;
+    p = slm_path_join(o->out_dir, "metrics.jsonl");
+    FILE *f = fopen(p, tr->resume_path ? "a" : "w"); // a resumed run appends (hooks.c)
+    if (!f)
+        st = slm_fail(SLM_E_IO, "%s: cannot open for writing", p);
+    else
+        fclose(f);
+    free(p);
+    return st;
+}
+
+// Rank 0 writes the run directory; the others learn of its failure, then of its resume pick.
+static slm_status open_rundir(slm_trainer *tr) {
+    const slm_train_opts *o = tr->o;
+    slm_status st = SLM_OK;
+    if (o->out_dir && tr->rank == 0) st = write_rundir(tr);
+    st = slm_dist_agree(st);
+    if (!st && o->out_dir && tr->W > 1)
+        st = slm_rundir_share_resume(o, tr->rundir, tr->rank, &tr->resume_path);
+    if (!st && !o->out_dir) // with a run directory this was resolved above ("auto" needs one)
+        st = slm_ckpt_resolve_resume(o->resume, NULL, &tr->resume_path);
+    return st;
+}
+
+slm_status slm_train_open(const slm_train_opts *o, slm_trainer **out) {
+    *out = NULL;
+    slm_status st = check_opts(o);
+    if (st) return st;
+    slm_trainer *tr = slm_xcalloc(1, sizeof *tr);
+    tr->o = o;
+    // Data parallel under mpirun: every rank runs the phases with the same options.
+    tr->W = slm_dist_world();
+    tr->rank = slm_dist_rank();
+    tr->B = o->B, tr->T = o->T, tr->K = o->grad_accum;
+    tr->min_lr = o->min_lr >= 0 ? o->min_lr : o->adamw.lr_peak / 10.0f;
+    tr->last_loss = tr->last_val = NAN;
+    slm_dist_set_timeout(o->collective_timeout_s);
+    // kernels/ splits GEMMs over the OpenMP threads itself (OpenBLAS stays single-threaded).
+    if (o->threads > 0) omp_set_num_threads(o->threads);
+    st = slm_train_resolve_config(o->model, o->vocab_size, o->T, &tr->cfg);
+    if (!st) st = check_memory(o, &tr->cfg, tr->W);
+    if (!st && o->init_from_hf) { // the HF weights' shapes against the config, before allocating
+        st = slm_hf_check_shapes(o->init_from_hf, &tr->cfg);
+        if (st) st = slm_fail_wrap(st, "--init-from-hf %s", o->init_from_hf);
+    }
+    if (!st) st = open_data(tr);
+    if (!st) st = open_rundir(tr);
+    if (st) {
+        slm_train_close(tr);
+        return st;
+    }
+    *out = tr;
+    return SLM_OK;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Init
+
+// Restores weights, AdamW m / v, the step (AdamW t and the LR position follow it), tokens seen,
+// the train loader position and the synthetic-data RNG from a checkpoint (src/ckpt). Each rank
+// reads only its own shard's bytes, whatever world size / strategy saved them.
+static slm_status resume_from(slm_trainer *tr, const char *path) {
+    slm_ckpt *c = NULL;
+    slm_status st = slm_ckpt_open(path, &c);
+    if (!st) st = slm_ckpt_check_model(c, &tr->model);
+    for (int u = 0; !st && u < tr->model.n_units; u++) {
+        slm_fsdp_shard x = slm_fsdp_unit_shard(&tr->fsdp, u);
+        st = slm_ckpt_read_range(c, u, x.begin, x.end, x.master, x.m, x.v);
+    }
+    slm_fsdp_release_all(&tr->fsdp);
+    st = slm_dist_agree(st);
+    if (!st && tr->ds_open) { // the token ids must mean what they meant when it was saved
+        const slm_ckpt_meta *M = slm_ckpt_get_meta(c);
+        st = slm_train_check_ckpt_tokenizer(M->has_tokenizer, M->tokenizer_xxh64, slm_ckpt_dir(c),
+                                            &tr->ds);
+    }
+    if (!st) {
+        const slm_ckpt_meta *M = slm_ckpt_get_meta(c);
+        slm_fsdp_set_steps_done(&tr->fsdp, M->opt_step);
+        tr->step = M->step;
+        tr->tokens_seen = M->tokens_seen;
+        tr->synth = M->rng;
+        if (tr->train_l) st = slm_loader_set_state(tr->train_l, M->loader);
+        if (!st) slm_info("resumed from %s (step %lld)", slm_ckpt_dir(c), (long long)M->step);
+    }
+    slm_ckpt_free(c);
+    return st ? slm_fail_wrap(st, "--resume %s", path) : SLM_OK;
+}
+
+// A resume at or past --steps: the run is complete (SLM_OK, the result says so) or --steps is
+// below the checkpoint (SLM_E_ARG).
+static slm_status already_complete(slm_trainer *tr) {
+    const slm_train_opts *o = tr->o;
+    if (tr->step > o->steps)
+        return slm_fail(SLM_E_ARG,
+                        "--steps %lld is below the checkpoint's step %lld: nothing to train; "
+                        "give --steps > %lld to continue the run",
+                        (long long)o->steps, (long long)tr->step, (long long)tr->step);
+    if (tr->rank == 0)
+        slm_info("the run is already complete: the checkpoint is at step %lld = --steps; "
+                 "nothing to train (give a larger --steps to continue)",
+                 (long long)tr->step);
+    tr->done = true;
+    tr->res.steps_done = tr->step;
+    tr->res.final_loss = tr->res.final_val_loss = tr->res.tokens_per_s = tr->res.mfu = NAN;
+    tr->res.already_complete = true;
+    return SLM_OK;
+}
+
+// --init-from-hf: with a shard group of one (a world of one, NO_SHARD) every rank holds whole
+// units and loads straight into its shards; otherwise every rank loads the full weights once
+// into a temporary model and keeps its shard of each unit.
+static slm_status load_hf(slm_trainer *tr, const char *dir) {
+    slm_llama *m = &tr->model;
+    if (slm_fsdp_group_size(&tr->fsdp) == 1) {
+        slm_fsdp_release_all(&tr->fsdp);
+        for (int u = 0; u < m->n_units; u++)
+            m->params[u] = slm_fsdp_unit_shard(&tr->fsdp, u).master;
+        slm_status st = slm_model_dir_init_weights(dir, m);
+        for (int u = 0; u < m->n_units; u++)
+            m->params[u] = NULL;
+        return st;
+    }
+    slm_llama full;
+    slm_status st = slm_llama_init(&full, &tr->cfg, true);
+    if (st) return st;
+    st = slm_model_dir_init_weights(dir, &full);
+    for (int u = 0; !st && u < full.n_units; u++)
+        slm_fsdp_load_unit(&tr->fsdp, u, full.params[u]);
+    slm_llama_free(&full);
+    return st;
+}
+
+// Initial weights: --init-from-hf (load_hf) or the seeded init fsdp/ did; then a checkpoint's
+// state if resuming.
+static slm_status initial_state(slm_trainer *tr) {
+    const slm_train_opts *o = tr->o;
+    slm_status st = SLM_OK;
+    if (o->init_from_hf) {
+        st = load_hf(tr, o->init_from_hf);
+        st = slm_dist_agree(st);
+        if (st) return st;
+        slm_info("initial weights from %s", o->init_from_hf);
+    }
+    if (!tr->resume_path) return SLM_OK;
+    st = resume_from(tr, tr->resume_path);
+    if (st) return st;
+    if (o->init_from_hf && tr->rank == 0) // only --resume auto gets here (the CLI refuses PATH)
+        slm_info("--init-from-hf %s not used: the run continues from its checkpoint",
+                 o->init_from_hf);
+    return tr->step >= o->steps ? already_complete(tr) : SLM_OK;
+}
+
+// Every hook's on_start (all of them, even after a failure: some are collective), agreed.
+static slm_status start_hooks(slm_trainer *tr) {
+    const slm_train_opts *o = tr->o;
+    slm_status st = SLM_OK;
+    tr->started = true;
+    for (int h = 0; h < o->n_hooks; h++) {
+        tr->hook_started[h] = true;
+        if (!o->hooks[h].on_start) continue;
+        slm_status hs = o->hooks[h].on_start(o->hooks[h].ctx, tr);
+        if (hs && !st) st = slm_fail_wrap(hs, "%s", o->hooks[h].name ? o->hooks[h].name : "hook");
+    }
+    return slm_dist_agree(st);
+}
+
+static void log_model(const slm_trainer *tr) {
+    const slm_train_opts *o = tr->o;
+    const slm_llama_config *c = &tr->cfg;
+    slm_info("model %s: %lld parameters (%lld in matmuls), %d layers, hidden %d, vocab %d; "
+             "B %d x T %d x accum %d = %lld tokens/step; activations %.1f MiB%s; peak %.1f "
+             "GFLOP/s; %.3g FLOPs/token",
+             o->model, (long long)slm_llama_n_params(c), (long long)slm_llama_n_matmul_params(c),
+             c->num_hidden_layers, c->hidden_size, c->vocab_size, tr->B, tr->T, tr->K,
+             (long long)tr->B * tr->T * tr->K, (double)slm_llama_act_bytes(&tr->model) / 1048576.0,
+             o->activation_checkpointing ? " (activation checkpointing)" : "", tr->peak, tr->fpt);
+}
+
+slm_status slm_train_init(slm_trainer *tr) {
+    const slm_train_opts *o = tr->o;
+    // The model holds no buffers; fsdp/ owns the shards and points params / grads at them
+    // through the unit hooks. Its init equals slm_llama_init_weights.
+    slm_status st = slm_llama_init(&tr->model, &tr->cfg, false);
+    if (st) return st;
+    tr->model_init = true;
+    tr->fsdp_opts = o->fsdp;
+    slm_fsdp_opts_for_world(&tr->fsdp_opts, tr->W);
+    st = slm_fsdp_init(&tr->fsdp, &tr->model, &tr->fsdp_opts, o->seed);
+    if (st) return st;
+    tr->model.activation_checkpointing = o->activation_checkpointing;
+    slm_llama_set_shape(&tr->model, tr->B, tr->T, false);
+    tr->win = slm_xmalloc((size_t)tr->K * tr->B * (tr->T + 1) * sizeof(int32_t));
+    tr->inp = slm_xmalloc((size_t)tr->B * tr->T * sizeof(int32_t));
+    tr->tgt = slm_xmalloc((size_t)tr->B * tr->T * sizeof(int32_t));
+    tr->hook_started = slm_xcalloc((size_t)o->n_hooks + 1, sizeof(bool));
+    // n 2048, best of 5: n 1024 and single runs read low (too little work per thread, and a
+    // shared machine).
+    tr->peak = o->peak_gflops > 0 ? o->peak_gflops : slm_sgemm_peak_gflops(2048, 5);
+    tr->fpt = slm_train_flops_per_token(&tr->cfg, tr->T);
+    log_model(tr);
+    slm_rng_seed(&tr->synth, o->seed ^ SLM_TRAIN_SYNTH_SEED_XOR);
+    tr->t_start = slm_time_s();
+    st = initial_state(tr);
+    if (st || tr->done) return st;
+    return start_hooks(tr);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Step
+
+bool slm_train_done(const slm_trainer *tr) {
+    return tr->done || tr->step >= tr->o->steps;
+}
+
+// The stop check at a step boundary or between micro-batches: 1 for a want_stop hook, 2 for
+// --max-minutes, 0 to go on. The ranks agree (MAX all-reduce), so all leave at the same
+// boundary and none is left alone in the collective schedule.
+static int agree_stop(const slm_trainer *tr, const char *what) {
+    const slm_train_opts *o = tr->o;
+    int64_t f[2] = {0, o->max_minutes > 0 && slm_time_s() - tr->t_start >= o->max_minutes * 60.0};
+    for (int h = 0; h < o->n_hooks && !f[0]; h++)
+        if (o->hooks[h].want_stop) f[0] = o->hooks[h].want_stop(o->hooks[h].ctx);
+    slm_dist_allreduce(f, 2, SLM_DT_I64, SLM_OP_MAX, what);
+    return f[0] ? 1 : f[1] ? 2 : 0;
+}
+
+// Draws the step's K micro-batches of windows (synthetic: every rank draws the global batch and
+// keeps its slice) and returns the GLOBAL count of target tokens (>= 1).
+static int64_t draw_batch(slm_trainer *tr) {
+    int64_t per_win = (int64_t)tr->B * (tr->T + 1);
+    for (int k = 0; k < tr->K; k++) {
+        int32_t *w = tr->win + k * per_win;
+        if (tr->o->synthetic)
+            for (int q = 0; q < tr->W; q++)
+                for (int64_t i = 0; i < per_win; i++) {
+                    int32_t tok = (int32_t)slm_rng_below(&tr->synth, (uint64_t)tr->cfg.vocab_size);
+                    if (q == tr->rank) w[i] = tok;
+                }
+        else
+            slm_loader_next(tr->train_l, w);
+    }
+    int64_t n_total = 0;
+    for (int64_t i = 0; i < tr->K * per_win; i++)
+        n_total += (i % (tr->T + 1)) != 0 && tr->win[i] != -1; // targets: all tokens but the first
+    slm_dist_allreduce(&n_total, 1, SLM_DT_I64, SLM_OP_SUM, "target token count");
+    return n_total ? n_total : 1;
+}
+
+// Forward and backward of the K micro-batches, each loss scaled by its share of the global
+// step's target tokens (fsdp/ sums the gradients over the ranks). *loss_sum: sum of loss x
+// tokens over this rank's micro-batches; *bad: first micro-batch with a non-finite loss (-1:
+// none; the step goes on, so no rank leaves the collective schedule alone). Returns the agreed
+// stop (agree_stop) if one came between micro-batches, else 0.
+static int forward_backward(slm_trainer *tr, int64_t n_total, double *loss_sum, int *bad,
+                            float *bad_loss) {
+    int64_t per_win = (int64_t)tr->B * (tr->T + 1);
+    *loss_sum = 0;
+    *bad = -1;
+    slm_fsdp_zero_grad(&tr->fsdp);
+    for (int k = 0; k < tr->K; k++) {
+        int stop = k > 0 ? agree_stop(tr, "stop flags (micro-batch)") : 0;
+        if (stop) return stop;
+        int64_t n = slm_train_split_windows(tr->win + k * per_win, tr->B, tr->T, tr->inp, tr->tgt);
+        float loss = slm_llama_forward(&tr->model, tr->inp, tr->tgt, tr->B, tr->T);
+        if (!isfinite(loss) && *bad < 0) *bad = k, *bad_loss = loss;
+        // d(mean over the step's tokens)/dp = sum_k (n_k / n_total) d(mean_k)/dp
+        slm_llama_backward(&tr->model, (float)((double)n / (double)n_total));
+        *loss_sum += (double)loss * (double)n;
+    }
+    return 0;
+}
+
+// A stop between micro-batches: complete the pending reduce-scatters (the partial gradients are
+// dropped), release the gathered units, and rewind the loader and the synthetic RNG to the
+// step's start, so the checkpoint resumes by replaying the whole step.
+static slm_status discard_step(slm_trainer *tr, int stop, slm_loader_state pos, slm_rng synth) {
+    slm_fsdp_sync_grads(&tr->fsdp);
+    slm_fsdp_release_all(&tr->fsdp);
+    slm_status st = tr->train_l ? slm_loader_set_state(tr->train_l, pos) : SLM_OK;
+    tr->synth = synth;
+    tr->done = true;
+    if (stop == 1)
+        tr->interrupted = true;
+    else
+        slm_info("--max-minutes %.3g reached during step %lld; stopping after %lld steps (the "
+                 "partial step is discarded)",
+                 tr->o->max_minutes, (long long)tr->step + 1, (long long)tr->step);
+    return st;
+}
+
+// The learning rate of this step. With time_schedule the schedule advances by whichever is
+// further along: steps or the share of max_minutes spent, so it completes within the budget.
+static float step_lr(const slm_trainer *tr) {
+    const slm_train_opts *o = tr->o;
+    int64_t sched_step = tr->step;
+    if (o->time_schedule && o->max_minutes > 0) {
+        double frac = (slm_time_s() - tr->t_start) / (o->max_minutes * 60.0);
+        int64_t by_time = (int64_t)(frac * (double)o->steps);
+        if (by_time > sched_step) sched_step = by_time;
+        slm_dist_allreduce(&sched_step, 1, SLM_DT_I64, SLM_OP_MAX, "LR step");
+    }
+    return slm_lr_at(sched_step, o->warmup, o->steps, o->adamw.lr_peak, tr->min_lr);
+}
+
+// Validation of the current weights from the val split's start. Eval batches are of the
+// per-rank B: W times as many cover the same windows as a world of one with batch B x W.
+static slm_status validate(slm_trainer *tr, double *val_loss) {
+    slm_eval_result er;
+    slm_status st = slm_loader_set_state(tr->val_l, tr->val_start);
+    if (!st)
+        st = slm_train_eval_loader(&tr->model, tr->val_l, tr->B, tr->T,
+                                   (int64_t)tr->o->eval_batches * tr->W, &er);
+    if (!st) *val_loss = tr->last_val = er.loss;
+    return st;
+}
+
+// Clip, schedule, AdamW: the update of a step whose mean loss is `loss`; fills m's step fields.
+static slm_status update(slm_trainer *tr, double loss, double t0, slm_step_metrics *m) {
+    const slm_train_opts *o = tr->o;
+    // Global norm over the shards and clipping (before the finiteness check: a non-finite
+    // norm scales nothing).
+    double gnorm = slm_fsdp_clip_grad_norm(&tr->fsdp, o->grad_clip);
+    if (!isfinite(gnorm))
+        return slm_fail(SLM_E_NUMERIC,
+                        "step %lld: gradient norm is %f (loss %.4f); HINT: lower --lr",
+                        (long long)tr->step + 1, gnorm, loss);
+    float lr = step_lr(tr);
+    for (int h = 0; h < o->n_hooks; h++)
+        if (o->hooks[h].before_update) o->hooks[h].before_update(o->hooks[h].ctx, tr);
+    slm_fsdp_optimizer_step(&tr->fsdp, &o->adamw, lr); // AdamW on this rank's shards
+    double dt = slm_time_s() - t0;
+    int64_t step_tokens = (int64_t)tr->B * tr->T * tr->K * tr->W; // global
+    tr->tokens_seen += step_tokens;
+    tr->step++;
+    *m = (slm_step_metrics){.step = tr->step,
+                            .total_steps = o->steps,
+                            .loss = loss,
+                            .lr = lr,
+                            .grad_norm = gnorm,
+                            .tokens_per_s = (double)step_tokens / dt,
+                            .ms_per_step = dt * 1e3,
+                            .val_loss = NAN,
+                            .tokens_seen = tr->tokens_seen};
+    m->mfu = m->tokens_per_s * tr->fpt / (tr->peak * 1e9 * tr->W); // peak is one process's
+    tr->last_loss = loss;
+    // The first step pays for first-touch page faults and thread start-up: kept out of the
+    // means when there is more than one step.
+    if (tr->step > 1 || o->steps == 1) {
+        tr->sum_tps += m->tokens_per_s;
+        tr->sum_mfu += m->mfu;
+        tr->n_rate++;
+    }
+    return SLM_OK;
+}
+
+// Validation when due, then the on_step / observe hooks.
+static slm_status after_step(slm_trainer *tr, slm_step_metrics *m) {
+    const slm_train_opts *o = tr->o;
+    slm_status st = SLM_OK;
+    if (tr->val_l && (tr->step % o->eval_every == 0 || tr->step == o->steps))
+        st = validate(tr, &m->val_loss);
+    if (st) return slm_fail_wrap(st, "step %lld", (long long)tr->step);
+    m->elapsed_s = slm_time_s() - tr->t_start;
+    for (int h = 0; h < o->n_hooks && !st; h++) {
+        if (o->hooks[h].observe) o->hooks[h].observe(o->hooks[h].ctx, m);
+        if (o->hooks[h].on_step) st = o->hooks[h].on_step(o->hooks[h].ctx, tr, m);
+    }
+    return st;
+}
+
+slm_status slm_train_step(slm_trainer *tr, slm_step_metrics *m) {
+    const slm_train_opts *o = tr->o;
+    memset(m, 0, sizeof *m);
+    m->val_loss = NAN;
+    if (slm_train_done(tr)) return SLM_OK;
+    int stop = agree_stop(tr, "stop flags");
+    if (stop) {
+        tr->done = true;
+        tr->interrupted = stop == 1;
+        if (stop == 2)
+            slm_info("--max-minutes %.3g reached after %lld steps; stopping", o->max_minutes,
+                     (long long)tr->step);
+        return SLM_OK;
+    }
+    double t0 = slm_time_s();
+    slm_loader_state pos = {0};
+    if (tr->train_l) pos = slm_loader_get_state(tr->train_l);
+    slm_rng synth = tr->synth;
+    // All micro-batches first, so the loss scale is known before the first backward.
+    int64_t n_total = draw_batch(tr);
+    double loss_sum;
+    int bad;
+    float bad_loss = 0;
+    stop = forward_backward(tr, n_total, &loss_sum, &bad, &bad_loss);
+    if (stop) return discard_step(tr, stop, pos, synth);
+    slm_dist_allreduce(&loss_sum, 1, SLM_DT_F64, SLM_OP_SUM, "step loss");
+    double loss = loss_sum / (double)n_total;
+    if (!isfinite(loss) && bad >= 0)
+        return slm_fail(SLM_E_NUMERIC,
+                        "step %lld, micro-batch %d: training loss is %f; HINT: lower --lr (now "
+                        "%g) or --grad-clip",
+                        (long long)tr->step + 1, bad, (double)bad_loss, (double)o->adamw.lr_peak);
+    if (!isfinite(loss))
+        return slm_fail(SLM_E_NUMERIC,
+                        "step %lld: training loss is %f (on another rank); HINT: lower --lr (now "
+                        "%g) or --grad-clip",
+                        (long long)tr->step + 1, loss, (double)o->adamw.lr_peak);
+    slm_status st = update(tr, loss, t0, m);
+    return st ? st : after_step(tr, m);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Finish
+
+// A run that ended without an error: a stop before the planned end still evaluates what it
+// has (so the run has a val loss), then the result. (The weights are the final checkpoint,
+// written by the checkpoint hook's on_finish.)
+static slm_status finish_ok(slm_trainer *tr) {
+    const slm_train_opts *o = tr->o;
+    slm_status st = SLM_OK;
+    slm_train_result *r = &tr->res;
+    if (tr->val_l && tr->step > 0 && tr->step < o->steps && !tr->interrupted) {
+        double v;
+        st = validate(tr, &v);
+        r->stop_evaluated = !st;
+    }
+    r->steps_done = tr->step;
+    r->final_loss = tr->last_loss;
+    r->final_val_loss = tr->last_val;
+    r->tokens_per_s = tr->n_rate ? tr->sum_tps / (double)tr->n_rate : NAN;
+    r->mfu = tr->n_rate ? tr->sum_mfu / (double)tr->n_rate : NAN;
+    r->peak_gflops = tr->peak;
+    r->flops_per_token = tr->fpt;
+    r->interrupted = tr->interrupted;
+    return st;
+}
+
+slm_status slm_train_finish(slm_trainer *tr, slm_status st) {
+    if (!tr || tr->res.already_complete || !tr->started) return st;
+    // The hooks see the status of the training itself: an error in the final validation does
+    // not cost the final checkpoint.
+    slm_status fin = st ? st : finish_ok(tr);
+    const slm_train_opts *o = tr->o;
+    for (int h = 0; h < o->n_hooks; h++) {
+        if (!tr->hook_started[h] || !o->hooks[h].on_finish) continue;
+        slm_status hs = o->hooks[h].on_finish(o->hooks[h].ctx, tr, st);
+        if (hs && !fin) fin = hs;
+    }
+    if (!fin && tr->interrupted)
+        fin = slm_fail(SLM_E_INTERRUPTED, "interrupted by a signal after step %lld%s%s%s",
+                       (long long)tr->step, o->out_dir ? "; checkpoint saved under " : "",
+                       o->out_dir ? o->out_dir : "", o->out_dir ? "/checkpoints" : "");
+    return fin;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Close and accessors
+
+void slm_train_close(slm_trainer *tr) {
+    if (!tr) return;
+    free(tr->resume_path);
+    free(tr->win), free(tr->inp), free(tr->tgt);
+    free(tr->hook_started);
+    if (tr->train_l) slm_loader_free(tr->train_l);
+    if (tr->val_l) slm_loader_free(tr->val_l);
+    if (tr->tok) slm_tokenizer_free(tr->tok);
+    if (tr->ds_open) slm_dataset_free(&tr->ds);
+    slm_fsdp_free(&tr->fsdp);
+    if (tr->model_init) slm_llama_free(&tr->model);
+    slm_rundir_close(tr->rundir); // last: the lock is held until everything is written
+    free(tr);
+}
+
+const slm_train_result *slm_trainer_result(const slm_trainer *tr) {
+    return &tr->res;
+}
+const slm_train_opts *slm_trainer_opts(const slm_trainer *tr) {
+    return tr->o;
+}
+int slm_trainer_rank(const slm_trainer *tr) {
+    return tr->rank;
+}
+int slm_trainer_world(const slm_trainer *tr) {
+    return tr->W;
+}
+int64_t slm_trainer_steps_done(const slm_trainer *tr) {
+    return tr->step;
+}
+
+void slm_trainer_ckpt_state(const slm_trainer *tr, int64_t step, slm_ckpt_meta *meta,
+                            slm_ckpt_shard *sh) {
+    const slm_train_opts *o = tr->o;
+    slm_ckpt_meta_default(meta, &tr->model.cfg);
+    meta->step = meta->opt_step = meta->lr_step = step;
+    meta->tokens_seen = tr->tokens_seen;
+    meta->adamw = o->adamw;
+    meta->lr_warmup = o->warmup;
+    meta->lr_total = o->steps;
+    meta->lr_min = tr->min_lr;
+    if (tr->train_l) meta->loader = slm_loader_get_state(tr->train_l);
+    meta->rng = tr->synth;
+    if (tr->tok && tr->ds_open) {
+        meta->has_tokenizer = true;
+        meta->tokenizer_xxh64 = tr->ds.tokenizer_xxh64;
+        snprintf(meta->tokenizer_file, sizeof meta->tokenizer_file, "%s",
+                 slm_tokenizer_type(tr->tok) == SLM_TOK_SPM_BPE ? "tokenizer.model"
+                                                                : "tokenizer.json");
+    }
+    snprintf(meta->strategy, sizeof meta->strategy, "%s",
+             slm_sharding_name(tr->fsdp_opts.sharding));
+    meta->shard_group_size = slm_fsdp_group_size(&tr->fsdp);
+    for (int u = 0; u < tr->model.n_units; u++) { // this rank's shard: masters, AdamW m / v
+        slm_fsdp_shard x = slm_fsdp_unit_shard(&tr->fsdp, u);
+        sh[u] = (slm_ckpt_shard){x.begin, x.end, x.master, x.m, x.v};
+    }
+}
