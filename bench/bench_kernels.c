@@ -24,7 +24,8 @@ static double peak_;
 
 static float *randbuf(int64_t n, float std, slm_rng *r) {
     float *x = slm_xaligned((size_t)n * sizeof(float));
-    for (int64_t i = 0; i < n; i++) x[i] = slm_rng_normal(r) * std;
+    for (int64_t i = 0; i < n; i++)
+        x[i] = slm_rng_normal(r) * std;
     return x;
 }
 
@@ -59,8 +60,8 @@ static void report(const char *label, double s, double cpu, double flops, double
     total_ms_ += s * 1e3;
     double cpu_ms = cpu * 1e3 / omp_get_max_threads();
     if (flops > 0)
-        printf("%-22s %9.3f ms (cpu/thr %9.3f)  %7.1f GFLOP/s  %5.1f%% of peak\n", label,
-               s * 1e3, cpu_ms, flops / s * 1e-9, 100.0 * flops / s * 1e-9 / peak_);
+        printf("%-22s %9.3f ms (cpu/thr %9.3f)  %7.1f GFLOP/s  %5.1f%% of peak\n", label, s * 1e3,
+               cpu_ms, flops / s * 1e-9, 100.0 * flops / s * 1e-9 / peak_);
     else
         printf("%-22s %9.3f ms (cpu/thr %9.3f)  %7.1f GB/s\n", label, s * 1e3, cpu_ms,
                bytes / s * 1e-9);
@@ -98,7 +99,8 @@ int main(int argc, char **argv) {
     float *Wv = randbuf((int64_t)V * C, 0.02f, &rng), *dWv = randbuf((int64_t)V * C, 0, &rng);
     float *logits = randbuf(N * V, 1, &rng), *losses = randbuf(N, 1, &rng);
     int32_t *tok = slm_xmalloc((size_t)N * sizeof(int32_t));
-    for (int64_t i = 0; i < N; i++) tok[i] = (int32_t)slm_rng_below(&rng, (uint64_t)V);
+    for (int64_t i = 0; i < N; i++)
+        tok[i] = (int32_t)slm_rng_below(&rng, (uint64_t)V);
     float *q = randbuf(N * H * D, 1, &rng), *k = randbuf(N * KV * D, 1, &rng);
     float *v = randbuf(N * KV * D, 1, &rng), *ao = randbuf(N * H * D, 1, &rng);
     float *lse = randbuf((int64_t)B * H * T, 1, &rng), *dao = randbuf(N * H * D, 1, &rng);
@@ -126,9 +128,9 @@ int main(int argc, char **argv) {
     total_ms_ = 0;
     TIME_IT("matmul down bwd", 4.0 * N * C * F, 0, slm_matmul_bwd(dg, dWg, dx, hh, Wg, N, F, C));
     TIME_IT("swiglu bwd", 0, 5.0 * N * F * 4, slm_swiglu_bwd(dg, du, hh, g, u, N, F));
-    TIME_IT("matmul gate+up bwd", 2.0 * 4 * N * C * F, 0,
-            (slm_matmul_bwd(dx, dWg, dg, y, Wg, N, C, F),
-             slm_matmul_bwd(dx, dWg, du, y, Wg, N, C, F)));
+    TIME_IT(
+        "matmul gate+up bwd", 2.0 * 4 * N * C * F, 0,
+        (slm_matmul_bwd(dx, dWg, dg, y, Wg, N, C, F), slm_matmul_bwd(dx, dWg, du, y, Wg, N, C, F)));
     TIME_IT("matmul o bwd", 4.0 * N * C * C, 0, slm_matmul_bwd(dao, dWqkv, dx, ao, Wqkv, N, C, C));
     TIME_IT("attention bwd", 2.5 * attn_f, 0,
             slm_attention_bwd(dq, dk, dv, dao, q, k, v, ao, lse, B, T, H, KV, D));

@@ -51,7 +51,7 @@ static int slm_test_passed_, slm_test_failed_, slm_test_cur_failed_;
     do {                                                                                           \
         double a_ = (double)(a), b_ = (double)(b);                                                 \
         if (!(fabs(a_ - b_) <= (atol) + (rtol)*fabs(b_)))                                          \
-            SLM_TEST_FAIL_("%s ~= %s: %.9g vs %.9g (rtol %g, atol %g)", #a, #b, a_, b_,           \
+            SLM_TEST_FAIL_("%s ~= %s: %.9g vs %.9g (rtol %g, atol %g)", #a, #b, a_, b_,            \
                            (double)(rtol), (double)(atol));                                        \
     } while (0)
 // Status-returning call must give SLM_OK; prints the recorded message otherwise.
@@ -75,8 +75,7 @@ static int slm_test_passed_, slm_test_failed_, slm_test_cur_failed_;
     } while (0)
 
 #define TEST_SUMMARY()                                                                             \
-    (printf("%d passed, %d failed\n", slm_test_passed_, slm_test_failed_),                         \
-     slm_test_failed_ ? 1 : 0)
+    (printf("%d passed, %d failed\n", slm_test_passed_, slm_test_failed_), slm_test_failed_ ? 1 : 0)
 
 // Path of a file in the shared/ data folder (SLM_SHARED_DIR), in a static buffer.
 static inline const char *slm_test_shared(const char *rel) {

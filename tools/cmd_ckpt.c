@@ -23,12 +23,21 @@ static slm_status parse_dtype(const char *opt, const char *v, void *dst) {
 }
 
 static const slm_opt k_ckpt_opts[] = {
-    {.name = "--hf", .type = SLM_OPT_STRING, .off = offsetof(ckpt_args, hf), .meta = "OUT_DIR",
+    {.name = "--hf",
+     .type = SLM_OPT_STRING,
+     .off = offsetof(ckpt_args, hf),
+     .meta = "OUT_DIR",
      .help = "export: the Hugging Face directory to write (required)"},
-    {.name = "--dtype", .type = SLM_OPT_CUSTOM, .off = offsetof(ckpt_args, dtype),
-     .meta = "fp32|bf16|fp16", .help = "export: dtype of the weights", .parse = parse_dtype,
+    {.name = "--dtype",
+     .type = SLM_OPT_CUSTOM,
+     .off = offsetof(ckpt_args, dtype),
+     .meta = "fp32|bf16|fp16",
+     .help = "export: dtype of the weights",
+     .parse = parse_dtype,
      .def = "fp32"},
-    {.name = "--max-shard-size", .type = SLM_OPT_SIZE, .off = offsetof(ckpt_args, max_shard),
+    {.name = "--max-shard-size",
+     .type = SLM_OPT_SIZE,
+     .off = offsetof(ckpt_args, max_shard),
      .meta = "SIZE",
      .help = "export: split the weights into model-0000i-of-0000n.safetensors + "
              "model.safetensors.index.json above SIZE: 5GB, 500MB, 10KB (decimal, as HF's "

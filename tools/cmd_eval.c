@@ -20,31 +20,71 @@ typedef struct eval_args {
 
 #define A(f) offsetof(eval_args, f)
 static const slm_opt k_eval_opts[] = {
-    {.name = "--model", .type = SLM_OPT_STRING, .off = A(model), .meta = "DIR",
+    {.name = "--model",
+     .type = SLM_OPT_STRING,
+     .off = A(model),
+     .meta = "DIR",
      .help = "a run directory written by shardlm train (its newest checkpoint that "
              "verifies), a checkpoint step_N directory, or an HF directory (config.json + "
-             "safetensors)", .group = 1},
-    {.name = "--init-from-hf", .type = SLM_OPT_STRING, .off = A(hf), .meta = "DIR",
-     .help = "instead of --model: HF config.json + safetensors (+ tokenizer)", .group = 1},
-    {.name = "--data", .type = SLM_OPT_STRING, .off = A(data), .meta = "DIR",
+             "safetensors)",
+     .group = 1},
+    {.name = "--init-from-hf",
+     .type = SLM_OPT_STRING,
+     .off = A(hf),
+     .meta = "DIR",
+     .help = "instead of --model: HF config.json + safetensors (+ tokenizer)",
+     .group = 1},
+    {.name = "--data",
+     .type = SLM_OPT_STRING,
+     .off = A(data),
+     .meta = "DIR",
      .help = "prepared dataset; windows of --seq + 1 tokens in order"},
-    {.name = "--split", .type = SLM_OPT_STRING, .off = A(split), .meta = "NAME",
+    {.name = "--split",
+     .type = SLM_OPT_STRING,
+     .off = A(split),
+     .meta = "NAME",
      .help = "train or val"},
-    {.name = "--seq", .type = SLM_OPT_INT64, .off = A(T), .meta = "T",
-     .help = "tokens per window", .ilo = 1, .ihi = 1 << 24,
+    {.name = "--seq",
+     .type = SLM_OPT_INT64,
+     .off = A(T),
+     .meta = "T",
+     .help = "tokens per window",
+     .ilo = 1,
+     .ihi = 1 << 24,
      .def = "min(256, max_position_embeddings)"},
-    {.name = "--batch", .type = SLM_OPT_INT64, .off = A(B), .meta = "B",
-     .help = "windows per forward", .ilo = 1, .ihi = 1 << 20},
-    {.name = "--max-batches", .type = SLM_OPT_INT64, .off = A(max_batches), .meta = "M",
-     .help = "evaluate at most M batches, 0 = the whole split", .ilo = 0, .ihi = INT64_MAX},
-    {.name = "--token-ids", .type = SLM_OPT_STRING, .off = A(ids), .meta = "FILE",
+    {.name = "--batch",
+     .type = SLM_OPT_INT64,
+     .off = A(B),
+     .meta = "B",
+     .help = "windows per forward",
+     .ilo = 1,
+     .ihi = 1 << 20},
+    {.name = "--max-batches",
+     .type = SLM_OPT_INT64,
+     .off = A(max_batches),
+     .meta = "M",
+     .help = "evaluate at most M batches, 0 = the whole split",
+     .ilo = 0,
+     .ihi = INT64_MAX},
+    {.name = "--token-ids",
+     .type = SLM_OPT_STRING,
+     .off = A(ids),
+     .meta = "FILE",
      .help = "whitespace-separated ids, one sequence per line (inputs ids[:-1], targets "
              "ids[1:]); each line is its own window, so --seq, --batch, --max-batches and "
              "--split do not apply (giving them is a usage error)"},
-    {.name = "--unigram-entropy", .type = SLM_OPT_FLAG, .off = A(unigram),
+    {.name = "--unigram-entropy",
+     .type = SLM_OPT_FLAG,
+     .off = A(unigram),
      .help = "also print the split's unigram entropy (nats/token); works without --model"},
-    {.name = "--threads", .type = SLM_OPT_INT64, .off = A(threads), .meta = "N",
-     .help = "OpenMP threads", .ilo = 1, .ihi = 4096, .def = "environment"},
+    {.name = "--threads",
+     .type = SLM_OPT_INT64,
+     .off = A(threads),
+     .meta = "N",
+     .help = "OpenMP threads",
+     .ilo = 1,
+     .ihi = 4096,
+     .def = "environment"},
     {.type = SLM_OPT_END},
 };
 #undef A
@@ -130,7 +170,8 @@ int slm_cmd_eval(int argc, char **argv) {
                 return SLM_EXIT_ERROR;
             }
         } else {
-            if (T == 0) T = m.cfg.max_position_embeddings < 256 ? m.cfg.max_position_embeddings : 256;
+            if (T == 0)
+                T = m.cfg.max_position_embeddings < 256 ? m.cfg.max_position_embeddings : 256;
             st = slm_eval_split(&m, data, split, (int)B, (int)T, max_batches, &r);
         }
         slm_llama_free(&m);

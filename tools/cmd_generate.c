@@ -22,36 +22,84 @@ typedef struct generate_args {
 
 #define A(f) offsetof(generate_args, f)
 static const slm_opt k_generate_opts[] = {
-    {.name = "--model", .type = SLM_OPT_STRING, .off = A(model), .meta = "DIR",
+    {.name = "--model",
+     .type = SLM_OPT_STRING,
+     .off = A(model),
+     .meta = "DIR",
      .help = "a run directory written by shardlm train (its newest checkpoint that "
              "verifies), a checkpoint step_N directory, or an HF directory (config.json + "
-             "safetensors)", .group = 1},
-    {.name = "--init-from-hf", .type = SLM_OPT_STRING, .off = A(hf), .meta = "DIR",
-     .help = "instead of --model: HF config.json + safetensors (+ tokenizer)", .group = 1},
-    {.name = "--prompt", .type = SLM_OPT_STRING, .off = A(prompt), .meta = "TEXT",
+             "safetensors)",
+     .group = 1},
+    {.name = "--init-from-hf",
+     .type = SLM_OPT_STRING,
+     .off = A(hf),
+     .meta = "DIR",
+     .help = "instead of --model: HF config.json + safetensors (+ tokenizer)",
+     .group = 1},
+    {.name = "--prompt",
+     .type = SLM_OPT_STRING,
+     .off = A(prompt),
+     .meta = "TEXT",
      .help = "text to continue (may be empty when the tokenizer has BOS)"},
-    {.name = "--max-new", .type = SLM_OPT_INT, .off = A(max_new), .meta = "N",
+    {.name = "--max-new",
+     .type = SLM_OPT_INT,
+     .off = A(max_new),
+     .meta = "N",
      .help = "tokens to generate; generation also stops when the context "
              "(max_position_embeddings) is full",
-     .ilo = 0, .ihi = 1 << 24},
-    {.name = "--temperature", .type = SLM_OPT_FLOAT, .off = A(temperature), .meta = "t",
-     .help = "softmax temperature, 0 = greedy", .dlo = 0, .dhi = INFINITY,
+     .ilo = 0,
+     .ihi = 1 << 24},
+    {.name = "--temperature",
+     .type = SLM_OPT_FLOAT,
+     .off = A(temperature),
+     .meta = "t",
+     .help = "softmax temperature, 0 = greedy",
+     .dlo = 0,
+     .dhi = INFINITY,
      .range = ">= 0 and finite (0 = greedy)"},
-    {.name = "--top-k", .type = SLM_OPT_INT, .off = A(top_k), .meta = "k",
-     .help = "keep the k most likely tokens, 0 = off", .ilo = 0, .ihi = 1 << 30},
-    {.name = "--top-p", .type = SLM_OPT_FLOAT, .off = A(top_p), .meta = "p",
-     .help = "nucleus sampling mass, 1 = off", .dlo = 0, .dhi = 1, .flags = SLM_OPTF_LO_OPEN,
+    {.name = "--top-k",
+     .type = SLM_OPT_INT,
+     .off = A(top_k),
+     .meta = "k",
+     .help = "keep the k most likely tokens, 0 = off",
+     .ilo = 0,
+     .ihi = 1 << 30},
+    {.name = "--top-p",
+     .type = SLM_OPT_FLOAT,
+     .off = A(top_p),
+     .meta = "p",
+     .help = "nucleus sampling mass, 1 = off",
+     .dlo = 0,
+     .dhi = 1,
+     .flags = SLM_OPTF_LO_OPEN,
      .range = "in (0, 1] (1 = off)"},
-    {.name = "--seed", .type = SLM_OPT_INT64, .off = A(seed), .meta = "s",
-     .help = "sampling seed: same seed, same text", .ilo = 0, .ihi = INT64_MAX},
-    {.name = "--no-bos", .type = SLM_OPT_FLAG, .off = A(no_bos),
+    {.name = "--seed",
+     .type = SLM_OPT_INT64,
+     .off = A(seed),
+     .meta = "s",
+     .help = "sampling seed: same seed, same text",
+     .ilo = 0,
+     .ihi = INT64_MAX},
+    {.name = "--no-bos",
+     .type = SLM_OPT_FLAG,
+     .off = A(no_bos),
      .help = "do not prepend the tokenizer's BOS id"},
-    {.name = "--stop-at-eos", .type = SLM_OPT_FLAG, .off = A(stop_at_eos),
+    {.name = "--stop-at-eos",
+     .type = SLM_OPT_FLAG,
+     .off = A(stop_at_eos),
      .help = "stop when the EOS id is sampled"},
-    {.name = "--ids", .type = SLM_OPT_FLAG, .off = A(ids),
+    {.name = "--ids",
+     .type = SLM_OPT_FLAG,
+     .off = A(ids),
      .help = "also print the generated ids on stderr at the end"},
-    {.name = "--threads", .type = SLM_OPT_INT, .off = A(threads), .meta = "N",
-     .help = "OpenMP threads", .ilo = 1, .ihi = 4096, .def = "environment"},
+    {.name = "--threads",
+     .type = SLM_OPT_INT,
+     .off = A(threads),
+     .meta = "N",
+     .help = "OpenMP threads",
+     .ilo = 1,
+     .ihi = 4096,
+     .def = "environment"},
     {.type = SLM_OPT_END},
 };
 #undef A
@@ -93,14 +141,18 @@ static void emit_stdout(void *ctx, int32_t token, const char *bytes, size_t len)
 }
 
 int slm_cmd_generate(int argc, char **argv) {
-    generate_args x = {.max_new = 200, .temperature = 0.8f, .top_k = 0, .top_p = 0.95f,
-                       .seed = 1337};
+    generate_args x = {
+        .max_new = 200, .temperature = 0.8f, .top_k = 0, .top_p = 0.95f, .seed = 1337};
     int rc = slm_opt_parse(&k_generate_cli, argc, argv, &x, NULL);
     if (rc >= 0) return rc;
     const char *run = x.model ? x.model : x.hf, *prompt = x.prompt;
     bool hf = x.hf != NULL; // --init-from-hf: an HF safetensors directory instead of a run
-    slm_gen_opts o = {.max_new = x.max_new, .temperature = x.temperature, .top_k = x.top_k,
-                      .top_p = x.top_p, .seed = (uint64_t)x.seed, .add_bos = !x.no_bos,
+    slm_gen_opts o = {.max_new = x.max_new,
+                      .temperature = x.temperature,
+                      .top_k = x.top_k,
+                      .top_p = x.top_p,
+                      .seed = (uint64_t)x.seed,
+                      .add_bos = !x.no_bos,
                       .stop_at_eos = x.stop_at_eos};
     bool print_ids = x.ids;
     if (x.threads > 0) omp_set_num_threads(x.threads);
@@ -120,8 +172,7 @@ int slm_cmd_generate(int argc, char **argv) {
     slm_ivec ids = {0};
     // The prompt's length in tokens: a warning when --max-new runs past the context (too long
     // a prompt is refused by slm_generate).
-    if (!slm_tokenizer_encode(tok, prompt, strlen(prompt), o.add_bos ? SLM_ENC_ADD_BOS : 0,
-                              &ids)) {
+    if (!slm_tokenizer_encode(tok, prompt, strlen(prompt), o.add_bos ? SLM_ENC_ADD_BOS : 0, &ids)) {
         int64_t maxT = m.cfg.max_position_embeddings;
         if ((int64_t)ids.len <= maxT && (int64_t)ids.len + o.max_new > maxT)
             slm_warn("generate: --max-new %d with a %zu-token prompt goes past the context; "
@@ -134,7 +185,8 @@ int slm_cmd_generate(int argc, char **argv) {
     if (!st) emit_prompt(&ec); // no new token (--max-new 0, EOS first): the prompt alone
     if (ec.printed) put_stdout(&ec, "\n", 1);
     if (!st && print_ids) {
-        for (size_t i = 0; i < ids.len; i++) fprintf(stderr, "%s%d", i ? " " : "", ids.data[i]);
+        for (size_t i = 0; i < ids.len; i++)
+            fprintf(stderr, "%s%d", i ? " " : "", ids.data[i]);
         fprintf(stderr, "\n");
     }
     slm_ivec_free(&ids);

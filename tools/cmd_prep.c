@@ -22,39 +22,80 @@ typedef struct prep_args {
 
 #define A(f) offsetof(prep_args, f)
 static const slm_opt k_prep_opts[] = {
-    {.name = "--tokenizer", .type = SLM_OPT_STRING, .off = A(tokenizer), .meta = "FILE",
+    {.name = "--tokenizer",
+     .type = SLM_OPT_STRING,
+     .off = A(tokenizer),
+     .meta = "FILE",
      .help = "tokenizer.json (byte-level BPE) or tokenizer.model (SentencePiece)"},
-    {.name = "--input", .type = SLM_OPT_LIST, .off = A(inputs), .meta = "PATH",
+    {.name = "--input",
+     .type = SLM_OPT_LIST,
+     .off = A(inputs),
+     .meta = "PATH",
      .help = "a text file (documents separated by blank lines), a *.jsonl file (one document "
              "per line, field \"text\"), a directory (recursive, sorted, dot-files skipped) or - "
              "for stdin (plain text); repeatable, and further paths may follow --input without "
              "repeating it"},
-    {.name = "--out", .type = SLM_OPT_STRING, .off = A(out), .meta = "DIR",
+    {.name = "--out",
+     .type = SLM_OPT_STRING,
+     .off = A(out),
+     .meta = "DIR",
      .help = "output directory (created). The dataset is built in a hidden sibling "
              ".DIR.prep-tmp.PID and swapped in only on success: a failed or interrupted run "
              "leaves an earlier dataset in DIR intact; other files in DIR are kept. DIR may lie "
              "inside an --input directory (it is skipped) but must not be one"},
-    {.name = "--shard-tokens", .type = SLM_OPT_INT64, .off = A(shard_tokens), .meta = "N",
-     .help = "target tokens per shard file", .ilo = 1, .ihi = INT64_MAX / 8},
-    {.name = "--val-fraction", .type = SLM_OPT_DOUBLE, .off = A(val_fraction), .meta = "F",
-     .help = "fraction of documents in val, by hash of content", .dlo = 0, .dhi = 1,
+    {.name = "--shard-tokens",
+     .type = SLM_OPT_INT64,
+     .off = A(shard_tokens),
+     .meta = "N",
+     .help = "target tokens per shard file",
+     .ilo = 1,
+     .ihi = INT64_MAX / 8},
+    {.name = "--val-fraction",
+     .type = SLM_OPT_DOUBLE,
+     .off = A(val_fraction),
+     .meta = "F",
+     .help = "fraction of documents in val, by hash of content",
+     .dlo = 0,
+     .dhi = 1,
      .flags = SLM_OPTF_HI_OPEN},
-    {.name = "--workers", .type = SLM_OPT_INT64, .off = A(workers), .meta = "W",
-     .help = "worker threads per process", .ilo = 1, .ihi = 999,
+    {.name = "--workers",
+     .type = SLM_OPT_INT64,
+     .off = A(workers),
+     .meta = "W",
+     .help = "worker threads per process",
+     .ilo = 1,
+     .ihi = 999,
      .def = "online CPUs / ranks, at most 64"},
-    {.name = "--seed", .type = SLM_OPT_INT64, .off = A(seed), .meta = "S",
-     .help = "key of the train/val hash, below 2^53", .ilo = 0,
+    {.name = "--seed",
+     .type = SLM_OPT_INT64,
+     .off = A(seed),
+     .meta = "S",
+     .help = "key of the train/val hash, below 2^53",
+     .ilo = 0,
      .ihi = (INT64_C(1) << 53) - 1},
-    {.name = "--quiet", .type = SLM_OPT_FLAG, .off = A(quiet),
+    {.name = "--quiet",
+     .type = SLM_OPT_FLAG,
+     .off = A(quiet),
      .help = "no progress output and no summary line (errors and warnings are still printed, "
              "on stderr)"},
-    {.name = "--unit-bytes", .type = SLM_OPT_INT64, .off = A(unit_bytes), .meta = "N",
-     .help = "work unit size (output multiset independent)", .ilo = 1,
-     .ihi = INT64_C(1) << 40, .def = "1 MiB"},
-    {.name = "--collective-timeout", .type = SLM_OPT_DOUBLE, .off = A(timeout_s), .meta = "S",
+    {.name = "--unit-bytes",
+     .type = SLM_OPT_INT64,
+     .off = A(unit_bytes),
+     .meta = "N",
+     .help = "work unit size (output multiset independent)",
+     .ilo = 1,
+     .ihi = INT64_C(1) << 40,
+     .def = "1 MiB"},
+    {.name = "--collective-timeout",
+     .type = SLM_OPT_DOUBLE,
+     .off = A(timeout_s),
+     .meta = "S",
      .help = "under mpirun: abort the whole job when one collective waits more than S seconds; "
              "keep it above the slowest rank's share of the corpus",
-     .dlo = 0, .dhi = INFINITY, .flags = SLM_OPTF_LO_OPEN, .range = "> 0 seconds and finite"},
+     .dlo = 0,
+     .dhi = INFINITY,
+     .flags = SLM_OPTF_LO_OPEN,
+     .range = "> 0 seconds and finite"},
     {.type = SLM_OPT_END},
 };
 #undef A
@@ -78,13 +119,18 @@ static const slm_cli k_prep_cli = {
 };
 
 int slm_cmd_prep(int argc, char **argv) {
-    prep_args x = {.shard_tokens = 16777216, .val_fraction = 0.01, .seed = 1234,
+    prep_args x = {.shard_tokens = 16777216,
+                   .val_fraction = 0.01,
+                   .seed = 1234,
                    .timeout_s = 600.0}; // dist/'s default deadline
     int rc = slm_opt_parse(&k_prep_cli, argc, argv, &x, NULL);
     slm_status st = SLM_OK;
-    if (rc < 0 && !x.tokenizer) st = slm_fail(SLM_E_ARG, "prep: --tokenizer FILE is required");
-    else if (rc < 0 && !x.out) st = slm_fail(SLM_E_ARG, "prep: --out DIR is required");
-    else if (rc < 0 && x.inputs.n == 0) st = slm_fail(SLM_E_ARG, "prep: --input PATH is required");
+    if (rc < 0 && !x.tokenizer)
+        st = slm_fail(SLM_E_ARG, "prep: --tokenizer FILE is required");
+    else if (rc < 0 && !x.out)
+        st = slm_fail(SLM_E_ARG, "prep: --out DIR is required");
+    else if (rc < 0 && x.inputs.n == 0)
+        st = slm_fail(SLM_E_ARG, "prep: --input PATH is required");
     if (st) {
         slm_error("%s", slm_errmsg());
         rc = SLM_EXIT_USAGE;

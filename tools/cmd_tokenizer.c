@@ -21,25 +21,45 @@ typedef struct tok_args {
 } tok_args;
 
 #define A(f) offsetof(tok_args, f)
-#define TOKENIZER_OPT                                                                          \
-    {.name = "--tokenizer", .type = SLM_OPT_STRING, .off = A(tokenizer), .meta = "FILE",       \
-     .help = "a tokenizer.json (byte-level BPE) or a SentencePiece tokenizer.model"}
+#define TOKENIZER_OPT                                                                              \
+    {                                                                                              \
+        .name = "--tokenizer", .type = SLM_OPT_STRING, .off = A(tokenizer), .meta = "FILE",        \
+        .help = "a tokenizer.json (byte-level BPE) or a SentencePiece tokenizer.model"             \
+    }
 static const slm_opt k_train_opts[] = {
-    {.name = "--input", .type = SLM_OPT_LIST, .off = A(inputs), .meta = "PATH...",
+    {.name = "--input",
+     .type = SLM_OPT_LIST,
+     .off = A(inputs),
+     .meta = "PATH...",
      .help = "text files and directories (recursed; dot-files skipped)"},
-    {.name = "--vocab-size", .type = SLM_OPT_INT64, .off = A(vocab), .meta = "N",
+    {.name = "--vocab-size",
+     .type = SLM_OPT_INT64,
+     .off = A(vocab),
+     .meta = "N",
      .help = "ids in all, in [256 + number of special tokens, 4194304] (259 with the default "
              "specials); a corpus with fewer distinct pairs gives fewer ids (a warning says so)",
-     .ilo = INT64_MIN, .ihi = INT64_MAX, .flags = SLM_OPTF_NODEF},
-    {.name = "--out", .type = SLM_OPT_STRING, .off = A(out), .meta = "FILE",
+     .ilo = INT64_MIN,
+     .ihi = INT64_MAX,
+     .flags = SLM_OPTF_NODEF},
+    {.name = "--out",
+     .type = SLM_OPT_STRING,
+     .off = A(out),
+     .meta = "FILE",
      .help = "the tokenizer.json to write; must not be one of the --input files"},
-    {.name = "--special", .type = SLM_OPT_STRING, .off = A(special), .meta = "LIST",
+    {.name = "--special",
+     .type = SLM_OPT_STRING,
+     .off = A(special),
+     .meta = "LIST",
      .help = "the added special tokens, comma-separated, at most 64; the first is BOS, the "
              "second EOS; \"\" for none",
      .def = "<|bos|>,<|eos|>,<|pad|>"},
-    {.name = "--threads", .type = SLM_OPT_INT64, .off = A(threads), .meta = "N",
+    {.name = "--threads",
+     .type = SLM_OPT_INT64,
+     .off = A(threads),
+     .meta = "N",
      .help = "count pairs in parallel (the result does not depend on it), 0 = the OpenMP default",
-     .ilo = 0, .ihi = 1024},
+     .ilo = 0,
+     .ihi = 1024},
     {.name = "--quiet", .type = SLM_OPT_FLAG, .off = A(quiet), .help = "no progress output"},
     {.type = SLM_OPT_END},
 };
@@ -47,15 +67,21 @@ static const slm_opt k_encode_opts[] = {
     TOKENIZER_OPT,
     {.name = "--bos", .type = SLM_OPT_FLAG, .off = A(bos), .help = "prepend the BOS id"},
     {.name = "--eos", .type = SLM_OPT_FLAG, .off = A(eos), .help = "append the EOS id"},
-    {.name = "--allow-special", .type = SLM_OPT_FLAG, .off = A(allow_special),
+    {.name = "--allow-special",
+     .type = SLM_OPT_FLAG,
+     .off = A(allow_special),
      .help = "special-token text becomes its id (else it is plain text)"},
-    {.name = "--whole", .type = SLM_OPT_FLAG, .off = A(whole),
+    {.name = "--whole",
+     .type = SLM_OPT_FLAG,
+     .off = A(whole),
      .help = "encode all of stdin as one text (newlines included) and write one line of ids"},
     {.type = SLM_OPT_END},
 };
 static const slm_opt k_decode_opts[] = {
     TOKENIZER_OPT,
-    {.name = "--bytes", .type = SLM_OPT_FLAG, .off = A(bytes),
+    {.name = "--bytes",
+     .type = SLM_OPT_FLAG,
+     .off = A(bytes),
      .help = "write the tokens' raw bytes (else SentencePiece byte-fallback bytes that are not "
              "valid UTF-8 become U+FFFD, as in SentencePiece)"},
     {.type = SLM_OPT_END},

@@ -108,10 +108,10 @@ uint64_t slm_mix64(uint64_t x);
 
 // What this process can still allocate, in bytes, from each source (-1: no such limit).
 typedef struct slm_mem_info {
-    double bytes;       // min of the three below that apply (0 if none is known)
-    double meminfo;     // MemAvailable from /proc/meminfo (physical memory if unreadable)
-    double rlimit_as;   // RLIMIT_AS soft limit (ulimit -v) minus the address space in use now
-    double cgroup;      // cgroup v2 memory.max minus memory.current (min over the ancestors)
+    double bytes;           // min of the three below that apply (0 if none is known)
+    double meminfo;         // MemAvailable from /proc/meminfo (physical memory if unreadable)
+    double rlimit_as;       // RLIMIT_AS soft limit (ulimit -v) minus the address space in use now
+    double cgroup;          // cgroup v2 memory.max minus memory.current (min over the ancestors)
     const char *limit_name; // static text naming the binding source, for messages
 } slm_mem_info;
 
@@ -233,22 +233,26 @@ static inline void slm_put_le16(uint8_t *p, uint16_t v) {
     p[1] = (uint8_t)(v >> 8);
 }
 static inline void slm_put_le32(uint8_t *p, uint32_t v) {
-    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
 }
 static inline void slm_put_le64(uint8_t *p, uint64_t v) {
-    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
 }
 static inline uint16_t slm_get_le16(const uint8_t *p) {
     return (uint16_t)(p[0] | (uint16_t)p[1] << 8);
 }
 static inline uint32_t slm_get_le32(const uint8_t *p) {
     uint32_t v = 0;
-    for (int i = 3; i >= 0; i--) v = (v << 8) | p[i];
+    for (int i = 3; i >= 0; i--)
+        v = (v << 8) | p[i];
     return v;
 }
 static inline uint64_t slm_get_le64(const uint8_t *p) {
     uint64_t v = 0;
-    for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | p[i];
     return v;
 }
 // Bulk f32 payloads (weights, checkpoint shards) are copied with memcpy: shardlm builds only on

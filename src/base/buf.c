@@ -15,7 +15,8 @@ double slm_time_s(void) {
 void slm_buf_reserve(slm_buf *b, size_t cap) {
     if (cap + 1 <= b->cap) return;
     size_t nc = b->cap ? b->cap : 64;
-    while (nc < cap + 1) nc *= 2;
+    while (nc < cap + 1)
+        nc *= 2;
     b->data = slm_xrealloc(b->data, nc);
     b->cap = nc;
 }
@@ -50,7 +51,8 @@ void slm_buf_free(slm_buf *b) {
 void slm_ivec_reserve(slm_ivec *v, size_t cap) {
     if (cap <= v->cap) return;
     size_t nc = v->cap ? v->cap : 16;
-    while (nc < cap) nc *= 2;
+    while (nc < cap)
+        nc *= 2;
     v->data = slm_xrealloc(v->data, nc * sizeof(int32_t));
     v->cap = nc;
 }

@@ -241,7 +241,9 @@ slm_status slm_file_xxh64(const char *path, uint64_t *out) {
     return SLM_OK;
 }
 
-void slm_hex64(uint64_t h, char out[17]) { snprintf(out, 17, "%016" PRIx64, h); }
+void slm_hex64(uint64_t h, char out[17]) {
+    snprintf(out, 17, "%016" PRIx64, h);
+}
 
 bool slm_parse_hex64(const char *s, uint64_t *out) {
     if (!s || strlen(s) != 16) return false;

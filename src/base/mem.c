@@ -131,7 +131,8 @@ double slm_mem_available(void) {
 const char *slm_fmt_bytes(double bytes, char buf[32]) {
     static const char *unit[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
     int i = 0;
-    while (bytes >= 1024 && i < 6) bytes /= 1024, i++;
+    while (bytes >= 1024 && i < 6)
+        bytes /= 1024, i++;
     snprintf(buf, 32, i ? "%.2f %s" : "%.0f %s", bytes, unit[i]);
     return buf;
 }

@@ -19,7 +19,9 @@ void slm_rng_seed(slm_rng *r, uint64_t seed) {
     }
 }
 
-static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+static inline uint64_t rotl(uint64_t x, int k) {
+    return (x << k) | (x >> (64 - k));
+}
 
 uint64_t slm_rng_u64(slm_rng *r) {
     uint64_t *s = r->s;
@@ -34,7 +36,9 @@ uint64_t slm_rng_u64(slm_rng *r) {
     return result;
 }
 
-float slm_rng_uniform(slm_rng *r) { return (float)(slm_rng_u64(r) >> 40) * (1.0f / 16777216.0f); }
+float slm_rng_uniform(slm_rng *r) {
+    return (float)(slm_rng_u64(r) >> 40) * (1.0f / 16777216.0f);
+}
 
 float slm_rng_normal(slm_rng *r) {
     // u1 in (0, 1] so log() is finite.

@@ -40,23 +40,38 @@ slm_status slm_fail_wrap(slm_status code, const char *fmt, ...) {
     return code;
 }
 
-const char *slm_errmsg(void) { return tl_msg; }
+const char *slm_errmsg(void) {
+    return tl_msg;
+}
 
-void slm_set_errmsg(const char *msg) { snprintf(tl_msg, sizeof tl_msg, "%s", msg ? msg : ""); }
+void slm_set_errmsg(const char *msg) {
+    snprintf(tl_msg, sizeof tl_msg, "%s", msg ? msg : "");
+}
 
 const char *slm_status_name(slm_status st) {
     switch (st) {
-    case SLM_OK: return "ok";
-    case SLM_E_ARG: return "argument";
-    case SLM_E_IO: return "io";
-    case SLM_E_FORMAT: return "format";
-    case SLM_E_CHECKSUM: return "checksum";
-    case SLM_E_NOMEM: return "out of memory";
-    case SLM_E_UNSUPPORTED: return "unsupported";
-    case SLM_E_NUMERIC: return "numeric";
-    case SLM_E_COMM: return "communication";
-    case SLM_E_TIMEOUT: return "timeout";
-    case SLM_E_INTERRUPTED: return "interrupted";
+    case SLM_OK:
+        return "ok";
+    case SLM_E_ARG:
+        return "argument";
+    case SLM_E_IO:
+        return "io";
+    case SLM_E_FORMAT:
+        return "format";
+    case SLM_E_CHECKSUM:
+        return "checksum";
+    case SLM_E_NOMEM:
+        return "out of memory";
+    case SLM_E_UNSUPPORTED:
+        return "unsupported";
+    case SLM_E_NUMERIC:
+        return "numeric";
+    case SLM_E_COMM:
+        return "communication";
+    case SLM_E_TIMEOUT:
+        return "timeout";
+    case SLM_E_INTERRUPTED:
+        return "interrupted";
     }
     return "unknown";
 }
@@ -66,7 +81,9 @@ void slm_log_set_rank(int rank, int world) {
     g_world = world;
 }
 
-void slm_log_set_level(slm_log_level min_level) { g_level = min_level; }
+void slm_log_set_level(slm_log_level min_level) {
+    g_level = min_level;
+}
 
 static void vlog(slm_log_level level, const char *fmt, va_list ap) {
     static const char *names[] = {"debug", "info", "warning", "error"};
@@ -91,7 +108,9 @@ void slm_log(slm_log_level level, const char *fmt, ...) {
     va_end(ap);
 }
 
-void slm_set_abort_hook(void (*hook)(int code)) { g_abort_hook = hook; }
+void slm_set_abort_hook(void (*hook)(int code)) {
+    g_abort_hook = hook;
+}
 
 void slm_fatal(const char *fmt, ...) {
     va_list ap;
@@ -142,8 +161,7 @@ slm_status slm_parse_i64(const char *what, const char *s, int64_t lo, int64_t hi
     char *end = NULL;
     errno = 0;
     long long v = strtoll(s, &end, 10);
-    if (errno || *end)
-        return slm_fail(SLM_E_ARG, "%s: expected an integer, got \"%s\"", what, s);
+    if (errno || *end) return slm_fail(SLM_E_ARG, "%s: expected an integer, got \"%s\"", what, s);
     if (v < lo || v > hi)
         return slm_fail(SLM_E_ARG, "%s: %lld is out of range [%lld, %lld]", what, v, (long long)lo,
                         (long long)hi);

@@ -15,7 +15,6 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-
 void slm_ckpt_meta_default(slm_ckpt_meta *meta, const slm_llama_config *cfg) {
     memset(meta, 0, sizeof *meta);
     meta->cfg = *cfg;
@@ -367,8 +366,7 @@ static slm_status replace_step_dir(const char *root, const char *tmp, const char
     if (renameat2(AT_FDCWD, tmp, AT_FDCWD, fin, RENAME_EXCHANGE) == 0) {
         if ((st = slm_fsync_dir(root))) return st;
         if (slm_ckpt_rmdir(tmp)) slm_warn("%s", slm_errmsg());
-        slm_warn("checkpoint step %lld saved again: replaced the earlier %s", (long long)step,
-                 fin);
+        slm_warn("checkpoint step %lld saved again: replaced the earlier %s", (long long)step, fin);
         return SLM_OK;
     }
     char name[64];
@@ -381,8 +379,7 @@ static slm_status replace_step_dir(const char *root, const char *tmp, const char
         st = slm_fail(SLM_E_IO, "rename %s -> %s failed: %s", tmp, fin, strerror(errno));
     if (!st) {
         slm_ckpt_rmdir(aside);
-        slm_warn("checkpoint step %lld saved again: replaced the earlier %s", (long long)step,
-                 fin);
+        slm_warn("checkpoint step %lld saved again: replaced the earlier %s", (long long)step, fin);
     }
     free(aside);
     return st;
@@ -638,10 +635,11 @@ static slm_status parse_files(slm_ckpt *c, const char *mp, const cJSON *arr) {
         double d = 0;
         if ((st = slm_json_num(mp, fo, "rank", 0, c->meta.world - 1, true, &d))) return st;
         f->rank = (int)d;
-        if ((st = slm_json_i64(mp, fo, "bytes", SLM_CKPT_HEADER_BYTES, INT64_MAX, &f->bytes))) return st;
+        if ((st = slm_json_i64(mp, fo, "bytes", SLM_CKPT_HEADER_BYTES, INT64_MAX, &f->bytes)))
+            return st;
         if ((st = slm_json_hex64(mp, fo, "xxh64", &f->xxh64))) return st;
-        if ((st =
-                 slm_json_num(mp, fo, "chunk_bytes", SLM_CKPT_CHUNK_BYTES, SLM_CKPT_CHUNK_BYTES, true, &d)))
+        if ((st = slm_json_num(mp, fo, "chunk_bytes", SLM_CKPT_CHUNK_BYTES, SLM_CKPT_CHUNK_BYTES,
+                               true, &d)))
             return st;
         const cJSON *ch = slm_json_arr(fo, "chunk_xxh64");
         f->n_chunks = (f->bytes + SLM_CKPT_CHUNK_BYTES - 1) / SLM_CKPT_CHUNK_BYTES;
@@ -800,7 +798,8 @@ slm_status slm_ckpt_parse_manifest(slm_ckpt *c, const char *text, size_t len) {
         if ((st = slm_json_num(mp, sh, "shard_group_size", 1, 1e7, true, &d))) goto out;
         M->shard_group_size = (int)d;
     }
-    const cJSON *op = slm_json_obj(o, "optimizer"), *lr = slm_json_obj(o, "lr_schedule"), *ld = slm_json_obj(o, "loader");
+    const cJSON *op = slm_json_obj(o, "optimizer"), *lr = slm_json_obj(o, "lr_schedule"),
+                *ld = slm_json_obj(o, "loader");
     const cJSON *rng = slm_json_arr(o, "rng_state");
     if (!op || !lr || !ld || !rng || cJSON_GetArraySize(rng) != 4) {
         st = slm_fail(SLM_E_FORMAT,

@@ -112,12 +112,13 @@ typedef struct slm_ckpt_saver_opts {
 slm_status slm_ckpt_saver_new(const slm_ckpt_saver_opts *o, slm_ckpt_saver **out);
 // Starts a save of this rank's shards at a step boundary: finishes (commits) the previous
 // save first; a no-op when this saver just committed the same step; a step_N directory already
-// on disk otherwise (complete or partial) is written again and replaced at the commit; sync: copies the shards into the staging buffer, writes and commits; async: a
-// background thread copies them into the (reused) staging buffer, then writes the rank file, so
-// the shard buffers are BORROWED until slm_ckpt_saver_fence returns: the caller may read them
-// (forward / backward) but must call the fence before modifying them (optimizer step, load).
-// `layout`, `meta` and the shard descriptors are copied. Returns the error of the previous or
-// the sync save, agreed across ranks. Collective (every rank, same step).
+// on disk otherwise (complete or partial) is written again and replaced at the commit; sync: copies
+// the shards into the staging buffer, writes and commits; async: a background thread copies them
+// into the (reused) staging buffer, then writes the rank file, so the shard buffers are BORROWED
+// until slm_ckpt_saver_fence returns: the caller may read them (forward / backward) but must call
+// the fence before modifying them (optimizer step, load). `layout`, `meta` and the shard
+// descriptors are copied. Returns the error of the previous or the sync save, agreed across ranks.
+// Collective (every rank, same step).
 slm_status slm_ckpt_saver_save(slm_ckpt_saver *s, const slm_ckpt_meta *meta,
                                const slm_unit_layout *layout, int n_units,
                                const slm_ckpt_shard *shards);
@@ -212,8 +213,8 @@ slm_status slm_ckpt_pick_resume(const char *root, bool full_verify, char **out_d
                                 int64_t *out_step);
 // The same pick for any reader (eval, generate, ckpt export): `use` is the verb of the log line
 // ("resuming from", "loading"); slm_ckpt_pick_resume passes "resuming from".
-slm_status slm_ckpt_pick_newest(const char *root, bool full_verify, const char *use,
-                                char **out_dir, int64_t *out_step);
+slm_status slm_ckpt_pick_newest(const char *root, bool full_verify, const char *use, char **out_dir,
+                                int64_t *out_step);
 // Makes ROOT/latest name step_N (atomically; nothing is done when it already does), logging the
 // repair. For the checkpoint slm_ckpt_pick_resume chose. Errors: SLM_E_IO naming the file.
 slm_status slm_ckpt_repair_latest(const char *root, int64_t step);
@@ -322,9 +323,10 @@ slm_status slm_export_dir_begin(const char *out_dir, char **tmp);
 // OUT_DIR and the parent fsynced; then the previous directory is retired: its HF weight files
 // (model*.safetensors, model.safetensors.index.json), HF metadata (config.json,
 // generation_config.json, tokenizer.json, tokenizer.model, tokenizer_config.json,
-// special_tokens_map.json) and every name the new export also wrote are deleted, any other file (the user's own) is moved into the new OUT_DIR (if that fails the
-// old directory is kept and named in a warning). So no file of an earlier export survives next
-// to the new weights. Errors: SLM_E_IO naming the rename that failed (OUT_DIR then is unchanged).
+// special_tokens_map.json) and every name the new export also wrote are deleted, any other file
+// (the user's own) is moved into the new OUT_DIR (if that fails the old directory is kept and named
+// in a warning). So no file of an earlier export survives next to the new weights. Errors: SLM_E_IO
+// naming the rename that failed (OUT_DIR then is unchanged).
 slm_status slm_export_dir_commit(const char *tmp, const char *out_dir);
 // Removes the temp directory and the plain files in it (after a failed export); NULL: no-op.
 void slm_export_dir_abort(const char *tmp);

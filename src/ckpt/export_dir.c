@@ -32,8 +32,7 @@ static char *sibling(const char *path, const char *tag) {
     const char *slash = strrchr(path, '/');
     slm_buf b = {0};
     if (slash) slm_buf_appendf(&b, "%.*s/", (int)(slash - path) + (slash == path), path);
-    slm_buf_appendf(&b, ".%s.export-%s.%" PRId64, slash ? slash + 1 : path, tag,
-                    (int64_t)getpid());
+    slm_buf_appendf(&b, ".%s.export-%s.%" PRId64, slash ? slash + 1 : path, tag, (int64_t)getpid());
     return b.data;
 }
 
@@ -73,9 +72,12 @@ slm_status slm_export_dir_begin(const char *out_dir, char **tmp) {
 // tokenizer.model next to a new tokenizer.json would still be loaded by some readers), and any
 // name the new export wrote.
 static bool superseded(const char *name, const char *new_dir) {
-    static const char *const meta[] = {"model.safetensors.index.json", "config.json",
-                                       "generation_config.json",       "tokenizer.json",
-                                       "tokenizer.model",              "tokenizer_config.json",
+    static const char *const meta[] = {"model.safetensors.index.json",
+                                       "config.json",
+                                       "generation_config.json",
+                                       "tokenizer.json",
+                                       "tokenizer.model",
+                                       "tokenizer_config.json",
                                        "special_tokens_map.json"};
     size_t n = strlen(name);
     if (!strncmp(name, "model", 5) && n > 12 && !strcmp(name + n - 12, ".safetensors")) return true;

@@ -55,8 +55,7 @@ slm_status slm_hf_write_tokenizer_files(const char *out_dir, const char *tokeniz
     st = slm_file_read_all(cp, &txt, &len);
     cJSON *cfg = st ? NULL : cJSON_ParseWithLength(txt, len);
     free(txt);
-    if (!st && !cJSON_IsObject(cfg))
-        st = slm_fail(SLM_E_FORMAT, "%s: not a JSON object", cp);
+    if (!st && !cJSON_IsObject(cfg)) st = slm_fail(SLM_E_FORMAT, "%s: not a JSON object", cp);
     free(cp);
     if (st) {
         cJSON_Delete(cfg);
@@ -90,7 +89,8 @@ slm_status slm_hf_write_tokenizer_files(const char *out_dir, const char *tokeniz
     // add_prefix_space given). tokenizer.model: LlamaTokenizer (SentencePiece), BOS likewise.
     if (!st) {
         cJSON *c = cJSON_CreateObject();
-        cJSON_AddStringToObject(c, "tokenizer_class", spm ? "LlamaTokenizer" : "LlamaTokenizerFast");
+        cJSON_AddStringToObject(c, "tokenizer_class",
+                                spm ? "LlamaTokenizer" : "LlamaTokenizerFast");
         cJSON_AddBoolToObject(c, "add_bos_token", bos >= 0);
         cJSON_AddBoolToObject(c, "add_eos_token", false);
         set_token(c, "bos_token", t, bos);

@@ -16,7 +16,8 @@ static slm_status check_candidate(const char *dir, int64_t step, bool full_verif
     slm_ckpt *c = NULL;
     slm_status st = slm_ckpt_open(dir, &c);
     if (!st && slm_ckpt_get_meta(c)->step != step)
-        st = slm_fail(SLM_E_FORMAT, "%s/manifest.json: \"step\" is %" PRId64
+        st = slm_fail(SLM_E_FORMAT,
+                      "%s/manifest.json: \"step\" is %" PRId64
                       " but the directory is named for step %" PRId64,
                       dir, slm_ckpt_get_meta(c)->step, step);
     if (!st) st = slm_ckpt_check_files(c);
@@ -35,7 +36,8 @@ static int64_t read_latest(const char *root, const char **state) {
         size_t len = 0;
         *state = "unreadable";
         if (slm_file_read_all(lp, &txt, &len) == SLM_OK) {
-            while (len && (txt[len - 1] == '\n' || txt[len - 1] == ' ')) txt[--len] = 0;
+            while (len && (txt[len - 1] == '\n' || txt[len - 1] == ' '))
+                txt[--len] = 0;
             const char *p = txt;
             if (!strncmp(p, "step_", 5) && p[5]) {
                 int64_t s = 0;
@@ -67,8 +69,8 @@ slm_status slm_ckpt_pick_resume(const char *root, bool full_verify, char **out_d
     return slm_ckpt_pick_newest(root, full_verify, "resuming from", out_dir, out_step);
 }
 
-slm_status slm_ckpt_pick_newest(const char *root, bool full_verify, const char *use,
-                                char **out_dir, int64_t *out_step) {
+slm_status slm_ckpt_pick_newest(const char *root, bool full_verify, const char *use, char **out_dir,
+                                int64_t *out_step) {
     *out_dir = NULL;
     *out_step = -1;
     int64_t *steps = NULL;
@@ -100,8 +102,7 @@ slm_status slm_ckpt_pick_newest(const char *root, bool full_verify, const char *
             snprintf(why, sizeof why, "latest %s", lstate);
         else
             snprintf(why, sizeof why, "latest names step_%08" PRId64 "%s", hint,
-                     hint > steps[i] ? ", which is missing or does not verify"
-                                     : ", an older one");
+                     hint > steps[i] ? ", which is missing or does not verify" : ", an older one");
         slm_info("%s; %s %s (the newest checkpoint that verifies%s%s)", why, use, name,
                  full_verify ? ", checksums included" : ", manifest and sizes",
                  n_bad ? "; newer ones skipped, see the warnings" : "");
@@ -111,6 +112,6 @@ slm_status slm_ckpt_pick_newest(const char *root, bool full_verify, const char *
         return SLM_OK;
     }
     free(steps);
-    return slm_fail(SLM_E_FORMAT, "%s: none of its %d checkpoints verifies (the newest: %s)",
-                    root, n, first_bad);
+    return slm_fail(SLM_E_FORMAT, "%s: none of its %d checkpoints verifies (the newest: %s)", root,
+                    n, first_bad);
 }

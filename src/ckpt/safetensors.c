@@ -593,11 +593,11 @@ slm_status slm_hf_check_shapes(const char *dir, const slm_llama_config *cfg) {
         st = slm_fail(SLM_E_ARG,
                       "%s: config (V=%d C=%d F=%d L=%d H=%d KV=%d tie=%d) differs from the "
                       "model's (V=%d C=%d F=%d L=%d H=%d KV=%d tie=%d)",
-                      cp, hc.vocab_size, hc.hidden_size, hc.intermediate_size,
-                      hc.num_hidden_layers, hc.num_attention_heads, hc.num_key_value_heads,
-                      hc.tie_word_embeddings, cfg->vocab_size, cfg->hidden_size,
-                      cfg->intermediate_size, cfg->num_hidden_layers, cfg->num_attention_heads,
-                      cfg->num_key_value_heads, cfg->tie_word_embeddings);
+                      cp, hc.vocab_size, hc.hidden_size, hc.intermediate_size, hc.num_hidden_layers,
+                      hc.num_attention_heads, hc.num_key_value_heads, hc.tie_word_embeddings,
+                      cfg->vocab_size, cfg->hidden_size, cfg->intermediate_size,
+                      cfg->num_hidden_layers, cfg->num_attention_heads, cfg->num_key_value_heads,
+                      cfg->tie_word_embeddings);
     free(cp);
     if (st) return st;
     slm_llama lay; // the layout only: no parameter buffers
@@ -648,8 +648,8 @@ slm_status slm_hf_check_shapes(const char *dir, const slm_llama_config *cfg) {
     for (int u = 0, idx = 0; !st && u < lay.n_units; u++)
         for (int i = 0; i < lay.units[u].n_views; i++, idx++)
             if (!seen[idx]) {
-                st = slm_fail(SLM_E_FORMAT, "%s: tensor %s missing (the config asks for it)",
-                              dir, lay.units[u].views[i].name);
+                st = slm_fail(SLM_E_FORMAT, "%s: tensor %s missing (the config asks for it)", dir,
+                              lay.units[u].views[i].name);
                 break;
             }
     for (int i = 0; i < n_files; i++)

@@ -41,8 +41,9 @@ slm_status slm_shard_parse_header(const char *path, const uint8_t *data, size_t 
                                   slm_shard_header *h);
 // Full check of a mapped shard: the header (as slm_shard_parse_header), the payload XXH64
 // against the header, the header's vocab_size <= vocab_size (pass the dataset's vocab; 0 uses
-// the header's) and every token < the header's vocab_size. Errors: SLM_E_FORMAT (header, token out of range: names the token index and value),
-// SLM_E_CHECKSUM (header vs payload hash), each naming `path`.
+// the header's) and every token < the header's vocab_size. Errors: SLM_E_FORMAT (header, token out
+// of range: names the token index and value), SLM_E_CHECKSUM (header vs payload hash), each naming
+// `path`.
 slm_status slm_shard_verify(const char *path, const uint8_t *data, size_t len, uint32_t vocab_size,
                             slm_shard_header *h);
 
@@ -57,7 +58,7 @@ typedef struct slm_prep_opts {
     double val_fraction;  // fraction of documents assigned to val, by hash(content, seed)
     int workers;          // threads per process
     uint64_t seed;
-    bool progress; // progress bar (terminal) / log lines
+    bool progress;      // progress bar (terminal) / log lines
     int64_t unit_bytes; // work unit size in bytes (0: 1 MiB); the output's token multiset does
                         // not depend on it (tests use small units to cut documents across units)
 } slm_prep_opts;
@@ -65,14 +66,14 @@ typedef struct slm_prep_opts {
 // Prepares a corpus into `out_dir` (see the module comment). Rank 0 first removes stale temp
 // directories of earlier runs for the same --out whose pid is no longer running (logged).
 // Under MPI (world > 1, via dist/) each rank takes a disjoint part of the inputs and rank 0
-// writes the manifest after all ranks finished. Collective when world > 1. Document rules (blank-line separated text, JSONL "text",
-// stdin), the train/val hash, the work split and what does / does not depend on workers and
-// ranks: docs/formats.md "Token shards". Starts opts->workers threads; installs SIGINT/SIGTERM
-// handlers for its duration (restored on return).
-// Errors: SLM_E_IO / SLM_E_FORMAT naming the file and line (bad JSONL, missing "text", two
-// objects on a line, a \u0000 escape, a lone UTF-16 surrogate escape),
-// SLM_E_ARG for an empty corpus or bad options, SLM_E_INTERRUPTED on SIGINT/SIGTERM. On error
-// every file this run wrote is removed (shards, manifest, tokenizer copy); shards carry a
+// writes the manifest after all ranks finished. Collective when world > 1. Document rules
+// (blank-line separated text, JSONL "text", stdin), the train/val hash, the work split and what
+// does / does not depend on workers and ranks: docs/formats.md "Token shards". Starts opts->workers
+// threads; installs SIGINT/SIGTERM handlers for its duration (restored on return). Errors: SLM_E_IO
+// / SLM_E_FORMAT naming the file and line (bad JSONL, missing "text", two objects on a line, a
+// \u0000 escape, a lone UTF-16 surrogate escape), SLM_E_ARG for an empty corpus or bad options,
+// SLM_E_INTERRUPTED on SIGINT/SIGTERM. On error every file this run wrote is removed (shards,
+// manifest, tokenizer copy); shards carry a
 // ".partial" suffix until the whole run succeeded, so even a killed run leaves no shard-named
 // file and no manifest.
 slm_status slm_prep_run(const slm_prep_opts *opts);
@@ -104,10 +105,10 @@ typedef struct slm_dataset {
     int32_t vocab_size;
     int32_t bos_id, eos_id; // -1 if none
     slm_split_info train, val;
-    char *tokenizer_type;  // "byte_bpe" / "sentencepiece_bpe" (owned; may be NULL if unknown)
-    uint32_t token_bytes;  // 2 or 4: the width every shard of this dataset uses
-    uint64_t seed;         // prep's --seed (train/val assignment hash key), < 2^53
-    double val_fraction;   // prep's --val-fraction
+    char *tokenizer_type; // "byte_bpe" / "sentencepiece_bpe" (owned; may be NULL if unknown)
+    uint32_t token_bytes; // 2 or 4: the width every shard of this dataset uses
+    uint64_t seed;        // prep's --seed (train/val assignment hash key), < 2^53
+    double val_fraction;  // prep's --val-fraction
     // "documents" in the manifest (absent in manifests of older prep runs: has_doc_counts
     // false): documents prep read, and those it skipped as empty (no text, or encoded to no
     // token); written = train.n_docs + val.n_docs = docs_read - docs_skipped.

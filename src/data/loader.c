@@ -88,10 +88,12 @@ static void copy_window(const slm_loader *l, int64_t k, int32_t *out) {
             const uint8_t *p = l->pay[s];
             if (l->tb[s] == 2) {
                 const uint8_t *q = p + 2 * off;
-                for (int64_t j = 0; j < n; j++) out[j] = (int32_t)slm_get_le16(q + 2 * j);
+                for (int64_t j = 0; j < n; j++)
+                    out[j] = (int32_t)slm_get_le16(q + 2 * j);
             } else {
                 const uint8_t *q = p + 4 * off;
-                for (int64_t j = 0; j < n; j++) out[j] = (int32_t)slm_get_le32(q + 4 * j);
+                for (int64_t j = 0; j < n; j++)
+                    out[j] = (int32_t)slm_get_le32(q + 4 * j);
             }
             out += n;
             t0 += n;

@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 void slm_dataset_free(slm_dataset *ds) {
     if (!ds) return;
     slm_split_info *sp[2] = {&ds->train, &ds->val};
@@ -153,8 +152,8 @@ static slm_status parse_doc(const char *what, const cJSON *root, slm_dataset *ds
         const cJSON *o = cJSON_GetObjectItemCaseSensitive(splits, names[s]);
         if (!cJSON_IsObject(o)) return slm_fail(SLM_E_FORMAT, "%s: missing object", w);
         uint64_t nt, nd, ns;
-        if ((st = slm_json_u64(w, o, "n_tokens", &nt)) || (st = slm_json_u64(w, o, "n_docs", &nd)) ||
-            (st = slm_json_u64(w, o, "n_shards", &ns)))
+        if ((st = slm_json_u64(w, o, "n_tokens", &nt)) ||
+            (st = slm_json_u64(w, o, "n_docs", &nd)) || (st = slm_json_u64(w, o, "n_shards", &ns)))
             return st;
         if (nt != sps[s]->n_tokens || nd != sps[s]->n_docs || ns != (uint64_t)sps[s]->n_shards)
             return slm_fail(SLM_E_FORMAT,

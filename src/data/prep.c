@@ -7,9 +7,10 @@
 //   - a *.jsonl file holds one document per line: the "text" string field of a JSON object
 //     (blank lines are skipped; anything else that is not such an object is an error);
 //   - "-" reads standard input as plain text (rank 0 only under MPI).
-// Empty documents produce nothing (counted as skipped: log and manifest "documents"). Each document is encoded with the tokenizer's BOS prepended
-// and EOS appended when it has them, and goes to val if XXH64(document bytes, seed) / 2^64 <
-// val_fraction, else to train: a property of the content only.
+// Empty documents produce nothing (counted as skipped: log and manifest "documents"). Each document
+// is encoded with the tokenizer's BOS prepended and EOS appended when it has them, and goes to val
+// if XXH64(document bytes, seed) / 2^64 < val_fraction, else to train: a property of the content
+// only.
 //
 // Parallelism, shared-nothing: every source file is cut into fixed-size units (1 MiB default);
 // a unit owns the documents that START inside it (a document may run past the unit's end; the
@@ -75,8 +76,8 @@ typedef struct prep_ctx prep_ctx;
 typedef struct {
     prep_ctx *ctx;
     int id;
-    slm_ivec buf[2];  // [0] train, [1] val tokens not yet flushed
-    uint64_t docs[2]; // documents in buf
+    slm_ivec buf[2];                  // [0] train, [1] val tokens not yet flushed
+    uint64_t docs[2];                 // documents in buf
     uint64_t docs_read, docs_skipped; // every document seen; those that produced no token
     int64_t next_index[2];
     shard_rec *recs; // shards written
@@ -255,8 +256,9 @@ static slm_status check_doc_memory(size_t len) {
     if (!st) return SLM_OK;
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", slm_errmsg());
-    return slm_fail(st, "%s; split it into smaller documents (blank lines separate the documents "
-                        "of a text file; one JSONL line is one document) or raise the limit",
+    return slm_fail(st,
+                    "%s; split it into smaller documents (blank lines separate the documents "
+                    "of a text file; one JSONL line is one document) or raise the limit",
                     msg);
 }
 
@@ -353,8 +355,10 @@ static int hex4(const char *s) {
     int v = 0;
     for (int i = 0; i < 4; i++) {
         char c = s[i];
-        int x = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
-              : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        int x = c >= '0' && c <= '9'   ? c - '0'
+                : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                       : -1;
         if (x < 0) return -1;
         v = v * 16 + x;
     }
@@ -383,8 +387,10 @@ static const char *jsonl_escapes(const char *s, size_t n, char *buf, size_t cap)
             int u = i + 6 <= n ? hex4(s + i + 2) : -1;
             if (u < 0) return NULL; // malformed escape: the parser reports it
             if (u == 0) {
-                snprintf(buf, cap, "\\u0000 (NUL) in a string at byte %zu; prep does not "
-                                   "store NUL characters (remove them from the input)", i + 1);
+                snprintf(buf, cap,
+                         "\\u0000 (NUL) in a string at byte %zu; prep does not "
+                         "store NUL characters (remove them from the input)",
+                         i + 1);
                 return buf;
             }
             bool low_ok = false;
@@ -393,8 +399,10 @@ static const char *jsonl_escapes(const char *s, size_t n, char *buf, size_t cap)
                 low_ok = l >= 0xDC00 && l <= 0xDFFF;
             }
             if ((u >= 0xD800 && u <= 0xDBFF && !low_ok) || (u >= 0xDC00 && u <= 0xDFFF)) {
-                snprintf(buf, cap, "lone UTF-16 surrogate \\u%04X in a string at byte %zu (a "
-                                   "high surrogate must be followed by a low one)", u, i + 1);
+                snprintf(buf, cap,
+                         "lone UTF-16 surrogate \\u%04X in a string at byte %zu (a "
+                         "high surrogate must be followed by a low one)",
+                         u, i + 1);
                 return buf;
             }
             i += low_ok ? 11 : 5;
@@ -862,8 +870,9 @@ slm_status slm_prep_run(const slm_prep_opts *o) {
             slm_set_errmsg(c.workers[i].err);
         }
     if (st == SLM_OK && slm_stop_requested())
-        st = slm_fail(SLM_E_INTERRUPTED,
-                      "prep: interrupted by signal %d; removed this run's output", slm_stop_signal());
+        st =
+            slm_fail(SLM_E_INTERRUPTED, "prep: interrupted by signal %d; removed this run's output",
+                     slm_stop_signal());
     st = agree(&c, st);
     if (st) goto out;
 
@@ -960,8 +969,9 @@ slm_status slm_prep_run(const slm_prep_opts *o) {
         }
     if (st == SLM_OK) st = slm_fsync_dir(c.work_dir);
     if (st == SLM_OK && slm_stop_requested())
-        st = slm_fail(SLM_E_INTERRUPTED,
-                      "prep: interrupted by signal %d; removed this run's output", slm_stop_signal());
+        st =
+            slm_fail(SLM_E_INTERRUPTED, "prep: interrupted by signal %d; removed this run's output",
+                     slm_stop_signal());
     st = agree(&c, st);
     if (st) goto out;
     if (c.rank == 0) {

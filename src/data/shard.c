@@ -134,7 +134,8 @@ slm_status slm_shard_verify(const char *path, const uint8_t *data, size_t len, u
     uint32_t hv = h->vocab_size;
     if (h->n_tokens > 0 && mx >= hv) {
         for (uint64_t i = 0; i < h->n_tokens; i++) {
-            uint32_t t = h->token_bytes == 2 ? slm_get_le16(pay + 2 * i) : slm_get_le32(pay + 4 * i);
+            uint32_t t =
+                h->token_bytes == 2 ? slm_get_le16(pay + 2 * i) : slm_get_le32(pay + 4 * i);
             if (t >= hv)
                 return slm_fail(SLM_E_FORMAT,
                                 "%s: token %" PRIu64 " is %" PRIu32 ", >= vocab_size %" PRIu32

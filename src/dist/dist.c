@@ -24,7 +24,7 @@ static MPI_Op g_bf16_sum = MPI_OP_NULL;
 
 // Optional progress thread (slm_dist_request_progress_thread): polls MPI so non-blocking
 // collectives advance while the main thread computes. Needs MPI_THREAD_MULTIPLE.
-static double g_progress_us = 0;      // requested poll interval; 0: no thread
+static double g_progress_us = 0; // requested poll interval; 0: no thread
 static volatile int g_progress_run = 0;
 static pthread_t g_progress_tid;
 static MPI_Comm g_progress_comm = MPI_COMM_NULL;
@@ -44,7 +44,9 @@ static void *progress_main(void *arg) {
     return NULL;
 }
 
-void slm_dist_request_progress_thread(double poll_us) { g_progress_us = poll_us > 0 ? poll_us : 0; }
+void slm_dist_request_progress_thread(double poll_us) {
+    g_progress_us = poll_us > 0 ? poll_us : 0;
+}
 
 static void abort_hook(int code) {
     int init = 0, fin = 0;
@@ -103,28 +105,45 @@ void slm_dist_finalize(void) {
     g_started_mpi = 0;
 }
 
-int slm_dist_rank(void) { return g_rank; }
-int slm_dist_world(void) { return g_world; }
-void slm_dist_set_timeout(double seconds) { g_timeout_s = seconds; }
-void slm_dist_set_context(const char *ctx) { snprintf(g_ctx, sizeof g_ctx, "%s", ctx ? ctx : ""); }
+int slm_dist_rank(void) {
+    return g_rank;
+}
+int slm_dist_world(void) {
+    return g_world;
+}
+void slm_dist_set_timeout(double seconds) {
+    g_timeout_s = seconds;
+}
+void slm_dist_set_context(const char *ctx) {
+    snprintf(g_ctx, sizeof g_ctx, "%s", ctx ? ctx : "");
+}
 
 static MPI_Datatype mpi_dt(slm_dtype_comm dt) {
     switch (dt) {
-    case SLM_DT_F32: return MPI_FLOAT;
-    case SLM_DT_F64: return MPI_DOUBLE;
-    case SLM_DT_I64: return MPI_INT64_T;
-    case SLM_DT_U8: return MPI_UINT8_T;
-    case SLM_DT_BF16: return MPI_UINT16_T;
-    case SLM_DTYPE_F16: slm_fatal("collectives do not carry fp16 buffers");
+    case SLM_DT_F32:
+        return MPI_FLOAT;
+    case SLM_DT_F64:
+        return MPI_DOUBLE;
+    case SLM_DT_I64:
+        return MPI_INT64_T;
+    case SLM_DT_U8:
+        return MPI_UINT8_T;
+    case SLM_DT_BF16:
+        return MPI_UINT16_T;
+    case SLM_DTYPE_F16:
+        slm_fatal("collectives do not carry fp16 buffers");
     }
     return MPI_BYTE;
 }
 
 static MPI_Op mpi_op(slm_redop op) {
     switch (op) {
-    case SLM_OP_SUM: return MPI_SUM;
-    case SLM_OP_MAX: return MPI_MAX;
-    case SLM_OP_MIN: return MPI_MIN;
+    case SLM_OP_SUM:
+        return MPI_SUM;
+    case SLM_OP_MAX:
+        return MPI_MAX;
+    case SLM_OP_MIN:
+        return MPI_MIN;
     }
     return MPI_SUM;
 }
@@ -224,13 +243,15 @@ slm_status slm_dist_agree(slm_status local) {
 // Appends "rank 3" or "ranks 0-2,5" for the ranks r whose hash all[r * n + i] is h.
 static void append_ranks(slm_buf *b, const uint64_t *all, int n, int i, uint64_t h) {
     int count = 0;
-    for (int r = 0; r < g_world; r++) count += all[(size_t)r * n + i] == h;
+    for (int r = 0; r < g_world; r++)
+        count += all[(size_t)r * n + i] == h;
     slm_buf_appendf(b, "%s", count == 1 ? "rank " : "ranks ");
     int runs = 0;
     for (int r = 0; r < g_world; r++) {
         if (all[(size_t)r * n + i] != h) continue;
         int e = r;
-        while (e + 1 < g_world && all[(size_t)(e + 1) * n + i] == h) e++;
+        while (e + 1 < g_world && all[(size_t)(e + 1) * n + i] == h)
+            e++;
         if (runs == AGREE_MAX_RUNS) {
             slm_buf_appendf(b, ",...");
             break;
@@ -309,7 +330,8 @@ slm_status slm_dist_agree_values(const slm_agree_item *items, int n) {
     for (int r = 0; r < g_world; r++) {
         uint64_t h = all[(size_t)r * n + first];
         bool seen = false;
-        for (int k = 0; k < n_shown; k++) seen = seen || shown[k] == h;
+        for (int k = 0; k < n_shown; k++)
+            seen = seen || shown[k] == h;
         if (seen) continue;
         if (n_shown == AGREE_MAX_VALUES) {
             slm_buf_appendf(&b, ", and other values on further ranks");
@@ -348,13 +370,16 @@ static void bf16_sum_fn(void *in, void *inout, int *len, MPI_Datatype *dt) {
     (void)dt;
     const uint16_t *a = in;
     uint16_t *b = inout;
-    for (int i = 0; i < *len; i++) b[i] = slm_f32_to_bf16_1(slm_bf16_to_f32_1(a[i]) + slm_bf16_to_f32_1(b[i]));
+    for (int i = 0; i < *len; i++)
+        b[i] = slm_f32_to_bf16_1(slm_bf16_to_f32_1(a[i]) + slm_bf16_to_f32_1(b[i]));
 }
 
 // ---------------------------------------------------------------------------------------------
 // Communicators and non-blocking collectives
 
-slm_comm *slm_comm_world(void) { return &g_world_comm; }
+slm_comm *slm_comm_world(void) {
+    return &g_world_comm;
+}
 
 slm_comm *slm_comm_split(slm_comm *parent, int color, int key, const char *name) {
     slm_comm *c = slm_xcalloc(1, sizeof *c);
@@ -381,9 +406,15 @@ void slm_comm_free(slm_comm *c) {
     free(c);
 }
 
-int slm_comm_rank(const slm_comm *c) { return c->rank; }
-int slm_comm_size(const slm_comm *c) { return c->size; }
-const char *slm_comm_name(const slm_comm *c) { return c->name; }
+int slm_comm_rank(const slm_comm *c) {
+    return c->rank;
+}
+int slm_comm_size(const slm_comm *c) {
+    return c->size;
+}
+const char *slm_comm_name(const slm_comm *c) {
+    return c->name;
+}
 
 _Static_assert(sizeof(MPI_Request) <= sizeof(uint64_t), "MPI_Request must fit slm_dist_req.h");
 
@@ -412,8 +443,8 @@ void slm_dist_iallgather(slm_comm *c, const void *send, void *recv, int64_t coun
     int n = count_int(count, what);
     count_int(count * c->size, what);
     MPI_Request r;
-    MPI_Iallgather(send == recv ? MPI_IN_PLACE : send, n, mpi_dt(dt), recv, n, mpi_dt(dt),
-                   c->comm, &r);
+    MPI_Iallgather(send == recv ? MPI_IN_PLACE : send, n, mpi_dt(dt), recv, n, mpi_dt(dt), c->comm,
+                   &r);
     req_set(req, r, c, what);
 }
 
@@ -485,8 +516,8 @@ void slm_dist_wait(slm_dist_req *req) {
     req->active = false;
 }
 
-void slm_comm_allgather(slm_comm *c, const void *send, void *recv, int64_t count,
-                        slm_dtype_comm dt, const char *what) {
+void slm_comm_allgather(slm_comm *c, const void *send, void *recv, int64_t count, slm_dtype_comm dt,
+                        const char *what) {
     slm_dist_req q;
     slm_dist_iallgather(c, send, recv, count, dt, what, &q);
     slm_dist_wait(&q);
@@ -519,5 +550,9 @@ void slm_comm_barrier(slm_comm *c, const char *what) {
     slm_dist_wait(&q);
 }
 
-double slm_dist_wait_seconds(void) { return g_wait_s; }
-void slm_dist_reset_wait_seconds(void) { g_wait_s = 0.0; }
+double slm_dist_wait_seconds(void) {
+    return g_wait_s;
+}
+void slm_dist_reset_wait_seconds(void) {
+    g_wait_s = 0.0;
+}

@@ -93,10 +93,11 @@ typedef struct slm_comm slm_comm;
 
 // The world communicator (valid after slm_dist_init; never freed by callers).
 slm_comm *slm_comm_world(void);
-// Splits `parent` (MPI_Comm_split; a one-rank parent gives a one-rank group without MPI): ranks with the same `color` (>= 0) form one group, ordered
-// by `key` then parent rank. `name` ("shard group 1 of 2") is copied into timeout messages.
-// Collective over `parent`. Returns an owned communicator (slm_comm_free); never NULL.
-// Errors are fatal (an MPI failure here leaves peers blocked).
+// Splits `parent` (MPI_Comm_split; a one-rank parent gives a one-rank group without MPI): ranks
+// with the same `color` (>= 0) form one group, ordered by `key` then parent rank. `name` ("shard
+// group 1 of 2") is copied into timeout messages. Collective over `parent`. Returns an owned
+// communicator (slm_comm_free); never NULL. Errors are fatal (an MPI failure here leaves peers
+// blocked).
 slm_comm *slm_comm_split(slm_comm *parent, int color, int key, const char *name);
 // Frees a communicator from slm_comm_split (NULL and the world are ignored).
 void slm_comm_free(slm_comm *c);
@@ -104,16 +105,15 @@ int slm_comm_rank(const slm_comm *c);
 int slm_comm_size(const slm_comm *c);
 const char *slm_comm_name(const slm_comm *c);
 
-
 // A request handle of an in-flight non-blocking collective. Zero-initialised = inactive.
 // The buffers given to the start call must stay valid and untouched until the request
 // completes (slm_dist_test returned true or slm_dist_wait returned).
 typedef struct slm_dist_req {
-    uint64_t h;          // the MPI_Request, opaque
-    bool active;         // started and not yet completed
-    const char *what;    // op name for timeout messages (borrowed string literal)
+    uint64_t h;           // the MPI_Request, opaque
+    bool active;          // started and not yet completed
+    const char *what;     // op name for timeout messages (borrowed string literal)
     const slm_comm *comm; // borrowed
-    double t_start;      // slm_time_s() at start
+    double t_start;       // slm_time_s() at start
 } slm_dist_req;
 
 // Starts a collective on `c`. `what` must outlive the request (use string literals).
@@ -127,8 +127,7 @@ typedef struct slm_dist_req {
 void slm_dist_iallgather(slm_comm *c, const void *send, void *recv, int64_t count,
                          slm_dtype_comm dt, const char *what, slm_dist_req *req);
 void slm_dist_ireduce_scatter(slm_comm *c, const void *send, void *recv, int64_t count,
-                              slm_dtype_comm dt, slm_redop op, const char *what,
-                              slm_dist_req *req);
+                              slm_dtype_comm dt, slm_redop op, const char *what, slm_dist_req *req);
 void slm_dist_iallreduce(slm_comm *c, void *buf, int64_t count, slm_dtype_comm dt, slm_redop op,
                          const char *what, slm_dist_req *req);
 void slm_dist_ibcast(slm_comm *c, void *buf, int64_t count, slm_dtype_comm dt, int root,
@@ -143,8 +142,8 @@ bool slm_dist_test(slm_dist_req *req);
 void slm_dist_wait(slm_dist_req *req);
 
 // Blocking collectives on a communicator: start + slm_dist_wait.
-void slm_comm_allgather(slm_comm *c, const void *send, void *recv, int64_t count,
-                        slm_dtype_comm dt, const char *what);
+void slm_comm_allgather(slm_comm *c, const void *send, void *recv, int64_t count, slm_dtype_comm dt,
+                        const char *what);
 void slm_comm_reduce_scatter(slm_comm *c, const void *send, void *recv, int64_t count,
                              slm_dtype_comm dt, slm_redop op, const char *what);
 void slm_comm_allreduce(slm_comm *c, void *buf, int64_t count, slm_dtype_comm dt, slm_redop op,

@@ -536,14 +536,21 @@ void slm_fsdp_load_unit(slm_fsdp *f, int u, const float *full) {
 
 slm_fsdp_shard slm_fsdp_unit_shard(const slm_fsdp *f, int u) {
     const slm_fsdp_unit *x = &f->units[u];
-    return (slm_fsdp_shard){x->shard_begin, x->shard_begin + x->shard_numel, x->master, x->m,
-                            x->v};
+    return (slm_fsdp_shard){x->shard_begin, x->shard_begin + x->shard_numel, x->master, x->m, x->v};
 }
 
-int64_t slm_fsdp_steps_done(const slm_fsdp *f) { return f->t; }
-void slm_fsdp_set_steps_done(slm_fsdp *f, int64_t t) { f->t = t; }
-int slm_fsdp_group_size(const slm_fsdp *f) { return f->S; }
-bool slm_fsdp_is_replica(const slm_fsdp *f) { return f->rank / f->S != 0; }
+int64_t slm_fsdp_steps_done(const slm_fsdp *f) {
+    return f->t;
+}
+void slm_fsdp_set_steps_done(slm_fsdp *f, int64_t t) {
+    f->t = t;
+}
+int slm_fsdp_group_size(const slm_fsdp *f) {
+    return f->S;
+}
+bool slm_fsdp_is_replica(const slm_fsdp *f) {
+    return f->rank / f->S != 0;
+}
 
 void slm_fsdp_opts_for_world(slm_fsdp_opts *o, int world) {
     if (world > 1) return;

@@ -42,7 +42,8 @@
 // (and the per-thread buffers) around 64*64*64.
 static int attn_block(int D) {
     int blk = 64;
-    while (blk > 8 && (int64_t)blk * blk * D > 64 * 64 * 64) blk /= 2;
+    while (blk > 8 && (int64_t)blk * blk * D > 64 * 64 * 64)
+        blk /= 2;
     return blk;
 }
 
@@ -54,7 +55,8 @@ static void transpose_rows(float *restrict dst, int n_ld, const float *restrict 
         for (int d0 = 0; d0 < D; d0 += 8) {
             int j1 = j0 + 8 < n ? j0 + 8 : n, d1 = d0 + 8 < D ? d0 + 8 : D;
             for (int d = d0; d < d1; d++)
-                for (int j = j0; j < j1; j++) dst[(int64_t)d * n_ld + j] = src[j * ld + d];
+                for (int j = j0; j < j1; j++)
+                    dst[(int64_t)d * n_ld + j] = src[j * ld + d];
         }
 }
 
@@ -112,19 +114,22 @@ void slm_attention_fwd(float *out, float *lse, const float *q, const float *k, c
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nk, mq, D, scale,
                             K + k0 * ldkv, (int)ldkv, Qt + r0, bq, 0.0f, St, bq);
                 // key k0 + j is visible to query q0 + r0 + r iff r >= first(j) = k0 + j - q0 - r0
-                for (int r = 0; r < mq; r++) mt[r] = mr[r], lt[r] = 0.0f;
+                for (int r = 0; r < mq; r++)
+                    mt[r] = mr[r], lt[r] = 0.0f;
                 for (int j = 0; j < nk; j++) {
                     const float *restrict st = St + j * bq;
                     int f = k0 + j - q0 - r0;
                     if (f < 0) f = 0;
-                    for (int r = f; r < mq; r++) mt[r] = st[r] > mt[r] ? st[r] : mt[r];
+                    for (int r = f; r < mq; r++)
+                        mt[r] = st[r] > mt[r] ? st[r] : mt[r];
                 }
                 for (int j = 0; j < nk; j++) {
                     float *restrict st = St + j * bq;
                     int f = k0 + j - q0 - r0;
                     if (f < 0) f = 0;
                     if (f > mq) f = mq;
-                    for (int r = 0; r < f; r++) st[r] = 0.0f;
+                    for (int r = 0; r < f; r++)
+                        st[r] = 0.0f;
                     for (int r = f; r < mq; r++) {
                         float e = slm_expf_fast(st[r] - mt[r]);
                         st[r] = e;
@@ -140,7 +145,8 @@ void slm_attention_fwd(float *out, float *lse, const float *q, const float *k, c
                     for (int r = 0; r < mq; r++) {
                         float *restrict o = O + (r0 + r) * ldq;
                         float cr = c[r];
-                        for (int d = 0; d < D; d++) o[d] *= cr;
+                        for (int d = 0; d < D; d++)
+                            o[d] *= cr;
                     }
                 }
                 // O[r0:] += St^T V_j
@@ -151,7 +157,8 @@ void slm_attention_fwd(float *out, float *lse, const float *q, const float *k, c
             for (int r = 0; r < nq; r++) {
                 float inv = 1.0f / l[r];
                 float *restrict o = O + r * ldq;
-                for (int d = 0; d < D; d++) o[d] *= inv;
+                for (int d = 0; d < D; d++)
+                    o[d] *= inv;
                 L[r] = m[r] + logf(l[r]);
             }
         }
@@ -198,7 +205,8 @@ void slm_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const
                     const float *restrict a = dout + off, *restrict o = out + off;
                     float s = 0.0f;
 #pragma omp simd reduction(+ : s)
-                    for (int d = 0; d < D; d++) s += a[d] * o[d];
+                    for (int d = 0; d < D; d++)
+                        s += a[d] * o[d];
                     Dv[(int64_t)g * T + t] = s;
                     memset(dq + off, 0, (size_t)D * sizeof(float));
                 }
@@ -231,7 +239,8 @@ void slm_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const
                             float lr = L[q0 + r];
                             int valid = q0 + r - k0 + 1; // >= 1 since q0 >= k0
                             if (valid > nk) valid = nk;
-                            for (int j = 0; j < valid; j++) p[j] = slm_expf_fast(p[j] - lr);
+                            for (int j = 0; j < valid; j++)
+                                p[j] = slm_expf_fast(p[j] - lr);
                             if (valid < nk)
                                 memset(p + valid, 0, (size_t)(nk - valid) * sizeof(float));
                         }
@@ -239,17 +248,18 @@ void slm_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const
                         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, D, nq, 1.0f, P,
                                     blk, dOi, (int)ldq, 1.0f, dVj, (int)ldkv);
                         // dP = dO_i V_j^T, then dS = P * (dP - D) in place
-                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, nk, D, 1.0f,
-                                    dOi, (int)ldq, Vt, blk, 0.0f, dP, blk);
+                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, nk, D, 1.0f, dOi,
+                                    (int)ldq, Vt, blk, 0.0f, dP, blk);
                         for (int r = 0; r < nq; r++) {
                             float *restrict ds = dP + r * blk;
                             const float *restrict p = P + r * blk;
                             float dr = Di[r];
-                            for (int j = 0; j < nk; j++) ds[j] = p[j] * (ds[j] - dr);
+                            for (int j = 0; j < nk; j++)
+                                ds[j] = p[j] * (ds[j] - dr);
                         }
                         // dQ_i += scale * dS K_j;  dK_j += scale * dS^T Q_i
-                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, D, nk, scale,
-                                    dP, blk, Kj, (int)ldkv, 1.0f, dQi, (int)ldq);
+                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, D, nk, scale, dP,
+                                    blk, Kj, (int)ldkv, 1.0f, dQi, (int)ldq);
                         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, D, nq, scale, dP,
                                     blk, Qi, (int)ldq, 1.0f, dKj, (int)ldkv);
                     }

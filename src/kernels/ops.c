@@ -24,10 +24,12 @@ void slm_rmsnorm_fwd(float *out, float *rstd, const float *inp, const float *w, 
         float *restrict y = out + n * C;
         float ss = 0.0f;
 #pragma omp simd reduction(+ : ss)
-        for (int i = 0; i < C; i++) ss += x[i] * x[i];
+        for (int i = 0; i < C; i++)
+            ss += x[i] * x[i];
         float r = 1.0f / sqrtf(ss / (float)C + eps);
         rstd[n] = r;
-        for (int i = 0; i < C; i++) y[i] = x[i] * r * w[i];
+        for (int i = 0; i < C; i++)
+            y[i] = x[i] * r * w[i];
     }
 }
 
@@ -51,7 +53,8 @@ void slm_rmsnorm_bwd(float *dinp, float *dw, const float *dout, const float *inp
             float r = rstd[n];
             float gx = 0.0f;
 #pragma omp simd reduction(+ : gx)
-            for (int i = 0; i < C; i++) gx += dy[i] * w[i] * x[i];
+            for (int i = 0; i < C; i++)
+                gx += dy[i] * w[i] * x[i];
             float k = gx * r * r * r / (float)C;
             for (int i = 0; i < C; i++) {
                 dx[i] += r * dy[i] * w[i] - k * x[i];
@@ -62,7 +65,8 @@ void slm_rmsnorm_bwd(float *dinp, float *dw, const float *dout, const float *inp
 #pragma omp for schedule(static)
         for (int i = 0; i < C; i++) {
             float s = 0.0f;
-            for (int t = 0; t < nth; t++) s += part[(int64_t)t * C + i];
+            for (int t = 0; t < nth; t++)
+                s += part[(int64_t)t * C + i];
             dw[i] += s;
         }
     }
@@ -166,14 +170,16 @@ void slm_embedding_bwd(float *dtable, const int32_t *tokens, const float *dout, 
         int tid = omp_get_thread_num(), nth = omp_get_num_threads();
         // Column ranges rounded to 16 floats (a cache line) so threads do not share lines.
         int nblk = (C + 15) / 16;
-        int c0 = (int)((int64_t)nblk * tid / nth) * 16, c1 = (int)((int64_t)nblk * (tid + 1) / nth) * 16;
+        int c0 = (int)((int64_t)nblk * tid / nth) * 16,
+            c1 = (int)((int64_t)nblk * (tid + 1) / nth) * 16;
         if (c1 > C) c1 = C;
         if (c0 < c1) {
             for (int64_t n = 0; n < N; n++) {
                 SLM_ASSERT(tokens[n] >= 0);
                 float *restrict d = dtable + (int64_t)tokens[n] * C;
                 const float *restrict g = dout + n * C;
-                for (int i = c0; i < c1; i++) d[i] += g[i];
+                for (int i = c0; i < c1; i++)
+                    d[i] += g[i];
             }
         }
     }
@@ -184,5 +190,6 @@ void slm_embedding_bwd(float *dtable, const int32_t *tokens, const float *dout, 
 void slm_add(float *out, const float *a, const float *b, int64_t n) {
     // out may alias a, so no restrict on out/a; the loop still vectorizes (element-wise).
 #pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+    for (int64_t i = 0; i < n; i++)
+        out[i] = a[i] + b[i];
 }

@@ -18,13 +18,17 @@
 // alike (a float max reduction under `omp simd` is refused by clang without -ffast-math).
 static float row_max(const float *restrict z, int64_t n) {
     float a[16];
-    for (int l = 0; l < 16; l++) a[l] = -INFINITY;
+    for (int l = 0; l < 16; l++)
+        a[l] = -INFINITY;
     int64_t j = 0;
     for (; j + 16 <= n; j += 16)
-        for (int l = 0; l < 16; l++) a[l] = z[j + l] > a[l] ? z[j + l] : a[l];
-    for (; j < n; j++) a[0] = z[j] > a[0] ? z[j] : a[0];
+        for (int l = 0; l < 16; l++)
+            a[l] = z[j + l] > a[l] ? z[j + l] : a[l];
+    for (; j < n; j++)
+        a[0] = z[j] > a[0] ? z[j] : a[0];
     for (int w = 8; w >= 1; w /= 2)
-        for (int l = 0; l < w; l++) a[l] = a[l + w] > a[l] ? a[l + w] : a[l];
+        for (int l = 0; l < w; l++)
+            a[l] = a[l + w] > a[l] ? a[l + w] : a[l];
     return a[0];
 }
 
@@ -38,7 +42,8 @@ void slm_cross_entropy_fused(float *logits, float *losses, const int32_t *target
         if (y == -1) {
             losses[n] = 0.0f;
             if (grad)
-                for (int64_t j = 0; j < V; j++) z[j] = 0.0f;
+                for (int64_t j = 0; j < V; j++)
+                    z[j] = 0.0f;
             continue;
         }
         SLM_ASSERT(y >= 0 && y < V);
@@ -53,11 +58,13 @@ void slm_cross_entropy_fused(float *logits, float *losses, const int32_t *target
                 s += e;
             }
             float k = dscale / s;
-            for (int64_t j = 0; j < V; j++) z[j] *= k;
+            for (int64_t j = 0; j < V; j++)
+                z[j] *= k;
             z[y] -= dscale;
         } else {
 #pragma omp simd reduction(+ : s)
-            for (int64_t j = 0; j < V; j++) s += slm_expf_fast(z[j] - m);
+            for (int64_t j = 0; j < V; j++)
+                s += slm_expf_fast(z[j] - m);
         }
         losses[n] = m + logf(s) - zy;
     }

@@ -135,15 +135,14 @@ static slm_status read_rope_object(const char *path, const cJSON *root, const ch
     const cJSON *o = cJSON_GetObjectItemCaseSensitive(root, field);
     if (!o || cJSON_IsNull(o)) return SLM_OK;
     if (!cJSON_IsObject(o))
-        return slm_fail(SLM_E_FORMAT, "%s: field \"%s\": expected an object or null", path,
-                        field);
+        return slm_fail(SLM_E_FORMAT, "%s: field \"%s\": expected an object or null", path, field);
     const cJSON *e;
     cJSON_ArrayForEach(e, o) {
         const char *k = e->string;
         if (!strcmp(k, "rope_type") || !strcmp(k, "type")) {
             if (!cJSON_IsString(e))
-                return slm_fail(SLM_E_FORMAT, "%s: field \"%s.%s\": expected a string", path,
-                                field, k);
+                return slm_fail(SLM_E_FORMAT, "%s: field \"%s.%s\": expected a string", path, field,
+                                k);
             if (strcmp(e->valuestring, "default") != 0)
                 return slm_fail(SLM_E_UNSUPPORTED,
                                 "%s: field \"%s.%s\" is \"%.40s\": shardlm implements only "
@@ -279,7 +278,8 @@ slm_status slm_llama_config_parse(const char *text, size_t len, const char *path
     cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
     if (root && end) { // nothing but whitespace (or a NUL) may follow the top-level object
         const char *p = end, *stop = text + len;
-        while (p < stop && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')) p++;
+        while (p < stop && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r'))
+            p++;
         if (p < stop && *p != '\0') {
             cJSON_Delete(root);
             return slm_fail(SLM_E_FORMAT, "%s: unexpected text after the JSON object at byte %ld",
@@ -314,7 +314,8 @@ slm_status slm_llama_config_parse(const char *text, size_t len, const char *path
         (st = slm_json_opt_i32(path, root, "num_hidden_layers", false, &t.num_hidden_layers)) ||
         (st = slm_json_opt_i32(path, root, "num_attention_heads", false, &t.num_attention_heads)) ||
         (st = slm_json_opt_i32(path, root, "num_key_value_heads", true, &t.num_key_value_heads)) ||
-        (st = slm_json_opt_i32(path, root, "max_position_embeddings", false, &t.max_position_embeddings)) ||
+        (st = slm_json_opt_i32(path, root, "max_position_embeddings", false,
+                               &t.max_position_embeddings)) ||
         (st = slm_json_opt_f32(path, root, "rms_norm_eps", &t.rms_norm_eps)) ||
         (st = read_rope(path, root, &t.rope_theta)) ||
         (st = slm_json_opt_f32(path, root, "initializer_range", &t.initializer_range)) ||

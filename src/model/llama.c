@@ -58,7 +58,7 @@ struct slm_llama_acts {
     int cur_B, cur_T;
     bool can_backward;
     int blk0_layer; // under checkpointing: the layer whose activations blk[0] holds (-1: none)
-    size_t bytes; // activation bytes allocated (reported by slm_llama_act_bytes)
+    size_t bytes;   // activation bytes allocated (reported by slm_llama_act_bytes)
 };
 
 static float *falloc(slm_llama_acts *a, int64_t n) {
@@ -338,7 +338,7 @@ double slm_llama_act_bytes_estimate(const slm_llama_config *c, int B, int T,
     double per_block = N * (4 * C + 2 + 2 * C + 2 * KVD + H + 3 * F);
     double floats = 2 * T * (D / 2) + (L + 1) * N * C +
                     (activation_checkpointing ? 1 : L) * per_block + N * C + N + rows * V + N +
-                    N * C                                     // forward
+                    N * C                                    // forward
                     + N * (3 * C + 2 * KVD + 3 * F) + V * C; // backward, dwlm
     return floats * sizeof(float) + N * sizeof(int32_t);
 }

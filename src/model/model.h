@@ -45,8 +45,8 @@ slm_status slm_llama_config_preset(const char *name, slm_llama_config *c);
 // Reads an HF config.json (fields above; rope_theta from the top level, rope_parameters or
 // rope_scaling; math-changing fields shardlm does not implement are SLM_E_UNSUPPORTED naming
 // them; irrelevant ones ignored, unknown ones warned about: docs/model.md). Missing optional
-// fields take HF's defaults. Errors: SLM_E_IO, SLM_E_FORMAT naming the file and field (wrong JSON type),
-// then slm_llama_config_validate's errors.
+// fields take HF's defaults. Errors: SLM_E_IO, SLM_E_FORMAT naming the file and field (wrong JSON
+// type), then slm_llama_config_validate's errors.
 slm_status slm_llama_config_load(const char *path, slm_llama_config *c);
 // The same from JSON text [len bytes] in memory; `path` only names it in messages.
 slm_status slm_llama_config_parse(const char *text, size_t len, const char *path,
@@ -117,11 +117,11 @@ typedef struct slm_llama {
     bool owns_buffers;      // params/grads allocated by slm_llama_init (freed by slm_llama_free)
     slm_unit_hooks hooks;
     bool activation_checkpointing; // keep block inputs only, recompute in backward
-    bool loss_only; // forward with targets computes the loss only (eval): no head backward,
-                    // no slm_llama_backward possible. Default false.
-    int head_chunk_rows; // rows per lm_head + cross-entropy chunk; 0 = automatic (~16 MiB of
-                         // logits, >= 256 rows). Read by slm_llama_set_shape.
-    slm_llama_acts *acts;          // owned
+    bool loss_only;       // forward with targets computes the loss only (eval): no head backward,
+                          // no slm_llama_backward possible. Default false.
+    int head_chunk_rows;  // rows per lm_head + cross-entropy chunk; 0 = automatic (~16 MiB of
+                          // logits, >= 256 rows). Read by slm_llama_set_shape.
+    slm_llama_acts *acts; // owned
 } slm_llama;
 
 // Builds the unit layout for `cfg` and, if `alloc` is true, allocates zeroed params and grads

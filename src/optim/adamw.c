@@ -19,8 +19,7 @@
 //   p -= (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps),   bc_i = 1 - b_i^t
 // Elementwise, so any thread partition gives bitwise-identical results.
 static void adamw_segment(float *p, const float *g, float *m, float *v, int64_t n, float b1,
-                          float b2, float eps, float decay_mul, float step_size,
-                          float bc2_sqrt) {
+                          float b2, float eps, float decay_mul, float step_size, float bc2_sqrt) {
 #pragma omp parallel for schedule(static) if (n >= SLM_OPTIM_PAR_MIN)
     for (int64_t i = 0; i < n; i++) {
         float gi = g[i];
@@ -53,7 +52,8 @@ void slm_adamw_step(float *params, const float *grads, float *m, float *v, int64
     slm_decay_range *r = NULL;
     if (n_ranges > 0) {
         r = slm_xmalloc((size_t)n_ranges * sizeof *r);
-        for (int i = 0; i < n_ranges; i++) r[i] = ranges[i];
+        for (int i = 0; i < n_ranges; i++)
+            r[i] = ranges[i];
         qsort(r, (size_t)n_ranges, sizeof *r, cmp_range);
     }
     int64_t pos = 0;
@@ -80,11 +80,13 @@ void slm_adamw_step(float *params, const float *grads, float *m, float *v, int64
 // Linear warmup: lr_peak * (step + 1) / warmup for step < warmup, so step 0 already trains
 // (a zero first step would waste the batch) and step warmup - 1 reaches lr_peak.
 // Cosine decay (Loshchilov & Hutter 2017, SGDR without restarts) from lr_peak at step `warmup`
-// to lr_min at step `total`:  lr_min + 0.5 (lr_peak - lr_min)(1 + cos(pi (step-warmup)/(total-warmup))).
-// Constant lr_min from `total` on. Computed in double, rounded once.
+// to lr_min at step `total`:  lr_min + 0.5 (lr_peak - lr_min)(1 + cos(pi
+// (step-warmup)/(total-warmup))). Constant lr_min from `total` on. Computed in double, rounded
+// once.
 float slm_lr_at(int64_t step, int64_t warmup, int64_t total, float lr_peak, float lr_min) {
     if (step < 0) step = 0;
-    if (warmup > 0 && step < warmup) return (float)((double)lr_peak * (double)(step + 1) / (double)warmup);
+    if (warmup > 0 && step < warmup)
+        return (float)((double)lr_peak * (double)(step + 1) / (double)warmup);
     if (step >= total) return lr_min;
     double progress = (double)(step - warmup) / (double)(total - warmup);
     double c = 0.5 * (1.0 + cos(M_PI * progress));
@@ -100,28 +102,33 @@ double slm_sumsq(const float *x, int64_t n) {
     for (int64_t b = 0; b < nb; b++) {
         int64_t lo = b * SLM_SUMSQ_BLOCK, hi = lo + SLM_SUMSQ_BLOCK < n ? lo + SLM_SUMSQ_BLOCK : n;
         double s = 0.0;
-        for (int64_t i = lo; i < hi; i++) s += (double)x[i] * (double)x[i];
+        for (int64_t i = lo; i < hi; i++)
+            s += (double)x[i] * (double)x[i];
         parts[b] = s;
     }
     double total = 0.0;
-    for (int64_t b = 0; b < nb; b++) total += parts[b];
+    for (int64_t b = 0; b < nb; b++)
+        total += parts[b];
     if (parts != stack_parts) free(parts);
     return total;
 }
 
 void slm_scale(float *x, int64_t n, float s) {
 #pragma omp parallel for schedule(static) if (n >= SLM_OPTIM_PAR_MIN)
-    for (int64_t i = 0; i < n; i++) x[i] *= s;
+    for (int64_t i = 0; i < n; i++)
+        x[i] *= s;
 }
 
 double slm_clip_grad_norm(float *const *bufs, const int64_t *lens, int n_bufs, double max_norm) {
     double sumsq = 0;
-    for (int i = 0; i < n_bufs; i++) sumsq += slm_sumsq(bufs[i], lens[i]);
+    for (int i = 0; i < n_bufs; i++)
+        sumsq += slm_sumsq(bufs[i], lens[i]);
     double norm = sqrt(sumsq);
     if (max_norm > 0 && isfinite(norm)) {
         double coef = max_norm / (norm + 1e-6);
         if (coef < 1.0)
-            for (int i = 0; i < n_bufs; i++) slm_scale(bufs[i], lens[i], (float)coef);
+            for (int i = 0; i < n_bufs; i++)
+                slm_scale(bufs[i], lens[i], (float)coef);
     }
     return norm;
 }

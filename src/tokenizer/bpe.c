@@ -448,7 +448,8 @@ static slm_status parse_vocab(const char *path, const cJSON *vocab, const cJSON 
                             path, idx, id, content, m->piece[id]);
         if (!m->piece[id]) m->piece[id] = slm_xstrdup(content);
         m->flags[id] |= BPE_ADDED;
-        if (slm_json_true(cJSON_GetObjectItemCaseSensitive(it, "special"))) m->flags[id] |= BPE_SPECIAL;
+        if (slm_json_true(cJSON_GetObjectItemCaseSensitive(it, "special")))
+            m->flags[id] |= BPE_SPECIAL;
         idx++;
     }
     m->added_ids = slm_xcalloc((size_t)idx + 1, sizeof *m->added_ids);

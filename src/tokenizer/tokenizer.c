@@ -45,21 +45,37 @@ slm_status slm_tokenizer_load(const char *path, slm_tokenizer **out) {
 
 void slm_tokenizer_free(slm_tokenizer *t) {
     if (!t) return;
-    if (t->type == SLM_TOK_BYTE_BPE) slm_bpe_free(t->impl);
-    else if (t->type == SLM_TOK_SPM_BPE) slm_spm_free(t->impl);
+    if (t->type == SLM_TOK_BYTE_BPE)
+        slm_bpe_free(t->impl);
+    else if (t->type == SLM_TOK_SPM_BPE)
+        slm_spm_free(t->impl);
     free(t);
 }
 
-slm_tok_type slm_tokenizer_type(const slm_tokenizer *t) { return t->type; }
+slm_tok_type slm_tokenizer_type(const slm_tokenizer *t) {
+    return t->type;
+}
 const char *slm_tokenizer_type_name(const slm_tokenizer *t) {
     return t->type == SLM_TOK_BYTE_BPE ? "byte_bpe" : "sentencepiece_bpe";
 }
-int32_t slm_tokenizer_vocab_size(const slm_tokenizer *t) { return t->vocab_size; }
-int32_t slm_tokenizer_bos_id(const slm_tokenizer *t) { return t->bos_id; }
-int32_t slm_tokenizer_eos_id(const slm_tokenizer *t) { return t->eos_id; }
-int32_t slm_tokenizer_unk_id(const slm_tokenizer *t) { return t->unk_id; }
-int32_t slm_tokenizer_pad_id(const slm_tokenizer *t) { return t->pad_id; }
-uint64_t slm_tokenizer_hash(const slm_tokenizer *t) { return t->hash; }
+int32_t slm_tokenizer_vocab_size(const slm_tokenizer *t) {
+    return t->vocab_size;
+}
+int32_t slm_tokenizer_bos_id(const slm_tokenizer *t) {
+    return t->bos_id;
+}
+int32_t slm_tokenizer_eos_id(const slm_tokenizer *t) {
+    return t->eos_id;
+}
+int32_t slm_tokenizer_unk_id(const slm_tokenizer *t) {
+    return t->unk_id;
+}
+int32_t slm_tokenizer_pad_id(const slm_tokenizer *t) {
+    return t->pad_id;
+}
+uint64_t slm_tokenizer_hash(const slm_tokenizer *t) {
+    return t->hash;
+}
 
 const char *slm_tokenizer_piece(const slm_tokenizer *t, int32_t id) {
     if (id < 0 || id >= t->vocab_size) return NULL;
@@ -107,8 +123,10 @@ static size_t utf8_open_tail(const uint8_t *b, size_t n) {
     for (size_t k = 1; k <= 3 && k <= n; k++) {
         uint8_t c = b[n - k];
         if ((c & 0xC0) == 0x80) continue; // a continuation byte: the lead is further back
-        size_t need = (c >= 0xC2 && c <= 0xDF) ? 2 : (c >= 0xE0 && c <= 0xEF) ? 3
-                    : (c >= 0xF0 && c <= 0xF4) ? 4 : 0;
+        size_t need = (c >= 0xC2 && c <= 0xDF)   ? 2
+                      : (c >= 0xE0 && c <= 0xEF) ? 3
+                      : (c >= 0xF0 && c <= 0xF4) ? 4
+                                                 : 0;
         if (need <= k) return 0; // ASCII, a complete character, or a byte that is never a lead
         if (k >= 2) {
             uint8_t c1 = b[n - k + 1];
@@ -147,8 +165,8 @@ static size_t stream_unstable(const slm_tok_stream *s) {
     return hold <= s->text.len ? hold : s->text.len;
 }
 
-slm_status slm_tok_stream_push(slm_tok_stream *s, const int32_t *ids, size_t n,
-                               const char **bytes, size_t *len) {
+slm_status slm_tok_stream_push(slm_tok_stream *s, const int32_t *ids, size_t n, const char **bytes,
+                               size_t *len) {
     *bytes = "";
     *len = 0;
     for (size_t i = 0; i < n; i++)

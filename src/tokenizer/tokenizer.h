@@ -60,8 +60,7 @@ slm_status slm_tokenizer_encode(const slm_tokenizer *t, const char *text, size_t
                                 slm_ivec *out);
 // Decodes ids and appends the bytes to `out`. BOS/EOS/PAD ids produce no text.
 // Errors: SLM_E_ARG naming the first id outside [0, vocab_size). Thread-safe.
-slm_status slm_tokenizer_decode(const slm_tokenizer *t, const int32_t *ids, size_t n,
-                                slm_buf *out);
+slm_status slm_tokenizer_decode(const slm_tokenizer *t, const int32_t *ids, size_t n, slm_buf *out);
 
 // As slm_tokenizer_decode, but the bytes exactly as the tokens hold them: SentencePiece
 // byte-fallback pieces are appended verbatim, also when they do not form valid UTF-8 (decode
@@ -87,8 +86,8 @@ typedef struct slm_tok_stream {
 void slm_tok_stream_init(slm_tok_stream *s, const slm_tokenizer *t, bool raw);
 // Appends n ids; *bytes / *len receive the newly final bytes (borrowed, valid until the next
 // call; *len may be 0). Errors: SLM_E_ARG for an id out of range (nothing is appended then).
-slm_status slm_tok_stream_push(slm_tok_stream *s, const int32_t *ids, size_t n,
-                               const char **bytes, size_t *len);
+slm_status slm_tok_stream_push(slm_tok_stream *s, const int32_t *ids, size_t n, const char **bytes,
+                               size_t *len);
 // Returns every byte not yet returned (what was held back when the ids end inside a character:
 // then the one-shot decode's bytes, e.g. U+FFFD for an incomplete byte-fallback sequence).
 void slm_tok_stream_finish(slm_tok_stream *s, const char **bytes, size_t *len);

@@ -33,9 +33,15 @@ static void add(agree_list *l, const char *name, slm_status code, const char *fm
     l->n++;
 }
 
-static const char *on_off(bool b) { return b ? "on" : "off"; }
-static const char *str_or_unset(const char *s) { return s ? s : "(unset)"; }
-static const char *prec(slm_precision p) { return p == SLM_PREC_BF16 ? "bf16" : "fp32"; }
+static const char *on_off(bool b) {
+    return b ? "on" : "off";
+}
+static const char *str_or_unset(const char *s) {
+    return s ? s : "(unset)";
+}
+static const char *prec(slm_precision p) {
+    return p == SLM_PREC_BF16 ? "bf16" : "fp32";
+}
 
 // "xxh64 0123456789abcdef" of a file, or why it cannot be read (the reason is the same text on
 // ranks that fail the same way).
@@ -60,8 +66,7 @@ slm_status slm_train_agree(const slm_train_opts *o) {
     add(l, "--grad-accum", A, "%d", o->grad_accum);
     add(l, "--steps", A, "%lld", (long long)o->steps);
     add(l, "--lr", A, "%.9g", (double)o->adamw.lr_peak);
-    add(l, "--min-lr", A, "%.9g",
-        (double)(o->min_lr >= 0 ? o->min_lr : o->adamw.lr_peak / 10.0f));
+    add(l, "--min-lr", A, "%.9g", (double)(o->min_lr >= 0 ? o->min_lr : o->adamw.lr_peak / 10.0f));
     add(l, "--warmup", A, "%lld", (long long)o->warmup);
     add(l, "--weight-decay", A, "%.9g", (double)o->adamw.weight_decay);
     add(l, "--beta1", A, "%.9g", (double)o->adamw.beta1);

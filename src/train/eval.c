@@ -11,8 +11,9 @@ slm_status slm_eval_split(slm_llama *m, const char *data_dir, const char *split,
                           int64_t max_batches, slm_eval_result *res) {
     if (B < 1 || T < 1) return slm_fail(SLM_E_ARG, "batch %d and seq %d must be >= 1", B, T);
     if (T > m->cfg.max_position_embeddings)
-        return slm_fail(SLM_E_ARG, "--seq %d is longer than the model's "
-                                   "max_position_embeddings %d",
+        return slm_fail(SLM_E_ARG,
+                        "--seq %d is longer than the model's "
+                        "max_position_embeddings %d",
                         T, m->cfg.max_position_embeddings);
     slm_dataset ds;
     slm_status st = slm_dataset_open(data_dir, &ds);
@@ -55,8 +56,14 @@ slm_status slm_eval_split(slm_llama *m, const char *data_dir, const char *split,
         snprintf(msg, sizeof msg, "%s", slm_errmsg());
         return slm_fail(st, "%s; reduce --batch or --seq", msg);
     }
-    slm_loader_opts lo = {.dir = data_dir, .split = split, .T = T, .B_global = 1, .rank = 0,
-                          .world = 1, .seed = 0, .shuffle = false};
+    slm_loader_opts lo = {.dir = data_dir,
+                          .split = split,
+                          .T = T,
+                          .B_global = 1,
+                          .rank = 0,
+                          .world = 1,
+                          .seed = 0,
+                          .shuffle = false};
     slm_loader *l = NULL;
     st = slm_loader_open(&lo, &l);
     if (st) return st;
@@ -87,7 +94,8 @@ slm_status slm_eval_token_ids(slm_llama *m, const char *path, slm_eval_result *r
         lineno++;
         char what[4200];
         snprintf(what, sizeof what, "%s:%lld", path, (long long)lineno);
-        st = slm_token_ids_parse_line(what, line, m->cfg.vocab_size, "the model's vocabulary", &ids);
+        st =
+            slm_token_ids_parse_line(what, line, m->cfg.vocab_size, "the model's vocabulary", &ids);
         if (st) goto out;
         line = nl ? nl + 1 : NULL;
         if (ids.len < 2) continue;

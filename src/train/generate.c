@@ -40,7 +40,8 @@ int32_t slm_sample_logits(float *logits, int32_t V, const slm_gen_opts *o, slm_r
         return best; // rounding at the very end of the cumulative sum
     }
     cand *c = slm_xmalloc((size_t)V * sizeof *c);
-    for (int32_t i = 0; i < V; i++) c[i] = (cand){i, (float)(logits[i] / sum)};
+    for (int32_t i = 0; i < V; i++)
+        c[i] = (cand){i, (float)(logits[i] / sum)};
     qsort(c, (size_t)V, sizeof *c, cmp_cand);
     int32_t n = V;
     if (o->top_k > 0 && o->top_k < n) n = o->top_k;
@@ -56,7 +57,8 @@ int32_t slm_sample_logits(float *logits, int32_t V, const slm_gen_opts *o, slm_r
         }
     }
     double kept = 0;
-    for (int32_t i = 0; i < n; i++) kept += c[i].p;
+    for (int32_t i = 0; i < n; i++)
+        kept += c[i].p;
     double u = (double)slm_rng_uniform(rng) * kept, acc = 0;
     int32_t pick = c[n - 1].id;
     for (int32_t i = 0; i < n; i++) {
@@ -71,15 +73,14 @@ int32_t slm_sample_logits(float *logits, int32_t V, const slm_gen_opts *o, slm_r
 }
 
 slm_status slm_generate(slm_llama *m, const slm_tokenizer *tok, const char *prompt,
-                        const slm_gen_opts *o, slm_gen_emit_fn emit, void *ctx,
-                        slm_ivec *out_ids) {
+                        const slm_gen_opts *o, slm_gen_emit_fn emit, void *ctx, slm_ivec *out_ids) {
     if (o->max_new < 0) return slm_fail(SLM_E_ARG, "--max-new must be >= 0 (got %d)", o->max_new);
     if (o->temperature < 0) return slm_fail(SLM_E_ARG, "--temperature must be >= 0");
     if (o->top_k < 0) return slm_fail(SLM_E_ARG, "--top-k must be >= 0");
     if (!(o->top_p > 0 && o->top_p <= 1)) return slm_fail(SLM_E_ARG, "--top-p must be in (0, 1]");
     slm_ivec ids = {0};
-    slm_status st = slm_tokenizer_encode(tok, prompt, strlen(prompt),
-                                         o->add_bos ? SLM_ENC_ADD_BOS : 0, &ids);
+    slm_status st =
+        slm_tokenizer_encode(tok, prompt, strlen(prompt), o->add_bos ? SLM_ENC_ADD_BOS : 0, &ids);
     if (st) goto out;
     if (ids.len == 0) {
         st = slm_fail(SLM_E_ARG, "the prompt is empty and the tokenizer has no BOS token to "
@@ -97,8 +98,8 @@ slm_status slm_generate(slm_llama *m, const slm_tokenizer *tok, const char *prom
     // The KV cache for cache_T positions and the logits row, before allocating them.
     st = slm_mem_check(slm_kv_cache_bytes_estimate(&m->cfg, cache_T) +
                            (double)m->cfg.vocab_size * sizeof(float),
-                       "the KV cache for %d positions (prompt %zu + --max-new %d tokens)",
-                       cache_T, ids.len, o->max_new);
+                       "the KV cache for %d positions (prompt %zu + --max-new %d tokens)", cache_T,
+                       ids.len, o->max_new);
     if (st) goto out;
     slm_kv_cache *kv = slm_kv_cache_new(m, cache_T);
     int32_t V = m->cfg.vocab_size;
@@ -121,7 +122,8 @@ slm_status slm_generate(slm_llama *m, const slm_tokenizer *tok, const char *prom
     int32_t eos = slm_tokenizer_eos_id(tok);
     for (int i = 0; !st && i < o->max_new; i++) {
         // Ids the model knows but the tokenizer does not (a padded vocab) are never sampled.
-        for (int32_t v = tv; v < V; v++) logits[v] = -INFINITY;
+        for (int32_t v = tv; v < V; v++)
+            logits[v] = -INFINITY;
         int32_t next = slm_sample_logits(logits, V, o, &rng);
         slm_ivec_push(&ids, next);
         if (o->stop_at_eos && next == eos) break;
@@ -140,7 +142,8 @@ slm_status slm_generate(slm_llama *m, const slm_tokenizer *tok, const char *prom
     slm_kv_cache_free(kv);
     if (!st && out_ids) {
         out_ids->len = 0;
-        for (size_t i = 0; i < ids.len; i++) slm_ivec_push(out_ids, ids.data[i]);
+        for (size_t i = 0; i < ids.len; i++)
+            slm_ivec_push(out_ids, ids.data[i]);
     }
 out:
     slm_ivec_free(&ids);

@@ -219,8 +219,8 @@ static char *find_tokenizer(const char *dir) {
     return NULL;
 }
 
-slm_status slm_train_check_dir_tokenizer(const char *dir, const slm_dataset *ds,
-                                         const char *what, const char *hint) {
+slm_status slm_train_check_dir_tokenizer(const char *dir, const slm_dataset *ds, const char *what,
+                                         const char *hint) {
     char *tp = find_tokenizer(dir);
     if (!tp) return SLM_OK;
     uint64_t h = 0;
@@ -239,8 +239,8 @@ slm_status slm_train_check_dir_tokenizer(const char *dir, const slm_dataset *ds,
     return st;
 }
 
-slm_status slm_train_check_ckpt_tokenizer(bool has_tokenizer, uint64_t xxh64,
-                                          const char *ckpt_dir, const slm_dataset *ds) {
+slm_status slm_train_check_ckpt_tokenizer(bool has_tokenizer, uint64_t xxh64, const char *ckpt_dir,
+                                          const slm_dataset *ds) {
     if (!has_tokenizer || xxh64 == ds->tokenizer_xxh64) return SLM_OK;
     char a[17], b[17];
     slm_hex64(xxh64, a);
@@ -259,8 +259,7 @@ slm_status slm_train_check_resume_tokenizer(const char *run_dir, const char *res
     slm_status st = slm_ckpt_open(resume_path, &c);
     if (st) return slm_fail_wrap(st, "--resume %s", resume_path);
     const slm_ckpt_meta *M = slm_ckpt_get_meta(c);
-    st = slm_train_check_ckpt_tokenizer(M->has_tokenizer, M->tokenizer_xxh64, slm_ckpt_dir(c),
-                                        ds);
+    st = slm_train_check_ckpt_tokenizer(M->has_tokenizer, M->tokenizer_xxh64, slm_ckpt_dir(c), ds);
     slm_ckpt_free(c);
     if (!st)
         st = slm_train_check_dir_tokenizer(

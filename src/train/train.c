@@ -24,9 +24,15 @@ void slm_train_install_signal_handlers(void) {
                      "committed checkpoint is kept)\n");
 }
 
-void slm_train_request_stop(void) { slm_stop_request(); }
-bool slm_train_stop_requested(void) { return slm_stop_requested(); }
-void slm_train_reset_stop(void) { slm_stop_reset(); }
+void slm_train_request_stop(void) {
+    slm_stop_request();
+}
+bool slm_train_stop_requested(void) {
+    return slm_stop_requested();
+}
+void slm_train_reset_stop(void) {
+    slm_stop_reset();
+}
 
 void slm_train_opts_default(slm_train_opts *o) {
     memset(o, 0, sizeof *o);
@@ -106,7 +112,8 @@ int64_t slm_train_split_windows(const int32_t *win, int b, int T, int32_t *inp, 
         const int32_t *w = win + (int64_t)i * (T + 1);
         memcpy(inp + (int64_t)i * T, w, (size_t)T * sizeof(int32_t));
         memcpy(tgt + (int64_t)i * T, w + 1, (size_t)T * sizeof(int32_t));
-        for (int t = 0; t < T; t++) n += w[t + 1] != -1;
+        for (int t = 0; t < T; t++)
+            n += w[t + 1] != -1;
     }
     return n;
 }
@@ -123,13 +130,14 @@ slm_status slm_train_eval_loader(slm_llama *m, slm_loader *l, int B, int T, int6
     slm_status st = SLM_OK;
     for (int64_t batch = 0; max_batches <= 0 || batch < max_batches; batch++) {
         int b = 0;
-        while (b < B && slm_loader_next_val(l, win + (int64_t)b * (T + 1)) == 1) b++;
+        while (b < B && slm_loader_next_val(l, win + (int64_t)b * (T + 1)) == 1)
+            b++;
         if (b == 0) break;
         int64_t n = slm_train_split_windows(win, b, T, inp, tgt);
         float loss = slm_llama_forward_loss(m, inp, tgt, b, T); // no lm_head backward work
         if (!isfinite(loss)) {
-            st = slm_fail(SLM_E_NUMERIC, "validation batch %lld: loss is %f",
-                          (long long)batch, (double)loss);
+            st = slm_fail(SLM_E_NUMERIC, "validation batch %lld: loss is %f", (long long)batch,
+                          (double)loss);
             break;
         }
         sum += (double)loss * (double)n;

@@ -103,33 +103,33 @@ typedef struct slm_train_hook {
 // Training
 
 typedef struct slm_train_opts {
-    const char *data_dir;  // prepared dataset (manifest.json); ignored when synthetic
-    bool synthetic;        // uniform random tokens over the model's vocab (benchmarks), no eval:
-                           // window by window, token by token, slm_rng_below(vocab_size) from
-                           // one slm_rng seeded with seed ^ SLM_TRAIN_SYNTH_SEED_XOR
-    const char *model;     // preset name or config.json path
-    int32_t vocab_size;    // > 0: overrides the model config's vocab_size
-    const char *out_dir;   // run directory to create / overwrite; NULL: save nothing
-    int B;                 // sequences per micro-batch
-    int T;                 // tokens per sequence (<= max_position_embeddings)
-    int grad_accum;        // micro-batches per optimizer step (>= 1)
-    int64_t steps;         // optimizer steps (the cosine schedule's length)
-    int64_t warmup;        // linear warmup steps
+    const char *data_dir;    // prepared dataset (manifest.json); ignored when synthetic
+    bool synthetic;          // uniform random tokens over the model's vocab (benchmarks), no eval:
+                             // window by window, token by token, slm_rng_below(vocab_size) from
+                             // one slm_rng seeded with seed ^ SLM_TRAIN_SYNTH_SEED_XOR
+    const char *model;       // preset name or config.json path
+    int32_t vocab_size;      // > 0: overrides the model config's vocab_size
+    const char *out_dir;     // run directory to create / overwrite; NULL: save nothing
+    int B;                   // sequences per micro-batch
+    int T;                   // tokens per sequence (<= max_position_embeddings)
+    int grad_accum;          // micro-batches per optimizer step (>= 1)
+    int64_t steps;           // optimizer steps (the cosine schedule's length)
+    int64_t warmup;          // linear warmup steps
     slm_adamw_hparams adamw; // lr_peak, betas, eps, weight_decay
-    float min_lr;          // floor of the cosine decay; < 0 (the default): lr_peak / 10
-    float grad_clip;       // max global grad norm; <= 0 disables clipping
-    uint64_t seed;         // weight init and data order
-    int64_t eval_every;    // validate every this many steps (and at the end); 0: never
-    int eval_batches;      // micro-batches of B sequences per validation (0: the whole split)
+    float min_lr;            // floor of the cosine decay; < 0 (the default): lr_peak / 10
+    float grad_clip;         // max global grad norm; <= 0 disables clipping
+    uint64_t seed;           // weight init and data order
+    int64_t eval_every;      // validate every this many steps (and at the end); 0: never
+    int eval_batches;        // micro-batches of B sequences per validation (0: the whole split)
     bool activation_checkpointing;
-    int threads;           // OpenMP / BLAS threads; 0: leave as configured
-    double max_minutes;    // > 0: stop (and save) after this much wall time
-    bool time_schedule;    // with max_minutes: the LR schedule's step is max(step, share of
-                           // max_minutes elapsed x steps), so the cosine ends on time on a
-                           // machine of unknown speed (not bitwise reproducible)
-    double peak_gflops;    // > 0: MFU denominator; else measured at start (slm_sgemm_peak_gflops)
-    int log_every;         // step line every this many steps (0: never; default 1); read by
-                           // the printing hook of tools/, not by the library
+    int threads;        // OpenMP / BLAS threads; 0: leave as configured
+    double max_minutes; // > 0: stop (and save) after this much wall time
+    bool time_schedule; // with max_minutes: the LR schedule's step is max(step, share of
+                        // max_minutes elapsed x steps), so the cosine ends on time on a
+                        // machine of unknown speed (not bitwise reproducible)
+    double peak_gflops; // > 0: MFU denominator; else measured at start (slm_sgemm_peak_gflops)
+    int log_every;      // step line every this many steps (0: never; default 1); read by
+                        // the printing hook of tools/, not by the library
     // Checkpoints (src/ckpt, docs/formats.md "Checkpoints") under out_dir/checkpoints when
     // out_dir is set: every ckpt_every_steps steps / ckpt_every_minutes minutes, and always at
     // the end and when stopped. Asynchronous (copy and write behind the next step) unless
@@ -217,10 +217,11 @@ typedef struct slm_train_result {
 // model; T > max_position_embeddings), SLM_E_IO (no manifest, unwritable run dir),
 // SLM_E_FORMAT / SLM_E_CHECKSUM (bad data), SLM_E_NUMERIC (NaN/Inf loss or gradient, naming the
 // step), SLM_E_INTERRUPTED (the stop flag was set: the checkpoint is saved first),
-// SLM_E_ARG for FSDP options that do not fit the world size. Reaching max_minutes is not an error: it saves and returns SLM_OK.
-// Before any allocation or file: SLM_E_NOMEM when the memory estimate (parameters, gradients,
-// AdamW m / v — shards under FSDP — and slm_llama_act_bytes_estimate for B x T) exceeds what slm_mem_probe allows, naming both and what to reduce; SLM_E_ARG when the train split
-// has fewer than B x world windows of T + 1 tokens; SLM_E_ARG for a fresh run (resume NULL,
+// SLM_E_ARG for FSDP options that do not fit the world size. Reaching max_minutes is not an error:
+// it saves and returns SLM_OK. Before any allocation or file: SLM_E_NOMEM when the memory estimate
+// (parameters, gradients, AdamW m / v — shards under FSDP — and slm_llama_act_bytes_estimate for B
+// x T) exceeds what slm_mem_probe allows, naming both and what to reduce; SLM_E_ARG when the train
+// split has fewer than B x world windows of T + 1 tokens; SLM_E_ARG for a fresh run (resume NULL,
 // no train_from_scratch) into an out_dir holding checkpoints (step_N directories; never
 // deleted: resume it or use another out_dir); SLM_E_ARG for an out_dir that is a non-empty
 // directory but no run directory (slm_rundir_prepare); SLM_E_IO when another run holds
@@ -337,8 +338,8 @@ typedef struct slm_gen_opts {
     int top_k;         // 0: off
     float top_p;       // 1: off (nucleus sampling, Holtzman et al. 2020)
     uint64_t seed;
-    bool add_bos;      // prepend the tokenizer's BOS id (if it has one)
-    bool stop_at_eos;  // stop when the EOS id is sampled
+    bool add_bos;     // prepend the tokenizer's BOS id (if it has one)
+    bool stop_at_eos; // stop when the EOS id is sampled
 } slm_gen_opts;
 
 // Called after each new token with the text it completed (the bytes no later token can change:

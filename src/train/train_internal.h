@@ -14,11 +14,11 @@ typedef struct slm_rundir slm_rundir;
 struct slm_trainer {
     const slm_train_opts *o; // borrowed
     int W, rank, B, T, K;
-    float min_lr;          // resolved (o->min_lr < 0: lr / 10)
+    float min_lr; // resolved (o->min_lr < 0: lr / 10)
     slm_llama_config cfg;
-    slm_llama model;       // holds no buffers: fsdp owns the shards and points params / grads
+    slm_llama model; // holds no buffers: fsdp owns the shards and points params / grads
     bool model_init;
-    slm_fsdp fsdp;         // zeroed until init
+    slm_fsdp fsdp;           // zeroed until init
     slm_fsdp_opts fsdp_opts; // o->fsdp normalised for the world (slm_fsdp_opts_for_world)
     slm_dataset ds;
     bool ds_open;
@@ -26,15 +26,15 @@ struct slm_trainer {
     slm_loader *train_l, *val_l;
     slm_loader_state val_start;
     int32_t *win, *inp, *tgt; // [K][B, T+1], [B, T], [B, T]
-    char *resume_path;     // checkpoint to resume from (NULL: fresh start)
-    slm_rundir *rundir;    // rank 0 with out_dir: holds the run directory's lock
-    slm_rng synth;         // synthetic tokens (and saved in checkpoints)
+    char *resume_path;        // checkpoint to resume from (NULL: fresh start)
+    slm_rundir *rundir;       // rank 0 with out_dir: holds the run directory's lock
+    slm_rng synth;            // synthetic tokens (and saved in checkpoints)
     double peak, fpt, t_start;
     int64_t step, tokens_seen;
     double sum_tps, sum_mfu, last_loss, last_val;
     int64_t n_rate;
     bool done, started, interrupted;
-    bool *hook_started;    // [o->n_hooks]: on_start ran (so on_finish runs)
+    bool *hook_started; // [o->n_hooks]: on_start ran (so on_finish runs)
     slm_train_result res;
 };
 
@@ -85,12 +85,12 @@ slm_status slm_rundir_share_resume(const slm_train_opts *o, const slm_rundir *rd
 // If DIR ships a tokenizer (tokenizer.json / tokenizer.model), its XXH64 must equal the one the
 // dataset was prepared with. `what` names DIR's role in the message ("--init-from-hf"), `hint`
 // says what to do. Errors: SLM_E_FORMAT naming both files and both hashes; SLM_E_IO.
-slm_status slm_train_check_dir_tokenizer(const char *dir, const slm_dataset *ds,
-                                         const char *what, const char *hint);
+slm_status slm_train_check_dir_tokenizer(const char *dir, const slm_dataset *ds, const char *what,
+                                         const char *hint);
 // A checkpoint that recorded its tokenizer hash resumes only on a dataset of that tokenizer.
 // Errors: SLM_E_FORMAT naming the checkpoint, the dataset and both hashes.
-slm_status slm_train_check_ckpt_tokenizer(bool has_tokenizer, uint64_t xxh64,
-                                          const char *ckpt_dir, const slm_dataset *ds);
+slm_status slm_train_check_ckpt_tokenizer(bool has_tokenizer, uint64_t xxh64, const char *ckpt_dir,
+                                          const slm_dataset *ds);
 // Before a resumed run copies the dataset's tokenizer into RUN_DIR: the checkpoint to resume
 // (slm_train_check_ckpt_tokenizer) and RUN_DIR's own tokenizer copy must both match the dataset.
 slm_status slm_train_check_resume_tokenizer(const char *run_dir, const char *resume_path,

@@ -25,7 +25,8 @@ static void test_rng(void) {
     slm_rng a, b;
     slm_rng_seed(&a, 42);
     slm_rng_seed(&b, 42);
-    for (int i = 0; i < 1000; i++) CHECK(slm_rng_u64(&a) == slm_rng_u64(&b));
+    for (int i = 0; i < 1000; i++)
+        CHECK(slm_rng_u64(&a) == slm_rng_u64(&b));
     slm_rng_seed(&b, 43);
     CHECK(slm_rng_u64(&a) != slm_rng_u64(&b));
     // Moments of the normal and uniform streams.
@@ -47,14 +48,16 @@ static void test_rng(void) {
 
 static void test_buf(void) {
     slm_buf b = {0};
-    for (int i = 0; i < 1000; i++) slm_buf_appendf(&b, "%d,", i);
+    for (int i = 0; i < 1000; i++)
+        slm_buf_appendf(&b, "%d,", i);
     CHECK(b.len > 3000);
     CHECK(!strncmp(b.data, "0,1,2,", 6));
     CHECK(b.data[b.len] == 0);
     slm_buf_free(&b);
     slm_buf_free(&b); // safe twice
     slm_ivec v = {0};
-    for (int i = 0; i < 100000; i++) slm_ivec_push(&v, i);
+    for (int i = 0; i < 100000; i++)
+        slm_ivec_push(&v, i);
     CHECK_EQ_INT(v.len, 100000);
     CHECK_EQ_INT(v.data[99999], 99999);
     slm_ivec_free(&v);

@@ -612,7 +612,8 @@ static void test_pick_resume(void) {
     CHECK(dir == NULL && step == -1);
     state s;
     state_init(&s, 21);
-    for (int k = 1; k <= 3; k++) CHECK_OK(save_one(root, &s, 2 * k, false, 0));
+    for (int k = 1; k <= 3; k++)
+        CHECK_OK(save_one(root, &s, 2 * k, false, 0));
     char *lp = slm_path_join(root, "latest");
     unlink(lp); // SIGKILL before the first `latest` write
     CHECK_OK(slm_ckpt_pick_resume(root, false, &dir, &step));

@@ -17,7 +17,8 @@ static void test_allreduce_bcast_allgather(void) {
     CHECK_CLOSE(f[2], -3.0, 0, 0);
     int64_t mine = 10 * r, all[64];
     slm_dist_allgather(&mine, all, 1, SLM_DT_I64, "test allgather");
-    for (int i = 0; i < w; i++) CHECK_EQ_INT(all[i], 10 * i);
+    for (int i = 0; i < w; i++)
+        CHECK_EQ_INT(all[i], 10 * i);
     slm_dist_barrier("test barrier");
 }
 
@@ -53,8 +54,8 @@ static void test_agree_values(void) {
     snprintf(last, sizeof last, w == 2 ? "rank %d" : "ranks 0-%d", w - 2);
 
     // The last rank differs in an option: SLM_E_ARG on every rank, the same message.
-    slm_agree_item a[3] = {same[0], {"--param-dtype", r == w - 1 ? "fp32" : "bf16", SLM_E_ARG},
-                           same[2]};
+    slm_agree_item a[3] = {
+        same[0], {"--param-dtype", r == w - 1 ? "fp32" : "bf16", SLM_E_ARG}, same[2]};
     CHECK_EQ_INT(slm_dist_agree_values(a, 3), SLM_E_ARG);
     snprintf(want, sizeof want, "ranks disagree on --param-dtype: %s bf16, rank %d fp32", last,
              w - 1);
@@ -120,7 +121,8 @@ static void test_groups_nonblocking(void) {
     // all-gather in the shard group: element j of block k = 100 * (group base + k) + j
     enum { n = 5 };
     float mine[n], all[2 * n], want[2 * n];
-    for (int j = 0; j < n; j++) mine[j] = (float)(100 * r + j);
+    for (int j = 0; j < n; j++)
+        mine[j] = (float)(100 * r + j);
     slm_dist_req q1, q2;
     slm_dist_iallgather(sg, mine, all, n, SLM_DT_F32, "test iallgather", &q1);
     // a second collective in flight on another communicator at the same time
@@ -130,14 +132,18 @@ static void test_groups_nonblocking(void) {
     }
     slm_dist_wait(&q2);
     for (int k = 0; k < G; k++)
-        for (int j = 0; j < n; j++) want[k * n + j] = (float)(100 * ((r / G) * G + k) + j);
-    for (int i = 0; i < G * n; i++) CHECK_CLOSE(all[i], want[i], 0, 0);
+        for (int j = 0; j < n; j++)
+            want[k * n + j] = (float)(100 * ((r / G) * G + k) + j);
+    for (int i = 0; i < G * n; i++)
+        CHECK_CLOSE(all[i], want[i], 0, 0);
     double xs = 0; // sum of ranks with the same r % G
-    for (int i = r % G; i < w; i += G) xs += i;
+    for (int i = r % G; i < w; i += G)
+        xs += i;
     CHECK_CLOSE(x, xs, 0, 0);
     // reduce-scatter over the world: send[i] = r + i; rank r gets sum_k (k + r*n + j)
     float *send = malloc(sizeof(float) * (size_t)w * n), recv[n];
-    for (int i = 0; i < w * n; i++) send[i] = (float)(r + i);
+    for (int i = 0; i < w * n; i++)
+        send[i] = (float)(r + i);
     slm_dist_ireduce_scatter(slm_comm_world(), send, recv, n, SLM_DT_F32, SLM_OP_SUM,
                              "test ireduce_scatter", &q1);
     slm_dist_wait(&q1);
@@ -165,12 +171,17 @@ static void test_groups_nonblocking(void) {
 
 // Round to nearest even against hand-computed bit patterns (bf16 = top 16 bits of fp32).
 static void test_bf16_rounding(void) {
-    float x[6] = {1.0f, 1.00390625f /* 1 + 2^-8: tie, even -> 1 */,
-                  1.01171875f /* 1 + 3*2^-8: tie, odd -> up */, -2.5f, 65504.0f, 1e-40f};
+    float x[6] = {1.0f,
+                  1.00390625f /* 1 + 2^-8: tie, even -> 1 */,
+                  1.01171875f /* 1 + 3*2^-8: tie, odd -> up */,
+                  -2.5f,
+                  65504.0f,
+                  1e-40f};
     uint16_t want[6] = {0x3f80, 0x3f80, 0x3f82, 0xc020, 0x4780, 0x0001};
     uint16_t h[6];
     slm_f32_to_bf16(x, h, 6);
-    for (int i = 0; i < 6; i++) CHECK_EQ_INT(h[i], want[i]);
+    for (int i = 0; i < 6; i++)
+        CHECK_EQ_INT(h[i], want[i]);
     float back[6];
     slm_bf16_to_f32(h, back, 6);
     CHECK_CLOSE(back[3], -2.5, 0, 0);

@@ -14,15 +14,23 @@
 
 static slm_fsdp_opts g_fo;
 
-static float grad_value(int u, int64_t i) { return 0.2f * sinf(1.0f + 0.37f * (float)i + (float)u); }
+static float grad_value(int u, int64_t i) {
+    return 0.2f * sinf(1.0f + 0.37f * (float)i + (float)u);
+}
 
 static void test_clip(void) {
     int R = slm_dist_rank();
-    slm_llama_config cfg = {.vocab_size = 256, .hidden_size = 64, .intermediate_size = 172,
-                            .num_hidden_layers = 2, .num_attention_heads = 4,
-                            .num_key_value_heads = 2, .max_position_embeddings = 32,
-                            .rms_norm_eps = 1e-5f, .rope_theta = 10000.0f,
-                            .tie_word_embeddings = true, .initializer_range = 0.02f};
+    slm_llama_config cfg = {.vocab_size = 256,
+                            .hidden_size = 64,
+                            .intermediate_size = 172,
+                            .num_hidden_layers = 2,
+                            .num_attention_heads = 4,
+                            .num_key_value_heads = 2,
+                            .max_position_embeddings = 32,
+                            .rms_norm_eps = 1e-5f,
+                            .rope_theta = 10000.0f,
+                            .tie_word_embeddings = true,
+                            .initializer_range = 0.02f};
     slm_llama model;
     CHECK_OK(slm_llama_init(&model, &cfg, false));
     slm_fsdp f;
@@ -72,7 +80,8 @@ static void test_clip(void) {
     float *ref = malloc(sizeof(float) * (size_t)total);
     if (R == 0) {
         FILE *fo = fopen(out, "rb");
-        ok = fo && fread(&tnorm, 8, 1, fo) == 1 && fread(ref, 4, (size_t)total, fo) == (size_t)total;
+        ok =
+            fo && fread(&tnorm, 8, 1, fo) == 1 && fread(ref, 4, (size_t)total, fo) == (size_t)total;
         if (fo) fclose(fo);
         unlink(in), unlink(out), rmdir(dir);
     }

@@ -82,9 +82,12 @@ static float bf16_round(float x) {
 // fsdp/'s shard group size S for the options (replicas R = world / S).
 static int shard_group_size(void) {
     switch (g_a.fo.sharding) {
-    case SLM_NO_SHARD: return 1;
-    case SLM_HYBRID_SHARD: return g_a.fo.shard_group_size;
-    default: return slm_dist_world();
+    case SLM_NO_SHARD:
+        return 1;
+    case SLM_HYBRID_SHARD:
+        return g_a.fo.shard_group_size;
+    default:
+        return slm_dist_world();
     }
 }
 
@@ -128,7 +131,8 @@ static double derived_tol_w(void) {
     double b1 = k_h.beta1, b2 = k_h.beta2, sum = 0;
     for (int t = 1; t <= g_a.steps; t++) {
         double geo = 0;
-        for (int j = 0; j < t; j++) geo += pow(b1 * b1 / b2, j);
+        for (int j = 0; j < t; j++)
+            geo += pow(b1 * b1 / b2, j);
         double U = (1 - b1) / (1 - pow(b1, t)) * sqrt((1 - pow(b2, t)) / (1 - b2) * geo);
         sum += (double)lr_at(t - 1) * U;
     }
@@ -262,7 +266,8 @@ static void run_reference(slm_llama *ref, double *losses, double *norms) {
             memcpy(ref->params[u], mst[u], sizeof(float) * (size_t)ref->units[u].numel);
         free(m[u]), free(v[u]), free(acc[u]), free(mst[u]);
     }
-    for (int i = 0; i < W * NU; i++) free(part[i]);
+    for (int i = 0; i < W * NU; i++)
+        free(part[i]);
     free(m), free(v), free(acc), free(mst), free(part), free(inp), free(tgt);
 }
 

@@ -20,12 +20,14 @@ static slm_rng rng_;
 
 static float *randn(int64_t n, float std) {
     float *x = slm_xmalloc((size_t)n * sizeof(float));
-    for (int64_t i = 0; i < n; i++) x[i] = slm_rng_normal(&rng_) * std;
+    for (int64_t i = 0; i < n; i++)
+        x[i] = slm_rng_normal(&rng_) * std;
     return x;
 }
 static double *to_d(const float *x, int64_t n) {
     double *y = slm_xmalloc((size_t)n * sizeof(double));
-    for (int64_t i = 0; i < n; i++) y[i] = x[i];
+    for (int64_t i = 0; i < n; i++)
+        y[i] = x[i];
     return y;
 }
 // max_i |a_i - b_i| / max(max_i |b_i|, 0.1): a scale-aware error for whole tensors (the floor
@@ -56,7 +58,8 @@ static double gemm_bound_ratio(const float *got, const double *ref, const double
 }
 static double *abs_d(const float *x, int64_t n) {
     double *y = slm_xmalloc((size_t)n * sizeof(double));
-    for (int64_t i = 0; i < n; i++) y[i] = fabs((double)x[i]);
+    for (int64_t i = 0; i < n; i++)
+        y[i] = fabs((double)x[i]);
     return y;
 }
 
@@ -86,7 +89,8 @@ static void test_matmul(void) {
     slm_matmul_fwd(out, x, W, N, I, O, false);
     double r = gemm_bound_ratio(out, ref, aref, N * O, I);
     CHECK_MSG(r <= 1.0, "fwd: %g of the fp32 bound", r);
-    for (int64_t i = 0; i < N * O; i++) ref[i] += out0[i], aref[i] += fabs((double)out0[i]);
+    for (int64_t i = 0; i < N * O; i++)
+        ref[i] += out0[i], aref[i] += fabs((double)out0[i]);
     memcpy(out, out0, (size_t)(N * O) * sizeof(float));
     slm_matmul_fwd(out, x, W, N, I, O, true);
     r = gemm_bound_ratio(out, ref, aref, N * O, I);
@@ -132,13 +136,17 @@ static void test_matmul(void) {
                     }
                     l += acc * dout[nn * O + oo];
                 }
-            if (sgn < 0) lm = l;
-            else lp = l;
+            if (sgn < 0)
+                lm = l;
+            else
+                lp = l;
         }
         if (wrt_w)
-            for (int64_t nn = 0; nn < N; nn++) an += (double)dout[nn * O + o] * x[nn * I + i];
+            for (int64_t nn = 0; nn < N; nn++)
+                an += (double)dout[nn * O + o] * x[nn * I + i];
         else
-            for (int64_t oo = 0; oo < O; oo++) an += (double)dout[n * O + oo] * W[oo * I + i];
+            for (int64_t oo = 0; oo < O; oo++)
+                an += (double)dout[n * O + oo] * W[oo * I + i];
         CHECK_CLOSE(an, (lp - lm) / (2 * h), 1e-7, 1e-7);
     }
     free(x), free(W), free(out), free(out0), free(ref), free(dout), free(dx), free(dW), free(rdx),
@@ -152,7 +160,8 @@ static void check_matmul_sliced(int64_t N, int64_t I, int64_t O) {
     float *x = randn(N * I, 1), *W = randn(O * I, 0.3f), *out = slm_xmalloc((size_t)(N * O) * 4);
     float *dout = randn(N * O, 1), *dx = randn(N * I, 1), *dW = randn(O * I, 1);
     double *ref = slm_xcalloc((size_t)(N * O), 8), *rdx = to_d(dx, N * I), *rdW = to_d(dW, O * I);
-    double *aref = slm_xcalloc((size_t)(N * O), 8), *adx = abs_d(dx, N * I), *adW = abs_d(dW, O * I);
+    double *aref = slm_xcalloc((size_t)(N * O), 8), *adx = abs_d(dx, N * I),
+           *adW = abs_d(dW, O * I);
     for (int64_t n = 0; n < N; n++)
         for (int64_t o = 0; o < O; o++) {
             double s = 0, a = 0;
@@ -188,8 +197,12 @@ static void check_matmul_sliced(int64_t N, int64_t I, int64_t O) {
     free(x), free(W), free(out), free(dout), free(dx), free(dW), free(ref), free(rdx), free(rdW),
         free(dx2), free(dW2), free(out2);
 }
-static void test_matmul_sliced_tall(void) { check_matmul_sliced(301, 64, 131); }
-static void test_matmul_sliced_wide(void) { check_matmul_sliced(70, 520, 93); }
+static void test_matmul_sliced_tall(void) {
+    check_matmul_sliced(301, 64, 131);
+}
+static void test_matmul_sliced_wide(void) {
+    check_matmul_sliced(70, 520, 93);
+}
 
 // ---------------------------------------------------------------------------------------------
 // RMSNorm
@@ -197,9 +210,11 @@ static void test_matmul_sliced_wide(void) { check_matmul_sliced(70, 520, 93); }
 static void rms_fwd_d(double *y, const double *x, const double *w, int64_t N, int C, double eps) {
     for (int64_t n = 0; n < N; n++) {
         double ss = 0;
-        for (int i = 0; i < C; i++) ss += x[n * C + i] * x[n * C + i];
+        for (int i = 0; i < C; i++)
+            ss += x[n * C + i] * x[n * C + i];
         double r = 1.0 / sqrt(ss / C + eps);
-        for (int i = 0; i < C; i++) y[n * C + i] = x[n * C + i] * r * w[i];
+        for (int i = 0; i < C; i++)
+            y[n * C + i] = x[n * C + i] * r * w[i];
     }
 }
 // Naive analytic backward (derived by hand: y_i = x_i r w_i, dr/dx_k = -r^3 x_k / C).
@@ -207,10 +222,12 @@ static void rms_bwd_d(double *dx, double *dw, const double *dy, const double *x,
                       int64_t N, int C, double eps) {
     for (int64_t n = 0; n < N; n++) {
         double ss = 0;
-        for (int i = 0; i < C; i++) ss += x[n * C + i] * x[n * C + i];
+        for (int i = 0; i < C; i++)
+            ss += x[n * C + i] * x[n * C + i];
         double r = 1.0 / sqrt(ss / C + eps);
         double dot = 0;
-        for (int i = 0; i < C; i++) dot += dy[n * C + i] * w[i] * x[n * C + i];
+        for (int i = 0; i < C; i++)
+            dot += dy[n * C + i] * w[i] * x[n * C + i];
         for (int k = 0; k < C; k++) {
             dx[n * C + k] += dy[n * C + k] * w[k] * r - dot * r * r * r * x[n * C + k] / C;
             dw[k] += dy[n * C + k] * x[n * C + k] * r;
@@ -230,7 +247,8 @@ static void test_rmsnorm(void) {
     CHECK(max_err(y, yd, N * C) < 2e-6);
     for (int64_t n = 0; n < N; n++) {
         double ss = 0;
-        for (int i = 0; i < C; i++) ss += xd[n * C + i] * xd[n * C + i];
+        for (int i = 0; i < C; i++)
+            ss += xd[n * C + i] * xd[n * C + i];
         CHECK_CLOSE(rstd[n], 1.0 / sqrt(ss / C + eps), 1e-6, 0);
     }
 
@@ -253,10 +271,12 @@ static void test_rmsnorm(void) {
         double save = which[k], lp = 0, lm = 0;
         which[k] = save + h;
         rms_fwd_d(yd, xd, wd, N, C, eps);
-        for (int64_t i = 0; i < N * C; i++) lp += yd[i] * dyd[i];
+        for (int64_t i = 0; i < N * C; i++)
+            lp += yd[i] * dyd[i];
         which[k] = save - h;
         rms_fwd_d(yd, xd, wd, N, C, eps);
-        for (int64_t i = 0; i < N * C; i++) lm += yd[i] * dyd[i];
+        for (int64_t i = 0; i < N * C; i++)
+            lm += yd[i] * dyd[i];
         which[k] = save;
         double fd = (lp - lm) / (2 * h), an = trial % 2 ? gx[k] : gw[k];
         CHECK_CLOSE(an, fd, 1e-5, 1e-7);
@@ -311,12 +331,14 @@ static void test_rope(void) {
     memcpy(gT, g, (size_t)n * 4);
     slm_rope_apply(gT, ct, st, B, T, nh, D, pos0, true);
     double l1 = 0, l2 = 0;
-    for (int64_t i = 0; i < n; i++) l1 += ref[i] * g[i], l2 += (double)x[i] * gT[i];
+    for (int64_t i = 0; i < n; i++)
+        l1 += ref[i] * g[i], l2 += (double)x[i] * gT[i];
     CHECK_CLOSE(l2, l1, 1e-5, 1e-6);
     // and it undoes the forward
     slm_rope_apply(y, ct, st, B, T, nh, D, pos0, true);
     double e = 0;
-    for (int64_t i = 0; i < n; i++) e = fmax(e, fabs(y[i] - x[i]));
+    for (int64_t i = 0; i < n; i++)
+        e = fmax(e, fabs(y[i] - x[i]));
     CHECK(e < 1e-5);
     free(ct), free(st), free(x), free(y), free(ref), free(g), free(gT);
 }
@@ -324,7 +346,9 @@ static void test_rope(void) {
 // ---------------------------------------------------------------------------------------------
 // SwiGLU
 
-static double silu_d(double g) { return g / (1.0 + exp(-g)); }
+static double silu_d(double g) {
+    return g / (1.0 + exp(-g));
+}
 
 static void test_swiglu(void) {
     const int64_t N = 37, F = 301;
@@ -332,7 +356,8 @@ static void test_swiglu(void) {
     float *g = randn(n, 3), *u = randn(n, 1), *h = slm_xmalloc((size_t)n * 4);
     g[0] = 95.0f, g[1] = -95.0f, g[2] = 0.0f; // saturated sigmoid both ways
     double *ref = slm_xmalloc((size_t)n * 8);
-    for (int64_t i = 0; i < n; i++) ref[i] = silu_d(g[i]) * u[i];
+    for (int64_t i = 0; i < n; i++)
+        ref[i] = silu_d(g[i]) * u[i];
     slm_swiglu_fwd(h, g, u, N, F);
     CHECK(max_err(h, ref, n) < 1e-6);
     float *dh = randn(n, 1), *dg = slm_xmalloc((size_t)n * 4), *du = slm_xmalloc((size_t)n * 4);
@@ -357,7 +382,8 @@ static void test_embedding(void) {
     const int64_t N = 37, V = 11;
     const int C = 40;
     int32_t tok[37];
-    for (int i = 0; i < N; i++) tok[i] = (int32_t)slm_rng_below(&rng_, (uint64_t)V);
+    for (int i = 0; i < N; i++)
+        tok[i] = (int32_t)slm_rng_below(&rng_, (uint64_t)V);
     tok[3] = tok[5] = tok[30] = 7; // repeats accumulate
     float *table = randn(V * C, 1), *out = slm_xmalloc((size_t)(N * C) * 4);
     slm_embedding_fwd(out, tok, table, N, C);
@@ -367,7 +393,8 @@ static void test_embedding(void) {
     memcpy(dt2, dt, (size_t)(V * C) * 4);
     double *ref = to_d(dt, V * C);
     for (int64_t n = 0; n < N; n++)
-        for (int i = 0; i < C; i++) ref[(int64_t)tok[n] * C + i] += dout[n * C + i];
+        for (int i = 0; i < C; i++)
+            ref[(int64_t)tok[n] * C + i] += dout[n * C + i];
     slm_embedding_bwd(dt, tok, dout, N, C);
     CHECK(max_err(dt, ref, V * C) < 1e-6);
     slm_embedding_bwd(dt2, tok, dout, N, C);
@@ -381,7 +408,8 @@ static void test_embedding(void) {
 static void test_cross_entropy(void) {
     const int64_t N = 9, V = 301;
     float *z = randn(N * V, 4);
-    for (int64_t j = 0; j < V; j++) z[2 * V + j] += 1000.0f; // max subtraction must save this row
+    for (int64_t j = 0; j < V; j++)
+        z[2 * V + j] += 1000.0f; // max subtraction must save this row
     int32_t y[9] = {5, 300, 0, -1, 17, -1, 150, 299, 1};
     const float dscale = 1.0f / 7.0f; // 7 non-ignored rows (mean reduction)
     float *zc = slm_xmalloc((size_t)(N * V) * 4);
@@ -390,8 +418,10 @@ static void test_cross_entropy(void) {
     for (int64_t n = 0; n < N; n++) {
         if (y[n] < 0) continue;
         double m = -1e300, s = 0;
-        for (int64_t j = 0; j < V; j++) m = fmax(m, z[n * V + j]);
-        for (int64_t j = 0; j < V; j++) s += exp((double)z[n * V + j] - m);
+        for (int64_t j = 0; j < V; j++)
+            m = fmax(m, z[n * V + j]);
+        for (int64_t j = 0; j < V; j++)
+            s += exp((double)z[n * V + j] - m);
         rloss[n] = m + log(s) - z[n * V + y[n]];
         for (int64_t j = 0; j < V; j++)
             rgrad[n * V + j] = (exp((double)z[n * V + j] - m) / s - (j == y[n])) * dscale;
@@ -401,12 +431,15 @@ static void test_cross_entropy(void) {
         int64_t n = 4, j = 17;
         double h = 1e-4, lp, lm, m = -1e300, s;
         double *row = to_d(z + n * V, V);
-        for (int64_t i = 0; i < V; i++) m = fmax(m, row[i]);
+        for (int64_t i = 0; i < V; i++)
+            m = fmax(m, row[i]);
         row[j] += h, s = 0;
-        for (int64_t i = 0; i < V; i++) s += exp(row[i] - m);
+        for (int64_t i = 0; i < V; i++)
+            s += exp(row[i] - m);
         lp = m + log(s) - row[y[n]];
         row[j] -= 2 * h, s = 0;
-        for (int64_t i = 0; i < V; i++) s += exp(row[i] - m);
+        for (int64_t i = 0; i < V; i++)
+            s += exp(row[i] - m);
         lm = m + log(s) - row[y[n]];
         CHECK_CLOSE(rgrad[n * V + j], (lp - lm) / (2 * h) * dscale, 1e-6, 1e-9);
         free(row);
@@ -414,11 +447,14 @@ static void test_cross_entropy(void) {
     float losses[9];
     slm_cross_entropy_fused(z, losses, y, N, V, 0.0f);
     CHECK(memcmp(z, zc, (size_t)(N * V) * 4) == 0); // dscale == 0: logits untouched
-    for (int64_t n = 0; n < N; n++) CHECK_CLOSE(losses[n], rloss[n], 1e-5, 1e-5);
+    for (int64_t n = 0; n < N; n++)
+        CHECK_CLOSE(losses[n], rloss[n], 1e-5, 1e-5);
     slm_cross_entropy_fused(z, losses, y, N, V, dscale);
-    for (int64_t n = 0; n < N; n++) CHECK_CLOSE(losses[n], rloss[n], 1e-5, 1e-5);
+    for (int64_t n = 0; n < N; n++)
+        CHECK_CLOSE(losses[n], rloss[n], 1e-5, 1e-5);
     CHECK(max_err(z, rgrad, N * V) < 1e-6);
-    for (int64_t j = 0; j < V; j++) CHECK(z[3 * V + j] == 0.0f && z[5 * V + j] == 0.0f);
+    for (int64_t j = 0; j < V; j++)
+        CHECK(z[3 * V + j] == 0.0f && z[5 * V + j] == 0.0f);
     free(z), free(zc), free(rloss), free(rgrad);
 }
 
@@ -438,13 +474,16 @@ static void attn_fwd_d(double *o, double *lse, const double *q, const double *k,
                 for (int u = 0; u <= t; u++) {
                     const double *kr = k + (((int64_t)b * T + u) * KV + g) * D;
                     double d = 0;
-                    for (int i = 0; i < D; i++) d += qr[i] * kr[i];
+                    for (int i = 0; i < D; i++)
+                        d += qr[i] * kr[i];
                     p[u] = d * sc;
                     m = fmax(m, p[u]);
                 }
-                for (int u = 0; u <= t; u++) s += (p[u] = exp(p[u] - m));
+                for (int u = 0; u <= t; u++)
+                    s += (p[u] = exp(p[u] - m));
                 double *orow = o + (((int64_t)b * T + t) * H + h) * D;
-                for (int i = 0; i < D; i++) orow[i] = 0;
+                for (int i = 0; i < D; i++)
+                    orow[i] = 0;
                 for (int u = 0; u <= t; u++)
                     for (int i = 0; i < D; i++)
                         orow[i] += p[u] / s * v[(((int64_t)b * T + u) * KV + g) * D + i];
@@ -470,16 +509,19 @@ static void attn_bwd_d(double *dq, double *dk, double *dv, const double *dout, c
                 for (int u = 0; u <= t; u++) {
                     const double *kr = k + (((int64_t)b * T + u) * KV + g) * D;
                     double d = 0;
-                    for (int i = 0; i < D; i++) d += qr[i] * kr[i];
+                    for (int i = 0; i < D; i++)
+                        d += qr[i] * kr[i];
                     p[u] = d * sc;
                     m = fmax(m, p[u]);
                 }
-                for (int u = 0; u <= t; u++) s += (p[u] = exp(p[u] - m));
+                for (int u = 0; u <= t; u++)
+                    s += (p[u] = exp(p[u] - m));
                 for (int u = 0; u <= t; u++) {
                     p[u] /= s;
                     const double *vr = v + (((int64_t)b * T + u) * KV + g) * D;
                     double d = 0;
-                    for (int i = 0; i < D; i++) d += dor[i] * vr[i];
+                    for (int i = 0; i < D; i++)
+                        d += dor[i] * vr[i];
                     dp[u] = d;
                     pd += p[u] * d;
                 }
@@ -515,10 +557,12 @@ static void test_attention_ref_fd(void) {
             double save = bufs[which][i], lp = 0, lm = 0;
             bufs[which][i] = save + h;
             attn_fwd_d(o, NULL, q, k, v, B, T, H, KV, D);
-            for (int64_t j = 0; j < nq; j++) lp += o[j] * G[j];
+            for (int64_t j = 0; j < nq; j++)
+                lp += o[j] * G[j];
             bufs[which][i] = save - h;
             attn_fwd_d(o, NULL, q, k, v, B, T, H, KV, D);
-            for (int64_t j = 0; j < nq; j++) lm += o[j] * G[j];
+            for (int64_t j = 0; j < nq; j++)
+                lm += o[j] * G[j];
             bufs[which][i] = save;
             CHECK_CLOSE(grads[which][i], (lp - lm) / (2 * h), 1e-6, 1e-8);
         }
@@ -530,7 +574,8 @@ static void check_attention(int B, int T, int H, int KV, int D) {
     int64_t nq = (int64_t)B * T * H * D, nk = (int64_t)B * T * KV * D, nl = (int64_t)B * H * T;
     float *q = randn(nq, 1), *k = randn(nk, 1), *v = randn(nk, 1), *dout = randn(nq, 1);
     // a few large scores so the online max actually moves between tiles
-    for (int64_t i = 0; i < nq; i += 97) q[i] *= 6.0f;
+    for (int64_t i = 0; i < nq; i += 97)
+        q[i] *= 6.0f;
     float *out = slm_xmalloc((size_t)nq * 4), *lse = slm_xmalloc((size_t)nl * 4);
     double *qd = to_d(q, nq), *kd = to_d(k, nk), *vd = to_d(v, nk), *dod = to_d(dout, nq);
     double *od = slm_xmalloc((size_t)nq * 8), *lsed = slm_xmalloc((size_t)nl * 8);
@@ -564,16 +609,30 @@ static void check_attention(int B, int T, int H, int KV, int D) {
         free(dvd), free(out2), free(lse2), free(dq2), free(dk2), free(dv2);
 }
 
-static void test_attention_gqa_short(void) { check_attention(2, 37, 6, 2, 24); }
-static void test_attention_mha_short(void) { check_attention(2, 37, 6, 6, 24); }
+static void test_attention_gqa_short(void) {
+    check_attention(2, 37, 6, 2, 24);
+}
+static void test_attention_mha_short(void) {
+    check_attention(2, 37, 6, 6, 24);
+}
 // T = 150 spans three 64-row tiles, the last one partial.
-static void test_attention_gqa_tiles(void) { check_attention(1, 150, 6, 2, 24); }
-static void test_attention_mha_tiles(void) { check_attention(2, 150, 3, 3, 24); }
+static void test_attention_gqa_tiles(void) {
+    check_attention(1, 150, 6, 2, 24);
+}
+static void test_attention_mha_tiles(void) {
+    check_attention(2, 150, 3, 3, 24);
+}
 // D = 128 shrinks the tile to 32 rows; T = 70 gives three tiles, the last of 6 rows.
-static void test_attention_d128(void) { check_attention(1, 70, 2, 1, 128); }
-static void test_attention_t1(void) { check_attention(3, 1, 4, 2, 8); }
+static void test_attention_d128(void) {
+    check_attention(1, 70, 2, 1, 128);
+}
+static void test_attention_t1(void) {
+    check_attention(3, 1, 4, 2, 8);
+}
 // D = 48 (the `tiny` preset), GQA 4:1, T = 100.
-static void test_attention_d48(void) { check_attention(1, 100, 4, 1, 48); }
+static void test_attention_d48(void) {
+    check_attention(1, 100, 4, 1, 48);
+}
 
 // ---------------------------------------------------------------------------------------------
 
@@ -581,7 +640,8 @@ static void test_add_and_exp(void) {
     const int64_t n = 301;
     float *a = randn(n, 1), *b = randn(n, 1), *c = slm_xmalloc((size_t)n * 4);
     slm_add(c, a, b, n);
-    for (int64_t i = 0; i < n; i++) CHECK(c[i] == a[i] + b[i]);
+    for (int64_t i = 0; i < n; i++)
+        CHECK(c[i] == a[i] + b[i]);
     slm_add(a, a, b, n); // aliasing out == a
     CHECK(memcmp(a, c, (size_t)n * 4) == 0);
     // the vectorizable exp vs libm in double over the range the kernels use

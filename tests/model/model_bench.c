@@ -31,7 +31,7 @@ int main(int argc, char **argv) {
         tgt[i] = (int32_t)slm_rng_below(&r, (uint64_t)c.vocab_size);
     }
     double best = 1e30, fwd_best = 1e30, cpu_best = 1e30; // wall s, wall s, process CPU s
-    for (int s = 0; s < steps + 1; s++) { // first step warms up
+    for (int s = 0; s < steps + 1; s++) {                 // first step warms up
         clock_t c0 = clock();
         double t0 = slm_time_s();
         slm_llama_forward(&m, tok, tgt, B, T);

@@ -172,8 +172,9 @@ static void test_config_json(void) {
 static void test_config_rope(void) {
     slm_llama_config c;
     const char *p = tmp_path("rope.json");
-#define BASE "{\"hidden_size\": 64, \"num_attention_heads\": 4, \"intermediate_size\": 96, " \
-             "\"vocab_size\": 50, \"num_hidden_layers\": 1, "
+#define BASE                                                                                       \
+    "{\"hidden_size\": 64, \"num_attention_heads\": 4, \"intermediate_size\": 96, "                \
+    "\"vocab_size\": 50, \"num_hidden_layers\": 1, "
     write_text(p, BASE "\"rope_parameters\": {\"rope_theta\": 500000.0, \"rope_type\": "
                        "\"default\"}}");
     CHECK_OK(slm_llama_config_load(p, &c));
@@ -202,8 +203,8 @@ static void test_config_rope(void) {
          SLM_E_UNSUPPORTED},
         {"\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0}}",
          "rope_scaling.rope_type", SLM_E_UNSUPPORTED},
-        {"\"rope_theta\": 10000.0, \"rope_parameters\": {\"rope_theta\": 500000.0}}",
-         "disagrees", SLM_E_FORMAT},
+        {"\"rope_theta\": 10000.0, \"rope_parameters\": {\"rope_theta\": 500000.0}}", "disagrees",
+         SLM_E_FORMAT},
         {"\"rope_parameters\": {\"rope_theta\": 500000.0, \"partial_rotary_factor\": 0.5}}",
          "partial_rotary_factor", SLM_E_UNSUPPORTED},
         {"\"partial_rotary_factor\": 0.25}", "partial_rotary_factor", SLM_E_UNSUPPORTED},
@@ -221,8 +222,8 @@ static void test_config_rope(void) {
         snprintf(buf, sizeof buf, BASE "%s", bad[i].json);
         write_text(p, buf);
         CHECK_EQ_INT(slm_llama_config_load(p, &c), bad[i].want);
-        CHECK_MSG(strstr(slm_errmsg(), bad[i].needle) && strstr(slm_errmsg(), p), "case %zu: %s",
-                  i, slm_errmsg());
+        CHECK_MSG(strstr(slm_errmsg(), bad[i].needle) && strstr(slm_errmsg(), p), "case %zu: %s", i,
+                  slm_errmsg());
     }
     // Irrelevant fields are accepted: attention_dropout 0, pretraining_tp, token ids, dtype.
     write_text(p, BASE "\"attention_dropout\": 0.0, \"pretraining_tp\": 2, \"bos_token_id\": 7, "
@@ -504,8 +505,8 @@ static void test_ckpt_and_accum(void) {
     for (int ck = 0; ck < 2; ck++) {
         double est = slm_llama_act_bytes_estimate(&c, B, T, ck);
         double got = (double)slm_llama_act_bytes(ck ? &b : &a);
-        CHECK_MSG(est >= got && est <= 1.25 * got + 65536, "estimate %.0f, allocated %.0f (ckpt %d)",
-                  est, got, ck);
+        CHECK_MSG(est >= got && est <= 1.25 * got + 65536,
+                  "estimate %.0f, allocated %.0f (ckpt %d)", est, got, ck);
     }
     CHECK_MSG(max_rel_diff(&a, &b, 1.0) == 0.0, "ckpt grads differ: %g", max_rel_diff(&a, &b, 1.0));
     CHECK_CLOSE(la, log(53.0), 0.05, 0); // near-uniform predictions at init
@@ -637,7 +638,8 @@ static void test_config_to_json(void) {
         CHECK_EQ_INT(cJSON_GetArraySize(o), hf ? 19 : 11);
         CHECK(cJSON_IsString(cJSON_GetObjectItem(o, "model_type")) == (hf == 1));
         char *txt = cJSON_PrintUnformatted(o);
-        CHECK_MSG(strstr(txt, "\"rms_norm_eps\":1e-05") && strstr(txt, "\"initializer_range\":0.02"),
+        CHECK_MSG(strstr(txt, "\"rms_norm_eps\":1e-05") &&
+                      strstr(txt, "\"initializer_range\":0.02"),
                   "%s", txt);
         CHECK_OK(slm_llama_config_parse(txt, strlen(txt), "to_json", &back));
         CHECK(cfg_equal(&c, &back));

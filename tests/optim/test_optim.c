@@ -34,10 +34,13 @@ static int run_ref(const char *mode, const char *in, const char *out) {
     return system(cmd);
 }
 
-static void wr(FILE *f, const void *p, size_t bytes) { fwrite(p, 1, bytes, f); }
+static void wr(FILE *f, const void *p, size_t bytes) {
+    fwrite(p, 1, bytes, f);
+}
 
 static void fill_normal(float *x, int64_t n, slm_rng *r, float s) {
-    for (int64_t i = 0; i < n; i++) x[i] = s * slm_rng_normal(r);
+    for (int64_t i = 0; i < n; i++)
+        x[i] = s * slm_rng_normal(r);
 }
 
 // Max over i of |a - b| / (atol + rtol |b|); <= 1 passes.
@@ -53,8 +56,8 @@ static double worst(const float *a, const float *b, int64_t n, double rtol, doub
 static void test_adamw_vs_torch(void) {
     const int64_t n = 100003; // > the parallel threshold, odd size
     const int64_t K = 6;
-    slm_adamw_hparams h = {.lr_peak = 3e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
-                           .weight_decay = 0.1f};
+    slm_adamw_hparams h = {
+        .lr_peak = 3e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
     // Unsorted, with gaps (decayed), explicit decayed and non-decayed ranges.
     slm_decay_range ranges[] = {
         {.begin = 50000, .end = 50300, .decay = false},
@@ -70,7 +73,8 @@ static void test_adamw_vs_torch(void) {
     slm_rng_seed(&r, 7);
     fill_normal(p, n, &r, 0.5f);
     fill_normal(g, K * n, &r, 0.01f);
-    for (int64_t i = 0; i < 100; i++) g[i] = 0.0f; // zero gradients: pure decay path
+    for (int64_t i = 0; i < 100; i++)
+        g[i] = 0.0f; // zero gradients: pure decay path
 
     char in[512], out[512];
     snprintf(in, sizeof in, "%s/adamw.in", g_dir);
@@ -120,8 +124,8 @@ static void test_adamw_deterministic_threads(void) {
     // shards do) must give bitwise-identical params, m and v, over several steps (m, v nonzero
     // from step 2 on) with a decay mask. n > SLM_OPTIM_PAR_MIN so the parallel loop is taken.
     const int64_t n = 70001, steps = 3;
-    slm_adamw_hparams h = {.lr_peak = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
-                           .weight_decay = 0.01f};
+    slm_adamw_hparams h = {
+        .lr_peak = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f};
     slm_decay_range ranges[] = {{.begin = 100, .end = 40000, .decay = false}};
     float *p[3], *m[3], *v[3];
     float *g = malloc(steps * n * 4);
@@ -152,8 +156,8 @@ static void test_adamw_deterministic_threads(void) {
         slm_adamw_step(p[1], gt, m[1], v[1], n, &h, lr, t, ranges, 1);
         for (int64_t off = 0; off < n; off += 1000) { // pieces, each with its ranges shifted
             int64_t len = off + 1000 < n ? 1000 : n - off;
-            slm_decay_range rr = {.begin = ranges[0].begin - off, .end = ranges[0].end - off,
-                                  .decay = false};
+            slm_decay_range rr = {
+                .begin = ranges[0].begin - off, .end = ranges[0].end - off, .decay = false};
             if (rr.begin < 0) rr.begin = 0;
             if (rr.end < rr.begin) rr.end = rr.begin;
             slm_adamw_step(p[2] + off, gt + off, m[2] + off, v[2] + off, len, &h, lr, t, &rr, 1);
@@ -169,7 +173,8 @@ static void test_adamw_deterministic_threads(void) {
     }
     // The runs did update something (a no-op step would compare equal too).
     CHECK(m[0][0] != 0.0f && v[0][0] != 0.0f);
-    for (int k = 0; k < 3; k++) free(p[k]), free(m[k]), free(v[k]);
+    for (int k = 0; k < 3; k++)
+        free(p[k]), free(m[k]), free(v[k]);
     free(g);
 }
 
@@ -184,11 +189,12 @@ static void test_lr_schedule(void) {
              "for s in range(0, 121):\n"
              "    if s < %d: lr = %.9g * (s + 1) / %d\n"
              "    elif s >= %d: lr = %.9g\n"
-             "    else: lr = %.9g + 0.5 * (%.9g - %.9g) * (1 + math.cos(math.pi * (s - %d) / (%d - %d)))\n"
+             "    else: lr = %.9g + 0.5 * (%.9g - %.9g) * (1 + math.cos(math.pi * (s - %d) / (%d - "
+             "%d)))\n"
              "    print(repr(lr))\" > \"%s\"",
              python(), (int)warmup, (double)peak, (int)warmup, (int)total, (double)floor_lr,
-             (double)floor_lr, (double)peak, (double)floor_lr, (int)warmup, (int)total,
-             (int)warmup, out);
+             (double)floor_lr, (double)peak, (double)floor_lr, (int)warmup, (int)total, (int)warmup,
+             out);
     CHECK_EQ_INT(system(cmd), 0);
     FILE *f = fopen(out, "r");
     CHECK(f != NULL);
@@ -217,7 +223,8 @@ static void test_sumsq_naive(void) {
     slm_rng_seed(&r, 11);
     fill_normal(x, n, &r, 2.0f);
     double naive = 0;
-    for (int64_t i = 0; i < n; i++) naive += (double)x[i] * x[i];
+    for (int64_t i = 0; i < n; i++)
+        naive += (double)x[i] * x[i];
     double s = slm_sumsq(x, n);
     CHECK_CLOSE(s, naive, 1e-12, 0);
     CHECK(slm_sumsq(x, 0) == 0.0);

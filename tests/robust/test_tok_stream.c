@@ -97,8 +97,11 @@ static bool utf8_whole(const char *s, size_t n) {
     const uint8_t *b = (const uint8_t *)s;
     for (size_t i = 0; i < n;) {
         uint8_t c = b[i];
-        size_t len = c < 0x80 ? 1 : (c >= 0xC2 && c <= 0xDF) ? 2 : (c >= 0xE0 && c <= 0xEF) ? 3
-                   : (c >= 0xF0 && c <= 0xF4) ? 4 : 0;
+        size_t len = c < 0x80                   ? 1
+                     : (c >= 0xC2 && c <= 0xDF) ? 2
+                     : (c >= 0xE0 && c <= 0xEF) ? 3
+                     : (c >= 0xF0 && c <= 0xF4) ? 4
+                                                : 0;
         if (!len || i + len > n) return false;
         for (size_t k = 1; k < len; k++)
             if ((b[i + k] & 0xC0) != 0x80) return false;
@@ -152,8 +155,14 @@ static void test_spm_rocket(void) {
     slm_tokenizer *t = spm_tokenizer();
     CHECK(t != NULL);
     // BOS, the rocket's four bytes as byte-fallback tokens, then " Hello".
-    const int32_t ids[] = {ID_BOS,          ID_BYTE0 + 0xF0, ID_BYTE0 + 0x9F, ID_BYTE0 + 0x9A,
-                           ID_BYTE0 + 0x80, ID_WS_H,         ID_E,            ID_LL,
+    const int32_t ids[] = {ID_BOS,
+                           ID_BYTE0 + 0xF0,
+                           ID_BYTE0 + 0x9F,
+                           ID_BYTE0 + 0x9A,
+                           ID_BYTE0 + 0x80,
+                           ID_WS_H,
+                           ID_E,
+                           ID_LL,
                            ID_O};
     size_t n = sizeof ids / sizeof *ids, lens[16];
     slm_buf one = {0}, all = {0};
@@ -183,10 +192,12 @@ static void test_spm_malformed(void) {
         size_t n;
         const char *text, *bytes;
     } cases[] = {
-        {{ID_BYTE0 + 0xF0, ID_BYTE0 + 0x9F}, 2, FFFD FFFD, "\xF0\x9F"},          // ends inside
+        {{ID_BYTE0 + 0xF0, ID_BYTE0 + 0x9F}, 2, FFFD FFFD, "\xF0\x9F"},            // ends inside
         {{ID_BYTE0 + 0xF0, ID_BYTE0 + 0x9F, ID_H}, 3, FFFD FFFD "H", "\xF0\x9FH"}, // cut by a piece
-        {{ID_BYTE0 + 0xE0, ID_BYTE0 + 0x80, ID_BYTE0 + 0x80}, 3, FFFD FFFD FFFD,
-         "\xE0\x80\x80"}, // overlong
+        {{ID_BYTE0 + 0xE0, ID_BYTE0 + 0x80, ID_BYTE0 + 0x80},
+         3,
+         FFFD FFFD FFFD,
+         "\xE0\x80\x80"},                                                  // overlong
         {{ID_BYTE0 + 0xC3, 2, ID_BYTE0 + 0xA9}, 3, FFFD FFFD, "\xC3\xA9"}, // split by </s>
         {{ID_BYTE0 + 0xC3, ID_BYTE0 + 0xA9, ID_BYTE0 + 0x9F}, 3, "\xC3\xA9" FFFD, "\xC3\xA9\x9F"},
     };
@@ -246,7 +257,7 @@ static void test_bpe_rocket(void) {
     slm_buf_free(&all);
     slm_tokenizer_free(t);
     CHECK(ok);
-    CHECK(n_ids >= 5);  // the rocket is not one token in this vocabulary
+    CHECK(n_ids >= 5); // the rocket is not one token in this vocabulary
     CHECK_EQ_INT(broken, 0);
     CHECK_EQ_INT(lens[0], 0); // the first byte of the rocket alone shows nothing
 }
@@ -279,8 +290,13 @@ static void test_generate_stream(void) {
     int total_broken = 0, mismatches = 0;
     for (uint64_t seed = 1; seed <= 4; seed++) {
         slm_llama_init_weights(&m, seed);
-        slm_gen_opts o = {.max_new = 120, .temperature = 1.0f, .top_k = 0, .top_p = 1.0f,
-                          .seed = seed, .add_bos = true, .stop_at_eos = false};
+        slm_gen_opts o = {.max_new = 120,
+                          .temperature = 1.0f,
+                          .top_k = 0,
+                          .top_p = 1.0f,
+                          .seed = seed,
+                          .add_bos = true,
+                          .stop_at_eos = false};
         sink s = {0};
         slm_ivec ids = {0};
         st = slm_generate(&m, t, "Hello", &o, collect, &s, &ids);

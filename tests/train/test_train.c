@@ -85,7 +85,8 @@ static void test_determinism(void) {
     CHECK_OK(slm_train_run(&o, NULL));
     CHECK_EQ_INT(a.n, 6);
     CHECK_EQ_INT(b.n, 6);
-    for (int i = 0; i < 6; i++) CHECK_EQ_INT(a.steps[i], i + 1);
+    for (int i = 0; i < 6; i++)
+        CHECK_EQ_INT(a.steps[i], i + 1);
     CHECK(memcmp(a.loss, b.loss, sizeof a.loss) == 0);
     CHECK(memcmp(a.gnorm, b.gnorm, sizeof a.gnorm) == 0);
     // The final weights (each run's last checkpoint, read back as eval reads them), bitwise.
@@ -94,8 +95,8 @@ static void test_determinism(void) {
     CHECK_OK(slm_model_dir_load(out_b, false, &mb, NULL, false));
     CHECK_EQ_INT(ma.n_units, mb.n_units);
     for (int u = 0; u < ma.n_units; u++)
-        CHECK_MSG(memcmp(ma.params[u], mb.params[u],
-                         (size_t)ma.units[u].numel * sizeof(float)) == 0,
+        CHECK_MSG(memcmp(ma.params[u], mb.params[u], (size_t)ma.units[u].numel * sizeof(float)) ==
+                      0,
                   "unit %d differs", u);
     slm_llama_free(&ma);
     slm_llama_free(&mb);
@@ -345,8 +346,10 @@ static void test_sampler_distribution(void) {
     const float lg[6] = {1.0f, 0.0f, 2.0f, -0.5f, 1.5f, 0.2f};
     const float t = 0.7f;
     double p[6], z = 0;
-    for (int i = 0; i < 6; i++) z += p[i] = exp((double)lg[i] / t);
-    for (int i = 0; i < 6; i++) p[i] /= z;
+    for (int i = 0; i < 6; i++)
+        z += p[i] = exp((double)lg[i] / t);
+    for (int i = 0; i < 6; i++)
+        p[i] /= z;
     double pk[6] = {0}, zk = p[2] + p[4] + p[0]; // the three largest: ids 2, 4, 0
     pk[2] = p[2] / zk, pk[4] = p[4] / zk, pk[0] = p[0] / zk;
     slm_rng r;
@@ -410,7 +413,8 @@ static void test_world_of_one_is_plain(void) {
     slm_rng r;
     slm_rng_seed(&r, o.seed ^ SLM_TRAIN_SYNTH_SEED_XOR);
     int32_t *win = malloc((size_t)K * B * (T + 1) * sizeof(int32_t));
-    int32_t *inp = malloc((size_t)B * T * sizeof(int32_t)), *tgt = malloc((size_t)B * T * sizeof(int32_t));
+    int32_t *inp = malloc((size_t)B * T * sizeof(int32_t)),
+            *tgt = malloc((size_t)B * T * sizeof(int32_t));
     float min_lr = o.adamw.lr_peak / 10.0f;
     for (int64_t step = 0; step < o.steps; step++) {
         for (int64_t i = 0; i < (int64_t)K * B * (T + 1); i++)
@@ -445,7 +449,8 @@ static void test_world_of_one_is_plain(void) {
         CHECK_MSG(memcmp(run.params[u], m.params[u], (size_t)lens[u] * sizeof(float)) == 0,
                   "unit %d: weights differ from the plain loop", u);
     slm_llama_free(&run);
-    for (int u = 0; u < NU; u++) free(mo[u]), free(vo[u]), free(rg[u]);
+    for (int u = 0; u < NU; u++)
+        free(mo[u]), free(vo[u]), free(rg[u]);
     free(mo), free(vo), free(rg), free(lens), free(win), free(inp), free(tgt);
     slm_llama_free(&m);
     free(out);
@@ -460,7 +465,8 @@ static void test_forward_loss_leaves_flag(void) {
     CHECK_OK(slm_llama_init(&m, &cfg, true));
     slm_llama_init_weights(&m, 3);
     int32_t inp[2 * 8], tgt[2 * 8];
-    for (int i = 0; i < 16; i++) inp[i] = (i * 7) % 97, tgt[i] = (i * 11 + 1) % 97;
+    for (int i = 0; i < 16; i++)
+        inp[i] = (i * 7) % 97, tgt[i] = (i * 11 + 1) % 97;
     m.loss_only = true;
     float want = slm_llama_forward(&m, inp, tgt, 2, 8);
     m.loss_only = false;
@@ -513,8 +519,8 @@ static void trace(trace_hook *t, char c) {
 static slm_status tr_start(void *ctx, slm_trainer *tr) {
     trace_hook *t = ctx;
     trace(t, 'S');
-    t->bad |= slm_trainer_steps_done(tr) != 0 || slm_trainer_world(tr) != 1 ||
-              slm_trainer_rank(tr) != 0;
+    t->bad |=
+        slm_trainer_steps_done(tr) != 0 || slm_trainer_world(tr) != 1 || slm_trainer_rank(tr) != 0;
     return SLM_OK;
 }
 static bool tr_want_stop(void *ctx) {
@@ -559,9 +565,13 @@ static void test_phases_and_hooks(void) {
     base_opts(&o, out_b);
     o.grad_accum = 2, o.steps = 3;
     slm_train_add_hook(&o, log_hook, &b);
-    slm_train_hook h = {.name = "trace", .ctx = &t, .on_start = tr_start,
-                        .want_stop = tr_want_stop, .before_update = tr_update,
-                        .on_step = tr_step, .on_finish = tr_finish};
+    slm_train_hook h = {.name = "trace",
+                        .ctx = &t,
+                        .on_start = tr_start,
+                        .want_stop = tr_want_stop,
+                        .before_update = tr_update,
+                        .on_step = tr_step,
+                        .on_finish = tr_finish};
     CHECK_OK(slm_train_attach(&o, &h));
     slm_trainer *tr = NULL;
     CHECK_OK(slm_train_open(&o, &tr));

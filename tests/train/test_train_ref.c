@@ -78,7 +78,8 @@ static void test_ten_steps_vs_torch(void) {
     int32_t *tok = malloc((size_t)(rows * cols) * sizeof(int32_t));
     slm_rng r;
     slm_rng_seed(&r, o.seed ^ SLM_TRAIN_SYNTH_SEED_XOR);
-    for (int64_t i = 0; i < rows * cols; i++) tok[i] = (int32_t)slm_rng_below(&r, 64);
+    for (int64_t i = 0; i < rows * cols; i++)
+        tok[i] = (int32_t)slm_rng_below(&r, 64);
     int64_t shp[2] = {rows, cols};
     slm_tset_add(&s, "tokens", SLM_T_I32, 2, shp, tok);
     int64_t ls = 10;
@@ -147,21 +148,20 @@ static void test_eval_token_ids_vs_torch(void) {
     slm_tset_free(&s);
     slm_llama_free(&m);
     // The reference: every line with >= 2 ids, inputs ids[:-1], targets ids[1:], mean over all.
-    const char *py_src =
-        "import sys, numpy as np, torch\n"
-        "sys.path.insert(0, sys.argv[1] + '/tests/reference')\n"
-        "import llama_ref as R\n"
-        "t, _ = R.read_tensors(sys.argv[2])\n"
-        "m = R.build_model(R.load_config(sys.argv[3]), dtype=torch.float64)\n"
-        "R.load_flat_weights(m, t, prefix='w/')\n"
-        "tot, n = 0.0, 0\n"
-        "for line in open(sys.argv[4]):\n"
-        "    ids = [int(x) for x in line.split()]\n"
-        "    if len(ids) < 2: continue\n"
-        "    a = np.array([ids])\n"
-        "    _, loss = R.forward(m, a[:, :-1], a[:, 1:])\n"
-        "    tot += float(loss) * (len(ids) - 1); n += len(ids) - 1\n"
-        "print(repr(tot / n))\n";
+    const char *py_src = "import sys, numpy as np, torch\n"
+                         "sys.path.insert(0, sys.argv[1] + '/tests/reference')\n"
+                         "import llama_ref as R\n"
+                         "t, _ = R.read_tensors(sys.argv[2])\n"
+                         "m = R.build_model(R.load_config(sys.argv[3]), dtype=torch.float64)\n"
+                         "R.load_flat_weights(m, t, prefix='w/')\n"
+                         "tot, n = 0.0, 0\n"
+                         "for line in open(sys.argv[4]):\n"
+                         "    ids = [int(x) for x in line.split()]\n"
+                         "    if len(ids) < 2: continue\n"
+                         "    a = np.array([ids])\n"
+                         "    _, loss = R.forward(m, a[:, :-1], a[:, 1:])\n"
+                         "    tot += float(loss) * (len(ids) - 1); n += len(ids) - 1\n"
+                         "print(repr(tot / n))\n";
     CHECK_OK(slm_file_write_atomic(chk, py_src, strlen(py_src)));
     const char *py = getenv("SLM_PYTHON"), *src = getenv("SLM_SOURCE_DIR");
     char cmd[2048];
