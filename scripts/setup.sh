@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-PKGS=(build-essential cmake pkg-config clang libclang-rt-14-dev libomp-dev
+PKGS=(build-essential cmake pkg-config clang clang-format libclang-rt-14-dev libomp-dev
       libopenblas-dev libopenmpi-dev openmpi-bin libcjson-dev libpcre2-dev libxxhash-dev
       python3 python3-venv python3-numpy python3-torch sentencepiece python3-sentencepiece bible-kjv
       iproute2)
