@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "ckpt/ckpt.h"
-#include "train/modeldir.h"
+#include "train/train.h"
 
 typedef struct ckpt_args {
     const char *hf;
@@ -101,7 +101,7 @@ int slm_cmd_ckpt(int argc, char **argv) {
     }
     if (is_export) {
         // PATH is any model directory: a run's newest checkpoint that verifies, a named one, or
-        // an HF directory (train/modeldir.h); the export itself is ckpt/'s.
+        // an HF directory (slm_model_dir_open, train/train.h); the export itself is ckpt/'s.
         slm_model_dir d;
         slm_llama m;
         slm_status st = slm_model_dir_open(path, &d);

@@ -9,7 +9,6 @@
 
 #include "cmd.h"
 #include "ckpt/ckpt.h"
-#include "train/modeldir.h"
 #include "train/train.h"
 
 typedef struct eval_args {

@@ -87,8 +87,6 @@ slm_status slm_eval_token_ids(slm_llama *m, const char *path, slm_eval_result *r
     double sum = 0;
     int64_t n_tok = 0, n_seq = 0, lineno = 0;
     int shape_T = 0;
-    bool was_loss_only = m->loss_only;
-    m->loss_only = true; // evaluation only: skip the lm_head backward inside the forward
     for (char *line = text; line && *line;) {
         char *nl = strchr(line, '\n');
         lineno++;
@@ -110,7 +108,7 @@ slm_status slm_eval_token_ids(slm_llama *m, const char *path, slm_eval_result *r
             shape_T = T;
         }
         memcpy(tgt, ids.data + 1, (size_t)T * sizeof(int32_t));
-        float loss = slm_llama_forward(m, ids.data, tgt, 1, T);
+        float loss = slm_llama_forward_loss(m, ids.data, tgt, 1, T); // no lm_head backward
         if (!isfinite(loss)) {
             st = slm_fail(SLM_E_NUMERIC, "%s:%lld: loss is %f", path, (long long)lineno,
                           (double)loss);
@@ -129,7 +127,6 @@ slm_status slm_eval_token_ids(slm_llama *m, const char *path, slm_eval_result *r
     res->n_tokens = n_tok;
     res->n_seqs = n_seq;
 out:
-    m->loss_only = was_loss_only;
     free(text);
     free(tgt);
     slm_ivec_free(&ids);

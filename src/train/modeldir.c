@@ -1,6 +1,6 @@
 // Opening a model directory (run directory, checkpoint or Hugging Face directory) for every
-// reader of weights. Contract in modeldir.h.
-#include "train/modeldir.h"
+// reader of weights. Contract in train.h ("Model directories").
+#include "train/train.h"
 
 #include <inttypes.h>
 #include <limits.h>

@@ -12,7 +12,6 @@
 #include "kernels/kernels.h"
 #include "train/train.h"
 #include "train/train_internal.h"
-#include "train/modeldir.h"
 #include "ckpt/ckpt.h"
 
 // The stop flag is base/'s (slm_stop_*): these name the trainer's messages. A stop is honoured at

@@ -14,7 +14,6 @@
 #include "kernels/kernels.h"
 #include "train/train.h"
 #include "train/train_internal.h"
-#include "train/modeldir.h"
 
 // ---------------------------------------------------------------------------------------------
 // Open

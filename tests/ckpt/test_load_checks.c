@@ -8,7 +8,6 @@
 //   or through the model-directory loader) are refused naming the file and the tensor.
 #include "ckpt/ckpt.h"
 #include "test.h"
-#include "train/modeldir.h"
 #include "train/train.h"
 
 #include <math.h>

@@ -14,7 +14,6 @@
 #include "test.h"
 #include "ckpt/ckpt.h"
 #include "data/data.h"
-#include "train/modeldir.h"
 #include "train/train.h"
 
 static char g_dir[256];

@@ -11,7 +11,6 @@
 #include "base/base.h"
 #include "reference/slm_tensors.h"
 #include "test.h"
-#include "train/modeldir.h"
 #include "train/train.h"
 
 static double g_loss[64];
