@@ -164,11 +164,14 @@ slm_status slm_train_agree(const slm_train_opts *o) {
     if (slm_train_resolve_config(o->model, o->vocab_size, o->T, &c) == SLM_OK)
         add(l, "model config", SLM_E_FORMAT,
             "vocab %d, hidden %d, intermediate %d, layers %d, heads %d, kv heads %d, max "
-            "positions %d, rms eps %.9g, rope theta %.9g, tied %s, init std %.9g",
+            "positions %d, rms eps %.9g, rope theta %.9g, tied %s, init std %.9g, rope scaling "
+            "%s factor %.9g low %.9g high %.9g original positions %d",
             c.vocab_size, c.hidden_size, c.intermediate_size, c.num_hidden_layers,
             c.num_attention_heads, c.num_key_value_heads, c.max_position_embeddings,
             (double)c.rms_norm_eps, (double)c.rope_theta, on_off(c.tie_word_embeddings),
-            (double)c.initializer_range);
+            (double)c.initializer_range, slm_rope_type_name(c.rope_type), (double)c.rope_factor,
+            (double)c.rope_low_freq_factor, (double)c.rope_high_freq_factor,
+            (int)c.rope_original_max_position_embeddings);
     else
         add(l, "model config", SLM_E_FORMAT, "invalid (%.120s)", slm_errmsg());
     // Always the same items on every rank (a missing one would read as a different build).
