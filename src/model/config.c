@@ -510,14 +510,25 @@ static void add_float(cJSON *obj, const char *name, float v) {
     cJSON_AddItemToObject(obj, name, cJSON_CreateRaw(buf));
 }
 
+// add_float, but always with a decimal point or exponent ("8.0", not "8"): transformers checks
+// that rope_scaling's factors are floats (warns on a JSON integer).
+static void add_float_f(cJSON *obj, const char *name, float v) {
+    add_float(obj, name, v);
+    cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, name);
+    if (strpbrk(it->valuestring, ".eEn")) return;
+    char buf[64];
+    snprintf(buf, sizeof buf, "%s.0", it->valuestring);
+    cJSON_ReplaceItemInObjectCaseSensitive(obj, name, cJSON_CreateRaw(buf));
+}
+
 // The scaling keys of c's rope_type (none for default) into a rope_scaling / rope_parameters
 // object.
 static void add_rope_scaling(cJSON *o, const slm_llama_config *c) {
     if (c->rope_type == SLM_ROPE_DEFAULT) return;
-    add_float(o, "factor", c->rope_factor);
+    add_float_f(o, "factor", c->rope_factor);
     if (c->rope_type != SLM_ROPE_LLAMA3) return;
-    add_float(o, "low_freq_factor", c->rope_low_freq_factor);
-    add_float(o, "high_freq_factor", c->rope_high_freq_factor);
+    add_float_f(o, "low_freq_factor", c->rope_low_freq_factor);
+    add_float_f(o, "high_freq_factor", c->rope_high_freq_factor);
     cJSON_AddNumberToObject(o, "original_max_position_embeddings",
                             c->rope_original_max_position_embeddings);
 }

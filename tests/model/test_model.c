@@ -734,10 +734,11 @@ static void test_config_to_json(void) {
                 CHECK(cJSON_IsObject(rp) && cJSON_GetArraySize(rp) == (kind ? 3 : 6));
             }
             char *txt = cJSON_PrintUnformatted(o);
-            const char *want = kind ? "\"rope_type\":\"linear\",\"factor\":2.5"
-                                    : "\"rope_type\":\"llama3\",\"factor\":8,\"low_freq_factor\":1,"
-                                      "\"high_freq_factor\":4,"
-                                      "\"original_max_position_embeddings\":8192";
+            const char *want =
+                kind ? "\"rope_type\":\"linear\",\"factor\":2.5"
+                     : "\"rope_type\":\"llama3\",\"factor\":8.0,\"low_freq_factor\":1.0,"
+                       "\"high_freq_factor\":4.0,"
+                       "\"original_max_position_embeddings\":8192";
             CHECK_MSG(strstr(txt, want), "%s", txt);
             CHECK_OK(slm_llama_config_parse(txt, strlen(txt), "to_json", &back));
             CHECK(cfg_equal(&c, &back));
