@@ -507,7 +507,7 @@ int slm_cmd_train(int argc, char **argv) {
         slm_dist_finalize();
         return slm_exit_code(st);
     }
-    slm_train_result res;
+    slm_train_result res = {0};
     slm_train_std_hooks std = {0};
     st = install_hooks(&o, &std);
     if (!st) st = slm_train_run(&o, &res);

@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 _Static_assert(sizeof(int) == sizeof(int32_t), "SLM_OPT_INT also stores int32_t fields");
 
@@ -65,16 +66,20 @@ slm_status slm_opt_parse_size(const char *opt, const char *s, size_t *out) {
     char *end;
     double v = strtod(s, &end);
     double mul = 1;
-    if (!strcmp(end, "GB"))
+    // Suffixes in any case, as transformers' convert_file_size_to_int (GB / MB / KB decimal,
+    // GiB / MiB / KiB binary).
+    if (!strcasecmp(end, "GB"))
         mul = 1e9;
-    else if (!strcmp(end, "MB"))
+    else if (!strcasecmp(end, "MB"))
         mul = 1e6;
-    else if (!strcmp(end, "KB"))
+    else if (!strcasecmp(end, "KB"))
         mul = 1e3;
-    else if (!strcmp(end, "GiB"))
+    else if (!strcasecmp(end, "GiB"))
         mul = 1073741824.0;
-    else if (!strcmp(end, "MiB"))
+    else if (!strcasecmp(end, "MiB"))
         mul = 1048576.0;
+    else if (!strcasecmp(end, "KiB"))
+        mul = 1024.0;
     else if (*end)
         end = (char *)s; // an unknown suffix: refused below
     // At least one byte, finite, an integer count of bytes (0.5, 1e-300GB, inf and nan are

@@ -1,10 +1,12 @@
 // Cross-rank agreement on a training run's settings (slm_train_agree, train.h): the list of
 // (name, canonical value) pairs every rank must hold identically, compared by
 // slm_dist_agree_values before any other collective.
+#include <dirent.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "data/data.h"
 #include "dist/dist.h"
@@ -53,6 +55,65 @@ static void add_file_hash(agree_list *l, const char *name, const char *path) {
         add(l, name, SLM_E_FORMAT, "unreadable (%s)", path);
 }
 
+// The run directory every rank writes into must be one directory: a relative --out is compared
+// joined to the rank's working directory (mpirun --wdir / srun --chdir may differ per rank).
+static void add_abs_path(agree_list *l, const char *name, const char *path) {
+    if (!path) {
+        add(l, name, SLM_E_ARG, "(unset)");
+        return;
+    }
+    char cwd[4096];
+    if (path[0] == '/' || !getcwd(cwd, sizeof cwd))
+        add(l, name, SLM_E_ARG, "%s", path);
+    else
+        add(l, name, SLM_E_ARG, "%s/%s", cwd, path);
+}
+
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+// One XXH64 over the --init-from-hf directory's weights: every *.safetensors file (and the
+// index) in name order, each file's hash folded in, so ranks that would start from different
+// weights of the same shapes (node-local copies of two exports) are told apart. Reads the
+// weights once (about a second per few GB from the page cache).
+static void add_hf_weights_hash(agree_list *l, const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) {
+        add(l, "--init-from-hf weights", SLM_E_FORMAT, "unreadable (%s)", dir);
+        return;
+    }
+    char **names = NULL;
+    size_t n = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        size_t len = strlen(e->d_name);
+        bool st_file = len > 12 && !strcmp(e->d_name + len - 12, ".safetensors");
+        bool index = !strcmp(e->d_name, "model.safetensors.index.json");
+        if (!st_file && !index) continue;
+        names = slm_xrealloc(names, (n + 1) * sizeof *names);
+        names[n++] = slm_xstrdup(e->d_name);
+    }
+    closedir(d);
+    qsort(names, n, sizeof *names, cmp_str);
+    uint64_t acc = 0;
+    bool ok = n > 0;
+    for (size_t i = 0; i < n; i++) {
+        char *p = slm_path_join(dir, names[i]);
+        uint64_t h = 0;
+        if (slm_file_xxh64(p, &h) != SLM_OK) ok = false;
+        uint64_t pair[2] = {acc, h};
+        acc = slm_xxh64(pair, sizeof pair, 0);
+        free(p);
+        free(names[i]);
+    }
+    free(names);
+    if (ok)
+        add(l, "--init-from-hf weights", SLM_E_FORMAT, "xxh64 %016llx over %zu files (%s)",
+            (unsigned long long)acc, n, dir);
+    else
+        add(l, "--init-from-hf weights", SLM_E_FORMAT, "unreadable (%s)", dir);
+}
+
 slm_status slm_train_agree(const slm_train_opts *o) {
     if (slm_dist_world() == 1) return SLM_OK;
     agree_list *l = slm_xcalloc(1, sizeof *l);
@@ -88,6 +149,7 @@ slm_status slm_train_agree(const slm_train_opts *o) {
         on_off(o->fsdp.forward_prefetch), on_off(o->fsdp.backward_prefetch));
     add(l, "--collective-timeout", A, "%.17g", o->collective_timeout_s);
     add(l, "--out", A, "%s", str_or_unset(o->out_dir));
+    add_abs_path(l, "--out (from each rank's working directory)", o->out_dir);
     add(l, "--ckpt-every-steps", A, "%lld", (long long)o->ckpt_every_steps);
     add(l, "--ckpt-every-minutes", A, "%.17g", o->ckpt_every_minutes);
     add(l, "--ckpt-keep", A, "%d", o->ckpt_keep);
@@ -129,8 +191,10 @@ slm_status slm_train_agree(const slm_train_opts *o) {
         char *p = slm_path_join(o->init_from_hf, "config.json");
         add_file_hash(l, "--init-from-hf config.json", p);
         free(p);
+        add_hf_weights_hash(l, o->init_from_hf);
     } else {
         add(l, "--init-from-hf config.json", SLM_E_FORMAT, "(none)");
+        add(l, "--init-from-hf weights", SLM_E_FORMAT, "(none)");
     }
     slm_status st = slm_dist_agree_values(l->items, l->n);
     free(l);

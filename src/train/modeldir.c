@@ -217,9 +217,15 @@ slm_status slm_model_dir_open(const char *path, slm_model_dir *d) {
         const slm_ckpt_meta *M = slm_ckpt_get_meta(d->ckpt);
         uint64_t h = 0;
         st = slm_file_xxh64(d->tokenizer, &h);
+        // The weights are only meaningful with the tokenizer they were trained with: a
+        // tokenizer copy replaced since (e.g. --train-from-scratch on another dataset) is an
+        // error, never a warning, so no export or sample pairs weights with the wrong ids.
         if (!st && M->has_tokenizer && h != M->tokenizer_xxh64)
-            slm_warn("%s: differs from the tokenizer the checkpoint %s recorded (xxh64)",
-                     d->tokenizer, d->weights_dir);
+            st = slm_fail(SLM_E_FORMAT,
+                          "%s (xxh64 %016llx) is not the tokenizer the checkpoint %s was trained "
+                          "with (xxh64 %016llx recorded in its manifest.json)",
+                          d->tokenizer, (unsigned long long)h, d->weights_dir,
+                          (unsigned long long)M->tokenizer_xxh64);
     }
     if (st) slm_model_dir_close(d);
     return st;

@@ -79,6 +79,21 @@ out=$("$MPIEXEC" --oversubscribe -np 1 "$BIN" "${TR[@]}" "${D[@]}" --out "$W/ok"
 rc=$?
 if [ $rc -eq 0 ] && [ -f "$W/ok/checkpoints/latest" ]; then ok "3e-4 == 0.0003, full_shard == FULL_SHARD: trains"
 else bad "equal options refused (exit $rc)"; echo "$out" | tail -5; fi
+# a relative --out under two working directories would be two run directories: exit 2
+expect "--out from the working directory" 2 "ranks disagree on --out (from each rank's working directory): rank 0 $W/a/run, rank 1 $W/b/run" -- \
+    -np 1 -wdir "$W/a" "$BIN" "${TR[@]}" "${D[@]}" --out run : \
+    -np 1 -wdir "$W/b" "$BIN" "${TR[@]}" "${D[@]}" --out run
+# --init-from-hf: the same relative path holding two exports of the same shapes (different
+# weights, identical config.json) is told apart by the weights' hash: exit 1
+"$BIN" "${TR[@]}" "${D[@]}" --out "$W/ok2" --seed 7 > /dev/null 2>&1
+"$BIN" ckpt export "$W/ok" --hf "$W/a/hf" > /dev/null 2>&1
+"$BIN" ckpt export "$W/ok2" --hf "$W/b/hf" > /dev/null 2>&1
+cmp -s "$W/a/hf/config.json" "$W/b/hf/config.json" && ok "two exports, one config.json" ||
+    bad "the two exports' config.json differ (the case needs identical ones)"
+expect "--init-from-hf weights" 1 "ranks disagree on --init-from-hf weights: rank 0 xxh64" -- \
+    -np 1 -wdir "$W/a" "$BIN" "${TR[@]}" "${D[@]}" --init-from-hf hf --out "$W/mix" : \
+    -np 1 -wdir "$W/b" "$BIN" "${TR[@]}" "${D[@]}" --init-from-hf hf --out "$W/mix"
+[ -e "$W/mix" ] && bad "the refused --init-from-hf run created its --out" || ok "no --out for the refused run"
 
 # prep under mpirun
 P=(prep --input "$W/corpus.txt" --workers 1 --quiet --collective-timeout 30)

@@ -90,6 +90,12 @@ for bad in 0.5 1e-300GB inf nan 0 -5 1.5 GB; do
 done
 "$BIN" ckpt export "$W/run" --hf "$W/hf3" --max-shard-size 1.5KB > /dev/null
 check "--max-shard-size 1.5KB accepted" 0 $?
+for good in 5gb 2kb 1KiB 0.001mb; do # any case, as transformers (convert_file_size_to_int)
+    "$BIN" ckpt export "$W/run" --hf "$W/hf3" --max-shard-size "$good" > /dev/null 2>&1
+    check "--max-shard-size $good accepted" 0 $?
+done
+"$BIN" ckpt export "$W/run" --hf "$W/hf3" --max-shard-size 5xb > /dev/null 2>&1
+check "--max-shard-size 5xb refused" 2 $?
 
 # --- item 30: sharding.strategy and the rank file's world size -----------------------------
 reset
