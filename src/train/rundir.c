@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/json.h"
 #include "ckpt/ckpt.h"
 #include "dist/dist.h"
 #include "train/train_internal.h"
@@ -47,9 +48,46 @@ static bool has_entry(const char *dir, const char *name, bool want_dir) {
     return ok;
 }
 
+// True if DIR/metrics.jsonl exists and its first line is the trainer's start event (hooks.c
+// writes {"event":"start",...} first; an empty file or a user's own log is not one).
+static bool metrics_starts_run(const char *dir) {
+    char *p = slm_path_join(dir, "metrics.jsonl");
+    FILE *f = slm_is_file(p) ? fopen(p, "r") : NULL;
+    free(p);
+    if (!f) return false;
+    char *line = NULL;
+    size_t cap = 0;
+    bool ok = false;
+    if (getline(&line, &cap, f) > 0) {
+        cJSON *o = cJSON_Parse(line);
+        const cJSON *ev = cJSON_GetObjectItemCaseSensitive(o, "event");
+        ok = cJSON_IsString(ev) && !strcmp(ev->valuestring, "start");
+        cJSON_Delete(o);
+    }
+    free(line);
+    fclose(f);
+    return ok;
+}
+
+// True if DIR/checkpoints holds a `latest` file or a step_N entry (committed or staging).
+static bool has_checkpoint_entries(const char *dir) {
+    char *root = slm_path_join(dir, "checkpoints");
+    bool found = has_entry(root, "latest", false);
+    DIR *d = found ? NULL : opendir(root);
+    struct dirent *e;
+    while (d && !found && (e = readdir(d))) {
+        const char *q = e->d_name;
+        if (strncmp(q, "step_", 5) != 0 || q[5] < '0' || q[5] > '9') continue;
+        found = true;
+    }
+    if (d) closedir(d);
+    free(root);
+    return found;
+}
+
 bool slm_rundir_is_run_dir(const char *dir) {
-    return has_entry(dir, SLM_RUNDIR_LOCK, false) || has_entry(dir, "metrics.jsonl", false) ||
-           has_entry(dir, "checkpoints", true);
+    return has_entry(dir, SLM_RUNDIR_LOCK, false) || metrics_starts_run(dir) ||
+           has_checkpoint_entries(dir);
 }
 
 // Takes the exclusive lock on DIR/run.lock (created) and writes "pid P on host H" into it.
@@ -129,7 +167,8 @@ slm_status slm_rundir_prepare(const slm_train_opts *o, slm_rundir **out, char **
     if (slm_is_dir(dir) && !dir_is_empty(dir) && !slm_rundir_is_run_dir(dir))
         return slm_fail(SLM_E_ARG,
                         "--out %s: the directory is not empty and is not a shardlm run "
-                        "directory (it has no %s, metrics.jsonl or checkpoints/); training "
+                        "directory (it has no %s, no metrics.jsonl starting with a shardlm "
+                        "start event, no checkpoints/ holding latest or step_N); training "
                         "would overwrite its files (config.json, tokenizer.json); "
                         "give a new or empty directory",
                         dir, SLM_RUNDIR_LOCK);
