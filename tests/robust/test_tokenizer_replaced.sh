@@ -39,6 +39,12 @@ PY
 check "retrain on another tokenizer's dataset" 0 $?
 old=$(ls -d "$W"/run/checkpoints.replaced-*/step_00000002 | head -1)
 [ -d "$old" ] && ok "old checkpoints kept" || bad "old checkpoints kept"
+# the earlier run's history, config and tokenizer go with its checkpoints (not overwritten)
+cmp -s "$(dirname "$old")/tokenizer.json" "$W/d1.tokenizer.json" &&
+    ok "earlier tokenizer kept beside its checkpoints" || bad "earlier tokenizer not kept"
+[ "$(grep -c '"event":"start"' "$(dirname "$old")/metrics.jsonl")" = 1 ] &&
+    ok "earlier metrics.jsonl kept" || bad "earlier metrics.jsonl not kept"
+[ -f "$(dirname "$old")/config.json" ] && ok "earlier config.json kept" || bad "earlier config.json not kept"
 h1=$("$PY" -c "import json,sys; print('%016x' % json.load(open(sys.argv[1]))['tokenizer']['xxh64'] if isinstance(json.load(open(sys.argv[1]))['tokenizer']['xxh64'], int) else json.load(open(sys.argv[1]))['tokenizer']['xxh64'])" "$W/d1/manifest.json")
 h2=$("$PY" -c "import json,sys; print('%016x' % json.load(open(sys.argv[1]))['tokenizer']['xxh64'] if isinstance(json.load(open(sys.argv[1]))['tokenizer']['xxh64'], int) else json.load(open(sys.argv[1]))['tokenizer']['xxh64'])" "$W/d2/manifest.json")
 [ "$h1" != "$h2" ] && ok "two different tokenizers ($h1, $h2)" || bad "two different tokenizers"
