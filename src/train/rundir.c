@@ -131,7 +131,8 @@ out:
     return st;
 }
 
-// Renames DIR/checkpoints to DIR/checkpoints.replaced-YYYYmmdd-HHMMSS (nothing is deleted).
+// Renames DIR/checkpoints to DIR/checkpoints.replaced-YYYYmmdd-HHMMSS and moves the earlier
+// run's metrics.jsonl, config.json and tokenizer copy into it (nothing is deleted).
 static slm_status move_checkpoints_aside(const char *dir, const char *root, int n) {
     char stamp[64];
     time_t now = time(NULL);
@@ -145,13 +146,28 @@ static slm_status move_checkpoints_aside(const char *dir, const char *root, int 
         dst = slm_path_join(dir, alt);
     }
     slm_status st = SLM_OK;
-    if (rename(root, dst) != 0)
+    if (rename(root, dst) != 0) {
         st = slm_fail(SLM_E_IO, "--train-from-scratch: cannot move %s to %s: %s", root, dst,
                       strerror(errno));
-    else
-        slm_warn("--train-from-scratch: the earlier run's %d checkpoint%s moved from %s to %s "
-                 "(not deleted); training starts from a seeded init",
-                 n, n == 1 ? "" : "s", root, dst);
+    } else {
+        // The files the new run rewrites go with the checkpoints they describe, so the earlier
+        // run's history, config and tokenizer stay together (nothing is overwritten).
+        static const char *const keep[] = {"metrics.jsonl", "config.json", "tokenizer.json",
+                                           "tokenizer.model"};
+        for (size_t i = 0; !st && i < sizeof keep / sizeof *keep; i++) {
+            char *src = slm_path_join(dir, keep[i]), *to = slm_path_join(dst, keep[i]);
+            if (slm_is_file(src) && rename(src, to) != 0)
+                st = slm_fail(SLM_E_IO, "--train-from-scratch: cannot move %s to %s: %s", src, to,
+                              strerror(errno));
+            free(src);
+            free(to);
+        }
+        if (!st)
+            slm_warn("--train-from-scratch: the earlier run's %d checkpoint%s (with its "
+                     "metrics.jsonl, config.json and tokenizer) moved from %s to %s (not "
+                     "deleted); training starts from a seeded init",
+                     n, n == 1 ? "" : "s", root, dst);
+    }
     free(dst);
     return st;
 }

@@ -31,7 +31,7 @@ struct slm_trainer {
     slm_rng synth;            // synthetic tokens (and saved in checkpoints)
     double peak, fpt, t_start;
     int64_t step, tokens_seen;
-    double sum_tps, sum_mfu, last_loss, last_val;
+    double sum_tok, sum_dt, last_loss, last_val; // sum_*: the steps counted in the rates
     int64_t n_rate;
     bool done, started, interrupted;
     bool *hook_started; // [o->n_hooks]: on_start ran (so on_finish runs)
