@@ -20,8 +20,8 @@ F.scaled_dot_product_attention (PyTorch's fastest CPU path); naive keeps llama_r
 [T, T] scores.
 
 Prints `key value` lines: torch_version, mode, world, threads, optimizer, attn,
-flops_per_token (6 N + 12 L C T, docs/model.md), tokens_per_s (global, mean of the per-step
-rates after the first step, as shardlm's `done:` line), tokens_per_s_median, ms_per_step (mean, the slowest rank's time per step),
+flops_per_token (6 N + 12 L C T, docs/model.md), tokens_per_s (global, tokens / wall time
+of the steps after the first, as shardlm's `done:` line), tokens_per_s_median, ms_per_step (mean, the slowest rank's time per step),
 rss_mib_ranks (peak RSS of each rank, getrusage, MiB), rss_mib_max, rss_mib_import (the
 largest rank's peak RSS right after `import torch`, before the model), loss_first, loss_last.
 """
@@ -221,7 +221,7 @@ def main():
     timed = times[1:]
     tok = args.batch * args.seq
     mean = statistics.fmean(timed)
-    rate = statistics.fmean(tok / t for t in timed)  # as shardlm's done: line averages
+    rate = tok * len(timed) / sum(timed)  # tokens / time of the timed steps, as shardlm's done: line
     rss = [r[3] for r in per_rank]
     print(f"torch_version {torch.__version__}")
     print(f"mode {args.mode}")

@@ -3,6 +3,7 @@
 // tokenizer.model).
 #include "cmd.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stddef.h>
@@ -45,7 +46,8 @@ static const slm_opt k_train_opts[] = {
      .type = SLM_OPT_STRING,
      .off = A(out),
      .meta = "FILE",
-     .help = "the tokenizer.json to write; must not be one of the --input files"},
+     .help = "the tokenizer.json to write; must not be a file the --input walk reads, nor a new "
+             "file inside an --input directory (a rerun would read it)"},
     {.name = "--special",
      .type = SLM_OPT_STRING,
      .off = A(special),
@@ -178,6 +180,89 @@ static int split_commas(char *s, const char **out, int max) {
     return n;
 }
 
+// What --out is checked against while walking the inputs as slm_bpe_train reads them (a file,
+// or a directory's files recursively, dot-entries skipped, symlinks followed).
+typedef struct out_check {
+    struct stat out;    // --out, when it exists
+    struct stat parent; // --out's directory, when --out does not exist yet
+    bool out_exists, parent_known;
+    char *hit;          // the input file that is --out, or the input directory holding it
+    const char *hit_in; // the --input it was reached from
+    bool inside;        // hit is a directory that would list --out on a rerun
+} out_check;
+
+// Walks PATH like the trainer's input walk; true (c->hit set) on the first conflict.
+static bool walk_for_out(const char *path, const char *input, int depth, out_check *c) {
+    struct stat sb;
+    if (stat(path, &sb) != 0 || depth > 64) return false; // the trainer reports it
+    if (S_ISREG(sb.st_mode)) {
+        if (c->out_exists && sb.st_dev == c->out.st_dev && sb.st_ino == c->out.st_ino) {
+            c->hit = slm_xstrdup(path), c->hit_in = input;
+            return true;
+        }
+        return false;
+    }
+    if (!S_ISDIR(sb.st_mode)) return false;
+    if (c->parent_known && sb.st_dev == c->parent.st_dev && sb.st_ino == c->parent.st_ino) {
+        c->hit = slm_xstrdup(path), c->hit_in = input, c->inside = true;
+        return true;
+    }
+    DIR *d = opendir(path);
+    if (!d) return false;
+    struct dirent *e;
+    bool found = false;
+    while (!found && (e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        char *p = slm_path_join(path, e->d_name);
+        found = walk_for_out(p, input, depth + 1, c);
+        free(p);
+    }
+    closedir(d);
+    return found;
+}
+
+// The tokenizer is written atomically over --out: never over a file the input walk reads, nor
+// (a new --out) inside an --input directory, where a rerun would read it as training text.
+// True after logging the error (usage: exit 2).
+static bool out_is_input(const char *out_path, const char *const *inputs, int n_inputs) {
+    out_check c = {0};
+    c.out_exists = stat(out_path, &c.out) == 0;
+    const char *base = strrchr(out_path, '/');
+    base = base ? base + 1 : out_path;
+    if (!c.out_exists && base[0] && base[0] != '.') { // a dot-file is not read by the walk
+        char *dir = slm_xstrdup(out_path);
+        char *slash = strrchr(dir, '/');
+        if (!slash)
+            strcpy(dir, ".");
+        else if (slash == dir)
+            slash[1] = 0;
+        else
+            *slash = 0;
+        c.parent_known = stat(dir, &c.parent) == 0;
+        free(dir);
+    }
+    bool found = false;
+    for (int i = 0; i < n_inputs && !found; i++)
+        found = walk_for_out(inputs[i], inputs[i], 0, &c);
+    if (!found) return false;
+    if (c.inside)
+        slm_error("tokenizer train: --out %s lies inside the --input directory %s (reached "
+                  "from --input %s): a rerun would read the tokenizer as training text; "
+                  "write it outside the input directories",
+                  out_path, c.hit, c.hit_in);
+    else if (!strcmp(c.hit, c.hit_in))
+        slm_error("tokenizer train: --out %s is the --input file %s; expected a new "
+                  "file for the tokenizer (it would overwrite the corpus)",
+                  out_path, c.hit);
+    else
+        slm_error("tokenizer train: --out %s is the input file %s (read from the --input "
+                  "directory %s); expected a new file for the tokenizer (it would overwrite "
+                  "the corpus)",
+                  out_path, c.hit, c.hit_in);
+    free(c.hit);
+    return true;
+}
+
 static int cmd_train(int argc, char **argv) {
     tok_args x = {0};
     slm_opt_seen seen;
@@ -207,18 +292,9 @@ static int cmd_train(int argc, char **argv) {
         rc = fail_usage("train needs --input, --vocab-size and --out", NULL);
         goto out;
     }
-    {
-        // The tokenizer is written atomically over --out: never over a corpus file.
-        struct stat so, si;
-        if (stat(out_path, &so) == 0)
-            for (int i = 0; i < n_inputs; i++)
-                if (stat(inputs[i], &si) == 0 && si.st_dev == so.st_dev && si.st_ino == so.st_ino) {
-                    slm_error("tokenizer train: --out %s is the --input file %s; expected a new "
-                              "file for the tokenizer (it would overwrite the corpus)",
-                              out_path, inputs[i]);
-                    rc = SLM_EXIT_USAGE;
-                    goto out;
-                }
+    if (out_is_input(out_path, inputs, n_inputs)) {
+        rc = SLM_EXIT_USAGE;
+        goto out;
     }
     {
         // 256 byte symbols + the special tokens (default <|bos|>, <|eos|>, <|pad|>).

@@ -335,8 +335,9 @@ static const slm_opt k_train_opts[] = {
      .type = SLM_OPT_FLAG,
      .off = A(o.train_from_scratch),
      .help = "RUN_DIR holds checkpoints of an earlier run: move them to "
-             "RUN_DIR/checkpoints.replaced-DATE (nothing is deleted) and train from a seeded "
-             "init; without it such a run is refused"},
+             "RUN_DIR/checkpoints.replaced-DATE with the run's metrics.jsonl, config.json and "
+             "tokenizer (nothing is deleted) and train from a seeded init; without it such a "
+             "run is refused"},
     {.name = "--init-from-hf",
      .type = SLM_OPT_STRING,
      .off = A(o.init_from_hf),

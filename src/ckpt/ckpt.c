@@ -312,9 +312,51 @@ static int cmp_i64(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-// Deletes a directory and the plain files in it (checkpoint directories are flat).
+// Deletes a directory and the plain files in it (checkpoint directories are flat); a symlink or
+// a non-directory entry at DIR is skipped with a warning (contract in ckpt_internal.h).
 slm_status slm_ckpt_rmdir(const char *dir) {
-    return slm_rmdir_flat(dir);
+    struct stat sb;
+    if (lstat(dir, &sb) != 0)
+        return errno == ENOENT ? SLM_OK : slm_fail(SLM_E_IO, "%s: %s", dir, strerror(errno));
+    if (!S_ISDIR(sb.st_mode)) {
+        if (S_ISLNK(sb.st_mode))
+            slm_warn("%s is a symbolic link, not a checkpoint directory: skipped (not followed, "
+                     "not deleted)",
+                     dir);
+        else
+            slm_warn("%s is not a directory, so not a checkpoint: skipped (not deleted)", dir);
+        return SLM_OK;
+    }
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ELOOP || errno == ENOTDIR) { // replaced since the lstat
+            slm_warn("%s is no longer a directory: skipped (not followed, not deleted)", dir);
+            return SLM_OK;
+        }
+        return slm_fail(SLM_E_IO, "%s: %s", dir, strerror(errno));
+    }
+    DIR *d = fdopendir(fd);
+    if (!d) {
+        int e = errno;
+        close(fd);
+        return slm_fail(SLM_E_IO, "%s: %s", dir, strerror(e));
+    }
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        (void)unlinkat(fd, e->d_name, 0); // a subdirectory stays: rmdir below then fails
+    }
+    closedir(d); // closes fd
+    if (rmdir(dir) != 0) return slm_fail(SLM_E_IO, "%s: rmdir: %s", dir, strerror(errno));
+    return SLM_OK;
+}
+
+// lstat of a step entry: 0 when DIR is a real directory or missing, else a word for the log
+// ("a symbolic link", "not a directory").
+static const char *step_entry_kind(const char *dir) {
+    struct stat sb;
+    if (lstat(dir, &sb) != 0 || S_ISDIR(sb.st_mode)) return NULL;
+    return S_ISLNK(sb.st_mode) ? "a symbolic link" : "not a directory";
 }
 
 // Parses "step_NNNNNNNN" (committed) names; false for anything else (".tmp" included).
@@ -423,6 +465,14 @@ slm_status slm_ckpt_commit(const char *root, const slm_ckpt_meta *meta,
         free(sp);
     }
     if ((st = slm_fsync_dir(tmp))) goto out;
+    const char *odd = step_entry_kind(fin);
+    if (odd) { // never replaced (that would delete it) nor written through
+        st = slm_fail(SLM_E_IO,
+                      "%s is %s where checkpoint step %" PRId64 " goes: it is neither "
+                      "followed nor replaced; move it away",
+                      fin, odd, meta->step);
+        goto out;
+    }
     if (slm_is_dir(fin)) { // an earlier (complete or partial) save of this step: replace it
         if ((st = replace_step_dir(root, tmp, fin, meta->step))) goto out;
     } else if (rename(tmp, fin) != 0) {
@@ -445,6 +495,7 @@ slm_status slm_ckpt_commit(const char *root, const slm_ckpt_meta *meta,
         for (int i = 0; keep > 0 && i < n - keep; i++) {
             if (steps[i] == meta->step) continue;
             char *d = slm_ckpt_step_dir(root, steps[i], false);
+            // a symlink / non-directory step entry: slm_ckpt_rmdir warns and leaves it
             if (slm_ckpt_rmdir(d)) slm_warn("%s", slm_errmsg());
             free(d);
         }

@@ -46,7 +46,10 @@ void slm_ckpt_image_free(slm_ckpt_image *im);
 // whole-file and per-chunk XXH64 are computed piece by piece right after each write.
 // Safe to call from a background thread (no MPI, thread-local error message).
 slm_status slm_ckpt_write_image(const char *dir, const slm_ckpt_image *im);
-// rm of a flat directory; missing is fine.
+// rm of a flat directory; missing is fine. Never deletes through a symbolic link or a
+// non-directory entry: DIR itself is checked with lstat (a symlink or non-directory is skipped
+// with a warning naming it, SLM_OK, nothing followed or deleted), then opened with O_NOFOLLOW
+// and its entries unlinked relative to that descriptor (unlink removes a link, not its target).
 slm_status slm_ckpt_rmdir(const char *dir);
 // For the fuzz target: a checkpoint object over DIR without reading anything, and the manifest
 // parser over text in memory.

@@ -5,9 +5,21 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 // Checks one committed step directory: manifest, its step, the files' sizes (and hashes).
 static slm_status check_candidate(const char *dir, int64_t step, bool full_verify) {
+    struct stat sb;
+    if (lstat(dir, &sb) == 0 && S_ISLNK(sb.st_mode))
+        return slm_fail(SLM_E_FORMAT,
+                        "%s is a symbolic link, not a checkpoint directory (not followed; left "
+                        "as it is)",
+                        dir);
+    if (lstat(dir, &sb) == 0 && !S_ISDIR(sb.st_mode))
+        return slm_fail(SLM_E_FORMAT,
+                        "%s is not a directory (a checkpoint step_N is a directory; left as it "
+                        "is)",
+                        dir);
     char *mp = slm_path_join(dir, "manifest.json");
     bool have = slm_is_file(mp);
     free(mp);

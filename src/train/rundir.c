@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/json.h"
 #include "ckpt/ckpt.h"
 #include "dist/dist.h"
 #include "train/train_internal.h"
@@ -47,9 +48,46 @@ static bool has_entry(const char *dir, const char *name, bool want_dir) {
     return ok;
 }
 
+// True if DIR/metrics.jsonl exists and its first line is the trainer's start event (hooks.c
+// writes {"event":"start",...} first; an empty file or a user's own log is not one).
+static bool metrics_starts_run(const char *dir) {
+    char *p = slm_path_join(dir, "metrics.jsonl");
+    FILE *f = slm_is_file(p) ? fopen(p, "r") : NULL;
+    free(p);
+    if (!f) return false;
+    char *line = NULL;
+    size_t cap = 0;
+    bool ok = false;
+    if (getline(&line, &cap, f) > 0) {
+        cJSON *o = cJSON_Parse(line);
+        const cJSON *ev = cJSON_GetObjectItemCaseSensitive(o, "event");
+        ok = cJSON_IsString(ev) && !strcmp(ev->valuestring, "start");
+        cJSON_Delete(o);
+    }
+    free(line);
+    fclose(f);
+    return ok;
+}
+
+// True if DIR/checkpoints holds a `latest` file or a step_N entry (committed or staging).
+static bool has_checkpoint_entries(const char *dir) {
+    char *root = slm_path_join(dir, "checkpoints");
+    bool found = has_entry(root, "latest", false);
+    DIR *d = found ? NULL : opendir(root);
+    struct dirent *e;
+    while (d && !found && (e = readdir(d))) {
+        const char *q = e->d_name;
+        if (strncmp(q, "step_", 5) != 0 || q[5] < '0' || q[5] > '9') continue;
+        found = true;
+    }
+    if (d) closedir(d);
+    free(root);
+    return found;
+}
+
 bool slm_rundir_is_run_dir(const char *dir) {
-    return has_entry(dir, SLM_RUNDIR_LOCK, false) || has_entry(dir, "metrics.jsonl", false) ||
-           has_entry(dir, "checkpoints", true);
+    return has_entry(dir, SLM_RUNDIR_LOCK, false) || metrics_starts_run(dir) ||
+           has_checkpoint_entries(dir);
 }
 
 // Takes the exclusive lock on DIR/run.lock (created) and writes "pid P on host H" into it.
@@ -93,7 +131,8 @@ out:
     return st;
 }
 
-// Renames DIR/checkpoints to DIR/checkpoints.replaced-YYYYmmdd-HHMMSS (nothing is deleted).
+// Renames DIR/checkpoints to DIR/checkpoints.replaced-YYYYmmdd-HHMMSS and moves the earlier
+// run's metrics.jsonl, config.json and tokenizer copy into it (nothing is deleted).
 static slm_status move_checkpoints_aside(const char *dir, const char *root, int n) {
     char stamp[64];
     time_t now = time(NULL);
@@ -107,13 +146,28 @@ static slm_status move_checkpoints_aside(const char *dir, const char *root, int 
         dst = slm_path_join(dir, alt);
     }
     slm_status st = SLM_OK;
-    if (rename(root, dst) != 0)
+    if (rename(root, dst) != 0) {
         st = slm_fail(SLM_E_IO, "--train-from-scratch: cannot move %s to %s: %s", root, dst,
                       strerror(errno));
-    else
-        slm_warn("--train-from-scratch: the earlier run's %d checkpoint%s moved from %s to %s "
-                 "(not deleted); training starts from a seeded init",
-                 n, n == 1 ? "" : "s", root, dst);
+    } else {
+        // The files the new run rewrites go with the checkpoints they describe, so the earlier
+        // run's history, config and tokenizer stay together (nothing is overwritten).
+        static const char *const keep[] = {"metrics.jsonl", "config.json", "tokenizer.json",
+                                           "tokenizer.model"};
+        for (size_t i = 0; !st && i < sizeof keep / sizeof *keep; i++) {
+            char *src = slm_path_join(dir, keep[i]), *to = slm_path_join(dst, keep[i]);
+            if (slm_is_file(src) && rename(src, to) != 0)
+                st = slm_fail(SLM_E_IO, "--train-from-scratch: cannot move %s to %s: %s", src, to,
+                              strerror(errno));
+            free(src);
+            free(to);
+        }
+        if (!st)
+            slm_warn("--train-from-scratch: the earlier run's %d checkpoint%s (with its "
+                     "metrics.jsonl, config.json and tokenizer) moved from %s to %s (not "
+                     "deleted); training starts from a seeded init",
+                     n, n == 1 ? "" : "s", root, dst);
+    }
     free(dst);
     return st;
 }
@@ -129,7 +183,8 @@ slm_status slm_rundir_prepare(const slm_train_opts *o, slm_rundir **out, char **
     if (slm_is_dir(dir) && !dir_is_empty(dir) && !slm_rundir_is_run_dir(dir))
         return slm_fail(SLM_E_ARG,
                         "--out %s: the directory is not empty and is not a shardlm run "
-                        "directory (it has no %s, metrics.jsonl or checkpoints/); training "
+                        "directory (it has no %s, no metrics.jsonl starting with a shardlm "
+                        "start event, no checkpoints/ holding latest or step_N); training "
                         "would overwrite its files (config.json, tokenizer.json); "
                         "give a new or empty directory",
                         dir, SLM_RUNDIR_LOCK);

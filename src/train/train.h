@@ -195,8 +195,8 @@ typedef struct slm_train_result {
     int64_t steps_done;
     double final_loss;     // last step's training loss
     double final_val_loss; // last validation loss (NaN if never evaluated)
-    double tokens_per_s;   // mean over the steps after the first (first step if only one)
-    double mfu;            // mean, same steps
+    double tokens_per_s;   // target tokens / wall time of the steps after the first (all if one)
+    double mfu;            // tokens_per_s x FLOPs per token / (peak x world)
     double peak_gflops;    // the MFU denominator used
     double flops_per_token;
     bool already_complete; // resumed at step == steps: nothing trained (the rest is NaN)

@@ -31,7 +31,7 @@ struct slm_trainer {
     slm_rng synth;            // synthetic tokens (and saved in checkpoints)
     double peak, fpt, t_start;
     int64_t step, tokens_seen;
-    double sum_tps, sum_mfu, last_loss, last_val;
+    double sum_tok, sum_dt, last_loss, last_val; // sum_*: the steps counted in the rates
     int64_t n_rate;
     bool done, started, interrupted;
     bool *hook_started; // [o->n_hooks]: on_start ran (so on_finish runs)
@@ -62,8 +62,10 @@ slm_status slm_train_eval_loader(slm_llama *m, slm_loader *l, int B, int T, int6
 
 #define SLM_RUNDIR_LOCK "run.lock" // RUN_DIR's lock file; names the holder ("pid P on host H")
 
-// True if DIR looks like a shardlm run directory: it has run.lock, metrics.jsonl or
-// checkpoints/ (what every training run creates first).
+// True if DIR looks like a shardlm run directory: it has run.lock (what every training run
+// creates first), a metrics.jsonl whose first line is the trainer's {"event":"start"} record, or
+// a checkpoints/ holding a `latest` file or a step_N entry. An empty checkpoints/ or a
+// metrics.jsonl of other content alone does not make one (a user's folder).
 bool slm_rundir_is_run_dir(const char *dir);
 // Rank 0, before anything is written: refuses an --out that exists and is not a directory, or is
 // a non-empty directory that is not a run directory (SLM_E_ARG); creates it; takes the

@@ -507,8 +507,8 @@ static slm_status update(slm_trainer *tr, double loss, double t0, slm_step_metri
     // The first step pays for first-touch page faults and thread start-up: kept out of the
     // means when there is more than one step.
     if (tr->step > 1 || o->steps == 1) {
-        tr->sum_tps += m->tokens_per_s;
-        tr->sum_mfu += m->mfu;
+        tr->sum_tok += (double)step_tokens;
+        tr->sum_dt += dt;
         tr->n_rate++;
     }
     return SLM_OK;
@@ -588,8 +588,10 @@ static slm_status finish_ok(slm_trainer *tr) {
     r->steps_done = tr->step;
     r->final_loss = tr->last_loss;
     r->final_val_loss = tr->last_val;
-    r->tokens_per_s = tr->n_rate ? tr->sum_tps / (double)tr->n_rate : NAN;
-    r->mfu = tr->n_rate ? tr->sum_mfu / (double)tr->n_rate : NAN;
+    // Tokens over time of the counted steps (not a mean of per-step rates, which a few fast
+    // steps on a busy machine inflate).
+    r->tokens_per_s = tr->n_rate && tr->sum_dt > 0 ? tr->sum_tok / tr->sum_dt : NAN;
+    r->mfu = r->tokens_per_s * tr->fpt / (tr->peak * 1e9 * tr->W);
     r->peak_gflops = tr->peak;
     r->flops_per_token = tr->fpt;
     r->interrupted = tr->interrupted;

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # shardlm tokenizer (issue 8 items 15, 23, 28, 30):
 #  - train --out equal to an --input (same file, or a symlink to it) is refused, corpus intact;
+#    so is an --out that is a file of an --input directory, or a new file inside one;
 #  - encode / decode with a directory on stdin exit 1 (a read error is not end of input);
 #  - a single --special token is BOS (as the help says: the first is BOS);
 #  - --vocab-size larger than the corpus allows warns with the real number of ids;
@@ -24,6 +25,27 @@ check "--out = target of an --input symlink refused" 2 $?
     2> /dev/null
 check "--out a symlink to an --input refused" 2 $?
 cmp -s "$W/corpus.txt" "$W/orig.txt"; check "corpus still intact" 0 $?
+# --out is a file the --input directory walk reads, or (new) lies where a rerun would read it
+mkdir -p "$W/td/sub" "$W/td/.hidden"
+cp "$W/corpus.txt" "$W/td/a.txt"
+head -c 2000 "$W/corpus.txt" > "$W/td/sub/b.txt"
+"$BIN" tokenizer train --input "$W/td" --vocab-size 300 --out "$W/td/a.txt" --quiet 2> "$W/err.txt"
+check "--out a file inside the --input directory refused" 2 $?
+has "message names the input directory" "$W/err.txt" "is the input file .*td/a.txt (read from the --input directory .*td)"
+cmp -s "$W/td/a.txt" "$W/orig.txt"; check "that corpus file intact" 0 $?
+"$BIN" tokenizer train --input "$W/td" --vocab-size 300 --out "$W/td/sub/../sub/b.txt" --quiet \
+    2> /dev/null
+check "--out a nested input file (another spelling) refused" 2 $?
+[ "$(wc -c < "$W/td/sub/b.txt")" = 2000 ]; check "nested corpus file intact" 0 $?
+"$BIN" tokenizer train --input "$W/td" --vocab-size 300 --out "$W/td/sub/new.json" --quiet \
+    2> "$W/err.txt"
+check "a new --out inside the --input directory refused" 2 $?
+has "message says a rerun would read it" "$W/err.txt" "lies inside the --input directory .*a rerun would read"
+[ ! -e "$W/td/sub/new.json" ]; check "nothing written there" 0 $?
+"$BIN" tokenizer train --input "$W/td" --vocab-size 300 --out "$W/td/.hidden/tok.json" --quiet
+check "--out in a dot-directory the walk skips is fine" 0 $?
+"$BIN" tokenizer train --input "$W/td/sub" --vocab-size 300 --out "$W/td/tok.json" --quiet
+check "--out beside (not inside) the --input directory is fine" 0 $?
 
 # item 30: one special token is BOS; the help says so
 "$BIN" tokenizer train --input "$W/corpus.txt" --vocab-size 300 --out "$W/one.json" \

@@ -14,6 +14,12 @@
 #     eval / train --init-from-hf of an HF export that ships the run's tokenizer.
 #  9  a second training into a run directory in use fails naming the holder's pid.
 # 14  --out naming a non-empty directory that is not a run directory is refused, files intact.
+# Issue 8 follow-ups (adversarial tester):
+#  A  --ckpt-keep never deletes through a step_N symlink (nor a non-directory step_N entry):
+#     skipped with a warning naming it, its target's files intact; --resume auto does not follow
+#     it either; a regular file named step_N is reported as "not a directory".
+#  C  a folder with only an empty checkpoints/ or a metrics.jsonl of other content is not a run
+#     directory (refused, config.json untouched); an empty directory is a fresh --out.
 # Env (CTest): SHARDLM_BIN, SLM_SHARED_DIR, SLM_PYTHON.
 . "$(dirname "$0")/../lib.sh"
 set +e # the checks read the exit status ($?) of commands that are meant to fail
@@ -177,5 +183,67 @@ rc1=$?
 rc2=$?
 t "--out an HF export or the dataset itself: exit 2, untouched" '[ $rc1 = 2 ] && [ $rc2 = 2 ] &&
    [ ! -e "$W/hf/run.lock" ] && [ ! -e "$W/d1/config.json" ] && cmp -s "$W/d1/manifest.json" "$W/manifest.bak"' "$W/l14c"
+
+# --- A: retention and step_N symlinks / non-directory entries
+O="$W/other"
+"$BIN" "${S[@]}" --steps 2 --ckpt-every-steps 2 --out "$O" > /dev/null 2>&1
+ls "$O/checkpoints/step_00000002" > "$W/o_files"
+R="$W/ra"
+"$BIN" "${S[@]}" --steps 2 --ckpt-every-steps 2 --out "$R" > /dev/null 2>&1
+ln -s "$O/checkpoints/step_00000002" "$R/checkpoints/step_00000001"
+"$BIN" "${S[@]}" --steps 4 --ckpt-every-steps 2 --ckpt-keep 1 --resume auto --out "$R" > "$W/la1" 2>&1
+rc=$?
+t "--ckpt-keep 1 over a step_N symlink: skipped with a warning, target intact, step 2 pruned" '[ $rc = 0 ] &&
+   grep -q "step_00000001 is a symbolic link, not a checkpoint directory: skipped (not followed, not deleted)" "$W/la1" &&
+   [ -L "$R/checkpoints/step_00000001" ] && [ -s "$W/o_files" ] &&
+   [ "$(ls "$O/checkpoints/step_00000002")" = "$(cat "$W/o_files")" ] &&
+   "$BIN" ckpt verify "$O" > /dev/null 2>&1 && [ ! -e "$R/checkpoints/step_00000002" ] &&
+   [ "$(latest "$R")" = step_00000004 ]' "$W/la1"
+R="$W/ra2"
+mkdir -p "$R/checkpoints"
+ln -s "$O/checkpoints/step_00000002" "$R/checkpoints/step_00000002"
+"$BIN" "${S[@]}" --steps 4 --ckpt-every-steps 2 --ckpt-keep 1 --resume auto --out "$R" > "$W/la2" 2>&1
+rc=$?
+t "--resume auto does not follow a step_N symlink (refused naming it), target intact" '[ $rc = 1 ] &&
+   grep -q "step_00000002 is a symbolic link, not a checkpoint directory (not followed" "$W/la2" &&
+   [ -L "$R/checkpoints/step_00000002" ] && [ "$(ls "$O/checkpoints/step_00000002")" = "$(cat "$W/o_files")" ]' "$W/la2"
+R="$W/ra"
+echo "not a checkpoint" > "$R/checkpoints/step_00000009"
+"$BIN" "${S[@]}" --steps 5 --ckpt-keep 1 --resume auto --out "$R" > "$W/la3" 2>&1
+rc=$?
+t "a regular file named step_N: \"not a directory\", falls back, never deleted" '[ $rc = 0 ] &&
+   grep -q "step_00000009 is not a directory (a checkpoint step_N is a directory" "$W/la3" &&
+   ! grep -q "step_00000009/manifest.json is missing" "$W/la3" &&
+   grep -q "resumed from .*step_00000004 (step 4)" "$W/la3" &&
+   [ "$(cat "$R/checkpoints/step_00000009")" = "not a checkpoint" ] && [ -L "$R/checkpoints/step_00000001" ] &&
+   [ "$(latest "$R")" = step_00000005 ]' "$W/la3"
+
+# --- C: what makes a run directory
+U="$W/userc"
+mkdir -p "$U/checkpoints"
+echo '{"mine": 1}' > "$U/config.json"
+"$BIN" "${S[@]}" --steps 1 --out "$U" > "$W/lc1" 2>&1
+rc=$?
+t "--out a folder with only an empty checkpoints/: exit 2, config.json untouched" '[ $rc = 2 ] &&
+   grep -q "not a shardlm run directory" "$W/lc1" && cmp -s "$U/config.json" "$W/cfg.bak" &&
+   [ ! -e "$U/run.lock" ]' "$W/lc1"
+rmdir "$U/checkpoints"
+echo '{"event":"epoch","loss":1.0}' > "$U/metrics.jsonl"
+"$BIN" "${S[@]}" --steps 1 --out "$U" > "$W/lc2" 2>&1
+rc=$?
+t "--out a folder with a metrics.jsonl of other content: exit 2, untouched" '[ $rc = 2 ] &&
+   grep -q "not a shardlm run directory" "$W/lc2" && cmp -s "$U/config.json" "$W/cfg.bak" &&
+   [ ! -e "$U/run.lock" ]' "$W/lc2"
+U="$W/userc2"
+mkdir -p "$U"
+echo '{"mine": 1}' > "$U/config.json"
+printf '{"event":"start","model":"x"}\n' > "$U/metrics.jsonl"
+"$BIN" "${S[@]}" --steps 1 --out "$U" > "$W/lc3" 2>&1
+rc=$?
+t "a metrics.jsonl starting with a start event marks a run directory" '[ $rc = 0 ] && [ -e "$U/run.lock" ]' "$W/lc3"
+mkdir -p "$W/emptyc"
+"$BIN" "${S[@]}" --steps 1 --out "$W/emptyc" > "$W/lc4" 2>&1
+rc=$?
+t "an empty directory is a fresh --out" '[ $rc = 0 ] && [ -e "$W/emptyc/config.json" ]' "$W/lc4"
 echo "$fails failed"
 slm_finish
