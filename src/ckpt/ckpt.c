@@ -1164,6 +1164,12 @@ slm_status slm_ckpt_check_model(const slm_ckpt *c, const slm_llama *m) {
         return slm_fail(SLM_E_ARG,
                         "%s: model_config rms_norm_eps / rope_theta differ (%g/%g vs %g/%g)", mp,
                         a->rms_norm_eps, a->rope_theta, b->rms_norm_eps, b->rope_theta);
+    if (!slm_llama_rope_same(a, b))
+        return slm_fail(SLM_E_ARG,
+                        "%s: model_config RoPE scaling differs (rope_type %s factor %g vs "
+                        "rope_type %s factor %g, or its llama3 bands)",
+                        mp, slm_rope_type_name(a->rope_type), (double)a->rope_factor,
+                        slm_rope_type_name(b->rope_type), (double)b->rope_factor);
     if (c->n_units != m->n_units)
         return slm_fail(SLM_E_ARG, "%s: %d units, the model has %d", mp, c->n_units, m->n_units);
     for (int u = 0; u < c->n_units; u++) {

@@ -6,6 +6,7 @@
 #include "ckpt/ckpt.h"
 #include "tokenizer/tokenizer.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +40,26 @@ static void set_token(cJSON *obj, const char *name, const slm_tokenizer *t, int3
         cJSON_AddNullToObject(obj, name);
 }
 
+// cJSON prints a parsed 8.0 as 8; transformers wants rope_scaling's factors to be JSON floats
+// (it warns on an integer), so those keys are put back as "8.0" before config.json is rewritten.
+static void keep_rope_floats(cJSON *cfg) {
+    static const char *objs[] = {"rope_scaling", "rope_parameters"};
+    static const char *keys[] = {"factor", "low_freq_factor", "high_freq_factor"};
+    for (int i = 0; i < 2; i++) {
+        cJSON *o = cJSON_GetObjectItemCaseSensitive(cfg, objs[i]);
+        if (!cJSON_IsObject(o)) continue;
+        for (int k = 0; k < 3; k++) {
+            cJSON *v = cJSON_GetObjectItemCaseSensitive(o, keys[k]);
+            if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) ||
+                fabs(v->valuedouble) > 1e15)
+                continue;
+            char buf[48];
+            snprintf(buf, sizeof buf, "%.1f", v->valuedouble);
+            cJSON_ReplaceItemInObjectCaseSensitive(o, keys[k], cJSON_CreateRaw(buf));
+        }
+    }
+}
+
 slm_status slm_hf_write_tokenizer_files(const char *out_dir, const char *tokenizer_path,
                                         int32_t max_positions) {
     slm_tokenizer *t = NULL;
@@ -65,6 +86,7 @@ slm_status slm_hf_write_tokenizer_files(const char *out_dir, const char *tokeniz
     set_id(cfg, "bos_token_id", bos);
     set_id(cfg, "eos_token_id", eos);
     set_id(cfg, "pad_token_id", pad);
+    keep_rope_floats(cfg);
     st = write_json(out_dir, "config.json", cfg);
 
     // generation_config.json: the ids generate() uses (sampling settings stay transformers').

@@ -394,10 +394,11 @@ slm_status slm_hf_load(slm_llama *m, const char *dir) {
             a->num_key_value_heads != b->num_key_value_heads ||
             a->tie_word_embeddings != b->tie_word_embeddings ||
             !cfg_close(a->rms_norm_eps, b->rms_norm_eps) ||
-            !cfg_close(a->rope_theta, b->rope_theta))
+            !cfg_close(a->rope_theta, b->rope_theta) || !slm_llama_rope_same(a, b))
             st = slm_fail(SLM_E_ARG,
-                          "%s: config (V=%d C=%d F=%d L=%d H=%d KV=%d tie=%d) differs from the "
-                          "model's (V=%d C=%d F=%d L=%d H=%d KV=%d tie=%d)",
+                          "%s: config (V=%d C=%d F=%d L=%d H=%d KV=%d tie=%d, or its rms eps / "
+                          "RoPE settings) differs from the model's (V=%d C=%d F=%d L=%d H=%d "
+                          "KV=%d tie=%d)",
                           cp, a->vocab_size, a->hidden_size, a->intermediate_size,
                           a->num_hidden_layers, a->num_attention_heads, a->num_key_value_heads,
                           a->tie_word_embeddings, b->vocab_size, b->hidden_size,

@@ -37,6 +37,9 @@ void slm_rmsnorm_bwd(float *dinp, float *dw, const float *dout, const float *inp
 
 // RoPE tables for positions [0, T): cos, sin [T, D/2], frequency theta^(-2i/D).
 void slm_rope_tables(float *cos_t, float *sin_t, int T, int D, float theta);
+// The same from given inverse frequencies inv_freq [half] (e.g. a scaled RoPE's): cos, sin
+// [T, half] of the angle t * inv_freq[i], computed in double and rounded once.
+void slm_rope_tables_freq(float *cos_t, float *sin_t, int T, int half, const double *inv_freq);
 // Rotates x [B, T, nh, D] in place, HF rotate_half convention (halves, not pairs), position
 // of row t is pos0 + t. Backward: the same call with inverse = true (rotation by -angle).
 void slm_rope_apply(float *x, const float *cos_t, const float *sin_t, int B, int T, int nh, int D,

@@ -90,6 +90,16 @@ void slm_rope_tables(float *cos_t, float *sin_t, int T, int D, float theta) {
     }
 }
 
+void slm_rope_tables_freq(float *cos_t, float *sin_t, int T, int half, const double *inv_freq) {
+    for (int i = 0; i < half; i++) {
+        for (int t = 0; t < T; t++) {
+            double a = (double)t * inv_freq[i];
+            cos_t[(int64_t)t * half + i] = (float)cos(a);
+            sin_t[(int64_t)t * half + i] = (float)sin(a);
+        }
+    }
+}
+
 void slm_rope_apply(float *x, const float *cos_t, const float *sin_t, int B, int T, int nh, int D,
                     int pos0, bool inverse) {
     SLM_ASSERT(D % 2 == 0 && pos0 >= 0);

@@ -103,6 +103,24 @@ slm_status slm_llama_config_validate(const slm_llama_config *c) {
     if (!(c->rope_theta > 0.0f) || !isfinite(c->rope_theta))
         return slm_fail(SLM_E_ARG, "model config: rope_theta must be a finite number > 0, got %g",
                         (double)c->rope_theta);
+    if (c->rope_type != SLM_ROPE_DEFAULT && c->rope_type != SLM_ROPE_LINEAR &&
+        c->rope_type != SLM_ROPE_LLAMA3)
+        return slm_fail(SLM_E_ARG, "model config: rope_type %d is not default, linear or llama3",
+                        (int)c->rope_type);
+    if (c->rope_type != SLM_ROPE_DEFAULT && !(c->rope_factor > 0.0f && isfinite(c->rope_factor)))
+        return slm_fail(SLM_E_ARG,
+                        "model config: rope_scaling.factor must be a finite number > 0, got %g",
+                        (double)c->rope_factor);
+    if (c->rope_type == SLM_ROPE_LLAMA3 &&
+        !(c->rope_low_freq_factor > 0.0f && isfinite(c->rope_high_freq_factor) &&
+          c->rope_high_freq_factor > c->rope_low_freq_factor &&
+          c->rope_original_max_position_embeddings > 0))
+        return slm_fail(SLM_E_ARG,
+                        "model config: llama3 rope_scaling needs 0 < low_freq_factor < "
+                        "high_freq_factor and original_max_position_embeddings > 0, got %g, %g, "
+                        "%d",
+                        (double)c->rope_low_freq_factor, (double)c->rope_high_freq_factor,
+                        (int)c->rope_original_max_position_embeddings);
     if (!(c->initializer_range >= 0.0f) || !isfinite(c->initializer_range))
         return slm_fail(SLM_E_ARG,
                         "model config: initializer_range must be a finite number >= 0, got %g",
@@ -125,73 +143,158 @@ static void hf_defaults(slm_llama_config *c) {
     c->initializer_range = 0.02f;
 }
 
+// RoPE scaling keys, in slm_llama_config order (rope_factor, rope_low_freq_factor,
+// rope_high_freq_factor, rope_original_max_position_embeddings).
+enum { RK_FACTOR, RK_LOW, RK_HIGH, RK_ORIG, RK_COUNT };
+static const char *const k_rope_keys[RK_COUNT] = {"factor", "low_freq_factor", "high_freq_factor",
+                                                  "original_max_position_embeddings"};
+// Which keys each rope_type takes (all of them required), indexed by SLM_ROPE_*.
+static const bool k_rope_takes[3][RK_COUNT] = {
+    {false, false, false, false}, {true, false, false, false}, {true, true, true, true}};
+
+const char *slm_rope_type_name(int32_t rope_type) {
+    switch (rope_type) {
+    case SLM_ROPE_DEFAULT:
+        return "default";
+    case SLM_ROPE_LINEAR:
+        return "linear";
+    case SLM_ROPE_LLAMA3:
+        return "llama3";
+    default:
+        return "(invalid)";
+    }
+}
+
+// What one RoPE settings object says: type (-1 when it names none), theta when given, the
+// scaling values (zero when absent).
+typedef struct rope_obj {
+    int32_t type;
+    bool has_theta;
+    float theta;
+    double v[RK_COUNT];
+} rope_obj;
+
 // One RoPE settings object: transformers >= 5 writes "rope_parameters": {"rope_type",
 // "rope_theta", ...}; transformers 4 wrote "rope_scaling" (an alias of rope_parameters in 5).
-// Only unscaled RoPE is implemented: rope_type (or the older "type") must be "default",
-// partial_rotary_factor 1; any other key (factor, original_max_position_embeddings, ...) belongs
-// to a scaled variant and is refused, naming it. *theta is set when the object has rope_theta.
+// rope_type (or the older "type") "default", "linear" (factor) or "llama3" (factor,
+// low_freq_factor, high_freq_factor, original_max_position_embeddings), each with exactly its
+// keys; partial_rotary_factor 1. Any other type or key is refused, naming it.
 static slm_status read_rope_object(const char *path, const cJSON *root, const char *field,
-                                   float *theta, bool *has_theta) {
+                                   rope_obj *r) {
+    r->type = -1;
+    r->has_theta = false;
     const cJSON *o = cJSON_GetObjectItemCaseSensitive(root, field);
     if (!o || cJSON_IsNull(o)) return SLM_OK;
     if (!cJSON_IsObject(o))
         return slm_fail(SLM_E_FORMAT, "%s: field \"%s\": expected an object or null", path, field);
     const cJSON *e;
+    const char *type_key = NULL;
+    bool has[RK_COUNT] = {false};
     cJSON_ArrayForEach(e, o) {
         const char *k = e->string;
+        int rk = -1;
+        for (int i = 0; i < RK_COUNT; i++)
+            if (!strcmp(k, k_rope_keys[i])) rk = i;
         if (!strcmp(k, "rope_type") || !strcmp(k, "type")) {
             if (!cJSON_IsString(e))
                 return slm_fail(SLM_E_FORMAT, "%s: field \"%s.%s\": expected a string", path, field,
                                 k);
-            if (strcmp(e->valuestring, "default") != 0)
+            const char *v = e->valuestring;
+            int32_t t = !strcmp(v, "default")  ? SLM_ROPE_DEFAULT
+                        : !strcmp(v, "linear") ? SLM_ROPE_LINEAR
+                        : !strcmp(v, "llama3") ? SLM_ROPE_LLAMA3
+                                               : -1;
+            if (t < 0)
                 return slm_fail(SLM_E_UNSUPPORTED,
-                                "%s: field \"%s.%s\" is \"%.40s\": shardlm implements only "
-                                "\"default\" (unscaled) RoPE",
-                                path, field, k, e->valuestring);
+                                "%s: field \"%s.%s\" is \"%.40s\": shardlm implements \"default\" "
+                                "(unscaled), \"linear\" and \"llama3\" RoPE only",
+                                path, field, k, v);
+            if (type_key && r->type != t)
+                return slm_fail(SLM_E_FORMAT, "%s: fields \"%s.%s\" and \"%s.%s\" disagree", path,
+                                field, type_key, field, k);
+            r->type = t;
+            type_key = k;
         } else if (!strcmp(k, "rope_theta")) {
             if (!cJSON_IsNumber(e))
                 return slm_fail(SLM_E_FORMAT, "%s: field \"%s.rope_theta\": expected a number",
                                 path, field);
-            *theta = (float)e->valuedouble;
-            *has_theta = true;
+            r->theta = (float)e->valuedouble;
+            r->has_theta = true;
         } else if (!strcmp(k, "partial_rotary_factor")) {
             if (!cJSON_IsNumber(e) || e->valuedouble != 1.0)
                 return slm_fail(SLM_E_UNSUPPORTED,
                                 "%s: field \"%s.partial_rotary_factor\": only 1 (RoPE on the "
                                 "whole head dim) is implemented",
                                 path, field);
+        } else if (rk >= 0) {
+            if (!cJSON_IsNumber(e) || !isfinite(e->valuedouble))
+                return slm_fail(SLM_E_FORMAT, "%s: field \"%s.%s\": expected a number", path, field,
+                                k);
+            if (rk == RK_ORIG && !(e->valuedouble >= 1 && e->valuedouble <= INT32_MAX &&
+                                   e->valuedouble == floor(e->valuedouble)))
+                return slm_fail(SLM_E_FORMAT, "%s: field \"%s.%s\": expected an integer >= 1", path,
+                                field, k);
+            r->v[rk] = e->valuedouble;
+            has[rk] = true;
         } else {
             return slm_fail(SLM_E_UNSUPPORTED,
-                            "%s: field \"%s.%.60s\": scaled RoPE is not implemented (only "
-                            "rope_type, rope_theta and partial_rotary_factor 1 are read)",
+                            "%s: field \"%s.%.60s\": not implemented (shardlm reads rope_type, "
+                            "rope_theta, partial_rotary_factor 1 and the keys of the linear and "
+                            "llama3 scalings)",
                             path, field, k);
         }
+    }
+    for (int i = 0; i < RK_COUNT; i++) {
+        if (has[i] && r->type < 0)
+            return slm_fail(SLM_E_FORMAT,
+                            "%s: field \"%s.%s\" without \"%s.rope_type\" (which scaling?)", path,
+                            field, k_rope_keys[i], field);
+        if (r->type < 0) continue;
+        if (has[i] && !k_rope_takes[r->type][i])
+            return slm_fail(SLM_E_UNSUPPORTED,
+                            "%s: field \"%s.%s\": not part of rope_type \"%s\" (scaled RoPE "
+                            "variants other than linear and llama3 are not implemented)",
+                            path, field, k_rope_keys[i], slm_rope_type_name(r->type));
+        if (!has[i] && k_rope_takes[r->type][i])
+            return slm_fail(SLM_E_FORMAT, "%s: field \"%s.%s\" missing (rope_type \"%s\" needs it)",
+                            path, field, k_rope_keys[i], slm_rope_type_name(r->type));
     }
     return SLM_OK;
 }
 
-// rope_theta from the top level and / or rope_parameters / rope_scaling. Every value given must
-// agree (transformers 4 reads the top level, 5 the nested object: a disagreement would give the
-// two libraries different models).
-static slm_status read_rope(const char *path, const cJSON *root, float *theta) {
+// rope_theta and the RoPE scaling from the top level and / or rope_parameters / rope_scaling.
+// Every value given must agree (transformers 4 reads the top level and rope_scaling, 5 the
+// nested object: a disagreement would give the two libraries different models).
+static slm_status read_rope(const char *path, const cJSON *root, slm_llama_config *c) {
     static const char *fields[] = {"rope_parameters", "rope_scaling"};
-    float top = *theta;
+    float top = c->rope_theta;
     bool has_top = cJSON_GetObjectItemCaseSensitive(root, "rope_theta") != NULL;
     slm_status st = slm_json_opt_f32(path, root, "rope_theta", &top);
     if (st) return st;
     const char *src = has_top ? "rope_theta" : NULL;
     float val = top;
+    const char *type_src = NULL;
+    rope_obj scale = {.type = SLM_ROPE_DEFAULT};
     for (int i = 0; i < 2; i++) {
-        float t = 0;
-        bool has = false;
-        if ((st = read_rope_object(path, root, fields[i], &t, &has))) return st;
-        if (!has) continue;
-        if (src && t != val)
+        rope_obj r = {0};
+        if ((st = read_rope_object(path, root, fields[i], &r))) return st;
+        if (r.type >= 0) {
+            if (type_src && (r.type != scale.type || memcmp(r.v, scale.v, sizeof r.v) != 0))
+                return slm_fail(SLM_E_FORMAT,
+                                "%s: field \"%s\" (rope_type \"%s\") disagrees with \"%s\" "
+                                "(rope_type \"%s\"): the scalings must be identical",
+                                path, fields[i], slm_rope_type_name(r.type), type_src,
+                                slm_rope_type_name(scale.type));
+            type_src = fields[i];
+            scale = r;
+        }
+        if (!r.has_theta) continue;
+        if (src && r.theta != val)
             return slm_fail(SLM_E_FORMAT,
                             "%s: field \"%s.rope_theta\" (%g) disagrees with \"%s\" (%g)", path,
-                            fields[i], (double)t, src, (double)val);
+                            fields[i], (double)r.theta, src, (double)val);
         if (!src) src = fields[i];
-        val = t;
+        val = r.theta;
     }
     const cJSON *prf = cJSON_GetObjectItemCaseSensitive(root, "partial_rotary_factor");
     if (prf && !cJSON_IsNull(prf) && !(cJSON_IsNumber(prf) && prf->valuedouble == 1.0))
@@ -199,8 +302,51 @@ static slm_status read_rope(const char *path, const cJSON *root, float *theta) {
                         "%s: field \"partial_rotary_factor\": only 1 (RoPE on the whole head "
                         "dim) is implemented",
                         path);
-    *theta = val;
+    c->rope_theta = val;
+    c->rope_type = scale.type;
+    c->rope_factor = (float)scale.v[RK_FACTOR];
+    c->rope_low_freq_factor = (float)scale.v[RK_LOW];
+    c->rope_high_freq_factor = (float)scale.v[RK_HIGH];
+    c->rope_original_max_position_embeddings = (int32_t)scale.v[RK_ORIG];
     return SLM_OK;
+}
+
+void slm_llama_rope_inv_freq(const slm_llama_config *c, int D, double *inv_freq) {
+    const double pi = 3.14159265358979323846;
+    double factor = c->rope_factor, lo = c->rope_low_freq_factor, hi = c->rope_high_freq_factor;
+    double old_ctx = c->rope_original_max_position_embeddings;
+    for (int i = 0; i < D / 2; i++) {
+        // theta^(-2i/D), as HF's default RoPE (in double here).
+        double f = pow((double)c->rope_theta, -2.0 * (double)i / (double)D);
+        if (c->rope_type == SLM_ROPE_LINEAR) {
+            f /= factor; // positions divided by factor, folded into the frequency
+        } else if (c->rope_type == SLM_ROPE_LLAMA3) {
+            // Wavelengths shorter than old_ctx / hi keep their frequency, longer than
+            // old_ctx / lo are slowed by factor, in between a linear blend in old_ctx / wavelen.
+            double wavelen = 2.0 * pi / f;
+            if (wavelen > old_ctx / lo) {
+                f /= factor;
+            } else if (!(wavelen < old_ctx / hi)) {
+                double s = (old_ctx / wavelen - lo) / (hi - lo);
+                f = (1.0 - s) * f / factor + s * f;
+            }
+        }
+        inv_freq[i] = f;
+    }
+}
+
+static bool rel_close(float a, float b) {
+    return fabs((double)a - (double)b) <= 1e-6 * fmax(fabs((double)a), fabs((double)b));
+}
+
+bool slm_llama_rope_same(const slm_llama_config *a, const slm_llama_config *b) {
+    if (!rel_close(a->rope_theta, b->rope_theta) || a->rope_type != b->rope_type) return false;
+    if (a->rope_type == SLM_ROPE_DEFAULT) return true;
+    if (!rel_close(a->rope_factor, b->rope_factor)) return false;
+    if (a->rope_type == SLM_ROPE_LINEAR) return true;
+    return rel_close(a->rope_low_freq_factor, b->rope_low_freq_factor) &&
+           rel_close(a->rope_high_freq_factor, b->rope_high_freq_factor) &&
+           a->rope_original_max_position_embeddings == b->rope_original_max_position_embeddings;
 }
 
 // config.json fields shardlm reads (above) or knows to be irrelevant to the model's math
@@ -317,7 +463,7 @@ slm_status slm_llama_config_parse(const char *text, size_t len, const char *path
         (st = slm_json_opt_i32(path, root, "max_position_embeddings", false,
                                &t.max_position_embeddings)) ||
         (st = slm_json_opt_f32(path, root, "rms_norm_eps", &t.rms_norm_eps)) ||
-        (st = read_rope(path, root, &t.rope_theta)) ||
+        (st = read_rope(path, root, &t)) ||
         (st = slm_json_opt_f32(path, root, "initializer_range", &t.initializer_range)) ||
         (st = slm_json_opt_bool(path, root, "tie_word_embeddings", &t.tie_word_embeddings)) ||
         (st = check_unsupported(path, root, t.hidden_size, t.num_attention_heads)))
@@ -364,6 +510,29 @@ static void add_float(cJSON *obj, const char *name, float v) {
     cJSON_AddItemToObject(obj, name, cJSON_CreateRaw(buf));
 }
 
+// add_float, but always with a decimal point or exponent ("8.0", not "8"): transformers checks
+// that rope_scaling's factors are floats (warns on a JSON integer).
+static void add_float_f(cJSON *obj, const char *name, float v) {
+    add_float(obj, name, v);
+    cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, name);
+    if (strpbrk(it->valuestring, ".eEn")) return;
+    char buf[64];
+    snprintf(buf, sizeof buf, "%s.0", it->valuestring);
+    cJSON_ReplaceItemInObjectCaseSensitive(obj, name, cJSON_CreateRaw(buf));
+}
+
+// The scaling keys of c's rope_type (none for default) into a rope_scaling / rope_parameters
+// object.
+static void add_rope_scaling(cJSON *o, const slm_llama_config *c) {
+    if (c->rope_type == SLM_ROPE_DEFAULT) return;
+    add_float_f(o, "factor", c->rope_factor);
+    if (c->rope_type != SLM_ROPE_LLAMA3) return;
+    add_float_f(o, "low_freq_factor", c->rope_low_freq_factor);
+    add_float_f(o, "high_freq_factor", c->rope_high_freq_factor);
+    cJSON_AddNumberToObject(o, "original_max_position_embeddings",
+                            c->rope_original_max_position_embeddings);
+}
+
 void slm_llama_config_to_json(const slm_llama_config *c, bool hf, cJSON *o) {
     if (hf) {
         cJSON *arch = cJSON_AddArrayToObject(o, "architectures");
@@ -381,11 +550,24 @@ void slm_llama_config_to_json(const slm_llama_config *c, bool hf, cJSON *o) {
     add_float(o, "rms_norm_eps", c->rms_norm_eps);
     add_float(o, "rope_theta", c->rope_theta);
     if (hf) {
-        // transformers >= 5 reads RoPE settings from rope_parameters, 4 from rope_theta: both.
+        // transformers >= 5 reads RoPE settings from rope_parameters, 4 from rope_theta and
+        // rope_scaling: both.
         cJSON *rp = cJSON_AddObjectToObject(o, "rope_parameters");
-        cJSON_AddStringToObject(rp, "rope_type", "default");
+        cJSON_AddStringToObject(rp, "rope_type", slm_rope_type_name(c->rope_type));
         add_float(rp, "rope_theta", c->rope_theta);
-        cJSON_AddNullToObject(o, "rope_scaling");
+        add_rope_scaling(rp, c);
+        if (c->rope_type == SLM_ROPE_DEFAULT) {
+            cJSON_AddNullToObject(o, "rope_scaling");
+        } else {
+            cJSON *rs = cJSON_AddObjectToObject(o, "rope_scaling");
+            cJSON_AddStringToObject(rs, "rope_type", slm_rope_type_name(c->rope_type));
+            add_rope_scaling(rs, c);
+        }
+    } else if (c->rope_type != SLM_ROPE_DEFAULT) {
+        // checkpoint manifests: only when scaled (unscaled manifests keep their 11 fields).
+        cJSON *rs = cJSON_AddObjectToObject(o, "rope_scaling");
+        cJSON_AddStringToObject(rs, "rope_type", slm_rope_type_name(c->rope_type));
+        add_rope_scaling(rs, c);
     }
     cJSON_AddBoolToObject(o, "tie_word_embeddings", c->tie_word_embeddings);
     add_float(o, "initializer_range", c->initializer_range);

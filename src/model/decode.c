@@ -54,7 +54,12 @@ slm_kv_cache *slm_kv_cache_new(const slm_llama *m, int max_T) {
     memset(kc->v, 0, cache_bytes);
     kc->rope_cos = slm_xaligned((size_t)(max_T * (D / 2)) * sizeof(float));
     kc->rope_sin = slm_xaligned((size_t)(max_T * (D / 2)) * sizeof(float));
-    slm_rope_tables(kc->rope_cos, kc->rope_sin, max_T, (int)D, c->rope_theta);
+    {
+        double *inv_freq = slm_xcalloc((size_t)(D / 2), sizeof *inv_freq);
+        slm_llama_rope_inv_freq(c, (int)D, inv_freq); // scaled RoPE (rope_scaling) included
+        slm_rope_tables_freq(kc->rope_cos, kc->rope_sin, max_T, (int)(D / 2), inv_freq);
+        free(inv_freq);
+    }
     kc->x = slm_xaligned((size_t)C * sizeof(float));
     kc->ln = slm_xaligned((size_t)C * sizeof(float));
     kc->q = slm_xaligned((size_t)C * sizeof(float));

@@ -265,7 +265,12 @@ static slm_llama_acts *acts_new(const slm_llama *m, int B, int T, bool keep_logi
     a->rope_T = T;
     a->rope_cos = falloc(a, (int64_t)a->rope_T * (D / 2));
     a->rope_sin = falloc(a, (int64_t)a->rope_T * (D / 2));
-    slm_rope_tables(a->rope_cos, a->rope_sin, a->rope_T, (int)D, c->rope_theta);
+    {
+        double *inv_freq = slm_xcalloc((size_t)(D / 2), sizeof *inv_freq);
+        slm_llama_rope_inv_freq(c, (int)D, inv_freq); // scaled RoPE (rope_scaling) included
+        slm_rope_tables_freq(a->rope_cos, a->rope_sin, a->rope_T, (int)(D / 2), inv_freq);
+        free(inv_freq);
+    }
     a->x = falloc(a, (int64_t)(L + 1) * N * C);
     a->n_blk = a->ckpt ? 1 : L;
     a->blk = slm_xcalloc((size_t)a->n_blk, sizeof *a->blk);

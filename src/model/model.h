@@ -36,7 +36,26 @@ typedef struct slm_llama_config {
     float rope_theta;
     bool tie_word_embeddings;
     float initializer_range; // std of the normal init (HF default 0.02)
+    // RoPE scaling (HF rope_scaling / rope_parameters), applied to the inverse frequencies:
+    // SLM_ROPE_DEFAULT (none; the zero value, so presets and old manifests are unscaled),
+    // SLM_ROPE_LINEAR (inv_freq / factor) or SLM_ROPE_LLAMA3 (Llama 3.1's per-band factor).
+    int32_t rope_type;
+    float rope_factor;                             // linear, llama3 (> 0)
+    float rope_low_freq_factor;                    // llama3 (> 0)
+    float rope_high_freq_factor;                   // llama3 (> rope_low_freq_factor)
+    int32_t rope_original_max_position_embeddings; // llama3 (> 0)
 } slm_llama_config;
+
+// slm_llama_config.rope_type values.
+enum { SLM_ROPE_DEFAULT = 0, SLM_ROPE_LINEAR = 1, SLM_ROPE_LLAMA3 = 2 };
+// The HF rope_type name of a slm_llama_config.rope_type ("default", "linear", "llama3").
+const char *slm_rope_type_name(int32_t rope_type);
+// RoPE inverse frequencies for head dim D: inv_freq[D/2] (caller-owned), theta^(-2i/D) adjusted
+// by the config's scaling exactly as transformers' _compute_linear_scaling_rope_parameters /
+// _compute_llama3_parameters do (computed in double here).
+void slm_llama_rope_inv_freq(const slm_llama_config *c, int D, double *inv_freq);
+// Whether a and b have the same RoPE settings (theta and scaling; floats to 1e-6 relative).
+bool slm_llama_rope_same(const slm_llama_config *a, const slm_llama_config *b);
 
 // Named presets ("tiny", "small", "gqa", "kjv"; sizes in model/config.c and docs/model.md).
 // A caller may overwrite c->vocab_size afterwards to match its tokenizer (then validate).
@@ -63,7 +82,8 @@ slm_status slm_llama_config_save(const slm_llama_config *c, const char *path);
 // as the shortest decimal that reads back to the same float). With `hf`, also the fields HF's
 // LlamaConfig expects (architectures, model_type, hidden_act, rope_parameters, rope_scaling,
 // attention_bias, mlp_bias, torch_dtype): config.json. Without: the 11 fields of a checkpoint
-// manifest's model_config. Both read back with slm_llama_config_parse.
+// manifest's model_config, plus "rope_scaling" when the RoPE is scaled. Both read back with
+// slm_llama_config_parse.
 struct cJSON;
 void slm_llama_config_to_json(const slm_llama_config *c, bool hf, struct cJSON *o);
 // Parameter counts: all parameters / matmul parameters (incl. lm_head; embedding excluded),

@@ -161,7 +161,7 @@ slm_status slm_train_agree(const slm_train_opts *o) {
     add(l, "--train-from-scratch", A, "%s", on_off(o->train_from_scratch));
     // What the options point at, read on every rank (a node-local copy may differ).
     slm_llama_config c;
-    if (slm_train_resolve_config(o->model, o->vocab_size, o->T, &c) == SLM_OK)
+    if (slm_train_resolve_config(o->model, o->vocab_size, o->T, &c) == SLM_OK) {
         add(l, "model config", SLM_E_FORMAT,
             "vocab %d, hidden %d, intermediate %d, layers %d, heads %d, kv heads %d, max "
             "positions %d, rms eps %.9g, rope theta %.9g, tied %s, init std %.9g",
@@ -169,8 +169,15 @@ slm_status slm_train_agree(const slm_train_opts *o) {
             c.num_attention_heads, c.num_key_value_heads, c.max_position_embeddings,
             (double)c.rms_norm_eps, (double)c.rope_theta, on_off(c.tie_word_embeddings),
             (double)c.initializer_range);
-    else
+        // its own item, so that a message names it (the line above is long)
+        add(l, "model config rope scaling", SLM_E_FORMAT,
+            "%s factor %.9g low %.9g high %.9g original positions %d",
+            slm_rope_type_name(c.rope_type), (double)c.rope_factor, (double)c.rope_low_freq_factor,
+            (double)c.rope_high_freq_factor, (int)c.rope_original_max_position_embeddings);
+    } else {
         add(l, "model config", SLM_E_FORMAT, "invalid (%.120s)", slm_errmsg());
+        add(l, "model config rope scaling", SLM_E_FORMAT, "(invalid model config)");
+    }
     // Always the same items on every rank (a missing one would read as a different build).
     if (o->synthetic || !o->data_dir) {
         add(l, "dataset manifest", SLM_E_FORMAT, "(none)");

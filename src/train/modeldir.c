@@ -95,6 +95,11 @@ static slm_status check_run_config(const char *cfg_path, const slm_ckpt *c) {
     CK(tie_word_embeddings)
     CKF(rms_norm_eps)
     CKF(rope_theta)
+    CK(rope_type)
+    CKF(rope_factor)
+    CKF(rope_low_freq_factor)
+    CKF(rope_high_freq_factor)
+    CK(rope_original_max_position_embeddings)
 #undef CK
 #undef CKF
     if (!field) return SLM_OK;

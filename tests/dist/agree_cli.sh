@@ -94,6 +94,17 @@ expect "--init-from-hf weights" 1 "ranks disagree on --init-from-hf weights: ran
     -np 1 -wdir "$W/a" "$BIN" "${TR[@]}" "${D[@]}" --init-from-hf hf --out "$W/mix" : \
     -np 1 -wdir "$W/b" "$BIN" "${TR[@]}" "${D[@]}" --init-from-hf hf --out "$W/mix"
 [ -e "$W/mix" ] && bad "the refused --init-from-hf run created its --out" || ok "no --out for the refused run"
+# the same relative --model path holding configs that differ only in the RoPE scaling (linear
+# factor 2 vs 4): the model config comparison includes rope_scaling: exit 1
+RS='rope_scaling={"rope_type": "linear", "factor": '
+slm_tiny_config "$W/a/cfg.json" vocab_size=300 max_position_embeddings=16 "${RS}2.0}"
+slm_tiny_config "$W/b/cfg.json" vocab_size=300 max_position_embeddings=16 "${RS}4.0}"
+TRM=("${TR[@]}")
+TRM[2]=cfg.json
+expect "model config rope_scaling" 1 "ranks disagree on model config rope scaling: rank 0 linear factor 2 low 0 high 0 original positions 0, rank 1 linear factor 4" -- \
+    -np 1 -wdir "$W/a" "$BIN" "${TRM[@]}" "${D[@]}" --out "$W/rs" : \
+    -np 1 -wdir "$W/b" "$BIN" "${TRM[@]}" "${D[@]}" --out "$W/rs"
+[ -e "$W/rs" ] && bad "the refused rope_scaling run created its --out" || ok "no --out for the refused rope_scaling run"
 
 # prep under mpirun
 P=(prep --input "$W/corpus.txt" --workers 1 --quiet --collective-timeout 30)

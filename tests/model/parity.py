@@ -5,8 +5,9 @@ Checks per case: logits, loss (keep_logits eval forward and the chunked fused tr
 and EVERY parameter gradient, as norm-wise relative errors ||c - ref|| / ||ref||
 (loss <= 1e-4, logits and gradients <= 1e-3). Cases cover GQA / MQA / MHA, tied / untied,
 odd sizes, T not a power of two, B > 1, ignored targets, activation checkpointing, several
-lm_head chunks, a loss scale and rope_theta 1e2 / 500 / 1e4 / 5e5 / 1e6 (for every non-default
-theta the logits must also differ clearly from the reference's at theta 1e4).
+lm_head chunks, a loss scale, rope_theta 1e2 / 500 / 1e4 / 5e5 / 1e6 and the llama3 / linear
+RoPE scalings (for every non-default theta or scaling the logits must also differ clearly from
+the reference's at unscaled theta 1e4).
 
 Usage: parity.py MODEL_DUMP_BINARY
 """
@@ -35,6 +36,8 @@ def cfg(V, C, F, L, H, KV, tied, eps=1e-5, theta=10000.0, T=64, std=0.02):
                 initializer_range=std)
 
 
+LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+          "original_max_position_embeddings": 32}
 ODD = cfg(97, 40, 72, 2, 4, 2, False)
 CASES = [
     # name, config, dump options
@@ -58,6 +61,19 @@ CASES = [
      ["--batch", "1", "--seq", "96"]),
     ("theta_1e6_tied", cfg(71, 64, 96, 2, 4, 1, True, theta=1000000.0, T=128, std=0.3),
      ["--batch", "2", "--seq", "96", "--ckpt"]),
+    # RoPE scaling (Llama 3.1's llama3 and linear) at positions up to 95, far beyond
+    # original_max_position_embeddings 32: head dim 16 at theta 1e4 puts frequency 0 in the
+    # unscaled band (wavelength 6.3 < 32 / 4), 1 in the blended one (19.9) and 2..7 in the
+    # divided one (> 32 / 1). Also the transformers-5 layout (rope_parameters only).
+    ("llama3_scaling", dict(cfg(71, 64, 96, 2, 4, 2, False, T=128, std=0.3),
+                            rope_scaling=LLAMA3), ["--batch", "2", "--seq", "96"]),
+    ("llama3_rope_parameters_ckpt",
+     dict(cfg(71, 64, 96, 2, 4, 1, True, theta=500000.0, T=128, std=0.3),
+          rope_parameters=dict(LLAMA3, rope_theta=500000.0)),
+     ["--batch", "1", "--seq", "96", "--ckpt"]),
+    ("linear_scaling", dict(cfg(71, 64, 96, 2, 4, 2, False, T=128, std=0.3),
+                            rope_scaling={"type": "linear", "factor": 4.0}),
+     ["--batch", "1", "--seq", "96"]),
     # weights, tokens and targets written by Python (torch's own init), B=3 T=9
     ("torch_init_gqa_ckpt", cfg(89, 64, 120, 2, 8, 2, False), ["torch-init", "3", "9", "--ckpt"]),
 ]
@@ -93,6 +109,7 @@ def run_case(binary, tmp, name, c, opts):
         opts = torch_weights(tmp, name, c, int(opts[1]), int(opts[2])) + opts[3:]
     subprocess.run([binary, "--config", cfg_path, "--out", out_path] + opts, check=True)
     t, meta = ref.read_tensors(out_path)
+    c = ref.normalize_config(c)
     model = ref.build_model(c, dtype=torch.float64)
     ref.load_flat_weights(model, t, prefix="param/")
     logits, loss = ref.forward(model, t["tokens"], t["targets"])
@@ -120,16 +137,19 @@ def run_case(binary, tmp, name, c, opts):
         if n in c_grads:
             check("grad " + n, ref.rel_err(c_grads[n], grads[n]), TENSOR_TOL)
     note = ""
-    if c["rope_theta"] != 10000.0:
-        # the same weights under the default theta must be clearly off (else theta is untested)
-        wrong = ref.build_model(dict(c, rope_theta=10000.0), dtype=torch.float64)
+    if c["rope_theta"] != 10000.0 or c["rope_scaling"]:
+        # the same weights under the default, unscaled RoPE must be clearly off (else theta /
+        # the scaling is untested)
+        wrong = ref.build_model(dict(c, rope_theta=10000.0, rope_scaling=None),
+                                dtype=torch.float64)
         ref.load_flat_weights(wrong, t, prefix="param/")
         with torch.no_grad():
             wl, _ = ref.forward(wrong, t["tokens"], t["targets"])
         e = ref.rel_err(t["logits"], wl.numpy())
-        note = f"; vs theta 1e4 {e:.2e}"
+        note = f"; vs unscaled theta 1e4 {e:.2e}"
         if not e > 10 * TENSOR_TOL:
-            fails.append(f"theta {c['rope_theta']:g} vs 1e4 changes the logits by only {e:.2e}")
+            fails.append(f"theta {c['rope_theta']:g} / scaling vs unscaled 1e4 changes the logits "
+                         f"by only {e:.2e}")
     status = "ok" if not fails else "FAIL"
     print(f"[{status:4}] {name}: loss C {float(t['loss'][0]):.7f} ref {lv:.7f}, "
           f"{len(c_grads)} grads, worst logits/grad rel err {worst:.2e}{note}")

@@ -49,7 +49,10 @@ static bool cfg_equal(const slm_llama_config *a, const slm_llama_config *b) {
            a->max_position_embeddings == b->max_position_embeddings &&
            a->rms_norm_eps == b->rms_norm_eps && a->rope_theta == b->rope_theta &&
            a->tie_word_embeddings == b->tie_word_embeddings &&
-           a->initializer_range == b->initializer_range;
+           a->initializer_range == b->initializer_range && a->rope_type == b->rope_type &&
+           a->rope_factor == b->rope_factor && a->rope_low_freq_factor == b->rope_low_freq_factor &&
+           a->rope_high_freq_factor == b->rope_high_freq_factor &&
+           a->rope_original_max_position_embeddings == b->rope_original_max_position_embeddings;
 }
 
 static void test_presets(void) {
@@ -194,15 +197,40 @@ static void test_config_rope(void) {
         const char *json, *needle;
         slm_status want;
     } bad[] = {
-        {"\"rope_parameters\": {\"rope_theta\": 500000.0, \"rope_type\": \"linear\", "
+        {"\"rope_parameters\": {\"rope_theta\": 500000.0, \"rope_type\": \"yarn\", "
          "\"factor\": 2.0}}",
          "rope_parameters.rope_type", SLM_E_UNSUPPORTED},
-        {"\"rope_parameters\": {\"rope_theta\": 500000.0, \"factor\": 2.0}}",
-         "rope_parameters.factor", SLM_E_UNSUPPORTED},
-        {"\"rope_scaling\": {\"type\": \"linear\", \"factor\": 2.0}}", "rope_scaling.type",
+        {"\"rope_scaling\": {\"type\": \"dynamic\", \"factor\": 2.0}}", "rope_scaling.type",
          SLM_E_UNSUPPORTED},
-        {"\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0}}",
+        {"\"rope_scaling\": {\"rope_type\": \"longrope\", \"factor\": 2.0}}",
          "rope_scaling.rope_type", SLM_E_UNSUPPORTED},
+        {"\"rope_parameters\": {\"rope_theta\": 500000.0, \"factor\": 2.0}}",
+         "rope_parameters.factor", SLM_E_FORMAT},
+        {"\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0}}",
+         "rope_scaling.low_freq_factor", SLM_E_FORMAT},
+        {"\"rope_scaling\": {\"rope_type\": \"linear\"}}", "rope_scaling.factor", SLM_E_FORMAT},
+        {"\"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 2.0, "
+         "\"low_freq_factor\": 1.0}}",
+         "rope_scaling.low_freq_factor", SLM_E_UNSUPPORTED},
+        {"\"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 2.0, \"mscale\": 1.0}}",
+         "rope_scaling.mscale", SLM_E_UNSUPPORTED},
+        {"\"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": \"2\"}}", "rope_scaling.factor",
+         SLM_E_FORMAT},
+        {"\"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 0.0}}", "factor", SLM_E_ARG},
+        {"\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": "
+         "4.0, \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 16}}",
+         "high_freq_factor", SLM_E_ARG},
+        {"\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": "
+         "1.0, \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 16.5}}",
+         "rope_scaling.original_max_position_embeddings", SLM_E_FORMAT},
+        {"\"rope_scaling\": {\"rope_type\": \"linear\", \"type\": \"llama3\", \"factor\": 2.0}}",
+         "rope_scaling.type", SLM_E_FORMAT},
+        {"\"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 2.0}, \"rope_parameters\": "
+         "{\"rope_type\": \"linear\", \"factor\": 4.0}}",
+         "disagrees", SLM_E_FORMAT},
+        {"\"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 2.0}, \"rope_parameters\": "
+         "{\"rope_type\": \"default\"}}",
+         "disagrees", SLM_E_FORMAT},
         {"\"rope_theta\": 10000.0, \"rope_parameters\": {\"rope_theta\": 500000.0}}", "disagrees",
          SLM_E_FORMAT},
         {"\"rope_parameters\": {\"rope_theta\": 500000.0, \"partial_rotary_factor\": 0.5}}",
@@ -230,6 +258,37 @@ static void test_config_rope(void) {
                        "\"dtype\": \"bfloat16\", \"use_cache\": false, \"quantization_config\": "
                        "null}");
     CHECK_OK(slm_llama_config_load(p, &c));
+    // Scaled RoPE: llama3 (transformers 4 "rope_scaling" with rope_type or the legacy "type",
+    // transformers 5 "rope_parameters", or both when equal) and linear.
+    const char *llama3[] = {
+        "\"rope_theta\": 500000.0, \"rope_scaling\": {\"factor\": 8.0, \"low_freq_factor\": 1.0, "
+        "\"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192, \"rope_type\": "
+        "\"llama3\"}}",
+        "\"rope_scaling\": {\"type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0, "
+        "\"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192}, \"rope_theta\": "
+        "500000}",
+        "\"rope_parameters\": {\"rope_type\": \"llama3\", \"rope_theta\": 500000.0, \"factor\": "
+        "8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, "
+        "\"original_max_position_embeddings\": 8192}}",
+        "\"rope_parameters\": {\"rope_type\": \"llama3\", \"rope_theta\": 500000.0, \"factor\": "
+        "8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, "
+        "\"original_max_position_embeddings\": 8192}, \"rope_scaling\": {\"rope_type\": "
+        "\"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, "
+        "\"original_max_position_embeddings\": 8192}}",
+    };
+    for (size_t i = 0; i < sizeof llama3 / sizeof llama3[0]; i++) {
+        char b2[1024];
+        snprintf(b2, sizeof b2, BASE "%s", llama3[i]);
+        write_text(p, b2);
+        CHECK_OK(slm_llama_config_load(p, &c));
+        CHECK_MSG(c.rope_type == SLM_ROPE_LLAMA3 && c.rope_factor == 8.0f &&
+                      c.rope_low_freq_factor == 1.0f && c.rope_high_freq_factor == 4.0f &&
+                      c.rope_original_max_position_embeddings == 8192 && c.rope_theta == 500000.0f,
+                  "llama3 case %zu", i);
+    }
+    write_text(p, BASE "\"rope_scaling\": {\"type\": \"linear\", \"factor\": 2.5}}");
+    CHECK_OK(slm_llama_config_load(p, &c));
+    CHECK(c.rope_type == SLM_ROPE_LINEAR && c.rope_factor == 2.5f);
 #undef BASE
     // The saved config carries both layouts with the same theta, and reads back.
     c = small_cfg(97, 40, 72, 2, 4, 2, false);
@@ -588,14 +647,25 @@ static void test_finite_differences(void) {
 }
 
 static void test_decode_matches_forward(void) {
-    const bool tied[4] = {false, true, false, true};
+    const bool tied[6] = {false, true, false, true, false, true};
     // rope_theta per variant: decode applies RoPE itself (src/model/decode.c), so it is checked
     // at the default and at non-default thetas (the full forward's RoPE at those thetas is
     // checked against PyTorch by tests/model/parity.py).
-    const float theta[4] = {10000.0f, 10000.0f, 500000.0f, 1000000.0f};
-    for (int variant = 0; variant < 4; variant++) {
+    // Variants 4 and 5: llama3 and linear RoPE scaling (decode builds its own RoPE tables).
+    const float theta[6] = {10000.0f, 10000.0f, 500000.0f, 1000000.0f, 10000.0f, 10000.0f};
+    for (int variant = 0; variant < 6; variant++) {
         slm_llama_config c = small_cfg(67, 48, 80, 2, 6, variant % 2 ? 3 : 1, tied[variant]);
         c.rope_theta = theta[variant];
+        if (variant == 4) {
+            c.rope_type = SLM_ROPE_LLAMA3;
+            c.rope_factor = 8.0f;
+            c.rope_low_freq_factor = 1.0f;
+            c.rope_high_freq_factor = 4.0f;
+            c.rope_original_max_position_embeddings = 16;
+        } else if (variant == 5) {
+            c.rope_type = SLM_ROPE_LINEAR;
+            c.rope_factor = 4.0f;
+        }
         c.initializer_range = 0.1f; // sharper attention than at 0.02, a stronger check
         slm_llama m;
         CHECK_OK(slm_llama_init(&m, &c, true));
@@ -645,6 +715,36 @@ static void test_config_to_json(void) {
         CHECK(cfg_equal(&c, &back));
         free(txt);
         cJSON_Delete(o);
+    }
+    // Scaled RoPE round-trips in both forms: config.json carries it in rope_parameters
+    // (transformers 5) and rope_scaling (4), a manifest's model_config in rope_scaling.
+    for (int kind = 0; kind < 2; kind++) {
+        c.rope_type = kind ? SLM_ROPE_LINEAR : SLM_ROPE_LLAMA3;
+        c.rope_factor = kind ? 2.5f : 8.0f;
+        c.rope_low_freq_factor = kind ? 0.0f : 1.0f;
+        c.rope_high_freq_factor = kind ? 0.0f : 4.0f;
+        c.rope_original_max_position_embeddings = kind ? 0 : 8192;
+        for (int hf = 0; hf < 2; hf++) {
+            cJSON *o = cJSON_CreateObject();
+            slm_llama_config_to_json(&c, hf, o);
+            cJSON *rs = cJSON_GetObjectItem(o, "rope_scaling");
+            CHECK(cJSON_IsObject(rs) && cJSON_GetArraySize(rs) == (kind ? 2 : 5));
+            if (hf) {
+                cJSON *rp = cJSON_GetObjectItem(o, "rope_parameters");
+                CHECK(cJSON_IsObject(rp) && cJSON_GetArraySize(rp) == (kind ? 3 : 6));
+            }
+            char *txt = cJSON_PrintUnformatted(o);
+            const char *want =
+                kind ? "\"rope_type\":\"linear\",\"factor\":2.5"
+                     : "\"rope_type\":\"llama3\",\"factor\":8.0,\"low_freq_factor\":1.0,"
+                       "\"high_freq_factor\":4.0,"
+                       "\"original_max_position_embeddings\":8192";
+            CHECK_MSG(strstr(txt, want), "%s", txt);
+            CHECK_OK(slm_llama_config_parse(txt, strlen(txt), "to_json", &back));
+            CHECK(cfg_equal(&c, &back));
+            free(txt);
+            cJSON_Delete(o);
+        }
     }
 }
 

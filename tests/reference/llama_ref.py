@@ -54,6 +54,7 @@ HF_DEFAULTS = dict(
     rope_theta=10000.0,
     tie_word_embeddings=False,
     initializer_range=0.02,
+    rope_scaling=None,
 )
 
 # ------------------------------------------------------------------------------------------------
@@ -127,6 +128,13 @@ def normalize_config(cfg):
     num_attention_heads)."""
     c = dict(HF_DEFAULTS)
     c.update({k: v for k, v in cfg.items() if k in HF_DEFAULTS})
+    # transformers 5 nests the RoPE settings in rope_parameters (rope_scaling's alias there)
+    rp = cfg.get("rope_parameters")
+    if rp:
+        if "rope_theta" in rp:
+            c["rope_theta"] = rp["rope_theta"]
+        if c["rope_scaling"] is None and rp.get("rope_type", rp.get("type")) != "default":
+            c["rope_scaling"] = rp
     if c["num_key_value_heads"] is None:
         c["num_key_value_heads"] = c["num_attention_heads"]
     assert c["hidden_size"] % c["num_attention_heads"] == 0
@@ -155,10 +163,33 @@ class RMSNorm(nn.Module):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
 
 
-def rope_cos_sin(T, D, theta, dtype):
-    """cos, sin [T, D] for RoPE (Su et al. 2021), HF layout: the D/2 frequencies theta^(-2i/D)
-    repeated for the two halves of the head dim. Computed in float64."""
+def rope_inv_freq(D, theta, scaling=None):
+    """The D/2 RoPE frequencies theta^(-2i/D) (float64), adjusted by an HF rope_scaling dict:
+    "linear": all divided by factor; "llama3" (Llama 3.1): with L = original_max_position_embeddings
+    and wavelength w = 2 pi / f, frequencies with w < L / high_freq_factor stay, those with
+    w > L / low_freq_factor are divided by factor, and in between f is blended as
+    (1 - s) f / factor + s f with s = (L / w - low_freq_factor) / (high_freq_factor - low_freq_factor)."""
     inv_freq = 1.0 / theta ** (torch.arange(0, D, 2, dtype=torch.float64) / D)
+    kind = None if scaling is None else scaling.get("rope_type", scaling.get("type"))
+    if kind in (None, "default"):
+        return inv_freq
+    factor = float(scaling["factor"])
+    if kind == "linear":
+        return inv_freq / factor
+    assert kind == "llama3", kind
+    lo, hi = float(scaling["low_freq_factor"]), float(scaling["high_freq_factor"])
+    L = float(scaling["original_max_position_embeddings"])
+    w = 2 * math.pi / inv_freq
+    s = (L / w - lo) / (hi - lo)
+    blended = (1 - s) * inv_freq / factor + s * inv_freq
+    out = torch.where(w > L / lo, inv_freq / factor, blended)
+    return torch.where(w < L / hi, inv_freq, out)
+
+
+def rope_cos_sin(T, D, theta, dtype, scaling=None):
+    """cos, sin [T, D] for RoPE (Su et al. 2021), HF layout: the D/2 frequencies theta^(-2i/D)
+    (scaled by rope_inv_freq) repeated for the two halves of the head dim. Computed in float64."""
+    inv_freq = rope_inv_freq(D, theta, scaling)
     freqs = torch.outer(torch.arange(T, dtype=torch.float64), inv_freq)
     emb = torch.cat([freqs, freqs], dim=-1)
     return emb.cos().to(dtype), emb.sin().to(dtype)
@@ -248,7 +279,7 @@ class LlamaForCausalLM(nn.Module):
         B, T = tokens.shape
         D = c["hidden_size"] // c["num_attention_heads"]
         x = self.model.embed_tokens(tokens)
-        cos, sin = rope_cos_sin(T, D, c["rope_theta"], x.dtype)
+        cos, sin = rope_cos_sin(T, D, c["rope_theta"], x.dtype, c.get("rope_scaling"))
         for layer in self.model.layers:
             x = layer(x, cos.to(x.device), sin.to(x.device))
         x = self.model.norm(x)

@@ -1,0 +1,243 @@
+"""Scaled RoPE against transformers.LlamaForCausalLM itself (issue 13, Models).
+
+Tiny random models built by transformers (LlamaConfig with rope_scaling llama3: factor 8,
+low_freq_factor 1, high_freq_factor 4, original_max_position_embeddings 32, and linear:
+legacy "type" key, factor 4), max_position_embeddings 128, saved with save_pretrained
+(safetensors), are evaluated on sequences of 101 tokens, i.e. positions far beyond
+original_max_position_embeddings:
+1. logits and loss of `model_dump --config HF/config.json --weights` (the C forward on the HF
+   weights) equal transformers' fp32 forward within 1e-5 relative (norm-wise for the logits);
+   as an independent guard, the same transformers model with rope_scaling removed must differ
+   by more than 1e-2 (so the comparison sees the scaling at these positions);
+2. `shardlm eval --init-from-hf HF --token-ids` (the loader and eval path) gives the same loss
+   within 1e-5 relative;
+3. greedy `shardlm generate --model HF` (the KV-cache decode path) equals transformers'
+   generate() id for id up to position ~100; a difference is accepted only at a near-tie of
+   transformers' top two logits (< 1e-4; fp32 logits agree to ~1e-6), where the comparison stops;
+4. the reverse: `shardlm train --init-from-hf` for 2 steps, `ckpt export --hf`, and
+   transformers loads the export with the same rope_scaling and the loss `shardlm eval` of the
+   run (its checkpoint manifest's config) gives, within 1e-5 relative.
+The 1e-5 bound: both sides are fp32 (unit round-off 6e-8) with reductions of at most 96 terms
+and an attention over <= 101 positions; the C side against a float64 reference is ~1e-6
+(tests/model/parity.py), so 1e-5 leaves a 10x margin while the unscaled model is off by ~1.
+
+Usage: hf_rope_scaling.py MODEL_DUMP_BINARY (SHARDLM_BIN, SLM_SHARED_DIR from CTest).
+Exit 77 (skip) only if transformers cannot be imported (scripts/setup.sh installs it).
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "reference"))
+
+try:
+    import numpy as np
+    import torch
+    import transformers
+    from transformers import LlamaConfig, LlamaForCausalLM
+except ImportError as e:
+    print(f"SKIP: transformers / torch not importable ({e})")
+    sys.exit(77)
+
+import llama_ref as ref  # noqa: E402  (only its .slt tensor-file writer / reader)
+
+# Debian's torch 1.13 cannot import torch.distributed.fsdp under Python 3.11; generate() imports
+# it only to ask whether the model is FSDP-wrapped (see tests/ckpt/hf_transformers.py).
+if int(torch.__version__.split(".")[0]) < 2:
+    import transformers.generation.utils as _gu
+    _gu.is_fsdp_managed_module = lambda module: False
+
+SHARDLM = os.environ["SHARDLM_BIN"]
+CORPUS = os.path.join(os.environ["SLM_SHARED_DIR"], "data", "tinyshakespeare.txt")
+TOL = 1e-5
+T = 100  # positions 0..99 evaluated (101 tokens per sequence: inputs and shifted targets)
+
+CASES = [
+    ("llama3", {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0, "original_max_position_embeddings": 32}),
+    ("linear", {"type": "linear", "factor": 4.0}),
+]
+
+failures = 0
+
+
+def check(cond, msg):
+    global failures
+    if not cond:
+        failures += 1
+        print("  FAIL:", msg, file=sys.stderr)
+    return cond
+
+
+def run(*args, data=None):
+    r = subprocess.run([SHARDLM, *args], input=data, capture_output=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"shardlm {' '.join(args)}: exit {r.returncode}: {r.stderr.decode()}")
+    return r
+
+
+def rel(a, b):
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+def hf_model(V, scaling, seed):
+    cfg = LlamaConfig(vocab_size=V, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                      rms_norm_eps=1e-5, rope_theta=10000.0, rope_scaling=scaling,
+                      initializer_range=0.3, tie_word_embeddings=False, bos_token_id=None,
+                      eos_token_id=None, pad_token_id=None)
+    torch.manual_seed(seed)
+    m = LlamaForCausalLM(cfg).float().eval()
+    with torch.no_grad():
+        for n, p in m.named_parameters():
+            if p.dim() == 1:  # norm gains away from 1
+                p.uniform_(0.5, 1.5)
+    return m
+
+
+def case(w, dump, tok_path, V, name, scaling, seed):
+    d = os.path.join(w, name)
+    model = hf_model(V, scaling, seed)
+    model.save_pretrained(d, safe_serialization=True)
+    with open(os.path.join(tok_path), "rb") as f, open(os.path.join(d, "tokenizer.json"),
+                                                        "wb") as g:
+        g.write(f.read())
+    saved = json.load(open(os.path.join(d, "config.json")))
+    check(saved.get("rope_scaling", {}).get("factor") == scaling["factor"],
+          f"{name}: saved config.json rope_scaling {saved.get('rope_scaling')}")
+
+    # 1. logits and loss at positions 0..T-1 (B = 2)
+    g = np.random.default_rng(seed)
+    ids = g.integers(0, V, (2, T + 1)).astype(np.int64)
+    x, y = torch.tensor(ids[:, :-1]), torch.tensor(ids[:, 1:])
+    with torch.no_grad():
+        out = model(x, labels=None)
+        logits = out.logits.float().numpy()
+        loss = float(torch.nn.functional.cross_entropy(out.logits.reshape(-1, V).float(),
+                                                       y.reshape(-1)))
+        unscaled = hf_model(V, None, seed)
+        unscaled.load_state_dict(model.state_dict())
+        plain = unscaled(x).logits.float().numpy()
+    tensors = {"param/" + k: v.detach().float().numpy() for k, v in model.state_dict().items()
+               if not k.endswith("inv_freq")}
+    tensors.update(tokens=ids[:, :-1].astype(np.int32), targets=ids[:, 1:].astype(np.int32))
+    wpath, opath = os.path.join(w, name + ".w.slt"), os.path.join(w, name + ".out.slt")
+    ref.write_tensors(wpath, tensors, meta={"what": "transformers init"})
+    subprocess.run([dump, "--config", os.path.join(d, "config.json"), "--weights", wpath,
+                    "--out", opath, "--batch", "2", "--seq", str(T), "--keep"], check=True)
+    t, _ = ref.read_tensors(opath)
+    e_logits = rel(t["logits"], logits)
+    e_loss = abs(float(t["loss_eval"][0]) - loss) / abs(loss)
+    e_plain = rel(plain, logits)
+    check(e_logits <= TOL, f"{name}: logits rel err {e_logits:.3e} > {TOL:g}")
+    check(e_loss <= TOL, f"{name}: loss rel err {e_loss:.3e} > {TOL:g}")
+    check(e_plain > 1e-2, f"{name}: unscaled transformers model differs by only {e_plain:.2e}")
+
+    # 2. shardlm eval --init-from-hf --token-ids: one line per sequence
+    idf = os.path.join(w, name + ".ids")
+    with open(idf, "w") as f:
+        for row in ids:
+            f.write(" ".join(str(int(v)) for v in row) + "\n")
+    r = run("eval", "--init-from-hf", d, "--token-ids", idf, "--threads", "2")
+    ev = dict(l.split(None, 1) for l in r.stdout.decode().splitlines() if l.strip())
+    ev_loss = float(ev["loss"].strip(": \t").split()[0])
+    e_eval = abs(ev_loss - loss) / abs(loss)
+    check(e_eval <= TOL, f"{name}: eval loss {ev_loss} vs transformers {loss} ({e_eval:.3e})")
+
+    # 3. greedy generation to position ~100 (KV-cache decode)
+    compared = ties = 0
+    for prompt in ["ROMEO:", "First Citizen:\nWe are"]:
+        r = run("generate", "--model", d, "--prompt", prompt, "--max-new", "90",
+                "--temperature", "0", "--ids", "--threads", "2")
+        all_ids = [int(v) for v in r.stderr.decode().strip().splitlines()[-1].split()]
+        enc = [int(v) for v in run("tokenizer", "encode", "--tokenizer", tok_path, "--bos",
+                                   "--whole", data=prompt.encode()).stdout.split()]
+        check(all_ids[:len(enc)] == enc, f"{name} {prompt!r}: prompt ids {all_ids[:len(enc)]} "
+              f"vs encode {enc}")
+        p = torch.tensor([enc])
+        with torch.no_grad():
+            o = model.generate(p, attention_mask=torch.ones_like(p), do_sample=False,
+                               max_new_tokens=90, min_new_tokens=0)
+        hf_new, slm_new = o[0, len(enc):].tolist(), all_ids[len(enc):]
+        k = 0
+        while k < min(len(hf_new), len(slm_new)) and hf_new[k] == slm_new[k]:
+            k += 1
+        compared += k
+        if k == len(hf_new) == len(slm_new):
+            continue
+        if k < min(len(hf_new), len(slm_new)):
+            with torch.no_grad():
+                lg = model(torch.tensor([enc + hf_new[:k]])).logits[0, -1]
+            if abs(float(lg[hf_new[k]] - lg[slm_new[k]])) < 1e-4:
+                ties += 1
+                continue
+        check(False, f"{name} generate {prompt!r}: HF {hf_new} vs shardlm {slm_new} "
+              f"(first {k} equal)")
+    check(compared >= 150, f"{name}: only {compared} generated ids compared")
+
+    # 4. the reverse: shardlm trains from these weights (--init-from-hf; the checkpoint
+    # manifest carries the scaling), exports, and transformers loads the export with the same
+    # rope_scaling and the same loss as `shardlm eval` of the run (positions 0..99)
+    run_dir, exp = os.path.join(w, name + ".run"), os.path.join(w, name + ".hf")
+    run("train", "--data", os.path.join(w, "data"), "--model", os.path.join(d, "config.json"),
+        "--init-from-hf", d, "--batch", "2", "--seq", str(T), "--steps", "2", "--lr", "1e-3",
+        "--threads", "2", "--peak-gflops", "10", "--log-every", "0", "--out", run_dir)
+    run("ckpt", "export", run_dir, "--hf", exp)
+    exported = json.load(open(os.path.join(exp, "config.json")))
+    for layout in ("rope_scaling", "rope_parameters"):
+        o = exported.get(layout) or {}
+        check(all(isinstance(o.get(k), float) for k in scaling if k.endswith("factor")),
+              f"{name}: exported {layout} {o}: factors must be JSON floats (transformers warns)")
+    back = LlamaForCausalLM.from_pretrained(exp, torch_dtype=torch.float32).eval()
+    rs = back.config.rope_scaling or {}
+    want = {k: v for k, v in scaling.items() if k != "type"}
+    got = {k: rs.get(k) for k in want if k != "rope_type"}
+    check(rs.get("rope_type", rs.get("type")) == want.pop("rope_type", scaling.get("type")) and
+          got == want, f"{name}: exported rope_scaling {rs} vs {scaling}")
+    with torch.no_grad():
+        lb = back(x).logits
+        loss_b = float(torch.nn.functional.cross_entropy(lb.reshape(-1, V), y.reshape(-1)))
+    r = run("eval", "--model", run_dir, "--token-ids", idf, "--threads", "2")
+    ev = dict(l.split(None, 1) for l in r.stdout.decode().splitlines() if l.strip())
+    run_loss = float(ev["loss"].strip(": \t").split()[0])
+    e_back = abs(run_loss - loss_b) / abs(loss_b)
+    check(e_back <= TOL, f"{name}: exported model loss {loss_b} vs shardlm eval of the run "
+          f"{run_loss} ({e_back:.3e})")
+    check(abs(loss_b - loss) > 1e-4, f"{name}: training changed the loss by only "
+          f"{abs(loss_b - loss):.2e} (the reverse check would not see the trained weights)")
+    print(f"[{name}] logits rel err {e_logits:.2e}, loss rel err {e_loss:.2e}, eval loss rel "
+          f"err {e_eval:.2e}, unscaled differs {e_plain:.2e}; generate: {compared} greedy ids "
+          f"equal to transformers {transformers.__version__} ({ties} near-ties); exported "
+          f"(trained) model loss vs shardlm eval rel err {e_back:.2e}")
+
+
+def main():
+    if len(sys.argv) != 2:
+        print(__doc__)
+        return 2
+    torch.set_num_threads(2)
+    w = tempfile.mkdtemp(prefix="slm_hf_rope_")
+    with open(os.path.join(w, "corpus.txt"), "w", encoding="utf-8") as f:
+        f.write(open(CORPUS, encoding="utf-8").read()[:50000])
+    tok_path = os.path.join(w, "tokenizer.json")
+    run("tokenizer", "train", "--input", os.path.join(w, "corpus.txt"), "--vocab-size", "300",
+        "--out", tok_path, "--quiet")
+    info = dict(l.split(": ", 1) for l in run("tokenizer", "info", "--tokenizer", tok_path)
+                .stdout.decode().splitlines() if ": " in l)
+    V = int(info["vocab_size"])
+    run("prep", "--tokenizer", tok_path, "--input", os.path.join(w, "corpus.txt"), "--out",
+        os.path.join(w, "data"), "--val-fraction", "0.1", "--workers", "1", "--quiet")
+    for i, (name, scaling) in enumerate(CASES):
+        case(w, sys.argv[1], tok_path, V, name, scaling, 3 + i)
+    subprocess.run(["rm", "-rf", w])
+    print(f"{'FAILED' if failures else 'OK'}: {failures} failures")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
