@@ -15,10 +15,16 @@ echo "== release build (-Werror) =="
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DSLM_WERROR=ON >/dev/null
 cmake --build build -j"$J"
 
-echo "== sanitizer build (ASan + UBSan), unit tests =="
+echo "== sanitizer build (ASan + UBSan), unit tests and the bad-input scripts =="
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DSLM_WERROR=ON -DSLM_SANITIZE=ON >/dev/null
 cmake --build build-asan -j"$J"
 (cd build-asan && ctest -L unit -LE slow -j"$J" --output-on-failure)
+# The bad-input end-to-end scripts (issue 8) drive the C parsers and checks through the CLI:
+# run them on the sanitizer build too.
+BAD_INPUT='^(test_ckpt_badinput|test_tokenizer_badinput|test_prep_badinput|test_cli_options'
+BAD_INPUT+='|test_tokenizer_replaced|test_nonfinite_cli|test_agree_cli|test_collective_timeout_cli'
+BAD_INPUT+='|test_train_rundir)$'
+(cd build-asan && ctest -R "$BAD_INPUT" -j"$J" --output-on-failure)
 
 echo "== fuzz targets (libFuzzer, ${FUZZ_SECONDS}s each) =="
 CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DSLM_FUZZ=ON >/dev/null
