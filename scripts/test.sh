@@ -8,7 +8,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 J="$(nproc)"
 FUZZ_SECONDS="${SLM_FUZZ_SECONDS:-20}"
 
-echo "== style (include layering, no exit/printf in src/, clang-format on formatted files) =="
+echo "== style (include layering, no exit/printf in src/, clang-format on every .c / .h) =="
 scripts/check_style.sh
 
 echo "== release build (-Werror) =="
