@@ -1,6 +1,7 @@
 // Safetensors reading / writing and the Hugging Face LlamaForCausalLM bridge.
 // Format: https://huggingface.co/docs/safetensors (and docs/formats.md "safetensors").
 #include "ckpt/ckpt.h"
+#include "base/json.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -361,9 +362,17 @@ slm_status slm_hf_export(const slm_llama *m, const char *out_dir, slm_st_dtype d
         free(txt);
     }
     if (!st) {
+        // config.json names the dtype the tensors were written in (transformers loads with it)
+        cJSON *o = cJSON_CreateObject();
+        slm_llama_config_to_json(&m->cfg, true, o);
+        cJSON_ReplaceItemInObject(o, "torch_dtype",
+                                  cJSON_CreateString(dtype == SLM_ST_BF16  ? "bfloat16"
+                                                     : dtype == SLM_ST_F16 ? "float16"
+                                                                           : "float32"));
         char *p = slm_path_join(out_dir, "config.json");
-        st = slm_llama_config_save(&m->cfg, p);
+        st = slm_json_write_file(p, o);
         free(p);
+        cJSON_Delete(o);
     }
     if (!st) st = slm_fsync_dir(out_dir);
     free(items);

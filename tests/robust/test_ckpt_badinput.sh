@@ -96,6 +96,13 @@ for good in 5gb 2kb 1KiB 0.001mb; do # any case, as transformers (convert_file_s
 done
 "$BIN" ckpt export "$W/run" --hf "$W/hf3" --max-shard-size 5xb > /dev/null 2>&1
 check "--max-shard-size 5xb refused" 2 $?
+# config.json's torch_dtype names the dtype the tensors were written in
+for pair in fp32:float32 bf16:bfloat16 fp16:float16; do
+    "$BIN" ckpt export "$W/run" --hf "$W/hf4" --dtype "${pair%%:*}" > /dev/null 2>&1
+    got=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["torch_dtype"])' "$W/hf4/config.json")
+    [ "$got" = "${pair#*:}" ] && echo "ok   --dtype ${pair%%:*}: torch_dtype $got" ||
+        { echo "FAIL --dtype ${pair%%:*}: torch_dtype $got, expected ${pair#*:}"; fail=1; }
+done
 
 # --- item 30: sharding.strategy and the rank file's world size -----------------------------
 reset
