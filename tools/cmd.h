@@ -19,4 +19,21 @@ int slm_cmd_ckpt(int argc, char **argv);       // shardlm ckpt inspect|verify|ex
 // The option table of `shardlm train` (tests check it against src/train/agree.c).
 const slm_cli *slm_train_cli(void);
 
+// The two mutually exclusive options that name the model of eval and generate (option group
+// 1), as entries of an slm_opt table whose args struct has `const char *model, *hf`; OFF is
+// the table's offsetof macro.
+#define SLM_MODEL_DIR_OPTS(OFF)                                                                    \
+    {.name = "--model",                                                                            \
+     .type = SLM_OPT_STRING,                                                                       \
+     .off = OFF(model),                                                                            \
+     .meta = "DIR",                                                                                \
+     .help = "a run directory written by shardlm train (its newest checkpoint that "               \
+             "verifies), a checkpoint step_N directory, or an HF directory (config.json + "        \
+             "safetensors)",                                                                       \
+     .group = 1},                                                                                  \
+    {                                                                                              \
+        .name = "--init-from-hf", .type = SLM_OPT_STRING, .off = OFF(hf), .meta = "DIR",           \
+        .help = "instead of --model: HF config.json + safetensors (+ tokenizer)", .group = 1       \
+    }
+
 #endif

@@ -19,20 +19,7 @@ typedef struct eval_args {
 
 #define A(f) offsetof(eval_args, f)
 static const slm_opt k_eval_opts[] = {
-    {.name = "--model",
-     .type = SLM_OPT_STRING,
-     .off = A(model),
-     .meta = "DIR",
-     .help = "a run directory written by shardlm train (its newest checkpoint that "
-             "verifies), a checkpoint step_N directory, or an HF directory (config.json + "
-             "safetensors)",
-     .group = 1},
-    {.name = "--init-from-hf",
-     .type = SLM_OPT_STRING,
-     .off = A(hf),
-     .meta = "DIR",
-     .help = "instead of --model: HF config.json + safetensors (+ tokenizer)",
-     .group = 1},
+    SLM_MODEL_DIR_OPTS(A),
     {.name = "--data",
      .type = SLM_OPT_STRING,
      .off = A(data),

@@ -379,6 +379,9 @@ slm_status slm_hf_export(const slm_llama *m, const char *out_dir, slm_st_dtype d
     return st;
 }
 
+// The weight files an HF directory names (defined below, with the shape checks).
+static slm_status hf_weight_files(const char *dir, char ***files_out, int *n_out);
+
 // --- Loading -----------------------------------------------------------------------------------
 
 static bool cfg_close(float a, float b) {
@@ -419,36 +422,7 @@ slm_status slm_hf_load(slm_llama *m, const char *dir) {
     // The file list: the index's weight_map values, or model.safetensors.
     int n_files = 0;
     char **files = NULL;
-    char *ip = slm_path_join(dir, "model.safetensors.index.json");
-    if (slm_is_file(ip)) {
-        char *txt = NULL;
-        size_t len = 0;
-        st = slm_file_read_all(ip, &txt, &len);
-        cJSON *o = st ? NULL : cJSON_ParseWithLength(txt, len);
-        free(txt);
-        const cJSON *wm = o ? cJSON_GetObjectItemCaseSensitive(o, "weight_map") : NULL;
-        if (!st && !cJSON_IsObject(wm))
-            st = slm_fail(SLM_E_FORMAT, "%s: no \"weight_map\" object", ip);
-        const cJSON *e;
-        if (!st) cJSON_ArrayForEach(e, wm) {
-                if (!cJSON_IsString(e) || strchr(e->valuestring, '/') || !e->valuestring[0]) {
-                    st = slm_fail(SLM_E_FORMAT, "%s: weight_map[%s] is not a file name", ip,
-                                  e->string);
-                    break;
-                }
-                bool seen = false;
-                for (int i = 0; i < n_files; i++)
-                    seen |= !strcmp(files[i], e->valuestring);
-                if (seen) continue;
-                files = slm_xrealloc(files, (size_t)(n_files + 1) * sizeof *files);
-                files[n_files++] = slm_xstrdup(e->valuestring);
-            }
-        cJSON_Delete(o);
-    } else {
-        files = slm_xmalloc(sizeof *files);
-        files[n_files++] = slm_xstrdup("model.safetensors");
-    }
-    free(ip);
+    st = hf_weight_files(dir, &files, &n_files);
     // seen[u][i]: view i of unit u was loaded
     int total = 0;
     for (int u = 0; u < m->n_units; u++)
