@@ -149,15 +149,15 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-int slm_train_stragglers(const double *busy, int W, double factor, int windows, int *streak,
-                         int *newly, double *scratch, double *median_out) {
+int slm_train_stragglers(const double *busy, int W, double factor, double min_excess_s, int windows,
+                         int *streak, int *newly, double *scratch, double *median_out) {
     memcpy(scratch, busy, (size_t)W * sizeof *scratch);
     qsort(scratch, (size_t)W, sizeof *scratch, cmp_double);
     double med = W % 2 ? scratch[W / 2] : 0.5 * (scratch[W / 2 - 1] + scratch[W / 2]);
     *median_out = med;
     int n = 0;
     for (int r = 0; r < W; r++) {
-        if (med > 0 && busy[r] > factor * med) {
+        if (med > 0 && busy[r] > factor * med && busy[r] - med >= min_excess_s) {
             if (++streak[r] == windows) newly[n++] = r;
         } else {
             streak[r] = 0;
@@ -372,8 +372,8 @@ static void gather(slm_train_prom *p, int64_t step, double ck_bytes_local) {
         bytes += a[V_CKPT_BYTES];
     }
     double med = 0;
-    int n_new = slm_train_stragglers(p->busy, W, p->o.straggler_factor, p->o.straggler_windows,
-                                     p->streak, p->newly, p->scratch, &med);
+    int n_new = slm_train_stragglers(p->busy, W, p->o.straggler_factor, SLM_STRAGGLER_MIN_EXCESS_S,
+                                     p->o.straggler_windows, p->streak, p->newly, p->scratch, &med);
     int flagged = 0;
     for (int r = 0; r < W; r++)
         flagged += p->streak[r] >= p->o.straggler_windows;

@@ -60,11 +60,14 @@ slm_status slm_train_eval_loader(slm_llama *m, slm_loader *l, int B, int T, int6
 
 // Straggler detection over one gather window (prom.c): busy[W] is each rank's mean busy time
 // per step (step time minus exposed communication); med = their median (the mean of the two
-// middle values for even W). A rank with busy > factor x med (med > 0) extends its streak[r]
-// (updated in place), any other rank's streak restarts at 0. Returns the count of ranks whose
-// streak just reached `windows` (newly flagged, listed in newly[]); scratch[W] is a work buffer.
-int slm_train_stragglers(const double *busy, int W, double factor, int windows, int *streak,
-                         int *newly, double *scratch, double *median_out);
+// middle values for even W). A rank with busy > factor x med and busy - med >= min_excess_s
+// (med > 0) extends its streak[r] (updated in place), any other rank's streak restarts at 0.
+// Returns the count of ranks whose streak just reached `windows` (newly flagged, listed in
+// newly[]); scratch[W] is a work buffer. The trainer passes SLM_STRAGGLER_MIN_EXCESS_S: below
+// 10 ms per step a difference is scheduling noise, not a slow rank.
+#define SLM_STRAGGLER_MIN_EXCESS_S 0.010
+int slm_train_stragglers(const double *busy, int W, double factor, double min_excess_s, int windows,
+                         int *streak, int *newly, double *scratch, double *median_out);
 
 // ---------------------------------------------------------------------------------------------
 // The run directory as training opens it (rundir.c)
