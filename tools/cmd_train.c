@@ -487,6 +487,11 @@ int slm_cmd_train(int argc, char **argv) {
     int rc = slm_opt_parse(&k_train_cli, argc, argv, &t, &seen);
     if (rc >= 0) return rc;
     if ((rc = train_check(&t, &seen)) >= 0) return rc;
+    slm_fault_plan faults; // SHARDLM_FAULT / SHARDLM_ATTEMPT: a bad value is a usage error
+    if (slm_fault_plan_from_env(&faults)) {
+        slm_error("train: %s", slm_errmsg());
+        return SLM_EXIT_USAGE;
+    }
     slm_train_opts o = t.o;
     o.seed = (uint64_t)t.seed;
     o.ckpt_abort_on_error = t.on_ckpt_error == 1;
