@@ -344,6 +344,14 @@ static const slm_opt k_train_opts[] = {
      .meta = "DIR",
      .help = "initial weights from a Hugging Face safetensors directory (not with --resume "
              "PATH; with --resume auto only while RUN_DIR has no checkpoint)"},
+    {.type = SLM_OPT_SECTION, .help = "  operations (docs/operations.md):"},
+    {.name = "--heartbeat-dir",
+     .type = SLM_OPT_STRING,
+     .off = A(o.heartbeat_dir),
+     .meta = "DIR",
+     .help = "every rank atomically replaces DIR/rank_RRRRR.json (rank, pid, host, step, unix "
+             "time, loss, phase) at start, after each step and at the end, for a supervisor "
+             "(shardlm launch passes RUN_DIR/heartbeat)"},
     {.type = SLM_OPT_END},
 };
 #undef A

@@ -155,6 +155,9 @@ typedef struct slm_train_opts {
     slm_train_hook hooks[SLM_TRAIN_MAX_HOOKS]; // slm_train_attach / slm_train_add_hook
     slm_fsdp_opts fsdp;          // world > 1: sharding strategy, dtypes, prefetch (fsdp.h)
     double collective_timeout_s; // bound on every collective wait (default 600; <= 0: none)
+    // Operations (issue 10; docs/operations.md)
+    const char *heartbeat_dir; // every rank's heartbeat file (slm_train_add_heartbeat_hook);
+                               // NULL: none
 } slm_train_opts;
 
 // Fills the defaults: grad_accum 1, lr 3e-4, betas (0.9, 0.95), eps 1e-8, weight decay 0.1,
@@ -186,8 +189,20 @@ slm_status slm_train_add_metrics_hook(slm_train_opts *o, slm_train_std_hooks *h)
 // finished writing is committed (world of one, or a non-finite loss every rank agreed on) or
 // discarded. Collective (every rank must install it).
 slm_status slm_train_add_ckpt_hook(slm_train_opts *o, slm_train_std_hooks *h);
-// Stop, checkpoint and metrics hooks in that order (what `shardlm train` installs before its
-// printing hook).
+// With o->heartbeat_dir (else nothing is added): every rank atomically replaces (write to a
+// temporary file, rename; no fsync) DIR/rank_%05d.json with one line
+//   {"rank":R,"pid":P,"host":"H","step":S,"time":UNIX_SECONDS,"loss":L,"phase":"..."}
+// at on_start (phase "start", step = the start step, loss null), after every step ("train",
+// that step and its loss) and at on_finish ("end", "stopped" after a stop / preemption, or
+// "error"; the last step). DIR is created at on_start (its failure fails the start); a failed
+// write later is one warning and training goes on. Local (no collectives).
+slm_status slm_train_add_heartbeat_hook(slm_train_opts *o);
+// One heartbeat record as above (the hook's writer; `loss` non-finite is written as null).
+// Errors: SLM_E_IO naming the file.
+slm_status slm_heartbeat_write(const char *dir, int rank, int64_t step, double loss,
+                               const char *phase);
+// Stop, checkpoint, metrics and (with heartbeat_dir) heartbeat hooks in that order (what
+// `shardlm train` installs before its printing hook).
 slm_status slm_train_add_std_hooks(slm_train_opts *o, slm_train_std_hooks *h);
 
 // What a finished (or stopped) run reports.
