@@ -20,6 +20,7 @@
 #include "train/train_internal.h"
 
 // The per-rank vector all-gathered every `every` steps (means over the window where per step).
+// Busy = wall time of an iteration (step to step) minus its collective waits.
 enum { V_BUSY, V_STEP, V_DATA, V_COMM, V_RSS, V_PEAK_RSS, V_CPU_S, V_CPU_CORES, V_CKPT_BYTES, NV };
 
 enum { PH_COMPUTE, PH_COMM, PH_DATA, PH_CKPT, N_PHASES };
@@ -49,8 +50,9 @@ struct slm_train_prom {
     // window sums since the last gather (this rank)
     double w_busy, w_step, w_data, w_comm;
     int w_n;
-    double cpu0, wall0; // process CPU and wall time at the last gather
-    double stall_seen;  // checkpoint stall total already attributed
+    double cpu0, wall0;       // process CPU and wall time at the last gather
+    double t_prev, wait_prev; // wall time and collective wait total at the last on_step
+    double stall_seen;        // checkpoint stall total already attributed
     int64_t ck_last_seen;
     double *vec, *all, *busy, *scratch; // [NV], [world * NV], [world], [world]
     int *streak, *newly;                // [world]
@@ -248,7 +250,7 @@ static slm_status register_all(slm_train_prom *p) {
         const char *name, *help;
     } k[] = {
         {offsetof(rank_series, busy), SLM_METRIC_GAUGE, "shardlm_rank_busy_seconds",
-         "Mean busy time per step (step time minus exposed communication) over the last "
+         "Mean busy time per step (iteration wall time minus collective waits) over the last "
          "gather window."},
         {offsetof(rank_series, data), SLM_METRIC_GAUGE, "shardlm_rank_data_wait_seconds",
          "Mean data wait per step over the last gather window."},
@@ -313,7 +315,8 @@ static slm_status prom_start(void *ctx, slm_trainer *tr) {
     slm_metric_set(p->ck_every_s, o->ckpt_every_minutes * 60.0);
     slm_metric_set(p->ck_every_steps, (double)o->ckpt_every_steps);
     p->cpu0 = cpu_seconds();
-    p->wall0 = slm_time_s();
+    p->wall0 = p->t_prev = slm_time_s();
+    p->wait_prev = slm_dist_wait_seconds();
     p->ck_last_seen = -1;
     return SLM_OK;
 }
@@ -418,7 +421,13 @@ static slm_status prom_step(void *ctx, slm_trainer *tr, const slm_step_metrics *
     double step_s = m->ms_per_step * 1e-3;
     double compute = step_s - t.data_s - t.comm_s;
     if (compute < 0) compute = 0;
-    p->w_busy += step_s - t.comm_s;
+    // Busy time: the whole iteration since the last call (the step, its validation, every
+    // hook, whatever delays the rank between steps) minus the time it waited in collectives.
+    // The ranks of a synchronous job take equally long per iteration; only the waits differ.
+    double now = slm_time_s(), waited = slm_dist_wait_seconds();
+    double busy = (now - p->t_prev) - (waited - p->wait_prev);
+    p->t_prev = now, p->wait_prev = waited;
+    p->w_busy += busy > 0 ? busy : 0;
     p->w_step += step_s;
     p->w_data += t.data_s;
     p->w_comm += t.comm_s;

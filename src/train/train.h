@@ -107,8 +107,8 @@ typedef struct slm_train_metrics_opts {
     bool all_ranks;          // --metrics-all-ranks: every rank with addr serves (PORT + rank when
                              // PORT > 0, so ranks of one host do not collide). Per rank
     int every;               // --metrics-every: steps between gathers of the per-rank values (>= 1)
-    double straggler_factor; // --straggler-factor: a rank is slow when its busy time (step
-                             // time minus exposed communication) exceeds factor x the median
+    double straggler_factor; // --straggler-factor: a rank is slow when its busy time (iteration
+                             // wall time minus collective waits) exceeds factor x the median
     int straggler_windows;   // --straggler-windows: ... for this many gathers in a row
 } slm_train_metrics_opts;
 #define SLM_TRAIN_SYNTH_SEED_XOR 0x5eedda7aull

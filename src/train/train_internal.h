@@ -66,7 +66,7 @@ slm_status slm_train_eval_loader(slm_llama *m, slm_loader *l, int B, int T, int6
                                  slm_eval_result *res);
 
 // Straggler detection over one gather window (prom.c): busy[W] is each rank's mean busy time
-// per step (step time minus exposed communication); med = their median (the mean of the two
+// per step (iteration wall time minus collective waits); med = their median (the mean of the two
 // middle values for even W). A rank with busy > factor x med and busy - med >= min_excess_s
 // (med > 0) extends its streak[r] (updated in place), any other rank's streak restarts at 0.
 // Returns the count of ranks whose streak just reached `windows` (newly flagged, listed in
