@@ -11,6 +11,7 @@ PKGS=(build-essential cmake pkg-config clang clang-format libclang-rt-14-dev lib
       python3 python3-venv python3-numpy python3-torch sentencepiece python3-sentencepiece bible-kjv
       iproute2
       prometheus slurm-wlm slurmd slurmctld munge chromium libmicrohttpd-dev libcurl4-openssl-dev
+      curl procps
       libssl-dev libxml2-utils libpmix-dev)
 missing=()
 for p in "${PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
