@@ -316,7 +316,8 @@ static const slm_opt k_train_opts[] = {
      .type = SLM_OPT_DOUBLE,
      .off = A(o.metrics.straggler_factor),
      .meta = "F",
-     .help = "a rank whose busy time per step exceeds F x the median of the ranks ...",
+     .help = "a rank whose busy time per step (iteration wall time minus collective waits) "
+             "exceeds F x the median of the ranks, and the median by 10 ms, ...",
      .dlo = 1,
      .dhi = INF,
      .flags = SLM_OPTF_LO_OPEN | SLM_OPTF_F32},
