@@ -525,6 +525,7 @@ int slm_cmd_train(int argc, char **argv) {
         return SLM_EXIT_ERROR;
     }
     slm_train_install_signal_handlers();
+    slm_flight_install_signals(); // SIGUSR2 and fatal signals dump the flight recorder
     // Ranks started with different options stop here, together, before anything else.
     slm_dist_set_timeout(o.collective_timeout_s);
     st = slm_train_agree(&o);

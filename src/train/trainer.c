@@ -182,6 +182,22 @@ static slm_status open_rundir(slm_trainer *tr) {
     return st;
 }
 
+// With a run directory, every rank's flight recorder dumps to RUN_DIR/logs/flight_rank_R.json
+// (dist.h): on a collective timeout, a fatal signal or SIGUSR2 (the handlers are the caller's:
+// slm_flight_install_signals).
+static slm_status open_flight(slm_trainer *tr) {
+    slm_flight_set_where(tr->step, "start");
+    if (!tr->o->out_dir) return SLM_OK;
+    char *logs = slm_path_join(tr->o->out_dir, "logs"), name[64];
+    slm_status st = slm_mkdir_p(logs);
+    snprintf(name, sizeof name, "flight_rank_%05d.json", tr->rank);
+    char *p = slm_path_join(logs, name);
+    if (!st) slm_flight_set_dump_path(p, tr->rank, tr->W);
+    free(p);
+    free(logs);
+    return slm_dist_agree(st);
+}
+
 slm_status slm_train_open(const slm_train_opts *o, slm_trainer **out) {
     *out = NULL;
     slm_status st = check_opts(o);
@@ -213,6 +229,7 @@ slm_status slm_train_open(const slm_train_opts *o, slm_trainer **out) {
     }
     if (!st) st = open_data(tr);
     if (!st) st = open_rundir(tr);
+    if (!st) st = open_flight(tr);
     if (st) {
         slm_train_close(tr);
         return st;
@@ -510,6 +527,7 @@ static slm_status update(slm_trainer *tr, double loss, double t0, slm_step_metri
         return slm_fail(SLM_E_NUMERIC,
                         "step %lld: gradient norm is %f (loss %.4f); HINT: lower --lr",
                         (long long)tr->step + 1, gnorm, loss);
+    slm_flight_set_where(tr->step + 1, "optimizer");
     float lr = step_lr(tr);
     for (int h = 0; h < o->n_hooks; h++)
         if (o->hooks[h].before_update) o->hooks[h].before_update(o->hooks[h].ctx, tr);
@@ -543,10 +561,13 @@ static slm_status update(slm_trainer *tr, double loss, double t0, slm_step_metri
 static slm_status after_step(slm_trainer *tr, slm_step_metrics *m) {
     const slm_train_opts *o = tr->o;
     slm_status st = SLM_OK;
-    if (tr->val_l && (tr->step % o->eval_every == 0 || tr->step == o->steps))
+    if (tr->val_l && (tr->step % o->eval_every == 0 || tr->step == o->steps)) {
+        slm_flight_set_where(tr->step, "eval");
         st = validate(tr, &m->val_loss);
+    }
     if (st) return slm_fail_wrap(st, "step %lld", (long long)tr->step);
     m->elapsed_s = slm_time_s() - tr->t_start;
+    slm_flight_set_where(tr->step, "step hooks (checkpoint, logs)");
     for (int h = 0; h < o->n_hooks && !st; h++) {
         if (o->hooks[h].observe) o->hooks[h].observe(o->hooks[h].ctx, m);
         if (o->hooks[h].on_step) st = o->hooks[h].on_step(o->hooks[h].ctx, tr, m);
@@ -560,6 +581,7 @@ slm_status slm_train_step(slm_trainer *tr, slm_step_metrics *m) {
     m->val_loss = NAN;
     if (slm_train_done(tr)) return SLM_OK;
     slm_fault_before_step(&tr->faults, tr->rank, tr->step + 1);
+    slm_flight_set_where(tr->step + 1, "step start");
     int stop = agree_stop(tr, "stop flags");
     if (stop) {
         tr->done = true;
@@ -574,7 +596,9 @@ slm_status slm_train_step(slm_trainer *tr, slm_step_metrics *m) {
     if (tr->train_l) pos = slm_loader_get_state(tr->train_l);
     slm_rng synth = tr->synth;
     // All micro-batches first, so the loss scale is known before the first backward.
+    slm_flight_set_where(tr->step + 1, "data");
     int64_t n_total = draw_batch(tr);
+    slm_flight_set_where(tr->step + 1, "forward/backward");
     double loss_sum;
     int bad;
     float bad_loss = 0;
@@ -648,6 +672,7 @@ slm_status slm_train_finish(slm_trainer *tr, slm_status st) {
     if (!tr || tr->res.already_complete || !tr->started) return st;
     // The hooks see the status of the training itself: an error in the final validation does
     // not cost the final checkpoint.
+    slm_flight_set_where(tr->step, "finish (final checkpoint)");
     slm_status fin = st ? st : finish_ok(tr);
     const slm_train_opts *o = tr->o;
     for (int h = 0; h < o->n_hooks; h++) {
