@@ -398,6 +398,21 @@ static const slm_opt k_train_opts[] = {
      .dhi = INF,
      .flags = SLM_OPTF_LO_OPEN | SLM_OPTF_F32,
      .range = "> 0 and finite"},
+    {.name = "--snapshot-every-steps",
+     .type = SLM_OPT_INT64,
+     .off = A(o.snapshot_every_steps),
+     .meta = "N",
+     .help = "also keep the newest state every N steps in node-local shared memory (checkpoint "
+             "format, synchronous); --resume auto prefers it when it is newer than the disk "
+             "checkpoint and verifies (one host, same world and model), 0 = off",
+     .ilo = 0,
+     .ihi = INT64_MAX / 2},
+    {.name = "--snapshot-dir",
+     .type = SLM_OPT_STRING,
+     .off = A(o.snapshot_dir),
+     .meta = "DIR",
+     .help = "where the snapshots go (a tmpfs)",
+     .def = "/dev/shm/shardlm-<XXH64 of the absolute --out>"},
     {.type = SLM_OPT_END},
 };
 #undef A
@@ -484,6 +499,10 @@ static int train_check(const train_args *t, const slm_opt_seen *seen) {
     if ((o->train_from_scratch || o->verify_on_resume) && !o->out_dir) {
         slm_error("train: %s needs --out RUN_DIR",
                   o->train_from_scratch ? "--train-from-scratch" : "--verify-on-resume");
+        return SLM_EXIT_USAGE;
+    }
+    if ((o->snapshot_every_steps > 0 || o->snapshot_dir) && !o->out_dir) {
+        slm_error("train: --snapshot-every-steps / --snapshot-dir need --out RUN_DIR");
         return SLM_EXIT_USAGE;
     }
     if (o->min_lr > o->adamw.lr_peak) {

@@ -211,5 +211,6 @@ slm_status slm_train_add_std_hooks(slm_train_opts *o, slm_train_std_hooks *h) {
     if (!st) st = slm_train_add_ckpt_hook(o, h);
     if (!st) st = slm_train_add_metrics_hook(o, h);
     if (!st) st = slm_train_add_heartbeat_hook(o);
+    if (!st) st = slm_train_add_snapshot_hook(o);
     return st;
 }

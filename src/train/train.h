@@ -102,7 +102,7 @@ typedef struct slm_train_hook {
     slm_status (*on_finish)(void *ctx, slm_trainer *tr, slm_status st);
 } slm_train_hook;
 
-#define SLM_TRAIN_MAX_HOOKS 8
+#define SLM_TRAIN_MAX_HOOKS 12
 #define SLM_TRAIN_SYNTH_SEED_XOR 0x5eedda7aull
 
 // ---------------------------------------------------------------------------------------------
@@ -161,20 +161,23 @@ typedef struct slm_train_opts {
     slm_fsdp_opts fsdp;          // world > 1: sharding strategy, dtypes, prefetch (fsdp.h)
     double collective_timeout_s; // bound on every collective wait (default 600; <= 0: none)
     // Operations (issue 10; docs/operations.md)
-    const char *heartbeat_dir; // every rank's heartbeat file (slm_train_add_heartbeat_hook);
-                               // NULL: none
-    double preempt_grace_s;    // a preemption's checkpoint should be committed within this many
-                               // seconds of the signal (default 60); a later one is a warning
-    bool nonfinite_skip;       // --on-nonfinite skip: a step whose (all-reduced) loss or global
-                               // gradient norm is non-finite is skipped on every rank (no
-                               // update; data, LR schedule and step counter advance); default
-                               // (abort): SLM_E_NUMERIC
-    int max_nonfinite_skips;   // with skip: more than this many skipped steps in a row is
-                               // SLM_E_NUMERIC (default 5)
-    int spike_window;          // loss-spike detector: z-score of each loss against the previous
-                               // spike_window losses (default 100; 0: off)
-    double spike_z;            // a loss more than spike_z standard deviations above the window's
-                               // mean is logged as a warning (default 5)
+    const char *heartbeat_dir;    // every rank's heartbeat file (slm_train_add_heartbeat_hook);
+                                  // NULL: none
+    double preempt_grace_s;       // a preemption's checkpoint should be committed within this many
+                                  // seconds of the signal (default 60); a later one is a warning
+    bool nonfinite_skip;          // --on-nonfinite skip: a step whose (all-reduced) loss or global
+                                  // gradient norm is non-finite is skipped on every rank (no
+                                  // update; data, LR schedule and step counter advance); default
+                                  // (abort): SLM_E_NUMERIC
+    int max_nonfinite_skips;      // with skip: more than this many skipped steps in a row is
+                                  // SLM_E_NUMERIC (default 5)
+    int spike_window;             // loss-spike detector: z-score of each loss against the previous
+                                  // spike_window losses (default 100; 0: off)
+    double spike_z;               // a loss more than spike_z standard deviations above the window's
+                                  // mean is logged as a warning (default 5)
+    int64_t snapshot_every_steps; // > 0 (with out_dir): node-local snapshots every N steps
+                                  // (slm_train_add_snapshot_hook); 0: off
+    const char *snapshot_dir;     // their directory; NULL: slm_train_snapshot_root's default
 } slm_train_opts;
 
 // Fills the defaults: grad_accum 1, lr 3e-4, betas (0.9, 0.95), eps 1e-8, weight decay 0.1,
@@ -218,8 +221,20 @@ slm_status slm_train_add_heartbeat_hook(slm_train_opts *o);
 // Errors: SLM_E_IO naming the file.
 slm_status slm_heartbeat_write(const char *dir, int rank, int64_t step, double loss,
                                const char *phase);
-// Stop, checkpoint, metrics and (with heartbeat_dir) heartbeat hooks in that order (what
-// `shardlm train` installs before its printing hook).
+// Node-local snapshots (o->snapshot_every_steps > 0, else nothing is added): every N steps
+// every rank writes its shard (params, AdamW m, v; checkpoint format, src/ckpt) synchronously
+// into the snapshot directory (tmpfs), rank 0 commits it there, the newest one is kept. A
+// restart with --resume auto whose run directory has a disk checkpoint resumes from the newest
+// snapshot instead when it is newer, verifies in full (every file's XXH64), was saved by the
+// same world size and model, and all ranks run on one host (snapshots are node-local; on
+// several hosts none are taken). A run that ends without an error with its final checkpoint
+// committed removes its snapshots. Collective (every rank must install it).
+slm_status slm_train_add_snapshot_hook(slm_train_opts *o);
+// The snapshot directory: o->snapshot_dir, else /dev/shm/shardlm-XXXXXXXXXXXXXXXX (XXH64 of
+// the absolute --out path, so reruns of one run directory find it). Owned by the caller.
+char *slm_train_snapshot_root(const slm_train_opts *o);
+// Stop, checkpoint, metrics and (with heartbeat_dir) heartbeat and (with snapshot_every_steps)
+// snapshot hooks in that order (what `shardlm train` installs before its printing hook).
 slm_status slm_train_add_std_hooks(slm_train_opts *o, slm_train_std_hooks *h);
 
 // What a finished (or stopped) run reports.

@@ -229,6 +229,7 @@ slm_status slm_train_open(const slm_train_opts *o, slm_trainer **out) {
     }
     if (!st) st = open_data(tr);
     if (!st) st = open_rundir(tr);
+    if (!st) st = slm_trainer_pick_snapshot(tr);
     if (!st) st = open_flight(tr);
     if (st) {
         slm_train_close(tr);
