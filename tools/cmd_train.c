@@ -6,6 +6,7 @@
 
 #include "cmd.h"
 #include "dist/dist.h"
+#include "objstore/objstore.h"
 #include "train/train.h"
 
 // Parsed command line: the library's options plus the values that need a step after parsing.
@@ -15,6 +16,7 @@ typedef struct train_args {
     int on_ckpt_error; // index into k_ckpt_error
     int64_t seed;
     double progress_us;
+    const char *s3_endpoint, *s3_region;
 } train_args;
 
 static slm_status parse_sharding(const char *opt, const char *v, void *dst) {
@@ -344,6 +346,36 @@ static const slm_opt k_train_opts[] = {
      .meta = "DIR",
      .help = "initial weights from a Hugging Face safetensors directory (not with --resume "
              "PATH; with --resume auto only while RUN_DIR has no checkpoint)"},
+    {.type = SLM_OPT_SECTION, .help = "  object storage (S3; docs/storage.md):"},
+    {.name = "--ckpt-uri",
+     .type = SLM_OPT_STRING,
+     .off = A(o.ckpt_uri),
+     .meta = "s3://BUCKET/PREFIX/",
+     .help = "also upload every committed checkpoint there in the background (one uploader per "
+             "host; manifest, then `latest`, last; --ckpt-keep applies remotely); --resume auto "
+             "then picks the newest complete of RUN_DIR and the prefix (an empty disk resumes "
+             "from S3 alone); --resume s3://... reads a remote checkpoint directly"},
+    {.name = "--s3-prefix-shards",
+     .type = SLM_OPT_INT,
+     .off = A(o.s3_prefix_shards),
+     .meta = "K",
+     .help = "spread the rank files over K prefixes (PREFIX/sKK/...; S3 rate limits are per "
+             "prefix), recorded in the remote manifest",
+     .ilo = 1,
+     .ihi = 100,
+     .def = "1"},
+    {.name = "--s3-endpoint",
+     .type = SLM_OPT_STRING,
+     .off = A(s3_endpoint),
+     .meta = "URL",
+     .help = "S3 endpoint (http[s]://HOST[:PORT]; default AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, "
+             "the profile's endpoint_url, else AWS for the region)"},
+    {.name = "--s3-region",
+     .type = SLM_OPT_STRING,
+     .off = A(s3_region),
+     .meta = "REGION",
+     .help = "S3 signing region (default AWS_REGION, AWS_DEFAULT_REGION, the profile's, else "
+             "us-east-1)"},
     {.type = SLM_OPT_END},
 };
 #undef A
@@ -431,6 +463,13 @@ static int train_check(const train_args *t, const slm_opt_seen *seen) {
                   o->train_from_scratch ? "--train-from-scratch" : "--verify-on-resume");
         return SLM_EXIT_USAGE;
     }
+    if (o->ckpt_uri && (!o->out_dir || !slm_s3_is_uri(o->ckpt_uri))) {
+        slm_error("train: --ckpt-uri %s: %s", o->ckpt_uri,
+                  !o->out_dir
+                      ? "needs --out RUN_DIR (checkpoints commit locally first, then upload)"
+                      : "expected s3://BUCKET/PREFIX/");
+        return SLM_EXIT_USAGE;
+    }
     if (o->min_lr > o->adamw.lr_peak) {
         slm_error("train: --min-lr %g: must be in [0, lr] = [0, %g]", (double)o->min_lr,
                   (double)o->adamw.lr_peak);
@@ -491,6 +530,7 @@ int slm_cmd_train(int argc, char **argv) {
     o.seed = (uint64_t)t.seed;
     o.ckpt_abort_on_error = t.on_ckpt_error == 1;
     if (t.no_prefetch) o.fsdp.forward_prefetch = o.fsdp.backward_prefetch = false;
+    slm_s3_set_defaults(t.s3_endpoint, t.s3_region);
     if (slm_opt_given(&k_train_cli, &seen, "--progress-thread"))
         slm_dist_request_progress_thread(t.progress_us);
     slm_status st;

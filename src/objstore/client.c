@@ -493,8 +493,8 @@ static void req_query(s3_req *r, const char *k, const char *v) {
 // ---------------------------------------------------------------------------------------------
 // Operations
 
-slm_status slm_s3_put(slm_s3 *s, const char *bucket, const char *key, const void *data,
-                      size_t len) {
+static slm_status put_single(slm_s3 *s, const char *bucket, const char *key, const void *data,
+                             size_t len) {
     s3_req r;
     req_init(&r, "PUT", bucket, key);
     r.body = data;
@@ -526,16 +526,29 @@ static slm_status abort_upload(slm_s3 *s, const char *bucket, const char *key, c
     return st;
 }
 
+static slm_status put_multipart(slm_s3 *s, const char *bucket, const char *key, const uint8_t *data,
+                                size_t len, size_t part);
+
+slm_status slm_s3_put(slm_s3 *s, const char *bucket, const char *key, const void *data,
+                      size_t len) {
+    size_t part = s->cfg.part_bytes < (5u << 20) ? (5u << 20) : s->cfg.part_bytes;
+    if (len < s->cfg.multipart_bytes || len <= part)
+        return put_single(s, bucket, key, data ? data : "", len);
+    return put_multipart(s, bucket, key, data, len, part);
+}
+
 slm_status slm_s3_put_file(slm_s3 *s, const char *bucket, const char *key, const char *path) {
     slm_map m = {0};
     slm_status st = slm_map_file(path, &m);
     if (st) return st;
-    size_t part = s->cfg.part_bytes < (5u << 20) ? (5u << 20) : s->cfg.part_bytes;
-    if (m.len < s->cfg.multipart_bytes || m.len <= part) {
-        st = slm_s3_put(s, bucket, key, m.data ? m.data : (const uint8_t *)"", m.len);
-        slm_map_free(&m);
-        return st ? slm_fail_wrap(st, "uploading %s", path) : SLM_OK;
-    }
+    st = slm_s3_put(s, bucket, key, m.data, m.len);
+    slm_map_free(&m);
+    return st ? slm_fail_wrap(st, "uploading %s", path) : SLM_OK;
+}
+
+static slm_status put_multipart(slm_s3 *s, const char *bucket, const char *key, const uint8_t *data,
+                                size_t len, size_t part) {
+    slm_status st;
     // CreateMultipartUpload
     s3_req r;
     req_init(&r, "POST", bucket, key);
@@ -547,14 +560,11 @@ slm_status slm_s3_put_file(slm_s3 *s, const char *bucket, const char *key, const
         st = slm_fail(SLM_E_FORMAT, "s3://%s/%s: CreateMultipartUpload answer has no UploadId",
                       bucket, key);
     req_free(&r);
-    if (st) {
-        slm_map_free(&m);
-        return slm_fail_wrap(st, "uploading %s", path);
-    }
-    int n_parts = (int)((m.len + part - 1) / part);
+    if (st) return st;
+    int n_parts = (int)((len + part - 1) / part);
     if (n_parts > 10000) {
-        part = (m.len + 9999) / 10000;
-        n_parts = (int)((m.len + part - 1) / part);
+        part = (len + 9999) / 10000;
+        n_parts = (int)((len + part - 1) / part);
     }
     s3_req *pr = slm_xcalloc((size_t)n_parts, sizeof *pr);
     char(*nums)[12] = slm_xcalloc((size_t)n_parts, sizeof *nums);
@@ -563,8 +573,8 @@ slm_status slm_s3_put_file(slm_s3 *s, const char *bucket, const char *key, const
         snprintf(nums[i], sizeof nums[i], "%d", i + 1);
         req_query(&pr[i], "partNumber", nums[i]);
         req_query(&pr[i], "uploadId", upload_id);
-        pr[i].body = m.data + (size_t)i * part;
-        size_t left = m.len - (size_t)i * part;
+        pr[i].body = data + (size_t)i * part;
+        size_t left = len - (size_t)i * part;
         pr[i].body_len = left < part ? left : part;
     }
     st = run_reqs(s, pr, n_parts);
@@ -602,10 +612,8 @@ slm_status slm_s3_put_file(slm_s3 *s, const char *bucket, const char *key, const
             slm_warn("s3://%s/%s: AbortMultipartUpload failed too: %s", bucket, key, slm_errmsg());
         slm_set_errmsg(keep);
         free(keep);
-        st = slm_fail_wrap(st, "uploading %s", path);
     }
     free(upload_id);
-    slm_map_free(&m);
     return st;
 }
 

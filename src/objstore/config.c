@@ -177,6 +177,19 @@ static int env_int(const char *name, int dflt, int lo, int hi) {
     return (int)x;
 }
 
+static char *g_endpoint, *g_region;
+
+void slm_s3_set_defaults(const char *endpoint, const char *region) {
+    if (endpoint) {
+        free(g_endpoint);
+        g_endpoint = slm_xstrdup(endpoint);
+    }
+    if (region) {
+        free(g_region);
+        g_region = slm_xstrdup(region);
+    }
+}
+
 void slm_s3_config_free(slm_s3_config *c) {
     if (!c) return;
     free(c->endpoint);
@@ -193,6 +206,8 @@ void slm_s3_config_free(slm_s3_config *c) {
 
 slm_status slm_s3_config_load(slm_s3_config *c, const char *endpoint, const char *region) {
     memset(c, 0, sizeof *c);
+    if (!endpoint) endpoint = g_endpoint;
+    if (!region) region = g_region;
     const char *pname = env_nonempty("AWS_PROFILE");
     if (!pname) pname = "default";
     char *cred_path = home_file("AWS_SHARED_CREDENTIALS_FILE", ".aws/credentials");

@@ -115,6 +115,10 @@ void slm_aws_profile_free(slm_aws_profile *p);
 // Errors: SLM_E_ARG when no credentials are found (naming every place looked at), SLM_E_FORMAT
 // for a malformed file.
 slm_status slm_s3_config_load(slm_s3_config *c, const char *endpoint, const char *region);
+// Process-wide endpoint / region used by slm_s3_config_load when its arguments are NULL
+// (tools/ sets them from --s3-endpoint / --s3-region once at start-up, before any thread).
+// NULL leaves a value unset; the strings are copied.
+void slm_s3_set_defaults(const char *endpoint, const char *region);
 void slm_s3_config_free(slm_s3_config *c);
 
 // ---------------------------------------------------------------------------------------------

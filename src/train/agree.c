@@ -10,6 +10,7 @@
 
 #include "data/data.h"
 #include "dist/dist.h"
+#include "objstore/objstore.h"
 #include "train/train.h"
 #include "train/train_internal.h"
 
@@ -159,6 +160,21 @@ slm_status slm_train_agree(const slm_train_opts *o) {
     add(l, "--init-from-hf", A, "%s", str_or_unset(o->init_from_hf));
     add(l, "--verify-on-resume", A, "%s", on_off(o->verify_on_resume));
     add(l, "--train-from-scratch", A, "%s", on_off(o->train_from_scratch));
+    add(l, "--ckpt-uri", A, "%s", str_or_unset(o->ckpt_uri));
+    add(l, "--s3-prefix-shards", A, "%d", o->s3_prefix_shards > 1 ? o->s3_prefix_shards : 1);
+    {
+        // Endpoint and region as each rank resolves them (option, environment, profile).
+        slm_s3_config c;
+        bool s3 = o->ckpt_uri || slm_s3_is_uri(o->data_dir) || slm_s3_is_uri(o->resume);
+        if (s3 && slm_s3_config_load(&c, NULL, NULL) == SLM_OK) {
+            add(l, "--s3-endpoint", A, "%s", c.endpoint);
+            add(l, "--s3-region", A, "%s", c.region);
+            slm_s3_config_free(&c);
+        } else {
+            add(l, "--s3-endpoint", A, "%s", "(unused)");
+            add(l, "--s3-region", A, "%s", "(unused)");
+        }
+    }
     // What the options point at, read on every rank (a node-local copy may differ).
     slm_llama_config c;
     if (slm_train_resolve_config(o->model, o->vocab_size, o->T, &c) == SLM_OK) {

@@ -151,6 +151,12 @@ typedef struct slm_train_opts {
                                // it such a run is refused); excludes resume
     const char *init_from_hf;  // HF directory (config.json + safetensors): initial weights
                                // instead of the seeded init (checked against the model config)
+    const char *ckpt_uri;      // s3://BUCKET/PREFIX/: every committed checkpoint is also
+                               // uploaded there in the background (one uploader per host,
+                               // manifest then `latest` last; ckpt_keep applies remotely too);
+                               // with resume "auto" the newest complete of local and remote
+                               // is resumed (docs/storage.md)
+    int s3_prefix_shards;      // rank files spread over this many prefixes (0 / 1: one)
     int n_hooks;
     slm_train_hook hooks[SLM_TRAIN_MAX_HOOKS]; // slm_train_attach / slm_train_add_hook
     slm_fsdp_opts fsdp;          // world > 1: sharding strategy, dtypes, prefetch (fsdp.h)
