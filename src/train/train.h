@@ -157,6 +157,8 @@ typedef struct slm_train_opts {
                                // with resume "auto" the newest complete of local and remote
                                // is resumed (docs/storage.md)
     int s3_prefix_shards;      // rank files spread over this many prefixes (0 / 1: one)
+    const char *data_cache;    // data_dir s3://...: the local copy tools/ streams it into
+                               // (slm_dataset_fetch) before the run; NULL: $TMPDIR default
     int n_hooks;
     slm_train_hook hooks[SLM_TRAIN_MAX_HOOKS]; // slm_train_attach / slm_train_add_hook
     slm_fsdp_opts fsdp;          // world > 1: sharding strategy, dtypes, prefetch (fsdp.h)
