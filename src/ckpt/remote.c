@@ -618,6 +618,17 @@ slm_status slm_ckpt_uploader_new(const slm_ckpt_upload_opts *o, slm_ckpt_uploade
     free(ids);
     if (!st && u->leader) st = slm_s3_open_default(NULL, NULL, &u->s3);
     if (!st && o->rank == 0 && o->meta) st = check_identity(u, o->meta);
+    if (!st && o->rank == 0 && o->meta && o->meta->tokenizer_file[0]) {
+        // The run's tokenizer copy (RUN_DIR/<file>), so `ckpt export s3://...` finds it.
+        char *run = slm_path_parent(o->root);
+        char *tp = slm_path_join(run, o->meta->tokenizer_file);
+        slm_buf key = {0};
+        slm_buf_appendf(&key, "%s%s", u->L.prefix, o->meta->tokenizer_file);
+        if (slm_is_file(tp)) st = slm_s3_put_file(u->s3, u->L.bucket, key.data, tp);
+        slm_buf_free(&key);
+        free(tp);
+        free(run);
+    }
     if (!st && u->leader) {
         if (pthread_create(&u->th, NULL, up_thread, u) != 0)
             st = slm_fail(SLM_E_IO, "checkpoint upload: cannot start the uploader thread");

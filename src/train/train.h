@@ -395,6 +395,8 @@ typedef struct slm_model_dir {
     slm_ckpt *ckpt;       // RUN / CKPT: the opened checkpoint (owned); NULL for HF
     int64_t step;         // RUN / CKPT: the checkpoint's step; -1 for HF
     char *tokenizer;      // tokenizer file path, NULL if there is none (owned)
+    char *tmp_dir;        // s3:// PATH: local temp directory holding the fetched tokenizer,
+                          // removed by slm_model_dir_close (owned; NULL otherwise)
 } slm_model_dir;
 
 // Opens PATH as one of the three kinds above and reads its config (and, for a checkpoint, its

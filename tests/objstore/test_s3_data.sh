@@ -35,7 +35,8 @@ T=(train --model "$W/config.json" --batch 4 --seq 16 --steps 6 --lr 3e-3 --seed 
    --peak-gflops 10 --log-every 0 --eval-every 0)
 losses() { grep '"event":"step"' "$1/metrics.jsonl" | sed -E 's/.*"step":([0-9]+),"loss":([^,]*),.*/\1 \2/'; }
 "$BIN" "${T[@]}" --data "$W/local" --out "$W/run-local" > "$W/rl.log" 2>&1 || { tail "$W/rl.log"; bad "local train"; }
-if "$BIN" "${T[@]}" --data "s3://$B/data/ts" --data-cache "$W/cache" --out "$W/run-s3" > "$W/rs.log" 2>&1
+if "$BIN" "${T[@]}" --data "s3://$B/data/ts" --data-cache "$W/cache" --out "$W/run-s3" \
+    --ckpt-uri "s3://$B/runs/d/" > "$W/rs.log" 2>&1
 then ok "train --data s3://"; else tail "$W/rs.log"; bad "train --data s3://"; fi
 has "fetch logged" "$W/rs.log" "every object's XXH64 verified"
 if diff <(losses "$W/run-local") <(losses "$W/run-s3") > /dev/null; then ok "same losses as local shards (bitwise)"
@@ -46,6 +47,15 @@ else losses "$W/run-local"; echo --; losses "$W/run-s3"; bad "losses differ"; fi
 if diff <(losses "$W/run-local") <(losses "$W/run-s3") > /dev/null; then ok "resume with --data s3:// == local"
 else bad "resume losses differ"; fi
 if grep -q "fetched" "$W/rs2.log"; then bad "cache not reused"; else ok "verified cache reused"; fi
+
+# ckpt export of the S3 copy (weights through range GETs, the run's tokenizer from the prefix)
+# == export of the local run directory.
+"$BIN" ckpt export "s3://$B/runs/d/" --hf "$W/hf-s3" > "$W/ex.log" 2>&1 || { cat "$W/ex.log"; bad "ckpt export s3://"; }
+"$BIN" ckpt export "$W/run-s3/checkpoints/step_00000006" --hf "$W/hf-local" > /dev/null 2>&1 || bad "local export"
+for f in model.safetensors config.json tokenizer.json; do
+    if cmp -s "$W/hf-s3/$f" "$W/hf-local/$f"; then ok "ckpt export s3://: $f == local export"
+    else bad "ckpt export s3://: $f differs"; fi
+done
 
 # A truncated shard object: the error names the object and both sizes.
 shard=$(ls "$W/local" | grep '^train_.*\.bin$' | head -1)
