@@ -4,9 +4,12 @@
 // `latest` last, retention after a newer one is complete).
 //
 // Remote layout under s3://BUCKET/PREFIX/ (mirrors the run directory):
-//   PREFIX/checkpoints/step_N/manifest.json   the local manifest plus "s3_prefix_shards": K
-//   PREFIX/checkpoints/step_N/rank_R.bin      K = 1
-//   PREFIX/sKK/checkpoints/step_N/rank_R.bin  K > 1, KK = R mod K (two digits)
+//   PREFIX/checkpoints/step_N/manifest.json   the local manifest plus "s3_prefix_shards": K and
+//                                              "s3_objects": [{rank, key, offset}] per rank file
+//   PREFIX/checkpoints/step_N/host_H.bin      K = 1: the rank files of the host whose leader is
+//                                              world rank H, concatenated in rank order (one PUT
+//                                              per host: PUTs scale with hosts, not ranks)
+//   PREFIX/sKK/checkpoints/step_N/host_H.bin  K > 1, KK = H mod K (two digits)
 //   PREFIX/checkpoints/latest                 "step_N\n", written after step N's manifest
 // A step_N without manifest.json is incomplete (an upload in progress or interrupted).
 #include <cjson/cJSON.h>
@@ -59,10 +62,13 @@ static char *key_step(const rlay *L, int64_t step, const char *name) {
     return b.data;
 }
 
-static char *key_rank(const rlay *L, int64_t step, int rank, const char *name) {
+// The object holding the rank files of the host led by world rank `leader`.
+static char *key_host(const rlay *L, int64_t step, int leader) {
+    char name[32];
+    snprintf(name, sizeof name, "host_%05d.bin", leader);
     if (L->shards <= 1) return key_step(L, step, name);
     slm_buf b = {0};
-    slm_buf_appendf(&b, "%ss%02d/checkpoints/step_%08" PRId64 "/%s", L->prefix, rank % L->shards,
+    slm_buf_appendf(&b, "%ss%02d/checkpoints/step_%08" PRId64 "/%s", L->prefix, leader % L->shards,
                     step, name);
     return b.data;
 }
@@ -92,10 +98,18 @@ static bool parse_step(const char *s, size_t len, int64_t *step) {
 // ---------------------------------------------------------------------------------------------
 // Reading
 
+typedef struct robj {
+    int rank;
+    char *key;      // object holding the rank's file
+    int64_t offset; // where the file starts in it
+} robj;
+
 struct slm_ckpt_remote {
     slm_s3 *s3;
     rlay L;
     int64_t step;
+    robj *obj; // the manifest's "s3_objects"
+    int n_obj;
     uint8_t *buf; // prefetched bytes [buf_off, buf_off + buf_len) of rank buf_rank's file
     int buf_rank;
     int64_t buf_off;
@@ -104,6 +118,9 @@ struct slm_ckpt_remote {
 
 void slm_ckpt_remote_free(slm_ckpt_remote *r) {
     if (!r) return;
+    for (int i = 0; i < r->n_obj; i++)
+        free(r->obj[i].key);
+    free(r->obj);
     slm_s3_close(r->s3);
     rlay_free(&r->L);
     free(r->buf);
@@ -208,6 +225,24 @@ slm_status slm_ckpt_remote_resolve(const char *uri, slm_ckpt_remote **out, char 
     const cJSON *ks = o ? cJSON_GetObjectItemCaseSensitive(o, "s3_prefix_shards") : NULL;
     if (cJSON_IsNumber(ks) && ks->valuedouble >= 1 && ks->valuedouble <= 100)
         L.shards = (int)ks->valuedouble;
+    const cJSON *ob = o ? cJSON_GetObjectItemCaseSensitive(o, "s3_objects") : NULL, *e;
+    int no = cJSON_IsArray(ob) ? cJSON_GetArraySize(ob) : 0;
+    r->obj = slm_xcalloc((size_t)(no ? no : 1), sizeof *r->obj);
+    cJSON_ArrayForEach(e, ob) {
+        const cJSON *rk = cJSON_GetObjectItemCaseSensitive(e, "rank"),
+                    *ky = cJSON_GetObjectItemCaseSensitive(e, "key"),
+                    *of = cJSON_GetObjectItemCaseSensitive(e, "offset");
+        if (!cJSON_IsNumber(rk) || !cJSON_IsString(ky) || !cJSON_IsNumber(of) ||
+            of->valuedouble < 0) {
+            st = slm_fail(SLM_E_FORMAT, "%s/manifest.json: bad s3_objects entry", *dir);
+            cJSON_Delete(o);
+            r->L = L;
+            L = (rlay){0};
+            goto fail;
+        }
+        r->obj[r->n_obj++] =
+            (robj){(int)rk->valuedouble, slm_xstrdup(ky->valuestring), (int64_t)of->valuedouble};
+    }
     cJSON_Delete(o);
     r->L = L;
     (void)k;
@@ -224,22 +259,40 @@ fail:
     return st;
 }
 
+// The object and offset of a rank's file: the manifest's s3_objects, else (a plain copy of a
+// step directory) the file under the step prefix.
+static const char *obj_of(slm_ckpt_remote *r, int rank, const char *name, int64_t *offset,
+                          char **owned) {
+    *owned = NULL;
+    for (int i = 0; i < r->n_obj; i++)
+        if (r->obj[i].rank == rank) {
+            *offset = r->obj[i].offset;
+            return r->obj[i].key;
+        }
+    *offset = 0;
+    *owned = key_step(&r->L, r->step, name);
+    return *owned;
+}
+
 slm_status slm_ckpt_remote_head(slm_ckpt_remote *r, int rank, const char *name, const char *path,
                                 int64_t bytes) {
-    char *key = key_rank(&r->L, r->step, rank, name);
+    int64_t base;
+    char *own;
+    const char *key = obj_of(r, rank, name, &base, &own);
     int64_t size = -1;
     bool found = false;
     slm_status st = slm_s3_head(r->s3, r->L.bucket, key, &size, &found);
     if (!st && !found)
         st = slm_fail(SLM_E_IO,
-                      "%s: rank %d's object is missing (s3://%s/%s); HINT: the checkpoint is "
+                      "%s: rank %d's object s3://%s/%s is missing; HINT: the checkpoint is "
                       "incomplete, resume from an older one with --resume",
                       path, rank, r->L.bucket, key);
-    else if (!st && size != bytes)
-        st =
-            slm_fail(SLM_E_IO, "%s: size %" PRId64 ", manifest says %" PRId64 " bytes (truncated?)",
-                     path, size, bytes);
-    free(key);
+    else if (!st && (!own ? size < base + bytes : size != bytes))
+        st = slm_fail(SLM_E_IO,
+                      "%s: object s3://%s/%s has %" PRId64 " bytes, the manifest puts this file's "
+                      "%" PRId64 " bytes at offset %" PRId64 " (truncated?)",
+                      path, r->L.bucket, key, size, bytes, base);
+    free(own);
     return st;
 }
 
@@ -257,17 +310,20 @@ slm_status slm_ckpt_remote_read(slm_ckpt_remote *r, int rank, const char *name, 
     size_t span = (size_t)(end - off);
     if (!r->buf) r->buf = slm_xmalloc(PREFETCH_BYTES > len ? PREFETCH_BYTES : len);
     r->buf_rank = -1;
-    char *key = key_rank(&r->L, r->step, rank, name);
+    int64_t base;
+    char *own;
+    const char *key = obj_of(r, rank, name, &base, &own);
     int n = (int)((span + SLM_CKPT_CHUNK_BYTES - 1) / SLM_CKPT_CHUNK_BYTES);
     slm_s3_range *rg = slm_xcalloc((size_t)n, sizeof *rg);
     for (int i = 0; i < n; i++) {
         int64_t a = off + (int64_t)i * SLM_CKPT_CHUNK_BYTES;
         int64_t b = a + SLM_CKPT_CHUNK_BYTES < end ? a + SLM_CKPT_CHUNK_BYTES : end;
-        rg[i] = (slm_s3_range){.key = key, .offset = a, .len = b - a, .dst = r->buf + (a - off)};
+        rg[i] =
+            (slm_s3_range){.key = key, .offset = base + a, .len = b - a, .dst = r->buf + (a - off)};
     }
     slm_status st = slm_s3_get_ranges(r->s3, r->L.bucket, rg, n);
     free(rg);
-    free(key);
+    free(own);
     if (st) return st;
     r->buf_rank = rank;
     r->buf_off = off;
@@ -353,6 +409,7 @@ struct slm_ckpt_uploader {
     bool leader;      // lowest world rank of its host: uploads the host's rank files
     int n_local;      // ranks on this host (leader only)
     int *local_ranks; // [n_local]
+    int *leader_of;   // [world] each rank's host leader (rank 0 builds s3_objects from it)
     slm_s3 *s3;       // leaders only (used by the thread)
     pthread_t th;
     bool th_started;
@@ -442,6 +499,41 @@ static slm_status do_final(slm_ckpt_uploader *u, int64_t step, const char *text,
     cJSON *o = cJSON_ParseWithLength(text, len);
     if (!o) return slm_fail(SLM_E_FORMAT, "step %" PRId64 ": local manifest is not JSON", step);
     cJSON_AddNumberToObject(o, "s3_prefix_shards", u->L.shards);
+    // Where each rank file is: host objects hold their ranks' files in rank order (as the
+    // leaders sent them).
+    const cJSON *files = cJSON_GetObjectItemCaseSensitive(o, "files"), *fe;
+    int nf = cJSON_IsArray(files) ? cJSON_GetArraySize(files) : 0;
+    int64_t *fr = slm_xcalloc((size_t)(nf ? nf : 1), sizeof *fr),
+            *fb = slm_xcalloc((size_t)(nf ? nf : 1), sizeof *fb);
+    int k = 0;
+    cJSON_ArrayForEach(fe, files) {
+        const cJSON *rk = cJSON_GetObjectItemCaseSensitive(fe, "rank"),
+                    *by = cJSON_GetObjectItemCaseSensitive(fe, "bytes");
+        fr[k] = cJSON_IsNumber(rk) ? (int64_t)rk->valuedouble : -1;
+        fb[k] = cJSON_IsNumber(by) ? (int64_t)by->valuedouble : 0;
+        k++;
+    }
+    cJSON *objs = cJSON_AddArrayToObject(o, "s3_objects");
+    for (int lead = 0; lead < u->world; lead++) {
+        if (u->leader_of[lead] != lead) continue;
+        int64_t off = 0;
+        char *key = key_host(&u->L, step, lead);
+        for (int r = lead; r < u->world; r++) {
+            if (u->leader_of[r] != lead) continue;
+            for (int i = 0; i < nf; i++)
+                if (fr[i] == r) {
+                    cJSON *e = cJSON_CreateObject();
+                    cJSON_AddNumberToObject(e, "rank", r);
+                    cJSON_AddStringToObject(e, "key", key);
+                    cJSON_AddNumberToObject(e, "offset", (double)off);
+                    cJSON_AddItemToArray(objs, e);
+                    off += fb[i];
+                }
+        }
+        free(key);
+    }
+    free(fr);
+    free(fb);
     char *js = cJSON_Print(o);
     cJSON_Delete(o);
     char *mk = key_step(&u->L, step, "manifest.json");
@@ -491,9 +583,17 @@ static void *up_thread(void *arg) {
             int n = u->n_files;
             u->busy = true;
             pthread_mutex_unlock(&u->mu);
+            // One object per host: the rank files back to back (no copy: segments of the maps).
             slm_status st = SLM_OK;
-            for (int i = 0; i < n && !st; i++)
-                st = slm_s3_put(u->s3, u->L.bucket, f[i].key, f[i].map.data, f[i].map.len);
+            if (n > 0) {
+                slm_s3_seg *sg = slm_xcalloc((size_t)n, sizeof *sg);
+                for (int i = 0; i < n; i++)
+                    sg[i] = (slm_s3_seg){f[i].map.data, f[i].map.len};
+                char *key = key_host(&u->L, step, u->rank);
+                st = slm_s3_put_segments(u->s3, u->L.bucket, key, sg, n);
+                free(key);
+                free(sg);
+            }
             pthread_mutex_lock(&u->mu);
             files_free(f, n);
             u->files = NULL;
@@ -614,6 +714,15 @@ slm_status slm_ckpt_uploader_new(const slm_ckpt_upload_opts *o, slm_ckpt_uploade
         u->local_ranks = slm_xcalloc((size_t)o->world, sizeof(int));
         for (int r = 0; r < o->world; r++)
             if (ids[r] == me) u->local_ranks[u->n_local++] = r;
+    }
+    u->leader_of = slm_xcalloc((size_t)o->world, sizeof(int));
+    for (int r = 0; r < o->world; r++) {
+        u->leader_of[r] = r;
+        for (int q = 0; q < r; q++)
+            if (ids[q] == ids[r]) {
+                u->leader_of[r] = q;
+                break;
+            }
     }
     free(ids);
     if (!st && u->leader) st = slm_s3_open_default(NULL, NULL, &u->s3);
@@ -758,7 +867,7 @@ slm_status slm_ckpt_uploader_step(slm_ckpt_uploader *u, int64_t committed) {
             char *p = slm_path_join(dir, name);
             if (slm_is_file(p)) { // replicas write no file
                 st = slm_map_file(p, &f[n].map);
-                if (!st) f[n++].key = key_rank(&u->L, committed, u->local_ranks[i], name);
+                if (!st) n++;
             }
             free(p);
         }
@@ -835,6 +944,7 @@ void slm_ckpt_uploader_free(slm_ckpt_uploader *u) {
     slm_s3_close(u->s3);
     rlay_free(&u->L);
     free(u->local_ranks);
+    free(u->leader_of);
     free(u->root);
     free(u->uri);
     pthread_mutex_destroy(&u->mu);

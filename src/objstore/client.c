@@ -6,6 +6,7 @@
 #include "objstore/objstore.h"
 
 #include <curl/curl.h>
+#include <openssl/evp.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -37,6 +38,9 @@ typedef struct s3_req {
     int n_hdr;
     const uint8_t *body; // borrowed
     size_t body_len;
+    const slm_s3_seg *segs; // or: the body is bytes [win_off, win_off + body_len) of these
+    int n_segs;
+    uint64_t win_off;
     void *dst; // fixed destination (range GET), else the answer goes to `resp`
     size_t dst_cap;
     bool allow_404; // 404 is an answer, not an error
@@ -152,11 +156,56 @@ static size_t on_write(char *p, size_t sz, size_t nm, void *ud) {
     return n;
 }
 
+// Copies bytes [off, off + n) of the concatenation of segs into dst.
+static void seg_copy(const slm_s3_seg *segs, int n_segs, uint64_t off, size_t n, uint8_t *dst) {
+    for (int i = 0; i < n_segs && n; i++) {
+        if (off >= segs[i].len) {
+            off -= segs[i].len;
+            continue;
+        }
+        size_t take = segs[i].len - (size_t)off < n ? segs[i].len - (size_t)off : n;
+        memcpy(dst, (const uint8_t *)segs[i].data + off, take);
+        dst += take;
+        n -= take;
+        off = 0;
+    }
+}
+
+// SHA-256 (hex) of bytes [off, off + n) of the concatenation of segs.
+static void seg_sha256(const slm_s3_seg *segs, int n_segs, uint64_t off, size_t n, char out[65]) {
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
+    for (int i = 0; i < n_segs && n; i++) {
+        if (off >= segs[i].len) {
+            off -= segs[i].len;
+            continue;
+        }
+        size_t take = segs[i].len - (size_t)off < n ? segs[i].len - (size_t)off : n;
+        EVP_DigestUpdate(ctx, (const uint8_t *)segs[i].data + off, take);
+        n -= take;
+        off = 0;
+    }
+    unsigned char md[32];
+    unsigned int ml = 32;
+    EVP_DigestFinal_ex(ctx, md, &ml);
+    EVP_MD_CTX_free(ctx);
+    static const char hx[] = "0123456789abcdef";
+    for (int i = 0; i < 32; i++) {
+        out[2 * i] = hx[md[i] >> 4];
+        out[2 * i + 1] = hx[md[i] & 15];
+    }
+    out[64] = 0;
+}
+
 static size_t on_read(char *p, size_t sz, size_t nm, void *ud) {
     s3_req *r = ud;
     size_t n = sz * nm, left = r->body_len - r->sent;
     if (n > left) n = left;
-    if (n) memcpy(p, r->body + r->sent, n);
+    if (r->segs) {
+        seg_copy(r->segs, r->n_segs, r->win_off + r->sent, n, (uint8_t *)p);
+    } else if (n) {
+        memcpy(p, r->body + r->sent, n);
+    }
     r->sent += n;
     return n;
 }
@@ -406,7 +455,9 @@ static slm_status run_reqs(slm_s3 *s, s3_req *rq, int n) {
     for (int i = 0; i < n; i++) {
         rq[i].first_t = t0;
         rq[i].next_t = t0;
-        if (!rq[i].payload_hash[0]) {
+        if (!rq[i].payload_hash[0] && rq[i].segs) {
+            seg_sha256(rq[i].segs, rq[i].n_segs, rq[i].win_off, rq[i].body_len, rq[i].payload_hash);
+        } else if (!rq[i].payload_hash[0]) {
             if (rq[i].body_len || strcmp(rq[i].method, "PUT") == 0 ||
                 strcmp(rq[i].method, "POST") == 0)
                 slm_sha256_hex(rq[i].body ? (const void *)rq[i].body : "", rq[i].body_len,
@@ -494,11 +545,13 @@ static void req_query(s3_req *r, const char *k, const char *v) {
 // Operations
 
 static slm_status put_single(slm_s3 *s, const char *bucket, const char *key, const void *data,
-                             size_t len) {
+                             size_t len, const slm_s3_seg *segs, int n_segs) {
     s3_req r;
     req_init(&r, "PUT", bucket, key);
     r.body = data;
     r.body_len = len;
+    r.segs = segs;
+    r.n_segs = n_segs;
     slm_status st = run_reqs(s, &r, 1);
     req_free(&r);
     return st;
@@ -527,14 +580,29 @@ static slm_status abort_upload(slm_s3 *s, const char *bucket, const char *key, c
 }
 
 static slm_status put_multipart(slm_s3 *s, const char *bucket, const char *key, const uint8_t *data,
-                                size_t len, size_t part);
+                                size_t len, size_t part, const slm_s3_seg *segs, int n_segs);
+
+static size_t part_size(const slm_s3 *s) {
+    return s->cfg.part_bytes < (5u << 20) ? (5u << 20) : s->cfg.part_bytes;
+}
 
 slm_status slm_s3_put(slm_s3 *s, const char *bucket, const char *key, const void *data,
                       size_t len) {
-    size_t part = s->cfg.part_bytes < (5u << 20) ? (5u << 20) : s->cfg.part_bytes;
+    size_t part = part_size(s);
     if (len < s->cfg.multipart_bytes || len <= part)
-        return put_single(s, bucket, key, data ? data : "", len);
-    return put_multipart(s, bucket, key, data, len, part);
+        return put_single(s, bucket, key, data ? data : "", len, NULL, 0);
+    return put_multipart(s, bucket, key, data, len, part, NULL, 0);
+}
+
+slm_status slm_s3_put_segments(slm_s3 *s, const char *bucket, const char *key,
+                               const slm_s3_seg *segs, int n) {
+    size_t len = 0;
+    for (int i = 0; i < n; i++)
+        len += segs[i].len;
+    size_t part = part_size(s);
+    if (len < s->cfg.multipart_bytes || len <= part)
+        return put_single(s, bucket, key, NULL, len, segs, n);
+    return put_multipart(s, bucket, key, NULL, len, part, segs, n);
 }
 
 slm_status slm_s3_put_file(slm_s3 *s, const char *bucket, const char *key, const char *path) {
@@ -547,7 +615,7 @@ slm_status slm_s3_put_file(slm_s3 *s, const char *bucket, const char *key, const
 }
 
 static slm_status put_multipart(slm_s3 *s, const char *bucket, const char *key, const uint8_t *data,
-                                size_t len, size_t part) {
+                                size_t len, size_t part, const slm_s3_seg *segs, int n_segs) {
     slm_status st;
     // CreateMultipartUpload
     s3_req r;
@@ -573,7 +641,13 @@ static slm_status put_multipart(slm_s3 *s, const char *bucket, const char *key, 
         snprintf(nums[i], sizeof nums[i], "%d", i + 1);
         req_query(&pr[i], "partNumber", nums[i]);
         req_query(&pr[i], "uploadId", upload_id);
-        pr[i].body = data + (size_t)i * part;
+        if (segs) {
+            pr[i].segs = segs;
+            pr[i].n_segs = n_segs;
+            pr[i].win_off = (uint64_t)i * part;
+        } else {
+            pr[i].body = data + (size_t)i * part;
+        }
         size_t left = len - (size_t)i * part;
         pr[i].body_len = left < part ? left : part;
     }

@@ -175,6 +175,16 @@ const slm_s3_config *slm_s3_get_config(const slm_s3 *s);
 // s3://BUCKET/KEY, the operation, the HTTP status with S3's error code and message, or the
 // connection error, after the retries; 403s also name the access key id and region.
 slm_status slm_s3_put(slm_s3 *s, const char *bucket, const char *key, const void *data, size_t len);
+// One piece of an object assembled from several buffers (slm_s3_put_segments).
+typedef struct slm_s3_seg {
+    const void *data; // borrowed
+    size_t len;       // bytes
+} slm_s3_seg;
+// PUT of the concatenation of `n` buffers as one object, without copying them: a single PUT
+// below multipart_bytes, else a multipart upload whose parts may span buffers (as
+// slm_s3_put_file). The checkpoint uploader sends a host's rank files as one object this way.
+slm_status slm_s3_put_segments(slm_s3 *s, const char *bucket, const char *key,
+                               const slm_s3_seg *segs, int n);
 // PUT of a local file: single PUT below multipart_bytes, else a multipart upload with up to
 // max_conns parts in flight (the file is mapped, not copied); on a failure the upload is
 // aborted (AbortMultipartUpload) so no parts linger.

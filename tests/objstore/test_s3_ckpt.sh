@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Checkpoints on a real S3 server (SeaweedFS, SigV4 checked) through shardlm train:
 #  - 2 ranks with --ckpt-uri (checkpoints at 4 and 8, --ckpt-keep 1, --s3-prefix-shards 2): the
-#    remote layout (manifest + latest, rank files under s00/ s01/, step 4 pruned remotely after 8
-#    completed); `ckpt inspect|verify` of the s3:// URI;
+#    two fake hosts (SHARDLM_HOST_ID per rank): the remote layout (manifest + latest, one object
+#    per host under s00/ s01/ holding its rank file, step 4 pruned remotely after 8 completed);
+#    `ckpt inspect|verify` of the s3:// URI; later runs on one host: one object holding both
+#    rank files back to back;
 #  - the local run directory deleted: --resume auto on an empty disk resumes 2 ranks from S3
 #    alone, bitwise equal to the local resume of the same checkpoint; 3 ranks reshard from S3
 #    within the FSDP reshard tolerance;
@@ -26,25 +28,28 @@ COMMON=(train --synthetic --seq 16 --warmup 2 --lr 3e-3 --seed 4
 run() { # run N OUT ARGS...  (global batch 12)
     local n=$1 out=$2; shift 2
     if [ "$n" = 1 ]; then "$BIN" "${COMMON[@]}" --model "$W/config.json" --batch 12 --out "$out" "$@" > "$out.log" 2>&1
-    else slm_mpirun "$n" -x OMP_NUM_THREADS=1 "$BIN" "${COMMON[@]}" --model "$W/config.json" --batch $((12 / n)) \
+    else slm_mpirun "$n" -x OMP_NUM_THREADS=1 ${WRAP:-} "$BIN" "${COMMON[@]}" --model "$W/config.json" --batch $((12 / n)) \
         --out "$out" "$@" > "$out.log" 2>&1; fi
 }
 losses() { grep '"event":"step"' "$1/metrics.jsonl" | sed -E 's/.*"step":([0-9]+),"loss":([^,]*),.*/\1 \2/'; }
 U="s3://$B/runs/a/"
+# Each rank its own host: two host leaders.
+printf '#!/bin/sh\nexport SHARDLM_HOST_ID=host$OMPI_COMM_WORLD_RANK\nexec "$@"\n' > "$W/hostwrap.sh"
+chmod +x "$W/hostwrap.sh"
 
-if run 2 "$W/a" --steps 8 --ckpt-keep 1 --ckpt-uri "$U" --s3-prefix-shards 2; then ok "train 2 ranks with --ckpt-uri"
+if WRAP="$W/hostwrap.sh" run 2 "$W/a" --steps 8 --ckpt-keep 1 --ckpt-uri "$U" --s3-prefix-shards 2; then ok "train 2 ranks with --ckpt-uri"
 else tail -20 "$W/a.log"; bad "train with --ckpt-uri"; fi
 "$S3TOOL" ls "$B" runs/a/ > "$W/ls"
 has "remote manifest step 8" "$W/ls" " runs/a/checkpoints/step_00000008/manifest.json"
-has "rank 0 under prefix shard s00" "$W/ls" " runs/a/s00/checkpoints/step_00000008/rank_00000.bin"
-has "rank 1 under prefix shard s01" "$W/ls" " runs/a/s01/checkpoints/step_00000008/rank_00001.bin"
+has "host 0's object under prefix shard s00" "$W/ls" " runs/a/s00/checkpoints/step_00000008/host_00000.bin"
+has "host 1's object under prefix shard s01" "$W/ls" " runs/a/s01/checkpoints/step_00000008/host_00001.bin"
 if grep -q step_00000004 "$W/ls"; then bad "--ckpt-keep 1 remotely"; cat "$W/ls"; else ok "step 4 pruned remotely (--ckpt-keep 1)"; fi
 "$S3TOOL" get "$B" runs/a/checkpoints/latest "$W/latest" > /dev/null
 check "remote latest" step_00000008 "$(cat "$W/latest")"
-for f in "$W"/a/checkpoints/step_00000008/rank_*.bin; do
-    n=${f##*/}; r=$((10#${n:5:5}))
-    "$S3TOOL" get "$B" "runs/a/s0$((r % 2))/checkpoints/step_00000008/$n" "$W/remote.bin" > /dev/null
-    if cmp -s "$f" "$W/remote.bin"; then ok "remote $n == local"; else bad "remote $n differs"; fi
+for r in 0 1; do
+    "$S3TOOL" get "$B" "runs/a/s0$r/checkpoints/step_00000008/host_0000$r.bin" "$W/remote.bin" > /dev/null
+    if cmp -s "$W/a/checkpoints/step_00000008/rank_0000$r.bin" "$W/remote.bin"; then ok "host $r's object == rank $r's file"
+    else bad "host $r's object differs"; fi
 done
 has "upload summary" "$W/a.log" "checkpoint uploads to $U: 2 complete, 0 failed"
 "$BIN" ckpt inspect "$U" > "$W/inspect" 2>&1
@@ -59,6 +64,10 @@ rm -rf "$W/a"
 if run 2 "$W/a" --steps 12 --ckpt-uri "$U" --s3-prefix-shards 2 --resume auto; then ok "resume 2 ranks from S3 alone"
 else head -40 "$W/a.log"; bad "resume from S3"; fi
 has "resumed from S3" "$W/a.log" "resuming from S3"
+# One host now: step 12 is one object holding rank 0's then rank 1's file.
+"$S3TOOL" get "$B" runs/a/s00/checkpoints/step_00000012/host_00000.bin "$W/host.bin" > /dev/null
+if cat "$W"/a/checkpoints/step_00000012/rank_0000{0,1}.bin | cmp -s - "$W/host.bin"; then
+    ok "one host: one object = both rank files back to back"; else bad "host object of step 12"; fi
 if diff <(losses "$W/ref4") <(losses "$W/a") > /dev/null; then ok "S3 resume == local resume (bitwise losses)"
 else losses "$W/ref4"; echo --; losses "$W/a"; bad "S3 resume == local resume"; fi
 same=1
@@ -92,27 +101,27 @@ set -e
 check "another run's prefix refused (exit 2)" 2 $rc
 has "refusal names the prefix" "$W/other.log" "holds another run's checkpoints"
 
-# A truncated remote rank file: the read fails naming the object.
-"$S3TOOL" get "$B" runs/a/s01/checkpoints/step_00000012/rank_00001.bin "$W/r1.bin" > /dev/null
-head -c 1000 "$W/r1.bin" > "$W/r1.short"
-"$S3TOOL" put "$B" runs/a/s01/checkpoints/step_00000012/rank_00001.bin "$W/r1.short" > /dev/null
+# A truncated remote host object: the read fails naming the object and the sizes.
+HK=runs/a/s00/checkpoints/step_00000012/host_00000.bin
+head -c 1000 "$W/host.bin" > "$W/host.short"
+"$S3TOOL" put "$B" "$HK" "$W/host.short" > /dev/null
 set +e
 "$BIN" ckpt verify "$U" > "$W/trunc.log" 2>&1
 rc=$?
 set -e
 check "truncated object: verify fails" 1 $rc
-has "names the object and sizes" "$W/trunc.log" "s3://$B/runs/a/checkpoints/step_00000012/rank_00001.bin: size 1000, manifest says"
-# Same size, flipped byte: checksum error naming the object.
+has "names the object and sizes" "$W/trunc.log" "object s3://$B/$HK has 1000 bytes, the manifest puts"
+# Same size, one byte of rank 1's part flipped: checksum error naming the rank file.
 "$PY" -c "
-import sys; b = bytearray(open(sys.argv[1], 'rb').read()); b[len(b) // 2] ^= 1
-open(sys.argv[2], 'wb').write(b)" "$W/r1.bin" "$W/r1.bad"
-"$S3TOOL" put "$B" runs/a/s01/checkpoints/step_00000012/rank_00001.bin "$W/r1.bad" > /dev/null
+import sys; b = bytearray(open(sys.argv[1], 'rb').read()); b[-100] ^= 1
+open(sys.argv[2], 'wb').write(b)" "$W/host.bin" "$W/host.bad"
+"$S3TOOL" put "$B" "$HK" "$W/host.bad" > /dev/null
 set +e
 "$BIN" ckpt verify "$U" > "$W/flip.log" 2>&1
 rc=$?
 set -e
 check "corrupt object: verify fails" 1 $rc
-has "checksum error names the object" "$W/flip.log" "rank_00001.bin: checksum mismatch in chunk"
+has "checksum error names the file" "$W/flip.log" "step_00000012/rank_00001.bin: checksum mismatch in chunk"
 
 # Server killed during an upload: latest stays at the previous complete step; after a restart
 # the next checkpoint is uploaded and latest moves on.
