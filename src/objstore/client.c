@@ -239,7 +239,18 @@ static bool virtual_host(const slm_s3 *s) {
 }
 
 // Builds URL, signs, and adds the easy handle to the multi handle.
+// The payload's SHA-256, computed when the request first starts (so hashing later parts of a
+// multipart upload overlaps the transfer of earlier ones).
+static void payload_hash(s3_req *r) {
+    if (r->payload_hash[0]) return;
+    if (r->segs)
+        seg_sha256(r->segs, r->n_segs, r->win_off, r->body_len, r->payload_hash);
+    else
+        slm_sha256_hex(r->body ? (const void *)r->body : "", r->body_len, r->payload_hash);
+}
+
 static slm_status start_req(slm_s3 *s, s3_req *r) {
+    payload_hash(r);
     r->got = r->sent = 0;
     r->resp.len = 0;
     r->etag[0] = 0;
@@ -455,16 +466,6 @@ static slm_status run_reqs(slm_s3 *s, s3_req *rq, int n) {
     for (int i = 0; i < n; i++) {
         rq[i].first_t = t0;
         rq[i].next_t = t0;
-        if (!rq[i].payload_hash[0] && rq[i].segs) {
-            seg_sha256(rq[i].segs, rq[i].n_segs, rq[i].win_off, rq[i].body_len, rq[i].payload_hash);
-        } else if (!rq[i].payload_hash[0]) {
-            if (rq[i].body_len || strcmp(rq[i].method, "PUT") == 0 ||
-                strcmp(rq[i].method, "POST") == 0)
-                slm_sha256_hex(rq[i].body ? (const void *)rq[i].body : "", rq[i].body_len,
-                               rq[i].payload_hash);
-            else
-                slm_sha256_hex("", 0, rq[i].payload_hash);
-        }
     }
     int left = n, in_flight = 0;
     slm_status st = SLM_OK;
@@ -815,10 +816,23 @@ slm_status slm_s3_list_objects(slm_s3 *s, const char *bucket, const char *prefix
 }
 
 slm_status slm_s3_get_file(slm_s3 *s, const char *bucket, const char *key, const char *path) {
-    char *data = NULL;
-    size_t len = 0;
-    slm_status st = slm_s3_get(s, bucket, key, &data, &len, NULL);
-    if (!st) st = slm_file_write_atomic(path, data, len);
+    // HEAD for the size, then part-sized range GETs, max_conns in flight, into one buffer.
+    int64_t size = -1;
+    bool found = false;
+    slm_status st = slm_s3_head(s, bucket, key, &size, &found);
+    if (!st && !found) st = slm_fail(SLM_E_IO, "s3://%s/%s: no such object", bucket, key);
+    if (st) return st;
+    int64_t piece = (int64_t)part_size(s);
+    int n = (int)((size + piece - 1) / piece);
+    uint8_t *data = slm_xmalloc(size > 0 ? (size_t)size : 1);
+    slm_s3_range *rg = slm_xcalloc((size_t)(n ? n : 1), sizeof *rg);
+    for (int i = 0; i < n; i++) {
+        int64_t a = (int64_t)i * piece, b = a + piece < size ? a + piece : size;
+        rg[i] = (slm_s3_range){.key = key, .offset = a, .len = b - a, .dst = data + a};
+    }
+    st = slm_s3_get_ranges(s, bucket, rg, n);
+    if (!st) st = slm_file_write_atomic(path, data, (size_t)size);
+    free(rg);
     free(data);
     return st;
 }

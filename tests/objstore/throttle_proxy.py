@@ -5,7 +5,7 @@ included, so SigV4 still verifies at the server).
 
 usage: throttle_proxy.py BACKEND_PORT N_THROTTLED PORT_FILE COUNT_FILE
 Writes the port it listens on (127.0.0.1, chosen by the OS) to PORT_FILE, and after every request
-"throttled=T forwarded=F" to COUNT_FILE. Runs until killed.
+"throttled=T forwarded=F puts=P gets=G posts=O" to COUNT_FILE (forwarded requests by method). Runs until killed.
 """
 import http.client
 import os
@@ -16,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 backend_port, n_throttle, port_file, count_file = (
     int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4])
 lock = threading.Lock()
-counts = {"throttled": 0, "forwarded": 0}
+counts = {"throttled": 0, "forwarded": 0, "PUT": 0, "GET": 0, "POST": 0}
 
 SLOWDOWN = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
             b"<Message>Please reduce your request rate.</Message></Error>")
@@ -25,7 +25,8 @@ SLOWDOWN = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Cod
 def save():
     tmp = count_file + ".tmp"
     with open(tmp, "w") as f:
-        f.write("throttled=%d forwarded=%d\n" % (counts["throttled"], counts["forwarded"]))
+        f.write("throttled=%d forwarded=%d puts=%d gets=%d posts=%d\n" % (
+            counts["throttled"], counts["forwarded"], counts["PUT"], counts["GET"], counts["POST"]))
     os.replace(tmp, count_file)
 
 
@@ -41,6 +42,8 @@ class Proxy(BaseHTTPRequestHandler):
         with lock:
             throttle = counts["throttled"] < n_throttle
             counts["throttled" if throttle else "forwarded"] += 1
+            if not throttle and self.command in counts:
+                counts[self.command] += 1
             save()
         if throttle:
             self.send_response(503)
