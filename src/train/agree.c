@@ -160,6 +160,7 @@ slm_status slm_train_agree(const slm_train_opts *o) {
     add(l, "--init-from-hf", A, "%s", str_or_unset(o->init_from_hf));
     add(l, "--verify-on-resume", A, "%s", on_off(o->verify_on_resume));
     add(l, "--train-from-scratch", A, "%s", on_off(o->train_from_scratch));
+    add_abs_path(l, "--heartbeat-dir", o->heartbeat_dir);
     add(l, "--ckpt-uri", A, "%s", str_or_unset(o->ckpt_uri));
     add(l, "--data-cache", A, "%s", str_or_unset(o->data_cache));
     add(l, "--s3-prefix-shards", A, "%d", o->s3_prefix_shards > 1 ? o->s3_prefix_shards : 1);
