@@ -141,7 +141,7 @@ slm_status slm_ckpt_remote_resolve(const char *uri, slm_ckpt_remote **out, char 
     if (st) goto fail;
     // URI: a step directory (has manifest.json), a checkpoints root (has latest) or a run
     // prefix (has checkpoints/latest).
-    char *k = NULL, *data = NULL;
+    char *data = NULL;
     size_t n = 0;
     bool found = false;
     slm_buf b = {0};
@@ -245,7 +245,6 @@ slm_status slm_ckpt_remote_resolve(const char *uri, slm_ckpt_remote **out, char 
     }
     cJSON_Delete(o);
     r->L = L;
-    (void)k;
     *out = r;
     return SLM_OK;
 fail:
