@@ -397,6 +397,7 @@ static int agree_stop(const slm_trainer *tr, const char *what) {
 // keeps its slice) and returns the GLOBAL count of target tokens (>= 1).
 static int64_t draw_batch(slm_trainer *tr) {
     int64_t per_win = (int64_t)tr->B * (tr->T + 1);
+    double t_data = slm_time_s();
     for (int k = 0; k < tr->K; k++) {
         int32_t *w = tr->win + k * per_win;
         if (tr->o->synthetic)
@@ -408,6 +409,7 @@ static int64_t draw_batch(slm_trainer *tr) {
         else
             slm_loader_next(tr->train_l, w);
     }
+    tr->step_data_s = slm_time_s() - t_data; // the data wait (metrics; no effect on the math)
     int64_t n_total = 0;
     for (int64_t i = 0; i < tr->K * per_win; i++)
         n_total += (i % (tr->T + 1)) != 0 && tr->win[i] != -1; // targets: all tokens but the first
@@ -508,6 +510,7 @@ static slm_status update(slm_trainer *tr, double loss, double t0, slm_step_metri
         if (o->hooks[h].before_update) o->hooks[h].before_update(o->hooks[h].ctx, tr);
     slm_fsdp_optimizer_step(&tr->fsdp, &o->adamw, lr); // AdamW on this rank's shards
     double dt = slm_time_s() - t0;
+    tr->step_comm_s = slm_dist_wait_seconds() - tr->step_wait0;   // exposed communication
     int64_t step_tokens = (int64_t)tr->B * tr->T * tr->K * tr->W; // global
     tr->tokens_seen += step_tokens;
     tr->step++;
@@ -563,6 +566,7 @@ slm_status slm_train_step(slm_trainer *tr, slm_step_metrics *m) {
         return SLM_OK;
     }
     double t0 = slm_time_s();
+    tr->step_wait0 = slm_dist_wait_seconds();
     slm_loader_state pos = {0};
     if (tr->train_l) pos = slm_loader_get_state(tr->train_l);
     slm_rng synth = tr->synth;
@@ -667,6 +671,12 @@ int slm_trainer_world(const slm_trainer *tr) {
 }
 int64_t slm_trainer_steps_done(const slm_trainer *tr) {
     return tr->step;
+}
+void slm_trainer_step_timing(const slm_trainer *tr, slm_step_timing *t) {
+    *t = (slm_step_timing){.data_s = tr->step_data_s,
+                           .comm_s = tr->step_comm_s,
+                           .bytes_gathered = tr->fsdp.stats.bytes_gathered,
+                           .bytes_reduced = tr->fsdp.stats.bytes_reduced};
 }
 
 void slm_trainer_fault_after_ckpt(slm_trainer *tr) {
