@@ -107,6 +107,9 @@ void slm_llama_decode_step(slm_llama *m, slm_kv_cache *kc, int32_t token, int po
     int L = c->num_hidden_layers, C = c->hidden_size, H = c->num_attention_heads;
     int KV = c->num_key_value_heads, D = C / H, rep = H / KV;
     int64_t F = c->intermediate_size, V = c->vocab_size, KVD = (int64_t)KV * D;
+    if (m->lora.rank > 0)
+        slm_fatal("model: KV-cache decoding of a model with unmerged LoRA adapters (merge them "
+                  "first: slm_llama_lora_merge)");
     if (pos < 0 || pos >= kc->max_T)
         slm_fatal("model: decode position %d outside the KV cache [0, %d)", pos, kc->max_T);
     if (token < 0 || token >= c->vocab_size)

@@ -54,6 +54,7 @@ struct slm_llama_acts {
     float *dq;               // [N, H*D]
     float *dk, *dv;          // [N, KV*D]
     float *dh, *dgate, *dup; // [N, F]
+    float *dnorm;            // [C] discarded norm-weight gradient of a frozen base (LoRA)
     // last forward
     int cur_B, cur_T;
     bool can_backward;
@@ -156,6 +157,7 @@ void slm_llama_free(slm_llama *m) {
     free(m->params);
     free(m->grads);
     acts_free(m->acts);
+    slm_lora_free(m);
     memset(m, 0, sizeof *m);
 }
 
@@ -246,6 +248,7 @@ static void acts_free(slm_llama_acts *a) {
     free(a->dh);
     free(a->dgate);
     free(a->dup);
+    free(a->dnorm);
     free(a);
 }
 
@@ -328,7 +331,7 @@ void slm_llama_set_shape(slm_llama *m, int B, int T, bool keep_logits) {
 }
 
 size_t slm_llama_act_bytes(const slm_llama *m) {
-    return m->acts ? m->acts->bytes : 0;
+    return (m->acts ? m->acts->bytes : 0) + slm_lora_act_bytes(m);
 }
 
 double slm_llama_act_bytes_estimate(const slm_llama_config *c, int B, int T,
@@ -381,24 +384,46 @@ static void block_forward(const slm_llama *m, int l, const slm_llama_acts *a, co
     int C = c->hidden_size, H = c->num_attention_heads, KV = c->num_key_value_heads, D = C / H;
     int64_t F = c->intermediate_size, N = (int64_t)B * T, KVD = (int64_t)KV * D;
     const float *p = unit_params(m, l);
+    bool lora = m->lora.rank > 0;
+    int blk = a->ckpt ? 0 : l; // the adapters' saved-activation slot, as b's
     // attention branch: x + o_proj(attn(rope(q_proj(n)), rope(k_proj(n)), v_proj(n))), n = norm(x)
     slm_rmsnorm_fwd(b->ln1, b->rstd1, xin, p + vw[BV_LN1].offset, N, C, c->rms_norm_eps);
     slm_matmul_fwd(b->q, b->ln1, p + vw[BV_Q].offset, N, C, C, false);
     slm_matmul_fwd(b->k, b->ln1, p + vw[BV_K].offset, N, C, KVD, false);
     slm_matmul_fwd(b->v, b->ln1, p + vw[BV_V].offset, N, C, KVD, false);
+    if (lora) { // LoRA: adapters add to the projections' outputs (before RoPE)
+        slm_lora_fwd(m, l, SLM_LORA_Q, blk, b->ln1, b->q, N);
+        slm_lora_fwd(m, l, SLM_LORA_K, blk, b->ln1, b->k, N);
+        slm_lora_fwd(m, l, SLM_LORA_V, blk, b->ln1, b->v, N);
+    }
     slm_rope_apply(b->q, a->rope_cos, a->rope_sin, B, T, H, D, 0, false);
     slm_rope_apply(b->k, a->rope_cos, a->rope_sin, B, T, KV, D, 0, false);
     slm_attention_fwd(b->att, b->lse, b->q, b->k, b->v, B, T, H, KV, D);
     memcpy(b->xmid, xin, (size_t)N * C * sizeof(float));
     slm_matmul_fwd(b->xmid, b->att, p + vw[BV_O].offset, N, C, C, true); // residual add fused
+    if (lora) slm_lora_fwd(m, l, SLM_LORA_O, blk, b->att, b->xmid, N);
     // MLP branch: xmid + down_proj(silu(gate_proj(n)) * up_proj(n)), n = norm(xmid)
     slm_rmsnorm_fwd(b->ln2, b->rstd2, b->xmid, p + vw[BV_LN2].offset, N, C, c->rms_norm_eps);
     slm_matmul_fwd(b->gate, b->ln2, p + vw[BV_GATE].offset, N, C, F, false);
     slm_matmul_fwd(b->up, b->ln2, p + vw[BV_UP].offset, N, C, F, false);
+    if (lora) {
+        slm_lora_fwd(m, l, SLM_LORA_GATE, blk, b->ln2, b->gate, N);
+        slm_lora_fwd(m, l, SLM_LORA_UP, blk, b->ln2, b->up, N);
+    }
     slm_swiglu_fwd(b->h, b->gate, b->up, N, F);
     if (xout) {
         memcpy(xout, b->xmid, (size_t)N * C * sizeof(float));
         slm_matmul_fwd(xout, b->h, p + vw[BV_DOWN].offset, N, F, C, true);
+    }
+    // (a recomputation still needs the down_proj adapter's saved activations)
+    if (lora && (m->lora.targets & (1u << SLM_LORA_DOWN))) {
+        if (xout) {
+            slm_lora_fwd(m, l, SLM_LORA_DOWN, blk, b->h, xout, N);
+        } else { // the output is not needed: add into scratch that is discarded
+            float *tmp = slm_xcalloc((size_t)(N * C), sizeof(float));
+            slm_lora_fwd(m, l, SLM_LORA_DOWN, blk, b->h, tmp, N);
+            free(tmp);
+        }
     }
 }
 
@@ -427,9 +452,10 @@ static float head_forward(slm_llama *m, const int32_t *targets, int64_t N, bool 
         n_valid++;
     }
     float dscale = (grad && n_valid > 0) ? 1.0f / (float)n_valid : 0.0f;
+    bool frozen = m->lora.rank > 0; // LoRA: no lm_head gradient, only d(lnf)
     if (grad) {
-        if (!a->dwlm) a->dwlm = falloc(a, V * C);
-        memset(a->dwlm, 0, (size_t)(V * C) * sizeof(float));
+        if (!a->dwlm && !frozen) a->dwlm = falloc(a, V * C);
+        if (!frozen) memset(a->dwlm, 0, (size_t)(V * C) * sizeof(float));
         memset(a->dlnf, 0, (size_t)(N * C) * sizeof(float));
     }
     for (int64_t r0 = 0; r0 < N; r0 += a->chunk_rows) {
@@ -441,7 +467,8 @@ static float head_forward(slm_llama *m, const int32_t *targets, int64_t N, bool 
             slm_matmul_fwd(lg, a->lnf + r0 * C, Wlm, rows, C, V, false);
         slm_cross_entropy_fused(lg, a->losses + r0, targets + r0, rows, V, dscale);
         if (dscale != 0.0f)
-            slm_matmul_bwd(a->dlnf + r0 * C, a->dwlm, lg, a->lnf + r0 * C, Wlm, rows, C, V);
+            slm_matmul_bwd(a->dlnf + r0 * C, frozen ? NULL : a->dwlm, lg, a->lnf + r0 * C, Wlm,
+                           rows, C, V);
     }
     double sum = 0.0;
     for (int64_t i = 0; i < N; i++)
@@ -485,6 +512,7 @@ float slm_llama_forward(slm_llama *m, const int32_t *tokens, const int32_t *targ
     a->blk0_layer = a->ckpt ? L - 1 : -1; // the last block's activations stay in blk[0]
     memcpy(a->tokens, tokens, (size_t)N * sizeof(int32_t));
     bool grad = targets != NULL && !m->loss_only;
+    if (m->lora.rank > 0) slm_lora_acts_ensure(m, a->n_blk, a->N, grad);
 
     HOOK(m, pre_forward, L);
     const float *root = unit_params(m, L);
@@ -515,32 +543,46 @@ static void block_backward(const slm_llama *m, int l, slm_llama_acts *a, const f
     int C = c->hidden_size, H = c->num_attention_heads, KV = c->num_key_value_heads, D = C / H;
     int64_t F = c->intermediate_size, N = (int64_t)B * T, KVD = (int64_t)KV * D;
     const float *p = unit_params(m, l);
-    float *g = unit_grads(m, l);
+    bool lora = m->lora.rank > 0; // LoRA: the base is frozen, only the adapters get gradients
+    float *g = lora ? NULL : unit_grads(m, l);
+    int blk = a->ckpt ? 0 : l;
     size_t nc_bytes = (size_t)N * C * sizeof(float);
+#define GW(view) (g ? g + vw[view].offset : NULL)
+#define GN(view) (g ? g + vw[view].offset : a->dnorm)
     // MLP branch; the residual passes dx through unchanged and the norm backward adds into it.
     memset(a->dh, 0, (size_t)(N * F) * sizeof(float));
-    slm_matmul_bwd(a->dh, g + vw[BV_DOWN].offset, a->dx, b->h, p + vw[BV_DOWN].offset, N, F, C);
+    slm_matmul_bwd(a->dh, GW(BV_DOWN), a->dx, b->h, p + vw[BV_DOWN].offset, N, F, C);
+    if (lora) slm_lora_bwd(m, l, SLM_LORA_DOWN, blk, b->h, a->dx, a->dh, N);
     slm_swiglu_bwd(a->dgate, a->dup, a->dh, b->gate, b->up, N, F);
     memset(a->dln, 0, nc_bytes);
-    slm_matmul_bwd(a->dln, g + vw[BV_GATE].offset, a->dgate, b->ln2, p + vw[BV_GATE].offset, N, C,
-                   F);
-    slm_matmul_bwd(a->dln, g + vw[BV_UP].offset, a->dup, b->ln2, p + vw[BV_UP].offset, N, C, F);
-    slm_rmsnorm_bwd(a->dx, g + vw[BV_LN2].offset, a->dln, b->xmid, p + vw[BV_LN2].offset, b->rstd2,
-                    N, C);
+    slm_matmul_bwd(a->dln, GW(BV_GATE), a->dgate, b->ln2, p + vw[BV_GATE].offset, N, C, F);
+    slm_matmul_bwd(a->dln, GW(BV_UP), a->dup, b->ln2, p + vw[BV_UP].offset, N, C, F);
+    if (lora) {
+        slm_lora_bwd(m, l, SLM_LORA_GATE, blk, b->ln2, a->dgate, a->dln, N);
+        slm_lora_bwd(m, l, SLM_LORA_UP, blk, b->ln2, a->dup, a->dln, N);
+    }
+    slm_rmsnorm_bwd(a->dx, GN(BV_LN2), a->dln, b->xmid, p + vw[BV_LN2].offset, b->rstd2, N, C);
     // attention branch (a->dln holds d(att) first, then d(ln1))
     memset(a->dln, 0, nc_bytes);
-    slm_matmul_bwd(a->dln, g + vw[BV_O].offset, a->dx, b->att, p + vw[BV_O].offset, N, C, C);
+    slm_matmul_bwd(a->dln, GW(BV_O), a->dx, b->att, p + vw[BV_O].offset, N, C, C);
+    if (lora) slm_lora_bwd(m, l, SLM_LORA_O, blk, b->att, a->dx, a->dln, N);
     slm_attention_bwd(a->dq, a->dk, a->dv, a->dln, b->q, b->k, b->v, b->att, b->lse, B, T, H, KV,
                       D);
     // RoPE is a rotation: its backward rotates the gradient by the opposite angle.
     slm_rope_apply(a->dq, a->rope_cos, a->rope_sin, B, T, H, D, 0, true);
     slm_rope_apply(a->dk, a->rope_cos, a->rope_sin, B, T, KV, D, 0, true);
     memset(a->dln, 0, nc_bytes);
-    slm_matmul_bwd(a->dln, g + vw[BV_Q].offset, a->dq, b->ln1, p + vw[BV_Q].offset, N, C, C);
-    slm_matmul_bwd(a->dln, g + vw[BV_K].offset, a->dk, b->ln1, p + vw[BV_K].offset, N, C, KVD);
-    slm_matmul_bwd(a->dln, g + vw[BV_V].offset, a->dv, b->ln1, p + vw[BV_V].offset, N, C, KVD);
-    slm_rmsnorm_bwd(a->dx, g + vw[BV_LN1].offset, a->dln, xin, p + vw[BV_LN1].offset, b->rstd1, N,
-                    C);
+    slm_matmul_bwd(a->dln, GW(BV_Q), a->dq, b->ln1, p + vw[BV_Q].offset, N, C, C);
+    slm_matmul_bwd(a->dln, GW(BV_K), a->dk, b->ln1, p + vw[BV_K].offset, N, C, KVD);
+    slm_matmul_bwd(a->dln, GW(BV_V), a->dv, b->ln1, p + vw[BV_V].offset, N, C, KVD);
+    if (lora) {
+        slm_lora_bwd(m, l, SLM_LORA_Q, blk, b->ln1, a->dq, a->dln, N);
+        slm_lora_bwd(m, l, SLM_LORA_K, blk, b->ln1, a->dk, a->dln, N);
+        slm_lora_bwd(m, l, SLM_LORA_V, blk, b->ln1, a->dv, a->dln, N);
+    }
+    slm_rmsnorm_bwd(a->dx, GN(BV_LN1), a->dln, xin, p + vw[BV_LN1].offset, b->rstd1, N, C);
+#undef GW
+#undef GN
 }
 
 void slm_llama_backward(slm_llama *m, float loss_scale) {
@@ -557,21 +599,25 @@ void slm_llama_backward(slm_llama *m, float loss_scale) {
 
     HOOK(m, pre_backward, L);
     const float *root = unit_params(m, L);
-    float *groot = unit_grads(m, L);
+    bool frozen = m->lora.rank > 0; // LoRA: the root gets no gradient either
+    if (frozen && !a->dnorm) a->dnorm = falloc(a, C);
+    float *groot = frozen ? NULL : unit_grads(m, L);
     // lm_head: the forward left d(mean loss)/dW in dwlm; scale and add.
-    float *gW = groot + (c->tie_word_embeddings ? rv[RV_EMB].offset : rv[RV_LM].offset);
-    const float *dwlm = a->dwlm;
-    int64_t VC = V * C;
+    if (!frozen) {
+        float *gW = groot + (c->tie_word_embeddings ? rv[RV_EMB].offset : rv[RV_LM].offset);
+        const float *dwlm = a->dwlm;
+        int64_t VC = V * C;
 #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < VC; i++)
-        gW[i] += loss_scale * dwlm[i];
+        for (int64_t i = 0; i < VC; i++)
+            gW[i] += loss_scale * dwlm[i];
+    }
     if (loss_scale != 1.0f) {
         for (int64_t i = 0; i < N * C; i++)
             a->dlnf[i] *= loss_scale;
     }
     memset(a->dx, 0, (size_t)N * C * sizeof(float));
-    slm_rmsnorm_bwd(a->dx, groot + rv[RV_NORM].offset, a->dlnf, a->x + (int64_t)L * N * C,
-                    root + rv[RV_NORM].offset, a->rstdf, N, C);
+    slm_rmsnorm_bwd(a->dx, frozen ? a->dnorm : groot + rv[RV_NORM].offset, a->dlnf,
+                    a->x + (int64_t)L * N * C, root + rv[RV_NORM].offset, a->rstdf, N, C);
     for (int l = L - 1; l >= 0; l--) {
         HOOK(m, pre_backward, l);
         const float *xin = a->x + (int64_t)l * N * C;
@@ -584,7 +630,7 @@ void slm_llama_backward(slm_llama *m, float loss_scale) {
         block_backward(m, l, a, xin, b);
         HOOK(m, post_backward, l);
     }
-    slm_embedding_bwd(groot + rv[RV_EMB].offset, a->tokens, a->dx, N, C);
+    if (!frozen) slm_embedding_bwd(groot + rv[RV_EMB].offset, a->tokens, a->dx, N, C);
     HOOK(m, post_backward, L);
 }
 

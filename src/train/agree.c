@@ -159,6 +159,10 @@ slm_status slm_train_agree(const slm_train_opts *o) {
     add(l, "--init-from-hf", A, "%s", str_or_unset(o->init_from_hf));
     add(l, "--verify-on-resume", A, "%s", on_off(o->verify_on_resume));
     add(l, "--train-from-scratch", A, "%s", on_off(o->train_from_scratch));
+    add(l, "--lora-rank", A, "%d", o->lora.rank);
+    add(l, "--lora-alpha", A, "%.9g", (double)o->lora.alpha);
+    add(l, "--lora-dropout", A, "%.9g", (double)o->lora.dropout);
+    add(l, "--lora-targets", A, "0x%x", (unsigned)o->lora.targets);
     // What the options point at, read on every rank (a node-local copy may differ).
     slm_llama_config c;
     if (slm_train_resolve_config(o->model, o->vocab_size, o->T, &c) == SLM_OK) {

@@ -2,6 +2,7 @@
 // reader of weights. Contract in train.h ("Model directories").
 #include "train/train.h"
 
+#include <dirent.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
@@ -354,4 +355,41 @@ slm_status slm_model_dir_init_weights(const char *dir, slm_llama *m) {
     // The kind only (slm_hf_load reads config.json itself: one read, one set of warnings).
     slm_status st = slm_model_dir_require_hf(dir);
     return st ? st : slm_hf_load(m, dir);
+}
+
+static int cmp_name(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+slm_status slm_hf_dir_xxh64(const char *dir, uint64_t *out) {
+    *out = 0;
+    DIR *dd = opendir(dir);
+    if (!dd) return slm_fail(SLM_E_IO, "%s: cannot open the directory", dir);
+    char **names = NULL;
+    size_t n = 0;
+    for (struct dirent *e; (e = readdir(dd));) {
+        size_t len = strlen(e->d_name);
+        bool keep = (len > 12 && !strcmp(e->d_name + len - 12, ".safetensors")) ||
+                    !strcmp(e->d_name, "model.safetensors.index.json") ||
+                    !strcmp(e->d_name, "config.json");
+        if (!keep) continue;
+        names = slm_xrealloc(names, (n + 1) * sizeof *names);
+        names[n++] = slm_xstrdup(e->d_name);
+    }
+    closedir(dd);
+    qsort(names, n, sizeof *names, cmp_name);
+    slm_status st = n ? SLM_OK : slm_fail(SLM_E_IO, "%s: no config.json or *.safetensors", dir);
+    uint64_t acc = 0;
+    for (size_t i = 0; i < n; i++) {
+        char *p = slm_path_join(dir, names[i]);
+        uint64_t h = 0;
+        if (!st) st = slm_file_xxh64(p, &h);
+        uint64_t pair[2] = {acc, h};
+        acc = slm_xxh64(pair, sizeof pair, 0);
+        free(p);
+        free(names[i]);
+    }
+    free(names);
+    if (!st) *out = acc;
+    return st;
 }

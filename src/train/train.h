@@ -153,7 +153,13 @@ typedef struct slm_train_opts {
                                // instead of the seeded init (checked against the model config)
     int n_hooks;
     slm_train_hook hooks[SLM_TRAIN_MAX_HOOKS]; // slm_train_attach / slm_train_add_hook
-    slm_fsdp_opts fsdp;          // world > 1: sharding strategy, dtypes, prefetch (fsdp.h)
+    slm_fsdp_opts fsdp; // world > 1: sharding strategy, dtypes, prefetch (fsdp.h)
+    // LoRA (lora.rank > 0; needs init_from_hf): adapters on lora.targets of the frozen
+    // init_from_hf base (model.h); fsdp/ shards base and adapters, AdamW trains the adapters
+    // only. Checkpoints hold the adapters plus the base's path and XXH64
+    // (slm_hf_dir_xxh64), checked on resume. lora.targets defaults to q_proj,v_proj (PEFT's
+    // Llama default) in slm_train_opts_default.
+    slm_lora_config lora;
     double collective_timeout_s; // bound on every collective wait (default 600; <= 0: none)
 } slm_train_opts;
 
@@ -199,10 +205,12 @@ typedef struct slm_train_result {
     double mfu;            // tokens_per_s x FLOPs per token / (peak x world)
     double peak_gflops;    // the MFU denominator used
     double flops_per_token;
-    bool already_complete; // resumed at step == steps: nothing trained (the rest is NaN)
-    bool interrupted;      // stopped by a want_stop hook (the stop flag); saved by the hooks
-    bool stop_evaluated;   // stopped before --steps (not interrupted): final_val_loss is the
-                           // validation of the weights it stopped with
+    int64_t state_bytes;      // this rank's persistent parameter / gradient / AdamW bytes
+    int64_t trainable_params; // parameters AdamW updates (the adapters with LoRA)
+    bool already_complete;    // resumed at step == steps: nothing trained (the rest is NaN)
+    bool interrupted;         // stopped by a want_stop hook (the stop flag); saved by the hooks
+    bool stop_evaluated;      // stopped before --steps (not interrupted): final_val_loss is the
+                              // validation of the weights it stopped with
 } slm_train_result;
 
 // Trains a model from a seeded init (slm_llama_init_weights) as described in the module comment:
@@ -430,6 +438,10 @@ slm_status slm_model_dir_load(const char *path, bool hf_only, slm_llama *m, slm_
 // unless PATH is a run directory, a checkpoints root or a step_N directory (SLM_E_ARG naming
 // what it is and, for a run directory, that --model takes it).
 slm_status slm_model_dir_require_hf(const char *path);
+// The identity of a Hugging Face directory's weights (the base a LoRA checkpoint refers to): one
+// XXH64 folding in, in name order, the XXH64 of config.json and of every *.safetensors file and
+// model.safetensors.index.json (reads the files once). Errors: SLM_E_IO naming the file.
+slm_status slm_hf_dir_xxh64(const char *dir, uint64_t *out);
 // train --init-from-hf: reads the Hugging Face directory DIR's weights into an initialised
 // model with allocated params (slm_model_dir_open + slm_model_dir_read_weights). Errors:
 // SLM_E_ARG when DIR is a run or checkpoint directory, those of open and read.

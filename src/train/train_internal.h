@@ -36,12 +36,16 @@ struct slm_trainer {
     bool done, started, interrupted;
     bool *hook_started; // [o->n_hooks]: on_start ran (so on_finish runs)
     slm_train_result res;
+    uint64_t lora_base_xxh64; // LoRA: slm_hf_dir_xxh64 of the --init-from-hf base
 };
 
 // Fills a checkpoint's meta and this rank's shards for the state after `step` steps
 // (sh[n_units], caller-allocated). For the checkpoint hook.
 void slm_trainer_ckpt_state(const slm_trainer *tr, int64_t step, slm_ckpt_meta *meta,
                             slm_ckpt_shard *sh);
+// The unit layouts a checkpoint of this run holds (*n_units of them): the model's units, or
+// with LoRA the adapter units. Borrowed.
+const slm_unit_layout *slm_trainer_ckpt_layout(const slm_trainer *tr, int *n_units);
 
 // Resolves a preset / config.json, applies a vocab override (> 0), validates, and checks
 // T <= max_position_embeddings. Errors: SLM_E_ARG naming the spec and the field.
