@@ -322,6 +322,18 @@ slm_status slm_hf_export(const slm_llama *m, const char *out_dir, slm_st_dtype d
 // contains it (the swap would move the source), those of the steps, naming the file.
 slm_status slm_hf_export_dir(const slm_llama *m, const char *src_dir, const char *tokenizer_path,
                              const char *out_dir, slm_st_dtype dtype, size_t max_shard_bytes);
+// Exports m's LoRA adapters as a PEFT adapter directory in OUT_DIR: adapter_model.safetensors
+// (PEFT's keys "base_model.model.model.layers.N.self_attn.q_proj.lora_A.weight" [r, in] and
+// ".lora_B.weight" [out, r], in `dtype`) and adapter_config.json (peft_type LORA, task_type
+// CAUSAL_LM, r, lora_alpha, lora_dropout, target_modules, base_model_name_or_path = base_ref),
+// which peft.PeftModel.from_pretrained(base, OUT_DIR) loads. Errors: SLM_E_ARG without
+// adapters, SLM_E_IO naming the file.
+slm_status slm_peft_export(const slm_llama *m, const char *base_ref, const char *out_dir,
+                           slm_st_dtype dtype);
+// The same staged in a temp sibling and swapped in, as slm_hf_export_dir (SRC_DIR: where the
+// adapters came from).
+slm_status slm_peft_export_dir(const slm_llama *m, const char *src_dir, const char *base_ref,
+                               const char *out_dir, slm_st_dtype dtype);
 // Export staging (ckpt export): the files go into a hidden temp sibling of OUT_DIR,
 // "<parent>/.<name>.export-tmp.<pid>", which slm_export_dir_begin creates (with OUT_DIR's
 // parent; a stale one of the same name is removed) and returns in *tmp (owned). Errors: SLM_E_IO

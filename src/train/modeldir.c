@@ -246,8 +246,38 @@ void slm_model_dir_close(slm_model_dir *d) {
     d->step = -1;
 }
 
+// A LoRA checkpoint: the base from the HF directory it names (its XXH64 checked), then the
+// adapters, merged into the base unless d->keep_lora.
+static slm_status read_lora(slm_model_dir *d, slm_llama *m) {
+    const slm_ckpt_meta *M = slm_ckpt_get_meta(d->ckpt);
+    const char *base = d->lora_base ? d->lora_base : M->lora_base;
+    uint64_t h = 0;
+    slm_status st = slm_hf_dir_xxh64(base, &h);
+    if (st)
+        return slm_fail_wrap(st, "%s: the LoRA checkpoint's base model %s", d->weights_dir, base);
+    if (h != M->lora_base_xxh64)
+        return slm_fail(SLM_E_FORMAT,
+                        "%s: its adapters were trained on a base with xxh64 %016llx, but %s has "
+                        "xxh64 %016llx (changed or another model)",
+                        d->weights_dir, (unsigned long long)M->lora_base_xxh64, base,
+                        (unsigned long long)h);
+    if ((st = slm_hf_load(m, base))) return st;
+    if (m->lora.rank < 1 && (st = slm_llama_lora_init(m, &M->lora, true, 0))) return st;
+    if ((st = slm_ckpt_check_model(d->ckpt, m))) return st;
+    for (int l = 0; l < m->cfg.num_hidden_layers && !st; l++)
+        st = slm_ckpt_read_range(d->ckpt, l, 0, m->lora_units[l].numel, m->lora_params[l], NULL,
+                                 NULL);
+    if (!st && !d->keep_lora) slm_llama_lora_merge(m);
+    return st;
+}
+
+bool slm_model_dir_is_lora(const slm_model_dir *d) {
+    return d->ckpt && slm_ckpt_get_meta(d->ckpt)->lora.rank > 0;
+}
+
 slm_status slm_model_dir_read_weights(slm_model_dir *d, slm_llama *m) {
     if (!d->ckpt) return slm_hf_load(m, d->weights_dir);
+    if (slm_model_dir_is_lora(d)) return read_lora(d, m);
     slm_status st = slm_ckpt_check_model(d->ckpt, m);
     for (int u = 0; u < m->n_units && !st; u++)
         st = slm_ckpt_read_range(d->ckpt, u, 0, m->units[u].numel, m->params[u], NULL, NULL);
@@ -262,7 +292,9 @@ static slm_status check_shapes(slm_model_dir *d) {
     slm_llama lay;
     slm_status st = slm_llama_init(&lay, &d->cfg, false);
     if (st) return st;
-    st = slm_ckpt_check_model(d->ckpt, &lay);
+    if (slm_model_dir_is_lora(d))
+        st = slm_llama_lora_init(&lay, &slm_ckpt_get_meta(d->ckpt)->lora, false, 0);
+    if (!st) st = slm_ckpt_check_model(d->ckpt, &lay);
     slm_llama_free(&lay);
     // The manifest's config disagrees with its own layout: a bad checkpoint (exit 1), not a
     // usage error.

@@ -395,7 +395,16 @@ typedef struct slm_model_dir {
     slm_ckpt *ckpt;       // RUN / CKPT: the opened checkpoint (owned); NULL for HF
     int64_t step;         // RUN / CKPT: the checkpoint's step; -1 for HF
     char *tokenizer;      // tokenizer file path, NULL if there is none (owned)
+    // A LoRA checkpoint (adapters only; slm_model_dir_is_lora): the caller may set these
+    // before loading. keep_lora: keep the adapters unmerged (PEFT export); otherwise they are
+    // merged into the base (slm_llama_lora_merge), so eval / generate / export see one model.
+    // lora_base: the base HF directory instead of the one the checkpoint recorded (borrowed;
+    // its XXH64 must still match).
+    bool keep_lora;
+    const char *lora_base;
 } slm_model_dir;
+// True when d is a LoRA checkpoint: its weights are the recorded base plus adapters.
+bool slm_model_dir_is_lora(const slm_model_dir *d);
 
 // Opens PATH as one of the three kinds above and reads its config (and, for a checkpoint, its
 // manifest and rank file sizes; a run directory's newest checkpoint is checked in full, XXH64
@@ -417,7 +426,10 @@ void slm_model_dir_close(slm_model_dir *d);
 // (slm_model_dir_read_weights). On error *m is freed.
 slm_status slm_model_dir_load_model(slm_model_dir *d, slm_llama *m);
 // Reads the weights into an initialised model whose params are allocated; its config must be
-// the weights' (checked: slm_ckpt_check_model / slm_hf_load). Every byte read is verified
+// the weights' (checked: slm_ckpt_check_model / slm_hf_load). A LoRA checkpoint reads the base
+// from the HF directory its manifest names (or d->lora_base), refusing one whose
+// slm_hf_dir_xxh64 differs from the recorded one (SLM_E_FORMAT naming both), attaches and reads
+// the adapters and merges them unless d->keep_lora. Every byte read is verified
 // (checkpoint chunk XXH64) and checked finite. Errors: SLM_E_ARG / SLM_E_FORMAT for a model
 // that does not match, SLM_E_IO, SLM_E_CHECKSUM, naming the file.
 slm_status slm_model_dir_read_weights(slm_model_dir *d, slm_llama *m);
