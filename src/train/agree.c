@@ -163,6 +163,7 @@ slm_status slm_train_agree(const slm_train_opts *o) {
     add(l, "--lora-alpha", A, "%.9g", (double)o->lora.alpha);
     add(l, "--lora-dropout", A, "%.9g", (double)o->lora.dropout);
     add(l, "--lora-targets", A, "0x%x", (unsigned)o->lora.targets);
+    add_abs_path(l, "--heartbeat-dir", o->heartbeat_dir);
     // What the options point at, read on every rank (a node-local copy may differ).
     slm_llama_config c;
     if (slm_train_resolve_config(o->model, o->vocab_size, o->T, &c) == SLM_OK) {

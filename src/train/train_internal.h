@@ -37,6 +37,8 @@ struct slm_trainer {
     bool *hook_started; // [o->n_hooks]: on_start ran (so on_finish runs)
     slm_train_result res;
     uint64_t lora_base_xxh64; // LoRA: slm_hf_dir_xxh64 of the --init-from-hf base
+    slm_fault_plan faults; // SHARDLM_FAULT / SHARDLM_ATTEMPT (fault.c), read by the open phase
+    bool fault_corrupted;  // corrupt-ckpt fired
 };
 
 // Fills a checkpoint's meta and this rank's shards for the state after `step` steps
@@ -46,6 +48,11 @@ void slm_trainer_ckpt_state(const slm_trainer *tr, int64_t step, slm_ckpt_meta *
 // The unit layouts a checkpoint of this run holds (*n_units of them): the model's units, or
 // with LoRA the adapter units. Borrowed.
 const slm_unit_layout *slm_trainer_ckpt_layout(const slm_trainer *tr, int *n_units);
+
+// corrupt-ckpt (SHARDLM_FAULT): rank 0, once step S's checkpoint directory is committed under
+// out_dir/checkpoints, flips a byte of its rank_R file. Called by the checkpoint hook after each
+// poll (fault.c's rule; a no-op without that fault).
+void slm_trainer_fault_after_ckpt(slm_trainer *tr);
 
 // Resolves a preset / config.json, applies a vocab override (> 0), validates, and checks
 // T <= max_position_embeddings. Errors: SLM_E_ARG naming the spec and the field.
