@@ -273,8 +273,9 @@ size_t slm_lora_act_bytes(const slm_llama *m) {
 }
 
 bool slm_lora_dropout_keep(uint64_t key, int l, int t, int64_t i, float p) {
-    uint64_t h = slm_mix64(
-        key ^ slm_mix64(((uint64_t)(uint32_t)l << 8 | (uint64_t)t) ^ slm_mix64((uint64_t)i)));
+    // one finalizer per element: (block, target) in the top 24 bits, the element below
+    uint64_t bt = (uint64_t)(uint32_t)l * SLM_LORA_N_TARGETS + (uint64_t)t;
+    uint64_t h = slm_mix64(key ^ (bt << 40) ^ (uint64_t)i);
     float x = (float)(h >> 40) * (1.0f / 16777216.0f); // 24 bits: uniform in [0, 1)
     return x >= p;
 }
