@@ -303,8 +303,9 @@ int64_t slm_trainer_steps_done(const slm_trainer *tr);
 // (data, model, vocab, batch, seq, grad-accum, steps, lr, min-lr, warmup, weight decay, betas,
 // eps, grad clip, seed, eval, activation checkpointing, max-minutes, time schedule, sharding,
 // shard group size, param / reduce dtypes, all-gather limit, prefetch, collective timeout, out,
-// checkpoint policy, resume, init-from-hf), as parsed values; then, read on each rank, the
-// resolved model config, the XXH64 of the dataset's manifest.json and tokenizer file and of the
+// checkpoint policy, resume, init-from-hf, the LoRA options), as parsed values; then, read on each
+// rank, the resolved model config, the XXH64 of the dataset's manifest.json and tokenizer file and
+// of the
 // --init-from-hf config.json. Not compared (they may differ per rank): threads, log_every,
 // peak_gflops, hooks, and the MPI progress thread. Collective; SLM_OK in a world of one.
 // Errors: SLM_E_ARG when an option differs, SLM_E_FORMAT when only file contents differ, with
