@@ -241,6 +241,20 @@ def body(w):
     r = run("train", *common, "--steps", "9", "--out", run1, "--resume", "auto", ok=False)
     check(r.returncode != 0 and b"xxh64" in r.stderr,
           f"resume on a changed base refused (exit {r.returncode})")
+    # 7. usage errors (exit 2, naming the option)
+    for extra, needle in ((["--lora-targets", "q_proj,qq_proj"], b"qq_proj"),
+                          (["--lora-targets", "q_proj,q_proj"], b"repeated"),
+                          (["--lora-rank", "0"], b"--lora-rank"),
+                          (["--lora-dropout", "1"], b"--lora-dropout")):
+        r = run("train", *common, *extra, "--out", os.path.join(w, "bad_run"), ok=False)
+        check(r.returncode == 2 and needle in r.stderr,
+              f"{' '.join(extra)}: exit {r.returncode} naming {needle.decode()}")
+    no_base = [a for a in common]
+    i = no_base.index("--init-from-hf")
+    del no_base[i:i + 2]
+    r = run("train", *no_base, "--out", os.path.join(w, "bad_run"), ok=False)
+    check(r.returncode == 2 and b"--init-from-hf" in r.stderr,
+          f"--lora-rank without --init-from-hf: exit {r.returncode}")
     print(f"{'FAILED' if failures else 'OK'}: {failures} failures")
     return 1 if failures else 0
 
