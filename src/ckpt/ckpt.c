@@ -1276,6 +1276,15 @@ void slm_ckpt_print_summary(const slm_ckpt *c, void *file) {
     fprintf(f, "optimizer    AdamW lr %g betas (%g, %g) eps %g wd %g\n", M->adamw.lr_peak,
             M->adamw.beta1, M->adamw.beta2, M->adamw.eps, M->adamw.weight_decay);
     fprintf(f, "loader       epoch %" PRId64 " pos %" PRId64 "\n", M->loader.epoch, M->loader.pos);
+    if (M->lora.rank > 0) { // the units above are the adapters
+        char h[17];
+        slm_hex64(M->lora_base_xxh64, h);
+        fprintf(f, "lora         r %d alpha %g dropout %g targets", M->lora.rank,
+                (double)M->lora.alpha, (double)M->lora.dropout);
+        for (int t = 0; t < SLM_LORA_N_TARGETS; t++)
+            if (M->lora.targets & (1u << t)) fprintf(f, " %s", slm_lora_target_name(t));
+        fprintf(f, "; adapters only, base %s xxh64 %s\n", M->lora_base, h);
+    }
     if (M->has_tokenizer) {
         char h[17];
         slm_hex64(M->tokenizer_xxh64, h);

@@ -141,6 +141,9 @@ def body(w):
     check(rank_bytes < 3 * 4 * n_adapt + 4096,
           f"rank file {rank_bytes} bytes: adapters x (params, m, v) only")
     check(len(l1) == 6 and l1[-1] < l1[0], f"LoRA training losses {l1}")
+    r = run("ckpt", "inspect", run1)
+    check(b"lora         r 4" in r.stdout and b"adapters only" in r.stdout,
+          "ckpt inspect names the LoRA adapters and the base")
 
     # 2. bitwise resume from step 3
     run2 = os.path.join(w, "run2")
