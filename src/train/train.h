@@ -151,6 +151,8 @@ typedef struct slm_train_opts {
                                // it such a run is refused); excludes resume
     const char *init_from_hf;  // HF directory (config.json + safetensors): initial weights
                                // instead of the seeded init (checked against the model config)
+    bool no_packing; // instruction datasets: one sample per window (padded) instead of packing
+                     // several (each attending only to itself); ignored for plain datasets
     int n_hooks;
     slm_train_hook hooks[SLM_TRAIN_MAX_HOOKS]; // slm_train_attach / slm_train_add_hook
     slm_fsdp_opts fsdp;          // world > 1: sharding strategy, dtypes, prefetch (fsdp.h)
