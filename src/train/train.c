@@ -147,6 +147,7 @@ slm_status slm_train_eval_loader(slm_llama *m, slm_loader *l, int B, int T, int6
     int32_t *pos = masked ? slm_xmalloc((size_t)B * T * sizeof(int32_t)) : NULL;
     double sum = 0;
     int64_t n_tok = 0, n_seq = 0;
+    res->completion_only = masked;
     slm_status st = SLM_OK;
     for (int64_t batch = 0; max_batches <= 0 || batch < max_batches; batch++) {
         int b = 0;

@@ -309,15 +309,18 @@ double slm_train_flops_per_token(const slm_llama_config *c, int T);
 // Evaluation
 
 typedef struct slm_eval_result {
-    double loss;       // mean cross-entropy, nats per target token
-    double perplexity; // exp(loss)
-    int64_t n_tokens;  // target tokens evaluated
-    int64_t n_seqs;    // sequences (windows or lines)
+    double loss;          // mean cross-entropy, nats per target token
+    double perplexity;    // exp(loss)
+    int64_t n_tokens;     // target tokens evaluated
+    int64_t n_seqs;       // sequences (windows or lines)
+    bool completion_only; // instruction data: loss and n_tokens over the completion / assistant
+                          // tokens only (the dataset's target mask), samples packed
 } slm_eval_result;
 
 // Mean loss over a prepared split: windows of T+1 tokens in order, `max_batches` batches of B
-// (0: all). Errors: those of slm_loader_open; SLM_E_ARG on vocab mismatch or T too long;
-// SLM_E_NUMERIC on a non-finite loss.
+// (0: all). Instruction data (manifest format_version 2): windows of packed samples and the
+// loss over their target (completion / assistant) tokens only. Errors: those of slm_loader_open;
+// SLM_E_ARG on vocab mismatch or T too long; SLM_E_NUMERIC on a non-finite loss.
 slm_status slm_eval_split(slm_llama *m, const char *data_dir, const char *split, int B, int T,
                           int64_t max_batches, slm_eval_result *res);
 // Mean loss over a text file of whitespace-separated token ids, one sequence per line
