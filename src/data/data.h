@@ -130,6 +130,15 @@ void slm_sample_segs_free(slm_sample_segs *g);
 slm_status slm_sample_encode(const slm_sample_segs *g, const slm_tokenizer *tok, slm_ivec *ids,
                              slm_buf *flags);
 
+// The prompt ids of a chat turn for generation: [system (optional, NULL: none)] + user message
+// rendered with `t` and the assistant header appended (slm_sample_render with gen), encoded
+// (slm_sample_encode). *stop_id: the id that ends the assistant's reply (llama3 <|eot_id|>, a
+// template file's assistant suffix when it is one token), else the tokenizer's EOS (-1: none).
+// Errors: slm_chat_template_check's, SLM_E_ARG for a role the template lacks.
+slm_status slm_chat_prompt_ids(const slm_chat_template *t, const slm_tokenizer *tok,
+                               const char *system, const char *user, slm_ivec *ids,
+                               int32_t *stop_id);
+
 // --- Preparation ----------------------------------------------------------------------------
 
 typedef struct slm_prep_opts {

