@@ -331,6 +331,12 @@ static const slm_opt k_train_opts[] = {
      .help = "continue bitwise from RUN_DIR's newest checkpoint that verifies (auto: if any; "
              "`latest` is only a hint, a bad newest one falls back to the previous with a "
              "warning) or from a checkpoint PATH"},
+    {.name = "--no-packing",
+     .type = SLM_OPT_FLAG,
+     .off = A(o.no_packing),
+     .help = "instruction data (prep --format prompt-completion|chat): one sample per window, "
+             "padded, instead of packing several per window (each attends only to itself "
+             "either way; loss on completion / assistant tokens only)"},
     {.name = "--verify-on-resume",
      .type = SLM_OPT_FLAG,
      .off = A(o.verify_on_resume),

@@ -1211,6 +1211,7 @@ slm_status slm_ckpt_check_model(const slm_ckpt *c, const slm_llama *m) {
     CK_INT(num_attention_heads)
     CK_INT(num_key_value_heads)
     CK_INT(tie_word_embeddings)
+    CK_INT(head_dim)
 #undef CK_INT
     if (!close_f(a->rms_norm_eps, b->rms_norm_eps) || !close_f(a->rope_theta, b->rope_theta))
         return slm_fail(SLM_E_ARG,

@@ -473,17 +473,18 @@ slm_status slm_hf_load(slm_llama *m, const char *dir) {
             a->num_attention_heads != b->num_attention_heads ||
             a->num_key_value_heads != b->num_key_value_heads ||
             a->tie_word_embeddings != b->tie_word_embeddings ||
+            slm_llama_head_dim(a) != slm_llama_head_dim(b) ||
             !cfg_close(a->rms_norm_eps, b->rms_norm_eps) ||
             !cfg_close(a->rope_theta, b->rope_theta) || !slm_llama_rope_same(a, b))
-            st = slm_fail(SLM_E_ARG,
-                          "%s: config (V=%d C=%d F=%d L=%d H=%d KV=%d tie=%d, or its rms eps / "
-                          "RoPE settings) differs from the model's (V=%d C=%d F=%d L=%d H=%d "
-                          "KV=%d tie=%d)",
-                          cp, a->vocab_size, a->hidden_size, a->intermediate_size,
-                          a->num_hidden_layers, a->num_attention_heads, a->num_key_value_heads,
-                          a->tie_word_embeddings, b->vocab_size, b->hidden_size,
-                          b->intermediate_size, b->num_hidden_layers, b->num_attention_heads,
-                          b->num_key_value_heads, b->tie_word_embeddings);
+            st = slm_fail(
+                SLM_E_ARG,
+                "%s: config (V=%d C=%d F=%d L=%d H=%d KV=%d tie=%d, or its head dim, "
+                "rms eps / RoPE settings) differs from the model's (V=%d C=%d F=%d L=%d H=%d "
+                "KV=%d tie=%d)",
+                cp, a->vocab_size, a->hidden_size, a->intermediate_size, a->num_hidden_layers,
+                a->num_attention_heads, a->num_key_value_heads, a->tie_word_embeddings,
+                b->vocab_size, b->hidden_size, b->intermediate_size, b->num_hidden_layers,
+                b->num_attention_heads, b->num_key_value_heads, b->tie_word_embeddings);
     }
     free(cp);
     if (st) return st;
@@ -641,10 +642,11 @@ slm_status slm_hf_check_shapes(const char *dir, const slm_llama_config *cfg) {
                 hc.num_hidden_layers != cfg->num_hidden_layers ||
                 hc.num_attention_heads != cfg->num_attention_heads ||
                 hc.num_key_value_heads != cfg->num_key_value_heads ||
+                slm_llama_head_dim(&hc) != slm_llama_head_dim(cfg) ||
                 hc.tie_word_embeddings != cfg->tie_word_embeddings))
         st = slm_fail(SLM_E_ARG,
-                      "%s: config (V=%d C=%d F=%d L=%d H=%d KV=%d tie=%d) differs from the "
-                      "model's (V=%d C=%d F=%d L=%d H=%d KV=%d tie=%d)",
+                      "%s: config (V=%d C=%d F=%d L=%d H=%d KV=%d tie=%d, or its head dim) "
+                      "differs from the model's (V=%d C=%d F=%d L=%d H=%d KV=%d tie=%d)",
                       cp, hc.vocab_size, hc.hidden_size, hc.intermediate_size, hc.num_hidden_layers,
                       hc.num_attention_heads, hc.num_key_value_heads, hc.tie_word_embeddings,
                       cfg->vocab_size, cfg->hidden_size, cfg->intermediate_size,

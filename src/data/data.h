@@ -130,6 +130,15 @@ void slm_sample_segs_free(slm_sample_segs *g);
 slm_status slm_sample_encode(const slm_sample_segs *g, const slm_tokenizer *tok, slm_ivec *ids,
                              slm_buf *flags);
 
+// The prompt ids of a chat turn for generation: [system (optional, NULL: none)] + user message
+// rendered with `t` and the assistant header appended (slm_sample_render with gen), encoded
+// (slm_sample_encode). *stop_id: the id that ends the assistant's reply (llama3 <|eot_id|>, a
+// template file's assistant suffix when it is one token), else the tokenizer's EOS (-1: none).
+// Errors: slm_chat_template_check's, SLM_E_ARG for a role the template lacks.
+slm_status slm_chat_prompt_ids(const slm_chat_template *t, const slm_tokenizer *tok,
+                               const char *system, const char *user, slm_ivec *ids,
+                               int32_t *stop_id);
+
 // --- Preparation ----------------------------------------------------------------------------
 
 typedef struct slm_prep_opts {
@@ -265,7 +274,8 @@ typedef struct slm_loader_opts {
     int B_global;      // windows per global batch (all ranks together)
     int rank, world;   // this rank's slice: B_global / world windows (world must divide B_global)
     uint64_t seed;
-    bool shuffle; // train: true (per-epoch permutation of windows); val: false
+    bool shuffle;    // train: true (per-epoch permutation of windows); val: false
+    bool no_packing; // masked datasets: one sample per window (padded) instead of packing
 } slm_loader_opts;
 
 // Opens the split: maps shards, verifies every shard (size, magic, checksum, tokens < vocab).
@@ -287,6 +297,18 @@ void slm_loader_next(slm_loader *l, int32_t *tokens);
 // Validation walk: fills this rank's slice of the next batch in order and returns the number of
 // windows written (< B_local at the end, 0 when the split is exhausted); no epoch wrap.
 int slm_loader_next_val(slm_loader *l, int32_t *tokens);
+// slm_loader_next / slm_loader_next_val that also fill, when not NULL, target[B_local, T+1]
+// (1: token t is a loss target, predicted from token t-1; 0 for t = 0) and pos[B_local, T+1]
+// (token t's position in its sample, restarting at 0 per sample). Plain datasets: target = 1
+// for t > 0, pos = t. Masked datasets (instruction data): a window is whole samples packed back
+// to back in stream order while they fit in T+1 tokens (one per window with no_packing;
+// samples longer than T+1 cut to T+1, counted in a warning at open), then padding (EOS, or 0
+// without one; never a target; its own run of positions); target = the tokens' target flag
+// except at each sample's first token.
+void slm_loader_next_ex(slm_loader *l, int32_t *tokens, uint8_t *target, int32_t *pos);
+int slm_loader_next_val_ex(slm_loader *l, int32_t *tokens, uint8_t *target, int32_t *pos);
+// Whether the split is instruction data (manifest format_version 2): per-token targets.
+bool slm_loader_masked(const slm_loader *l);
 int64_t slm_loader_n_windows(const slm_loader *l);
 slm_loader_state slm_loader_get_state(const slm_loader *l);
 // Restores a position (possibly saved under another world size). Errors: SLM_E_ARG if the

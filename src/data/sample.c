@@ -422,3 +422,33 @@ slm_status slm_sample_encode(const slm_sample_segs *g, const slm_tokenizer *tok,
     if (ids->len > first) flags->data[flags->len - (ids->len - first)] |= SLM_TOKF_START;
     return SLM_OK;
 }
+
+slm_status slm_chat_prompt_ids(const slm_chat_template *t, const slm_tokenizer *tok,
+                               const char *system, const char *user, slm_ivec *ids,
+                               int32_t *stop_id) {
+    slm_status st = slm_chat_template_check(t, tok);
+    if (st) return st;
+    slm_sample s = {0};
+    if (system) add_msg(&s, 0, system);
+    add_msg(&s, 1, user);
+    slm_sample_segs g;
+    char why[256];
+    bool ok = slm_sample_render(t, &s, true, slm_tokenizer_bos_id(tok), slm_tokenizer_eos_id(tok),
+                                &g, why, sizeof why);
+    slm_sample_free(&s);
+    if (!ok) return slm_fail(SLM_E_ARG, "chat template %s: %s", t->name, why);
+    slm_buf flags = {0};
+    st = slm_sample_encode(&g, tok, ids, &flags);
+    slm_buf_free(&flags);
+    slm_sample_segs_free(&g);
+    if (st) return st;
+    *stop_id = slm_tokenizer_eos_id(tok);
+    const char *end = t->kind == TPL_GENERIC ? t->suffix[2] : NULL;
+    if (end && *end) {
+        slm_ivec v = {0};
+        if (!slm_tokenizer_encode(tok, end, strlen(end), SLM_ENC_ALLOW_SPECIAL, &v) && v.len == 1)
+            *stop_id = v.data[0];
+        slm_ivec_free(&v);
+    }
+    return SLM_OK;
+}

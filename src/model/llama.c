@@ -48,6 +48,8 @@ struct slm_llama_acts {
     float *dlnf;     // [N, C] d(mean loss)/d(lnf), from the forward's fused head
     float *dwlm;     // [V, C] d(mean loss)/d(lm_head weight), lazily allocated
     int32_t *tokens; // [N] copy of the last forward's tokens (embedding backward)
+    int32_t *pos;    // [N] positions of the last packed forward (has_pos), else unused
+    bool has_pos;
     // backward scratch, lazily allocated
     float *dx;               // [N, C] gradient of the residual stream
     float *dln;              // [N, C] gradient of a norm output / of the attention output
@@ -89,7 +91,7 @@ static void build_layout(slm_llama *m) {
     const slm_llama_config *c = &m->cfg;
     int L = c->num_hidden_layers;
     int64_t C = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
-    int64_t D = C / c->num_attention_heads;
+    int64_t D = slm_llama_head_dim(c);
     int64_t HD = c->num_attention_heads * D, KVD = c->num_key_value_heads * D;
     m->n_units = L + 1;
     m->units = slm_xcalloc((size_t)m->n_units, sizeof *m->units);
@@ -240,6 +242,7 @@ static void acts_free(slm_llama_acts *a) {
     free(a->dlnf);
     free(a->dwlm);
     free(a->tokens);
+    free(a->pos);
     free(a->dx);
     free(a->dln);
     free(a->dq);
@@ -257,7 +260,7 @@ static slm_llama_acts *acts_new(const slm_llama *m, int B, int T, bool keep_logi
     int L = c->num_hidden_layers;
     int64_t C = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
     int H = c->num_attention_heads;
-    int64_t D = C / H, HD = C, KVD = c->num_key_value_heads * D;
+    int64_t D = slm_llama_head_dim(c), HD = H * D, KVD = c->num_key_value_heads * D;
     slm_llama_acts *a = slm_xcalloc(1, sizeof *a);
     a->B = B;
     a->T = T;
@@ -266,7 +269,7 @@ static slm_llama_acts *acts_new(const slm_llama *m, int B, int T, bool keep_logi
     a->keep_logits = keep_logits;
     a->ckpt = m->activation_checkpointing;
     a->rope_T = T;
-    a->rope_cos = falloc(a, (int64_t)a->rope_T * (D / 2));
+    a->rope_cos = falloc(a, (int64_t)a->rope_T * (D / 2)); // D: the head dim
     a->rope_sin = falloc(a, (int64_t)a->rope_T * (D / 2));
     {
         double *inv_freq = slm_xcalloc((size_t)(D / 2), sizeof *inv_freq);
@@ -306,6 +309,7 @@ static slm_llama_acts *acts_new(const slm_llama *m, int B, int T, bool keep_logi
     a->losses = falloc(a, N);
     a->dlnf = falloc(a, N * C);
     a->tokens = slm_xmalloc((size_t)N * sizeof(int32_t));
+    a->pos = slm_xmalloc((size_t)N * sizeof(int32_t));
     return a;
 }
 
@@ -313,10 +317,11 @@ static void acts_alloc_backward(const slm_llama *m, slm_llama_acts *a) {
     if (a->dx) return;
     const slm_llama_config *c = &m->cfg;
     int64_t N = a->N, C = c->hidden_size, F = c->intermediate_size;
-    int64_t KVD = (int64_t)c->num_key_value_heads * (C / c->num_attention_heads);
+    int64_t D = slm_llama_head_dim(c), HD = (int64_t)c->num_attention_heads * D;
+    int64_t KVD = (int64_t)c->num_key_value_heads * D;
     a->dx = falloc(a, N * C);
-    a->dln = falloc(a, N * C);
-    a->dq = falloc(a, N * C);
+    a->dln = falloc(a, N * (HD > C ? HD : C)); // d(norm output) [N, C] and d(att) [N, H*D]
+    a->dq = falloc(a, N * HD);
     a->dk = falloc(a, N * KVD);
     a->dv = falloc(a, N * KVD);
     a->dh = falloc(a, N * F);
@@ -338,16 +343,16 @@ double slm_llama_act_bytes_estimate(const slm_llama_config *c, int B, int T,
                                     bool activation_checkpointing) {
     double L = c->num_hidden_layers, C = c->hidden_size, F = c->intermediate_size;
     double V = c->vocab_size, H = c->num_attention_heads;
-    double D = C / H, KVD = c->num_key_value_heads * D;
+    double D = slm_llama_head_dim(c), HD = H * D, KVD = c->num_key_value_heads * D;
     double N = (double)B * T;
     double rows = (double)(((int64_t)1 << 22) / (c->vocab_size > 0 ? c->vocab_size : 1));
     if (rows < 256) rows = 256;
     if (rows > N) rows = N;
-    double per_block = N * (4 * C + 2 + 2 * C + 2 * KVD + H + 3 * F);
+    double per_block = N * (2 * C + 2 * HD + 2 + 2 * C + 2 * KVD + H + 3 * F);
     double floats = 2 * T * (D / 2) + (L + 1) * N * C +
                     (activation_checkpointing ? 1 : L) * per_block + N * C + N + rows * V + N +
-                    N * C                                    // forward
-                    + N * (3 * C + 2 * KVD + 3 * F) + V * C; // backward, dwlm
+                    N * C                                                         // forward
+                    + N * (C + (HD > C ? HD : C) + HD + 2 * KVD + 3 * F) + V * C; // bwd, dwlm
     return floats * sizeof(float) + N * sizeof(int32_t);
 }
 
@@ -381,14 +386,16 @@ static void block_forward(const slm_llama *m, int l, const slm_llama_acts *a, co
                           block_acts *b, float *xout, int B, int T) {
     const slm_llama_config *c = &m->cfg;
     const slm_param_view *vw = m->units[l].views;
-    int C = c->hidden_size, H = c->num_attention_heads, KV = c->num_key_value_heads, D = C / H;
-    int64_t F = c->intermediate_size, N = (int64_t)B * T, KVD = (int64_t)KV * D;
+    int C = c->hidden_size, H = c->num_attention_heads, KV = c->num_key_value_heads;
+    int D = slm_llama_head_dim(c);
+    int64_t F = c->intermediate_size, N = (int64_t)B * T, KVD = (int64_t)KV * D,
+            HD = (int64_t)H * D;
     const float *p = unit_params(m, l);
     bool lora = m->lora.rank > 0;
     int blk = a->ckpt ? 0 : l; // the adapters' saved-activation slot, as b's
     // attention branch: x + o_proj(attn(rope(q_proj(n)), rope(k_proj(n)), v_proj(n))), n = norm(x)
     slm_rmsnorm_fwd(b->ln1, b->rstd1, xin, p + vw[BV_LN1].offset, N, C, c->rms_norm_eps);
-    slm_matmul_fwd(b->q, b->ln1, p + vw[BV_Q].offset, N, C, C, false);
+    slm_matmul_fwd(b->q, b->ln1, p + vw[BV_Q].offset, N, C, HD, false);
     slm_matmul_fwd(b->k, b->ln1, p + vw[BV_K].offset, N, C, KVD, false);
     slm_matmul_fwd(b->v, b->ln1, p + vw[BV_V].offset, N, C, KVD, false);
     if (lora) { // LoRA: adapters add to the projections' outputs (before RoPE)
@@ -396,11 +403,17 @@ static void block_forward(const slm_llama *m, int l, const slm_llama_acts *a, co
         slm_lora_fwd(m, l, SLM_LORA_K, blk, b->ln1, b->k, N);
         slm_lora_fwd(m, l, SLM_LORA_V, blk, b->ln1, b->v, N);
     }
-    slm_rope_apply(b->q, a->rope_cos, a->rope_sin, B, T, H, D, 0, false);
-    slm_rope_apply(b->k, a->rope_cos, a->rope_sin, B, T, KV, D, 0, false);
-    slm_attention_fwd(b->att, b->lse, b->q, b->k, b->v, B, T, H, KV, D);
+    if (a->has_pos) { // packed samples: positions restart per sample, attention stays inside
+        slm_rope_apply_pos(b->q, a->rope_cos, a->rope_sin, B, T, H, D, a->pos, false);
+        slm_rope_apply_pos(b->k, a->rope_cos, a->rope_sin, B, T, KV, D, a->pos, false);
+        slm_attention_fwd_packed(b->att, b->lse, b->q, b->k, b->v, a->pos, B, T, H, KV, D);
+    } else {
+        slm_rope_apply(b->q, a->rope_cos, a->rope_sin, B, T, H, D, 0, false);
+        slm_rope_apply(b->k, a->rope_cos, a->rope_sin, B, T, KV, D, 0, false);
+        slm_attention_fwd(b->att, b->lse, b->q, b->k, b->v, B, T, H, KV, D);
+    }
     memcpy(b->xmid, xin, (size_t)N * C * sizeof(float));
-    slm_matmul_fwd(b->xmid, b->att, p + vw[BV_O].offset, N, C, C, true); // residual add fused
+    slm_matmul_fwd(b->xmid, b->att, p + vw[BV_O].offset, N, HD, C, true); // residual add fused
     if (lora) slm_lora_fwd(m, l, SLM_LORA_O, blk, b->att, b->xmid, N);
     // MLP branch: xmid + down_proj(silu(gate_proj(n)) * up_proj(n)), n = norm(xmid)
     slm_rmsnorm_fwd(b->ln2, b->rstd2, b->xmid, p + vw[BV_LN2].offset, N, C, c->rms_norm_eps);
@@ -485,7 +498,21 @@ float slm_llama_forward_loss(slm_llama *m, const int32_t *tokens, const int32_t 
     return loss;
 }
 
+float slm_llama_forward_loss_packed(slm_llama *m, const int32_t *tokens, const int32_t *targets,
+                                    const int32_t *pos, int B, int T) {
+    bool was = m->loss_only;
+    m->loss_only = true;
+    float loss = slm_llama_forward_packed(m, tokens, targets, pos, B, T);
+    m->loss_only = was;
+    return loss;
+}
+
 float slm_llama_forward(slm_llama *m, const int32_t *tokens, const int32_t *targets, int B, int T) {
+    return slm_llama_forward_packed(m, tokens, targets, NULL, B, T);
+}
+
+float slm_llama_forward_packed(slm_llama *m, const int32_t *tokens, const int32_t *targets,
+                               const int32_t *pos, int B, int T) {
     const slm_llama_config *c = &m->cfg;
     int L = c->num_hidden_layers, C = c->hidden_size;
     SLM_ASSERT(B > 0 && T > 0);
@@ -506,6 +533,18 @@ float slm_llama_forward(slm_llama *m, const int32_t *tokens, const int32_t *targ
             slm_fatal("model: token %d at row %lld is outside [0, %d)", tokens[i], (long long)i,
                       c->vocab_size);
     }
+    if (pos) {
+        for (int64_t i = 0; i < N; i++) {
+            int64_t t = i % T;
+            if (pos[i] < 0 || pos[i] >= a->rope_T || (t == 0 && pos[i] != 0) ||
+                (pos[i] != 0 && pos[i] != pos[i - 1] + 1))
+                slm_fatal("model: position %d at row %lld (t = %lld): positions must start at 0 "
+                          "and grow by one inside a sample, below %d",
+                          pos[i], (long long)i, (long long)t, a->rope_T);
+        }
+        memcpy(a->pos, pos, (size_t)N * sizeof(int32_t));
+    }
+    a->has_pos = pos != NULL;
     a->cur_B = B;
     a->cur_T = T;
     a->can_backward = false;
@@ -540,8 +579,10 @@ static void block_backward(const slm_llama *m, int l, slm_llama_acts *a, const f
     const slm_llama_config *c = &m->cfg;
     const slm_param_view *vw = m->units[l].views;
     int B = a->cur_B, T = a->cur_T;
-    int C = c->hidden_size, H = c->num_attention_heads, KV = c->num_key_value_heads, D = C / H;
-    int64_t F = c->intermediate_size, N = (int64_t)B * T, KVD = (int64_t)KV * D;
+    int C = c->hidden_size, H = c->num_attention_heads, KV = c->num_key_value_heads;
+    int D = slm_llama_head_dim(c);
+    int64_t F = c->intermediate_size, N = (int64_t)B * T, KVD = (int64_t)KV * D,
+            HD = (int64_t)H * D;
     const float *p = unit_params(m, l);
     bool lora = m->lora.rank > 0; // LoRA: the base is frozen, only the adapters get gradients
     float *g = lora ? NULL : unit_grads(m, l);
@@ -563,16 +604,23 @@ static void block_backward(const slm_llama *m, int l, slm_llama_acts *a, const f
     }
     slm_rmsnorm_bwd(a->dx, GN(BV_LN2), a->dln, b->xmid, p + vw[BV_LN2].offset, b->rstd2, N, C);
     // attention branch (a->dln holds d(att) first, then d(ln1))
-    memset(a->dln, 0, nc_bytes);
-    slm_matmul_bwd(a->dln, GW(BV_O), a->dx, b->att, p + vw[BV_O].offset, N, C, C);
+    memset(a->dln, 0, (size_t)(N * HD) * sizeof(float));
+    slm_matmul_bwd(a->dln, GW(BV_O), a->dx, b->att, p + vw[BV_O].offset, N, HD, C);
     if (lora) slm_lora_bwd(m, l, SLM_LORA_O, blk, b->att, a->dx, a->dln, N);
-    slm_attention_bwd(a->dq, a->dk, a->dv, a->dln, b->q, b->k, b->v, b->att, b->lse, B, T, H, KV,
-                      D);
-    // RoPE is a rotation: its backward rotates the gradient by the opposite angle.
-    slm_rope_apply(a->dq, a->rope_cos, a->rope_sin, B, T, H, D, 0, true);
-    slm_rope_apply(a->dk, a->rope_cos, a->rope_sin, B, T, KV, D, 0, true);
+    if (a->has_pos) {
+        slm_attention_bwd_packed(a->dq, a->dk, a->dv, a->dln, b->q, b->k, b->v, b->att, b->lse,
+                                 a->pos, B, T, H, KV, D);
+        slm_rope_apply_pos(a->dq, a->rope_cos, a->rope_sin, B, T, H, D, a->pos, true);
+        slm_rope_apply_pos(a->dk, a->rope_cos, a->rope_sin, B, T, KV, D, a->pos, true);
+    } else {
+        slm_attention_bwd(a->dq, a->dk, a->dv, a->dln, b->q, b->k, b->v, b->att, b->lse, B, T, H,
+                          KV, D);
+        // RoPE is a rotation: its backward rotates the gradient by the opposite angle.
+        slm_rope_apply(a->dq, a->rope_cos, a->rope_sin, B, T, H, D, 0, true);
+        slm_rope_apply(a->dk, a->rope_cos, a->rope_sin, B, T, KV, D, 0, true);
+    }
     memset(a->dln, 0, nc_bytes);
-    slm_matmul_bwd(a->dln, GW(BV_Q), a->dq, b->ln1, p + vw[BV_Q].offset, N, C, C);
+    slm_matmul_bwd(a->dln, GW(BV_Q), a->dq, b->ln1, p + vw[BV_Q].offset, N, C, HD);
     slm_matmul_bwd(a->dln, GW(BV_K), a->dk, b->ln1, p + vw[BV_K].offset, N, C, KVD);
     slm_matmul_bwd(a->dln, GW(BV_V), a->dv, b->ln1, p + vw[BV_V].offset, N, C, KVD);
     if (lora) {

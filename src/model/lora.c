@@ -72,7 +72,7 @@ bool slm_lora_config_same(const slm_lora_config *a, const slm_lora_config *b) {
 
 void slm_lora_target_shape(const slm_llama_config *c, int t, int64_t *out, int64_t *in) {
     int64_t C = c->hidden_size, F = c->intermediate_size;
-    int64_t D = C / c->num_attention_heads;
+    int64_t D = slm_llama_head_dim(c);
     int64_t HD = (int64_t)c->num_attention_heads * D, KVD = (int64_t)c->num_key_value_heads * D;
     switch (t) {
     case SLM_LORA_Q:

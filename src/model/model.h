@@ -44,7 +44,16 @@ typedef struct slm_llama_config {
     float rope_low_freq_factor;                    // llama3 (> 0)
     float rope_high_freq_factor;                   // llama3 (> rope_low_freq_factor)
     int32_t rope_original_max_position_embeddings; // llama3 (> 0)
+    // HF head_dim: 0 (the zero value, so presets and old manifests keep it) means
+    // hidden_size / num_attention_heads; else an explicit D (Llama 3.2, ...), even, with
+    // q_proj [H*D, C], k/v_proj [KV*D, C], o_proj [C, H*D] and attention scale 1/sqrt(D).
+    int32_t head_dim;
 } slm_llama_config;
+
+// The attention head dim D of a config: head_dim, or hidden_size / num_attention_heads.
+static inline int slm_llama_head_dim(const slm_llama_config *c) {
+    return c->head_dim > 0 ? c->head_dim : c->hidden_size / c->num_attention_heads;
+}
 
 // slm_llama_config.rope_type values.
 enum { SLM_ROPE_DEFAULT = 0, SLM_ROPE_LINEAR = 1, SLM_ROPE_LLAMA3 = 2 };
@@ -253,6 +262,17 @@ int64_t slm_lora_n_params(const slm_llama_config *c, const slm_lora_config *lc);
 // With targets (and !loss_only) the forward also runs the lm_head backward for the mean loss,
 // chunk by chunk, so the [B*T, V] logits never exist (unless keep_logits).
 float slm_llama_forward(slm_llama *m, const int32_t *tokens, const int32_t *targets, int B, int T);
+// slm_llama_forward over packed samples: pos [B, T] is each token's position in its sample (0
+// at row start and at every sample start, else the previous one's + 1; < the workspace's T):
+// RoPE uses these positions and attention is confined to each sample (block-diagonal causal
+// mask), so every sample computes exactly what it would alone. pos == NULL is
+// slm_llama_forward. The next slm_llama_backward uses the same positions. Bad positions are
+// fatal (the loader produces them).
+float slm_llama_forward_packed(slm_llama *m, const int32_t *tokens, const int32_t *targets,
+                               const int32_t *pos, int B, int T);
+// slm_llama_forward_loss over packed samples (pos as above).
+float slm_llama_forward_loss_packed(slm_llama *m, const int32_t *tokens, const int32_t *targets,
+                                    const int32_t *pos, int B, int T);
 // Evaluation forward: slm_llama_forward with loss_only set for this call only (no lm_head
 // backward work; no slm_llama_backward may follow), m->loss_only restored. Returns the mean
 // loss over targets != -1 (targets required).

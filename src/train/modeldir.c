@@ -94,6 +94,7 @@ static slm_status check_run_config(const char *cfg_path, const slm_ckpt *c) {
     CK(num_key_value_heads)
     CK(max_position_embeddings)
     CK(tie_word_embeddings)
+    CK(head_dim)
     CKF(rms_norm_eps)
     CKF(rope_theta)
     CK(rope_type)

@@ -151,6 +151,8 @@ typedef struct slm_train_opts {
                                // it such a run is refused); excludes resume
     const char *init_from_hf;  // HF directory (config.json + safetensors): initial weights
                                // instead of the seeded init (checked against the model config)
+    bool no_packing; // instruction datasets: one sample per window (padded) instead of packing
+                     // several (each attending only to itself); ignored for plain datasets
     int n_hooks;
     slm_train_hook hooks[SLM_TRAIN_MAX_HOOKS]; // slm_train_attach / slm_train_add_hook
     slm_fsdp_opts fsdp; // world > 1: sharding strategy, dtypes, prefetch (fsdp.h)
@@ -401,15 +403,18 @@ slm_status slm_fault_flip_byte(const char *path);
 // Evaluation
 
 typedef struct slm_eval_result {
-    double loss;       // mean cross-entropy, nats per target token
-    double perplexity; // exp(loss)
-    int64_t n_tokens;  // target tokens evaluated
-    int64_t n_seqs;    // sequences (windows or lines)
+    double loss;          // mean cross-entropy, nats per target token
+    double perplexity;    // exp(loss)
+    int64_t n_tokens;     // target tokens evaluated
+    int64_t n_seqs;       // sequences (windows or lines)
+    bool completion_only; // instruction data: loss and n_tokens over the completion / assistant
+                          // tokens only (the dataset's target mask), samples packed
 } slm_eval_result;
 
 // Mean loss over a prepared split: windows of T+1 tokens in order, `max_batches` batches of B
-// (0: all). Errors: those of slm_loader_open; SLM_E_ARG on vocab mismatch or T too long;
-// SLM_E_NUMERIC on a non-finite loss.
+// (0: all). Instruction data (manifest format_version 2): windows of packed samples and the
+// loss over their target (completion / assistant) tokens only. Errors: those of slm_loader_open;
+// SLM_E_ARG on vocab mismatch or T too long; SLM_E_NUMERIC on a non-finite loss.
 slm_status slm_eval_split(slm_llama *m, const char *data_dir, const char *split, int B, int T,
                           int64_t max_batches, slm_eval_result *res);
 // Mean loss over a text file of whitespace-separated token ids, one sequence per line
@@ -435,6 +440,8 @@ typedef struct slm_gen_opts {
     uint64_t seed;
     bool add_bos;     // prepend the tokenizer's BOS id (if it has one)
     bool stop_at_eos; // stop when the EOS id is sampled
+    bool stop_at_id;  // also stop when stop_id is sampled (a chat template's end of turn)
+    int32_t stop_id;
 } slm_gen_opts;
 
 // Called after each new token with the text it completed (the bytes no later token can change:
@@ -447,8 +454,13 @@ typedef void (*slm_gen_emit_fn)(void *ctx, int32_t token, const char *bytes, siz
 // Encodes `prompt`, runs it through the KV cache, then samples max_new tokens (or until EOS /
 // the context is full), calling emit after each new token. Deterministic for a fixed seed.
 // Errors: SLM_E_ARG for an empty prompt without BOS, or options out of range.
+// slm_generate_ids: the same from prompt ids (e.g. a chat template's, slm_chat_prompt_ids) instead
+// of text; o->add_bos is not applied.
 slm_status slm_generate(slm_llama *m, const slm_tokenizer *tok, const char *prompt,
                         const slm_gen_opts *o, slm_gen_emit_fn emit, void *ctx, slm_ivec *out_ids);
+slm_status slm_generate_ids(slm_llama *m, const slm_tokenizer *tok, const int32_t *prompt_ids,
+                            size_t n_prompt, const slm_gen_opts *o, slm_gen_emit_fn emit, void *ctx,
+                            slm_ivec *out_ids);
 // Samples one id from logits[V] (modified in place) with the options' temperature / top-k /
 // top-p and the RNG. Deterministic.
 int32_t slm_sample_logits(float *logits, int32_t V, const slm_gen_opts *o, slm_rng *rng);

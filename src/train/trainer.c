@@ -99,7 +99,8 @@ static slm_status open_loaders(slm_trainer *tr) {
     const slm_train_opts *o = tr->o;
     int B = tr->B, T = tr->T, W = tr->W;
     uint64_t n_win = tr->ds.train.n_tokens > 0 ? (tr->ds.train.n_tokens - 1) / (uint64_t)T : 0;
-    if (n_win < (uint64_t)B * (uint64_t)W)
+    // instruction data: windows are packed samples; the loader counts them (and refuses too few)
+    if (!tr->ds.masked && n_win < (uint64_t)B * (uint64_t)W)
         return slm_fail(SLM_E_ARG,
                         "dataset %s: the train split has %llu windows of --seq + 1 = %d tokens; "
                         "need at least %lld (--batch %d%s); reduce --batch or --seq, or "
@@ -113,10 +114,11 @@ static slm_status open_loaders(slm_trainer *tr) {
                           .rank = tr->rank,
                           .world = W,
                           .seed = o->seed,
-                          .shuffle = true};
+                          .shuffle = true,
+                          .no_packing = o->no_packing};
     slm_status st = slm_loader_open(&lo, &tr->train_l);
     if (st || o->eval_every <= 0) return st;
-    if (tr->ds.val.n_tokens < (uint64_t)T + 1) {
+    if (tr->ds.masked ? tr->ds.val.n_docs == 0 : tr->ds.val.n_tokens < (uint64_t)T + 1) {
         slm_warn("dataset %s: the val split has %llu tokens, fewer than one window of %d; "
                  "validation is skipped",
                  o->data_dir, (unsigned long long)tr->ds.val.n_tokens, T + 1);
@@ -430,6 +432,12 @@ slm_status slm_train_init(slm_trainer *tr) {
     tr->win = slm_xmalloc((size_t)tr->K * tr->B * (tr->T + 1) * sizeof(int32_t));
     tr->inp = slm_xmalloc((size_t)tr->B * tr->T * sizeof(int32_t));
     tr->tgt = slm_xmalloc((size_t)tr->B * tr->T * sizeof(int32_t));
+    tr->masked = tr->train_l && slm_loader_masked(tr->train_l);
+    if (tr->masked) {
+        tr->wtgt = slm_xmalloc((size_t)tr->K * tr->B * (tr->T + 1));
+        tr->wpos = slm_xmalloc((size_t)tr->K * tr->B * (tr->T + 1) * sizeof(int32_t));
+        tr->pos = slm_xmalloc((size_t)tr->B * tr->T * sizeof(int32_t));
+    }
     tr->hook_started = slm_xcalloc((size_t)o->n_hooks + 1, sizeof(bool));
     // n 2048, best of 5: n 1024 and single runs read low (too little work per thread, and a
     // shared machine).
@@ -475,12 +483,18 @@ static int64_t draw_batch(slm_trainer *tr) {
                     int32_t tok = (int32_t)slm_rng_below(&tr->synth, (uint64_t)tr->cfg.vocab_size);
                     if (q == tr->rank) w[i] = tok;
                 }
+        else if (tr->masked)
+            slm_loader_next_ex(tr->train_l, w, tr->wtgt + k * per_win, tr->wpos + k * per_win);
         else
             slm_loader_next(tr->train_l, w);
     }
     int64_t n_total = 0;
-    for (int64_t i = 0; i < tr->K * per_win; i++)
-        n_total += (i % (tr->T + 1)) != 0 && tr->win[i] != -1; // targets: all tokens but the first
+    if (tr->masked) // instruction data: the completion / assistant tokens (loader's target flags)
+        for (int64_t i = 0; i < tr->K * per_win; i++)
+            n_total += tr->wtgt[i] != 0;
+    else
+        for (int64_t i = 0; i < tr->K * per_win; i++)
+            n_total += (i % (tr->T + 1)) != 0 && tr->win[i] != -1; // all tokens but the first
     slm_dist_allreduce(&n_total, 1, SLM_DT_I64, SLM_OP_SUM, "target token count");
     return n_total ? n_total : 1;
 }
@@ -507,13 +521,22 @@ static int forward_backward(slm_trainer *tr, int64_t n_total, double *loss_sum, 
     for (int k = 0; k < tr->K; k++) {
         int stop = k > 0 ? agree_stop(tr, "stop flags (micro-batch)") : 0;
         if (stop) return stop;
-        int64_t n = slm_train_split_windows(tr->win + k * per_win, tr->B, tr->T, tr->inp, tr->tgt);
         // LoRA dropout masks: a function of (seed, step, micro-batch, rank) only, so a resume
         // replays them bitwise.
         tr->model.lora_dropout_key =
             slm_mix64(slm_mix64(slm_mix64(tr->o->seed ^ 0x10a4d40ull) ^ (uint64_t)tr->step) ^
                       ((uint64_t)k << 32 | (uint64_t)(uint32_t)tr->rank));
-        float loss = slm_llama_forward(&tr->model, tr->inp, tr->tgt, tr->B, tr->T);
+        int64_t n;
+        float loss;
+        if (tr->masked) { // packed samples; loss on target tokens only (the rest are -1)
+            n = slm_train_split_masked(tr->win + k * per_win, tr->wtgt + k * per_win,
+                                       tr->wpos + k * per_win, tr->B, tr->T, tr->inp, tr->tgt,
+                                       tr->pos);
+            loss = slm_llama_forward_packed(&tr->model, tr->inp, tr->tgt, tr->pos, tr->B, tr->T);
+        } else {
+            n = slm_train_split_windows(tr->win + k * per_win, tr->B, tr->T, tr->inp, tr->tgt);
+            loss = slm_llama_forward(&tr->model, tr->inp, tr->tgt, tr->B, tr->T);
+        }
         if (poison && k == 0) loss = NAN;
         if (!isfinite(loss) && *bad < 0) *bad = k, *bad_loss = loss;
         // d(mean over the step's tokens)/dp = sum_k (n_k / n_total) d(mean_k)/dp
@@ -717,6 +740,7 @@ void slm_train_close(slm_trainer *tr) {
     if (!tr) return;
     free(tr->resume_path);
     free(tr->win), free(tr->inp), free(tr->tgt);
+    free(tr->wtgt), free(tr->wpos), free(tr->pos);
     free(tr->hook_started);
     if (tr->train_l) slm_loader_free(tr->train_l);
     if (tr->val_l) slm_loader_free(tr->val_l);
