@@ -7,8 +7,8 @@ Checks per case: eval logits (no dropout), the training loss and EVERY adapter g
 norm-wise relative errors (loss <= 1e-4, logits / gradients <= 1e-3, as model_parity); the base
 gets no gradient at all (exactly 0 in the C buffers); every adapter gradient is non-zero.
 Cases: q,v (PEFT's Llama default) on GQA, all seven targets with activation checkpointing and a
-loss scale, MHA tied with o/down only, and dropout 0.3 on all targets (with checkpointing, so
-the recomputation must redraw the same masks).
+loss scale, MHA tied with o/down only, dropout 0.3 on all targets (with checkpointing, so
+the recomputation must redraw the same masks), and tied with an explicit head_dim.
 
 Usage: lora_parity.py LORA_DUMP_BINARY
 """
@@ -49,6 +49,9 @@ CASES = [
                                                      "--batch", "3", "--seq", "5"]),
     ("dropout_all_ckpt", cfg(61, 32, 64, 2, 4, 2, False, std=0.2),
      ["--rank", "4", "--alpha", "4", "--targets", ALL, "--dropout", "0.3", "--ckpt"]),
+    # Llama-3.2 style: tied, explicit head_dim (q_proj [H*D, C] != [C, C], o_proj [C, H*D])
+    ("tied_head_dim", dict(cfg(67, 40, 64, 2, 4, 2, True, std=0.2), head_dim=16),
+     ["--rank", "4", "--alpha", "8", "--targets", ALL]),
 ]
 
 MOD = {"q_proj": "self_attn", "k_proj": "self_attn", "v_proj": "self_attn",
