@@ -41,8 +41,8 @@ struct slm_trainer {
     bool *hook_started; // [o->n_hooks]: on_start ran (so on_finish runs)
     slm_train_result res;
     uint64_t lora_base_xxh64; // LoRA: slm_hf_dir_xxh64 of the --init-from-hf base
-    slm_fault_plan faults; // SHARDLM_FAULT / SHARDLM_ATTEMPT (fault.c), read by the open phase
-    bool fault_corrupted;  // corrupt-ckpt fired
+    slm_fault_plan faults;    // SHARDLM_FAULT / SHARDLM_ATTEMPT (fault.c), read by the open phase
+    bool fault_corrupted;     // corrupt-ckpt fired
 };
 
 // Fills a checkpoint's meta and this rank's shards for the state after `step` steps
