@@ -62,6 +62,16 @@ static slm_status check_memory(const slm_train_opts *o, const slm_llama_config *
         staging = 3.0 * na * sizeof(float) / slm_fsdp_shard_group_for(&o->fsdp, W);
     }
     double acts = slm_llama_act_bytes_estimate(cfg, o->B, o->T, o->activation_checkpointing);
+    if (o->lora.rank > 0) { // the adapters' saved activations [N, r] per target and block,
+        // and the dropout scratch [N, widest input] x 2 (lora.c)
+        double N = (double)o->B * o->T, in_max = cfg->intermediate_size;
+        double hd = (double)cfg->num_attention_heads * slm_llama_head_dim(cfg);
+        if (hd > in_max) in_max = hd;
+        if (cfg->hidden_size > in_max) in_max = cfg->hidden_size;
+        double blocks = o->activation_checkpointing ? 1 : cfg->num_hidden_layers;
+        acts += (blocks * SLM_LORA_N_TARGETS + 1) * N * o->lora.rank * sizeof(float) +
+                (o->lora.dropout > 0 ? 2 * N * in_max * sizeof(float) : 0);
+    }
     slm_mem_info mi;
     slm_mem_probe(&mi);
     double need = state + acts, avail = mi.bytes;
@@ -443,6 +453,9 @@ slm_status slm_train_init(slm_trainer *tr) {
     // shared machine).
     tr->peak = o->peak_gflops > 0 ? o->peak_gflops : slm_sgemm_peak_gflops(2048, 5);
     tr->fpt = slm_train_flops_per_token(&tr->cfg, tr->T);
+    if (o->lora.rank > 0) // frozen base: no weight-gradient GEMMs (4 N), the adapters 6 N_lora
+        tr->fpt += -2.0 * (double)slm_llama_n_matmul_params(&tr->cfg) +
+                   6.0 * (double)slm_lora_n_params(&tr->cfg, &o->lora);
     log_model(tr);
     slm_rng_seed(&tr->synth, o->seed ^ SLM_TRAIN_SYNTH_SEED_XOR);
     tr->t_start = slm_time_s();
