@@ -180,7 +180,7 @@ finetune full --lr 3e-4 --min-lr 3e-5
 # 5. Summary.
 echo "== held-out completion loss (nats/token) and exact match, $HELDOUT verses"
 state() { sed -n 's/.*state per rank [^(]*(\([0-9]*\) bytes.*/\1/p' "$OUT/$1.log" | head -1; }
-tps() { sed -n 's/.*| \([0-9]*\) tok\/s.*/\1/p' "$OUT/$1.log" | tail -1; }
+tps() { sed -n 's/^done:.*| \([0-9]*\) tok\/s.*/\1/p' "$OUT/$1.log" | tail -1; } # the run's mean
 printf '   %-5s %10s %12s %16s %9s\n' model loss "exact match" "state/rank (B)" "tok/s"
 while read -r name loss hits n; do
     printf '   %-5s %10s %5d / %-5d %16s %9s\n' "$name" "$loss" "$hits" "$n" \

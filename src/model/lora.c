@@ -272,12 +272,41 @@ size_t slm_lora_act_bytes(const slm_llama *m) {
     return b;
 }
 
-bool slm_lora_dropout_keep(uint64_t key, int l, int t, int64_t i, float p) {
-    // one finalizer per element: (block, target) in the top 24 bits, the element below
+// One 64-bit hash per group of 4 elements, 16 bits each: (block, target) in the top 24 bits of
+// the hashed word, the group index below.
+static uint64_t drop_word(uint64_t key, int l, int t, int64_t g) {
     uint64_t bt = (uint64_t)(uint32_t)l * SLM_LORA_N_TARGETS + (uint64_t)t;
-    uint64_t h = slm_mix64(key ^ (bt << 40) ^ (uint64_t)i);
-    float x = (float)(h >> 40) * (1.0f / 16777216.0f); // 24 bits: uniform in [0, 1)
-    return x >= p;
+    return slm_mix64(key ^ (bt << 40) ^ (uint64_t)g);
+}
+
+// Elements whose 16-bit lane is below this are dropped: P(drop) = thr / 65536 ~ p.
+static uint32_t drop_threshold(float p) {
+    return (uint32_t)(p * 65536.0f + 0.5f);
+}
+
+bool slm_lora_dropout_keep(uint64_t key, int l, int t, int64_t i, float p) {
+    uint64_t h = drop_word(key, l, t, i >> 2);
+    return ((h >> (16 * (i & 3))) & 0xffffu) >= drop_threshold(p);
+}
+
+// y[i] = keep(i) ? x[i] * scale : 0 over n elements (y may be NULL: then x[i] * scale is added
+// into acc[i] for kept elements instead), computing each hash once per 4 elements.
+static void dropout_apply(uint64_t key, int l, int t, float p, const float *x, float *y, float *acc,
+                          int64_t n) {
+    uint32_t thr = drop_threshold(p);
+    float scale = 1.0f / (1.0f - p);
+    int64_t ng = (n + 3) / 4;
+#pragma omp parallel for schedule(static)
+    for (int64_t g = 0; g < ng; g++) {
+        uint64_t h = drop_word(key, l, t, g);
+        for (int64_t i = 4 * g, k = 0; k < 4 && i < n; i++, k++) {
+            bool kept = ((h >> (16 * k)) & 0xffffu) >= thr;
+            if (y)
+                y[i] = kept ? x[i] * scale : 0.0f;
+            else if (kept)
+                acc[i] += x[i] * scale;
+        }
+    }
 }
 
 // dropout(x) into a->u (training forward with p > 0), else x itself.
@@ -286,11 +315,7 @@ static const float *adapter_input(const slm_llama *m, int l, int t, const float 
     const slm_lora_acts *a = m->lora_acts;
     float p = m->lora.dropout;
     if (!(a->train && p > 0)) return x;
-    float keep = 1.0f / (1.0f - p);
-    uint64_t key = m->lora_dropout_key;
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < N * in; i++)
-        a->u[i] = slm_lora_dropout_keep(key, l, t, i, p) ? x[i] * keep : 0.0f;
+    dropout_apply(m->lora_dropout_key, l, t, p, x, a->u, NULL, N * in);
     return a->u;
 }
 
@@ -337,12 +362,7 @@ void slm_lora_bwd(const slm_llama *m, int l, int t, int blk, const float *x, con
     }
     memset(a->du, 0, (size_t)(N * in) * sizeof(float));
     slm_matmul_bwd(a->du, g + vw[vi].offset, a->dh, u, p + vw[vi].offset, N, in, r);
-    float pd = m->lora.dropout, keep = 1.0f / (1.0f - pd);
-    uint64_t key = m->lora_dropout_key;
-    const float *du = a->du;
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < N * in; i++)
-        if (slm_lora_dropout_keep(key, l, t, i, pd)) dx[i] += du[i] * keep;
+    dropout_apply(m->lora_dropout_key, l, t, m->lora.dropout, a->du, NULL, dx, N * in);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -241,8 +241,9 @@ const slm_param_view *slm_llama_lora_find(const slm_llama *m, const char *name, 
 // when t has no adapter.
 int slm_llama_lora_view(const slm_llama *m, int t);
 // Whether element i of the adapter input of target t in block l is kept by dropout under `key`
-// (a counter-based hash: no state, the same mask in an activation-checkpointing recompute).
-// Kept elements are scaled by 1 / (1 - p).
+// (a counter-based hash: no state, the same mask in an activation-checkpointing recompute):
+// one slm_mix64 per group of 4 elements, element i kept when its 16-bit lane is >=
+// round(p * 65536) (so P(drop) is p to 1/65536). Kept elements are scaled by 1 / (1 - p).
 bool slm_lora_dropout_keep(uint64_t key, int l, int t, int64_t i, float p);
 // Merges the adapters into the base weights (params allocated by the caller, as for export):
 // W += (alpha / r) * B A per target, as PEFT's merge_and_unload; then detaches LoRA (lora.rank
