@@ -163,7 +163,12 @@ slm_status slm_train_agree(const slm_train_opts *o) {
     add(l, "--lora-rank", A, "%d", o->lora.rank);
     add(l, "--lora-alpha", A, "%.9g", (double)o->lora.alpha);
     add(l, "--lora-dropout", A, "%.9g", (double)o->lora.dropout);
-    add(l, "--lora-targets", A, "0x%x", (unsigned)o->lora.targets);
+    char targets[128] = "";
+    for (int t = 0; t < SLM_LORA_N_TARGETS; t++)
+        if (o->lora.targets & (1u << t))
+            snprintf(targets + strlen(targets), sizeof targets - strlen(targets), "%s%s",
+                     targets[0] ? "," : "", slm_lora_target_name(t));
+    add(l, "--lora-targets", A, "%s", targets[0] ? targets : "(none)");
     add_abs_path(l, "--heartbeat-dir", o->heartbeat_dir);
     // What the options point at, read on every rank (a node-local copy may differ).
     slm_llama_config c;
