@@ -13,7 +13,8 @@
    that differ from the base's (the adapters were trained).
 4. `ckpt export --merge-lora` loads in transformers with logits equal to the PEFT model's
    (rel 1e-5: fp32 rounding of W + s B A) and weights equal to peft's merge_and_unload.
-5. FSDP: the same LoRA run under mpirun -np 2 (FULL_SHARD) reaches the same losses (rel 1e-4).
+5. FSDP: the same LoRA run under mpirun -np 2 (FULL_SHARD) starts from the same loss and
+   trains, with half the state per rank; the 1-rank step-3 checkpoint resumes on 2 ranks.
 6. A changed base is refused on resume and on export (the XXH64 reference).
 
 Usage: lora_peft.py   (SHARDLM_BIN, SLM_SHARED_DIR set by CTest; MPIEXEC optional)
@@ -232,6 +233,20 @@ def body(w):
         half = (4 * n_base + 16 * n_adapt) / 2
         check(m3 is not None and abs(int(m3.group(1)) - half) < 16 * 64,
               f"FSDP np 2 state per rank {m3.group(1) if m3 else '?'} ~ half ({half:.0f})")
+
+        # resharding: run1's step-3 adapters (1 rank) resumed by 2 FULL_SHARD ranks
+        run4 = os.path.join(w, "run4")
+        shutil.copytree(run2, run4)
+        shutil.rmtree(os.path.join(run4, "checkpoints", "step_00000006"))
+        with open(os.path.join(run4, "checkpoints", "latest"), "w") as f:
+            f.write("step_00000003\n")
+        args4 = args[:args.index("--out")] + ["--out", run4, "--resume", "auto"]
+        r = subprocess.run(args4, capture_output=True, env=env)
+        l4 = losses(r.stdout.decode())
+        check(r.returncode == 0 and b"resumed from" in r.stderr and len(l4) == 3 and
+              abs(l4[0] - l1[3]) / l1[3] < 2e-2,
+              f"1-rank LoRA checkpoint resumed on 2 ranks: exit {r.returncode}, losses {l4} vs "
+              f"{l1[3:]}")
 
     # 6. a changed base is refused
     with torch.no_grad():
