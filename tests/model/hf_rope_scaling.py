@@ -91,7 +91,8 @@ CASES = [
 # transformers computing in bf16 itself, every stored activation is rounded: about k = 20
 # roundings per layer-path (norms, projections, RoPE, softmax, SwiGLU, residuals) x 2 layers + the
 # head; independent roundings grow as sqrt(k) u, so the logits' norm-wise error is bounded by
-# 4 sqrt(45) u ~ 0.1 (measured 3.1e-2 to 5.5e-2 over the families); a real bug (a wrong head_dim, RoPE, tie) is O(1).
+# 4 sqrt(45) u ~ 0.1 (measured 3.1e-2 to 5.5e-2 over the families); a real bug (a wrong
+# head_dim, RoPE, tie) is O(1).
 BF16_NATIVE_TOL = 4 * (45 ** 0.5) * 2.0 ** -8
 
 failures = 0
