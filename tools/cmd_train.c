@@ -13,6 +13,7 @@ typedef struct train_args {
     slm_train_opts o;
     bool no_prefetch;
     int on_ckpt_error; // index into k_ckpt_error
+    int on_nonfinite;  // index into k_nonfinite
     int64_t seed;
     double progress_us;
 } train_args;
@@ -26,7 +27,18 @@ static slm_status parse_precision(const char *opt, const char *v, void *dst) {
     return slm_precision_parse(opt, v, dst);
 }
 
+// --metrics-addr: checked when parsed (a bad address is a usage error), kept as given.
+static slm_status parse_metrics_addr(const char *opt, const char *v, void *dst) {
+    char host[256];
+    int port;
+    slm_status st = slm_metrics_parse_addr(v, host, sizeof host, &port);
+    if (st) return slm_fail(st, "%s: %s", opt, slm_errmsg());
+    *(const char **)dst = v;
+    return SLM_OK;
+}
+
 static const char *const k_ckpt_error[] = {"continue", "abort", NULL};
+static const char *const k_nonfinite[] = {"abort", "skip", NULL};
 
 #define A(f) offsetof(train_args, f)
 #define INF INFINITY
@@ -278,6 +290,47 @@ static const slm_opt k_train_opts[] = {
      .flags = SLM_OPTF_HI_OPEN | SLM_OPTF_F32 | SLM_OPTF_PER_RANK,
      .range = "in [0, 1e6) microseconds",
      .def = "0 = off"},
+    {.type = SLM_OPT_SECTION, .help = "  Prometheus metrics (docs/observability.md):"},
+    {.name = "--metrics-addr",
+     .type = SLM_OPT_CUSTOM,
+     .off = A(o.metrics.addr),
+     .meta = "HOST:PORT",
+     .help = "rank 0 serves /metrics (Prometheus text format) on HOST:PORT; :PORT listens on "
+             "127.0.0.1, PORT 0 picks a free port (logged)",
+     .parse = parse_metrics_addr,
+     .def = "off",
+     .flags = SLM_OPTF_PER_RANK},
+    {.name = "--metrics-all-ranks",
+     .type = SLM_OPT_FLAG,
+     .off = A(o.metrics.all_ranks),
+     .help = "every rank given --metrics-addr serves its own /metrics, on PORT + rank (PORT "
+             "0: a free port each)",
+     .flags = SLM_OPTF_PER_RANK},
+    {.name = "--metrics-every",
+     .type = SLM_OPT_INT,
+     .off = A(o.metrics.every),
+     .meta = "N",
+     .help = "gather the per-rank metrics (memory, CPU, busy time, stragglers) to rank 0 every "
+             "N steps",
+     .ilo = 1,
+     .ihi = 1 << 30},
+    {.name = "--straggler-factor",
+     .type = SLM_OPT_DOUBLE,
+     .off = A(o.metrics.straggler_factor),
+     .meta = "F",
+     .help = "a rank whose busy time per step (iteration wall time minus collective waits) "
+             "exceeds F x the median of the ranks, and the median by 10 ms, ...",
+     .dlo = 1,
+     .dhi = INF,
+     .flags = SLM_OPTF_LO_OPEN | SLM_OPTF_F32},
+    {.name = "--straggler-windows",
+     .type = SLM_OPT_INT,
+     .off = A(o.metrics.straggler_windows),
+     .meta = "K",
+     .help = "... in K gathers in a row is a straggler (logged, counted in "
+             "shardlm_straggler_events_total)",
+     .ilo = 1,
+     .ihi = 1 << 20},
     {.type = SLM_OPT_SECTION, .help = "  run directory, checkpoints and resume:"},
     {.name = "--out",
      .type = SLM_OPT_STRING,
@@ -358,6 +411,65 @@ static const slm_opt k_train_opts[] = {
      .help = "every rank atomically replaces DIR/rank_RRRRR.json (rank, pid, host, step, unix "
              "time, loss, phase) at start, after each step and at the end, for a supervisor "
              "(shardlm launch passes RUN_DIR/heartbeat)"},
+    {.name = "--preempt-grace",
+     .type = SLM_OPT_DOUBLE,
+     .off = A(o.preempt_grace_s),
+     .meta = "S",
+     .help = "SIGTERM / SIGUSR1 (preemption): finish the current micro-batch, commit a "
+             "checkpoint and exit 75; a save that took longer than S seconds after the signal "
+             "is logged as a warning (set S to the scheduler's grace period)",
+     .dlo = 0,
+     .dhi = INF,
+     .flags = SLM_OPTF_LO_OPEN | SLM_OPTF_F32,
+     .range = "> 0 seconds and finite"},
+    {.name = "--on-nonfinite",
+     .type = SLM_OPT_ENUM,
+     .off = A(on_nonfinite),
+     .meta = "WHAT",
+     .help = "a step whose loss or global gradient norm is NaN / inf stops the run (abort, exit "
+             "1) or is skipped on every rank (skip: no update, weights and AdamW moments "
+             "unchanged; the batch is consumed, counted in the log and metrics.jsonl)",
+     .choices = k_nonfinite},
+    {.name = "--max-nonfinite-skips",
+     .type = SLM_OPT_INT,
+     .off = A(o.max_nonfinite_skips),
+     .meta = "K",
+     .help = "with --on-nonfinite skip: more than K skipped steps in a row stop the run (exit 1)",
+     .ilo = 0,
+     .ihi = 1 << 30},
+    {.name = "--loss-spike-window",
+     .type = SLM_OPT_INT,
+     .off = A(o.spike_window),
+     .meta = "N",
+     .help = "loss-spike detector: z-score of each step's loss against the previous N steps' "
+             "losses (0 = off)",
+     .ilo = 0,
+     .ihi = 1 << 20},
+    {.name = "--loss-spike-z",
+     .type = SLM_OPT_DOUBLE,
+     .off = A(o.spike_z),
+     .meta = "Z",
+     .help = "a loss more than Z standard deviations above the window's mean is logged as a "
+             "warning naming the step",
+     .dlo = 0,
+     .dhi = INF,
+     .flags = SLM_OPTF_LO_OPEN | SLM_OPTF_F32,
+     .range = "> 0 and finite"},
+    {.name = "--snapshot-every-steps",
+     .type = SLM_OPT_INT64,
+     .off = A(o.snapshot_every_steps),
+     .meta = "N",
+     .help = "also keep the newest state every N steps in node-local shared memory (checkpoint "
+             "format, synchronous); --resume auto prefers it when it is newer than the disk "
+             "checkpoint and verifies (one host, same world and model), 0 = off",
+     .ilo = 0,
+     .ihi = INT64_MAX / 2},
+    {.name = "--snapshot-dir",
+     .type = SLM_OPT_STRING,
+     .off = A(o.snapshot_dir),
+     .meta = "DIR",
+     .help = "where the snapshots go (a tmpfs)",
+     .def = "/dev/shm/shardlm-<XXH64 of the absolute --out>"},
     {.type = SLM_OPT_END},
 };
 #undef A
@@ -403,8 +515,9 @@ static void train_footer(FILE *f) {
                  "contents differ between ranks).");
     fputc('\n', f);
     slm_opt_wrap(f, text, 0, 0, 96);
-    fprintf(f, "\nexit codes: 0 done, 1 runtime error (data, I/O, NaN, interrupted), 2 usage "
-               "error\n");
+    fprintf(f, "\nexit codes: 0 done, 1 runtime error (data, I/O, NaN, interrupted by SIGINT), 2 "
+               "usage error, 75 preempted (SIGTERM / SIGUSR1: checkpoint committed, resume with "
+               "--resume auto)\n");
 }
 
 // Checks between options, after parsing; SLM_EXIT_USAGE after the message, -1 when fine.
@@ -445,6 +558,10 @@ static int train_check(const train_args *t, const slm_opt_seen *seen) {
                   o->train_from_scratch ? "--train-from-scratch" : "--verify-on-resume");
         return SLM_EXIT_USAGE;
     }
+    if ((o->snapshot_every_steps > 0 || o->snapshot_dir) && !o->out_dir) {
+        slm_error("train: --snapshot-every-steps / --snapshot-dir need --out RUN_DIR");
+        return SLM_EXIT_USAGE;
+    }
     if (o->min_lr > o->adamw.lr_peak) {
         slm_error("train: --min-lr %g: must be in [0, lr] = [0, %g]", (double)o->min_lr,
                   (double)o->adamw.lr_peak);
@@ -465,6 +582,7 @@ static void print_step(void *ctx, const slm_step_metrics *m) {
            (long long)m->step, (long long)o->steps, m->loss, m->lr, m->grad_norm, m->tokens_per_s,
            100.0 * m->mfu, m->ms_per_step);
     if (isfinite(m->val_loss)) printf(" | val loss %.4f", m->val_loss);
+    if (m->skipped) printf(" | update skipped (non-finite)");
     printf("\n");
     fflush(stdout);
 }
@@ -479,10 +597,12 @@ static slm_status print_finish(void *ctx, slm_trainer *tr, slm_status st) {
     return SLM_OK;
 }
 
-// The hooks `shardlm train` attaches: stop flag, checkpoints, metrics.jsonl, then the step line
-// (the supervisor heartbeat and metrics exporters attach here the same way).
-static slm_status install_hooks(slm_train_opts *o, slm_train_std_hooks *std) {
+// The hooks `shardlm train` attaches: stop flag, checkpoints, metrics.jsonl, the Prometheus
+// metrics (after the checkpoints, whose counters it reads), then the step line (the supervisor
+// heartbeat attaches here the same way).
+static slm_status install_hooks(slm_train_opts *o, slm_train_std_hooks *std, slm_train_prom *prom) {
     slm_status st = slm_train_add_std_hooks(o, std);
+    if (!st) st = slm_train_add_prom_hook(o, prom, std);
     slm_train_hook print = {
         .name = "step line", .ctx = o, .observe = print_step, .on_finish = print_finish};
     return st ? st : slm_train_attach(o, &print);
@@ -509,6 +629,7 @@ int slm_cmd_train(int argc, char **argv) {
     slm_train_opts o = t.o;
     o.seed = (uint64_t)t.seed;
     o.ckpt_abort_on_error = t.on_ckpt_error == 1;
+    o.nonfinite_skip = t.on_nonfinite == 1;
     if (t.no_prefetch) o.fsdp.forward_prefetch = o.fsdp.backward_prefetch = false;
     if (slm_opt_given(&k_train_cli, &seen, "--progress-thread"))
         slm_dist_request_progress_thread(t.progress_us);
@@ -519,6 +640,7 @@ int slm_cmd_train(int argc, char **argv) {
         return SLM_EXIT_ERROR;
     }
     slm_train_install_signal_handlers();
+    slm_flight_install_signals(); // SIGUSR2 and fatal signals dump the flight recorder
     // Ranks started with different options stop here, together, before anything else.
     slm_dist_set_timeout(o.collective_timeout_s);
     st = slm_train_agree(&o);
@@ -527,10 +649,25 @@ int slm_cmd_train(int argc, char **argv) {
         slm_dist_finalize();
         return slm_exit_code(st);
     }
+    // The metrics server binds before anything is trained: a port in use stops every rank here.
+    slm_train_prom *prom = NULL;
+    st = slm_dist_agree(slm_train_prom_new(&o.metrics, &prom));
+    if (st) {
+        if (slm_dist_rank() == 0) slm_error("train: %s", slm_errmsg());
+        slm_train_prom_free(prom);
+        slm_dist_finalize();
+        return slm_exit_code(st);
+    }
     slm_train_result res = {0};
     slm_train_std_hooks std = {0};
-    st = install_hooks(&o, &std);
+    st = install_hooks(&o, &std, prom);
     if (!st) st = slm_train_run(&o, &res);
+    slm_train_prom_free(prom);
+    if (st == SLM_E_INTERRUPTED && res.preempted) {
+        if (slm_dist_rank() == 0) slm_info("train: %s", slm_errmsg());
+        slm_dist_finalize();
+        return SLM_EXIT_PREEMPTED;
+    }
     if (st) {
         slm_error("train: %s", slm_errmsg());
     } else if (slm_dist_rank() == 0 && res.already_complete) {

@@ -23,6 +23,7 @@ static const command commands[] = {
     {"bench-peak", slm_cmd_bench_peak, "measure the sgemm peak (MFU denominator)"},
     {"tokenizer", slm_cmd_tokenizer, "train a byte-level BPE; encode/decode/info for tokenizers"},
     {"ckpt", slm_cmd_ckpt, "inspect / verify checkpoints; export to Hugging Face safetensors"},
+    {"flight", slm_cmd_flight, "name the hung rank from a run's flight-recorder dumps"},
     {NULL, NULL, NULL},
 };
 

@@ -148,6 +148,9 @@ slm_status slm_train_agree(const slm_train_opts *o) {
     add(l, "--no-prefetch", A, "forward prefetch %s, backward prefetch %s",
         on_off(o->fsdp.forward_prefetch), on_off(o->fsdp.backward_prefetch));
     add(l, "--collective-timeout", A, "%.17g", o->collective_timeout_s);
+    add(l, "--metrics-every", A, "%d", o->metrics.every); // the gather is a collective
+    add(l, "--straggler-factor", A, "%.17g", o->metrics.straggler_factor);
+    add(l, "--straggler-windows", A, "%d", o->metrics.straggler_windows);
     add(l, "--out", A, "%s", str_or_unset(o->out_dir));
     add_abs_path(l, "--out (from each rank's working directory)", o->out_dir);
     add(l, "--ckpt-every-steps", A, "%lld", (long long)o->ckpt_every_steps);
@@ -161,6 +164,13 @@ slm_status slm_train_agree(const slm_train_opts *o) {
     add(l, "--no-packing", A, "%s", on_off(o->no_packing));
     add(l, "--train-from-scratch", A, "%s", on_off(o->train_from_scratch));
     add_abs_path(l, "--heartbeat-dir", o->heartbeat_dir);
+    add(l, "--preempt-grace", A, "%.17g", o->preempt_grace_s);
+    add(l, "--on-nonfinite", A, "%s", o->nonfinite_skip ? "skip" : "abort");
+    add(l, "--max-nonfinite-skips", A, "%d", o->max_nonfinite_skips);
+    add(l, "--loss-spike-window", A, "%d", o->spike_window);
+    add(l, "--loss-spike-z", A, "%.17g", o->spike_z);
+    add(l, "--snapshot-every-steps", A, "%lld", (long long)o->snapshot_every_steps);
+    add(l, "--snapshot-dir", A, "%s", str_or_unset(o->snapshot_dir));
     // What the options point at, read on every rank (a node-local copy may differ).
     slm_llama_config c;
     if (slm_train_resolve_config(o->model, o->vocab_size, o->T, &c) == SLM_OK) {

@@ -34,6 +34,7 @@
 #include "ckpt/ckpt.h"
 #include "model/model.h"
 #include "fsdp/fsdp.h"
+#include "metrics/metrics.h"
 #include "optim/optim.h"
 #include "tokenizer/tokenizer.h"
 
@@ -42,17 +43,22 @@
 
 // What one optimizer step measured. Passed to every hook after the step (and after its eval).
 typedef struct slm_step_metrics {
-    int64_t step;        // 1-based index of the optimizer step just completed
-    int64_t total_steps; // planned steps
-    double loss;         // mean training loss over all the step's target tokens, nats/token
-    double lr;           // learning rate used by this step
-    double grad_norm;    // global L2 norm of the gradient before clipping
-    double tokens_per_s; // target tokens of this step / its wall time
-    double mfu;          // model FLOPs utilisation, fraction (0..1) of the measured sgemm peak
-    double ms_per_step;  // wall time of the step in milliseconds (eval excluded)
-    double val_loss;     // validation loss if evaluated after this step, else NaN
-    int64_t tokens_seen; // target tokens trained on so far
-    double elapsed_s;    // wall seconds since training started
+    int64_t step;            // 1-based index of the optimizer step just completed
+    int64_t total_steps;     // planned steps
+    double loss;             // mean training loss over all the step's target tokens, nats/token
+    double lr;               // learning rate used by this step
+    double grad_norm;        // global L2 norm of the gradient before clipping
+    double tokens_per_s;     // target tokens of this step / its wall time
+    double mfu;              // model FLOPs utilisation, fraction (0..1) of the measured sgemm peak
+    double ms_per_step;      // wall time of the step in milliseconds (eval excluded)
+    double val_loss;         // validation loss if evaluated after this step, else NaN
+    int64_t tokens_seen;     // target tokens trained on so far
+    double elapsed_s;        // wall seconds since training started
+    bool skipped;            // --on-nonfinite skip: the loss or gradient norm was non-finite and no
+                             // rank updated the weights or AdamW moments in this step
+    int64_t nonfinite_skips; // steps skipped so far in this run
+    bool loss_spike;         // the loss-spike detector flagged this step (slm_train_opts)
+    double loss_z;           // its z-score against the preceding window (NaN until warm)
 } slm_step_metrics;
 
 // The simplest hook: called on every rank after each step (and its eval) with its metrics.
@@ -97,7 +103,19 @@ typedef struct slm_train_hook {
     slm_status (*on_finish)(void *ctx, slm_trainer *tr, slm_status st);
 } slm_train_hook;
 
-#define SLM_TRAIN_MAX_HOOKS 8
+#define SLM_TRAIN_MAX_HOOKS 12
+
+// Prometheus metrics of a run (slm_train_prom_new, below; docs/observability.md).
+typedef struct slm_train_metrics_opts {
+    const char *addr;        // --metrics-addr HOST:PORT this rank serves /metrics on (rank 0 only
+                             // unless all_ranks); NULL: none. Per rank (not agreed)
+    bool all_ranks;          // --metrics-all-ranks: every rank with addr serves (PORT + rank when
+                             // PORT > 0, so ranks of one host do not collide). Per rank
+    int every;               // --metrics-every: steps between gathers of the per-rank values (>= 1)
+    double straggler_factor; // --straggler-factor: a rank is slow when its busy time (iteration
+                             // wall time minus collective waits) exceeds factor x the median
+    int straggler_windows;   // --straggler-windows: ... for this many gathers in a row
+} slm_train_metrics_opts;
 #define SLM_TRAIN_SYNTH_SEED_XOR 0x5eedda7aull
 
 // ---------------------------------------------------------------------------------------------
@@ -158,13 +176,30 @@ typedef struct slm_train_opts {
     slm_fsdp_opts fsdp;          // world > 1: sharding strategy, dtypes, prefetch (fsdp.h)
     double collective_timeout_s; // bound on every collective wait (default 600; <= 0: none)
     // Operations (issue 10; docs/operations.md)
-    const char *heartbeat_dir; // every rank's heartbeat file (slm_train_add_heartbeat_hook);
-                               // NULL: none
+    const char *heartbeat_dir;    // every rank's heartbeat file (slm_train_add_heartbeat_hook);
+                                  // NULL: none
+    double preempt_grace_s;       // a preemption's checkpoint should be committed within this many
+                                  // seconds of the signal (default 60); a later one is a warning
+    bool nonfinite_skip;          // --on-nonfinite skip: a step whose (all-reduced) loss or global
+                                  // gradient norm is non-finite is skipped on every rank (no
+                                  // update; data, LR schedule and step counter advance); default
+                                  // (abort): SLM_E_NUMERIC
+    int max_nonfinite_skips;      // with skip: more than this many skipped steps in a row is
+                                  // SLM_E_NUMERIC (default 5)
+    int spike_window;             // loss-spike detector: z-score of each loss against the previous
+                                  // spike_window losses (default 100; 0: off)
+    double spike_z;               // a loss more than spike_z standard deviations above the window's
+                                  // mean is logged as a warning (default 5)
+    int64_t snapshot_every_steps; // > 0 (with out_dir): node-local snapshots every N steps
+                                  // (slm_train_add_snapshot_hook); 0: off
+    const char *snapshot_dir;     // their directory; NULL: slm_train_snapshot_root's default
+    slm_train_metrics_opts metrics; // Prometheus (read by slm_train_prom_new and its hook)
 } slm_train_opts;
 
 // Fills the defaults: grad_accum 1, lr 3e-4, betas (0.9, 0.95), eps 1e-8, weight decay 0.1,
 // min_lr -1 (any value < 0 means lr / 10, resolved when the run opens), grad_clip 1.0, seed
-// 1337, eval_batches 20, log_every 1, collective_timeout_s 600, fsdp defaults (fsdp.h),
+// 1337, eval_batches 20, log_every 1, collective_timeout_s 600, fsdp defaults (fsdp.h), metrics
+// every 5 steps, straggler factor 1.5 for 3 windows,
 // everything else 0.
 void slm_train_opts_default(slm_train_opts *o);
 // Appends a hook (copied). Errors: SLM_E_ARG when SLM_TRAIN_MAX_HOOKS are already set.
@@ -203,9 +238,44 @@ slm_status slm_train_add_heartbeat_hook(slm_train_opts *o);
 // Errors: SLM_E_IO naming the file.
 slm_status slm_heartbeat_write(const char *dir, int rank, int64_t step, double loss,
                                const char *phase);
-// Stop, checkpoint, metrics and (with heartbeat_dir) heartbeat hooks in that order (what
-// `shardlm train` installs before its printing hook).
+// Node-local snapshots (o->snapshot_every_steps > 0, else nothing is added): every N steps
+// every rank writes its shard (params, AdamW m, v; checkpoint format, src/ckpt) synchronously
+// into the snapshot directory (tmpfs), rank 0 commits it there, the newest one is kept. A
+// restart with --resume auto whose run directory has a disk checkpoint resumes from the newest
+// snapshot instead when it is newer, verifies in full (every file's XXH64), was saved by the
+// same world size and model, and all ranks run on one host (snapshots are node-local; on
+// several hosts none are taken). A run that ends without an error with its final checkpoint
+// committed removes its snapshots. Collective (every rank must install it).
+slm_status slm_train_add_snapshot_hook(slm_train_opts *o);
+// The snapshot directory: o->snapshot_dir, else /dev/shm/shardlm-XXXXXXXXXXXXXXXX (XXH64 of
+// the absolute --out path, so reruns of one run directory find it). Owned by the caller.
+char *slm_train_snapshot_root(const slm_train_opts *o);
+// Stop, checkpoint, metrics and (with heartbeat_dir) heartbeat and (with snapshot_every_steps)
+// snapshot hooks in that order (what `shardlm train` installs before its printing hook).
 slm_status slm_train_add_std_hooks(slm_train_opts *o, slm_train_std_hooks *h);
+
+// Prometheus metrics (src/train/prom.c; metric list in docs/observability.md). One per process.
+typedef struct slm_train_prom slm_train_prom;
+// Local (no collectives): makes the registry and, when this rank serves (o->addr set and rank
+// 0, or o->all_ranks), starts the /metrics server on it (slm_metrics_server_start: bound and
+// listening on return, so a port in use fails here, before training) and logs
+// "metrics: serving http://HOST:PORT/metrics" (the chosen port for :0). *out owned (free with
+// slm_train_prom_free after the run). Errors: those of slm_metrics_server_start (SLM_E_ARG,
+// SLM_E_IO); callers under mpirun agree them (slm_dist_agree).
+slm_status slm_train_prom_new(const slm_train_metrics_opts *o, slm_train_prom **out);
+// The registry (the launcher and checkpointing may add their own families); the server's
+// address ("HOST:PORT") or NULL when this rank does not serve.
+slm_metrics *slm_train_prom_registry(slm_train_prom *p);
+const char *slm_train_prom_addr(const slm_train_prom *p);
+// The hook that keeps the trainer's metrics in p's registry: every rank must install it (it
+// agrees at on_start whether any rank serves, then gathers per-rank values every
+// o->metrics.every steps with one all-gather; nothing at all when no rank serves). `std`
+// (borrowed, may be NULL) is read for the checkpoint statistics: install it after
+// slm_train_add_std_hooks. Errors: as slm_train_attach.
+slm_status slm_train_add_prom_hook(slm_train_opts *o, slm_train_prom *p,
+                                   const slm_train_std_hooks *std);
+// Stops the server and frees; safe on NULL.
+void slm_train_prom_free(slm_train_prom *p);
 
 // What a finished (or stopped) run reports.
 typedef struct slm_train_result {
@@ -218,6 +288,8 @@ typedef struct slm_train_result {
     double flops_per_token;
     bool already_complete; // resumed at step == steps: nothing trained (the rest is NaN)
     bool interrupted;      // stopped by a want_stop hook (the stop flag); saved by the hooks
+    bool preempted;        // interrupted, and SIGTERM / SIGUSR1 reached some rank (a preemption:
+                           // `shardlm train` exits 75 once the checkpoint is committed)
     bool stop_evaluated;   // stopped before --steps (not interrupted): final_val_loss is the
                            // validation of the weights it stopped with
 } slm_train_result;
@@ -289,6 +361,15 @@ int slm_trainer_rank(const slm_trainer *tr);
 int slm_trainer_world(const slm_trainer *tr);
 // Optimizer steps done so far (resumed steps included).
 int64_t slm_trainer_steps_done(const slm_trainer *tr);
+// Where this rank's last step went (for the Prometheus hook; read in on_step / observe). The
+// step's wall time is slm_step_metrics.ms_per_step; compute is what the other parts leave.
+typedef struct slm_step_timing {
+    double data_s;          // drawing its micro-batches (loader reads, synthetic tokens), s
+    double comm_s;          // blocked in collective waits (slm_dist_wait_seconds), s
+    int64_t bytes_gathered; // all-gathered bytes received since the start (fsdp stats)
+    int64_t bytes_reduced;  // bytes sent into reduce-scatters / all-reduces since the start
+} slm_step_timing;
+void slm_trainer_step_timing(const slm_trainer *tr, slm_step_timing *t);
 
 // Under mpirun, before any other collective: checks that every rank was started with the same
 // settings (slm_dist_agree_values), so mismatched ranks stop together with one message instead
@@ -305,10 +386,11 @@ int64_t slm_trainer_steps_done(const slm_trainer *tr);
 // a message naming the first differing setting and which ranks hold which value.
 slm_status slm_train_agree(const slm_train_opts *o);
 
-// SIGINT / SIGTERM set the stop flag the loop checks at step and micro-batch boundaries (the
-// first SIGINT prints a notice on stderr). A second SIGINT while a stop is pending writes a
-// message and exits the process at once with status 1 (_exit: nothing saved; the last committed
-// checkpoint stays).
+// SIGINT / SIGTERM / SIGUSR1 set the stop flag the loop checks at step and micro-batch
+// boundaries (the first SIGINT prints a notice on stderr). SIGTERM / SIGUSR1 (preemption) on any
+// rank make the agreed stop a preemption on every rank (slm_train_result.preempted). A second
+// SIGINT while a stop is pending writes a message and exits the process at once with status 1
+// (_exit: nothing saved; the last committed checkpoint stays).
 void slm_train_install_signal_handlers(void);
 // Sets / reads the stop flag (async-signal-safe setter).
 void slm_train_request_stop(void);

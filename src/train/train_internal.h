@@ -37,17 +37,29 @@ struct slm_trainer {
     int64_t step, tokens_seen;
     double sum_tok, sum_dt, last_loss, last_val; // sum_*: the steps counted in the rates
     int64_t n_rate;
+    double step_wait0, step_data_s, step_comm_s; // the last step's timing (metrics)
     bool done, started, interrupted;
     bool *hook_started; // [o->n_hooks]: on_start ran (so on_finish runs)
     slm_train_result res;
     slm_fault_plan faults; // SHARDLM_FAULT / SHARDLM_ATTEMPT (fault.c), read by the open phase
     bool fault_corrupted;  // corrupt-ckpt fired
+    bool preempted;        // the agreed stop came with SIGTERM / SIGUSR1 on some rank
+    double t_stop;         // slm_time_s() when the stop was agreed
+    int64_t n_skipped, skip_run; // --on-nonfinite skip: skipped steps, and in a row now
+    double *spike_hist;          // [o->spike_window] the last losses (ring), NULL when off
+    int64_t spike_n;             // losses seen by the detector
+    bool snap_one_host;          // snapshots: every rank on one host (snapshot.c)
 };
 
 // Fills a checkpoint's meta and this rank's shards for the state after `step` steps
 // (sh[n_units], caller-allocated). For the checkpoint hook.
 void slm_trainer_ckpt_state(const slm_trainer *tr, int64_t step, slm_ckpt_meta *meta,
                             slm_ckpt_shard *sh);
+
+// After the resume decision: with snapshots and --resume auto, replaces tr->resume_path by the
+// node-local snapshot when it is newer than the disk checkpoint and usable (snapshot.c; rank 0
+// decides, broadcast). Collective.
+slm_status slm_trainer_pick_snapshot(slm_trainer *tr);
 
 // corrupt-ckpt (SHARDLM_FAULT): rank 0, once step S's checkpoint directory is committed under
 // out_dir/checkpoints, flips a byte of its rank_R file. Called by the checkpoint hook after each
@@ -71,6 +83,17 @@ int64_t slm_train_split_masked(const int32_t *win, const uint8_t *wtgt, const in
 // B_global 1, from its current position. Errors: SLM_E_NUMERIC on a non-finite loss.
 slm_status slm_train_eval_loader(slm_llama *m, slm_loader *l, int B, int T, int64_t max_batches,
                                  slm_eval_result *res);
+
+// Straggler detection over one gather window (prom.c): busy[W] is each rank's mean busy time
+// per step (iteration wall time minus collective waits); med = their median (the mean of the two
+// middle values for even W). A rank with busy > factor x med and busy - med >= min_excess_s
+// (med > 0) extends its streak[r] (updated in place), any other rank's streak restarts at 0.
+// Returns the count of ranks whose streak just reached `windows` (newly flagged, listed in
+// newly[]); scratch[W] is a work buffer. The trainer passes SLM_STRAGGLER_MIN_EXCESS_S: below
+// 10 ms per step a difference is scheduling noise, not a slow rank.
+#define SLM_STRAGGLER_MIN_EXCESS_S 0.010
+int slm_train_stragglers(const double *busy, int W, double factor, double min_excess_s, int windows,
+                         int *streak, int *newly, double *scratch, double *median_out);
 
 // ---------------------------------------------------------------------------------------------
 // The run directory as training opens it (rundir.c)
