@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Hostile instruction data (issue 13): inputs that used to be accepted silently with a wrong
+# result must now stop with an error naming the file / option and what was expected.
+#   1. every sample's targets lie beyond the first T+1 tokens (a long prompt, a short --seq):
+#      train and eval refuse (before: loss 0.0000 every step, AdamW decay only, exit 0), and a
+#      split where only some samples lose their targets warns with their count.
+. "$(dirname "$0")/../lib.sh"
+fails=0
+slm_corpus "$W/corpus.txt" 20000
+"$BIN" tokenizer train --input "$W/corpus.txt" --vocab-size 300 --out "$W/tok.json" --quiet
+V=$("$BIN" tokenizer info --tokenizer "$W/tok.json" | sed -n 's/^vocab_size: //p')
+slm_tiny_config "$W/config.json" vocab_size="$V" max_position_embeddings=256
+# Prompts of ~60 tokens (several lines), completions after them; one short sample in val too.
+"$PY" - "$W" <<'PY'
+import json, sys
+w = sys.argv[1]
+L = [l for l in open(w + "/corpus.txt", encoding="utf-8").read().split("\n") if l.strip()]
+with open(w + "/long.jsonl", "w") as f:
+    for i in range(40):
+        f.write(json.dumps({"prompt": " ".join(L[i * 6:i * 6 + 5]), "completion": L[i * 6 + 5]}) + "\n")
+    f.write(json.dumps({"prompt": "Q", "completion": " A"}) + "\n")
+PY
+"$BIN" prep --tokenizer "$W/tok.json" --input "$W/long.jsonl" --out "$W/long" \
+    --format prompt-completion --val-fraction 0 --workers 1 --quiet
+tr() { # tr DATASET ARGS...
+    local d=$1
+    shift
+    "$BIN" train --data "$d" --model "$W/config.json" --batch 1 --steps 2 --threads 1 \
+        --eval-every 0 --log-every 1 "$@"
+}
+
+# 1. --seq 8: 40 of 41 samples keep no target: a warning naming the count and the --seq needed
+set +e # the commands below are expected to fail; their exit codes are checked
+tr "$W/long" --seq 8 --out "$W/r1" > "$W/o1" 2>&1
+check "some samples lose every target: trains" 0 $?
+has "some samples lose every target: warned with the count" "$W/o1" \
+    "40 of 41 train samples keep no target token after the cut to T+1 = 9"
+# drop the short sample: now no sample has a target inside its window
+head -n 40 "$W/long.jsonl" > "$W/long40.jsonl"
+"$BIN" prep --tokenizer "$W/tok.json" --input "$W/long40.jsonl" --out "$W/long40" \
+    --format prompt-completion --val-fraction 0 --workers 1 --quiet
+tr "$W/long40" --seq 8 --out "$W/r2" > "$W/o2" 2>&1
+check "no sample keeps a target: train refused (usage)" 2 $?
+has "no sample keeps a target: the message" "$W/o2" \
+    "every one of the 40 train samples has its first target (completion / assistant) token beyond its first T+1 = 9 tokens"
+has "no sample keeps a target: the --seq that would" "$W/o2" "raise --seq to at least [0-9]"
+[ ! -d "$W/r2/checkpoints" ] && ok "no checkpoint written" || bad "a checkpoint was written"
+tr "$W/long40" --seq 8 --no-packing --out "$W/r3" > "$W/o3" 2>&1
+check "no sample keeps a target, --no-packing: refused" 2 $?
+"$BIN" eval --model "$W/r1" --data "$W/long40" --split train --seq 8 > "$W/o4" 2>&1
+check "eval of such a split: refused (usage)" 2 $?
+has "eval of such a split: the message" "$W/o4" "every one of the 40 train samples"
+# the --seq the message asks for works
+need=$(sed -n 's/.*raise --seq to at least \([0-9]*\).*/\1/p' "$W/o2")
+tr "$W/long40" --seq "$need" --out "$W/r5" > "$W/o5" 2>&1
+check "--seq $need (the advised one) trains" 0 $?
+if grep -q "keep no target" "$W/o5"; then bad "--seq $need still warns"; cat "$W/o5"; else ok "--seq $need: no warning"; fi
+set -e
+slm_finish
