@@ -4,6 +4,8 @@
 #   1. every sample's targets lie beyond the first T+1 tokens (a long prompt, a short --seq):
 #      train and eval refuse (before: loss 0.0000 every step, AdamW decay only, exit 0), and a
 #      split where only some samples lose their targets warns with their count.
+#   2. a raw NUL byte inside a JSONL string (before: the field silently cut there, "a<NUL>b"
+#      stored as "a"), in --format text / prompt-completion / chat alike.
 . "$(dirname "$0")/../lib.sh"
 fails=0
 slm_corpus "$W/corpus.txt" 20000
@@ -55,5 +57,22 @@ need=$(sed -n 's/.*raise --seq to at least \([0-9]*\).*/\1/p' "$W/o2")
 tr "$W/long40" --seq "$need" --out "$W/r5" > "$W/o5" 2>&1
 check "--seq $need (the advised one) trains" 0 $?
 if grep -q "keep no target" "$W/o5"; then bad "--seq $need still warns"; cat "$W/o5"; else ok "--seq $need: no warning"; fi
+
+# 2. raw NUL bytes in JSONL strings
+printf '{"text": "a\x00b", "prompt": "a\x00b", "completion": "c"}\n' > "$W/nul.jsonl"
+printf '{"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "x\x00y"}]}\n' \
+    > "$W/nulchat.jsonl"
+printf '{"user": "{content}", "assistant": "{content}"}' > "$W/tpl.json"
+for f in text prompt-completion chat; do
+    in="$W/nul.jsonl"
+    extra=()
+    [ "$f" = chat ] && in="$W/nulchat.jsonl" && extra=(--chat-template "$W/tpl.json")
+    "$BIN" prep --tokenizer "$W/tok.json" --input "$in" --out "$W/nul_$f" --format "$f" \
+        "${extra[@]}" --quiet > "$W/n_$f" 2>&1
+    check "raw NUL, --format $f: refused" 1 $?
+    has "raw NUL, --format $f: FILE:LINE and the byte" "$W/n_$f" \
+        "$(basename "$in"):1: raw NUL byte (0x00) at byte"
+    [ ! -e "$W/nul_$f" ] && ok "raw NUL, --format $f: no dataset" || bad "raw NUL: a dataset"
+done
 set -e
 slm_finish
