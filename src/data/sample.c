@@ -54,14 +54,56 @@ const char *slm_chat_template_name(const slm_chat_template *t) {
     return t->name;
 }
 
-// Splits "PREFIX{content}SUFFIX" of role r into the template; exactly one "{content}".
+// A "{name}" placeholder in template text s other than the one {content} (which the caller has
+// cut out): only {content} is substituted, so "{role}" or Jinja's "{{ content }}" would be
+// written literally into every sample. Returns the first such "{" or NULL.
+static const char *other_placeholder(const char *s, size_t *len) {
+    for (const char *p = strchr(s, '{'); p; p = strchr(p + 1, '{')) {
+        const char *q = p + 1;
+        while (*q == '{' || *q == ' ')
+            q++;
+        const char *id = q;
+        while ((*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') || (*q >= '0' && *q <= '9') ||
+               *q == '_' || *q == '.' || *q == '[' || *q == ']' || *q == '\'')
+            q++;
+        if (q == id) continue;
+        while (*q == ' ')
+            q++;
+        if (*q == '}') {
+            while (q[1] == '}')
+                q++;
+            *len = (size_t)(q - p) + 1;
+            return p;
+        }
+    }
+    return NULL;
+}
+
+// Splits "PREFIX{content}SUFFIX" of role r into the template; exactly one "{content}", and no
+// other placeholder ("{role}", "{{content}}") around it.
 static slm_status split_role(slm_chat_template *t, int r, const char *s, const char *what) {
     const char *p = strstr(s, "{content}");
     if (!p || strstr(p + 9, "{content}"))
-        return slm_fail(SLM_E_FORMAT, "%s: field \"%s\": expected exactly one {content} in it",
+        return slm_fail(SLM_E_FORMAT,
+                        "%s: field \"%s\": expected exactly one {content} in it (the only "
+                        "placeholder; Jinja's {{ content }} is not one)",
+                        what, k_roles[r]);
+    if (p > s && p[-1] == '{' && p[9] == '}')
+        return slm_fail(SLM_E_FORMAT,
+                        "%s: field \"%s\": {{content}} would write the braces around every "
+                        "content; the placeholder is {content} (single braces)",
                         what, k_roles[r]);
     t->prefix[r] = slm_xstrndup(s, (size_t)(p - s));
     t->suffix[r] = slm_xstrdup(p + 9);
+    for (int k = 0; k < 2; k++) {
+        size_t n = 0;
+        const char *o = other_placeholder(k ? t->suffix[r] : t->prefix[r], &n);
+        if (o)
+            return slm_fail(SLM_E_FORMAT,
+                            "%s: field \"%s\": unknown placeholder \"%.*s\"; only {content} is "
+                            "substituted (write the role's text itself, e.g. \"%s: {content}\")",
+                            what, k_roles[r], (int)(n > 40 ? 40 : n), o, k_roles[r]);
+    }
     return SLM_OK;
 }
 
@@ -99,6 +141,13 @@ static slm_status parse_template_text(const char *path, const char *text, size_t
     if (!st) {
         it = cJSON_GetObjectItemCaseSensitive(root, "begin");
         t->begin = slm_xstrdup(it ? it->valuestring : "");
+        size_t n = 0;
+        const char *o = other_placeholder(t->begin, &n);
+        if (o)
+            st = slm_fail(SLM_E_FORMAT,
+                          "%s: field \"begin\": unknown placeholder \"%.*s\" (begin is written "
+                          "as is; no placeholder is substituted in it)",
+                          path, (int)(n > 40 ? 40 : n), o);
         t->trim = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(root, "trim"));
         for (int r = 0; r < 3 && !st; r++) {
             it = cJSON_GetObjectItemCaseSensitive(root, k_roles[r]);

@@ -6,6 +6,9 @@
 #      split where only some samples lose their targets warns with their count.
 #   2. a raw NUL byte inside a JSONL string (before: the field silently cut there, "a<NUL>b"
 #      stored as "a"), in --format text / prompt-completion / chat alike.
+#   3. chat template files with placeholders other than {content}: "{role}", Jinja's
+#      "{{content}}" / "{{ eos_token }}", "{bos}" in begin (before: written literally into every
+#      sample, e.g. "{U}" for "{{content}}"); literal braces that are no placeholder still work.
 . "$(dirname "$0")/../lib.sh"
 fails=0
 slm_corpus "$W/corpus.txt" 20000
@@ -74,5 +77,38 @@ for f in text prompt-completion chat; do
         "$(basename "$in"):1: raw NUL byte (0x00) at byte"
     [ ! -e "$W/nul_$f" ] && ok "raw NUL, --format $f: no dataset" || bad "raw NUL: a dataset"
 done
+
+# 3. template placeholders
+printf '{"messages": [{"role": "user", "content": "U"}, {"role": "assistant", "content": "A"}]}\n' \
+    > "$W/c.jsonl"
+tpl_case() { # tpl_case NAME TEMPLATE_JSON EXPECTED_RC [PATTERN]
+    printf '%s' "$2" > "$W/t.json"
+    rm -rf "$W/tpl_out"
+    "$BIN" prep --tokenizer "$W/tok.json" --input "$W/c.jsonl" --out "$W/tpl_out" --format chat \
+        --chat-template "$W/t.json" --val-fraction 0 --quiet > "$W/t.out" 2>&1
+    check "template $1: exit $3" "$3" $?
+    [ -z "${4:-}" ] || has "template $1: message" "$W/t.out" "$4"
+}
+tpl_case "{{content}}" '{"user": "{{content}}", "assistant": "{content}"}' 1 \
+    'field "user": {{content}} would write the braces'
+tpl_case "{role}" '{"user": "{role}: {content}", "assistant": "{content}"}' 1 \
+    'field "user": unknown placeholder "{role}"; only {content} is substituted'
+tpl_case "{{ eos_token }}" '{"user": "{content}", "assistant": "{content}{{ eos_token }}"}' 1 \
+    'field "assistant": unknown placeholder "{{ eos_token }}"'
+tpl_case "{bos} in begin" '{"begin": "{bos}", "user": "{content}", "assistant": "{content}"}' 1 \
+    'field "begin": unknown placeholder "{bos}"'
+tpl_case "{{ content }}" '{"user": "{{ content }}", "assistant": "{content}"}' 1 \
+    'expected exactly one {content}'
+tpl_case "literal braces" '{"user": "{ }{content}{", "assistant": "{\"a\": {content}}"}' 0
+# the literal braces are kept byte for byte (read back with the tokenizer's decode)
+"$PY" - "$W" > "$W/t.txt" <<'PY'
+import glob, struct, sys, json
+w = sys.argv[1]
+b = open(glob.glob(w + "/tpl_out/train_*.bin")[0], "rb").read()
+tb, n = struct.unpack_from("<I", b, 12)[0], struct.unpack_from("<Q", b, 16)[0]
+print(" ".join(str(int.from_bytes(b[64 + i * tb:64 + (i + 1) * tb], "little")) for i in range(n)))
+PY
+"$BIN" tokenizer decode --tokenizer "$W/tok.json" < "$W/t.txt" > "$W/t.dec" 2>&1
+has "literal braces kept" "$W/t.dec" '^{ }U{{"a": A}$'
 set -e
 slm_finish
