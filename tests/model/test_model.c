@@ -245,6 +245,9 @@ static void test_config_rope(void) {
         {"\"mlp_bias\": true}", "mlp_bias", SLM_E_UNSUPPORTED},
         {"\"head_dim\": 33}", "head_dim", SLM_E_ARG},
         {"\"head_dim\": \"32\"}", "head_dim", SLM_E_FORMAT},
+        // 0 is no head size (transformers fails on it), not the implicit hidden / heads
+        {"\"head_dim\": 0}", "head_dim must be even and in [2, 65536]", SLM_E_ARG},
+        {"\"head_dim\": 0.0}", "got 0", SLM_E_ARG},
     };
     char buf[512];
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -261,6 +264,9 @@ static void test_config_rope(void) {
     CHECK_EQ_INT(slm_llama_head_dim(&c), 32);
     snprintf(buf, sizeof buf, BASE "\"head_dim\": %d}", c.hidden_size / c.num_attention_heads);
     write_text(p, buf);
+    CHECK_OK(slm_llama_config_load(p, &c));
+    CHECK_EQ_INT(c.head_dim, 0);
+    write_text(p, BASE "\"head_dim\": null}"); // null: absent (as transformers' LlamaConfig)
     CHECK_OK(slm_llama_config_load(p, &c));
     CHECK_EQ_INT(c.head_dim, 0);
     // Irrelevant fields are accepted: attention_dropout 0, pretraining_tp, token ids, dtype.
