@@ -184,7 +184,8 @@ slm_status slm_chat_template_load(const char *spec, slm_chat_template **out) {
     slm_status st = SLM_OK;
     if (!strcmp(spec, "llama2")) {
         // Meta's Llama-2 chat form (as transformers' llama-2 template): <s>[INST] <<SYS>>\n
-        // SYSTEM\n<</SYS>>\n\nUSER [/INST] ASSISTANT </s> per exchange (render_llama2).
+        // SYSTEM\n<</SYS>>\n\nUSER [/INST] ASSISTANT </s> per exchange, the reply between spaces
+        // (render_llama2).
         t->kind = TPL_LLAMA2;
         t->name = slm_xstrdup("llama2");
         t->trim = true;
@@ -320,7 +321,7 @@ bad:
 
 static void add_seg(slm_sample_segs *g, char *text, int32_t id, bool target, bool special) {
     g->segs = slm_xrealloc(g->segs, (size_t)(g->n + 1) * sizeof *g->segs);
-    g->segs[g->n++] = (slm_sample_seg){text, text ? strlen(text) : 0, id, target, special};
+    g->segs[g->n++] = (slm_sample_seg){text, text ? strlen(text) : 0, id, target, special, false};
 }
 
 void slm_sample_segs_free(slm_sample_segs *g) {
@@ -385,7 +386,12 @@ static bool render_llama2(const slm_sample *s, bool gen, int32_t bos, int32_t eo
             add_seg(g, concat3("[INST] ", content, " [/INST]"), -1, false, false);
             free(content);
         } else {
-            add_seg(g, content_copy(m->content, true), -1, true, false);
+            // transformers' Llama-2 template and Meta's chat_completion: " " + reply.strip() +
+            // " " then </s> (the trailing space is a token of its own before </s>)
+            char *content = content_copy(m->content, true);
+            add_seg(g, concat3(" ", content, " "), -1, true, false);
+            g->segs[g->n - 1].joined = true;
+            free(content);
             add_seg(g, NULL, eos, true, false);
         }
     }
@@ -477,7 +483,9 @@ slm_status slm_sample_encode(const slm_sample_segs *g, const slm_tokenizer *tok,
         if (sg->id >= 0) {
             slm_ivec_push(ids, sg->id);
         } else if (sg->len) {
-            slm_status st = slm_tokenizer_encode(tok, sg->text, sg->len,
+            bool drop =
+                sg->joined && sg->text[0] == ' ' && slm_tokenizer_type(tok) == SLM_TOK_SPM_BPE;
+            slm_status st = slm_tokenizer_encode(tok, sg->text + drop, sg->len - drop,
                                                  sg->special ? SLM_ENC_ALLOW_SPECIAL : 0, ids);
             if (st) return st;
         }

@@ -9,6 +9,9 @@
 #   3. chat template files with placeholders other than {content}: "{role}", Jinja's
 #      "{{content}}" / "{{ eos_token }}", "{bos}" in begin (before: written literally into every
 #      sample, e.g. "{U}" for "{{content}}"); literal braces that are no placeholder still work.
+#   4. --chat-template llama2 on a byte-level BPE: every sample equals HF `tokenizers` on the
+#      whole string transformers' Llama-2 template renders ("[/INST] " reply " " EOS; before:
+#      "[/INST]reply" EOS, the spaces lost between separately encoded pieces).
 . "$(dirname "$0")/../lib.sh"
 fails=0
 slm_corpus "$W/corpus.txt" 20000
@@ -110,5 +113,56 @@ print(" ".join(str(int.from_bytes(b[64 + i * tb:64 + (i + 1) * tb], "little")) f
 PY
 "$BIN" tokenizer decode --tokenizer "$W/tok.json" < "$W/t.txt" > "$W/t.dec" 2>&1
 has "literal braces kept" "$W/t.dec" '^{ }U{{"a": A}$'
+
+# 4. llama2 template on a byte-level BPE against HF tokenizers on the rendered string
+"$PY" - "$W" <<'PY'
+import json, sys
+w = sys.argv[1]
+with open(w + "/l2.jsonl", "w") as f:
+    f.write(json.dumps({"messages": [{"role": "system", "content": "Be brief."},
+                                     {"role": "user", "content": " Who art thou? "},
+                                     {"role": "assistant", "content": "A king."},
+                                     {"role": "user", "content": "Where?"},
+                                     {"role": "assistant", "content": "Here, my lord.\n"}]}) + "\n")
+    f.write(json.dumps({"messages": [{"role": "user", "content": "Hello there"},
+                                     {"role": "assistant", "content": "Good day"}]}) + "\n")
+PY
+"$BIN" prep --tokenizer "$W/tok.json" --input "$W/l2.jsonl" --out "$W/l2" --format chat \
+    --chat-template llama2 --val-fraction 0 --workers 1 --quiet
+BOS=$("$BIN" tokenizer info --tokenizer "$W/tok.json" | sed -n 's/^bos_id: //p')
+EOS=$("$BIN" tokenizer info --tokenizer "$W/tok.json" | sed -n 's/^eos_id: //p')
+"$PY" - "$W" "$BOS" "$EOS" > "$W/l2.out" 2>&1 <<'PY'
+import glob, json, struct, sys
+from tokenizers import Tokenizer
+w = sys.argv[1]
+tok = Tokenizer.from_file(w + "/tok.json")
+bos, eos = tok.id_to_token(int(sys.argv[2])), tok.id_to_token(int(sys.argv[3]))
+b = open(glob.glob(w + "/l2/train_*.bin")[0], "rb").read()
+tb, n = struct.unpack_from("<I", b, 12)[0], struct.unpack_from("<Q", b, 16)[0]
+ids = [int.from_bytes(b[64 + i * tb:64 + (i + 1) * tb], "little") for i in range(n)]
+fl = b[64 + n * tb:]
+st = [i for i in range(n) if fl[i] & 2] + [n]
+for k, line in enumerate(open(w + "/l2.jsonl")):
+    msgs = json.loads(line)["messages"]
+    sysm = msgs[0]["content"] if msgs[0]["role"] == "system" else None
+    text, tgt = "", ""
+    for i, m in enumerate(msgs[1:] if sysm else msgs):  # transformers' Llama-2 chat template
+        c = m["content"]
+        if i == 0 and sysm:
+            c = "<<SYS>>\n" + sysm + "\n<</SYS>>\n\n" + c
+        if m["role"] == "user":
+            text += bos + "[INST] " + c.strip() + " [/INST]"
+        else:
+            text += " " + c.strip() + " " + eos
+            tgt += " " + c.strip() + " " + eos
+    want = tok.encode(text, add_special_tokens=False).ids
+    got = ids[st[k]:st[k + 1]]
+    got_tgt = tok.decode([t for t, f in zip(got, fl[st[k]:st[k + 1]]) if f & 1],
+                         skip_special_tokens=False)
+    print("sample", k, "ids", "equal" if got == want else f"differ: {got} vs {want}",
+          "targets", "equal" if got_tgt == tgt else f"differ: {got_tgt!r} vs {tgt!r}")
+PY
+has "llama2 on byte BPE: sample 0 = HF template string" "$W/l2.out" "sample 0 ids equal targets equal"
+has "llama2 on byte BPE: sample 1 = HF template string" "$W/l2.out" "sample 1 ids equal targets equal"
 set -e
 slm_finish
