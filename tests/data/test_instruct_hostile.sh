@@ -12,6 +12,8 @@
 #   4. --chat-template llama2 on a byte-level BPE: every sample equals HF `tokenizers` on the
 #      whole string transformers' Llama-2 template renders ("[/INST] " reply " " EOS; before:
 #      "[/INST]reply" EOS, the spaces lost between separately encoded pieces).
+#   5. eval of a LoRA run whose base directory moved: the error says how to name the moved base
+#      (ckpt export --lora-base), and that route works.
 . "$(dirname "$0")/../lib.sh"
 fails=0
 slm_corpus "$W/corpus.txt" 20000
@@ -164,5 +166,25 @@ for k, line in enumerate(open(w + "/l2.jsonl")):
 PY
 has "llama2 on byte BPE: sample 0 = HF template string" "$W/l2.out" "sample 0 ids equal targets equal"
 has "llama2 on byte BPE: sample 1 = HF template string" "$W/l2.out" "sample 1 ids equal targets equal"
+
+# 5. a LoRA run's base moved
+"$BIN" prep --tokenizer "$W/tok.json" --input "$W/corpus.txt" --out "$W/text" --val-fraction 0.1 \
+    --workers 1 --quiet
+"$BIN" train --data "$W/text" --model "$W/config.json" --batch 1 --seq 16 --steps 1 --threads 1 \
+    --out "$W/pre" > /dev/null 2>&1
+"$BIN" ckpt export "$W/pre" --hf "$W/base" > /dev/null 2>&1
+check "base exported" 0 $?
+tr "$W/long" --seq 128 --init-from-hf "$W/base" --lora-rank 2 --out "$W/lora" > "$W/o6" 2>&1
+check "LoRA run" 0 $?
+mv "$W/base" "$W/base_moved"
+"$BIN" eval --model "$W/lora" --data "$W/long" --split train --seq 128 > "$W/o7" 2>&1
+check "eval with the base moved: refused" 1 $?
+has "eval with the base moved: names ckpt export --lora-base" "$W/o7" \
+    "if it moved, \`shardlm ckpt export RUN --hf OUT --lora-base NEW_DIR \[--merge-lora\]\`"
+"$BIN" ckpt export "$W/lora" --hf "$W/merged" --lora-base "$W/base_moved" --merge-lora \
+    > "$W/o8" 2>&1
+check "export --merge-lora --lora-base MOVED" 0 $?
+"$BIN" eval --model "$W/merged" --data "$W/long" --split train --seq 128 > "$W/o9" 2>&1
+check "eval of the merged export" 0 $?
 set -e
 slm_finish
