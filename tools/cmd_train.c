@@ -446,13 +446,16 @@ static void print_step(void *ctx, const slm_step_metrics *m) {
     bool last = m->step == o->steps;
     if (slm_dist_rank() != 0 || o->log_every <= 0) return;
     if (!(m->step % o->log_every == 0 || last || m->step == 1 || isfinite(m->val_loss))) return;
-    printf("step %6lld/%lld | loss %.4f | lr %.3e | grad norm %.3f | %.0f tok/s | MFU %.1f%% | "
-           "%.1f ms/step",
-           (long long)m->step, (long long)o->steps, m->loss, m->lr, m->grad_norm, m->tokens_per_s,
-           100.0 * m->mfu, m->ms_per_step);
-    if (isfinite(m->val_loss)) printf(" | val loss %.4f", m->val_loss);
-    printf("\n");
+    char line[256], val[48] = "";
+    if (isfinite(m->val_loss)) snprintf(val, sizeof val, " | val loss %.4f", m->val_loss);
+    snprintf(line, sizeof line,
+             "step %6lld/%lld | loss %.4f | lr %.3e | grad norm %.3f | %.0f tok/s | MFU %.1f%% | "
+             "%.1f ms/step%s",
+             (long long)m->step, (long long)o->steps, m->loss, m->lr, m->grad_norm, m->tokens_per_s,
+             100.0 * m->mfu, m->ms_per_step, val);
+    printf("%s\n", line);
     fflush(stdout);
+    slm_log_file_only(SLM_LOG_INFO, "%s", line); // rank 0's log has the step lines too
 }
 
 static slm_status print_finish(void *ctx, slm_trainer *tr, slm_status st) {

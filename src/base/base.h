@@ -63,6 +63,47 @@ void slm_log(slm_log_level level, const char *fmt, ...) __attribute__((format(pr
 #define slm_warn(...) slm_log(SLM_LOG_WARN, __VA_ARGS__)
 #define slm_error(...) slm_log(SLM_LOG_ERROR, __VA_ARGS__)
 
+// Per-rank log files. Every slm_log line is also recorded as
+// "2026-12-01T12:34:56.789Z rank=R host=H level=L message" (UTC, millisecond) in the log file
+// opened with slm_log_open_file; lines before the open are kept (up to 64 KiB) and written first.
+// A rank > 0 of a world > 1 also queues its warnings and errors (up to 16 KiB; a count of the
+// lines that did not fit follows), which the trainer exchanges at step boundaries so rank 0
+// prints them with the rank named (slm_log_forwarded). All thread-safe.
+
+// Opens (appends to) the log file PATH, creating its directory. Errors: SLM_E_IO naming PATH.
+slm_status slm_log_open_file(const char *path);
+// Flushes and closes the log file (later lines are kept in memory again). Safe without one.
+void slm_log_close_file(void);
+// A line for the log file only (not stderr, not forwarded): rank 0's step lines.
+void slm_log_file_only(slm_log_level level, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+// Bytes queued for forwarding (an upper bound of what slm_log_forward_take returns).
+size_t slm_log_forward_pending(void);
+// Moves whole queued lines (at most cap bytes; each "D message\n" with D the level digit)
+// into buf and returns their length; not NUL-terminated.
+size_t slm_log_forward_take(char *buf, size_t cap);
+// Rank 0: prints lines taken on rank `from_rank` (running on `host`) to stderr as
+// "shardlm[rank R/W on H, forwarded] warning: ..." and records them in its log file.
+void slm_log_forwarded(int from_rank, const char *host, const char *lines, size_t len);
+// "debug" / "info" / "warning" / "error".
+const char *slm_log_level_name(slm_log_level level);
+// This host's name (gethostname; "?" if unknown); static storage.
+const char *slm_log_host(void);
+// The current UTC time as "2026-12-01T12:34:56.789Z" into out[32].
+void slm_utc_timestamp(char out[32]);
+// Wall-clock seconds since the Unix epoch (CLOCK_REALTIME).
+double slm_unix_time_s(void);
+// Internal to base (status.c -> logfile.c).
+void slm_logfile_set_rank_(int rank, int world);
+void slm_logfile_record_(slm_log_level level, const char *msg, bool forward);
+
+// The process's resource use now: resident set (/proc/self/statm), peak resident set
+// (getrusage ru_maxrss) and user + system CPU seconds; -1 where unknown.
+typedef struct slm_proc_usage_info {
+    double rss_bytes, peak_rss_bytes, cpu_s;
+} slm_proc_usage_info;
+void slm_proc_usage(slm_proc_usage_info *u);
+
 // Fatal programmer error: logs, flushes, calls the abort hook (default: abort()). Never returns.
 void slm_fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 // Replaces the abort hook; `hook(code)` must not return (dist/ installs MPI_Abort).

@@ -53,6 +53,10 @@ typedef struct slm_step_metrics {
     double val_loss;     // validation loss if evaluated after this step, else NaN
     int64_t tokens_seen; // target tokens trained on so far
     double elapsed_s;    // wall seconds since training started
+    // Split of ms_per_step on this rank: data wait (drawing the step's batches from the
+    // loader) and exposed communication (time blocked in collectives, slm_dist_wait_seconds);
+    // the rest is compute (and the checkpoint fence's wait, if any).
+    double data_ms, comm_ms;
 } slm_step_metrics;
 
 // The simplest hook: called on every rank after each step (and its eval) with its metrics.
@@ -178,7 +182,18 @@ slm_status slm_train_add_stop_hook(slm_train_opts *o);
 // Rank 0 with out_dir: metrics.jsonl (a "start" event at on_start, a "step" event per step, an
 // "end" event at on_finish of a run that did not fail), appended to (a fresh run's open phase
 // has emptied it). Flushed per line.
+// Every rank, each step: one small all-gather of per-rank figures (RSS, peak RSS, CPU
+// utilisation, step / data / comm ms) and of queued warnings, which rank 0 prints with the rank
+// named (slm_log_forwarded); with out_dir every rank also logs to out_dir/logs/rank_NNNNN.log.
+// Rank 0 writes "eval", "checkpoint", "ranks", "restart", "nonfinite" and "error" events too
+// (schema 2, docs/formats.md). Collective (every rank must install it).
 slm_status slm_train_add_metrics_hook(slm_train_opts *o, slm_train_std_hooks *h);
+// Appends {"event":EVENT,"step":STEP,"time":UNIX_S,FIELDS} to metrics.jsonl (rank 0 with
+// out_dir, while the metrics hook runs; otherwise a no-op). FIELDS: JSON members without the
+// surrounding braces ("\"rank\":3,\"ratio\":2.5"), or NULL. For other hooks' events (straggler,
+// skipped step). Errors: none (SLM_OK).
+slm_status slm_train_jsonl_event(slm_train_std_hooks *h, const char *event, int64_t step,
+                                 const char *fields);
 // With out_dir: checkpoints under out_dir/checkpoints as opts' ckpt_* fields say (every N steps
 // / M minutes, async unless ckpt_sync, keep K), always one at on_finish of a run that did not
 // fail (end, --max-minutes, stop): the run's weights, so its failure fails the run whatever

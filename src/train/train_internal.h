@@ -30,6 +30,7 @@ struct slm_trainer {
     slm_rundir *rundir;       // rank 0 with out_dir: holds the run directory's lock
     slm_rng synth;            // synthetic tokens (and saved in checkpoints)
     double peak, fpt, t_start;
+    double data_s, wait0_s; // this step: loader time; slm_dist_wait_seconds at its start
     int64_t step, tokens_seen;
     double sum_tok, sum_dt, last_loss, last_val; // sum_*: the steps counted in the rates
     int64_t n_rate;

@@ -489,7 +489,7 @@ static slm_status update(slm_trainer *tr, double loss, double t0, slm_step_metri
     for (int h = 0; h < o->n_hooks; h++)
         if (o->hooks[h].before_update) o->hooks[h].before_update(o->hooks[h].ctx, tr);
     slm_fsdp_optimizer_step(&tr->fsdp, &o->adamw, lr); // AdamW on this rank's shards
-    double dt = slm_time_s() - t0;
+    double t1 = slm_time_s(), dt = t1 - t0;
     int64_t step_tokens = (int64_t)tr->B * tr->T * tr->K * tr->W; // global
     tr->tokens_seen += step_tokens;
     tr->step++;
@@ -501,7 +501,9 @@ static slm_status update(slm_trainer *tr, double loss, double t0, slm_step_metri
                             .tokens_per_s = (double)step_tokens / dt,
                             .ms_per_step = dt * 1e3,
                             .val_loss = NAN,
-                            .tokens_seen = tr->tokens_seen};
+                            .tokens_seen = tr->tokens_seen,
+                            .data_ms = tr->data_s * 1e3,
+                            .comm_ms = (slm_dist_wait_seconds() - tr->wait0_s) * 1e3};
     m->mfu = m->tokens_per_s * tr->fpt / (tr->peak * 1e9 * tr->W); // peak is one process's
     tr->last_loss = loss;
     // The first step pays for first-touch page faults and thread start-up: kept out of the
@@ -544,11 +546,14 @@ slm_status slm_train_step(slm_trainer *tr, slm_step_metrics *m) {
         return SLM_OK;
     }
     double t0 = slm_time_s();
+    tr->wait0_s = slm_dist_wait_seconds();
     slm_loader_state pos = {0};
     if (tr->train_l) pos = slm_loader_get_state(tr->train_l);
     slm_rng synth = tr->synth;
     // All micro-batches first, so the loss scale is known before the first backward.
     int64_t n_total = draw_batch(tr);
+    // Loader time only: the token count's all-reduce is counted as communication.
+    tr->data_s = slm_time_s() - t0 - (slm_dist_wait_seconds() - tr->wait0_s);
     double loss_sum;
     int bad;
     float bad_loss = 0;
