@@ -23,6 +23,7 @@ static const command commands[] = {
     {"bench-peak", slm_cmd_bench_peak, "measure the sgemm peak (MFU denominator)"},
     {"tokenizer", slm_cmd_tokenizer, "train a byte-level BPE; encode/decode/info for tokenizers"},
     {"ckpt", slm_cmd_ckpt, "inspect / verify checkpoints; export to Hugging Face safetensors"},
+    {"report", slm_cmd_report, "a run as one HTML page with charts (-o), or a text summary"},
     {NULL, NULL, NULL},
 };
 
