@@ -313,7 +313,7 @@ static void render_chart(slm_buf *b, chart *c) {
     if (empty || c->note) {
         slm_buf_appendf(b, "<text class=\"note\" x=\"%.0f\" y=\"%.0f\">", (ML + CW - MR) / 2,
                         (f.mt + CH - MB) / 2);
-        esc(b, empty ? "no data recorded for this chart" : c->note);
+        esc(b, c->note ? c->note : "no data recorded for this chart");
         slm_buf_appendf(b, "</text>\n");
     }
     slm_buf_appendf(b, "</svg>\n");
@@ -809,7 +809,7 @@ slm_status slm_report_html(const char *run_dir, const char *out_path) {
     slm_buf_appendf(&b, "<h2>Configuration</h2>\n<div class=\"cols\">\n");
     if (r.start) {
         static const char *const skip[] = {"event", "hosts", NULL};
-        kv_table(&b, "training options (first start event)", r.start, skip);
+        kv_table(&b, "training options (newest start event)", r.start, skip);
     }
     if (r.config) kv_table(&b, "model (config.json)", r.config, NULL);
     if (!r.start && !r.config) slm_buf_appendf(&b, "<p>no start event and no config.json</p>\n");

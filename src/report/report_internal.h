@@ -19,7 +19,7 @@ typedef struct report_run {
     char *dir;
     slm_run_log log;
     cJSON *config;       // RUN_DIR/config.json (NULL if absent or unreadable)
-    cJSON *start;        // the first "start" event (NULL if none); parsed from its json
+    cJSON *start;        // the newest "start" event (NULL if none); parsed from its json
     cJSON *attempts;     // the array of attempts of RUN_DIR/attempts.json (NULL if absent)
     char *attempts_note; // why attempts.json could not be read (NULL: fine or absent)
     report_ckpt *ckpts;  // in step order

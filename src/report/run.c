@@ -40,7 +40,9 @@ void report_fmt_duration(double s, char out[32]) {
         return;
     }
     long t = (long)(s + 0.5);
-    if (s < 60)
+    if (s < 10)
+        snprintf(out, 32, "%.2f s", s);
+    else if (s < 60)
         snprintf(out, 32, "%.1f s", s);
     else if (t < 3600)
         snprintf(out, 32, "%ldm %02lds", t / 60, t % 60);
@@ -248,7 +250,9 @@ slm_status report_run_open(const char *run_dir, report_run *r) {
         report_run_close(r);
         return st;
     }
-    const slm_run_event *s = slm_run_log_find(&r->log, "start", 0);
+    const slm_run_event *s = NULL; // the newest start: the options the run has now
+    for (size_t i = 0; i < r->log.n_events; i++)
+        if (!strcmp(r->log.events[i].name, "start")) s = &r->log.events[i];
     if (s) r->start = cJSON_Parse(s->json);
     p = slm_path_join(run_dir, "config.json");
     r->config = read_json(p, NULL);

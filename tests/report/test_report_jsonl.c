@@ -136,7 +136,7 @@ static void test_text_summary(void) {
     CHECK(strstr(b.data, "loss: 5.5000 at step 1 -> 5.0000 at step 2; validation 4.7500") != NULL);
     // steps after the first: 200 tok/s x 0.08 s = 16 tokens in 0.08 s -> 200 tok/s;
     // MFU = 200 x 6000 / (10e9 x 1) = 0.012%
-    CHECK(strstr(b.data, "32 tokens in 0.3 s, 200 tok/s, MFU 0.0%") != NULL);
+    CHECK(strstr(b.data, "32 tokens in 0.30 s, 200 tok/s, MFU 0.0%") != NULL);
     CHECK(strstr(b.data, "checkpoints: 1, newest step_00000002 (10 bytes), named by latest") !=
           NULL);
     slm_buf_free(&b);
