@@ -65,6 +65,7 @@ static void install_early_signal_handlers(void) {
 
 int main(int argc, char **argv) {
     install_early_signal_handlers();
+    slm_progress_enable(true); // long work shows progress on stderr; --quiet turns it off
     if (argc < 2) {
         usage(stderr);
         return SLM_EXIT_USAGE;

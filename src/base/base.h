@@ -104,6 +104,40 @@ typedef struct slm_proc_usage_info {
 } slm_proc_usage_info;
 void slm_proc_usage(slm_proc_usage_info *u);
 
+// Progress of long work (prep, train, tokenizer train, checkpoint export and load) on stderr:
+// on a terminal one line rewritten in place ("\r", at most 5 times a second: a bar, the
+// percentage, the caller's figures, the ETA); otherwise a plain line at every tenth of the work
+// and at least every 30 s, so logs stay readable. Nothing is shown for work done within
+// SHARDLM_PROGRESS_AFTER seconds (default 2) or while progress is disabled: the library's
+// default; `shardlm` enables it and --quiet turns it off. A log line clears the bar first.
+
+typedef struct slm_progress {
+    char what[48];       // "train", "prep", ... (the line's first word)
+    double total, done0; // units of work (steps, bytes); total <= 0: unknown
+    double t0, last;     // slm_time_s at begin and at the last line
+    int next_tenth;      // plain lines: the next tenth of total that prints one
+    bool on, tty, shown, printed;
+} slm_progress;
+
+// Enables / disables progress output for the process (default off).
+void slm_progress_enable(bool on);
+bool slm_progress_enabled(void);
+// Starts a bar for `what` whose work runs from done0 to total (rates count from done0).
+void slm_progress_begin(slm_progress *p, const char *what, double done0, double total);
+// Reports `done` units, with printf-style figures for the line ("12.3 MB/s"); prints only when
+// due (rate-limited). Call from one thread.
+void slm_progress_update(slm_progress *p, double done, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+// The last line (only if anything was shown): the terminal line is completed with a newline.
+void slm_progress_end(slm_progress *p, double done, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+// Stops a bar without a final line (on errors), erasing it from the terminal.
+void slm_progress_abandon(slm_progress *p);
+// Erases the terminal line of the active bar, if any, before other output to the terminal.
+void slm_progress_clear_line(void);
+// "1:02:03" / "4:05" for seconds ("--:--" when unknown), into out[16].
+void slm_fmt_eta(double s, char out[16]);
+
 // Fatal programmer error: logs, flushes, calls the abort hook (default: abort()). Never returns.
 void slm_fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 // Replaces the abort hook; `hook(code)` must not return (dist/ installs MPI_Abort).

@@ -100,6 +100,7 @@ static void vlog(slm_log_level level, const char *fmt, va_list ap) {
     size_t len = strlen(line);
     line[len++] = '\n';
     // One fwrite per line keeps lines from different threads whole.
+    slm_progress_clear_line();
     fwrite(line, 1, len, stderr);
     // The same message in the per-rank log file (and rank 0's queue for warnings / errors).
     char msg[SLM_MSG_CAP];

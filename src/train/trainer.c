@@ -223,10 +223,18 @@ static slm_status resume_from(slm_trainer *tr, const char *path) {
     slm_ckpt *c = NULL;
     slm_status st = slm_ckpt_open(path, &c);
     if (!st) st = slm_ckpt_check_model(c, &tr->model);
+    slm_progress pg; // rank 0's share of the reads (params, m, v)
+    slm_progress_begin(&pg, "checkpoint load", 0, (double)tr->model.n_units);
+    pg.on = pg.on && tr->rank == 0;
     for (int u = 0; !st && u < tr->model.n_units; u++) {
         slm_fsdp_shard x = slm_fsdp_unit_shard(&tr->fsdp, u);
         st = slm_ckpt_read_range(c, u, x.begin, x.end, x.master, x.m, x.v);
+        slm_progress_update(&pg, u + 1, "unit %d of %d", u + 1, tr->model.n_units);
     }
+    if (st)
+        slm_progress_abandon(&pg);
+    else
+        slm_progress_end(&pg, tr->model.n_units, "%d units", tr->model.n_units);
     slm_fsdp_release_all(&tr->fsdp);
     st = slm_dist_agree(st);
     if (!st && tr->ds_open) { // the token ids must mean what they meant when it was saved
