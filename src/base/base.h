@@ -128,7 +128,8 @@ void slm_progress_begin(slm_progress *p, const char *what, double done0, double 
 // due (rate-limited). Call from one thread.
 void slm_progress_update(slm_progress *p, double done, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-// The last line (only if anything was shown): the terminal line is completed with a newline.
+// The last line (unless the work took less than SHARDLM_PROGRESS_AFTER s, or a plain 100% line
+// or, on a terminal, other output came last): the terminal line is completed with a newline.
 void slm_progress_end(slm_progress *p, double done, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 // Stops a bar without a final line (on errors), erasing it from the terminal.

@@ -27,7 +27,7 @@ static double after_s(void) {
         const char *e = getenv("SHARDLM_PROGRESS_AFTER");
         char *end = NULL;
         double v = e ? strtod(e, &end) : NAN;
-        g_after_s = e && end && !*end && v >= 0 && v < 1e6 ? v : 2.0;
+        g_after_s = e && end != e && !*end && v >= 0 && v < 1e6 ? v : 2.0;
     }
     return g_after_s;
 }
@@ -132,7 +132,8 @@ void slm_progress_update(slm_progress *p, double done, const char *fmt, ...) {
 }
 
 void slm_progress_end(slm_progress *p, double done, const char *fmt, ...) {
-    if (!p->on || !p->printed) return; // nothing was shown: nothing to finish
+    if (!p->on) return;
+    if (!p->printed && slm_time_s() - p->t0 < after_s()) return; // short work shows nothing
     char extra[256] = "";
     if (fmt) {
         va_list ap;
