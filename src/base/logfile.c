@@ -76,6 +76,8 @@ static void file_line(slm_buf *b, const char *rank_host, slm_log_level level, co
 static void emit_locked(const char *rank_host, slm_log_level level, const char *msg) {
     slm_buf b = {0};
     file_line(&b, rank_host, level, msg);
+    for (size_t i = 0; i + 1 < b.len; i++) // one line per message
+        if (b.data[i] == '\n' || b.data[i] == '\r') b.data[i] = ' ';
     if (g_file) {
         fwrite(b.data, 1, b.len, g_file);
         fflush(g_file);

@@ -7,7 +7,8 @@
 //   config.json    HF LlamaConfig (model/ writes and reads it)
 //   tokenizer.json / tokenizer.model   copied from the dataset
 //   metrics.jsonl  one JSON object per line: {"event":"start",...}, {"event":"step",...},
-//                  {"event":"eval",...}, {"event":"end",...}
+//                  {"event":"eval",...}, {"event":"end",...} and more (docs/formats.md)
+//   logs/          rank_NNNNN.log: every rank's log lines (UTC time, rank, host, level)
 //   run.lock       flock'ed by rank 0 for the whole run; "pid P on host H" of the holder
 //   checkpoints/   step_N/ checkpoints and `latest` (src/ckpt/ckpt.h): the run's weights;
 //                  every run with a run directory ends with one (also when stopped)
