@@ -644,10 +644,20 @@ static void kv_table(slm_buf *b, const char *title, const cJSON *o, const char *
 }
 
 static bool looks_like_time(const char *key, const cJSON *x) {
-    return cJSON_IsNumber(x) && x->valuedouble > 1e9 && x->valuedouble < 4e10 &&
-           (strstr(key, "time") || strstr(key, "start") || strstr(key, "end") ||
-            strstr(key, "_at"));
+    static const char *const hints[] = {"time",     "start",    "end", "_at",
+                                        "detected", "progress", NULL};
+    bool named = false;
+    for (int i = 0; hints[i]; i++)
+        named |= strstr(key, hints[i]) != NULL;
+    return named && cJSON_IsNumber(x) && x->valuedouble > 1e9 && x->valuedouble < 4e10;
 }
+
+// The launcher's attempt keys in reading order (docs/operations.md); others follow.
+static const char *const k_attempt_cols[] = {
+    "attempt",      "start",      "end",           "world",       "hosts",
+    "result",       "reason",     "exit_status",   "exit_signal", "culprit_rank",
+    "culprit_host", "start_step", "steps_reached", "steps_lost",  "flight_verdict",
+    "error",        NULL};
 
 static void attempts_table(slm_buf *b, const report_run *r) {
     slm_buf_appendf(b, "<h2>Attempts</h2>\n");
@@ -658,16 +668,22 @@ static void attempts_table(slm_buf *b, const report_run *r) {
         slm_buf_appendf(b, "</p>\n");
         return;
     }
-    const char *cols[16];
+    const char *cols[24];
     int nc = 0;
     const cJSON *a, *x;
+    for (int k = 0; k_attempt_cols[k]; k++) {
+        bool any = false;
+        cJSON_ArrayForEach(a, r->attempts) any |=
+            cJSON_GetObjectItemCaseSensitive(a, k_attempt_cols[k]) != NULL;
+        if (any) cols[nc++] = k_attempt_cols[k];
+    }
     cJSON_ArrayForEach(a, r->attempts) {
         cJSON_ArrayForEach(x, a) {
             if (!x->string) continue;
             bool have = false;
             for (int i = 0; i < nc; i++)
                 have |= !strcmp(cols[i], x->string);
-            if (!have && nc < 16) cols[nc++] = x->string;
+            if (!have && nc < 24) cols[nc++] = x->string;
         }
     }
     slm_buf_appendf(b, "<table id=\"attempts\"><tr>");

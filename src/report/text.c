@@ -70,8 +70,18 @@ slm_status slm_report_text(const char *run_dir, slm_buf *out) {
     } else {
         slm_buf_appendf(out, "checkpoints: none committed\n");
     }
-    if (r.attempts)
-        slm_buf_appendf(out, "attempts: %d (attempts.json)\n", cJSON_GetArraySize(r.attempts));
+    if (r.attempts) {
+        int n = cJSON_GetArraySize(r.attempts);
+        const cJSON *last = cJSON_GetArrayItem(r.attempts, n - 1);
+        const cJSON *res = cJSON_GetObjectItemCaseSensitive(last, "result");
+        const cJSON *why = cJSON_GetObjectItemCaseSensitive(last, "reason");
+        slm_buf_appendf(out, "attempts: %d (attempts.json)", n);
+        if (cJSON_IsString(res))
+            slm_buf_appendf(out, ", the last: %s%s%s", res->valuestring,
+                            cJSON_IsString(why) && why->valuestring[0] ? ", " : "",
+                            cJSON_IsString(why) ? why->valuestring : "");
+        slm_buf_appendf(out, "\n");
+    }
     int n_restart = 0, n_other = 0;
     for (size_t i = 0; i < l->n_events; i++) {
         const char *n = l->events[i].name;

@@ -16,11 +16,18 @@ TRAIN=(train --data "$W/data" --model "$W/config.json" --batch 4 --seq 32 --thre
        --log-every 0 --out "$W/run")
 "$BIN" "${TRAIN[@]}" --steps 60 > /dev/null 2>&1
 "$BIN" "${TRAIN[@]}" --steps 80 --resume auto > /dev/null 2>&1
+# attempts.json as shardlm launch writes it (src/launch: an object with an "attempts" array)
 cat > "$W/run/attempts.json" <<'JSON'
-[{"attempt": 1, "start": 1796100000.0, "end": 1796100060.5, "exit_reason": "killed",
-  "culprit": {"rank": 1, "host": "node7"}, "steps": 60},
- {"attempt": 2, "start": 1796100070.0, "end": 1796100100.0, "exit_reason": "success",
-  "culprit": null, "steps": 20}]
+{"health": [],
+ "attempts": [
+  {"attempt": 1, "start": 1796100000.0, "end": 1796100060.5, "detected": 1796100060.2,
+   "world": 2, "hosts": "node6,node7", "result": "failed", "reason": "rank 1 killed by signal 9",
+   "exit_status": null, "exit_signal": 9, "culprit_rank": 1, "culprit_host": "node7",
+   "start_step": 0, "steps_reached": 60, "steps_lost": 0},
+  {"attempt": 2, "start": 1796100070.0, "end": 1796100100.0, "detected": 1796100100.0,
+   "world": 2, "hosts": "node6,node8", "result": "success", "reason": "",
+   "exit_status": 0, "exit_signal": null, "culprit_rank": null, "culprit_host": null,
+   "start_step": 60, "steps_reached": 80, "steps_lost": 0}]}
 JSON
 before=$(cd "$W/run" && find . -type f | sort | xargs sha256sum)
 
@@ -38,7 +45,7 @@ val = [st[s]["val_loss"] for s in sorted(st) if st[s]["val_loss"] is not None][-
 want = [f"status: complete, 80 of 80 steps",
         f"loss: {first['loss']:.4f} at step 1 -> {last['loss']:.4f} at step 80; validation {val:.4f}",
         f"checkpoints: {len([d for d in os.listdir(run + '/checkpoints') if d.startswith('step_')])}, newest step_00000080",
-        "attempts: 2 (attempts.json)", "events: 1 restart"]
+        "attempts: 2 (attempts.json), the last: success", "events: 1 restart"]
 for w in want:
     assert w in text, (w, text)
 PY
@@ -89,7 +96,9 @@ assert len(paths(svgs[4], "area")) == 4 and ">checkpoint stall</text>" in svgs[4
 n_ranks = len({e["step"] for e in ev if e["event"] == "ranks"})
 assert npts(paths(svgs[5], "line")[0]) == n_ranks and ">rank 0</text>" in svgs[5]
 assert 'id="attempts"' in h and h.count("<tr>", h.index('id="attempts"'), h.index("</table>", h.index('id="attempts"'))) == 3
-assert "node7" in h and "2026-" in h  # culprit and a start time in UTC
+a = h[h.index('id="attempts"'):h.index("</table>", h.index('id="attempts"'))]
+assert "<th>attempt</th><th>start</th><th>end</th>" in a and "node7" in a
+assert "2026-12-01 04:40:00 UTC" in a  # 1796100000 in UTC
 PY
 
 # --- headless Chromium: its DOM and its pixels
