@@ -129,11 +129,17 @@ typedef struct frame {
     double mt; // top margin: MT, or more when the legend takes a row of its own
 } frame;
 
+// Pixel coordinates, clamped to a band around the plot (a value far outside the axes, e.g. a
+// diverged loss, stays a short number in the path).
+static double clamp_px(double v) {
+    return v < -1000 ? -1000 : v > CW + 1000 ? CW + 1000 : v;
+}
 static double px(const frame *f, double x) {
-    return ML + (f->x1 > f->x0 ? (x - f->x0) / (f->x1 - f->x0) : 0.5) * (CW - ML - MR);
+    return clamp_px(ML + (f->x1 > f->x0 ? (x - f->x0) / (f->x1 - f->x0) : 0.5) * (CW - ML - MR));
 }
 static double py(const frame *f, double y) {
-    return CH - MB - (f->y1 > f->y0 ? (y - f->y0) / (f->y1 - f->y0) : 0.5) * (CH - f->mt - MB);
+    return clamp_px(CH - MB -
+                    (f->y1 > f->y0 ? (y - f->y0) / (f->y1 - f->y0) : 0.5) * (CH - f->mt - MB));
 }
 
 // M/L path of a series, broken at NaN values.
@@ -171,6 +177,7 @@ static void render_chart(slm_buf *b, chart *c) {
             if (!isfinite(y) || !isfinite(s->x[k])) continue;
             if (c->y_log && y <= 0) continue;
             double yy = c->y_log ? log10(y) : y;
+            if (fabs(yy) > 1e15 || fabs(s->x[k]) > 1e15) continue; // no axis for such values
             if (s->x[k] < f.x0) f.x0 = s->x[k];
             if (s->x[k] > f.x1) f.x1 = s->x[k];
             if (yy < f.y0) f.y0 = yy;
@@ -216,7 +223,10 @@ static void render_chart(slm_buf *b, chart *c) {
     slm_buf_appendf(b, "</text>\n");
     // grid and y ticks
     slm_buf_appendf(b, "<g class=\"grid\">");
-    for (double y = f.y0; y <= f.y1 + ystep * 1e-6; y += ystep) {
+    // Ticks by count (at most 60): a step below the values' resolution cannot loop forever.
+    for (int t = 0; t <= 60; t++) {
+        double y = f.y0 + t * ystep;
+        if (y > f.y1 + ystep * 1e-6) break;
         double yy = py(&f, y);
         char lab[32];
         if (c->y_log)
@@ -229,7 +239,9 @@ static void render_chart(slm_buf *b, chart *c) {
                         ML, yy, CW - MR, yy, ML - 6, yy + 4, lab);
     }
     double xfirst = ceil(f.x0 / xstep) * xstep;
-    for (double x = xfirst; x <= f.x1 + xstep * 1e-6; x += xstep) {
+    for (int t = 0; t <= 60; t++) {
+        double x = xfirst + t * xstep;
+        if (x > f.x1 + xstep * 1e-6) break;
         double xx = px(&f, x);
         char lab[32];
         tick_label(x, xstep, fmax(fabs(f.x0), fabs(f.x1)), lab);
@@ -768,12 +780,11 @@ static void events_table(slm_buf *b, const report_run *r) {
     if (n > 500) slm_buf_appendf(b, "<p>%zu more events not shown</p>\n", n - 500);
 }
 
-slm_status slm_report_html(const char *run_dir, const char *out_path) {
-    report_run r;
-    slm_status st = report_run_open(run_dir, &r);
-    if (st) return st;
+void report_render_html(const report_run *rp, slm_buf *out) {
+    report_run r = *rp; // the renderers read the struct by value below
+    const char *run_dir = r.dir;
     const slm_run_log *l = &r.log;
-    slm_buf b = {0};
+    slm_buf b = *out;
     slm_buf_appendf(&b, "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
                         "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
                         "<title>shardlm run report: ");
@@ -835,6 +846,15 @@ slm_status slm_report_html(const char *run_dir, const char *out_path) {
         slm_buf_appendf(&b, ", %lld malformed line%s skipped (first: line %lld)",
                         (long long)l->n_bad, l->n_bad == 1 ? "" : "s", (long long)l->first_bad);
     slm_buf_appendf(&b, ". Written by shardlm report.</footer>\n</main>\n</body>\n</html>\n");
+    *out = b;
+}
+
+slm_status slm_report_html(const char *run_dir, const char *out_path) {
+    report_run r;
+    slm_status st = report_run_open(run_dir, &r);
+    if (st) return st;
+    slm_buf b = {0};
+    report_render_html(&r, &b);
     st = slm_file_write_atomic(out_path, b.data, b.len);
     slm_buf_free(&b);
     report_run_close(&r);

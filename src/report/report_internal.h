@@ -35,6 +35,12 @@ typedef struct report_run {
 // those of slm_run_log_read.
 slm_status report_run_open(const char *run_dir, report_run *r);
 void report_run_close(report_run *r);
+// The start event and headline figures from r->log alone (report_run_open calls it; the fuzz
+// target fills r->log itself).
+void report_run_derive(report_run *r);
+// The page / the summary of an opened run, appended to *out.
+void report_render_html(const report_run *r, slm_buf *out);
+void report_render_text(const report_run *r, slm_buf *out);
 
 // Formats: "1.23M" style (k, M, G, T), "12m 34s" style durations, "585 MiB" style bytes.
 void report_fmt_si(double v, char out[32]);

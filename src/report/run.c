@@ -250,17 +250,22 @@ slm_status report_run_open(const char *run_dir, report_run *r) {
         report_run_close(r);
         return st;
     }
-    const slm_run_event *s = NULL; // the newest start: the options the run has now
-    for (size_t i = 0; i < r->log.n_events; i++)
-        if (!strcmp(r->log.events[i].name, "start")) s = &r->log.events[i];
-    if (s) r->start = cJSON_Parse(s->json);
     p = slm_path_join(run_dir, "config.json");
     r->config = read_json(p, NULL);
     free(p);
     read_attempts(r);
     list_checkpoints(r);
-    derive(r);
+    report_run_derive(r);
     return SLM_OK;
+}
+
+void report_run_derive(report_run *r) {
+    const slm_run_event *s = NULL; // the newest start: the options the run has now
+    for (size_t i = 0; i < r->log.n_events; i++)
+        if (!strcmp(r->log.events[i].name, "start")) s = &r->log.events[i];
+    cJSON_Delete(r->start);
+    r->start = s ? cJSON_Parse(s->json) : NULL;
+    derive(r);
 }
 
 void report_run_close(report_run *r) {

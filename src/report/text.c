@@ -5,10 +5,9 @@
 
 #include "report/report_internal.h"
 
-slm_status slm_report_text(const char *run_dir, slm_buf *out) {
-    report_run r;
-    slm_status st = report_run_open(run_dir, &r);
-    if (st) return st;
+void report_render_text(const report_run *rp, slm_buf *out) {
+    const report_run r = *rp;
+    const char *run_dir = r.dir;
     const slm_run_log *l = &r.log;
     char a[32], c[32], d[32];
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(r.start, "model");
@@ -25,9 +24,18 @@ slm_status slm_report_text(const char *run_dir, slm_buf *out) {
     else
         slm_buf_appendf(out, "status: %s, %lld steps\n", r.status, (long long)r.steps_done);
     if (l->n_steps) {
-        slm_buf_appendf(out, "loss: %.4f at step %lld -> %.4f at step %lld", l->steps[0].loss,
-                        (long long)l->steps[0].step, r.final_loss, (long long)r.steps_done);
-        if (isfinite(r.final_val)) slm_buf_appendf(out, "; validation %.4f", r.final_val);
+        // %.4f for the usual range; a diverged loss in %.4g (no 300-digit numbers)
+        const char *f0 = fabs(l->steps[0].loss) < 1e6 ? "%.4f" : "%.4g";
+        const char *f1 = fabs(r.final_loss) < 1e6 ? "%.4f" : "%.4g";
+        char a0[48], a1[48];
+        snprintf(a0, sizeof a0, f0, l->steps[0].loss);
+        snprintf(a1, sizeof a1, f1, r.final_loss);
+        slm_buf_appendf(out, "loss: %s at step %lld -> %s at step %lld", a0,
+                        (long long)l->steps[0].step, a1, (long long)r.steps_done);
+        if (isfinite(r.final_val))
+            slm_buf_appendf(out,
+                            fabs(r.final_val) < 1e6 ? "; validation %.4f" : "; validation %.4g",
+                            r.final_val);
         slm_buf_appendf(out, "\n");
         report_fmt_si(r.tokens, a);
         report_fmt_si(r.mean_tps, c);
@@ -46,7 +54,7 @@ slm_status slm_report_text(const char *run_dir, slm_buf *out) {
             data += s->data_ms, comm += s->comm_ms;
             ck += isfinite(s->ckpt_ms) ? s->ckpt_ms : 0;
         }
-        if (split && tot > 0)
+        if (split && tot > 0 && isfinite(tot) && isfinite(data + comm + ck))
             slm_buf_appendf(out,
                             "step time: compute %.1f%%, exposed comm %.1f%%, data wait %.1f%%, "
                             "checkpoint stall %.1f%%\n",
@@ -95,6 +103,13 @@ slm_status slm_report_text(const char *run_dir, slm_buf *out) {
         slm_buf_appendf(out,
                         "note: %lld malformed metrics.jsonl line%s skipped (first: line %lld)\n",
                         (long long)l->n_bad, l->n_bad == 1 ? "" : "s", (long long)l->first_bad);
+}
+
+slm_status slm_report_text(const char *run_dir, slm_buf *out) {
+    report_run r;
+    slm_status st = report_run_open(run_dir, &r);
+    if (st) return st;
+    report_render_text(&r, out);
     report_run_close(&r);
     return SLM_OK;
 }

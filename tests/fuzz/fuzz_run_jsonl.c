@@ -1,6 +1,9 @@
 // libFuzzer target: the metrics.jsonl reader of shardlm report (slm_run_log_parse) on arbitrary
 // bytes, then the invariants the renderers rely on (steps sorted and unique, arrays sized).
-#include "report/report.h"
+#include "report/report_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
 
 #include <stddef.h>
 #include <stdint.h>
@@ -24,6 +27,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     (void)sum;
     for (size_t i = 0; i < l.n_events; i++)
         if (!l.events[i].json || !l.events[i].name[0]) __builtin_trap();
-    slm_run_log_free(&l);
+    // Both renderers on what was parsed (no files): bounded output, no hang, no NaN in a path.
+    report_run r;
+    memset(&r, 0, sizeof r);
+    r.dir = strdup("fuzz-run");
+    r.log = l;
+    report_run_derive(&r);
+    slm_buf b = {0};
+    report_render_html(&r, &b);
+    if (!b.data) __builtin_trap();
+    for (const char *p = b.data; (p = strstr(p, " d=\"")) != NULL;) // paths: numbers and M L Z
+        for (p += 4; *p != '"'; p++)
+            if (!strchr("MLZ0123456789.- ", *p)) __builtin_trap();
+    slm_buf_free(&b);
+    report_render_text(&r, &b);
+    slm_buf_free(&b);
+    report_run_close(&r); // frees r.log too
     return 0;
 }
