@@ -34,13 +34,20 @@ slm_status slm_train_add_stop_hook(slm_train_opts *o) {
 #define SLM_RANKS_EVERY 10 // a "ranks" event every this many steps (and the first and last)
 #define SLM_HOST_CAP 64    // bytes of a host name in the exchange
 
+// The per-rank record of the exchange (doubles): figures, queued bytes, the figures' step.
+enum { R_RSS, R_PEAK, R_CPU, R_STEP, R_DATA, R_COMM, R_FWD, R_STEPNO, SLM_REC_N };
+
 typedef struct jsonl_state {
     FILE *f;                      // rank 0 with out_dir, else NULL
     const slm_train_std_hooks *h; // for the checkpoint schedule's counters
     int rank, W;
-    char *hosts;          // [W][SLM_HOST_CAP], gathered at the start
-    double *rec;          // [W][SLM_REC_N] gathered on "ranks" steps
-    double *pend;         // [W] queued warning bytes per rank
+    char *hosts;                  // [W][SLM_HOST_CAP], gathered at the start
+    double *rec;                  // [W][SLM_REC_N] gathered on "ranks" steps
+    double rec_send[SLM_REC_N];   // this rank's share of the figures exchange
+    slm_dist_req rec_req;         // the figures / queue sizes started at the last boundary
+    char *lines_send, *lines_all; // the lines exchange: [slot], [W][slot]
+    size_t slot;
+    slm_dist_req lines_req;
     int64_t n_ckpt;       // committed saves seen
     int64_t last_ckpt;    // step of the newest checkpoint event written
     int64_t probe_step;   // SHARDLM_LOG_PROBE=S: every rank warns at step S (0: off)
@@ -49,8 +56,6 @@ typedef struct jsonl_state {
     int64_t n_exch;       // exchanges done, and their time (seconds, on this rank)
     double exch_s;
 } jsonl_state;
-
-enum { R_RSS, R_PEAK, R_CPU, R_STEP, R_DATA, R_COMM, R_FWD, SLM_REC_N };
 
 static void jsonl_num(slm_buf *b, const char *key, double x) {
     if (isfinite(x))
@@ -125,7 +130,6 @@ static slm_status metrics_start(void *ctx, slm_trainer *tr) {
     js->probe_step = probe ? strtoll(probe, NULL, 10) : 0;
     js->hosts = slm_xcalloc((size_t)tr->W, SLM_HOST_CAP);
     js->rec = slm_xcalloc((size_t)tr->W * SLM_REC_N, sizeof(double));
-    js->pend = slm_xcalloc((size_t)tr->W, sizeof(double));
     char mine[SLM_HOST_CAP] = {0};
     snprintf(mine, sizeof mine, "%s", slm_log_host());
     slm_dist_allgather(mine, js->hosts, SLM_HOST_CAP, SLM_DT_U8, "host names");
@@ -182,52 +186,96 @@ static slm_status metrics_start(void *ctx, slm_trainer *tr) {
     return SLM_OK;
 }
 
-// Every rank, at a step boundary: the count of its queued warnings to every rank (a world > 1;
-// one all-gather of 8 bytes per rank, with the per-rank figures of this step on the steps that
-// write a "ranks" event), then, only when some rank has warnings queued, the lines, which rank
-// 0 prints with the rank named.
-static void exchange(jsonl_state *js, const slm_step_metrics *s, bool figures) {
-    if (js->W == 1 && !figures) return;
-    double t0 = slm_time_s();
-    double mine[SLM_REC_N];
+// This rank's figures for the exchange: the queue size always, the per-rank figures (and the
+// step they belong to) only on "ranks" steps (the /proc read costs tens of microseconds).
+static void my_figures(jsonl_state *js, const slm_step_metrics *s, bool figures, double *mine) {
+    for (int k = 0; k < SLM_REC_N; k++)
+        mine[k] = NAN;
     mine[R_FWD] = js->W > 1 ? (double)slm_log_forward_pending() : 0;
-    if (figures) {
-        slm_proc_usage_info u;
-        slm_proc_usage(&u);
-        mine[R_RSS] = u.rss_bytes;
-        mine[R_PEAK] = u.peak_rss_bytes > u.rss_bytes ? u.peak_rss_bytes : u.rss_bytes;
-        mine[R_CPU] =
-            t0 > js->wall_s && u.cpu_s >= 0 ? (u.cpu_s - js->cpu_s) / (t0 - js->wall_s) : -1;
-        js->cpu_s = u.cpu_s, js->wall_s = t0;
-        mine[R_STEP] = s->ms_per_step;
-        mine[R_DATA] = s->data_ms;
-        mine[R_COMM] = s->comm_ms;
-        slm_dist_allgather(mine, js->rec, SLM_REC_N, SLM_DT_F64, "per-rank figures");
-        for (int r = 0; r < js->W; r++)
-            js->pend[r] = js->rec[r * SLM_REC_N + R_FWD];
-    } else {
-        slm_dist_allgather(&mine[R_FWD], js->pend, 1, SLM_DT_F64, "queued warnings");
-    }
-    size_t cap = 0;
-    for (int r = 0; r < js->W; r++)
-        if (js->pend[r] > (double)cap) cap = (size_t)js->pend[r];
-    if (cap > 0) {
-        size_t slot = cap + 8; // 8 bytes of length, then the lines
-        char *send = slm_xcalloc(1, slot), *all = slm_xcalloc((size_t)js->W, slot);
-        uint64_t n = js->rank ? slm_log_forward_take(send + 8, cap) : 0;
-        memcpy(send, &n, 8);
-        slm_dist_allgather(send, all, (int64_t)slot, SLM_DT_U8, "forwarded log lines");
+    mine[R_STEPNO] = figures ? (double)s->step : -1;
+    if (!figures) return;
+    double now = slm_time_s();
+    slm_proc_usage_info u;
+    slm_proc_usage(&u);
+    mine[R_RSS] = u.rss_bytes;
+    mine[R_PEAK] = u.peak_rss_bytes > u.rss_bytes ? u.peak_rss_bytes : u.rss_bytes;
+    mine[R_CPU] =
+        now > js->wall_s && u.cpu_s >= 0 ? (u.cpu_s - js->cpu_s) / (now - js->wall_s) : -1;
+    js->cpu_s = u.cpu_s, js->wall_s = now;
+    mine[R_STEP] = s->ms_per_step;
+    mine[R_DATA] = s->data_ms;
+    mine[R_COMM] = s->comm_ms;
+}
+
+static void write_ranks(jsonl_state *js, int64_t step);
+
+// Completes the pending exchanges (every rank, at a step boundary or at the end): the lines
+// started one boundary ago are printed by rank 0; the counts and figures started one boundary
+// ago give rank 0 its "ranks" event and, when some rank has lines queued, start the exchange of
+// the lines. Both complete at the next boundary: no rank waits for a slower one at this one.
+static void exchange_complete(jsonl_state *js) {
+    if (js->lines_req.active) {
+        slm_dist_wait(&js->lines_req);
         for (int r = 1; js->rank == 0 && r < js->W; r++) {
             uint64_t len;
-            memcpy(&len, all + (size_t)r * slot, 8);
-            if (len > 0 && len <= cap)
+            memcpy(&len, js->lines_all + (size_t)r * js->slot, 8);
+            if (len > 0 && len <= js->slot - 8)
                 slm_log_forwarded(r, js->hosts + (size_t)r * SLM_HOST_CAP,
-                                  all + (size_t)r * slot + 8, (size_t)len);
+                                  js->lines_all + (size_t)r * js->slot + 8, (size_t)len);
         }
-        free(send), free(all);
+        free(js->lines_send), free(js->lines_all);
+        js->lines_send = js->lines_all = NULL;
+    }
+    if (!js->rec_req.active) return;
+    slm_dist_wait(&js->rec_req);
+    if (js->f && js->rec[R_STEPNO] >= 0) write_ranks(js, (int64_t)js->rec[R_STEPNO]);
+    size_t cap = 0;
+    for (int r = 0; r < js->W; r++)
+        if (js->rec[r * SLM_REC_N + R_FWD] > (double)cap)
+            cap = (size_t)js->rec[r * SLM_REC_N + R_FWD];
+    if (cap == 0) return;
+    js->slot = cap + 8; // 8 bytes of length, then whole lines
+    js->lines_send = slm_xcalloc(1, js->slot);
+    js->lines_all = slm_xcalloc((size_t)js->W, js->slot);
+    uint64_t n = js->rank ? slm_log_forward_take(js->lines_send + 8, cap) : 0;
+    memcpy(js->lines_send, &n, 8);
+    slm_dist_iallgather(slm_comm_world(), js->lines_send, js->lines_all, (int64_t)js->slot,
+                        SLM_DT_U8, "forwarded log lines", &js->lines_req);
+}
+
+// Every rank, at each step boundary: completes what the previous boundary started, then starts
+// a non-blocking all-gather of this rank's queue size (8 bytes; with its figures on "ranks"
+// steps). A world of one has nothing to forward: its figures are written at once.
+static void exchange(jsonl_state *js, const slm_step_metrics *s, bool figures) {
+    double t0 = slm_time_s();
+    if (js->W == 1) {
+        if (!figures) return;
+        my_figures(js, s, true, js->rec);
+        if (js->f) write_ranks(js, s->step);
+    } else {
+        exchange_complete(js);
+        my_figures(js, s, figures, js->rec_send);
+        slm_dist_iallgather(slm_comm_world(), js->rec_send, js->rec, SLM_REC_N, SLM_DT_F64,
+                            "per-rank figures", &js->rec_req);
     }
     js->n_exch++;
     js->exch_s += slm_time_s() - t0;
+}
+
+// At the end of a run every rank reaches together: completes the exchanges and forwards what is
+// still queued (at most two more rounds, blocking: the run is over).
+static void exchange_drain(jsonl_state *js) {
+    for (int round = 0; round < 3 && js->W > 1; round++) {
+        exchange_complete(js);
+        if (!js->lines_req.active && round > 0) break;
+        if (!js->lines_req.active) { // one more count round for lines queued since
+            slm_step_metrics none = {0};
+            my_figures(js, &none, false, js->rec_send);
+            slm_dist_iallgather(slm_comm_world(), js->rec_send, js->rec, SLM_REC_N, SLM_DT_F64,
+                                "per-rank figures", &js->rec_req);
+        }
+    }
+    exchange_complete(js);
 }
 
 // "ranks": one array per figure, indexed by rank.
@@ -357,7 +405,6 @@ static slm_status metrics_step(void *ctx, slm_trainer *tr, const slm_step_metric
         slm_buf_appendf(&b, ",\"batches\":%d}\n", tr->o->eval_batches);
         put_line(js->f, &b);
     }
-    if (ranks) write_ranks(js, s->step);
     return SLM_OK;
 }
 
@@ -365,6 +412,12 @@ static slm_status metrics_finish(void *ctx, slm_trainer *tr, slm_status st) {
     slm_train_std_hooks *h = ctx;
     jsonl_state *js = h->metrics;
     if (!js) return SLM_OK;
+    // Every rank gets here together after a completed run, or a non-finite step all agreed on;
+    // after other errors a peer may not, so nothing more is waited for (the buffers of a request
+    // still in flight are left to the exiting process).
+    bool together = st == SLM_OK || st == SLM_E_NUMERIC;
+    if (together) exchange_drain(js);
+    bool in_flight = js->rec_req.active || js->lines_req.active;
     if (js->n_exch > 0 && tr->o->out_dir)
         slm_log_file_only(SLM_LOG_INFO,
                           "per-step exchange of per-rank figures and warnings: %lld times, "
@@ -399,8 +452,10 @@ static slm_status metrics_finish(void *ctx, slm_trainer *tr, slm_status st) {
         }
         fclose(js->f);
     }
-    free(js->hosts), free(js->rec), free(js->pend);
-    free(js);
+    if (!in_flight) {
+        free(js->hosts), free(js->rec), free(js->lines_send), free(js->lines_all);
+        free(js);
+    }
     h->metrics = NULL;
     return SLM_OK;
 }

@@ -186,9 +186,10 @@ slm_status slm_train_add_stop_hook(slm_train_opts *o);
 // Rank 0 with out_dir: metrics.jsonl (a "start" event at on_start, a "step" event per step, an
 // "end" event at on_finish of a run that did not fail), appended to (a fresh run's open phase
 // has emptied it). Flushed per line.
-// Every rank, each step: one small all-gather of per-rank figures (RSS, peak RSS, CPU
-// utilisation, step / data / comm ms) and of queued warnings, which rank 0 prints with the rank
-// named (slm_log_forwarded); with out_dir every rank also logs to out_dir/logs/rank_NNNNN.log.
+// Every rank, each step: a non-blocking all-gather of its queued warnings' size (and, every 10th
+// step, its RSS, peak RSS, CPU utilisation, step / data / comm ms) started at the boundary and
+// completed at the next one; queued lines follow the same way and rank 0 prints them with the
+// rank named (slm_log_forwarded). With out_dir every rank also logs to out_dir/logs/rank_NNNNN.log.
 // Rank 0 writes "eval", "checkpoint", "ranks", "restart", "nonfinite" and "error" events too
 // (schema 2, docs/formats.md). Collective (every rank must install it).
 slm_status slm_train_add_metrics_hook(slm_train_opts *o, slm_train_std_hooks *h);
