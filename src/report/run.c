@@ -105,7 +105,8 @@ static void list_checkpoints(report_run *r) {
             r->ckpts = slm_xrealloc(r->ckpts, (cap = cap ? 2 * cap : 16) * sizeof *r->ckpts);
         report_ckpt *c = &r->ckpts[r->n_ckpts++];
         memset(c, 0, sizeof *c);
-        snprintf(c->name, sizeof c->name, "%s", e->d_name);
+        size_t nl = strlen(e->d_name); // < 64: checked above
+        memcpy(c->name, e->d_name, nl + 1);
         c->step = step;
         c->stall_ms = NAN;
         c->latest = !strcmp(latest, e->d_name);
