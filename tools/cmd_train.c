@@ -27,6 +27,16 @@ static slm_status parse_precision(const char *opt, const char *v, void *dst) {
     return slm_precision_parse(opt, v, dst);
 }
 
+// --metrics-addr: checked when parsed (a bad address is a usage error), kept as given.
+static slm_status parse_metrics_addr(const char *opt, const char *v, void *dst) {
+    char host[256];
+    int port;
+    slm_status st = slm_metrics_parse_addr(v, host, sizeof host, &port);
+    if (st) return slm_fail(st, "%s: %s", opt, slm_errmsg());
+    *(const char **)dst = v;
+    return SLM_OK;
+}
+
 static const char *const k_ckpt_error[] = {"continue", "abort", NULL};
 
 #define A(f) offsetof(train_args, f)
@@ -285,6 +295,47 @@ static const slm_opt k_train_opts[] = {
      .flags = SLM_OPTF_HI_OPEN | SLM_OPTF_F32 | SLM_OPTF_PER_RANK,
      .range = "in [0, 1e6) microseconds",
      .def = "0 = off"},
+    {.type = SLM_OPT_SECTION, .help = "  Prometheus metrics (docs/observability.md):"},
+    {.name = "--metrics-addr",
+     .type = SLM_OPT_CUSTOM,
+     .off = A(o.metrics.addr),
+     .meta = "HOST:PORT",
+     .help = "rank 0 serves /metrics (Prometheus text format) on HOST:PORT; :PORT listens on "
+             "127.0.0.1, PORT 0 picks a free port (logged)",
+     .parse = parse_metrics_addr,
+     .def = "off",
+     .flags = SLM_OPTF_PER_RANK},
+    {.name = "--metrics-all-ranks",
+     .type = SLM_OPT_FLAG,
+     .off = A(o.metrics.all_ranks),
+     .help = "every rank given --metrics-addr serves its own /metrics, on PORT + rank (PORT "
+             "0: a free port each)",
+     .flags = SLM_OPTF_PER_RANK},
+    {.name = "--metrics-every",
+     .type = SLM_OPT_INT,
+     .off = A(o.metrics.every),
+     .meta = "N",
+     .help = "gather the per-rank metrics (memory, CPU, busy time, stragglers) to rank 0 every "
+             "N steps",
+     .ilo = 1,
+     .ihi = 1 << 30},
+    {.name = "--straggler-factor",
+     .type = SLM_OPT_DOUBLE,
+     .off = A(o.metrics.straggler_factor),
+     .meta = "F",
+     .help = "a rank whose busy time per step (iteration wall time minus collective waits) "
+             "exceeds F x the median of the ranks, and the median by 10 ms, ...",
+     .dlo = 1,
+     .dhi = INF,
+     .flags = SLM_OPTF_LO_OPEN | SLM_OPTF_F32},
+    {.name = "--straggler-windows",
+     .type = SLM_OPT_INT,
+     .off = A(o.metrics.straggler_windows),
+     .meta = "K",
+     .help = "... in K gathers in a row is a straggler (logged, counted in "
+             "shardlm_straggler_events_total)",
+     .ilo = 1,
+     .ihi = 1 << 20},
     {.type = SLM_OPT_SECTION, .help = "  run directory, checkpoints and resume:"},
     {.name = "--out",
      .type = SLM_OPT_STRING,
@@ -518,10 +569,13 @@ static slm_status print_finish(void *ctx, slm_trainer *tr, slm_status st) {
     return SLM_OK;
 }
 
-// The hooks `shardlm train` attaches: stop flag, checkpoints, metrics.jsonl, then the step line
-// (the supervisor heartbeat and metrics exporters attach here the same way).
-static slm_status install_hooks(slm_train_opts *o, slm_train_std_hooks *std, step_printer *sp) {
+// The hooks `shardlm train` attaches: stop flag, checkpoints, metrics.jsonl, the Prometheus
+// metrics (after the checkpoints, whose counters it reads), then the step line and progress
+// (the supervisor heartbeat attaches here the same way).
+static slm_status install_hooks(slm_train_opts *o, slm_train_std_hooks *std, slm_train_prom *prom,
+                                step_printer *sp) {
     slm_status st = slm_train_add_std_hooks(o, std);
+    if (!st) st = slm_train_add_prom_hook(o, prom, std);
     sp->o = o;
     slm_train_hook print = {
         .name = "step line", .ctx = sp, .observe = print_step, .on_finish = print_finish};
@@ -568,11 +622,21 @@ int slm_cmd_train(int argc, char **argv) {
         slm_dist_finalize();
         return slm_exit_code(st);
     }
+    // The metrics server binds before anything is trained: a port in use stops every rank here.
+    slm_train_prom *prom = NULL;
+    st = slm_dist_agree(slm_train_prom_new(&o.metrics, &prom));
+    if (st) {
+        if (slm_dist_rank() == 0) slm_error("train: %s", slm_errmsg());
+        slm_train_prom_free(prom);
+        slm_dist_finalize();
+        return slm_exit_code(st);
+    }
     slm_train_result res = {0};
     slm_train_std_hooks std = {0};
     step_printer sp = {0};
-    st = install_hooks(&o, &std, &sp);
+    st = install_hooks(&o, &std, prom, &sp);
     if (!st) st = slm_train_run(&o, &res);
+    slm_train_prom_free(prom);
     if (st) {
         slm_error("train: %s", slm_errmsg());
     } else if (slm_dist_rank() == 0 && res.already_complete) {

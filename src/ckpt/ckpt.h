@@ -142,6 +142,10 @@ int64_t slm_ckpt_saver_n_committed(const slm_ckpt_saver *s);
 double slm_ckpt_saver_last_stall_s(const slm_ckpt_saver *s);
 // Step of the last committed checkpoint (-1 if none).
 int64_t slm_ckpt_saver_last_committed(const slm_ckpt_saver *s);
+// Rank-file bytes this rank wrote into the saves committed so far (0 on a replica that writes
+// none), and the last committed save's duration in seconds (its start on the training thread
+// to its commit; 0 before the first).
+void slm_ckpt_saver_io_stats(const slm_ckpt_saver *s, int64_t *bytes, double *last_duration_s);
 // Waits for the background thread (without committing) and frees. Safe on NULL.
 void slm_ckpt_saver_free(slm_ckpt_saver *s);
 
@@ -184,6 +188,9 @@ slm_status slm_ckpt_sched_finish(slm_ckpt_sched *s);
 // training-thread stall of the saves, seconds.
 void slm_ckpt_sched_stats(const slm_ckpt_sched *s, int64_t *n_saves, double *stall_total_s,
                           double *stall_max_s);
+// The last committed save's step (-1: none yet) and slm_ckpt_saver_io_stats of the saver.
+void slm_ckpt_sched_io_stats(const slm_ckpt_sched *s, int64_t *last_step, int64_t *bytes,
+                             double *last_duration_s);
 // Number of saves that failed (logged under --on-ckpt-error continue).
 int64_t slm_ckpt_sched_n_failed(const slm_ckpt_sched *s);
 // slm_ckpt_saver_settle on an error exit of the training loop (a finished async save is

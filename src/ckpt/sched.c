@@ -113,6 +113,12 @@ void slm_ckpt_sched_stats(const slm_ckpt_sched *s, int64_t *n_saves, double *sta
     *stall_max_s = s->stall_max_s;
 }
 
+void slm_ckpt_sched_io_stats(const slm_ckpt_sched *s, int64_t *last_step, int64_t *bytes,
+                             double *last_duration_s) {
+    *last_step = slm_ckpt_saver_last_committed(s->saver);
+    slm_ckpt_saver_io_stats(s->saver, bytes, last_duration_s);
+}
+
 int64_t slm_ckpt_sched_n_failed(const slm_ckpt_sched *s) {
     return s->n_failed;
 }

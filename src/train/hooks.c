@@ -48,12 +48,13 @@ typedef struct jsonl_state {
     char *lines_send, *lines_all; // the lines exchange: [slot], [W][slot]
     size_t slot;
     slm_dist_req lines_req;
-    int64_t n_ckpt;       // committed saves seen
-    int64_t last_ckpt;    // step of the newest checkpoint event written
-    int64_t probe_step;   // SHARDLM_LOG_PROBE=S: every rank warns at step S (0: off)
-    double stall_s;       // the schedule's total stall seen
-    double cpu_s, wall_s; // at the last exchange (CPU utilisation)
-    int64_t n_exch;       // exchanges done, and their time (seconds, on this rank)
+    int64_t n_ckpt;          // committed saves seen
+    int64_t last_ckpt;       // step of the newest checkpoint event written
+    int64_t probe_step;      // SHARDLM_LOG_PROBE=S: every rank warns at step S (0: off)
+    double data_ms, comm_ms; // this step's data wait and exposed communication (rank's own)
+    double stall_s;          // the schedule's total stall seen
+    double cpu_s, wall_s;    // at the last exchange (CPU utilisation)
+    int64_t n_exch;          // exchanges done, and their time (seconds, on this rank)
     double exch_s;
 } jsonl_state;
 
@@ -97,7 +98,7 @@ static void event_head(slm_buf *b, const char *event, int64_t step) {
     slm_buf_appendf(b, ",\"time\":%.3f", slm_unix_time_s());
 }
 
-slm_status slm_train_jsonl_event(slm_train_std_hooks *h, const char *event, int64_t step,
+slm_status slm_train_jsonl_event(const slm_train_std_hooks *h, const char *event, int64_t step,
                                  const char *fields) {
     jsonl_state *js = h ? h->metrics : NULL;
     if (!js || !js->f) return SLM_OK;
@@ -203,8 +204,8 @@ static void my_figures(jsonl_state *js, const slm_step_metrics *s, bool figures,
         now > js->wall_s && u.cpu_s >= 0 ? (u.cpu_s - js->cpu_s) / (now - js->wall_s) : -1;
     js->cpu_s = u.cpu_s, js->wall_s = now;
     mine[R_STEP] = s->ms_per_step;
-    mine[R_DATA] = s->data_ms;
-    mine[R_COMM] = s->comm_ms;
+    mine[R_DATA] = js->data_ms;
+    mine[R_COMM] = js->comm_ms;
 }
 
 static void write_ranks(jsonl_state *js, int64_t step);
@@ -378,6 +379,9 @@ static slm_status metrics_step(void *ctx, slm_trainer *tr, const slm_step_metric
         slm_warn("log probe: rank %d on %s at step %lld", js->rank, slm_log_host(),
                  (long long)s->step);
     bool ranks = s->step == 1 || s->step % SLM_RANKS_EVERY == 0 || s->step == s->total_steps;
+    slm_step_timing tm; // this rank's split of the step (trainer.c)
+    slm_trainer_step_timing(tr, &tm);
+    js->data_ms = tm.data_s * 1e3, js->comm_ms = tm.comm_s * 1e3;
     exchange(js, s, ranks);
     if (!js->f) return SLM_OK;
     double stall = checkpoint_events(js, tr->o);
@@ -393,8 +397,8 @@ static slm_status metrics_step(void *ctx, slm_trainer *tr, const slm_step_metric
     slm_buf_appendf(&b, ",\"tokens\":%lld", (long long)s->tokens_seen);
     jsonl_num(&b, "elapsed_s", s->elapsed_s);
     // schema 2: the step time split (rank 0), wall clock
-    jsonl_num(&b, "data_ms", s->data_ms);
-    jsonl_num(&b, "comm_ms", s->comm_ms);
+    jsonl_num(&b, "data_ms", js->data_ms);
+    jsonl_num(&b, "comm_ms", js->comm_ms);
     jsonl_num(&b, "ckpt_ms", stall * 1e3);
     slm_buf_appendf(&b, ",\"time\":%.3f", slm_unix_time_s());
     slm_buf_appendf(&b, "}\n");

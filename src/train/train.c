@@ -48,6 +48,9 @@ void slm_train_opts_default(slm_train_opts *o) {
     o->log_every = 1;
     slm_fsdp_opts_default(&o->fsdp);
     o->collective_timeout_s = 600.0;
+    o->metrics.every = 5;
+    o->metrics.straggler_factor = 1.5;
+    o->metrics.straggler_windows = 3;
 }
 
 slm_status slm_train_attach(slm_train_opts *o, const slm_train_hook *h) {

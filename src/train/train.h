@@ -35,6 +35,7 @@
 #include "ckpt/ckpt.h"
 #include "model/model.h"
 #include "fsdp/fsdp.h"
+#include "metrics/metrics.h"
 #include "optim/optim.h"
 #include "tokenizer/tokenizer.h"
 
@@ -54,10 +55,6 @@ typedef struct slm_step_metrics {
     double val_loss;     // validation loss if evaluated after this step, else NaN
     int64_t tokens_seen; // target tokens trained on so far
     double elapsed_s;    // wall seconds since training started
-    // Split of ms_per_step on this rank: data wait (drawing the step's batches from the
-    // loader) and exposed communication (time blocked in collectives, slm_dist_wait_seconds);
-    // the rest is compute (and the checkpoint fence's wait, if any).
-    double data_ms, comm_ms;
 } slm_step_metrics;
 
 // The simplest hook: called on every rank after each step (and its eval) with its metrics.
@@ -103,6 +100,18 @@ typedef struct slm_train_hook {
 } slm_train_hook;
 
 #define SLM_TRAIN_MAX_HOOKS 8
+
+// Prometheus metrics of a run (slm_train_prom_new, below; docs/observability.md).
+typedef struct slm_train_metrics_opts {
+    const char *addr;        // --metrics-addr HOST:PORT this rank serves /metrics on (rank 0 only
+                             // unless all_ranks); NULL: none. Per rank (not agreed)
+    bool all_ranks;          // --metrics-all-ranks: every rank with addr serves (PORT + rank when
+                             // PORT > 0, so ranks of one host do not collide). Per rank
+    int every;               // --metrics-every: steps between gathers of the per-rank values (>= 1)
+    double straggler_factor; // --straggler-factor: a rank is slow when its busy time (iteration
+                             // wall time minus collective waits) exceeds factor x the median
+    int straggler_windows;   // --straggler-windows: ... for this many gathers in a row
+} slm_train_metrics_opts;
 #define SLM_TRAIN_SYNTH_SEED_XOR 0x5eedda7aull
 
 // ---------------------------------------------------------------------------------------------
@@ -161,13 +170,15 @@ typedef struct slm_train_opts {
     slm_fsdp_opts fsdp;          // world > 1: sharding strategy, dtypes, prefetch (fsdp.h)
     double collective_timeout_s; // bound on every collective wait (default 600; <= 0: none)
     // Operations (issue 10; docs/operations.md)
-    const char *heartbeat_dir; // every rank's heartbeat file (slm_train_add_heartbeat_hook);
-                               // NULL: none
+    const char *heartbeat_dir;      // every rank's heartbeat file (slm_train_add_heartbeat_hook);
+                                    // NULL: none
+    slm_train_metrics_opts metrics; // Prometheus (read by slm_train_prom_new and its hook)
 } slm_train_opts;
 
 // Fills the defaults: grad_accum 1, lr 3e-4, betas (0.9, 0.95), eps 1e-8, weight decay 0.1,
 // min_lr -1 (any value < 0 means lr / 10, resolved when the run opens), grad_clip 1.0, seed
-// 1337, eval_batches 20, log_every 1, collective_timeout_s 600, fsdp defaults (fsdp.h),
+// 1337, eval_batches 20, log_every 1, collective_timeout_s 600, fsdp defaults (fsdp.h), metrics
+// every 5 steps, straggler factor 1.5 for 3 windows,
 // everything else 0.
 void slm_train_opts_default(slm_train_opts *o);
 // Appends a hook (copied). Errors: SLM_E_ARG when SLM_TRAIN_MAX_HOOKS are already set.
@@ -197,7 +208,7 @@ slm_status slm_train_add_metrics_hook(slm_train_opts *o, slm_train_std_hooks *h)
 // out_dir, while the metrics hook runs; otherwise a no-op). FIELDS: JSON members without the
 // surrounding braces ("\"rank\":3,\"ratio\":2.5"), or NULL. For other hooks' events (straggler,
 // skipped step). Errors: none (SLM_OK).
-slm_status slm_train_jsonl_event(slm_train_std_hooks *h, const char *event, int64_t step,
+slm_status slm_train_jsonl_event(const slm_train_std_hooks *h, const char *event, int64_t step,
                                  const char *fields);
 // With out_dir: checkpoints under out_dir/checkpoints as opts' ckpt_* fields say (every N steps
 // / M minutes, async unless ckpt_sync, keep K), always one at on_finish of a run that did not
@@ -221,6 +232,29 @@ slm_status slm_heartbeat_write(const char *dir, int rank, int64_t step, double l
 // Stop, checkpoint, metrics and (with heartbeat_dir) heartbeat hooks in that order (what
 // `shardlm train` installs before its printing hook).
 slm_status slm_train_add_std_hooks(slm_train_opts *o, slm_train_std_hooks *h);
+
+// Prometheus metrics (src/train/prom.c; metric list in docs/observability.md). One per process.
+typedef struct slm_train_prom slm_train_prom;
+// Local (no collectives): makes the registry and, when this rank serves (o->addr set and rank
+// 0, or o->all_ranks), starts the /metrics server on it (slm_metrics_server_start: bound and
+// listening on return, so a port in use fails here, before training) and logs
+// "metrics: serving http://HOST:PORT/metrics" (the chosen port for :0). *out owned (free with
+// slm_train_prom_free after the run). Errors: those of slm_metrics_server_start (SLM_E_ARG,
+// SLM_E_IO); callers under mpirun agree them (slm_dist_agree).
+slm_status slm_train_prom_new(const slm_train_metrics_opts *o, slm_train_prom **out);
+// The registry (the launcher and checkpointing may add their own families); the server's
+// address ("HOST:PORT") or NULL when this rank does not serve.
+slm_metrics *slm_train_prom_registry(slm_train_prom *p);
+const char *slm_train_prom_addr(const slm_train_prom *p);
+// The hook that keeps the trainer's metrics in p's registry: every rank must install it (it
+// agrees at on_start whether any rank serves, then gathers per-rank values every
+// o->metrics.every steps with one all-gather; nothing at all when no rank serves). `std`
+// (borrowed, may be NULL) is read for the checkpoint statistics: install it after
+// slm_train_add_std_hooks. Errors: as slm_train_attach.
+slm_status slm_train_add_prom_hook(slm_train_opts *o, slm_train_prom *p,
+                                   const slm_train_std_hooks *std);
+// Stops the server and frees; safe on NULL.
+void slm_train_prom_free(slm_train_prom *p);
 
 // What a finished (or stopped) run reports.
 typedef struct slm_train_result {
@@ -304,6 +338,15 @@ int slm_trainer_rank(const slm_trainer *tr);
 int slm_trainer_world(const slm_trainer *tr);
 // Optimizer steps done so far (resumed steps included).
 int64_t slm_trainer_steps_done(const slm_trainer *tr);
+// Where this rank's last step went (for the Prometheus hook; read in on_step / observe). The
+// step's wall time is slm_step_metrics.ms_per_step; compute is what the other parts leave.
+typedef struct slm_step_timing {
+    double data_s;          // drawing its micro-batches (loader reads, synthetic tokens), s
+    double comm_s;          // blocked in collective waits (slm_dist_wait_seconds), s
+    int64_t bytes_gathered; // all-gathered bytes received since the start (fsdp stats)
+    int64_t bytes_reduced;  // bytes sent into reduce-scatters / all-reduces since the start
+} slm_step_timing;
+void slm_trainer_step_timing(const slm_trainer *tr, slm_step_timing *t);
 
 // Under mpirun, before any other collective: checks that every rank was started with the same
 // settings (slm_dist_agree_values), so mismatched ranks stop together with one message instead

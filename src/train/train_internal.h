@@ -30,10 +30,10 @@ struct slm_trainer {
     slm_rundir *rundir;       // rank 0 with out_dir: holds the run directory's lock
     slm_rng synth;            // synthetic tokens (and saved in checkpoints)
     double peak, fpt, t_start;
-    double data_s, wait0_s; // this step: loader time; slm_dist_wait_seconds at its start
     int64_t step, tokens_seen;
     double sum_tok, sum_dt, last_loss, last_val; // sum_*: the steps counted in the rates
     int64_t n_rate;
+    double step_wait0, step_data_s, step_comm_s; // the last step's timing (metrics)
     bool done, started, interrupted;
     bool *hook_started; // [o->n_hooks]: on_start ran (so on_finish runs)
     slm_train_result res;
@@ -64,6 +64,17 @@ int64_t slm_train_split_windows(const int32_t *win, int b, int T, int32_t *inp, 
 // B_global 1, from its current position. Errors: SLM_E_NUMERIC on a non-finite loss.
 slm_status slm_train_eval_loader(slm_llama *m, slm_loader *l, int B, int T, int64_t max_batches,
                                  slm_eval_result *res);
+
+// Straggler detection over one gather window (prom.c): busy[W] is each rank's mean busy time
+// per step (iteration wall time minus collective waits); med = their median (the mean of the two
+// middle values for even W). A rank with busy > factor x med and busy - med >= min_excess_s
+// (med > 0) extends its streak[r] (updated in place), any other rank's streak restarts at 0.
+// Returns the count of ranks whose streak just reached `windows` (newly flagged, listed in
+// newly[]); scratch[W] is a work buffer. The trainer passes SLM_STRAGGLER_MIN_EXCESS_S: below
+// 10 ms per step a difference is scheduling noise, not a slow rank.
+#define SLM_STRAGGLER_MIN_EXCESS_S 0.010
+int slm_train_stragglers(const double *busy, int W, double factor, double min_excess_s, int windows,
+                         int *streak, int *newly, double *scratch, double *median_out);
 
 // ---------------------------------------------------------------------------------------------
 // The run directory as training opens it (rundir.c)

@@ -405,6 +405,7 @@ static int agree_stop(const slm_trainer *tr, const char *what) {
 // keeps its slice) and returns the GLOBAL count of target tokens (>= 1).
 static int64_t draw_batch(slm_trainer *tr) {
     int64_t per_win = (int64_t)tr->B * (tr->T + 1);
+    double t_data = slm_time_s();
     for (int k = 0; k < tr->K; k++) {
         int32_t *w = tr->win + k * per_win;
         if (tr->o->synthetic)
@@ -416,6 +417,7 @@ static int64_t draw_batch(slm_trainer *tr) {
         else
             slm_loader_next(tr->train_l, w);
     }
+    tr->step_data_s = slm_time_s() - t_data; // the data wait (metrics; no effect on the math)
     int64_t n_total = 0;
     for (int64_t i = 0; i < tr->K * per_win; i++)
         n_total += (i % (tr->T + 1)) != 0 && tr->win[i] != -1; // targets: all tokens but the first
@@ -515,7 +517,8 @@ static slm_status update(slm_trainer *tr, double loss, double t0, slm_step_metri
     for (int h = 0; h < o->n_hooks; h++)
         if (o->hooks[h].before_update) o->hooks[h].before_update(o->hooks[h].ctx, tr);
     slm_fsdp_optimizer_step(&tr->fsdp, &o->adamw, lr); // AdamW on this rank's shards
-    double t1 = slm_time_s(), dt = t1 - t0;
+    double dt = slm_time_s() - t0;
+    tr->step_comm_s = slm_dist_wait_seconds() - tr->step_wait0;   // exposed communication
     int64_t step_tokens = (int64_t)tr->B * tr->T * tr->K * tr->W; // global
     tr->tokens_seen += step_tokens;
     tr->step++;
@@ -527,9 +530,7 @@ static slm_status update(slm_trainer *tr, double loss, double t0, slm_step_metri
                             .tokens_per_s = (double)step_tokens / dt,
                             .ms_per_step = dt * 1e3,
                             .val_loss = NAN,
-                            .tokens_seen = tr->tokens_seen,
-                            .data_ms = tr->data_s * 1e3,
-                            .comm_ms = (slm_dist_wait_seconds() - tr->wait0_s) * 1e3};
+                            .tokens_seen = tr->tokens_seen};
     m->mfu = m->tokens_per_s * tr->fpt / (tr->peak * 1e9 * tr->W); // peak is one process's
     tr->last_loss = loss;
     // The first step pays for first-touch page faults and thread start-up: kept out of the
@@ -573,14 +574,12 @@ slm_status slm_train_step(slm_trainer *tr, slm_step_metrics *m) {
         return SLM_OK;
     }
     double t0 = slm_time_s();
-    tr->wait0_s = slm_dist_wait_seconds();
+    tr->step_wait0 = slm_dist_wait_seconds();
     slm_loader_state pos = {0};
     if (tr->train_l) pos = slm_loader_get_state(tr->train_l);
     slm_rng synth = tr->synth;
     // All micro-batches first, so the loss scale is known before the first backward.
     int64_t n_total = draw_batch(tr);
-    // Loader time only: the token count's all-reduce is counted as communication.
-    tr->data_s = slm_time_s() - t0 - (slm_dist_wait_seconds() - tr->wait0_s);
     double loss_sum;
     int bad;
     float bad_loss = 0;
@@ -680,6 +679,12 @@ int slm_trainer_world(const slm_trainer *tr) {
 }
 int64_t slm_trainer_steps_done(const slm_trainer *tr) {
     return tr->step;
+}
+void slm_trainer_step_timing(const slm_trainer *tr, slm_step_timing *t) {
+    *t = (slm_step_timing){.data_s = tr->step_data_s,
+                           .comm_s = tr->step_comm_s,
+                           .bytes_gathered = tr->fsdp.stats.bytes_gathered,
+                           .bytes_reduced = tr->fsdp.stats.bytes_reduced};
 }
 
 void slm_trainer_fault_after_ckpt(slm_trainer *tr) {
