@@ -13,6 +13,7 @@ typedef struct train_args {
     slm_train_opts o;
     bool no_prefetch;
     int on_ckpt_error; // index into k_ckpt_error
+    int on_nonfinite;  // index into k_nonfinite
     int64_t seed;
     double progress_us;
     bool quiet;
@@ -38,6 +39,7 @@ static slm_status parse_metrics_addr(const char *opt, const char *v, void *dst) 
 }
 
 static const char *const k_ckpt_error[] = {"continue", "abort", NULL};
+static const char *const k_nonfinite[] = {"abort", "skip", NULL};
 
 #define A(f) offsetof(train_args, f)
 #define INF INFINITY
@@ -410,6 +412,65 @@ static const slm_opt k_train_opts[] = {
      .help = "every rank atomically replaces DIR/rank_RRRRR.json (rank, pid, host, step, unix "
              "time, loss, phase) at start, after each step and at the end, for a supervisor "
              "(shardlm launch passes RUN_DIR/heartbeat)"},
+    {.name = "--preempt-grace",
+     .type = SLM_OPT_DOUBLE,
+     .off = A(o.preempt_grace_s),
+     .meta = "S",
+     .help = "SIGTERM / SIGUSR1 (preemption): finish the current micro-batch, commit a "
+             "checkpoint and exit 75; a save that took longer than S seconds after the signal "
+             "is logged as a warning (set S to the scheduler's grace period)",
+     .dlo = 0,
+     .dhi = INF,
+     .flags = SLM_OPTF_LO_OPEN | SLM_OPTF_F32,
+     .range = "> 0 seconds and finite"},
+    {.name = "--on-nonfinite",
+     .type = SLM_OPT_ENUM,
+     .off = A(on_nonfinite),
+     .meta = "WHAT",
+     .help = "a step whose loss or global gradient norm is NaN / inf stops the run (abort, exit "
+             "1) or is skipped on every rank (skip: no update, weights and AdamW moments "
+             "unchanged; the batch is consumed, counted in the log and metrics.jsonl)",
+     .choices = k_nonfinite},
+    {.name = "--max-nonfinite-skips",
+     .type = SLM_OPT_INT,
+     .off = A(o.max_nonfinite_skips),
+     .meta = "K",
+     .help = "with --on-nonfinite skip: more than K skipped steps in a row stop the run (exit 1)",
+     .ilo = 0,
+     .ihi = 1 << 30},
+    {.name = "--loss-spike-window",
+     .type = SLM_OPT_INT,
+     .off = A(o.spike_window),
+     .meta = "N",
+     .help = "loss-spike detector: z-score of each step's loss against the previous N steps' "
+             "losses (0 = off)",
+     .ilo = 0,
+     .ihi = 1 << 20},
+    {.name = "--loss-spike-z",
+     .type = SLM_OPT_DOUBLE,
+     .off = A(o.spike_z),
+     .meta = "Z",
+     .help = "a loss more than Z standard deviations above the window's mean is logged as a "
+             "warning naming the step",
+     .dlo = 0,
+     .dhi = INF,
+     .flags = SLM_OPTF_LO_OPEN | SLM_OPTF_F32,
+     .range = "> 0 and finite"},
+    {.name = "--snapshot-every-steps",
+     .type = SLM_OPT_INT64,
+     .off = A(o.snapshot_every_steps),
+     .meta = "N",
+     .help = "also keep the newest state every N steps in node-local shared memory (checkpoint "
+             "format, synchronous); --resume auto prefers it when it is newer than the disk "
+             "checkpoint and verifies (one host, same world and model), 0 = off",
+     .ilo = 0,
+     .ihi = INT64_MAX / 2},
+    {.name = "--snapshot-dir",
+     .type = SLM_OPT_STRING,
+     .off = A(o.snapshot_dir),
+     .meta = "DIR",
+     .help = "where the snapshots go (a tmpfs)",
+     .def = "/dev/shm/shardlm-<XXH64 of the absolute --out>"},
     {.type = SLM_OPT_END},
 };
 #undef A
@@ -455,8 +516,9 @@ static void train_footer(FILE *f) {
                  "contents differ between ranks).");
     fputc('\n', f);
     slm_opt_wrap(f, text, 0, 0, 96);
-    fprintf(f, "\nexit codes: 0 done, 1 runtime error (data, I/O, NaN, interrupted), 2 usage "
-               "error\n");
+    fprintf(f, "\nexit codes: 0 done, 1 runtime error (data, I/O, NaN, interrupted by SIGINT), 2 "
+               "usage error, 75 preempted (SIGTERM / SIGUSR1: checkpoint committed, resume with "
+               "--resume auto)\n");
 }
 
 // Checks between options, after parsing; SLM_EXIT_USAGE after the message, -1 when fine.
@@ -495,6 +557,10 @@ static int train_check(const train_args *t, const slm_opt_seen *seen) {
     if ((o->train_from_scratch || o->verify_on_resume) && !o->out_dir) {
         slm_error("train: %s needs --out RUN_DIR",
                   o->train_from_scratch ? "--train-from-scratch" : "--verify-on-resume");
+        return SLM_EXIT_USAGE;
+    }
+    if ((o->snapshot_every_steps > 0 || o->snapshot_dir) && !o->out_dir) {
+        slm_error("train: --snapshot-every-steps / --snapshot-dir need --out RUN_DIR");
         return SLM_EXIT_USAGE;
     }
     if (o->min_lr > o->adamw.lr_peak) {
@@ -540,8 +606,10 @@ static void print_step(void *ctx, const slm_step_metrics *m) {
         progress_step(sp, m);
         return;
     }
-    char line[256], val[48] = "";
+    char line[256], val[96] = "";
     if (isfinite(m->val_loss)) snprintf(val, sizeof val, " | val loss %.4f", m->val_loss);
+    if (m->skipped)
+        snprintf(val + strlen(val), sizeof val - strlen(val), " | update skipped (non-finite)");
     snprintf(line, sizeof line,
              "step %6lld/%lld | loss %.4f | lr %.3e | grad norm %.3f | %.0f tok/s | MFU %.1f%% | "
              "%.1f ms/step%s",
@@ -603,6 +671,7 @@ int slm_cmd_train(int argc, char **argv) {
     slm_train_opts o = t.o;
     o.seed = (uint64_t)t.seed;
     o.ckpt_abort_on_error = t.on_ckpt_error == 1;
+    o.nonfinite_skip = t.on_nonfinite == 1;
     if (t.no_prefetch) o.fsdp.forward_prefetch = o.fsdp.backward_prefetch = false;
     if (t.quiet) slm_progress_enable(false);
     if (slm_opt_given(&k_train_cli, &seen, "--progress-thread"))
@@ -614,6 +683,7 @@ int slm_cmd_train(int argc, char **argv) {
         return SLM_EXIT_ERROR;
     }
     slm_train_install_signal_handlers();
+    slm_flight_install_signals(); // SIGUSR2 and fatal signals dump the flight recorder
     // Ranks started with different options stop here, together, before anything else.
     slm_dist_set_timeout(o.collective_timeout_s);
     st = slm_train_agree(&o);
@@ -637,6 +707,11 @@ int slm_cmd_train(int argc, char **argv) {
     st = install_hooks(&o, &std, prom, &sp);
     if (!st) st = slm_train_run(&o, &res);
     slm_train_prom_free(prom);
+    if (st == SLM_E_INTERRUPTED && res.preempted) {
+        if (slm_dist_rank() == 0) slm_info("train: %s", slm_errmsg());
+        slm_dist_finalize();
+        return SLM_EXIT_PREEMPTED;
+    }
     if (st) {
         slm_error("train: %s", slm_errmsg());
     } else if (slm_dist_rank() == 0 && res.already_complete) {

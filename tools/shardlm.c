@@ -24,6 +24,7 @@ static const command commands[] = {
     {"tokenizer", slm_cmd_tokenizer, "train a byte-level BPE; encode/decode/info for tokenizers"},
     {"ckpt", slm_cmd_ckpt, "inspect / verify checkpoints; export to Hugging Face safetensors"},
     {"report", slm_cmd_report, "a run as one HTML page with charts (-o), or a text summary"},
+    {"flight", slm_cmd_flight, "name the hung rank from a run's flight-recorder dumps"},
     {NULL, NULL, NULL},
 };
 

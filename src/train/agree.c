@@ -163,6 +163,13 @@ slm_status slm_train_agree(const slm_train_opts *o) {
     add(l, "--verify-on-resume", A, "%s", on_off(o->verify_on_resume));
     add(l, "--train-from-scratch", A, "%s", on_off(o->train_from_scratch));
     add_abs_path(l, "--heartbeat-dir", o->heartbeat_dir);
+    add(l, "--preempt-grace", A, "%.17g", o->preempt_grace_s);
+    add(l, "--on-nonfinite", A, "%s", o->nonfinite_skip ? "skip" : "abort");
+    add(l, "--max-nonfinite-skips", A, "%d", o->max_nonfinite_skips);
+    add(l, "--loss-spike-window", A, "%d", o->spike_window);
+    add(l, "--loss-spike-z", A, "%.17g", o->spike_z);
+    add(l, "--snapshot-every-steps", A, "%lld", (long long)o->snapshot_every_steps);
+    add(l, "--snapshot-dir", A, "%s", str_or_unset(o->snapshot_dir));
     // What the options point at, read on every rank (a node-local copy may differ).
     slm_llama_config c;
     if (slm_train_resolve_config(o->model, o->vocab_size, o->T, &c) == SLM_OK) {

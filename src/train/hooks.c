@@ -396,6 +396,10 @@ static slm_status metrics_step(void *ctx, slm_trainer *tr, const slm_step_metric
     jsonl_num(&b, "val_loss", s->val_loss);
     slm_buf_appendf(&b, ",\"tokens\":%lld", (long long)s->tokens_seen);
     jsonl_num(&b, "elapsed_s", s->elapsed_s);
+    if (s->skipped) // --on-nonfinite skip
+        slm_buf_appendf(&b, ",\"skipped\":true,\"nonfinite_skips\":%lld",
+                        (long long)s->nonfinite_skips);
+    if (s->loss_spike) jsonl_num(&b, "loss_spike_z", s->loss_z);
     // schema 2: the step time split (rank 0), wall clock
     jsonl_num(&b, "data_ms", js->data_ms);
     jsonl_num(&b, "comm_ms", js->comm_ms);
@@ -569,5 +573,6 @@ slm_status slm_train_add_std_hooks(slm_train_opts *o, slm_train_std_hooks *h) {
     if (!st) st = slm_train_add_ckpt_hook(o, h);
     if (!st) st = slm_train_add_metrics_hook(o, h);
     if (!st) st = slm_train_add_heartbeat_hook(o);
+    if (!st) st = slm_train_add_snapshot_hook(o);
     return st;
 }

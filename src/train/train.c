@@ -51,6 +51,10 @@ void slm_train_opts_default(slm_train_opts *o) {
     o->metrics.every = 5;
     o->metrics.straggler_factor = 1.5;
     o->metrics.straggler_windows = 3;
+    o->preempt_grace_s = 60.0;
+    o->max_nonfinite_skips = 5;
+    o->spike_window = 100;
+    o->spike_z = 5.0;
 }
 
 slm_status slm_train_attach(slm_train_opts *o, const slm_train_hook *h) {

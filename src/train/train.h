@@ -44,17 +44,22 @@
 
 // What one optimizer step measured. Passed to every hook after the step (and after its eval).
 typedef struct slm_step_metrics {
-    int64_t step;        // 1-based index of the optimizer step just completed
-    int64_t total_steps; // planned steps
-    double loss;         // mean training loss over all the step's target tokens, nats/token
-    double lr;           // learning rate used by this step
-    double grad_norm;    // global L2 norm of the gradient before clipping
-    double tokens_per_s; // target tokens of this step / its wall time
-    double mfu;          // model FLOPs utilisation, fraction (0..1) of the measured sgemm peak
-    double ms_per_step;  // wall time of the step in milliseconds (eval excluded)
-    double val_loss;     // validation loss if evaluated after this step, else NaN
-    int64_t tokens_seen; // target tokens trained on so far
-    double elapsed_s;    // wall seconds since training started
+    int64_t step;            // 1-based index of the optimizer step just completed
+    int64_t total_steps;     // planned steps
+    double loss;             // mean training loss over all the step's target tokens, nats/token
+    double lr;               // learning rate used by this step
+    double grad_norm;        // global L2 norm of the gradient before clipping
+    double tokens_per_s;     // target tokens of this step / its wall time
+    double mfu;              // model FLOPs utilisation, fraction (0..1) of the measured sgemm peak
+    double ms_per_step;      // wall time of the step in milliseconds (eval excluded)
+    double val_loss;         // validation loss if evaluated after this step, else NaN
+    int64_t tokens_seen;     // target tokens trained on so far
+    double elapsed_s;        // wall seconds since training started
+    bool skipped;            // --on-nonfinite skip: the loss or gradient norm was non-finite and no
+                             // rank updated the weights or AdamW moments in this step
+    int64_t nonfinite_skips; // steps skipped so far in this run
+    bool loss_spike;         // the loss-spike detector flagged this step (slm_train_opts)
+    double loss_z;           // its z-score against the preceding window (NaN until warm)
 } slm_step_metrics;
 
 // The simplest hook: called on every rank after each step (and its eval) with its metrics.
@@ -99,7 +104,7 @@ typedef struct slm_train_hook {
     slm_status (*on_finish)(void *ctx, slm_trainer *tr, slm_status st);
 } slm_train_hook;
 
-#define SLM_TRAIN_MAX_HOOKS 8
+#define SLM_TRAIN_MAX_HOOKS 12
 
 // Prometheus metrics of a run (slm_train_prom_new, below; docs/observability.md).
 typedef struct slm_train_metrics_opts {
@@ -170,8 +175,23 @@ typedef struct slm_train_opts {
     slm_fsdp_opts fsdp;          // world > 1: sharding strategy, dtypes, prefetch (fsdp.h)
     double collective_timeout_s; // bound on every collective wait (default 600; <= 0: none)
     // Operations (issue 10; docs/operations.md)
-    const char *heartbeat_dir;      // every rank's heartbeat file (slm_train_add_heartbeat_hook);
-                                    // NULL: none
+    const char *heartbeat_dir;    // every rank's heartbeat file (slm_train_add_heartbeat_hook);
+                                  // NULL: none
+    double preempt_grace_s;       // a preemption's checkpoint should be committed within this many
+                                  // seconds of the signal (default 60); a later one is a warning
+    bool nonfinite_skip;          // --on-nonfinite skip: a step whose (all-reduced) loss or global
+                                  // gradient norm is non-finite is skipped on every rank (no
+                                  // update; data, LR schedule and step counter advance); default
+                                  // (abort): SLM_E_NUMERIC
+    int max_nonfinite_skips;      // with skip: more than this many skipped steps in a row is
+                                  // SLM_E_NUMERIC (default 5)
+    int spike_window;             // loss-spike detector: z-score of each loss against the previous
+                                  // spike_window losses (default 100; 0: off)
+    double spike_z;               // a loss more than spike_z standard deviations above the window's
+                                  // mean is logged as a warning (default 5)
+    int64_t snapshot_every_steps; // > 0 (with out_dir): node-local snapshots every N steps
+                                  // (slm_train_add_snapshot_hook); 0: off
+    const char *snapshot_dir;     // their directory; NULL: slm_train_snapshot_root's default
     slm_train_metrics_opts metrics; // Prometheus (read by slm_train_prom_new and its hook)
 } slm_train_opts;
 
@@ -229,8 +249,20 @@ slm_status slm_train_add_heartbeat_hook(slm_train_opts *o);
 // Errors: SLM_E_IO naming the file.
 slm_status slm_heartbeat_write(const char *dir, int rank, int64_t step, double loss,
                                const char *phase);
-// Stop, checkpoint, metrics and (with heartbeat_dir) heartbeat hooks in that order (what
-// `shardlm train` installs before its printing hook).
+// Node-local snapshots (o->snapshot_every_steps > 0, else nothing is added): every N steps
+// every rank writes its shard (params, AdamW m, v; checkpoint format, src/ckpt) synchronously
+// into the snapshot directory (tmpfs), rank 0 commits it there, the newest one is kept. A
+// restart with --resume auto whose run directory has a disk checkpoint resumes from the newest
+// snapshot instead when it is newer, verifies in full (every file's XXH64), was saved by the
+// same world size and model, and all ranks run on one host (snapshots are node-local; on
+// several hosts none are taken). A run that ends without an error with its final checkpoint
+// committed removes its snapshots. Collective (every rank must install it).
+slm_status slm_train_add_snapshot_hook(slm_train_opts *o);
+// The snapshot directory: o->snapshot_dir, else /dev/shm/shardlm-XXXXXXXXXXXXXXXX (XXH64 of
+// the absolute --out path, so reruns of one run directory find it). Owned by the caller.
+char *slm_train_snapshot_root(const slm_train_opts *o);
+// Stop, checkpoint, metrics and (with heartbeat_dir) heartbeat and (with snapshot_every_steps)
+// snapshot hooks in that order (what `shardlm train` installs before its printing hook).
 slm_status slm_train_add_std_hooks(slm_train_opts *o, slm_train_std_hooks *h);
 
 // Prometheus metrics (src/train/prom.c; metric list in docs/observability.md). One per process.
@@ -267,6 +299,8 @@ typedef struct slm_train_result {
     double flops_per_token;
     bool already_complete; // resumed at step == steps: nothing trained (the rest is NaN)
     bool interrupted;      // stopped by a want_stop hook (the stop flag); saved by the hooks
+    bool preempted;        // interrupted, and SIGTERM / SIGUSR1 reached some rank (a preemption:
+                           // `shardlm train` exits 75 once the checkpoint is committed)
     bool stop_evaluated;   // stopped before --steps (not interrupted): final_val_loss is the
                            // validation of the weights it stopped with
 } slm_train_result;
@@ -363,10 +397,11 @@ void slm_trainer_step_timing(const slm_trainer *tr, slm_step_timing *t);
 // a message naming the first differing setting and which ranks hold which value.
 slm_status slm_train_agree(const slm_train_opts *o);
 
-// SIGINT / SIGTERM set the stop flag the loop checks at step and micro-batch boundaries (the
-// first SIGINT prints a notice on stderr). A second SIGINT while a stop is pending writes a
-// message and exits the process at once with status 1 (_exit: nothing saved; the last committed
-// checkpoint stays).
+// SIGINT / SIGTERM / SIGUSR1 set the stop flag the loop checks at step and micro-batch
+// boundaries (the first SIGINT prints a notice on stderr). SIGTERM / SIGUSR1 (preemption) on any
+// rank make the agreed stop a preemption on every rank (slm_train_result.preempted). A second
+// SIGINT while a stop is pending writes a message and exits the process at once with status 1
+// (_exit: nothing saved; the last committed checkpoint stays).
 void slm_train_install_signal_handlers(void);
 // Sets / reads the stop flag (async-signal-safe setter).
 void slm_train_request_stop(void);

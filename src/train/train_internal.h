@@ -39,12 +39,23 @@ struct slm_trainer {
     slm_train_result res;
     slm_fault_plan faults; // SHARDLM_FAULT / SHARDLM_ATTEMPT (fault.c), read by the open phase
     bool fault_corrupted;  // corrupt-ckpt fired
+    bool preempted;        // the agreed stop came with SIGTERM / SIGUSR1 on some rank
+    double t_stop;         // slm_time_s() when the stop was agreed
+    int64_t n_skipped, skip_run; // --on-nonfinite skip: skipped steps, and in a row now
+    double *spike_hist;          // [o->spike_window] the last losses (ring), NULL when off
+    int64_t spike_n;             // losses seen by the detector
+    bool snap_one_host;          // snapshots: every rank on one host (snapshot.c)
 };
 
 // Fills a checkpoint's meta and this rank's shards for the state after `step` steps
 // (sh[n_units], caller-allocated). For the checkpoint hook.
 void slm_trainer_ckpt_state(const slm_trainer *tr, int64_t step, slm_ckpt_meta *meta,
                             slm_ckpt_shard *sh);
+
+// After the resume decision: with snapshots and --resume auto, replaces tr->resume_path by the
+// node-local snapshot when it is newer than the disk checkpoint and usable (snapshot.c; rank 0
+// decides, broadcast). Collective.
+slm_status slm_trainer_pick_snapshot(slm_trainer *tr);
 
 // corrupt-ckpt (SHARDLM_FAULT): rank 0, once step S's checkpoint directory is committed under
 // out_dir/checkpoints, flips a byte of its rank_R file. Called by the checkpoint hook after each
