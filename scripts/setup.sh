@@ -12,7 +12,7 @@ PKGS=(build-essential cmake pkg-config clang clang-format libclang-rt-14-dev lib
       iproute2
       prometheus slurm-wlm slurmd slurmctld munge chromium libmicrohttpd-dev libcurl4-openssl-dev
       curl procps
-      libssl-dev libxml2-utils libpmix-dev)
+      libssl-dev libxml2-utils libpmix-dev libxml2-dev)
 missing=()
 for p in "${PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

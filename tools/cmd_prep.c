@@ -11,6 +11,7 @@
 
 #include "data/data.h"
 #include "dist/dist.h"
+#include "objstore/objstore.h"
 
 typedef struct prep_args {
     const char *tokenizer, *out;
@@ -18,6 +19,7 @@ typedef struct prep_args {
     int64_t shard_tokens, unit_bytes, workers, seed;
     double val_fraction, timeout_s;
     bool quiet;
+    const char *s3_endpoint, *s3_region;
 } prep_args;
 
 #define A(f) offsetof(prep_args, f)
@@ -42,7 +44,9 @@ static const slm_opt k_prep_opts[] = {
      .help = "output directory (created). The dataset is built in a hidden sibling "
              ".DIR.prep-tmp.PID and swapped in only on success: a failed or interrupted run "
              "leaves an earlier dataset in DIR intact; other files in DIR are kept. DIR may lie "
-             "inside an --input directory (it is skipped) but must not be one"},
+             "inside an --input directory (it is skipped) but must not be one. An "
+             "s3://BUCKET/PREFIX/ is prepared in a local temp directory ($TMPDIR), then uploaded: "
+             "shards and tokenizer first, manifest.json last (docs/storage.md)"},
     {.name = "--shard-tokens",
      .type = SLM_OPT_INT64,
      .off = A(shard_tokens),
@@ -96,6 +100,16 @@ static const slm_opt k_prep_opts[] = {
      .dhi = INFINITY,
      .flags = SLM_OPTF_LO_OPEN,
      .range = "> 0 seconds and finite"},
+    {.name = "--s3-endpoint",
+     .type = SLM_OPT_STRING,
+     .off = A(s3_endpoint),
+     .meta = "URL",
+     .help = "with --out s3://...: the S3 endpoint (default AWS_ENDPOINT_URL...; docs/storage.md)"},
+    {.name = "--s3-region",
+     .type = SLM_OPT_STRING,
+     .off = A(s3_region),
+     .meta = "REGION",
+     .help = "with --out s3://...: the signing region (default AWS_REGION, ..., us-east-1)"},
     {.type = SLM_OPT_END},
 };
 #undef A
@@ -177,7 +191,28 @@ int slm_cmd_prep(int argc, char **argv) {
         if (workers > 64) workers = 64;
     }
     o.workers = (int)workers;
+    slm_s3_set_defaults(x.s3_endpoint, x.s3_region);
+    // --out s3://...: prepare into a local staging directory named after the URI (the same on
+    // every rank of a host), upload it from rank 0, remove it.
+    char *stage = NULL;
+    if (slm_s3_is_uri(x.out)) {
+        const char *td = getenv("TMPDIR");
+        char name[64];
+        snprintf(name, sizeof name, "shardlm-prep-%016llx",
+                 (unsigned long long)slm_xxh64(x.out, strlen(x.out), 0));
+        stage = slm_path_join(td && *td ? td : "/tmp", name);
+        o.out_dir = stage;
+    }
     st = slm_prep_run(&o);
+    if (!st && stage && slm_dist_rank() == 0) {
+        st = slm_dataset_upload(stage, x.out);
+        if (!st && !x.quiet) printf("uploaded to %s\n", x.out);
+    }
+    if (stage) slm_dist_barrier("prep upload");
+    if (stage && slm_dist_rank() == 0) {
+        slm_rmdir_flat_quiet(stage);
+    }
+    free(stage);
     if (st) slm_error("%s", slm_errmsg());
     free(inputs);
     slm_dist_finalize();

@@ -1,11 +1,14 @@
 // shardlm train: option parsing for slm_train_run (src/train/train.h).
 #include <math.h>
+#include <stdlib.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "cmd.h"
+#include "data/data.h"
 #include "dist/dist.h"
+#include "objstore/objstore.h"
 #include "train/train.h"
 
 // Parsed command line: the library's options plus the values that need a step after parsing.
@@ -17,6 +20,7 @@ typedef struct train_args {
     int64_t seed;
     double progress_us;
     bool quiet;
+    const char *s3_endpoint, *s3_region;
 } train_args;
 
 static slm_status parse_sharding(const char *opt, const char *v, void *dst) {
@@ -471,6 +475,43 @@ static const slm_opt k_train_opts[] = {
      .meta = "DIR",
      .help = "where the snapshots go (a tmpfs)",
      .def = "/dev/shm/shardlm-<XXH64 of the absolute --out>"},
+    {.type = SLM_OPT_SECTION, .help = "  object storage (S3; docs/storage.md):"},
+    {.name = "--ckpt-uri",
+     .type = SLM_OPT_STRING,
+     .off = A(o.ckpt_uri),
+     .meta = "s3://BUCKET/PREFIX/",
+     .help = "also upload every committed checkpoint there in the background (one uploader per "
+             "host; manifest, then `latest`, last; --ckpt-keep applies remotely); --resume auto "
+             "then picks the newest complete of RUN_DIR and the prefix (an empty disk resumes "
+             "from S3 alone); --resume s3://... reads a remote checkpoint directly"},
+    {.name = "--s3-prefix-shards",
+     .type = SLM_OPT_INT,
+     .off = A(o.s3_prefix_shards),
+     .meta = "K",
+     .help = "spread the rank files over K prefixes (PREFIX/sKK/...; S3 rate limits are per "
+             "prefix), recorded in the remote manifest",
+     .ilo = 1,
+     .ihi = 100,
+     .def = "1"},
+    {.name = "--data-cache",
+     .type = SLM_OPT_STRING,
+     .off = A(o.data_cache),
+     .meta = "DIR",
+     .help = "with --data s3://...: the local copy the loader maps (objects streamed in large "
+             "range GETs, XXH64-checked; verified files are reused; node-local NVMe is the place)",
+     .def = "$TMPDIR/shardlm-data-HASH"},
+    {.name = "--s3-endpoint",
+     .type = SLM_OPT_STRING,
+     .off = A(s3_endpoint),
+     .meta = "URL",
+     .help = "S3 endpoint (http[s]://HOST[:PORT]; default AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, "
+             "the profile's endpoint_url, else AWS for the region)"},
+    {.name = "--s3-region",
+     .type = SLM_OPT_STRING,
+     .off = A(s3_region),
+     .meta = "REGION",
+     .help = "S3 signing region (default AWS_REGION, AWS_DEFAULT_REGION, the profile's, else "
+             "us-east-1)"},
     {.type = SLM_OPT_END},
 };
 #undef A
@@ -561,6 +602,13 @@ static int train_check(const train_args *t, const slm_opt_seen *seen) {
     }
     if ((o->snapshot_every_steps > 0 || o->snapshot_dir) && !o->out_dir) {
         slm_error("train: --snapshot-every-steps / --snapshot-dir need --out RUN_DIR");
+        return SLM_EXIT_USAGE;
+    }
+    if (o->ckpt_uri && (!o->out_dir || !slm_s3_is_uri(o->ckpt_uri))) {
+        slm_error("train: --ckpt-uri %s: %s", o->ckpt_uri,
+                  !o->out_dir
+                      ? "needs --out RUN_DIR (checkpoints commit locally first, then upload)"
+                      : "expected s3://BUCKET/PREFIX/");
         return SLM_EXIT_USAGE;
     }
     if (o->min_lr > o->adamw.lr_peak) {
@@ -674,6 +722,7 @@ int slm_cmd_train(int argc, char **argv) {
     o.nonfinite_skip = t.on_nonfinite == 1;
     if (t.no_prefetch) o.fsdp.forward_prefetch = o.fsdp.backward_prefetch = false;
     if (t.quiet) slm_progress_enable(false);
+    slm_s3_set_defaults(t.s3_endpoint, t.s3_region);
     if (slm_opt_given(&k_train_cli, &seen, "--progress-thread"))
         slm_dist_request_progress_thread(t.progress_us);
     slm_status st;
@@ -692,12 +741,35 @@ int slm_cmd_train(int argc, char **argv) {
         slm_dist_finalize();
         return slm_exit_code(st);
     }
+    // --data s3://...: stream the dataset into the local cache; the loader maps that copy.
+    char *cache = NULL;
+    const char *data_uri = o.data_dir;
+    if (slm_s3_is_uri(o.data_dir)) {
+        if (o.data_cache) {
+            cache = slm_xstrdup(o.data_cache);
+        } else {
+            const char *td = getenv("TMPDIR");
+            char name[64];
+            snprintf(name, sizeof name, "shardlm-data-%016llx",
+                     (unsigned long long)slm_xxh64(o.data_dir, strlen(o.data_dir), 0));
+            cache = slm_path_join(td && *td ? td : "/tmp", name);
+        }
+        st = slm_dist_agree(slm_dataset_fetch(o.data_dir, cache));
+        if (st) {
+            slm_error("train: --data %s: %s", data_uri, slm_errmsg());
+            free(cache);
+            slm_dist_finalize();
+            return slm_exit_code(st);
+        }
+        o.data_dir = cache;
+    }
     // The metrics server binds before anything is trained: a port in use stops every rank here.
     slm_train_prom *prom = NULL;
     st = slm_dist_agree(slm_train_prom_new(&o.metrics, &prom));
     if (st) {
         if (slm_dist_rank() == 0) slm_error("train: %s", slm_errmsg());
         slm_train_prom_free(prom);
+        free(cache);
         slm_dist_finalize();
         return slm_exit_code(st);
     }
@@ -725,6 +797,7 @@ int slm_cmd_train(int argc, char **argv) {
             printf(" | %.0f tok/s | MFU %.1f%%", res.tokens_per_s, 100.0 * res.mfu);
         printf("\n");
     }
+    free(cache);
     slm_dist_finalize();
     return slm_exit_code(st);
 }

@@ -1,6 +1,7 @@
 // Checkpoint format: rank files, sidecars, the manifest, the atomic commit, reading with
 // resharding and verification. Format: docs/formats.md "Checkpoints".
 #include "ckpt/ckpt_internal.h"
+#include "objstore/objstore.h"
 
 #include "base/json.h"
 #include <dirent.h>
@@ -549,6 +550,8 @@ struct slm_ckpt {
     int64_t cache_chunk;
     uint8_t *cache;
     size_t cache_len;
+    slm_ckpt_remote *remote; // s3:// checkpoints (remote.c); NULL for local ones
+    int64_t want_end;        // remote: end of the byte span read_bytes is reading (prefetch)
 };
 
 const char *slm_ckpt_dir(const slm_ckpt *c) {
@@ -577,6 +580,7 @@ void slm_ckpt_free(slm_ckpt *c) {
     }
     free(c->files);
     free(c->cache);
+    slm_ckpt_remote_free(c->remote);
     free(c->dir);
     free(c->manifest_path);
     free(c);
@@ -953,8 +957,28 @@ static slm_status resolve_dir(const char *path, char **out) {
                     path);
 }
 
+static slm_status open_remote(const char *uri, slm_ckpt **out) {
+    slm_ckpt_remote *r = NULL;
+    char *dir = NULL, *text = NULL;
+    size_t len = 0;
+    slm_status st = slm_ckpt_remote_resolve(uri, &r, &dir, &text, &len);
+    if (st) return st;
+    slm_ckpt *c = slm_ckpt_alloc(dir);
+    free(dir);
+    c->remote = r;
+    st = slm_ckpt_parse_manifest(c, text, len);
+    free(text);
+    if (st) {
+        slm_ckpt_free(c);
+        return st;
+    }
+    *out = c;
+    return SLM_OK;
+}
+
 slm_status slm_ckpt_open(const char *path, slm_ckpt **out) {
     *out = NULL;
+    if (slm_s3_is_uri(path)) return open_remote(path, out);
     char *dir = NULL;
     slm_status st = resolve_dir(path, &dir);
     if (st) return st;
@@ -975,6 +999,12 @@ slm_status slm_ckpt_open(const char *path, slm_ckpt **out) {
 
 static slm_status open_file(slm_ckpt *c, ck_file *f) {
     if (f->fd >= 0) return SLM_OK;
+    if (c->remote) { // a HEAD checks existence and size once; fd -2 marks it checked
+        if (f->fd == -2) return SLM_OK;
+        slm_status st = slm_ckpt_remote_head(c->remote, f->rank, f->name, f->path, f->bytes);
+        if (!st) f->fd = -2;
+        return st;
+    }
     int fd = open(f->path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return slm_fail(SLM_E_IO, "%s: cannot open rank %d's file: %s%s", f->path, f->rank,
@@ -1009,6 +1039,12 @@ static slm_status get_chunk(slm_ckpt *c, int fi, int64_t k, const uint8_t **p, s
     size_t len =
         (size_t)(f->bytes - off < SLM_CKPT_CHUNK_BYTES ? f->bytes - off : SLM_CKPT_CHUNK_BYTES);
     size_t got = 0;
+    if (c->remote) {
+        int64_t want = c->want_end < f->bytes ? c->want_end : f->bytes;
+        st = slm_ckpt_remote_read(c->remote, f->rank, f->name, off, len, want, c->cache);
+        if (st) return st;
+        got = len;
+    }
     while (got < len) {
         ssize_t r = pread(f->fd, c->cache + got, len - got, off + (off_t)got);
         if (r < 0 && errno == EINTR) continue;
@@ -1042,6 +1078,7 @@ static slm_status get_chunk(slm_ckpt *c, int fi, int64_t k, const uint8_t **p, s
 
 // Copies bytes [off, off + len) of file fi into dst, chunk by verified chunk.
 static slm_status read_bytes(slm_ckpt *c, int fi, int64_t off, size_t len, uint8_t *dst) {
+    c->want_end = off + (int64_t)len;
     while (len > 0) {
         int64_t k = off / SLM_CKPT_CHUNK_BYTES;
         const uint8_t *p = NULL;
@@ -1117,6 +1154,15 @@ slm_status slm_ckpt_verify(slm_ckpt *c) {
         ck_file *f = &c->files[i];
         slm_status st = open_file(c, f);
         if (st) return st;
+        if (c->remote) { // every chunk's XXH64 (the chunks cover the whole object) and the header
+            c->want_end = f->bytes;
+            for (int64_t k = 0; k < f->n_chunks; k++) {
+                const uint8_t *p;
+                size_t n;
+                if ((st = get_chunk(c, i, k, &p, &n))) return st;
+            }
+            continue;
+        }
         uint64_t h;
         if ((st = slm_file_xxh64(f->path, &h))) return st;
         if (h != f->xxh64) {

@@ -154,13 +154,16 @@ void slm_ckpt_saver_free(slm_ckpt_saver *s);
 // --ckpt-sync / --on-ckpt-error) around a saver, so the loop calls one function per step.
 
 typedef struct slm_ckpt_policy {
-    const char *root;     // RUN_DIR/checkpoints
-    int64_t every_steps;  // save when step % every_steps == 0 (0: off)
-    double every_minutes; // save when this many minutes passed since the last save (0: off);
-                          // rank 0's clock decides (broadcast), so ranks agree
-    int keep;             // committed checkpoints kept (0: all)
-    bool sync;            // --ckpt-sync: write on the training thread
-    bool abort_on_error;  // --on-ckpt-error abort (default continue: log, train on)
+    const char *root;          // RUN_DIR/checkpoints
+    int64_t every_steps;       // save when step % every_steps == 0 (0: off)
+    double every_minutes;      // save when this many minutes passed since the last save (0: off);
+                               // rank 0's clock decides (broadcast), so ranks agree
+    int keep;                  // committed checkpoints kept (0: all)
+    bool sync;                 // --ckpt-sync: write on the training thread
+    bool abort_on_error;       // --on-ckpt-error abort (default continue: log, train on)
+    const char *remote_uri;    // --ckpt-uri s3://...: upload committed checkpoints (NULL: off)
+    int remote_prefix_shards;  // --s3-prefix-shards (0 or 1: one prefix)
+    const slm_ckpt_meta *meta; // with remote_uri: this run's config / tokenizer (identity check)
 } slm_ckpt_policy;
 
 typedef struct slm_ckpt_sched slm_ckpt_sched;
@@ -225,6 +228,53 @@ slm_status slm_ckpt_pick_newest(const char *root, bool full_verify, const char *
 // Makes ROOT/latest name step_N (atomically; nothing is done when it already does), logging the
 // repair. For the checkpoint slm_ckpt_pick_resume chose. Errors: SLM_E_IO naming the file.
 slm_status slm_ckpt_repair_latest(const char *root, int64_t step);
+
+// ---------------------------------------------------------------------------------------------
+// Checkpoints on S3 (src/ckpt/remote.c; docs/formats.md "Checkpoints on S3"). Every reader below
+// (slm_ckpt_open, check_files, verify, read_range) also takes s3://BUCKET/PREFIX URIs: range GETs
+// of only the chunks asked for, each verified against the manifest's XXH64.
+
+// The newest complete checkpoint under the run prefix URI (`latest` if its manifest exists, else
+// the newest step_N holding a manifest): *step (-1: none) and *step_uri (owned, NULL if none).
+// Errors: the S3 client's (connection, 403, ...).
+slm_status slm_ckpt_remote_pick(const char *uri, int64_t *step, char **step_uri);
+
+// Background upload of committed checkpoints to S3, one uploader per host: the lowest world rank
+// of each host (same host name, or SHARDLM_HOST_ID) uploads the rank files of its host's ranks
+// (handed over through the local file system: the committed step directory); when every host is
+// done (agreed at a step boundary), rank 0 uploads the manifest and then `latest`, then applies
+// `keep` remotely (an older checkpoint is deleted only after a newer one is complete).
+typedef struct slm_ckpt_uploader slm_ckpt_uploader;
+
+typedef struct slm_ckpt_upload_opts {
+    const char *uri;  // --ckpt-uri s3://BUCKET/PREFIX/
+    const char *root; // the local RUN_DIR/checkpoints
+    int rank, world;
+    int keep;                  // --ckpt-keep (0: all)
+    int prefix_shards;         // --s3-prefix-shards K (1..100): rank files over K prefixes
+    const slm_ckpt_meta *meta; // this run's model config + tokenizer: a prefix whose latest
+                               // checkpoint has others is refused (NULL: no check)
+} slm_ckpt_upload_opts;
+
+// Creates the uploader (collective: host discovery, status agreed). Errors: SLM_E_ARG for a bad
+// URI / shard count or another run's prefix (naming both configs or tokenizer hashes), the S3
+// client's errors.
+slm_status slm_ckpt_uploader_new(const slm_ckpt_upload_opts *o, slm_ckpt_uploader **out);
+// At a step boundary, after the checkpoint schedule's poll (collective; cheap: one small
+// all-reduce while an upload runs): settles a finished upload and, when `committed` (the newest
+// locally committed step, -1: none) is newer than the last one handed over, starts its upload;
+// if the previous upload is still running it first waits for it (the stall, logged and counted).
+// Upload failures are logged (the remote `latest` keeps naming the previous complete checkpoint)
+// and never stop training. Returns SLM_OK.
+slm_status slm_ckpt_uploader_step(slm_ckpt_uploader *u, int64_t committed);
+// Waits for every upload (collective). Returns SLM_E_IO if the final manifest / latest could not
+// be written (agreed); logs a summary (uploads, PUTs, bytes, retries, stall).
+slm_status slm_ckpt_uploader_finish(slm_ckpt_uploader *u);
+// This rank's PUT requests, uploads completed, seconds training waited for overlaps.
+void slm_ckpt_uploader_stats(const slm_ckpt_uploader *u, int64_t *puts, int64_t *n_done,
+                             double *stall_s);
+// Joins the thread (after its current job) and frees. Safe on NULL.
+void slm_ckpt_uploader_free(slm_ckpt_uploader *u);
 
 // ---------------------------------------------------------------------------------------------
 // Reading

@@ -151,6 +151,19 @@ static inline uint32_t slm_shard_token(const uint8_t *payload, uint32_t token_by
 slm_status slm_split_unigram_entropy(const char *data_dir, const char *split, double *nats,
                                      int64_t *n_tokens);
 
+// --- Datasets on S3 (src/data/remote.c, docs/storage.md) --------------------------------------
+
+// Makes CACHE_DIR a local copy of the dataset at s3://BUCKET/PREFIX (created; ranks sharing it
+// take turns through an flock): GETs manifest.json, then streams the tokenizer and every shard
+// not already there with the manifest's size and XXH64, sequentially per object in 16 MiB range
+// GETs, 4 in flight, hashing as the bytes arrive; writes manifest.json last. Then CACHE_DIR opens
+// as any dataset (slm_loader_open). Errors: SLM_E_IO (missing object, size differs: "truncated?",
+// S3 errors), SLM_E_CHECKSUM naming s3://BUCKET/KEY, SLM_E_FORMAT for the manifest.
+slm_status slm_dataset_fetch(const char *uri, const char *cache_dir);
+// Uploads the prepared dataset DIR to s3://BUCKET/PREFIX: tokenizer and shards (multipart when
+// large), manifest.json last. Errors: those of slm_dataset_open and the S3 client.
+slm_status slm_dataset_upload(const char *dir, const char *uri);
+
 // --- Loader ---------------------------------------------------------------------------------
 
 // Position of the loader in the global window sequence: a checkpoint stores these integers.

@@ -10,6 +10,7 @@
 
 #include "data/data.h"
 #include "dist/dist.h"
+#include "objstore/objstore.h"
 #include "train/train.h"
 #include "train/train_internal.h"
 
@@ -170,6 +171,22 @@ slm_status slm_train_agree(const slm_train_opts *o) {
     add(l, "--loss-spike-z", A, "%.17g", o->spike_z);
     add(l, "--snapshot-every-steps", A, "%lld", (long long)o->snapshot_every_steps);
     add(l, "--snapshot-dir", A, "%s", str_or_unset(o->snapshot_dir));
+    add(l, "--ckpt-uri", A, "%s", str_or_unset(o->ckpt_uri));
+    add(l, "--data-cache", A, "%s", str_or_unset(o->data_cache));
+    add(l, "--s3-prefix-shards", A, "%d", o->s3_prefix_shards > 1 ? o->s3_prefix_shards : 1);
+    {
+        // Endpoint and region as each rank resolves them (option, environment, profile).
+        slm_s3_config c;
+        bool s3 = o->ckpt_uri || slm_s3_is_uri(o->data_dir) || slm_s3_is_uri(o->resume);
+        if (s3 && slm_s3_config_load(&c, NULL, NULL) == SLM_OK) {
+            add(l, "--s3-endpoint", A, "%s", c.endpoint);
+            add(l, "--s3-region", A, "%s", c.region);
+            slm_s3_config_free(&c);
+        } else {
+            add(l, "--s3-endpoint", A, "%s", "(unused)");
+            add(l, "--s3-region", A, "%s", "(unused)");
+        }
+    }
     // What the options point at, read on every rank (a node-local copy may differ).
     slm_llama_config c;
     if (slm_train_resolve_config(o->model, o->vocab_size, o->T, &c) == SLM_OK) {

@@ -2,6 +2,7 @@
 // reader of weights. Contract in train.h ("Model directories").
 #include "train/train.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
@@ -10,6 +11,7 @@
 #include <string.h>
 
 #include "data/data.h"
+#include "objstore/objstore.h"
 #include "train/train_internal.h"
 
 static bool has_file(const char *dir, const char *name) {
@@ -178,8 +180,65 @@ static slm_model_dir_kind kind_of(const char *p) {
     return SLM_MODEL_DIR_HF;
 }
 
+// s3://BUCKET/PREFIX (run prefix, checkpoints prefix or step prefix): the checkpoint through
+// range GETs; the tokenizer it recorded is fetched from the run prefix (uploaded there by
+// --ckpt-uri) into a temp directory under $TMPDIR.
+static slm_status open_remote(slm_model_dir *d) {
+    d->kind = SLM_MODEL_DIR_CKPT;
+    slm_status st = slm_ckpt_open(d->path, &d->ckpt);
+    if (!st) st = slm_ckpt_check_files(d->ckpt);
+    if (st) return st;
+    const slm_ckpt_meta *M = slm_ckpt_get_meta(d->ckpt);
+    d->cfg = M->cfg;
+    d->step = M->step;
+    d->weights_dir = slm_xstrdup(slm_ckpt_dir(d->ckpt));
+    if (!M->tokenizer_file[0]) return SLM_OK;
+    // .../checkpoints/step_N -> the run prefix
+    char *run = slm_xstrdup(d->weights_dir);
+    for (int k = 0; k < 2; k++) {
+        char *sl = strrchr(run, '/');
+        if (sl && sl > run + 5) *sl = 0;
+    }
+    char *bucket = NULL, *prefix = NULL;
+    st = slm_s3_uri_parse(run, &bucket, &prefix);
+    free(run);
+    if (st) return st;
+    const char *td = getenv("TMPDIR");
+    char *tmpl = slm_path_join(td && *td ? td : "/tmp", "shardlm-tok.XXXXXX");
+    if (!mkdtemp(tmpl)) {
+        st = slm_fail(SLM_E_IO, "%s: mkdtemp: %s", tmpl, strerror(errno));
+        free(tmpl);
+    } else {
+        d->tmp_dir = tmpl;
+        slm_buf key = {0};
+        slm_buf_appendf(&key, "%s%s%s", prefix, *prefix ? "/" : "", M->tokenizer_file);
+        char *path = slm_path_join(tmpl, M->tokenizer_file);
+        slm_s3 *s3 = NULL;
+        st = slm_s3_open_default(NULL, NULL, &s3);
+        int64_t size = 0;
+        bool found = false;
+        if (!st) st = slm_s3_head(s3, bucket, key.data, &size, &found);
+        if (!st && found) st = slm_s3_get_file(s3, bucket, key.data, path);
+        if (!st && found) {
+            d->tokenizer = path;
+            path = NULL;
+        } else if (!st) {
+            slm_warn("s3://%s/%s: missing, so the tokenizer the checkpoint recorded is not "
+                     "included",
+                     bucket, key.data);
+        }
+        slm_s3_close(s3);
+        free(path);
+        slm_buf_free(&key);
+    }
+    free(bucket);
+    free(prefix);
+    return st;
+}
+
 static slm_status open_kind(slm_model_dir *d) {
     const char *p = d->path;
+    if (slm_s3_is_uri(p)) return open_remote(d);
     if (!slm_is_dir(p))
         return slm_fail(SLM_E_IO,
                         "%s: not a directory (expected a run directory written by shardlm "
@@ -241,6 +300,8 @@ void slm_model_dir_close(slm_model_dir *d) {
     free(d->path);
     free(d->weights_dir);
     free(d->tokenizer);
+    if (d->tmp_dir) slm_rmdir_flat_quiet(d->tmp_dir);
+    free(d->tmp_dir);
     memset(d, 0, sizeof *d);
     d->step = -1;
 }

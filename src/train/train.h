@@ -170,6 +170,14 @@ typedef struct slm_train_opts {
                                // it such a run is refused); excludes resume
     const char *init_from_hf;  // HF directory (config.json + safetensors): initial weights
                                // instead of the seeded init (checked against the model config)
+    const char *ckpt_uri;      // s3://BUCKET/PREFIX/: every committed checkpoint is also
+                               // uploaded there in the background (one uploader per host,
+                               // manifest then `latest` last; ckpt_keep applies remotely too);
+                               // with resume "auto" the newest complete of local and remote
+                               // is resumed (docs/storage.md)
+    int s3_prefix_shards;      // rank files spread over this many prefixes (0 / 1: one)
+    const char *data_cache;    // data_dir s3://...: the local copy tools/ streams it into
+                               // (slm_dataset_fetch) before the run; NULL: $TMPDIR default
     int n_hooks;
     slm_train_hook hooks[SLM_TRAIN_MAX_HOOKS]; // slm_train_attach / slm_train_add_hook
     slm_fsdp_opts fsdp;          // world > 1: sharding strategy, dtypes, prefetch (fsdp.h)
@@ -567,6 +575,8 @@ typedef struct slm_model_dir {
     slm_ckpt *ckpt;       // RUN / CKPT: the opened checkpoint (owned); NULL for HF
     int64_t step;         // RUN / CKPT: the checkpoint's step; -1 for HF
     char *tokenizer;      // tokenizer file path, NULL if there is none (owned)
+    char *tmp_dir;        // s3:// PATH: local temp directory holding the fetched tokenizer,
+                          // removed by slm_model_dir_close (owned; NULL otherwise)
 } slm_model_dir;
 
 // Opens PATH as one of the three kinds above and reads its config (and, for a checkpoint, its
