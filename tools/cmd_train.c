@@ -32,6 +32,11 @@ static slm_status parse_precision(const char *opt, const char *v, void *dst) {
     return slm_precision_parse(opt, v, dst);
 }
 
+static slm_status parse_lora_targets(const char *opt, const char *v, void *dst) {
+    (void)opt;
+    return slm_lora_parse_targets(v, dst);
+}
+
 // --metrics-addr: checked when parsed (a bad address is a usage error), kept as given.
 static slm_status parse_metrics_addr(const char *opt, const char *v, void *dst) {
     char host[256];
@@ -390,6 +395,12 @@ static const slm_opt k_train_opts[] = {
      .help = "continue bitwise from RUN_DIR's newest checkpoint that verifies (auto: if any; "
              "`latest` is only a hint, a bad newest one falls back to the previous with a "
              "warning) or from a checkpoint PATH"},
+    {.name = "--no-packing",
+     .type = SLM_OPT_FLAG,
+     .off = A(o.no_packing),
+     .help = "instruction data (prep --format prompt-completion|chat): one sample per window, "
+             "padded, instead of packing several per window (each attends only to itself "
+             "either way; loss on completion / assistant tokens only)"},
     {.name = "--verify-on-resume",
      .type = SLM_OPT_FLAG,
      .off = A(o.verify_on_resume),
@@ -408,6 +419,42 @@ static const slm_opt k_train_opts[] = {
      .meta = "DIR",
      .help = "initial weights from a Hugging Face safetensors directory (not with --resume "
              "PATH; with --resume auto only while RUN_DIR has no checkpoint)"},
+    {.type = SLM_OPT_SECTION,
+     .help = "  LoRA fine-tuning (Hu et al. 2021, PEFT's arithmetic; docs/training.md):"},
+    {.name = "--lora-rank",
+     .type = SLM_OPT_INT,
+     .off = A(o.lora.rank),
+     .meta = "R",
+     .help = "train rank-R adapters on the --lora-targets projections of the frozen "
+             "--init-from-hf base (needs --init-from-hf); checkpoints hold the adapters only",
+     .ilo = 1,
+     .ihi = 1 << 16,
+     .flags = SLM_OPTF_NODEF},
+    {.name = "--lora-alpha",
+     .type = SLM_OPT_FLOAT,
+     .off = A(o.lora.alpha),
+     .meta = "A",
+     .help = "adapter scale alpha / R",
+     .dlo = 0,
+     .dhi = INF,
+     .def = "2 x R",
+     .flags = SLM_OPTF_LO_OPEN | SLM_OPTF_F32},
+    {.name = "--lora-dropout",
+     .type = SLM_OPT_FLOAT,
+     .off = A(o.lora.dropout),
+     .meta = "P",
+     .help = "dropout on the adapter input while training",
+     .dlo = 0,
+     .dhi = 1,
+     .flags = SLM_OPTF_HI_OPEN | SLM_OPTF_F32},
+    {.name = "--lora-targets",
+     .type = SLM_OPT_CUSTOM,
+     .off = A(o.lora.targets),
+     .meta = "LIST",
+     .help = "comma-separated projections among q_proj, k_proj, v_proj, o_proj, gate_proj, "
+             "up_proj, down_proj, or all",
+     .parse = parse_lora_targets,
+     .def = "q_proj,v_proj"},
     {.type = SLM_OPT_SECTION, .help = "  operations (docs/operations.md):"},
     {.name = "--heartbeat-dir",
      .type = SLM_OPT_STRING,
@@ -600,6 +647,18 @@ static int train_check(const train_args *t, const slm_opt_seen *seen) {
                   o->train_from_scratch ? "--train-from-scratch" : "--verify-on-resume");
         return SLM_EXIT_USAGE;
     }
+    bool lora_opt = slm_opt_given(cli, seen, "--lora-alpha") ||
+                    slm_opt_given(cli, seen, "--lora-dropout") ||
+                    slm_opt_given(cli, seen, "--lora-targets");
+    if (lora_opt && o->lora.rank < 1) {
+        slm_error("train: --lora-alpha, --lora-dropout and --lora-targets need --lora-rank R");
+        return SLM_EXIT_USAGE;
+    }
+    if (o->lora.rank > 0 && !o->init_from_hf) {
+        slm_error("train: --lora-rank trains adapters on a frozen base: give the base with "
+                  "--init-from-hf DIR");
+        return SLM_EXIT_USAGE;
+    }
     if ((o->snapshot_every_steps > 0 || o->snapshot_dir) && !o->out_dir) {
         slm_error("train: --snapshot-every-steps / --snapshot-dir need --out RUN_DIR");
         return SLM_EXIT_USAGE;
@@ -723,6 +782,8 @@ int slm_cmd_train(int argc, char **argv) {
     if (t.no_prefetch) o.fsdp.forward_prefetch = o.fsdp.backward_prefetch = false;
     if (t.quiet) slm_progress_enable(false);
     slm_s3_set_defaults(t.s3_endpoint, t.s3_region);
+    if (o.lora.rank > 0 && !slm_opt_given(&k_train_cli, &seen, "--lora-alpha"))
+        o.lora.alpha = 2.0f * (float)o.lora.rank;
     if (slm_opt_given(&k_train_cli, &seen, "--progress-thread"))
         slm_dist_request_progress_thread(t.progress_us);
     slm_status st;

@@ -510,10 +510,11 @@ static slm_status ckpt_start(void *ctx, slm_trainer *tr) {
 // Polls the pending checkpoint and, if `save`, starts one of the current state.
 static slm_status ckpt_poll(slm_ckpt_sched *cs, slm_trainer *tr, bool save) {
     slm_ckpt_meta meta;
-    int NU = tr->model.n_units;
+    int NU = 0;
+    const slm_unit_layout *lay = slm_trainer_ckpt_layout(tr, &NU);
     slm_ckpt_shard *sh = slm_xcalloc((size_t)NU, sizeof *sh);
     slm_trainer_ckpt_state(tr, tr->step, &meta, sh);
-    slm_status st = slm_ckpt_sched_step(cs, save, &meta, tr->model.units, NU, sh);
+    slm_status st = slm_ckpt_sched_step(cs, save, &meta, lay, NU, sh);
     free(sh);
     return st;
 }
