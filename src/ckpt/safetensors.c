@@ -333,7 +333,16 @@ slm_status slm_peft_export(const slm_llama *m, const char *base_ref, const char 
             items[k] = (st_item){names[k], v, m->lora_params[l], 0};
         }
     char *p = slm_path_join(out_dir, "adapter_model.safetensors");
-    st = write_st_file(p, items, n, 0, dtype);
+    slm_progress pg; // adapters are small: the progress line shows only for slow disks
+    double written = 0, total = 0;
+    for (int i = 0; i < n; i++)
+        total += (double)items[i].v->numel * (double)slm_dtype_bytes(dtype);
+    slm_progress_begin(&pg, "ckpt export", 0, total);
+    st = write_st_file(p, items, n, 0, dtype, &pg, &written);
+    if (st)
+        slm_progress_abandon(&pg);
+    else
+        slm_progress_end(&pg, written, "%.0f MB of adapters", written / 1e6);
     free(p);
     free(items);
     free(names);
