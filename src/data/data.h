@@ -88,6 +88,10 @@ typedef struct slm_chat_template slm_chat_template;
 // Loads `spec` ("llama2", "llama3" or a file path). Errors: SLM_E_ARG (neither), SLM_E_IO /
 // SLM_E_FORMAT naming the file and field.
 slm_status slm_chat_template_load(const char *spec, slm_chat_template **out);
+// A template file's JSON text [len bytes]; `name` (its path) names it in messages and gives the
+// template's name (its base name). Errors: SLM_E_FORMAT naming the field.
+slm_status slm_chat_template_parse(const char *text, size_t len, const char *name,
+                                   slm_chat_template **out);
 void slm_chat_template_free(slm_chat_template *t);
 const char *slm_chat_template_name(const slm_chat_template *t);
 // "system" / "user" / "assistant".
@@ -174,9 +178,10 @@ slm_status slm_prep_run(const slm_prep_opts *opts);
 // Under mpirun, before slm_prep_run: checks that every rank holds the same settings
 // (slm_dist_agree_values): --tokenizer (path, and the XXH64 of the file each rank reads),
 // --input (the list, in order), --out, --shard-tokens, --val-fraction, --unit-bytes, --seed and
-// the collective timeout. Not compared: workers and progress (they may differ per rank).
-// Collective; SLM_OK in a world of one. Errors: SLM_E_ARG when an option differs,
-// SLM_E_FORMAT when only the tokenizer file's contents differ, naming the setting and the ranks.
+// the collective timeout, --format and --chat-template. Not compared: workers and progress (they
+// may differ per rank). Collective; SLM_OK in a world of one. Errors: SLM_E_ARG when an option
+// differs, SLM_E_FORMAT when only the tokenizer file's contents differ, naming the setting and the
+// ranks.
 slm_status slm_prep_agree(const slm_prep_opts *opts, double collective_timeout_s);
 
 // --- Manifest ---------------------------------------------------------------------------------

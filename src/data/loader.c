@@ -285,6 +285,15 @@ slm_status slm_loader_open(const slm_loader_opts *o, slm_loader **out) {
     }
     // A shuffled (training) split must fill one global batch; a sequential (validation) walk
     // only needs one window: its last batch may be ragged.
+    if (l->masked && l->n_windows < (o->shuffle ? o->B_global : 1)) {
+        st = slm_fail(SLM_E_ARG,
+                      "%s: %s split has %" PRId64 " samples = %" PRId64
+                      " windows of T+1 = %d tokens (%s), fewer than B_global = %d; reduce "
+                      "--batch, or prepare more samples",
+                      o->dir, o->split, l->n_samples, l->n_windows, o->T + 1,
+                      o->no_packing ? "one sample each" : "packed", o->B_global);
+        goto fail;
+    }
     if (l->n_windows < (o->shuffle ? o->B_global : 1)) {
         st = slm_fail(SLM_E_ARG,
                       "%s: %s split has %" PRId64 " tokens = %" PRId64

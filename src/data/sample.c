@@ -67,13 +67,10 @@ static slm_status split_role(slm_chat_template *t, int r, const char *s, const c
 
 // Template file: {"begin": "...", "system": "...{content}...", "user": ..., "assistant": ...,
 // "trim": bool}; "user" and "assistant" required.
-static slm_status parse_template_file(const char *path, slm_chat_template *t) {
-    char *text = NULL;
-    size_t len = 0;
-    slm_status st = slm_file_read_all(path, &text, &len);
-    if (st) return slm_fail_wrap(st, "--chat-template %s", path);
+static slm_status parse_template_text(const char *path, const char *text, size_t len,
+                                      slm_chat_template *t) {
+    slm_status st = SLM_OK;
     cJSON *root = cJSON_ParseWithLength(text, len);
-    free(text);
     if (!root || !cJSON_IsObject(root)) {
         cJSON_Delete(root);
         return slm_fail(SLM_E_FORMAT,
@@ -116,6 +113,22 @@ static slm_status parse_template_file(const char *path, slm_chat_template *t) {
     return st;
 }
 
+slm_status slm_chat_template_parse(const char *text, size_t len, const char *name,
+                                   slm_chat_template **out) {
+    *out = NULL;
+    slm_chat_template *t = slm_xcalloc(1, sizeof *t);
+    t->kind = TPL_GENERIC;
+    const char *slash = strrchr(name, '/');
+    t->name = slm_xstrdup(slash ? slash + 1 : name);
+    slm_status st = parse_template_text(name, text, len, t);
+    if (st) {
+        slm_chat_template_free(t);
+        return st;
+    }
+    *out = t;
+    return SLM_OK;
+}
+
 slm_status slm_chat_template_load(const char *spec, slm_chat_template **out) {
     *out = NULL;
     slm_chat_template *t = slm_xcalloc(1, sizeof *t);
@@ -141,10 +154,14 @@ slm_status slm_chat_template_load(const char *spec, slm_chat_template **out) {
         t->trim = true;
         t->check_special = true;
     } else if (slm_is_file(spec)) {
-        t->kind = TPL_GENERIC;
-        const char *slash = strrchr(spec, '/');
-        t->name = slm_xstrdup(slash ? slash + 1 : spec);
-        st = parse_template_file(spec, t);
+        free(t);
+        char *text = NULL;
+        size_t len = 0;
+        st = slm_file_read_all(spec, &text, &len);
+        if (st) return slm_fail_wrap(st, "--chat-template %s", spec);
+        st = slm_chat_template_parse(text, len, spec, out);
+        free(text);
+        return st;
     } else {
         st = slm_fail(SLM_E_ARG,
                       "--chat-template %s: not llama2, llama3 or an existing template file", spec);

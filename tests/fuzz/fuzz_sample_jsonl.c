@@ -1,7 +1,8 @@
-// libFuzzer target: arbitrary bytes as one JSONL record of instruction data (prep --format
-// prompt-completion / chat). Parsed as JSON, then read as both formats; a record that reads must
-// render with every template (none, llama2, llama3) or be refused with a reason, and a rendered
-// sample's segments must be well formed (text with its length, or a bare id).
+// libFuzzer target: arbitrary bytes as a chat template file (prep --chat-template FILE) and as
+// one JSONL record of instruction data (prep --format prompt-completion / chat). Parsed as JSON,
+// then read as both formats; a record that reads must render with every template (none, llama2,
+// llama3) or be refused with a reason, and a rendered sample's segments must be well formed (text
+// with its length, or a bare id).
 #include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,29 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (slm_chat_template_load("llama2", &tpl[1]) || slm_chat_template_load("llama3", &tpl[2]))
             abort();
         loaded = 1;
+    }
+    // the same bytes as a chat template file: parses or is refused; a parsed one renders a fixed
+    // chat or refuses it with a reason
+    slm_chat_template *ft = NULL;
+    if (slm_chat_template_parse((const char *)data, size, "fuzz.json", &ft) == SLM_OK) {
+        slm_sample s = {0};
+        const char *k = "{\"messages\": [{\"role\": \"system\", \"content\": \" s \"}, "
+                        "{\"role\": \"user\", \"content\": \"u\"}, {\"role\": "
+                        "\"assistant\", \"content\": \"a\"}]}";
+        cJSON *kj = cJSON_Parse(k);
+        char why[256];
+        if (!kj || !slm_sample_from_json(kj, SLM_PREP_CHAT, &s, why, sizeof why)) abort();
+        slm_sample_segs g;
+        why[0] = 0;
+        if (slm_sample_render(ft, &s, false, 1, 2, &g, why, sizeof why)) {
+            check_segs(&g);
+            slm_sample_segs_free(&g);
+        } else if (!why[0]) {
+            abort();
+        }
+        slm_sample_free(&s);
+        cJSON_Delete(kj);
+        slm_chat_template_free(ft);
     }
     cJSON *j = cJSON_ParseWithLength((const char *)data, size);
     if (!j) return 0;
