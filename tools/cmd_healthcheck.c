@@ -168,7 +168,7 @@ int slm_cmd_healthcheck(int argc, char **argv) {
     if (st) {
         slm_error("healthcheck: %s", slm_errmsg());
         slm_dist_finalize();
-        return SLM_EXIT_ERROR;
+        return slm_exit_code(st);
     }
     rc = rep.ok ? SLM_EXIT_OK : SLM_EXIT_HEALTH;
     if (slm_dist_rank() == 0) {

@@ -25,6 +25,7 @@
 #include "base/json.h"
 #include "dist/dist.h"
 #include "kernels/kernels.h"
+#include "train/train.h"
 
 #define U32 (1.0 / 16777216.0)
 #define U64 (1.0 / 9007199254740992.0)
@@ -52,35 +53,32 @@ static double gamma_n(double n, double u) {
 // ---------------------------------------------------------------------------------------------
 // Fault injection: fail-health entries of SHARDLM_FAULT (the other kinds are the trainer's).
 
-// The checks SHARDLM_FAULT corrupts on this rank (SLM_HEALTH_* bits).
-static uint32_t injected_faults(int rank, const char *host) {
-    const char *env = getenv("SHARDLM_FAULT");
-    if (!env || !*env) return 0;
-    const char *att = getenv("SHARDLM_ATTEMPT");
-    bool first = !att || !*att || atoi(att) <= 1;
-    uint32_t bits = 0;
-    char *copy = slm_xstrdup(env), *save = NULL;
-    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        if (strncmp(tok, "fail-health", 11) != 0 || (tok[11] != 0 && tok[11] != ':')) continue;
-        bool always = false, match = false, any_sel = false;
-        uint32_t which = SLM_HEALTH_GEMM;
-        char *save2 = NULL;
-        for (char *kv = strtok_r(tok + 11, ":", &save2); kv; kv = strtok_r(NULL, ":", &save2)) {
-            if (!strcmp(kv, "always"))
-                always = true;
-            else if (!strncmp(kv, "rank=", 5))
-                any_sel = true, match |= atoi(kv + 5) == rank;
-            else if (!strncmp(kv, "host=", 5))
-                any_sel = true, match |= !strcmp(kv + 5, host);
-            else if (!strncmp(kv, "check=", 6)) {
-                for (int i = 0; i < SLM_HEALTH_N_CHECKS; i++)
-                    if (!strcmp(kv + 6, k_check_names[i])) which = 1u << i;
-            }
+// The checks SHARDLM_FAULT's armed fail-health faults corrupt on this rank (SLM_HEALTH_* bits;
+// no check= names every check). SLM_E_ARG for a bad SHARDLM_FAULT or an unknown check name.
+static slm_status injected_faults(int rank, uint32_t *bits) {
+    *bits = 0;
+    slm_fault_plan plan;
+    slm_status st = slm_fault_plan_from_env(&plan);
+    if (st) return st;
+    for (int i = 0; i < plan.n; i++) {
+        const slm_fault *f = &plan.f[i];
+        if (f->kind != SLM_FAULT_FAIL_HEALTH || !slm_fault_armed(&plan, f)) continue;
+        uint32_t mine = f->rank < 0 || f->rank == rank ? ~0u : 0u;
+        if (!f->check[0]) {
+            *bits |= mine & ((1u << SLM_HEALTH_N_CHECKS) - 1);
+            continue;
         }
-        if ((match || !any_sel) && (first || always)) bits |= which;
+        int which = -1;
+        for (int k = 0; k < SLM_HEALTH_N_CHECKS; k++)
+            if (!strcmp(f->check, k_check_names[k])) which = k;
+        if (which < 0)
+            return slm_fail(SLM_E_ARG,
+                            "SHARDLM_FAULT: fail-health check \"%s\" is unknown (expected gemm, "
+                            "model, bitwise, mem, dir, allreduce, allgather or reduce_scatter)",
+                            f->check);
+        *bits |= mine & (1u << which);
     }
-    free(copy);
-    return bits;
+    return SLM_OK;
 }
 
 static void set_fail(slm_health_rank *r, uint32_t bit, const char *fmt, ...)
@@ -519,7 +517,9 @@ slm_status slm_health_run(const slm_health_opts *o, slm_health_report *rep) {
     me.rank = rank;
     if (gethostname(me.host, sizeof me.host - 1) != 0) snprintf(me.host, sizeof me.host, "?");
     cpu_model(me.cpu, sizeof me.cpu);
-    uint32_t inject = injected_faults(rank, me.host);
+    uint32_t inject = 0;
+    slm_status st = injected_faults(rank, &inject);
+    if (st) return st;
     uint64_t hash = 0;
     check_gemm(&me, inject, &hash);
     check_model(&me, inject, &hash);
@@ -534,9 +534,13 @@ slm_status slm_health_run(const slm_health_opts *o, slm_health_report *rep) {
     slm_dist_allgather(&me, rep->ranks, (int64_t)sizeof me, SLM_DT_U8, "healthcheck results");
     // bitwise: within each CPU model, the majority's output hash is the reference; a rank
     // without a strict majority behind its hash (a tie) fails too (the bad core is unknown).
+    // Ranks that already failed a bound (gemm, model) are named by it and do not vote.
+    const uint32_t bounded = SLM_HEALTH_GEMM | SLM_HEALTH_MODEL;
     for (int i = 0; i < world; i++) {
         int same = 0, agree = 0;
+        if (rep->ranks[i].failed & bounded) continue;
         for (int j = 0; j < world; j++) {
+            if (rep->ranks[j].failed & bounded) continue;
             if (strcmp(rep->ranks[j].cpu, rep->ranks[i].cpu) != 0) continue;
             same++;
             agree += rep->ranks[j].out_hash == rep->ranks[i].out_hash;
@@ -544,7 +548,8 @@ slm_status slm_health_run(const slm_health_opts *o, slm_health_report *rep) {
         if (same > 1 && 2 * agree <= same) {
             int other = -1;
             for (int j = 0; j < world && other < 0; j++)
-                if (!strcmp(rep->ranks[j].cpu, rep->ranks[i].cpu) &&
+                if (!(rep->ranks[j].failed & bounded) &&
+                    !strcmp(rep->ranks[j].cpu, rep->ranks[i].cpu) &&
                     rep->ranks[j].out_hash != rep->ranks[i].out_hash)
                     other = j;
             set_fail(&rep->ranks[i], SLM_HEALTH_BITWISE,

@@ -20,9 +20,10 @@
 //             exact results every rank checks; then the bandwidth of an all-reduce between one
 //             rank of each pair of hosts (and two ranks of one host) in GB/s (bus bandwidth as
 //             nccl-tests defines it: for two ranks, bytes / time), so a slow link is named.
-// Fault injection (tests): SHARDLM_FAULT=fail-health:rank=R[:host=H][:check=NAME][:always]
-// corrupts check NAME (default gemm) on world rank R (or on every rank of host H); like every
-// fault it fires only when SHARDLM_ATTEMPT is unset or 1, unless :always is appended.
+// Fault injection (tests): SHARDLM_FAULT=fail-health:rank=R[:check=NAME][:always] (parsed by
+// train/'s slm_fault_*) corrupts check NAME (every check without check=) on world rank R: the
+// data or result is altered, so the check's own comparison catches it; like every fault it
+// fires only when SHARDLM_ATTEMPT is unset or 1, unless :always is appended.
 #ifndef SLM_HEALTH_H
 #define SLM_HEALTH_H
 
@@ -88,7 +89,8 @@ typedef struct slm_health_report {
 // Runs every check on every rank (collective over the world; a world of one skips the
 // collective checks' communication but still checks their local results). Fills `rep` on every
 // rank. Returns SLM_OK when the checks ran (rep->ok says whether they passed); an error only
-// when a check could not run at all (SLM_E_NOMEM for the test buffers).
+// when a check could not run at all (SLM_E_NOMEM for the test buffers; SLM_E_ARG for a bad
+// SHARDLM_FAULT, on every rank alike).
 slm_status slm_health_run(const slm_health_opts *o, slm_health_report *rep);
 void slm_health_report_free(slm_health_report *rep);
 // Writes the report as JSON to `path` (atomic replace):
