@@ -362,16 +362,20 @@ static void check_dir_one(slm_health_rank *r, const char *dir, bool inject) {
 static void check_dirs(slm_health_rank *r, const slm_health_opts *o, uint32_t inject) {
     r->free_bytes = -1;
     if (!o->run_dir) return;
+    // checkpoints/ is probed when it exists (a fresh run directory stays empty: the trainer
+    // refuses to start in a non-empty directory that is no run directory)
     char *ck = slm_path_join(o->run_dir, "checkpoints");
-    check_dir_one(r, o->run_dir, false);
-    check_dir_one(r, ck, inject & SLM_HEALTH_DIR);
+    bool has_ck = slm_is_dir(ck);
+    check_dir_one(r, o->run_dir, (inject & SLM_HEALTH_DIR) && !has_ck);
+    if (has_ck) check_dir_one(r, ck, inject & SLM_HEALTH_DIR);
     struct statvfs sv;
-    if (statvfs(ck, &sv) == 0) {
+    if (statvfs(has_ck ? ck : o->run_dir, &sv) == 0) {
         r->free_bytes = (double)sv.f_bavail * (double)sv.f_frsize;
         if (r->free_bytes < o->ckpt_bytes) {
             char a[32], b[32];
             set_fail(r, SLM_HEALTH_DIR, "dir: %s has %s free, the estimated checkpoint needs %s",
-                     ck, slm_fmt_bytes(r->free_bytes, a), slm_fmt_bytes(o->ckpt_bytes, b));
+                     has_ck ? ck : o->run_dir, slm_fmt_bytes(r->free_bytes, a),
+                     slm_fmt_bytes(o->ckpt_bytes, b));
         }
     }
     free(ck);

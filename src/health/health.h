@@ -13,7 +13,7 @@
 //                       bit-identical gemm and model outputs (a bad core computes within no
 //                       bound but its own);
 //             mem       allocate, write and read back a configurable number of bytes;
-//             dir       the run directory and its checkpoints/ writable (a probe file written,
+//             dir       the run directory (and its checkpoints/ when present) writable (a probe file written,
 //                       fsync'ed, read back and removed) with free space for the estimated
 //                       checkpoint;
 //  collective allreduce, allgather, reduce_scatter on rank-dependent integer-valued data whose
