@@ -13,9 +13,9 @@
 //                       bit-identical gemm and model outputs (a bad core computes within no
 //                       bound but its own);
 //             mem       allocate, write and read back a configurable number of bytes;
-//             dir       the run directory (and its checkpoints/ when present) writable (a probe file written,
-//                       fsync'ed, read back and removed) with free space for the estimated
-//                       checkpoint;
+//             dir       the run directory (and its checkpoints/ when present) writable (a
+//                       probe file written, fsync'ed, read back and removed) with free space
+//                       for the estimated checkpoint;
 //  collective allreduce, allgather, reduce_scatter on rank-dependent integer-valued data whose
 //             exact results every rank checks; then the bandwidth of an all-reduce between one
 //             rank of each pair of hosts (and two ranks of one host) in GB/s (bus bandwidth as
