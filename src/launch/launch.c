@@ -547,7 +547,7 @@ typedef struct run {
     int failures[MAX_HOSTS];
     bool local;                     // no host list: this machine
     int grad_accum, grad_accum_idx; // the user's --grad-accum and its argv index (-1: none)
-    bool add_resume, add_heartbeat;
+    bool add_resume, add_heartbeat, has_verify, has_grace;
     const char *model;
     char transport[1024];
     attempt att[MAX_ATTEMPTS];
@@ -670,6 +670,9 @@ static void record_health(run *r, int world, bool ok, const char *failed) {
 // SLM_LAUNCH_PREEMPTED when a signal arrived.
 static int run_health(run *r) {
     const slm_launch_opts *o = r->o;
+    char num[32]; // the attempt this check precedes (faults of attempt 1 fire only before it)
+    snprintf(num, sizeof num, "%d", r->n_att + 1);
+    setenv("SHARDLM_ATTEMPT", num, 1);
     int world = r->local ? o->nproc : usable_slots(r);
     if (r->slurm) world = choose_world(r);
     char report[4096];
@@ -914,6 +917,13 @@ static void run_attempt(run *r, attempt *at, int world) {
         av_add(&a, num);
     }
     if (r->add_resume) av_add(&a, "--resume"), av_add(&a, "auto");
+    // A restart verifies every file of the checkpoint it resumes (--resume auto then falls back
+    // to the newest one that verifies), so a corrupt checkpoint cannot cause a restart loop.
+    if (at->n > 1 && !r->has_verify) av_add(&a, "--verify-on-resume");
+    if (!r->has_grace) {
+        snprintf(num, sizeof num, "%g", o->preempt_grace_s);
+        av_add(&a, "--preempt-grace"), av_add(&a, num);
+    }
     if (r->add_heartbeat) av_add(&a, "--heartbeat-dir"), av_add(&a, r->hb_dir);
     char *cmd = av_join(&a);
     slm_info("launch: attempt %d: %d rank(s)%s%s, grad accumulation %d: %s", at->n, world,
@@ -1204,6 +1214,10 @@ int slm_launch_run(const slm_launch_opts *o, char **summary) {
         r->grad_accum = (int)v;
     }
     r->model = find_arg(o, "--model", &idx);
+    find_arg(o, "--verify-on-resume", &idx);
+    r->has_verify = idx >= 0;
+    find_arg(o, "--preempt-grace", &idx);
+    r->has_grace = idx >= 0;
     if (o->min_nproc > o->nproc) {
         slm_error("launch: --min-nproc %d is larger than --nproc %d", o->min_nproc, o->nproc);
         free(r);
