@@ -202,6 +202,8 @@ typedef struct job {
     bool exited;
     int status;
     double exit_time;
+    double evidence_time; // when the launcher's output first reported the failure (0: never)
+    int64_t resumed_step; // from the trainer's "resumed from ... (step N)" line (-1: none)
     char part[8192];
     size_t part_len;
     char first_error[512];
@@ -274,6 +276,8 @@ static void job_line(job *j, char *line) {
     if (!e && !strncmp(line, "error: ", 7)) e = line - 1;
     if (e && !j->first_error[0]) snprintf(j->first_error, sizeof j->first_error, "%s", e + 1);
     if (strstr(line, "timed out after") && strstr(line, "collective")) j->coll_timeout = true;
+    const char *rs = strstr(line, "resumed from ");
+    if (rs && (rs = strstr(rs, "(step ")) && j->resumed_step < 0) j->resumed_step = atoll(rs + 6);
     long r = 0, pid = 0;
     int sig = 0;
     char host[128] = "", signame[64] = "";
@@ -283,6 +287,7 @@ static void job_line(job *j, char *line) {
                     "%d (%63[^)])",
                     &r, &pid, host, &sig, signame) >= 4) {
         j->culprit_rank = (int)r;
+        if (!j->evidence_time) j->evidence_time = wall_now();
         snprintf(j->culprit_host, sizeof j->culprit_host, "%s", host);
         snprintf(j->reason, sizeof j->reason, "rank %ld on %s exited on signal %d (%s)", r, host,
                  sig, signame);
@@ -297,6 +302,7 @@ static void job_line(job *j, char *line) {
     m = strstr(line, "Exit code:");
     if (m && j->pending_rank >= 0 && !j->reason[0]) {
         j->culprit_rank = j->pending_rank;
+        if (!j->evidence_time) j->evidence_time = wall_now();
         snprintf(j->reason, sizeof j->reason, "rank %d exited with status %d", j->pending_rank,
                  atoi(m + 10));
         return;
@@ -344,6 +350,7 @@ static int job_start(job *j, char *const *argv, const char *const *env_add) {
     memset(j, 0, sizeof *j);
     j->culprit_rank = -1;
     j->pending_rank = -1;
+    j->resumed_step = -1;
     int fds[2];
     if (pipe(fds) != 0) return -1;
     fflush(stdout);
@@ -1004,14 +1011,18 @@ static void run_attempt(run *r, attempt *at, int world) {
             break;
         }
     }
-    if (!at->detected) at->detected = j.exit_time ? j.exit_time : wall_now();
+    if (!at->detected) at->detected = j.evidence_time ? j.evidence_time : j.exit_time;
+    if (!at->detected) at->detected = wall_now();
     job_sweep(&j);
     hb_scan(&h, r->hb_dir, wall_now());
     at->end = wall_now();
     at->last_progress = h.last_progress;
     at->first_step_time = h.first_step_time;
-    at->start_step = h.start_step >= 0 ? h.start_step : resume_hint; // (a start record missed)
-    at->steps_reached = h.max_step >= 0 ? h.max_step : h.start_step;
+    // The start step: the trainer's resume line, else the heartbeat's start record, else 0 for
+    // a run that had no checkpoint (a start record can be missed: it is replaced within ms).
+    at->start_step = j.resumed_step >= 0 ? j.resumed_step : h.start_step;
+    if (at->start_step < 0 && resume_hint < 0) at->start_step = 0;
+    at->steps_reached = h.max_step >= 0 ? h.max_step : at->start_step;
     at->any_train = h.any_train;
     if (WIFEXITED(j.status)) at->exit_status = WEXITSTATUS(j.status);
     if (WIFSIGNALED(j.status)) at->exit_signal = WTERMSIG(j.status);
