@@ -12,20 +12,22 @@
 # torchrun's documented defaults are printed beside, as stated by PyTorch, not measured.
 #
 #   bench/bench_launch.sh [--build build] [--hang-timeout 10] [--chaos-steps 900] [--every 30]
+#                         [--snapshot-every-steps 5]   (chaos runs with /dev/shm snapshots; 0: off)
 #
 # Targets (issue 10, this 2-core machine, small model): crash detected <= 3 s, hang <=
 # hang-timeout + 2 s, detection to first new step <= 15 s, effective time >= 90% with a fault
 # every 30 s.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-BUILD=build HANG=10 CSTEPS=900 EVERY=30
+BUILD=build HANG=10 CSTEPS=900 EVERY=30 SNAP=5
 while [ $# -gt 0 ]; do
     case "$1" in
         --build) BUILD="$2"; shift 2 ;;
         --hang-timeout) HANG="$2"; shift 2 ;;
         --chaos-steps) CSTEPS="$2"; shift 2 ;;
         --every) EVERY="$2"; shift 2 ;;
-        *) echo "usage: $0 [--build DIR] [--hang-timeout S] [--chaos-steps N] [--every S]" >&2; exit 2 ;;
+        --snapshot-every-steps) SNAP="$2"; shift 2 ;;
+        *) echo "usage: $0 [--build DIR] [--hang-timeout S] [--chaos-steps N] [--every S] [--snapshot-every-steps N]" >&2; exit 2 ;;
     esac
 done
 BIN=$PWD/$BUILD/shardlm
@@ -62,10 +64,12 @@ row "stop (hang)" stop:rank=1:step=55 "NCCL collective timeout 600 s; elastic he
 row "corrupt newest + kill" corrupt-ckpt:step=50,kill:rank=1:step=55 "no checkpoint fallback: restart loop (Megatron-LM#5281)"
 
 # chaos: the same steps uninterrupted, then with a fault every EVERY s
+CH=()
+[ "$SNAP" -gt 0 ] && CH=(--snapshot-every-steps "$SNAP")
 t0=$(date +%s.%N)
-SHARDLM_FAULT=$SLOW "$BIN" launch "${LA[@]}" -- "${TR[@]}" --steps "$CSTEPS" --out "$W/clean" > "$W/clean.log" 2>&1
+SHARDLM_FAULT=$SLOW "$BIN" launch "${LA[@]}" -- "${TR[@]}" --steps "$CSTEPS" "${CH[@]}" --out "$W/clean" > "$W/clean.log" 2>&1
 t1=$(date +%s.%N)
-SHARDLM_FAULT=$SLOW "$BIN" launch "${LA[@]}" -- "${TR[@]}" --steps "$CSTEPS" --out "$W/chaos" > "$W/chaos.log" 2>&1 &
+SHARDLM_FAULT=$SLOW "$BIN" launch "${LA[@]}" -- "${TR[@]}" --steps "$CSTEPS" "${CH[@]}" --out "$W/chaos" > "$W/chaos.log" 2>&1 &
 P=$!
 RANDOM=${CHAOS_SEED:-1}
 n=0
@@ -94,12 +98,12 @@ same=yes
 for f in "$W/clean/checkpoints/$(printf step_%08d "$CSTEPS")"/*; do
     cmp -s "$f" "$W/chaos/checkpoints/$(printf step_%08d "$CSTEPS")/$(basename "$f")" || same=no
 done
-"$PY" - "$t0" "$t1" "$t2" "$n" "$rc" "$same" "$CSTEPS" "$EVERY" <<'PY'
+"$PY" - "$t0" "$t1" "$t2" "$n" "$rc" "$same" "$CSTEPS" "$EVERY" "$SNAP" <<'PY'
 import sys
 t0, t1, t2 = map(float, sys.argv[1:4])
-n, rc, same, steps, every = sys.argv[4], sys.argv[5], sys.argv[6], sys.argv[7], sys.argv[8]
+n, rc, same, steps, every, snap = sys.argv[4:10]
 clean, chaos = t1 - t0, t2 - t1
-print(f"chaos: {steps} steps, {n} faults (one every {every} s): uninterrupted {clean:.1f} s, "
+print(f"chaos: {steps} steps, snapshots every {snap} steps (0: none), {n} faults (one every {every} s): uninterrupted {clean:.1f} s, "
       f"chaos {chaos:.1f} s, effective training time {100 * clean / chaos:.1f}% "
       f"(exit {rc}, final weights bitwise equal: {same})")
 print("torchrun with its documented defaults would notice each hang only after the 600 s NCCL "
