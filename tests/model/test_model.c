@@ -322,6 +322,30 @@ static void test_config_rope(void) {
     unlink(p);
 }
 
+// --lora-targets: PEFT module names, comma-separated; every item must be one (an empty item from
+// a leading, doubled or trailing comma is refused alike), each at most once.
+static void test_lora_targets(void) {
+    uint32_t m = 0;
+    CHECK_OK(slm_lora_parse_targets("q_proj,v_proj", &m));
+    CHECK_EQ_INT((int)m, (1 << 0) | (1 << 2));
+    CHECK_OK(slm_lora_parse_targets("all", &m));
+    CHECK_EQ_INT((int)m, (1 << SLM_LORA_N_TARGETS) - 1);
+    const char *bad[] = {"",
+                         ",",
+                         "q_proj,",
+                         ",q_proj",
+                         "q_proj,,v_proj",
+                         "q_proj, v_proj",
+                         "q_proj,q_proj",
+                         "all,q_proj",
+                         "lm_head",
+                         "Q_PROJ"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK_MSG(slm_lora_parse_targets(bad[i], &m) == SLM_E_ARG, "\"%s\" accepted", bad[i]);
+        CHECK_MSG(strstr(slm_errmsg(), "--lora-targets"), "%s", slm_errmsg());
+    }
+}
+
 static void test_layout(void) {
     slm_llama_config c = small_cfg(97, 40, 72, 2, 4, 2, false);
     slm_llama m;
@@ -772,6 +796,7 @@ int main(void) {
     RUN(test_config_json);
     RUN(test_config_to_json);
     RUN(test_config_rope);
+    RUN(test_lora_targets);
     RUN(test_layout);
     RUN(test_init);
     RUN(test_hooks_order);
