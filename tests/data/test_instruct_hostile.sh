@@ -13,7 +13,9 @@
 #      whole string transformers' Llama-2 template renders ("[/INST] " reply " " EOS; before:
 #      "[/INST]reply" EOS, the spaces lost between separately encoded pieces).
 #   5. eval of a LoRA run whose base directory moved: the error says how to name the moved base
-#      (ckpt export --lora-base), and that route works.
+#      (ckpt export --lora-base), and that route works; a PEFT export with a relative
+#      --lora-base records the base's absolute path (before: the relative one, which a loader in
+#      another working directory cannot find), as train records --init-from-hf.
 . "$(dirname "$0")/../lib.sh"
 fails=0
 slm_corpus "$W/corpus.txt" 20000
@@ -186,5 +188,12 @@ has "eval with the base moved: names ckpt export --lora-base" "$W/o7" \
 check "export --merge-lora --lora-base MOVED" 0 $?
 "$BIN" eval --model "$W/merged" --data "$W/long" --split train --seq 128 > "$W/o9" 2>&1
 check "eval of the merged export" 0 $?
+(cd "$W" && "$BIN" ckpt export lora --hf peft --lora-base ./base_moved/ > /dev/null 2>&1)
+check "PEFT export, relative --lora-base" 0 $?
+"$PY" -c 'import json, os, sys
+got = json.load(open(sys.argv[1] + "/peft/adapter_config.json"))["base_model_name_or_path"]
+want = os.path.realpath(sys.argv[1] + "/base_moved")
+print("base_model_name_or_path", got, "ok" if got == want else "want " + want)' "$W" > "$W/o10"
+has "PEFT export, relative --lora-base: absolute base_model_name_or_path" "$W/o10" " ok$"
 set -e
 slm_finish
