@@ -59,6 +59,18 @@ static int root_owner(const slm_train_opts *o, const char *root, char *other, si
     return r;
 }
 
+// Writes ROOT's marker naming this run.
+static slm_status write_marker(const slm_train_opts *o, const char *root) {
+    char me[4200];
+    abs_out(o, me, sizeof me - 1);
+    size_t n = strlen(me);
+    me[n++] = '\n';
+    char *mp = slm_path_join(root, SNAP_MARKER);
+    slm_status st = slm_file_write_atomic(mp, me, n);
+    free(mp);
+    return st;
+}
+
 // True for the entries snapshots write into their directory: step_N (committed, .tmp,
 // .replaced.tmp), latest and its temporary, the marker.
 static bool snapshot_entry(const char *name) {
@@ -69,11 +81,11 @@ static bool snapshot_entry(const char *name) {
 // Removes ROOT's snapshot entries (step_N directories, flat; `latest`; the marker) and ROOT
 // itself when that leaves it empty; anything else in it is left alone. Only called on a
 // directory that carries this run's marker. Errors are ignored (a snapshot is a cache).
-static void remove_root(const char *root) {
+static void remove_root(const slm_train_opts *o, const char *root) {
     DIR *d = opendir(root);
     if (!d) return;
     for (struct dirent *e; (e = readdir(d));) {
-        if (!snapshot_entry(e->d_name)) continue;
+        if (!snapshot_entry(e->d_name) || !strcmp(e->d_name, SNAP_MARKER)) continue;
         char *p = slm_path_join(root, e->d_name);
         if (!strncmp(e->d_name, "step_", 5))
             slm_rmdir_flat_quiet(p);
@@ -82,7 +94,13 @@ static void remove_root(const char *root) {
         free(p);
     }
     closedir(d);
-    rmdir(root);
+    // the marker goes last, and only when nothing else is left (what could not be removed
+    // stays claimed by this run)
+    char *mp = slm_path_join(root, SNAP_MARKER);
+    if (rmdir(root) != 0 && unlink(mp) == 0 && rmdir(root) != 0) {
+        (void)write_marker(o, root);
+    }
+    free(mp);
 }
 
 // True when ROOT is missing or an empty directory.
@@ -115,17 +133,9 @@ static slm_status claim_root(const slm_train_opts *o, const char *root, bool fre
             "); snapshots delete what they do not keep, so name a new or "
             "empty directory",
             root);
-    if (fresh && own > 0) remove_root(root); // an earlier run's, never resumed
+    if (fresh && own > 0) remove_root(o, root); // an earlier run's, never resumed
     slm_status st = slm_mkdir_p(root);
-    if (!st && root_owner(o, root, NULL, 0) <= 0) {
-        char me[4200];
-        abs_out(o, me, sizeof me);
-        size_t n = strlen(me);
-        me[n++] = '\n';
-        char *mp = slm_path_join(root, SNAP_MARKER);
-        st = slm_file_write_atomic(mp, me, n);
-        free(mp);
-    }
+    if (!st && root_owner(o, root, NULL, 0) <= 0) st = write_marker(o, root);
     return st;
 }
 
@@ -262,6 +272,16 @@ static slm_status snap_finish(void *ctx, slm_trainer *tr, slm_status st) {
     if (!g_snap) return SLM_OK;
     slm_status r = st ? SLM_OK : slm_ckpt_sched_finish(g_snap);
     if (st) slm_ckpt_sched_settle(g_snap, tr->W == 1);
+    // A snapshot is a cache: its last save failing (a full /dev/shm, ...) is no reason to fail a
+    // run whose disk checkpoints are fine (the ranks agreed on r, so all of them go on).
+    if (r) {
+        if (tr->rank == 0)
+            slm_warn("snapshots: the last snapshot (step %lld) under %s was not saved (see the "
+                     "error above); snapshots are a cache, the run's weights are in its disk "
+                     "checkpoints",
+                     (long long)tr->step, tr->o->snapshot_dir ? tr->o->snapshot_dir : "/dev/shm");
+        r = SLM_OK;
+    }
     int64_t n;
     double stall_total, stall_max;
     slm_ckpt_sched_stats(g_snap, &n, &stall_total, &stall_max);
@@ -277,7 +297,7 @@ static slm_status snap_finish(void *ctx, slm_trainer *tr, slm_status st) {
     char *final = slm_path_join(tr->o->out_dir, name);
     if (!st && !r && tr->rank == 0 && slm_is_dir(final)) {
         char *root = slm_train_snapshot_root(tr->o);
-        if (root_owner(tr->o, root, NULL, 0) > 0) remove_root(root);
+        if (root_owner(tr->o, root, NULL, 0) > 0) remove_root(tr->o, root);
         free(root);
     }
     free(final);

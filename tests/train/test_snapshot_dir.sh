@@ -8,7 +8,10 @@
 #     --snapshot-dir: B never restores A's state (before: "resuming from the node-local snapshot"
 #     of A), is refused naming A's run dir, and A's snapshot is left intact; A itself resumes
 #     from its snapshot;
-#  3. an empty directory is used, and removed with the snapshots when the run completes.
+#  3. an empty directory is used, and removed with the snapshots when the run completes;
+#  4. snapshots that cannot be written (here: a file where each step's staging directory goes;
+#     a full /dev/shm alike) are warnings: the run completes with exit 0 and its disk
+#     checkpoints (before: exit 1, "the run's weights are lost"); the directory stays claimed.
 # Env (CTest): SHARDLM_BIN, SLM_SHARED_DIR.
 . "$(dirname "$0")/../lib.sh"
 set +e
@@ -59,4 +62,17 @@ mkdir -p "$W/empty"
 check "an empty --snapshot-dir is used" 0 $?
 has "snapshots taken" "$W/c.log" "snapshots: 4 taken"
 [ ! -e "$W/empty" ] && ok "and removed at the end" || { bad "$W/empty left"; ls -la "$W/empty"; }
+
+# --- 4. snapshots that fail
+F=$W/full
+mkdir -p "$F"
+printf '%s\n' "$W/d" > "$F/.shardlm-snapshots" # this run's directory (its marker)
+for i in 1 2 3 4; do echo x > "$F/step_0000000$i.tmp"; done
+"$BIN" "${TR[@]}" --snapshot-every-steps 1 --snapshot-dir "$F" --out "$W/d" > "$W/d.log" 2>&1
+check "failing snapshots do not fail the run" 0 $?
+has "a warning says so" "$W/d.log" "the last snapshot (step 4) under $F was not saved"
+[ -f "$W/d/checkpoints/step_00000004/manifest.json" ] && ok "the final disk checkpoint is there" ||
+    bad "no final disk checkpoint"
+[ -f "$F/.shardlm-snapshots" ] && [ -f "$F/step_00000001.tmp" ] && ok "the directory stays claimed" ||
+    { bad "marker or leftovers gone"; ls -la "$F"; }
 slm_finish
