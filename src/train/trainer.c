@@ -803,10 +803,20 @@ slm_status slm_train_finish(slm_trainer *tr, slm_status st) {
     slm_flight_set_where(tr->step, "finish (final checkpoint)");
     slm_status fin = st ? st : finish_ok(tr);
     const slm_train_opts *o = tr->o;
+    // The message of the first error is the run's: a hook that fails (or only logs a failure,
+    // like a heartbeat write) after it must not replace it.
+    char *msg = fin ? slm_xstrdup(slm_errmsg()) : NULL;
     for (int h = 0; h < o->n_hooks; h++) {
         if (!tr->hook_started[h] || !o->hooks[h].on_finish) continue;
         slm_status hs = o->hooks[h].on_finish(o->hooks[h].ctx, tr, st);
-        if (hs && !fin) fin = hs;
+        if (hs && !fin) {
+            fin = hs;
+            msg = slm_xstrdup(slm_errmsg());
+        }
+    }
+    if (msg) {
+        slm_set_errmsg(msg);
+        free(msg);
     }
     if (!fin && tr->interrupted && tr->preempted) {
         report_preemption(tr);
