@@ -133,7 +133,9 @@ static slm_status claim_root(const slm_train_opts *o, const char *root, bool fre
             "); snapshots delete what they do not keep, so name a new or "
             "empty directory",
             root);
-    if (fresh && own > 0) remove_root(o, root); // an earlier run's, never resumed
+    // an earlier run's, never resumed (the default directory is this run's by its name, marker
+    // or not)
+    if (fresh && (own > 0 || !o->snapshot_dir)) remove_root(o, root);
     slm_status st = slm_mkdir_p(root);
     if (!st && root_owner(o, root, NULL, 0) <= 0) st = write_marker(o, root);
     return st;

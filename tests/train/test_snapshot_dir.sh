@@ -11,7 +11,10 @@
 #  3. an empty directory is used, and removed with the snapshots when the run completes;
 #  4. snapshots that cannot be written (here: a file where each step's staging directory goes;
 #     a full /dev/shm alike) are warnings: the run completes with exit 0 and its disk
-#     checkpoints (before: exit 1, "the run's weights are lost"); the directory stays claimed.
+#     checkpoints (before: exit 1, "the run's weights are lost"); the directory stays claimed;
+#  5. the default /dev/shm directory holding a stale snapshot without a marker (an earlier
+#     binary's) is cleared by a fresh run of the same --out (before: kept, and retention kept it instead of
+#     the run's own), and removed when the run completes.
 # Env (CTest): SHARDLM_BIN, SLM_SHARED_DIR.
 . "$(dirname "$0")/../lib.sh"
 set +e
@@ -75,4 +78,28 @@ has "a warning says so" "$W/d.log" "the last snapshot (step 4) under $F was not 
     bad "no final disk checkpoint"
 [ -f "$F/.shardlm-snapshots" ] && [ -f "$F/step_00000001.tmp" ] && ok "the directory stays claimed" ||
     { bad "marker or leftovers gone"; ls -la "$F"; }
+
+# --- 5. the default directory with an unmarked stale snapshot
+if [ -d /dev/shm ] && [ -w /dev/shm ]; then
+    "$BIN" "${TR[@]}" --snapshot-every-steps 1 --out "$W/e" > "$W/e.log" 2>&1
+    D=$(sed -n 's/.*snapshots: every 1 steps into \([^ ]*\) .*/\1/p' "$W/e.log" | head -1)
+    if [[ "$D" == /dev/shm/shardlm-* ]] && [ ! -e "$D" ]; then
+        slm_on_exit "rm -rf '$D'"
+        mkdir -p "$D/step_00000010"
+        echo stale > "$D/step_00000010/manifest.json"
+        rm -rf "$W/e"
+        SHARDLM_FAULT=kill:rank=0:step=4 "$BIN" "${TR[@]}" --snapshot-every-steps 1 --out "$W/e" \
+            > "$W/e2.log" 2>&1
+        [ -d "$D/step_00000003" ] && [ ! -e "$D/step_00000010" ] &&
+            ok "a fresh run cleared the stale snapshot (crash before step 4: snapshot step 3)" ||
+            { bad "stale snapshot kept"; ls -la "$D"; }
+        SHARDLM_ATTEMPT=2 "$BIN" "${TR[@]}" --snapshot-every-steps 1 --out "$W/e" --resume auto \
+            > "$W/e3.log" 2>&1
+        check "its resume" 0 $?
+        has "from its own snapshot" "$W/e3.log" "resuming from the node-local snapshot $D/step_00000003"
+        [ ! -e "$D" ] && ok "the directory removed at the end" || { bad "$D left"; ls -laR "$D"; }
+    else
+        bad "default directory: '$D'"
+    fi
+fi
 slm_finish
