@@ -81,7 +81,9 @@ static bool direct_grads(const slm_fsdp *f) {
     return f->S == 1 && f->R == 1 && f->opts.reduce_dtype == SLM_PREC_FP32;
 }
 
-static void set_context(const slm_fsdp *f, const char *phase, int u) {
+static void set_context(slm_fsdp *f, const char *phase, int u) {
+    f->ctx_phase = phase;
+    f->ctx_unit = u;
     char ctx[96];
     snprintf(ctx, sizeof ctx, "step %lld, %s, FSDP unit %d", (long long)f->t + 1, phase, u);
     slm_dist_set_context(ctx);
@@ -228,8 +230,14 @@ static void reduce_progress(slm_fsdp *f, int must) {
             }
             if (f->R > 1) {
                 x->rstate = R_AR;
+                // Started from whichever hook polled the reduce-scatter's completion: the
+                // context names the unit it reduces, then the hook's own is put back.
+                const char *ph = f->ctx_phase;
+                int cu = f->ctx_unit;
+                set_context(f, "backward reduce (replica group)", f->rq[i]);
                 slm_dist_iallreduce(f->replica, x->rbuf_shard, x->shard_numel, red_dt(f),
                                     SLM_OP_SUM, "all-reduce (grads, replica group)", &x->rreq);
+                if (ph) set_context(f, ph, cu);
                 f->stats.bytes_reduced += x->shard_numel * (int64_t)red_elt(f);
             } else {
                 reduce_finish(f, f->rq[i]);
