@@ -56,9 +56,9 @@ cl_shape_dev() { # cl_shape_dev NS DEV RATE DELAY_MS
         half=$(awk -v d="$d" 'BEGIN { printf "%.3fms", d / 2 }')
         ip netns exec "$ns" tc qdisc add dev "$dev" root handle 1: netem delay "$half" limit 100000 &&
             ip netns exec "$ns" tc qdisc add dev "$dev" parent 1: handle 2: tbf rate "$rate" \
-                burst "$burst" latency 200ms
+                burst "$burst" latency "${CL_QUEUE_MS:-20}ms"
     else
-        ip netns exec "$ns" tc qdisc add dev "$dev" root tbf rate "$rate" burst "$burst" latency 200ms
+        ip netns exec "$ns" tc qdisc add dev "$dev" root tbf rate "$rate" burst "$burst" latency "${CL_QUEUE_MS:-20}ms"
     fi
 }
 
