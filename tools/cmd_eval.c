@@ -14,7 +14,7 @@
 typedef struct eval_args {
     const char *model, *hf, *data, *split, *ids;
     int64_t B, T, max_batches, threads;
-    bool unigram;
+    bool unigram, quiet;
 } eval_args;
 
 #define A(f) offsetof(eval_args, f)
@@ -71,6 +71,10 @@ static const slm_opt k_eval_opts[] = {
      .ilo = 1,
      .ihi = 4096,
      .def = "environment"},
+    {.name = "--quiet",
+     .type = SLM_OPT_FLAG,
+     .off = A(quiet),
+     .help = "no progress line while a checkpoint loads (stderr)"},
     {.type = SLM_OPT_END},
 };
 #undef A
@@ -82,6 +86,9 @@ static const slm_cli k_eval_cli = {
              "Mean cross-entropy (nats/token) and perplexity of a trained model.\n\n",
     .opts = k_eval_opts,
     .footer = "\nOutput lines on stdout: loss, perplexity, tokens, sequences, unigram_entropy.\n"
+              "On instruction data (prep --format prompt-completion|chat) loss and tokens are\n"
+              "over the completion / assistant tokens only (packed samples), and a line\n"
+              "\"targets completion_only\" says so.\n"
               "exit codes: 0 ok, 1 runtime error (also a bad id in --token-ids FILE, or an\n"
               "empty --split), 2 usage error or mismatch (vocab, length)\n",
 };
@@ -102,6 +109,7 @@ int slm_cmd_eval(int argc, char **argv) {
     slm_opt_seen seen;
     int rc = slm_opt_parse(&k_eval_cli, argc, argv, &x, &seen);
     if (rc >= 0) return rc;
+    if (x.quiet) slm_progress_enable(false);
     const char *run = x.model ? x.model : x.hf, *data = x.data, *split = x.split, *ids = x.ids;
     bool hf = x.hf != NULL; // --init-from-hf: an HF safetensors directory instead of a run
     int64_t B = x.B, T = x.T, max_batches = x.max_batches, threads = x.threads;
@@ -164,6 +172,8 @@ int slm_cmd_eval(int argc, char **argv) {
         if (st) goto fail;
         printf("loss %.6f\nperplexity %.4f\ntokens %lld\nsequences %lld\n", r.loss, r.perplexity,
                (long long)r.n_tokens, (long long)r.n_seqs);
+        if (r.completion_only) // instruction data: the loss and tokens are the target ones
+            printf("targets completion_only\n");
     }
     return stdout_ok() ? SLM_EXIT_OK : SLM_EXIT_ERROR;
 fail:

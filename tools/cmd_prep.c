@@ -14,7 +14,7 @@
 #include "objstore/objstore.h"
 
 typedef struct prep_args {
-    const char *tokenizer, *out;
+    const char *tokenizer, *out, *format, *chat_template;
     slm_opt_list inputs;
     int64_t shard_tokens, unit_bytes, workers, seed;
     double val_fraction, timeout_s;
@@ -77,6 +77,21 @@ static const slm_opt k_prep_opts[] = {
      .help = "key of the train/val hash, below 2^53",
      .ilo = 0,
      .ihi = (INT64_C(1) << 53) - 1},
+    {.name = "--format",
+     .type = SLM_OPT_STRING,
+     .off = A(format),
+     .meta = "F",
+     .help = "text (documents), prompt-completion (JSONL {\"prompt\", \"completion\"}) or chat "
+             "(JSONL {\"messages\": [{\"role\", \"content\"}, ...]}); the last two write a "
+             "per-token loss mask (loss on completion / assistant tokens only; docs/formats.md "
+             "\"Instruction data\")",
+     .def = "text"},
+    {.name = "--chat-template",
+     .type = SLM_OPT_STRING,
+     .off = A(chat_template),
+     .meta = "T",
+     .help = "llama2 ([INST] <<SYS>> form), llama3 (header form) or a template file (JSON); "
+             "required by --format chat, optional for prompt-completion"},
     {.name = "--quiet",
      .type = SLM_OPT_FLAG,
      .off = A(quiet),
@@ -118,6 +133,7 @@ static const slm_cli k_prep_cli = {
     .cmd = "prep",
     .usage = "usage: shardlm prep --tokenizer FILE --input PATH [--input PATH ...] --out DIR\n"
              "                    [--shard-tokens N] [--val-fraction F] [--workers W] [--seed S]\n"
+             "                    [--format text|prompt-completion|chat] [--chat-template T]\n"
              "                    [--quiet]\n"
              "\n"
              "Tokenizes a corpus into token shards (DIR/train_*.bin, DIR/val_*.bin), copies the\n"
@@ -162,6 +178,18 @@ int slm_cmd_prep(int argc, char **argv) {
     o.seed = (uint64_t)x.seed;
     o.unit_bytes = x.unit_bytes;
     o.progress = !x.quiet;
+    o.chat_template = x.chat_template;
+    if (!x.format || !strcmp(x.format, "text"))
+        o.format = SLM_PREP_TEXT;
+    else if (!strcmp(x.format, "prompt-completion"))
+        o.format = SLM_PREP_PROMPT_COMPLETION;
+    else if (!strcmp(x.format, "chat"))
+        o.format = SLM_PREP_CHAT;
+    else {
+        slm_error("prep: --format %s: expected text, prompt-completion or chat", x.format);
+        slm_opt_list_free(&x.inputs);
+        return SLM_EXIT_USAGE;
+    }
     const char **inputs = x.inputs.v;
     int n_in = x.inputs.n;
     int64_t workers = x.workers;

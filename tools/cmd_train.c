@@ -19,6 +19,7 @@ typedef struct train_args {
     int on_nonfinite;  // index into k_nonfinite
     int64_t seed;
     double progress_us;
+    bool quiet;
     const char *s3_endpoint, *s3_region;
 } train_args;
 
@@ -29,6 +30,11 @@ static slm_status parse_sharding(const char *opt, const char *v, void *dst) {
 
 static slm_status parse_precision(const char *opt, const char *v, void *dst) {
     return slm_precision_parse(opt, v, dst);
+}
+
+static slm_status parse_lora_targets(const char *opt, const char *v, void *dst) {
+    (void)opt;
+    return slm_lora_parse_targets(v, dst);
 }
 
 // --metrics-addr: checked when parsed (a bad address is a usage error), kept as given.
@@ -229,6 +235,12 @@ static const slm_opt k_train_opts[] = {
      .ilo = 0,
      .ihi = 1 << 30,
      .flags = SLM_OPTF_PER_RANK},
+    {.name = "--quiet",
+     .type = SLM_OPT_FLAG,
+     .off = A(quiet),
+     .help = "no progress line (rank 0, stderr: step, tokens/s, ETA to the last step; "
+             "checkpoint load); step lines and logs stay",
+     .flags = SLM_OPTF_PER_RANK},
     {.type = SLM_OPT_SECTION,
      .help = "  under mpirun -np N (data parallel, FSDP; docs/cluster.md, docs/scaling.md):"},
     {.name = "--sharding",
@@ -395,6 +407,12 @@ static const slm_opt k_train_opts[] = {
      .help = "continue bitwise from RUN_DIR's newest checkpoint that verifies (auto: if any; "
              "`latest` is only a hint, a bad newest one falls back to the previous with a "
              "warning) or from a checkpoint PATH"},
+    {.name = "--no-packing",
+     .type = SLM_OPT_FLAG,
+     .off = A(o.no_packing),
+     .help = "instruction data (prep --format prompt-completion|chat): one sample per window, "
+             "padded, instead of packing several per window (each attends only to itself "
+             "either way; loss on completion / assistant tokens only)"},
     {.name = "--verify-on-resume",
      .type = SLM_OPT_FLAG,
      .off = A(o.verify_on_resume),
@@ -413,6 +431,42 @@ static const slm_opt k_train_opts[] = {
      .meta = "DIR",
      .help = "initial weights from a Hugging Face safetensors directory (not with --resume "
              "PATH; with --resume auto only while RUN_DIR has no checkpoint)"},
+    {.type = SLM_OPT_SECTION,
+     .help = "  LoRA fine-tuning (Hu et al. 2021, PEFT's arithmetic; docs/training.md):"},
+    {.name = "--lora-rank",
+     .type = SLM_OPT_INT,
+     .off = A(o.lora.rank),
+     .meta = "R",
+     .help = "train rank-R adapters on the --lora-targets projections of the frozen "
+             "--init-from-hf base (needs --init-from-hf); checkpoints hold the adapters only",
+     .ilo = 1,
+     .ihi = 1 << 16,
+     .flags = SLM_OPTF_NODEF},
+    {.name = "--lora-alpha",
+     .type = SLM_OPT_FLOAT,
+     .off = A(o.lora.alpha),
+     .meta = "A",
+     .help = "adapter scale alpha / R",
+     .dlo = 0,
+     .dhi = INF,
+     .def = "2 x R",
+     .flags = SLM_OPTF_LO_OPEN | SLM_OPTF_F32},
+    {.name = "--lora-dropout",
+     .type = SLM_OPT_FLOAT,
+     .off = A(o.lora.dropout),
+     .meta = "P",
+     .help = "dropout on the adapter input while training",
+     .dlo = 0,
+     .dhi = 1,
+     .flags = SLM_OPTF_HI_OPEN | SLM_OPTF_F32},
+    {.name = "--lora-targets",
+     .type = SLM_OPT_CUSTOM,
+     .off = A(o.lora.targets),
+     .meta = "LIST",
+     .help = "comma-separated projections among q_proj, k_proj, v_proj, o_proj, gate_proj, "
+             "up_proj, down_proj, or all",
+     .parse = parse_lora_targets,
+     .def = "q_proj,v_proj"},
     {.type = SLM_OPT_SECTION, .help = "  operations (docs/operations.md):"},
     {.name = "--heartbeat-dir",
      .type = SLM_OPT_STRING,
@@ -605,6 +659,18 @@ static int train_check(const train_args *t, const slm_opt_seen *seen) {
                   o->train_from_scratch ? "--train-from-scratch" : "--verify-on-resume");
         return SLM_EXIT_USAGE;
     }
+    bool lora_opt = slm_opt_given(cli, seen, "--lora-alpha") ||
+                    slm_opt_given(cli, seen, "--lora-dropout") ||
+                    slm_opt_given(cli, seen, "--lora-targets");
+    if (lora_opt && o->lora.rank < 1) {
+        slm_error("train: --lora-alpha, --lora-dropout and --lora-targets need --lora-rank R");
+        return SLM_EXIT_USAGE;
+    }
+    if (o->lora.rank > 0 && !o->init_from_hf) {
+        slm_error("train: --lora-rank trains adapters on a frozen base: give the base with "
+                  "--init-from-hf DIR");
+        return SLM_EXIT_USAGE;
+    }
     if ((o->snapshot_every_steps > 0 || o->snapshot_dir) && !o->out_dir) {
         slm_error("train: --snapshot-every-steps / --snapshot-dir need --out RUN_DIR");
         return SLM_EXIT_USAGE;
@@ -624,28 +690,62 @@ static int train_check(const train_args *t, const slm_opt_seen *seen) {
     return -1;
 }
 
+// What the step-line hook keeps: the options and rank 0's progress bar.
+typedef struct step_printer {
+    const slm_train_opts *o;
+    slm_progress pg;
+    bool begun;
+} step_printer;
+
+// Rank 0's progress line (stderr): step, tokens/s, loss, ETA to the last step at the mean step
+// rate of this process so far.
+static void progress_step(step_printer *sp, const slm_step_metrics *m) {
+    if (!sp->begun) {
+        slm_progress_begin(&sp->pg, "train", (double)m->step - 1, (double)m->total_steps);
+        sp->pg.t0 -= m->ms_per_step / 1e3; // the clock starts with the step just done
+        sp->begun = true;
+    }
+    char tps[32];
+    double dt = slm_time_s() - sp->pg.t0, n = (double)m->step - sp->pg.done0;
+    double rate = dt > 0 ? (double)m->tokens_seen / (double)m->step * n / dt : NAN;
+    snprintf(tps, sizeof tps, isfinite(rate) ? "%.0f" : "?", rate);
+    slm_progress_update(&sp->pg, (double)m->step, "step %lld/%lld, %s tok/s, loss %.4f",
+                        (long long)m->step, (long long)m->total_steps, tps, m->loss);
+}
+
 // The step line on stdout (rank 0, every log_every steps, the first and last, and any step with
 // a validation), and the validation of an early stop at the end.
 static void print_step(void *ctx, const slm_step_metrics *m) {
-    const slm_train_opts *o = ctx;
+    step_printer *sp = ctx;
+    const slm_train_opts *o = sp->o;
     bool last = m->step == o->steps;
-    if (slm_dist_rank() != 0 || o->log_every <= 0) return;
-    if (!(m->step % o->log_every == 0 || last || m->step == 1 || isfinite(m->val_loss))) return;
-    printf("step %6lld/%lld | loss %.4f | lr %.3e | grad norm %.3f | %.0f tok/s | MFU %.1f%% | "
-           "%.1f ms/step",
-           (long long)m->step, (long long)o->steps, m->loss, m->lr, m->grad_norm, m->tokens_per_s,
-           100.0 * m->mfu, m->ms_per_step);
-    if (isfinite(m->val_loss)) printf(" | val loss %.4f", m->val_loss);
-    if (m->skipped) printf(" | update skipped (non-finite)");
-    printf("\n");
+    if (slm_dist_rank() != 0) return;
+    if (o->log_every <= 0 ||
+        !(m->step % o->log_every == 0 || last || m->step == 1 || isfinite(m->val_loss))) {
+        progress_step(sp, m);
+        return;
+    }
+    char line[256], val[96] = "";
+    if (isfinite(m->val_loss)) snprintf(val, sizeof val, " | val loss %.4f", m->val_loss);
+    if (m->skipped)
+        snprintf(val + strlen(val), sizeof val - strlen(val), " | update skipped (non-finite)");
+    snprintf(line, sizeof line,
+             "step %6lld/%lld | loss %.4f | lr %.3e | grad norm %.3f | %.0f tok/s | MFU %.1f%% | "
+             "%.1f ms/step%s",
+             (long long)m->step, (long long)o->steps, m->loss, m->lr, m->grad_norm, m->tokens_per_s,
+             100.0 * m->mfu, m->ms_per_step, val);
+    slm_progress_clear_line(); // a terminal's progress line gives way to the step line
+    printf("%s\n", line);
     fflush(stdout);
+    slm_log_file_only(SLM_LOG_INFO, "%s", line); // rank 0's log has the step lines too
+    progress_step(sp, m);
 }
 
 // --simulate-compute: the step line without loss values (they are meaningless): step time and
 // its split into simulated compute, exposed communication (collective waits) and the rest
 // (optimizer, hook polling, data).
 static slm_status print_sim_step(void *ctx, slm_trainer *tr, const slm_step_metrics *m) {
-    const slm_train_opts *o = ctx;
+    const slm_train_opts *o = ((const step_printer *)ctx)->o;
     bool last = m->step == o->steps;
     if (slm_trainer_rank(tr) != 0 || o->log_every <= 0) return SLM_OK;
     if (!(m->step % o->log_every == 0 || last || m->step == 1)) return SLM_OK;
@@ -661,7 +761,12 @@ static slm_status print_sim_step(void *ctx, slm_trainer *tr, const slm_step_metr
 }
 
 static slm_status print_finish(void *ctx, slm_trainer *tr, slm_status st) {
-    (void)ctx;
+    step_printer *sp = ctx;
+    if (sp->begun && st)
+        slm_progress_abandon(&sp->pg);
+    else if (sp->begun)
+        slm_progress_end(&sp->pg, (double)slm_trainer_steps_done(tr), "%lld steps",
+                         (long long)slm_trainer_steps_done(tr));
     const slm_train_result *r = slm_trainer_result(tr);
     if (!st && r->stop_evaluated && slm_trainer_rank(tr) == 0) {
         printf("step %6lld | val loss %.4f\n", (long long)r->steps_done, r->final_val_loss);
@@ -671,13 +776,15 @@ static slm_status print_finish(void *ctx, slm_trainer *tr, slm_status st) {
 }
 
 // The hooks `shardlm train` attaches: stop flag, checkpoints, metrics.jsonl, the Prometheus
-// metrics (after the checkpoints, whose counters it reads), then the step line (the supervisor
-// heartbeat attaches here the same way).
-static slm_status install_hooks(slm_train_opts *o, slm_train_std_hooks *std, slm_train_prom *prom) {
+// metrics (after the checkpoints, whose counters it reads), then the step line and progress
+// (the supervisor heartbeat attaches here the same way).
+static slm_status install_hooks(slm_train_opts *o, slm_train_std_hooks *std, slm_train_prom *prom,
+                                step_printer *sp) {
     slm_status st = slm_train_add_std_hooks(o, std);
     if (!st) st = slm_train_add_prom_hook(o, prom, std);
+    sp->o = o;
     slm_train_hook print = {
-        .name = "step line", .ctx = o, .observe = print_step, .on_finish = print_finish};
+        .name = "step line", .ctx = sp, .observe = print_step, .on_finish = print_finish};
     if (o->simulate_gflops > 0) print.observe = NULL, print.on_step = print_sim_step;
     return st ? st : slm_train_attach(o, &print);
 }
@@ -705,7 +812,10 @@ int slm_cmd_train(int argc, char **argv) {
     o.ckpt_abort_on_error = t.on_ckpt_error == 1;
     o.nonfinite_skip = t.on_nonfinite == 1;
     if (t.no_prefetch) o.fsdp.forward_prefetch = o.fsdp.backward_prefetch = false;
+    if (t.quiet) slm_progress_enable(false);
     slm_s3_set_defaults(t.s3_endpoint, t.s3_region);
+    if (o.lora.rank > 0 && !slm_opt_given(&k_train_cli, &seen, "--lora-alpha"))
+        o.lora.alpha = 2.0f * (float)o.lora.rank;
     if (slm_opt_given(&k_train_cli, &seen, "--progress-thread"))
         slm_dist_request_progress_thread(t.progress_us);
     slm_status st;
@@ -758,7 +868,8 @@ int slm_cmd_train(int argc, char **argv) {
     }
     slm_train_result res = {0};
     slm_train_std_hooks std = {0};
-    st = install_hooks(&o, &std, prom);
+    step_printer sp = {0};
+    st = install_hooks(&o, &std, prom, &sp);
     if (!st) st = slm_train_run(&o, &res);
     slm_train_prom_free(prom);
     if (st == SLM_E_INTERRUPTED && res.preempted) {

@@ -261,6 +261,19 @@ static cJSON *manifest_json(const slm_ckpt_meta *meta, const slm_unit_layout *la
     cJSON *sh = cJSON_AddObjectToObject(o, "sharding");
     cJSON_AddStringToObject(sh, "strategy", meta->strategy);
     cJSON_AddNumberToObject(sh, "shard_group_size", meta->shard_group_size);
+    if (meta->lora.rank > 0) {
+        cJSON *lo = cJSON_AddObjectToObject(o, "lora");
+        cJSON_AddNumberToObject(lo, "r", meta->lora.rank);
+        cJSON_AddNumberToObject(lo, "lora_alpha", meta->lora.alpha);
+        cJSON_AddNumberToObject(lo, "lora_dropout", meta->lora.dropout);
+        cJSON *tm = cJSON_AddArrayToObject(lo, "target_modules");
+        for (int t = 0; t < SLM_LORA_N_TARGETS; t++)
+            if (meta->lora.targets & (1u << t))
+                cJSON_AddItemToArray(tm, cJSON_CreateString(slm_lora_target_name(t)));
+        cJSON *bm = cJSON_AddObjectToObject(lo, "base_model");
+        cJSON_AddStringToObject(bm, "path", meta->lora_base);
+        add_hex(bm, "xxh64", meta->lora_base_xxh64);
+    }
     cJSON *us = cJSON_AddArrayToObject(o, "units");
     for (int u = 0; u < n_units; u++) {
         cJSON *uo = cJSON_CreateObject();
@@ -762,6 +775,44 @@ static slm_status parse_files(slm_ckpt *c, const char *mp, const cJSON *arr) {
     return SLM_OK;
 }
 
+// The optional "lora" object of a manifest (a LoRA checkpoint).
+static slm_status parse_lora(const char *mp, const cJSON *o, slm_ckpt_meta *M) {
+    const cJSON *lo = cJSON_GetObjectItemCaseSensitive(o, "lora");
+    if (!lo || cJSON_IsNull(lo)) return SLM_OK;
+    if (!cJSON_IsObject(lo)) return slm_fail(SLM_E_FORMAT, "%s: \"lora\" must be an object", mp);
+    double d = 0;
+    slm_status st;
+    if ((st = slm_json_num(mp, lo, "r", 1, 65536, true, &d))) return st;
+    M->lora.rank = (int32_t)d;
+    if ((st = slm_json_num(mp, lo, "lora_alpha", 0, 1e30, false, &d))) return st;
+    M->lora.alpha = (float)d;
+    if ((st = slm_json_num(mp, lo, "lora_dropout", 0, 1, false, &d))) return st;
+    M->lora.dropout = (float)d;
+    const cJSON *tm = slm_json_arr(lo, "target_modules");
+    if (!tm) return slm_fail(SLM_E_FORMAT, "%s: lora.target_modules missing", mp);
+    M->lora.targets = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, tm) {
+        int found = -1;
+        for (int t = 0; t < SLM_LORA_N_TARGETS && cJSON_IsString(it); t++)
+            if (!strcmp(it->valuestring, slm_lora_target_name(t))) found = t;
+        if (found < 0)
+            return slm_fail(SLM_E_FORMAT,
+                            "%s: lora.target_modules holds an unknown module (expected q_proj, "
+                            "k_proj, v_proj, o_proj, gate_proj, up_proj or down_proj)",
+                            mp);
+        M->lora.targets |= 1u << found;
+    }
+    if (slm_lora_config_validate(&M->lora))
+        return slm_fail(SLM_E_FORMAT, "%s: lora: %s", mp, slm_errmsg());
+    const cJSON *bm = slm_json_obj(lo, "base_model");
+    const cJSON *bp = bm ? cJSON_GetObjectItemCaseSensitive(bm, "path") : NULL;
+    if (!cJSON_IsString(bp) || strlen(bp->valuestring) >= sizeof M->lora_base)
+        return slm_fail(SLM_E_FORMAT, "%s: lora.base_model.path missing or too long", mp);
+    snprintf(M->lora_base, sizeof M->lora_base, "%s", bp->valuestring);
+    return slm_json_hex64(mp, bm, "xxh64", &M->lora_base_xxh64);
+}
+
 slm_status slm_ckpt_parse_manifest(slm_ckpt *c, const char *text, size_t len) {
     const char *mp = c->manifest_path;
     cJSON *o = cJSON_ParseWithLength(text, len);
@@ -853,6 +904,7 @@ slm_status slm_ckpt_parse_manifest(slm_ckpt *c, const char *text, size_t len) {
         if ((st = slm_json_num(mp, sh, "shard_group_size", 1, 1e7, true, &d))) goto out;
         M->shard_group_size = (int)d;
     }
+    if ((st = parse_lora(mp, o, M))) goto out;
     const cJSON *op = slm_json_obj(o, "optimizer"), *lr = slm_json_obj(o, "lr_schedule"),
                 *ld = slm_json_obj(o, "loader");
     const cJSON *rng = slm_json_arr(o, "rng_state");
@@ -1205,6 +1257,7 @@ slm_status slm_ckpt_check_model(const slm_ckpt *c, const slm_llama *m) {
     CK_INT(num_attention_heads)
     CK_INT(num_key_value_heads)
     CK_INT(tie_word_embeddings)
+    CK_INT(head_dim)
 #undef CK_INT
     if (!close_f(a->rms_norm_eps, b->rms_norm_eps) || !close_f(a->rope_theta, b->rope_theta))
         return slm_fail(SLM_E_ARG,
@@ -1216,10 +1269,20 @@ slm_status slm_ckpt_check_model(const slm_ckpt *c, const slm_llama *m) {
                         "rope_type %s factor %g, or its llama3 bands)",
                         mp, slm_rope_type_name(a->rope_type), (double)a->rope_factor,
                         slm_rope_type_name(b->rope_type), (double)b->rope_factor);
-    if (c->n_units != m->n_units)
-        return slm_fail(SLM_E_ARG, "%s: %d units, the model has %d", mp, c->n_units, m->n_units);
+    const slm_lora_config *la = &c->meta.lora;
+    if (la->rank > 0 && !(m->lora.rank > 0 && slm_lora_config_same(la, &m->lora)))
+        return slm_fail(SLM_E_ARG,
+                        "%s: a LoRA checkpoint (r %d, alpha %g, dropout %g) and a model %s (r %d, "
+                        "alpha %g, dropout %g, or other target modules)",
+                        mp, la->rank, (double)la->alpha, (double)la->dropout,
+                        m->lora.rank > 0 ? "with other adapters" : "without adapters", m->lora.rank,
+                        (double)m->lora.alpha, (double)m->lora.dropout);
+    const slm_unit_layout *mu = la->rank > 0 ? m->lora_units : m->units;
+    int mn = la->rank > 0 ? m->cfg.num_hidden_layers : m->n_units;
+    if (c->n_units != mn)
+        return slm_fail(SLM_E_ARG, "%s: %d units, the model has %d", mp, c->n_units, mn);
     for (int u = 0; u < c->n_units; u++) {
-        const slm_unit_layout *x = &c->units[u], *y = &m->units[u];
+        const slm_unit_layout *x = &c->units[u], *y = &mu[u];
         if (x->numel != y->numel || x->n_views != y->n_views)
             return slm_fail(SLM_E_ARG,
                             "%s: unit %d has %" PRId64 " elements in %d tensors, the model %" PRId64
@@ -1260,6 +1323,15 @@ void slm_ckpt_print_summary(const slm_ckpt *c, void *file) {
     fprintf(f, "optimizer    AdamW lr %g betas (%g, %g) eps %g wd %g\n", M->adamw.lr_peak,
             M->adamw.beta1, M->adamw.beta2, M->adamw.eps, M->adamw.weight_decay);
     fprintf(f, "loader       epoch %" PRId64 " pos %" PRId64 "\n", M->loader.epoch, M->loader.pos);
+    if (M->lora.rank > 0) { // the units above are the adapters
+        char h[17];
+        slm_hex64(M->lora_base_xxh64, h);
+        fprintf(f, "lora         r %d alpha %g dropout %g targets", M->lora.rank,
+                (double)M->lora.alpha, (double)M->lora.dropout);
+        for (int t = 0; t < SLM_LORA_N_TARGETS; t++)
+            if (M->lora.targets & (1u << t)) fprintf(f, " %s", slm_lora_target_name(t));
+        fprintf(f, "; adapters only, base %s xxh64 %s\n", M->lora_base, h);
+    }
     if (M->has_tokenizer) {
         char h[17];
         slm_hex64(M->tokenizer_xxh64, h);

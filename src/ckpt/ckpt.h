@@ -58,6 +58,12 @@ typedef struct slm_ckpt_meta {
     int world;               // ranks that saved
     char strategy[24];       // "NO_SHARD", "FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD"
     int shard_group_size;    // ranks per shard group (world for FULL_SHARD, 1 for NO_SHARD)
+    // LoRA checkpoint (lora.rank > 0): the units are the L adapter units (model.h's
+    // lora_units), not the base's; the frozen base is referred to by the Hugging Face
+    // directory it was loaded from and its slm_hf_dir_xxh64 (manifest "lora" object).
+    slm_lora_config lora;
+    char lora_base[1024];     // absolute path of the base HF directory
+    uint64_t lora_base_xxh64; // its weights' identity
 } slm_ckpt_meta;
 
 // Fills a world-of-one NO_SHARD meta with zero step and the given config.
@@ -296,7 +302,9 @@ const slm_ckpt_meta *slm_ckpt_get_meta(const slm_ckpt *c);
 int slm_ckpt_n_units(const slm_ckpt *c);
 const slm_unit_layout *slm_ckpt_unit(const slm_ckpt *c, int u);
 // Checks that the checkpoint fits a model: same config fields, same unit count, numel, and every
-// tensor's name, shape and offset. Errors: SLM_E_ARG naming the field / tensor, both values.
+// tensor's name, shape and offset. A LoRA checkpoint is compared with m's adapter units (m must
+// carry the same LoRA config: rank, alpha, dropout, targets). Errors: SLM_E_ARG naming the field /
+// tensor, both values.
 slm_status slm_ckpt_check_model(const slm_ckpt *c, const slm_llama *m);
 // Reads elements [begin, end) of unit u's params / m / v (each may be NULL) from whichever rank
 // files hold them (pread of the overlapping chunks only, each chunk verified). Elements >= the
@@ -371,6 +379,18 @@ slm_status slm_hf_export(const slm_llama *m, const char *out_dir, slm_st_dtype d
 // contains it (the swap would move the source), those of the steps, naming the file.
 slm_status slm_hf_export_dir(const slm_llama *m, const char *src_dir, const char *tokenizer_path,
                              const char *out_dir, slm_st_dtype dtype, size_t max_shard_bytes);
+// Exports m's LoRA adapters as a PEFT adapter directory in OUT_DIR: adapter_model.safetensors
+// (PEFT's keys "base_model.model.model.layers.N.self_attn.q_proj.lora_A.weight" [r, in] and
+// ".lora_B.weight" [out, r], in `dtype`) and adapter_config.json (peft_type LORA, task_type
+// CAUSAL_LM, r, lora_alpha, lora_dropout, target_modules, base_model_name_or_path = base_ref),
+// which peft.PeftModel.from_pretrained(base, OUT_DIR) loads. Errors: SLM_E_ARG without
+// adapters, SLM_E_IO naming the file.
+slm_status slm_peft_export(const slm_llama *m, const char *base_ref, const char *out_dir,
+                           slm_st_dtype dtype);
+// The same staged in a temp sibling and swapped in, as slm_hf_export_dir (SRC_DIR: where the
+// adapters came from).
+slm_status slm_peft_export_dir(const slm_llama *m, const char *src_dir, const char *base_ref,
+                               const char *out_dir, slm_st_dtype dtype);
 // Export staging (ckpt export): the files go into a hidden temp sibling of OUT_DIR,
 // "<parent>/.<name>.export-tmp.<pid>", which slm_export_dir_begin creates (with OUT_DIR's
 // parent; a stale one of the same name is removed) and returns in *tmp (owned). Errors: SLM_E_IO

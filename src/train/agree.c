@@ -163,7 +163,17 @@ slm_status slm_train_agree(const slm_train_opts *o) {
     add(l, "--resume", A, "%s", str_or_unset(o->resume));
     add(l, "--init-from-hf", A, "%s", str_or_unset(o->init_from_hf));
     add(l, "--verify-on-resume", A, "%s", on_off(o->verify_on_resume));
+    add(l, "--no-packing", A, "%s", on_off(o->no_packing));
     add(l, "--train-from-scratch", A, "%s", on_off(o->train_from_scratch));
+    add(l, "--lora-rank", A, "%d", o->lora.rank);
+    add(l, "--lora-alpha", A, "%.9g", (double)o->lora.alpha);
+    add(l, "--lora-dropout", A, "%.9g", (double)o->lora.dropout);
+    char targets[128] = "";
+    for (int t = 0; t < SLM_LORA_N_TARGETS; t++)
+        if (o->lora.targets & (1u << t))
+            snprintf(targets + strlen(targets), sizeof targets - strlen(targets), "%s%s",
+                     targets[0] ? "," : "", slm_lora_target_name(t));
+    add(l, "--lora-targets", A, "%s", targets[0] ? targets : "(none)");
     add_abs_path(l, "--heartbeat-dir", o->heartbeat_dir);
     add(l, "--preempt-grace", A, "%.17g", o->preempt_grace_s);
     add(l, "--on-nonfinite", A, "%s", o->nonfinite_skip ? "skip" : "abort");
@@ -193,11 +203,11 @@ slm_status slm_train_agree(const slm_train_opts *o) {
     if (slm_train_resolve_config(o->model, o->vocab_size, o->T, &c) == SLM_OK) {
         add(l, "model config", SLM_E_FORMAT,
             "vocab %d, hidden %d, intermediate %d, layers %d, heads %d, kv heads %d, max "
-            "positions %d, rms eps %.9g, rope theta %.9g, tied %s, init std %.9g",
+            "positions %d, rms eps %.9g, rope theta %.9g, tied %s, init std %.9g, head dim %d",
             c.vocab_size, c.hidden_size, c.intermediate_size, c.num_hidden_layers,
             c.num_attention_heads, c.num_key_value_heads, c.max_position_embeddings,
             (double)c.rms_norm_eps, (double)c.rope_theta, on_off(c.tie_word_embeddings),
-            (double)c.initializer_range);
+            (double)c.initializer_range, slm_llama_head_dim(&c));
         // its own item, so that a message names it (the line above is long)
         add(l, "model config rope scaling", SLM_E_FORMAT,
             "%s factor %.9g low %.9g high %.9g original positions %d",

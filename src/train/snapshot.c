@@ -155,12 +155,13 @@ static slm_status snap_start(void *ctx, slm_trainer *tr) {
 static slm_status snap_step(void *ctx, slm_trainer *tr, const slm_step_metrics *m) {
     (void)ctx;
     if (!g_snap) return SLM_OK;
-    int NU = tr->model.n_units;
+    int NU = 0;
+    const slm_unit_layout *lay = slm_trainer_ckpt_layout(tr, &NU); // LoRA: the adapters
     slm_ckpt_meta meta;
     slm_ckpt_shard *sh = slm_xcalloc((size_t)NU, sizeof *sh);
     slm_trainer_ckpt_state(tr, tr->step, &meta, sh);
-    slm_status st = slm_ckpt_sched_step(g_snap, slm_ckpt_sched_due(g_snap, m->step, false), &meta,
-                                        tr->model.units, NU, sh);
+    slm_status st =
+        slm_ckpt_sched_step(g_snap, slm_ckpt_sched_due(g_snap, m->step, false), &meta, lay, NU, sh);
     free(sh);
     return st;
 }

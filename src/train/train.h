@@ -7,7 +7,8 @@
 //   config.json    HF LlamaConfig (model/ writes and reads it)
 //   tokenizer.json / tokenizer.model   copied from the dataset
 //   metrics.jsonl  one JSON object per line: {"event":"start",...}, {"event":"step",...},
-//                  {"event":"eval",...}, {"event":"end",...}
+//                  {"event":"eval",...}, {"event":"end",...} and more (docs/formats.md)
+//   logs/          rank_NNNNN.log: every rank's log lines (UTC time, rank, host, level)
 //   run.lock       flock'ed by rank 0 for the whole run; "pid P on host H" of the holder
 //   checkpoints/   step_N/ checkpoints and `latest` (src/ckpt/ckpt.h): the run's weights;
 //                  every run with a run directory ends with one (also when stopped)
@@ -177,9 +178,17 @@ typedef struct slm_train_opts {
     int s3_prefix_shards;      // rank files spread over this many prefixes (0 / 1: one)
     const char *data_cache;    // data_dir s3://...: the local copy tools/ streams it into
                                // (slm_dataset_fetch) before the run; NULL: $TMPDIR default
+    bool no_packing; // instruction datasets: one sample per window (padded) instead of packing
+                     // several (each attending only to itself); ignored for plain datasets
     int n_hooks;
     slm_train_hook hooks[SLM_TRAIN_MAX_HOOKS]; // slm_train_attach / slm_train_add_hook
-    slm_fsdp_opts fsdp;          // world > 1: sharding strategy, dtypes, prefetch (fsdp.h)
+    slm_fsdp_opts fsdp; // world > 1: sharding strategy, dtypes, prefetch (fsdp.h)
+    // LoRA (lora.rank > 0; needs init_from_hf): adapters on lora.targets of the frozen
+    // init_from_hf base (model.h); fsdp/ shards base and adapters, AdamW trains the adapters
+    // only. Checkpoints hold the adapters plus the base's path and XXH64
+    // (slm_hf_dir_xxh64), checked on resume. lora.targets defaults to q_proj,v_proj (PEFT's
+    // Llama default) in slm_train_opts_default.
+    slm_lora_config lora;
     double collective_timeout_s; // bound on every collective wait (default 600; <= 0: none)
     // Operations (issue 10; docs/operations.md)
     const char *heartbeat_dir;    // every rank's heartbeat file (slm_train_add_heartbeat_hook);
@@ -229,7 +238,19 @@ slm_status slm_train_add_stop_hook(slm_train_opts *o);
 // Rank 0 with out_dir: metrics.jsonl (a "start" event at on_start, a "step" event per step, an
 // "end" event at on_finish of a run that did not fail), appended to (a fresh run's open phase
 // has emptied it). Flushed per line.
+// Every rank, each step: a non-blocking all-gather of its queued warnings' size (and, every 10th
+// step, its RSS, peak RSS, CPU utilisation, step / data / comm ms) started at the boundary and
+// completed at the next one; queued lines follow the same way and rank 0 prints them with the
+// rank named (slm_log_forwarded). With out_dir every rank also logs to out_dir/logs/rank_NNNNN.log.
+// Rank 0 writes "eval", "checkpoint", "ranks", "restart", "nonfinite" and "error" events too
+// (schema 2, docs/formats.md). Collective (every rank must install it).
 slm_status slm_train_add_metrics_hook(slm_train_opts *o, slm_train_std_hooks *h);
+// Appends {"event":EVENT,"step":STEP,"time":UNIX_S,FIELDS} to metrics.jsonl (rank 0 with
+// out_dir, while the metrics hook runs; otherwise a no-op). FIELDS: JSON members without the
+// surrounding braces ("\"rank\":3,\"ratio\":2.5"), or NULL. For other hooks' events (straggler,
+// skipped step). Errors: none (SLM_OK).
+slm_status slm_train_jsonl_event(const slm_train_std_hooks *h, const char *event, int64_t step,
+                                 const char *fields);
 // With out_dir: checkpoints under out_dir/checkpoints as opts' ckpt_* fields say (every N steps
 // / M minutes, async unless ckpt_sync, keep K), always one at on_finish of a run that did not
 // fail (end, --max-minutes, stop): the run's weights, so its failure fails the run whatever
@@ -297,12 +318,14 @@ typedef struct slm_train_result {
     double mfu;            // tokens_per_s x FLOPs per token / (peak x world)
     double peak_gflops;    // the MFU denominator used
     double flops_per_token;
-    bool already_complete; // resumed at step == steps: nothing trained (the rest is NaN)
-    bool interrupted;      // stopped by a want_stop hook (the stop flag); saved by the hooks
-    bool preempted;        // interrupted, and SIGTERM / SIGUSR1 reached some rank (a preemption:
-                           // `shardlm train` exits 75 once the checkpoint is committed)
-    bool stop_evaluated;   // stopped before --steps (not interrupted): final_val_loss is the
-                           // validation of the weights it stopped with
+    int64_t state_bytes;      // this rank's persistent parameter / gradient / AdamW bytes
+    int64_t trainable_params; // parameters AdamW updates (the adapters with LoRA)
+    bool already_complete;    // resumed at step == steps: nothing trained (the rest is NaN)
+    bool interrupted;         // stopped by a want_stop hook (the stop flag); saved by the hooks
+    bool preempted;           // interrupted, and SIGTERM / SIGUSR1 reached some rank (a preemption:
+                              // `shardlm train` exits 75 once the checkpoint is committed)
+    bool stop_evaluated;      // stopped before --steps (not interrupted): final_val_loss is the
+                              // validation of the weights it stopped with
 } slm_train_result;
 
 // Trains a model from a seeded init (slm_llama_init_weights) as described in the module comment:
@@ -390,8 +413,9 @@ void slm_trainer_step_timing(const slm_trainer *tr, slm_step_timing *t);
 // (data, model, vocab, batch, seq, grad-accum, steps, lr, min-lr, warmup, weight decay, betas,
 // eps, grad clip, seed, eval, activation checkpointing, max-minutes, time schedule, sharding,
 // shard group size, param / reduce dtypes, all-gather limit, prefetch, collective timeout, out,
-// checkpoint policy, resume, init-from-hf), as parsed values; then, read on each rank, the
-// resolved model config, the XXH64 of the dataset's manifest.json and tokenizer file and of the
+// checkpoint policy, resume, init-from-hf, the LoRA options), as parsed values; then, read on each
+// rank, the resolved model config, the XXH64 of the dataset's manifest.json and tokenizer file and
+// of the
 // --init-from-hf config.json. Not compared (they may differ per rank): threads, log_every,
 // peak_gflops, hooks, and the MPI progress thread. Collective; SLM_OK in a world of one.
 // Errors: SLM_E_ARG when an option differs, SLM_E_FORMAT when only file contents differ, with
@@ -506,15 +530,18 @@ slm_status slm_fault_flip_byte(const char *path);
 // Evaluation
 
 typedef struct slm_eval_result {
-    double loss;       // mean cross-entropy, nats per target token
-    double perplexity; // exp(loss)
-    int64_t n_tokens;  // target tokens evaluated
-    int64_t n_seqs;    // sequences (windows or lines)
+    double loss;          // mean cross-entropy, nats per target token
+    double perplexity;    // exp(loss)
+    int64_t n_tokens;     // target tokens evaluated
+    int64_t n_seqs;       // sequences (windows or lines)
+    bool completion_only; // instruction data: loss and n_tokens over the completion / assistant
+                          // tokens only (the dataset's target mask), samples packed
 } slm_eval_result;
 
 // Mean loss over a prepared split: windows of T+1 tokens in order, `max_batches` batches of B
-// (0: all). Errors: those of slm_loader_open; SLM_E_ARG on vocab mismatch or T too long;
-// SLM_E_NUMERIC on a non-finite loss.
+// (0: all). Instruction data (manifest format_version 2): windows of packed samples and the
+// loss over their target (completion / assistant) tokens only. Errors: those of slm_loader_open;
+// SLM_E_ARG on vocab mismatch or T too long; SLM_E_NUMERIC on a non-finite loss.
 slm_status slm_eval_split(slm_llama *m, const char *data_dir, const char *split, int B, int T,
                           int64_t max_batches, slm_eval_result *res);
 // Mean loss over a text file of whitespace-separated token ids, one sequence per line
@@ -540,6 +567,8 @@ typedef struct slm_gen_opts {
     uint64_t seed;
     bool add_bos;     // prepend the tokenizer's BOS id (if it has one)
     bool stop_at_eos; // stop when the EOS id is sampled
+    bool stop_at_id;  // also stop when stop_id is sampled (a chat template's end of turn)
+    int32_t stop_id;
 } slm_gen_opts;
 
 // Called after each new token with the text it completed (the bytes no later token can change:
@@ -552,8 +581,13 @@ typedef void (*slm_gen_emit_fn)(void *ctx, int32_t token, const char *bytes, siz
 // Encodes `prompt`, runs it through the KV cache, then samples max_new tokens (or until EOS /
 // the context is full), calling emit after each new token. Deterministic for a fixed seed.
 // Errors: SLM_E_ARG for an empty prompt without BOS, or options out of range.
+// slm_generate_ids: the same from prompt ids (e.g. a chat template's, slm_chat_prompt_ids) instead
+// of text; o->add_bos is not applied.
 slm_status slm_generate(slm_llama *m, const slm_tokenizer *tok, const char *prompt,
                         const slm_gen_opts *o, slm_gen_emit_fn emit, void *ctx, slm_ivec *out_ids);
+slm_status slm_generate_ids(slm_llama *m, const slm_tokenizer *tok, const int32_t *prompt_ids,
+                            size_t n_prompt, const slm_gen_opts *o, slm_gen_emit_fn emit, void *ctx,
+                            slm_ivec *out_ids);
 // Samples one id from logits[V] (modified in place) with the options' temperature / top-k /
 // top-p and the RNG. Deterministic.
 int32_t slm_sample_logits(float *logits, int32_t V, const slm_gen_opts *o, slm_rng *rng);
@@ -588,7 +622,16 @@ typedef struct slm_model_dir {
     char *tokenizer;      // tokenizer file path, NULL if there is none (owned)
     char *tmp_dir;        // s3:// PATH: local temp directory holding the fetched tokenizer,
                           // removed by slm_model_dir_close (owned; NULL otherwise)
+    // A LoRA checkpoint (adapters only; slm_model_dir_is_lora): the caller may set these
+    // before loading. keep_lora: keep the adapters unmerged (PEFT export); otherwise they are
+    // merged into the base (slm_llama_lora_merge), so eval / generate / export see one model.
+    // lora_base: the base HF directory instead of the one the checkpoint recorded (borrowed;
+    // its XXH64 must still match).
+    bool keep_lora;
+    const char *lora_base;
 } slm_model_dir;
+// True when d is a LoRA checkpoint: its weights are the recorded base plus adapters.
+bool slm_model_dir_is_lora(const slm_model_dir *d);
 
 // Opens PATH as one of the three kinds above and reads its config (and, for a checkpoint, its
 // manifest and rank file sizes; a run directory's newest checkpoint is checked in full, XXH64
@@ -610,7 +653,10 @@ void slm_model_dir_close(slm_model_dir *d);
 // (slm_model_dir_read_weights). On error *m is freed.
 slm_status slm_model_dir_load_model(slm_model_dir *d, slm_llama *m);
 // Reads the weights into an initialised model whose params are allocated; its config must be
-// the weights' (checked: slm_ckpt_check_model / slm_hf_load). Every byte read is verified
+// the weights' (checked: slm_ckpt_check_model / slm_hf_load). A LoRA checkpoint reads the base
+// from the HF directory its manifest names (or d->lora_base), refusing one whose
+// slm_hf_dir_xxh64 differs from the recorded one (SLM_E_FORMAT naming both), attaches and reads
+// the adapters and merges them unless d->keep_lora. Every byte read is verified
 // (checkpoint chunk XXH64) and checked finite. Errors: SLM_E_ARG / SLM_E_FORMAT for a model
 // that does not match, SLM_E_IO, SLM_E_CHECKSUM, naming the file.
 slm_status slm_model_dir_read_weights(slm_model_dir *d, slm_llama *m);
@@ -631,6 +677,10 @@ slm_status slm_model_dir_load(const char *path, bool hf_only, slm_llama *m, slm_
 // unless PATH is a run directory, a checkpoints root or a step_N directory (SLM_E_ARG naming
 // what it is and, for a run directory, that --model takes it).
 slm_status slm_model_dir_require_hf(const char *path);
+// The identity of a Hugging Face directory's weights (the base a LoRA checkpoint refers to): one
+// XXH64 folding in, in name order, the XXH64 of config.json and of every *.safetensors file and
+// model.safetensors.index.json (reads the files once). Errors: SLM_E_IO naming the file.
+slm_status slm_hf_dir_xxh64(const char *dir, uint64_t *out);
 // train --init-from-hf: reads the Hugging Face directory DIR's weights into an initialised
 // model with allocated params (slm_model_dir_open + slm_model_dir_read_weights). Errors:
 // SLM_E_ARG when DIR is a run or checkpoint directory, those of open and read.
