@@ -620,7 +620,10 @@ static void tiles(slm_buf *b, const report_run *r) {
     report_fmt_duration(r->wall_s, c);
     tile(b, "training time", c, NULL);
     const cJSON *sh = cJSON_GetObjectItemCaseSensitive(r->start, "sharding");
-    snprintf(v, sizeof v, "%d rank%s", r->world, r->world == 1 ? "" : "s");
+    if (r->world > 0)
+        snprintf(v, sizeof v, "%d rank%s", r->world, r->world == 1 ? "" : "s");
+    else
+        snprintf(v, sizeof v, "not recorded");
     tile2(b, "world", v, NULL, cJSON_IsString(sh) ? sh->valuestring : NULL);
     slm_buf_appendf(b, "</div>\n");
 }

@@ -171,7 +171,7 @@ static void derive(report_run *r) {
     const slm_run_log *l = &r->log;
     r->steps_planned = -1;
     r->final_loss = r->final_val = r->tokens = r->wall_s = r->mean_tps = r->mean_mfu = NAN;
-    r->world = 1;
+    r->world = 0; // unknown until a start event says (schema 1 did not record it)
     double planned = start_num(r, "steps"), world = start_num(r, "world");
     // The newest start event names the plan the run has now (a resume may extend --steps).
     for (size_t i = 0; i < l->n_events; i++) {
@@ -203,8 +203,17 @@ static void derive(report_run *r) {
                 ms += l->steps[i].ms_per_step;
             }
         if (ms > 0) r->mean_tps = tok / (ms / 1e3);
-        if (isfinite(flops_tok) && isfinite(peak) && peak > 0)
+        if (isfinite(flops_tok) && isfinite(peak) && peak > 0 && r->world > 0) {
             r->mean_mfu = r->mean_tps * flops_tok / (peak * 1e9 * r->world);
+        } else { // world unknown: the time-weighted mean of the steps' own MFU figures
+            double wm = 0, wms = 0;
+            for (size_t i = from; i < l->n_steps; i++)
+                if (isfinite(l->steps[i].mfu) && isfinite(l->steps[i].ms_per_step)) {
+                    wm += l->steps[i].mfu * l->steps[i].ms_per_step;
+                    wms += l->steps[i].ms_per_step;
+                }
+            if (wms > 0) r->mean_mfu = wm / wms;
+        }
         // Wall time: the sum over attempts of each attempt's last elapsed_s.
         double wall = 0, prev = -1;
         bool any = false;

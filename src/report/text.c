@@ -14,10 +14,14 @@ void report_render_text(const report_run *rp, slm_buf *out) {
     const cJSON *np = cJSON_GetObjectItemCaseSensitive(r.start, "n_params");
     const cJSON *sh = cJSON_GetObjectItemCaseSensitive(r.start, "sharding");
     report_fmt_si(cJSON_IsNumber(np) ? np->valuedouble : NAN, a);
-    slm_buf_appendf(out, "run %s: model %s (%s parameters), %d rank%s%s%s\n", run_dir,
-                    cJSON_IsString(model) ? model->valuestring : "?", a, r.world,
-                    r.world == 1 ? "" : "s", cJSON_IsString(sh) ? ", " : "",
-                    cJSON_IsString(sh) ? sh->valuestring : "");
+    char w[32];
+    if (r.world > 0)
+        snprintf(w, sizeof w, "%d rank%s", r.world, r.world == 1 ? "" : "s");
+    else
+        snprintf(w, sizeof w, "world size not recorded");
+    slm_buf_appendf(out, "run %s: model %s (%s parameters), %s%s%s\n", run_dir,
+                    cJSON_IsString(model) ? model->valuestring : "?", a, w,
+                    cJSON_IsString(sh) ? ", " : "", cJSON_IsString(sh) ? sh->valuestring : "");
     if (r.steps_planned > 0)
         slm_buf_appendf(out, "status: %s, %lld of %lld steps\n", r.status, (long long)r.steps_done,
                         (long long)r.steps_planned);
