@@ -9,7 +9,8 @@
 # after the restart shardlm_launch_restarts_total 1, attempt 2 running at world size 2, the
 # failed attempt as last_exit_info{result="failed"}, a heartbeat time between the launch and
 # now. Prometheus's API must answer increase(shardlm_launch_restarts_total[5m]) > 0 and the
-# ShardlmRestartsRising alert must be firing. Bad input: a bad --metrics-addr is a usage error
+# ShardlmRestartsRising alert must be firing, and the dashboard's two restarts panel queries
+# must return >= 1 for the launcher's instance. Bad input: a bad --metrics-addr is a usage error
 # (2) before anything is written; a port in use fails (1) before anything starts. The job is
 # ended with SIGTERM (preempted: exit 75). Every process started here is stopped by pid.
 # Usage: test_launch_metrics.sh MPIEXEC.
@@ -140,6 +141,15 @@ awk -F'\t' '$1 ~ /^increase/ && $3 > 0 {f=1} END {exit !f}' "$W/api.txt" &&
     ok "increase(shardlm_launch_restarts_total[5m]) > 0 via the API" || { bad "increase:"; cat "$W/api.txt"; }
 awk -F'\t' '$1 ~ /^min_over_time/ && $3 == 0 {f=1} END {exit !f}' "$W/api.txt" ||
     echo "(note: Prometheus's first sample was after the restart; the increase needs one before)"
+# the dashboard's restarts panels (deploy/grafana/shardlm.json) on the launcher's real series
+"$PY" "$SRC/tests/metrics/dashboard_queries.py" "$SRC/deploy/grafana/shardlm.json" list |
+    awk -F'\t' '$1 == "Restarts" {print $2}' > "$W/panels.txt"
+check "the dashboard has two restarts panel queries" 2 "$(wc -l < "$W/panels.txt")"
+while IFS= read -r e; do
+    q "$e" > "$W/panel.txt"
+    awk -F'\t' -v i="\"instance\": \"127.0.0.1:$port\"" 'index($2, i) && $3 >= 1 {f=1} END {exit !f}' \
+        "$W/panel.txt" && ok "panel query >= 1 for the launcher: $e" || { bad "panel query $e:"; cat "$W/panel.txt"; }
+done < "$W/panels.txt"
 [ "$fails" = 0 ] || { q up; curl -s --max-time 5 "http://127.0.0.1:$pport/api/v1/targets"; echo; cat "$W/prom.log"; }
 
 # --- end the job: SIGTERM is a preemption (checkpoint, exit 75); the server goes with it
