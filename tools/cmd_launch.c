@@ -180,6 +180,14 @@ static const slm_opt k_launch_opts[] = {
              "listens on 127.0.0.1, PORT 0 picks a free port (logged)",
      .parse = parse_metrics_addr,
      .def = "off"},
+    {.name = "--metrics-linger",
+     .type = SLM_OPT_DOUBLE,
+     .off = A(o.metrics_linger_s),
+     .meta = "S",
+     .help = "with --metrics-addr: keep serving /metrics S seconds after the job ended, so the "
+             "last scrapes see the final state (done); SIGTERM ends the wait",
+     .dlo = 0,
+     .dhi = 1e6},
     {.type = SLM_OPT_END},
 };
 #undef A

@@ -1375,6 +1375,15 @@ static int finish(run *r, int code, const char *result, char **summary) {
     for (int i = 0; i < r->n_hosts; i++)
         free(r->host[i]);
     lm_state(ST_DONE);
+    if (g_m.srv && r->o->metrics_linger_s > 0) { // the final state, for the last scrapes
+        slm_info("launch: done (%s, exit %d); /metrics stays up %.0f s (--metrics-linger; "
+                 "SIGTERM / SIGINT ends it)",
+                 result, code, r->o->metrics_linger_s);
+        g_signal = 0;
+        double t1 = wall_now();
+        while (wall_now() - t1 < r->o->metrics_linger_s && !g_signal)
+            sleep_s(0.05);
+    }
     lm_stop();
     return code;
 }

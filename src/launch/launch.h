@@ -53,6 +53,7 @@ typedef struct slm_launch_opts {
     const char *health_mem;   // healthcheck --mem value (NULL: its default)
     const char *exe;          // the shardlm binary the ranks run
     const char *metrics_addr; // HOST:PORT the launcher serves its own /metrics on (NULL: off)
+    double metrics_linger_s;  // after the end: keep serving /metrics this long (the "done" state)
     int train_argc;           // train arguments (after "--"; a leading "train" is skipped)
     char **train_argv;
 } slm_launch_opts;
@@ -65,7 +66,9 @@ void slm_launch_opts_default(slm_launch_opts *o);
 // no MPI) from before the first health check to its exit: the shardlm_launch_* families of
 // docs/observability.md (restarts, attempts, world size, health-check failures, excluded hosts,
 // the last attempt's result, the job state, the newest heartbeat). A port in use fails before
-// anything starts (SLM_LAUNCH_FAILED, the address and the reason printed).
+// anything starts (SLM_LAUNCH_FAILED, the address and the reason printed). With
+// metrics_linger_s > 0 the server stays up that long after the end (state "done"; a SIGTERM or
+// SIGINT ends the wait) before slm_launch_run returns.
 //
 // Runs the job to its end as described above. Progress lines go to stderr (slm_log, "launch:"),
 // the job's own output passes through. *summary (owned, free()) receives the attempts table

@@ -12,7 +12,9 @@
 # ShardlmRestartsRising alert must be firing, and the dashboard's two restarts panel queries
 # must return >= 1 for the launcher's instance. Bad input: a bad --metrics-addr is a usage error
 # (2) before anything is written; a port in use fails (1) before anything starts. The job is
-# ended with SIGTERM (preempted: exit 75). Every process started here is stopped by pid.
+# ended with SIGTERM (preempted: exit 75); --metrics-linger then serves state done and the
+# preemption as the last exit until a second SIGTERM. Every process started here is stopped by
+# pid.
 # Usage: test_launch_metrics.sh MPIEXEC.
 . "$(dirname "$0")/../lib.sh"
 MPIEXEC=${1:-$MPIEXEC}
@@ -62,7 +64,7 @@ q 'up' > /dev/null 2>&1 && ok "Prometheus is up on 127.0.0.1:$pport" ||
 t_launch=$(date +%s)
 SHARDLM_FAULT=kill:rank=1:step=30,slow:rank=0:ms=300:always \
     "$BIN" launch --nproc 2 "${LA[@]}" --hang-timeout 60 --max-run 4m \
-    --metrics-addr "127.0.0.1:$port" -- "${TR[@]}" --steps 100000 --out "$W/run" \
+    --metrics-addr "127.0.0.1:$port" --metrics-linger 120 -- "${TR[@]}" --steps 100000 --out "$W/run" \
     > "$W/out.log" 2> "$W/err.log" &
 lpid=$!
 slm_on_exit "kill -TERM $lpid 2> /dev/null; wait $lpid"
@@ -152,7 +154,21 @@ while IFS= read -r e; do
 done < "$W/panels.txt"
 [ "$fails" = 0 ] || { q up; curl -s --max-time 5 "http://127.0.0.1:$pport/api/v1/targets"; echo; cat "$W/prom.log"; }
 
-# --- end the job: SIGTERM is a preemption (checkpoint, exit 75); the server goes with it
+# --- end the job: SIGTERM is a preemption (checkpoint, exit 75); --metrics-linger keeps the
+# final state served until a second SIGTERM; then the server goes with the launcher
+kill -TERM $lpid
+for _ in $(seq 240); do
+    grep -q "metrics stays up" "$W/err.log" && break
+    alive || break
+    sleep 0.5
+done
+scrape > "$W/s3.prom"
+check_line3() { grep -qxF "$2" "$W/s3.prom" && ok "$1" || { bad "$1: no line '$2'"; }; }
+check_line3 "lingering: state done" 'shardlm_launch_state{state="done"} 1'
+check_line3 "lingering: not running" 'shardlm_launch_state{state="running"} 0'
+has "lingering: the last exit is attempt 2's preemption" "$W/s3.prom" '^shardlm_launch_last_exit_info{result="preempted",reason="SIGTERM received.*"} 1$'
+has "lingering: attempt 1's failure is 0 now" "$W/s3.prom" '^shardlm_launch_last_exit_info{result="failed",reason=".*"} 0$'
+check_line3 "lingering: still 1 restart" 'shardlm_launch_restarts_total 1'
 kill -TERM $lpid
 for _ in $(seq 240); do alive || break; sleep 0.5; done
 alive && bad "the launcher did not stop within 120 s" || ok "the launcher stopped"
