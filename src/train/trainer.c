@@ -33,6 +33,14 @@ static slm_status check_opts(const slm_train_opts *o) {
     if (!(o->adamw.weight_decay >= 0)) return slm_fail(SLM_E_ARG, "--weight-decay must be >= 0");
     if (!o->synthetic && !o->data_dir)
         return slm_fail(SLM_E_ARG, "no dataset given (--data DIR, or --synthetic)");
+    if (!(o->simulate_gflops >= 0) || !isfinite(o->simulate_gflops))
+        return slm_fail(SLM_E_ARG, "--simulate-compute must be a positive GFLOP/s rate");
+    if (o->simulate_gflops > 0 && o->eval_every > 0 && !o->synthetic)
+        return slm_fail(SLM_E_ARG, "--simulate-compute: validation losses would be meaningless (no "
+                                   "arithmetic runs); HINT: use --eval-every 0");
+    if (o->simulate_gflops > 0 && o->lora.rank > 0)
+        return slm_fail(SLM_E_ARG, "--simulate-compute: its FLOP count is that of full training, "
+                                   "not of LoRA adapters (--lora-rank); use one or the other");
     if (o->lora.rank > 0) {
         slm_status st = slm_lora_config_validate(&o->lora);
         if (st) return st;
@@ -627,9 +635,15 @@ static int forward_backward(slm_trainer *tr, int64_t n_total, double *loss_sum, 
         slm_warn("fault injection (SHARDLM_FAULT): nan-grad:step=%lld: NaN loss and gradients "
                  "on rank %d",
                  (long long)tr->step + 1, tr->rank);
+    tr->step_sim_s = 0;
     for (int k = 0; k < tr->K; k++) {
         int stop = k > 0 ? agree_stop(tr, "stop flags (micro-batch)") : 0;
         if (stop) return stop;
+        if (tr->o->simulate_gflops > 0) { // --simulate-compute: real collectives, no arithmetic
+            tr->step_sim_s +=
+                slm_train_sim_forward_backward(&tr->model, tr->B, tr->T, tr->o->simulate_gflops);
+            continue;
+        }
         // LoRA dropout masks: a function of (seed, step, micro-batch, rank) only, so a resume
         // replays them bitwise.
         tr->model.lora_dropout_key =
@@ -920,6 +934,11 @@ slm_status slm_train_finish(slm_trainer *tr, slm_status st) {
     // The hooks see the status of the training itself: an error in the final validation does
     // not cost the final checkpoint.
     slm_flight_set_where(tr->step, "finish (final checkpoint)");
+    // SHARDLM_FLIGHT_DUMP=end: every rank dumps its flight recorder once training ended (before
+    // the final checkpoint), e.g. to compare a --simulate-compute run's collectives with a real
+    // one's (docs/operations.md "Flight recorder").
+    const char *fd = getenv("SHARDLM_FLIGHT_DUMP");
+    if (fd && strcmp(fd, "end") == 0) slm_flight_dump("end of training (SHARDLM_FLIGHT_DUMP=end)");
     slm_status fin = st ? st : finish_ok(tr);
     const slm_train_opts *o = tr->o;
     // The message of the first error is the run's: a hook that fails (or only logs a failure,
@@ -991,7 +1010,8 @@ void slm_trainer_step_timing(const slm_trainer *tr, slm_step_timing *t) {
     *t = (slm_step_timing){.data_s = tr->step_data_s,
                            .comm_s = tr->step_comm_s,
                            .bytes_gathered = tr->fsdp.stats.bytes_gathered,
-                           .bytes_reduced = tr->fsdp.stats.bytes_reduced};
+                           .bytes_reduced = tr->fsdp.stats.bytes_reduced,
+                           .sim_compute_s = tr->step_sim_s};
 }
 
 void slm_trainer_fault_after_ckpt(slm_trainer *tr) {
