@@ -2,7 +2,9 @@
 # `srun -n 2 --mpi=pmix shardlm train` on a private single-node Slurm (tests/slurm/slurm_lib.sh)
 # against `mpirun -np 2` of the same run: both start 2 ranks of one world (every rank logs
 # "rank R/2"), and give byte-identical checkpoints (every file of the final step, manifest
-# included) and identical losses (metrics.jsonl). Env (CTest): SHARDLM_BIN, SLM_SHARED_DIR.
+# included) and identical losses (metrics.jsonl). Then the clean-up of the library itself: with
+# a job step still running, slm_slurm_stop leaves no daemon, slurmstepd or job task behind.
+# Env (CTest): SHARDLM_BIN, SLM_SHARED_DIR.
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/slurm_lib.sh"
 slm_slurm_start
@@ -40,4 +42,32 @@ if [ "$(losses "$W/m" | wc -l)" = 6 ] && diff <(losses "$W/m") <(losses "$W/s");
 else
     bad "srun == mpirun: losses"
 fi
+
+# clean-up: a step still running when the cluster stops
+srun -n 1 sleep 300 > /dev/null 2>&1 &
+srun_pid=$!
+wait_step() { # until the step's task runs (up to 30 s)
+    local i
+    for i in $(seq 1 150); do
+        [ -n "$(slm_slurm_leftovers_ | grep -v -x -e "${SLM_SLURM_PIDS[0]}" \
+            -e "${SLM_SLURM_PIDS[1]}" -e "${SLM_SLURM_PIDS[2]}")" ] && squeue -h | grep -q . &&
+            return 0
+        sleep 0.2
+    done
+    return 1
+}
+wait_step && ok "a step runs (slurmstepd, task found)" || bad "the sleep step did not start"
+dir=$SLM_SLURM_DIR
+pids=("${SLM_SLURM_PIDS[@]}")
+slm_slurm_stop 2> "$W/stop.err"
+alive=""
+for p in "${pids[@]}"; do kill -0 "$p" 2> /dev/null && alive+=" $p"; done
+[ -z "$alive" ] && ok "stop: munged, slurmctld, slurmd gone" || bad "stop: still running:$alive"
+SLM_SLURM_DIR=$dir
+left=$(slm_slurm_leftovers_)
+SLM_SLURM_DIR=""
+[ -z "$left" ] && ok "stop: no slurmstepd or job task left" ||
+    { ps -o pid,stat,cmd -p $left; bad "stop: left behind: $left"; kill -KILL $left; }
+kill -KILL "$srun_pid" 2> /dev/null || true # the client (gone with its step already)
+wait "$srun_pid" 2> /dev/null || true
 slm_finish
