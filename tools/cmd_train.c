@@ -344,6 +344,14 @@ static const slm_opt k_train_opts[] = {
      .meta = "DIR",
      .help = "initial weights from a Hugging Face safetensors directory (not with --resume "
              "PATH; with --resume auto only while RUN_DIR has no checkpoint)"},
+    {.type = SLM_OPT_SECTION, .help = "  operations (docs/operations.md):"},
+    {.name = "--heartbeat-dir",
+     .type = SLM_OPT_STRING,
+     .off = A(o.heartbeat_dir),
+     .meta = "DIR",
+     .help = "every rank atomically replaces DIR/rank_RRRRR.json (rank, pid, host, step, unix "
+             "time, loss, phase) at start, after each step and at the end, for a supervisor "
+             "(shardlm launch passes RUN_DIR/heartbeat)"},
     {.type = SLM_OPT_END},
 };
 #undef A
@@ -487,6 +495,11 @@ int slm_cmd_train(int argc, char **argv) {
     int rc = slm_opt_parse(&k_train_cli, argc, argv, &t, &seen);
     if (rc >= 0) return rc;
     if ((rc = train_check(&t, &seen)) >= 0) return rc;
+    slm_fault_plan faults; // SHARDLM_FAULT / SHARDLM_ATTEMPT: a bad value is a usage error
+    if (slm_fault_plan_from_env(&faults)) {
+        slm_error("train: %s", slm_errmsg());
+        return SLM_EXIT_USAGE;
+    }
     slm_train_opts o = t.o;
     o.seed = (uint64_t)t.seed;
     o.ckpt_abort_on_error = t.on_ckpt_error == 1;

@@ -155,6 +155,9 @@ typedef struct slm_train_opts {
     slm_train_hook hooks[SLM_TRAIN_MAX_HOOKS]; // slm_train_attach / slm_train_add_hook
     slm_fsdp_opts fsdp;          // world > 1: sharding strategy, dtypes, prefetch (fsdp.h)
     double collective_timeout_s; // bound on every collective wait (default 600; <= 0: none)
+    // Operations (issue 10; docs/operations.md)
+    const char *heartbeat_dir; // every rank's heartbeat file (slm_train_add_heartbeat_hook);
+                               // NULL: none
 } slm_train_opts;
 
 // Fills the defaults: grad_accum 1, lr 3e-4, betas (0.9, 0.95), eps 1e-8, weight decay 0.1,
@@ -186,8 +189,20 @@ slm_status slm_train_add_metrics_hook(slm_train_opts *o, slm_train_std_hooks *h)
 // finished writing is committed (world of one, or a non-finite loss every rank agreed on) or
 // discarded. Collective (every rank must install it).
 slm_status slm_train_add_ckpt_hook(slm_train_opts *o, slm_train_std_hooks *h);
-// Stop, checkpoint and metrics hooks in that order (what `shardlm train` installs before its
-// printing hook).
+// With o->heartbeat_dir (else nothing is added): every rank atomically replaces (write to a
+// temporary file, rename; no fsync) DIR/rank_%05d.json with one line
+//   {"rank":R,"pid":P,"host":"H","step":S,"time":UNIX_SECONDS,"loss":L,"phase":"..."}
+// at on_start (phase "start", step = the start step, loss null), after every step ("train",
+// that step and its loss) and at on_finish ("end", "stopped" after a stop / preemption, or
+// "error"; the last step). DIR is created at on_start (its failure fails the start); a failed
+// write later is one warning and training goes on. Local (no collectives).
+slm_status slm_train_add_heartbeat_hook(slm_train_opts *o);
+// One heartbeat record as above (the hook's writer; `loss` non-finite is written as null).
+// Errors: SLM_E_IO naming the file.
+slm_status slm_heartbeat_write(const char *dir, int rank, int64_t step, double loss,
+                               const char *phase);
+// Stop, checkpoint, metrics and (with heartbeat_dir) heartbeat hooks in that order (what
+// `shardlm train` installs before its printing hook).
 slm_status slm_train_add_std_hooks(slm_train_opts *o, slm_train_std_hooks *h);
 
 // What a finished (or stopped) run reports.
@@ -302,6 +317,76 @@ void slm_train_reset_stop(void);
 // FLOPs per trained token: 6 N + 12 L C T (Kaplan et al. 2020 / PaLM appendix B), N =
 // slm_llama_n_matmul_params (embedding excluded, lm_head included).
 double slm_train_flops_per_token(const slm_llama_config *c, int T);
+
+// ---------------------------------------------------------------------------------------------
+// Fault injection (tests of the supervisor; docs/operations.md "Fault injection")
+//
+// Off unless the environment variable SHARDLM_FAULT is set: a ','-separated list of faults,
+// each KIND[:key=value...][:always]:
+//   kill:rank=R:step=S         SIGKILL to self before step S (1-based step about to run)
+//   stop:rank=R:step=S         SIGSTOP to self before step S (a hung rank)
+//   exit:rank=R:step=S         exit status 1 before step S
+//   slow:rank=R:ms=M[:step=S]  sleep M ms before every step (only step S when given)
+//   fail-health:rank=R[:check=NAME]  `shardlm healthcheck` fails on rank R (only check NAME)
+//   corrupt-ckpt:step=S[:rank=R]     after step S's checkpoint is committed, rank 0 flips a
+//                              byte in the middle of its rank_R file (default R 0)
+//   nan-grad:step=S[:rank=R]   rank R's (default 0) loss and gradients of step S are NaN
+// `rank` is the world rank. A fault fires only on the first attempt (SHARDLM_ATTEMPT unset or
+// 1; the launcher exports SHARDLM_ATTEMPT=N, 1-based) unless `:always` is appended.
+
+typedef enum slm_fault_kind {
+    SLM_FAULT_KILL,
+    SLM_FAULT_STOP,
+    SLM_FAULT_EXIT,
+    SLM_FAULT_FAIL_HEALTH,
+    SLM_FAULT_CORRUPT_CKPT,
+    SLM_FAULT_SLOW,
+    SLM_FAULT_NAN_GRAD,
+} slm_fault_kind;
+
+typedef struct slm_fault {
+    slm_fault_kind kind;
+    int rank;       // world rank; -1 when not given
+    int64_t step;   // >= 1; 0 when not given
+    int64_t ms;     // slow: milliseconds per step
+    char check[32]; // fail-health: the check's name ("" = every check)
+    bool always;    // fires on every attempt, not only the first
+} slm_fault;
+
+#define SLM_FAULT_MAX 16
+// A parsed SHARDLM_FAULT and the attempt number it applies to.
+typedef struct slm_fault_plan {
+    int n;
+    slm_fault f[SLM_FAULT_MAX];
+    int attempt; // SHARDLM_ATTEMPT (1 when unset)
+} slm_fault_plan;
+
+// "kill", "stop", ... as written in SHARDLM_FAULT.
+const char *slm_fault_kind_name(slm_fault_kind k);
+// Parses a SHARDLM_FAULT value (NULL or "": no fault) into *plan (attempt 1). Errors:
+// SLM_E_ARG naming SHARDLM_FAULT, the item (1-based) and the field: unknown kind or key, a
+// key the kind does not take or given twice, a missing required key, a value out of range,
+// an empty item, more than SLM_FAULT_MAX faults. On error *plan holds no fault.
+slm_status slm_fault_parse(const char *spec, slm_fault_plan *plan);
+// Parses a SHARDLM_ATTEMPT value (NULL or "": 1). Errors: SLM_E_ARG naming SHARDLM_ATTEMPT
+// unless it is an integer >= 1.
+slm_status slm_fault_parse_attempt(const char *text, int *attempt);
+// Both from the environment (SHARDLM_FAULT, SHARDLM_ATTEMPT). Errors: as the two parsers (a
+// usage error: exit 2); *plan then holds no fault.
+slm_status slm_fault_plan_from_env(slm_fault_plan *plan);
+// True if f fires on the plan's attempt (the first, or f->always).
+bool slm_fault_armed(const slm_fault_plan *p, const slm_fault *f);
+// The first armed fault of `kind` at `step` (any step when step < 0), or NULL. p may be NULL.
+const slm_fault *slm_fault_find(const slm_fault_plan *p, slm_fault_kind kind, int64_t step);
+// True if an armed fail-health fault names `rank` and either names no check or names `check`
+// (any fail-health fault of the rank when check is NULL). p may be NULL.
+bool slm_fault_health_fails(const slm_fault_plan *p, int rank, const char *check);
+// The trainer calls this on every rank before step `step` (1-based): slow sleeps; kill, stop
+// and exit of this rank at this step act (a warning line first). p may be NULL.
+void slm_fault_before_step(const slm_fault_plan *p, int rank, int64_t step);
+// corrupt-ckpt's action: flips (XOR 0xff) the byte at size / 2 of `path` in place and fsyncs,
+// with a warning naming the file and offset. Errors: SLM_E_IO naming the file.
+slm_status slm_fault_flip_byte(const char *path);
 
 // ---------------------------------------------------------------------------------------------
 // Evaluation

@@ -36,12 +36,19 @@ struct slm_trainer {
     bool done, started, interrupted;
     bool *hook_started; // [o->n_hooks]: on_start ran (so on_finish runs)
     slm_train_result res;
+    slm_fault_plan faults; // SHARDLM_FAULT / SHARDLM_ATTEMPT (fault.c), read by the open phase
+    bool fault_corrupted;  // corrupt-ckpt fired
 };
 
 // Fills a checkpoint's meta and this rank's shards for the state after `step` steps
 // (sh[n_units], caller-allocated). For the checkpoint hook.
 void slm_trainer_ckpt_state(const slm_trainer *tr, int64_t step, slm_ckpt_meta *meta,
                             slm_ckpt_shard *sh);
+
+// corrupt-ckpt (SHARDLM_FAULT): rank 0, once step S's checkpoint directory is committed under
+// out_dir/checkpoints, flips a byte of its rank_R file. Called by the checkpoint hook after each
+// poll (fault.c's rule; a no-op without that fault).
+void slm_trainer_fault_after_ckpt(slm_trainer *tr);
 
 // Resolves a preset / config.json, applies a vocab override (> 0), validates, and checks
 // T <= max_position_embeddings. Errors: SLM_E_ARG naming the spec and the field.

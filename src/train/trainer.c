@@ -195,6 +195,14 @@ slm_status slm_train_open(const slm_train_opts *o, slm_trainer **out) {
     tr->min_lr = o->min_lr >= 0 ? o->min_lr : o->adamw.lr_peak / 10.0f;
     tr->last_loss = tr->last_val = NAN;
     slm_dist_set_timeout(o->collective_timeout_s);
+    st = slm_fault_plan_from_env(&tr->faults);
+    if (st) {
+        slm_train_close(tr);
+        return st;
+    }
+    if (tr->faults.n && tr->rank == 0)
+        slm_warn("fault injection active: SHARDLM_FAULT=%s (attempt %d)", getenv("SHARDLM_FAULT"),
+                 tr->faults.attempt);
     // kernels/ splits GEMMs over the OpenMP threads itself (OpenBLAS stays single-threaded).
     if (o->threads > 0) omp_set_num_threads(o->threads);
     st = slm_train_resolve_config(o->model, o->vocab_size, o->T, &tr->cfg);
@@ -418,14 +426,24 @@ static int forward_backward(slm_trainer *tr, int64_t n_total, double *loss_sum, 
     *loss_sum = 0;
     *bad = -1;
     slm_fsdp_zero_grad(&tr->fsdp);
+    // SHARDLM_FAULT nan-grad:step=S[:rank=R]: this rank's first micro-batch of step S gets a NaN
+    // loss and (through a NaN loss scale) NaN gradients.
+    const slm_fault *nan_fault = slm_fault_find(&tr->faults, SLM_FAULT_NAN_GRAD, tr->step + 1);
+    bool poison = nan_fault && (nan_fault->rank < 0 ? 0 : nan_fault->rank) == tr->rank;
+    if (poison)
+        slm_warn("fault injection (SHARDLM_FAULT): nan-grad:step=%lld: NaN loss and gradients "
+                 "on rank %d",
+                 (long long)tr->step + 1, tr->rank);
     for (int k = 0; k < tr->K; k++) {
         int stop = k > 0 ? agree_stop(tr, "stop flags (micro-batch)") : 0;
         if (stop) return stop;
         int64_t n = slm_train_split_windows(tr->win + k * per_win, tr->B, tr->T, tr->inp, tr->tgt);
         float loss = slm_llama_forward(&tr->model, tr->inp, tr->tgt, tr->B, tr->T);
+        if (poison && k == 0) loss = NAN;
         if (!isfinite(loss) && *bad < 0) *bad = k, *bad_loss = loss;
         // d(mean over the step's tokens)/dp = sum_k (n_k / n_total) d(mean_k)/dp
-        slm_llama_backward(&tr->model, (float)((double)n / (double)n_total));
+        slm_llama_backward(&tr->model,
+                           poison && k == 0 ? NAN : (float)((double)n / (double)n_total));
         *loss_sum += (double)loss * (double)n;
     }
     return 0;
@@ -534,6 +552,7 @@ slm_status slm_train_step(slm_trainer *tr, slm_step_metrics *m) {
     memset(m, 0, sizeof *m);
     m->val_loss = NAN;
     if (slm_train_done(tr)) return SLM_OK;
+    slm_fault_before_step(&tr->faults, tr->rank, tr->step + 1);
     int stop = agree_stop(tr, "stop flags");
     if (stop) {
         tr->done = true;
@@ -648,6 +667,22 @@ int slm_trainer_world(const slm_trainer *tr) {
 }
 int64_t slm_trainer_steps_done(const slm_trainer *tr) {
     return tr->step;
+}
+
+void slm_trainer_fault_after_ckpt(slm_trainer *tr) {
+    const slm_fault *f = slm_fault_find(&tr->faults, SLM_FAULT_CORRUPT_CKPT, -1);
+    if (!f || tr->fault_corrupted || tr->rank != 0 || !tr->o->out_dir) return;
+    char name[96];
+    snprintf(name, sizeof name, "checkpoints/step_%08lld", (long long)f->step);
+    char *dir = slm_path_join(tr->o->out_dir, name);
+    snprintf(name, sizeof name, "rank_%05d.bin", f->rank < 0 ? 0 : f->rank);
+    char *file = slm_path_join(dir, name);
+    if (slm_is_dir(dir)) {
+        tr->fault_corrupted = true;
+        if (slm_fault_flip_byte(file)) slm_warn("fault injection: %s", slm_errmsg());
+    }
+    free(file);
+    free(dir);
 }
 
 void slm_trainer_ckpt_state(const slm_trainer *tr, int64_t step, slm_ckpt_meta *meta,
