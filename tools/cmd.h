@@ -8,13 +8,15 @@
 
 #include "opt.h"
 
-int slm_cmd_tokenizer(int argc, char **argv);  // shardlm tokenizer train|encode|decode|info
-int slm_cmd_prep(int argc, char **argv);       // shardlm prep
-int slm_cmd_train(int argc, char **argv);      // shardlm train
-int slm_cmd_eval(int argc, char **argv);       // shardlm eval
-int slm_cmd_generate(int argc, char **argv);   // shardlm generate
-int slm_cmd_bench_peak(int argc, char **argv); // shardlm bench-peak
-int slm_cmd_ckpt(int argc, char **argv);       // shardlm ckpt inspect|verify|export
+int slm_cmd_tokenizer(int argc, char **argv);   // shardlm tokenizer train|encode|decode|info
+int slm_cmd_prep(int argc, char **argv);        // shardlm prep
+int slm_cmd_train(int argc, char **argv);       // shardlm train
+int slm_cmd_eval(int argc, char **argv);        // shardlm eval
+int slm_cmd_generate(int argc, char **argv);    // shardlm generate
+int slm_cmd_bench_peak(int argc, char **argv);  // shardlm bench-peak
+int slm_cmd_ckpt(int argc, char **argv);        // shardlm ckpt inspect|verify|export
+int slm_cmd_healthcheck(int argc, char **argv); // shardlm healthcheck
+int slm_cmd_launch(int argc, char **argv);      // shardlm launch
 
 // The option table of `shardlm train` (tests check it against src/train/agree.c).
 const slm_cli *slm_train_cli(void);

@@ -352,6 +352,17 @@ static const slm_opt k_train_opts[] = {
      .help = "every rank atomically replaces DIR/rank_RRRRR.json (rank, pid, host, step, unix "
              "time, loss, phase) at start, after each step and at the end, for a supervisor "
              "(shardlm launch passes RUN_DIR/heartbeat)"},
+    {.name = "--preempt-grace",
+     .type = SLM_OPT_DOUBLE,
+     .off = A(o.preempt_grace_s),
+     .meta = "S",
+     .help = "SIGTERM / SIGUSR1 (preemption): finish the current micro-batch, commit a "
+             "checkpoint and exit 75; a save that took longer than S seconds after the signal "
+             "is logged as a warning (set S to the scheduler's grace period)",
+     .dlo = 0,
+     .dhi = INF,
+     .flags = SLM_OPTF_LO_OPEN | SLM_OPTF_F32,
+     .range = "> 0 seconds and finite"},
     {.type = SLM_OPT_END},
 };
 #undef A
@@ -397,8 +408,9 @@ static void train_footer(FILE *f) {
                  "contents differ between ranks).");
     fputc('\n', f);
     slm_opt_wrap(f, text, 0, 0, 96);
-    fprintf(f, "\nexit codes: 0 done, 1 runtime error (data, I/O, NaN, interrupted), 2 usage "
-               "error\n");
+    fprintf(f, "\nexit codes: 0 done, 1 runtime error (data, I/O, NaN, interrupted by SIGINT), 2 "
+               "usage error, 75 preempted (SIGTERM / SIGUSR1: checkpoint committed, resume with "
+               "--resume auto)\n");
 }
 
 // Checks between options, after parsing; SLM_EXIT_USAGE after the message, -1 when fine.
@@ -525,6 +537,11 @@ int slm_cmd_train(int argc, char **argv) {
     slm_train_std_hooks std = {0};
     st = install_hooks(&o, &std);
     if (!st) st = slm_train_run(&o, &res);
+    if (st == SLM_E_INTERRUPTED && res.preempted) {
+        if (slm_dist_rank() == 0) slm_info("train: %s", slm_errmsg());
+        slm_dist_finalize();
+        return SLM_EXIT_PREEMPTED;
+    }
     if (st) {
         slm_error("train: %s", slm_errmsg());
     } else if (slm_dist_rank() == 0 && res.already_complete) {

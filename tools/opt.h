@@ -21,6 +21,9 @@
 #define SLM_EXIT_OK 0
 #define SLM_EXIT_ERROR 1 // runtime error: I/O, bad data, numeric failure
 #define SLM_EXIT_USAGE 2 // usage error: bad options
+// train stopped by a preemption signal (SIGTERM / SIGUSR1) after committing a checkpoint: the
+// run resumes with --resume auto (sysexits' EX_TEMPFAIL; docs/operations.md)
+#define SLM_EXIT_PREEMPTED 75
 
 typedef enum slm_opt_type {
     SLM_OPT_END = 0, // terminates a table

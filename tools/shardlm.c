@@ -22,6 +22,9 @@ static const command commands[] = {
     {"generate", slm_cmd_generate, "sample text from a run with the KV cache"},
     {"bench-peak", slm_cmd_bench_peak, "measure the sgemm peak (MFU denominator)"},
     {"tokenizer", slm_cmd_tokenizer, "train a byte-level BPE; encode/decode/info for tokenizers"},
+    {"healthcheck", slm_cmd_healthcheck, "preflight checks of every rank, its host and the links"},
+    {"launch", slm_cmd_launch,
+     "run training under mpirun / srun, supervised, restarted on failure"},
     {"ckpt", slm_cmd_ckpt, "inspect / verify checkpoints; export to Hugging Face safetensors"},
     {NULL, NULL, NULL},
 };
@@ -30,7 +33,7 @@ static void usage(FILE *f) {
     fprintf(f, "usage: shardlm <command> [options]   (shardlm <command> --help for options)\n\n"
                "commands:\n");
     for (size_t i = 0; commands[i].name; i++)
-        fprintf(f, "  %-11s %s\n", commands[i].name, commands[i].help);
+        fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].help);
     fprintf(f, "  version     print the version\n");
 }
 

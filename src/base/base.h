@@ -295,17 +295,20 @@ void slm_f32_to_bf16(const float *x, uint16_t *y, int64_t n);
 void slm_bf16_to_f32(const uint16_t *x, float *y, int64_t n);
 
 // ---------------------------------------------------------------------------------------------
-// The stop flag: SIGINT / SIGTERM request a stop that long-running loops poll at safe points
-// (train: micro-batch / step boundaries; prep: the next document). One flag per process.
+// The stop flag: SIGINT / SIGTERM / SIGUSR1 request a stop that long-running loops poll at safe
+// points (train: micro-batch / step boundaries; prep: the next document). One flag per process.
+// SIGTERM and SIGUSR1 (what Slurm, Kubernetes and spot capacity send) also mark the stop as a
+// preemption (slm_stop_preempted).
 
-// Installs SIGINT / SIGTERM handlers that set the flag and record the signal number. With
+// Installs SIGINT / SIGTERM / SIGUSR1 handlers that set the flag and record the signal number
+// and its time. With
 // `sigint_msg`, the first SIGINT also writes it to stderr (SIGTERM stays quiet: supervisors and
 // mpirun's teardown send it); with `second_sigint_msg`, a SIGINT while a stop is already pending
 // writes it and exits at once with _exit(1) (without it, further signals only set the flag).
 // Both strings must outlive the handlers (string literals). The handlers in place before the
 // call are saved for slm_stop_restore. Does not clear the flag (slm_stop_reset does).
 void slm_stop_install(const char *sigint_msg, const char *second_sigint_msg);
-// Restores the SIGINT / SIGTERM handlers saved by the last slm_stop_install.
+// Restores the SIGINT / SIGTERM / SIGUSR1 handlers saved by the last slm_stop_install.
 void slm_stop_restore(void);
 // Sets the flag as a signal would (signal number 0 recorded unless one came first).
 void slm_stop_request(void);
@@ -313,7 +316,11 @@ void slm_stop_request(void);
 bool slm_stop_requested(void);
 // The signal number that requested the stop, or 0 (none, or slm_stop_request).
 int slm_stop_signal(void);
-// Clears the flag and the recorded signal.
+// True once SIGTERM or SIGUSR1 was received (a preemption: save and exit resumable).
+bool slm_stop_preempted(void);
+// slm_time_s() clock (CLOCK_MONOTONIC) seconds at which the first signal arrived; 0 if none.
+double slm_stop_signal_time(void);
+// Clears the flag, the recorded signal, its time and the preemption mark.
 void slm_stop_reset(void);
 
 // ---------------------------------------------------------------------------------------------

@@ -1,13 +1,15 @@
-// The process's stop flag, set by SIGINT / SIGTERM (train and prep poll it).
+// The process's stop flag, set by SIGINT / SIGTERM / SIGUSR1 (train and prep poll it).
 #include "base.h"
 
 #include <signal.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
-static volatile sig_atomic_t g_stop = 0, g_signal = 0;
+static volatile sig_atomic_t g_stop = 0, g_signal = 0, g_preempt = 0;
+static volatile double g_stop_time = 0; // CLOCK_MONOTONIC seconds of the first signal
 static const char *volatile g_first_msg = NULL, *volatile g_second_msg = NULL;
-static struct sigaction g_old_int, g_old_term;
+static struct sigaction g_old_int, g_old_term, g_old_usr1;
 static bool g_saved = false;
 
 static void write_msg(const char *m) {
@@ -21,7 +23,13 @@ static void on_signal(int sig) {
         _exit(1);
     }
     if (sig == SIGINT && !g_stop && g_first_msg) write_msg(g_first_msg);
-    if (!g_signal) g_signal = sig;
+    if (!g_signal) {
+        struct timespec ts; // clock_gettime is async-signal-safe
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        g_stop_time = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+        g_signal = sig;
+    }
+    if (sig == SIGTERM || sig == SIGUSR1) g_preempt = 1;
     g_stop = 1;
 }
 
@@ -34,6 +42,7 @@ void slm_stop_install(const char *sigint_msg, const char *second_sigint_msg) {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, &g_old_int);
     sigaction(SIGTERM, &sa, &g_old_term);
+    sigaction(SIGUSR1, &sa, &g_old_usr1);
     g_saved = true;
 }
 
@@ -41,6 +50,7 @@ void slm_stop_restore(void) {
     if (!g_saved) return;
     sigaction(SIGINT, &g_old_int, NULL);
     sigaction(SIGTERM, &g_old_term, NULL);
+    sigaction(SIGUSR1, &g_old_usr1, NULL);
     g_saved = false;
 }
 
@@ -56,7 +66,17 @@ int slm_stop_signal(void) {
     return (int)g_signal;
 }
 
+bool slm_stop_preempted(void) {
+    return g_preempt != 0;
+}
+
+double slm_stop_signal_time(void) {
+    return g_signal ? g_stop_time : 0;
+}
+
 void slm_stop_reset(void) {
     g_stop = 0;
     g_signal = 0;
+    g_preempt = 0;
+    g_stop_time = 0;
 }

@@ -160,6 +160,7 @@ slm_status slm_train_agree(const slm_train_opts *o) {
     add(l, "--verify-on-resume", A, "%s", on_off(o->verify_on_resume));
     add(l, "--train-from-scratch", A, "%s", on_off(o->train_from_scratch));
     add_abs_path(l, "--heartbeat-dir", o->heartbeat_dir);
+    add(l, "--preempt-grace", A, "%.17g", o->preempt_grace_s);
     // What the options point at, read on every rank (a node-local copy may differ).
     slm_llama_config c;
     if (slm_train_resolve_config(o->model, o->vocab_size, o->T, &c) == SLM_OK) {

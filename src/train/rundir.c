@@ -29,14 +29,20 @@ void slm_rundir_close(slm_rundir *rd) {
     free(rd);
 }
 
-// True if DIR has no entry besides . and .. (or cannot be listed).
+// True if DIR has no entry besides . and .. and what `shardlm launch` writes before the first
+// attempt's trainer runs (heartbeat/, logs/, attempts.json, health.json) (or cannot be listed).
 static bool dir_is_empty(const char *dir) {
     DIR *d = opendir(dir);
     if (!d) return true;
     struct dirent *e;
     bool empty = true;
-    while (empty && (e = readdir(d)))
-        empty = !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..");
+    static const char *const launcher[] = {".",          "..", "heartbeat", "logs", "attempts.json",
+                                           "health.json"};
+    while (empty && (e = readdir(d))) {
+        empty = false;
+        for (size_t i = 0; i < sizeof launcher / sizeof launcher[0]; i++)
+            empty |= !strcmp(e->d_name, launcher[i]);
+    }
     closedir(d);
     return empty;
 }

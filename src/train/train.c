@@ -48,6 +48,7 @@ void slm_train_opts_default(slm_train_opts *o) {
     o->log_every = 1;
     slm_fsdp_opts_default(&o->fsdp);
     o->collective_timeout_s = 600.0;
+    o->preempt_grace_s = 60.0;
 }
 
 slm_status slm_train_attach(slm_train_opts *o, const slm_train_hook *h) {

@@ -158,6 +158,8 @@ typedef struct slm_train_opts {
     // Operations (issue 10; docs/operations.md)
     const char *heartbeat_dir; // every rank's heartbeat file (slm_train_add_heartbeat_hook);
                                // NULL: none
+    double preempt_grace_s;    // a preemption's checkpoint should be committed within this many
+                               // seconds of the signal (default 60); a later one is a warning
 } slm_train_opts;
 
 // Fills the defaults: grad_accum 1, lr 3e-4, betas (0.9, 0.95), eps 1e-8, weight decay 0.1,
@@ -216,6 +218,8 @@ typedef struct slm_train_result {
     double flops_per_token;
     bool already_complete; // resumed at step == steps: nothing trained (the rest is NaN)
     bool interrupted;      // stopped by a want_stop hook (the stop flag); saved by the hooks
+    bool preempted;        // interrupted, and SIGTERM / SIGUSR1 reached some rank (a preemption:
+                           // `shardlm train` exits 75 once the checkpoint is committed)
     bool stop_evaluated;   // stopped before --steps (not interrupted): final_val_loss is the
                            // validation of the weights it stopped with
 } slm_train_result;
@@ -303,10 +307,11 @@ int64_t slm_trainer_steps_done(const slm_trainer *tr);
 // a message naming the first differing setting and which ranks hold which value.
 slm_status slm_train_agree(const slm_train_opts *o);
 
-// SIGINT / SIGTERM set the stop flag the loop checks at step and micro-batch boundaries (the
-// first SIGINT prints a notice on stderr). A second SIGINT while a stop is pending writes a
-// message and exits the process at once with status 1 (_exit: nothing saved; the last committed
-// checkpoint stays).
+// SIGINT / SIGTERM / SIGUSR1 set the stop flag the loop checks at step and micro-batch
+// boundaries (the first SIGINT prints a notice on stderr). SIGTERM / SIGUSR1 (preemption) on any
+// rank make the agreed stop a preemption on every rank (slm_train_result.preempted). A second
+// SIGINT while a stop is pending writes a message and exits the process at once with status 1
+// (_exit: nothing saved; the last committed checkpoint stays).
 void slm_train_install_signal_handlers(void);
 // Sets / reads the stop flag (async-signal-safe setter).
 void slm_train_request_stop(void);

@@ -38,6 +38,8 @@ struct slm_trainer {
     slm_train_result res;
     slm_fault_plan faults; // SHARDLM_FAULT / SHARDLM_ATTEMPT (fault.c), read by the open phase
     bool fault_corrupted;  // corrupt-ckpt fired
+    bool preempted;        // the agreed stop came with SIGTERM / SIGUSR1 on some rank
+    double t_stop;         // slm_time_s() when the stop was agreed
 };
 
 // Fills a checkpoint's meta and this rank's shards for the state after `step` steps

@@ -383,13 +383,20 @@ bool slm_train_done(const slm_trainer *tr) {
 
 // The stop check at a step boundary or between micro-batches: 1 for a want_stop hook, 2 for
 // --max-minutes, 0 to go on. The ranks agree (MAX all-reduce), so all leave at the same
-// boundary and none is left alone in the collective schedule.
-static int agree_stop(const slm_trainer *tr, const char *what) {
+// boundary and none is left alone in the collective schedule; the same all-reduce carries
+// whether any rank received a preemption signal (SIGTERM / SIGUSR1), so a signal that reached
+// one rank makes every rank's stop a preemption.
+static int agree_stop(slm_trainer *tr, const char *what) {
     const slm_train_opts *o = tr->o;
-    int64_t f[2] = {0, o->max_minutes > 0 && slm_time_s() - tr->t_start >= o->max_minutes * 60.0};
+    int64_t f[3] = {0, o->max_minutes > 0 && slm_time_s() - tr->t_start >= o->max_minutes * 60.0,
+                    slm_stop_preempted()};
     for (int h = 0; h < o->n_hooks && !f[0]; h++)
         if (o->hooks[h].want_stop) f[0] = o->hooks[h].want_stop(o->hooks[h].ctx);
-    slm_dist_allreduce(f, 2, SLM_DT_I64, SLM_OP_MAX, what);
+    slm_dist_allreduce(f, 3, SLM_DT_I64, SLM_OP_MAX, what);
+    if (f[0]) {
+        tr->preempted = f[2] != 0;
+        tr->t_stop = slm_time_s();
+    }
     return f[0] ? 1 : f[1] ? 2 : 0;
 }
 
@@ -614,7 +621,27 @@ static slm_status finish_ok(slm_trainer *tr) {
     r->peak_gflops = tr->peak;
     r->flops_per_token = tr->fpt;
     r->interrupted = tr->interrupted;
+    r->preempted = tr->interrupted && tr->preempted;
     return st;
+}
+
+// After a preemption's final checkpoint: how long it took from the signal (this rank's own, or
+// the agreed stop on a rank the signal did not reach), against --preempt-grace.
+static void report_preemption(const slm_trainer *tr) {
+    double sig = slm_stop_signal_time(), now = slm_time_s();
+    bool own = slm_stop_preempted() && sig > 0;
+    double dt = now - (own ? sig : tr->t_stop);
+    const char *since = own ? "the signal" : "the agreed stop";
+    if (dt > tr->o->preempt_grace_s)
+        slm_warn("preemption: the final checkpoint (step %lld) took %.1f s after %s, beyond "
+                 "--preempt-grace %.3g s: a scheduler may kill the job before it commits; "
+                 "checkpoint more often (--ckpt-every-steps / --ckpt-every-minutes) or raise "
+                 "the scheduler's grace period",
+                 (long long)tr->step, dt, since, tr->o->preempt_grace_s);
+    else if (tr->rank == 0)
+        slm_info("preemption: final checkpoint (step %lld) committed %.2f s after %s "
+                 "(--preempt-grace %.3g s)",
+                 (long long)tr->step, dt, since, tr->o->preempt_grace_s);
 }
 
 slm_status slm_train_finish(slm_trainer *tr, slm_status st) {
@@ -628,10 +655,18 @@ slm_status slm_train_finish(slm_trainer *tr, slm_status st) {
         slm_status hs = o->hooks[h].on_finish(o->hooks[h].ctx, tr, st);
         if (hs && !fin) fin = hs;
     }
-    if (!fin && tr->interrupted)
+    if (!fin && tr->interrupted && tr->preempted) {
+        report_preemption(tr);
+        fin = slm_fail(SLM_E_INTERRUPTED,
+                       "preempted (SIGTERM / SIGUSR1) after step %lld%s%s%s; continue with "
+                       "--resume auto",
+                       (long long)tr->step, o->out_dir ? "; checkpoint saved under " : "",
+                       o->out_dir ? o->out_dir : "", o->out_dir ? "/checkpoints" : "");
+    } else if (!fin && tr->interrupted) {
         fin = slm_fail(SLM_E_INTERRUPTED, "interrupted by a signal after step %lld%s%s%s",
                        (long long)tr->step, o->out_dir ? "; checkpoint saved under " : "",
                        o->out_dir ? o->out_dir : "", o->out_dir ? "/checkpoints" : "");
+    }
     return fin;
 }
 

@@ -263,10 +263,25 @@ static void test_stop_flag(void) {
     struct sigaction now;
     sigaction(SIGTERM, NULL, &now);
     CHECK(now.sa_handler == SIG_DFL);
+    CHECK(slm_stop_preempted()); // SIGTERM is a preemption
+    CHECK(slm_stop_signal_time() > 0 && slm_stop_signal_time() <= slm_time_s());
     slm_stop_reset();
-    CHECK(!slm_stop_requested() && slm_stop_signal() == 0);
+    CHECK(!slm_stop_requested() && slm_stop_signal() == 0 && !slm_stop_preempted());
+    CHECK(slm_stop_signal_time() == 0);
     slm_stop_request();
-    CHECK(slm_stop_requested() && slm_stop_signal() == 0);
+    CHECK(slm_stop_requested() && slm_stop_signal() == 0 && !slm_stop_preempted());
+    slm_stop_reset();
+    // SIGINT stops without preempting; a later SIGUSR1 marks the stop as a preemption
+    slm_stop_install(NULL, NULL);
+    raise(SIGINT);
+    CHECK(slm_stop_requested() && !slm_stop_preempted());
+    raise(SIGUSR1);
+    CHECK(slm_stop_preempted());
+    CHECK_EQ_INT(slm_stop_signal(), SIGINT);
+    slm_stop_restore();
+    struct sigaction usr1;
+    sigaction(SIGUSR1, NULL, &usr1);
+    CHECK(usr1.sa_handler == SIG_DFL);
     slm_stop_reset();
 }
 

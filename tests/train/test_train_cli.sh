@@ -286,7 +286,7 @@ printf '\x07' | dd of="$VS" bs=1 seek=100 conv=notrunc 2> /dev/null
 expect_fail "unigram entropy checks shard checksums" 1 "checksum mismatch" \
     "$BIN" eval --data "$W/dcor" --unigram-entropy
 
-# --- SIGTERM: stops at a step boundary, saves, exits 1 naming the interruption
+# --- SIGTERM (a preemption): stops at a step boundary, saves, exits 75 naming the preemption
 "$BIN" train --data "$W/data" --model "$W/config.json" --batch 2 --seq 16 --steps 1000000 \
     --threads 2 --peak-gflops 10 --out "$W/run_sig" > /dev/null 2> "$W/sig.err" &
 pid=$!
@@ -299,7 +299,7 @@ set +e
 wait "$pid"
 rc=$?
 set -e
-if [ $rc -eq 1 ] && grep -q "interrupted.*checkpoint saved" "$W/sig.err" &&
+if [ $rc -eq 75 ] && grep -q "preempted.*checkpoint saved" "$W/sig.err" &&
     "$BIN" ckpt verify "$W/run_sig" > /dev/null 2>&1; then
     ok "SIGTERM stops and saves"
 else
