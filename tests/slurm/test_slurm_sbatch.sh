@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # `sbatch deploy/slurm/train.sbatch` (the shipped script, pointed at a tiny run through its
-# environment variables) on a private single-node Slurm: the job is COMPLETED with exit code 0,
-# its output names 2 ranks, and the run directory's final checkpoint is byte-identical to
-# `mpirun -np 2` of the same training arguments. Without SHARDLM_RUN_DIR the job fails with
-# a message naming the variable. Env (CTest): SHARDLM_BIN, SLM_SHARED_DIR.
+# environment variables) with SHARDLM_LAUNCHER=srun (the ranks straight under srun; the default,
+# shardlm launch, is test_slurm_launch) on a private single-node Slurm: the job is COMPLETED
+# with exit code 0, its output names 2 ranks, and the run directory's final checkpoint is
+# byte-identical to `mpirun -np 2` of the same training arguments. Without SHARDLM_RUN_DIR, and
+# with an unknown SHARDLM_LAUNCHER, the job fails with a message naming the variable.
+# Env (CTest): SHARDLM_BIN, SLM_SHARED_DIR.
 . "$(dirname "$0")/../lib.sh"
 . "$(dirname "$0")/slurm_lib.sh"
 slm_slurm_start
@@ -16,7 +18,7 @@ SCRIPT="$SRC/deploy/slurm/train.sbatch"
 set +e # the exit statuses are checked
 slm_mpirun 2 -x OMP_NUM_THREADS=1 "$BIN" train "${ARGS[@]}" --out "$W/m" > "$W/m.log" 2>&1
 check "mpirun -np 2 train" 0 $?
-job=$(SHARDLM="$BIN" SHARDLM_RUN_DIR="$W/run" sbatch --parsable -n 2 -c 1 --time 5 \
+job=$(SHARDLM="$BIN" SHARDLM_RUN_DIR="$W/run" SHARDLM_LAUNCHER=srun sbatch --parsable -n 2 -c 1 --time 5 \
     -o "$W/job.out" "$SCRIPT" "${ARGS[@]}")
 check "sbatch train.sbatch" 0 $?
 slm_slurm_wait_job "$job" COMPLETED 90
@@ -40,4 +42,14 @@ slm_slurm_wait_job "$job" FAILED 60
 check "no SHARDLM_RUN_DIR: job FAILED" 0 $?
 set -e
 has "no SHARDLM_RUN_DIR: message" "$W/bad.out" "set SHARDLM_RUN_DIR"
+set +e
+job=$(SHARDLM="$BIN" SHARDLM_RUN_DIR="$W/run2" SHARDLM_LAUNCHER=mpirun sbatch --parsable -n 1 \
+    -o "$W/bad2.out" "$SCRIPT" "${ARGS[@]}")
+slm_slurm_wait_job "$job" FAILED 60
+check "SHARDLM_LAUNCHER=mpirun: job FAILED" 0 $?
+set -e
+check "SHARDLM_LAUNCHER=mpirun: exit code 2" 2:0 "$(slm_slurm_job_field "$job" ExitCode)"
+has "SHARDLM_LAUNCHER=mpirun: message" "$W/bad2.out" "SHARDLM_LAUNCHER=mpirun: expected launch or srun"
+[ ! -e "$W/run2" ] && ok "SHARDLM_LAUNCHER=mpirun: no run directory made" ||
+    bad "SHARDLM_LAUNCHER=mpirun: $W/run2 was created"
 slm_finish
