@@ -11,7 +11,8 @@
 #   2. the Slurm way: in its second start, once that has written a newer checkpoint than the one
 #      it resumed from, `scontrol requeue` (TERM to every process of the job, as preemption);
 # and its third start finishes. Checked per job: Restarts=2, COMPLETED with exit 0, the script's
-# requeue line, starts 2 and 3 resumed from a checkpoint, every step's loss of every start equal
+# requeue line (after exit 75), the second start's ranks exiting 75 on Slurm's TERM (the script
+# waits for them), starts 2 and 3 resumed from a checkpoint, every step's loss of every start equal
 # to the uninterrupted run's at that step with all steps covered, and the final checkpoint's
 # files byte-identical. SHARDLM_FAULT=slow keeps each step >= 15 ms so a run is still going when
 # an interruption arrives. Env (CTest): SHARDLM_BIN, SLM_SHARED_DIR.
@@ -103,6 +104,7 @@ for t in L S; do
     check "$t: job exit code" 0:0 "$(slm_slurm_job_field "$j" ExitCode)"
     has "$t: start 3 logged" "$W/job$t.out" "job $j start 3 "
     has "$t: the script requeued itself on USR1" "$W/job$t.out" "exit 75); requeueing job $j"
+    has "$t: scontrol requeue: the ranks checkpointed (exit 75)" "$W/job$t.out" "shardlm exit 75"
     n=$(grep -c "resumed from" "$W/job$t.out" || true)
     [ "$n" -ge 2 ] && ok "$t: starts 2 and 3 resumed from a checkpoint ($n resume lines)" ||
         { cat "$W/job$t.out"; bad "$t: resumed from: $n lines, expected >= 2"; }
