@@ -13,6 +13,7 @@ typedef struct train_args {
     slm_train_opts o;
     bool no_prefetch;
     int on_ckpt_error; // index into k_ckpt_error
+    int on_nonfinite;  // index into k_nonfinite
     int64_t seed;
     double progress_us;
 } train_args;
@@ -27,6 +28,7 @@ static slm_status parse_precision(const char *opt, const char *v, void *dst) {
 }
 
 static const char *const k_ckpt_error[] = {"continue", "abort", NULL};
+static const char *const k_nonfinite[] = {"abort", "skip", NULL};
 
 #define A(f) offsetof(train_args, f)
 #define INF INFINITY
@@ -363,6 +365,39 @@ static const slm_opt k_train_opts[] = {
      .dhi = INF,
      .flags = SLM_OPTF_LO_OPEN | SLM_OPTF_F32,
      .range = "> 0 seconds and finite"},
+    {.name = "--on-nonfinite",
+     .type = SLM_OPT_ENUM,
+     .off = A(on_nonfinite),
+     .meta = "WHAT",
+     .help = "a step whose loss or global gradient norm is NaN / inf stops the run (abort, exit "
+             "1) or is skipped on every rank (skip: no update, weights and AdamW moments "
+             "unchanged; the batch is consumed, counted in the log and metrics.jsonl)",
+     .choices = k_nonfinite},
+    {.name = "--max-nonfinite-skips",
+     .type = SLM_OPT_INT,
+     .off = A(o.max_nonfinite_skips),
+     .meta = "K",
+     .help = "with --on-nonfinite skip: more than K skipped steps in a row stop the run (exit 1)",
+     .ilo = 0,
+     .ihi = 1 << 30},
+    {.name = "--loss-spike-window",
+     .type = SLM_OPT_INT,
+     .off = A(o.spike_window),
+     .meta = "N",
+     .help = "loss-spike detector: z-score of each step's loss against the previous N steps' "
+             "losses (0 = off)",
+     .ilo = 0,
+     .ihi = 1 << 20},
+    {.name = "--loss-spike-z",
+     .type = SLM_OPT_DOUBLE,
+     .off = A(o.spike_z),
+     .meta = "Z",
+     .help = "a loss more than Z standard deviations above the window's mean is logged as a "
+             "warning naming the step",
+     .dlo = 0,
+     .dhi = INF,
+     .flags = SLM_OPTF_LO_OPEN | SLM_OPTF_F32,
+     .range = "> 0 and finite"},
     {.type = SLM_OPT_END},
 };
 #undef A
@@ -471,6 +506,7 @@ static void print_step(void *ctx, const slm_step_metrics *m) {
            (long long)m->step, (long long)o->steps, m->loss, m->lr, m->grad_norm, m->tokens_per_s,
            100.0 * m->mfu, m->ms_per_step);
     if (isfinite(m->val_loss)) printf(" | val loss %.4f", m->val_loss);
+    if (m->skipped) printf(" | update skipped (non-finite)");
     printf("\n");
     fflush(stdout);
 }
@@ -515,6 +551,7 @@ int slm_cmd_train(int argc, char **argv) {
     slm_train_opts o = t.o;
     o.seed = (uint64_t)t.seed;
     o.ckpt_abort_on_error = t.on_ckpt_error == 1;
+    o.nonfinite_skip = t.on_nonfinite == 1;
     if (t.no_prefetch) o.fsdp.forward_prefetch = o.fsdp.backward_prefetch = false;
     if (slm_opt_given(&k_train_cli, &seen, "--progress-thread"))
         slm_dist_request_progress_thread(t.progress_us);
@@ -525,6 +562,7 @@ int slm_cmd_train(int argc, char **argv) {
         return SLM_EXIT_ERROR;
     }
     slm_train_install_signal_handlers();
+    slm_flight_install_signals(); // SIGUSR2 and fatal signals dump the flight recorder
     // Ranks started with different options stop here, together, before anything else.
     slm_dist_set_timeout(o.collective_timeout_s);
     st = slm_train_agree(&o);

@@ -26,6 +26,7 @@ static const command commands[] = {
     {"launch", slm_cmd_launch,
      "run training under mpirun / srun, supervised, restarted on failure"},
     {"ckpt", slm_cmd_ckpt, "inspect / verify checkpoints; export to Hugging Face safetensors"},
+    {"flight", slm_cmd_flight, "name the hung rank from a run's flight-recorder dumps"},
     {NULL, NULL, NULL},
 };
 

@@ -1,5 +1,6 @@
 // MPI communication layer with bounded waits.
 #include "dist/dist.h"
+#include "dist/dist_internal.h"
 
 #include <mpi.h>
 #include <pthread.h>
@@ -18,8 +19,16 @@ struct slm_comm {
     MPI_Comm comm;
     int rank, size;
     char name[64];
+    int fid;      // flight-recorder group id (-1: none)
+    uint64_t seq; // collectives started on it (the flight recorder's sequence numbers)
 };
-static slm_comm g_world_comm = {0, 0, 1, "world"};
+static slm_comm g_world_comm = {0, 0, 1, "world", -1, 0};
+
+// A collective's flight-recorder entry (sequence number = the group's next).
+static uint64_t fl_begin(slm_comm *c, const char *op, const char *what, int64_t count,
+                         slm_dtype_comm dt) {
+    return slm_flight_begin(c->fid, ++c->seq, op, what, count * (int64_t)slm_dtype_bytes(dt));
+}
 static MPI_Op g_bf16_sum = MPI_OP_NULL;
 
 // Optional progress thread (slm_dist_request_progress_thread): polls MPI so non-blocking
@@ -78,6 +87,14 @@ slm_status slm_dist_init(int *argc, char ***argv) {
     snprintf(g_world_comm.name, sizeof g_world_comm.name, "world");
     if (g_bf16_sum == MPI_OP_NULL) MPI_Op_create(bf16_sum_fn, 1, &g_bf16_sum);
     slm_log_set_rank(g_rank, g_world);
+    slm_flight_set_context_source(g_ctx);
+    if (g_world > 1 && g_world_comm.fid < 0) {
+        int *ranks = slm_xmalloc((size_t)g_world * sizeof(int));
+        for (int r = 0; r < g_world; r++)
+            ranks[r] = r;
+        g_world_comm.fid = slm_flight_group_add("world", g_world, ranks);
+        free(ranks);
+    }
     if (g_progress_us > 0 && g_world > 1 && !g_progress_run) {
         MPI_Comm_dup(MPI_COMM_WORLD, &g_progress_comm);
         g_progress_run = 1;
@@ -148,26 +165,49 @@ static MPI_Op mpi_op(slm_redop op) {
     return MPI_SUM;
 }
 
-// Waits for `req` with the deadline; polls with a short sleep after a spin phase.
-static void wait_bounded(MPI_Request *req, const char *what, const slm_comm *c) {
+double slm_flight_abort_grace(double timeout_s) {
+    double g = timeout_s / 2;
+    return g < 10 ? g : 10;
+}
+
+// A timed-out wait: the flight recorder's dump, a grace for the peers waiting in the same
+// collective to time out and dump too, then the job's end.
+static void timed_out(const char *what, const slm_comm *c) {
+    bool dumped = slm_flight_dump("collective timeout");
+    if (dumped) {
+        slm_error("collective %s timed out after %.0f s; flight recorder written to %s; aborting "
+                  "in %.0f s",
+                  what, g_timeout_s, slm_flight_dump_path(), slm_flight_abort_grace(g_timeout_s));
+        double g = slm_flight_abort_grace(g_timeout_s);
+        struct timespec ts = {(time_t)g, (long)((g - (double)(time_t)g) * 1e9)};
+        while (nanosleep(&ts, &ts) != 0) {
+        }
+    }
+    slm_fatal("collective %s timed out after %.0f s (%s; group: %s, %d ranks); a peer rank "
+              "is dead or stuck; aborting the job",
+              what, g_timeout_s, g_ctx[0] ? g_ctx : "no context", c ? c->name : "world",
+              c ? c->size : g_world);
+}
+
+// Waits for `req` with the deadline; polls with a short sleep after a spin phase. `fl`: its
+// flight-recorder entry.
+static void wait_bounded(MPI_Request *req, const char *what, const slm_comm *c, uint64_t fl) {
     double t0 = MPI_Wtime();
     int done = 0;
     long spins = 0;
+    slm_flight_mark(fl, SLM_FLIGHT_WAITING);
     for (;;) {
         MPI_Test(req, &done, MPI_STATUS_IGNORE);
         if (done) {
             g_wait_s += MPI_Wtime() - t0;
+            slm_flight_mark(fl, SLM_FLIGHT_DONE);
             return;
         }
         if (++spins > 1000) {
             struct timespec ts = {0, 50000}; // 50 us
             nanosleep(&ts, NULL);
         }
-        if (g_timeout_s > 0 && MPI_Wtime() - t0 > g_timeout_s)
-            slm_fatal("collective %s timed out after %.0f s (%s; group: %s, %d ranks); a peer rank "
-                      "is dead or stuck; aborting the job",
-                      what, g_timeout_s, g_ctx[0] ? g_ctx : "no context", c ? c->name : "world",
-                      c ? c->size : g_world);
+        if (g_timeout_s > 0 && MPI_Wtime() - t0 > g_timeout_s) timed_out(what, c);
     }
 }
 
@@ -187,24 +227,27 @@ static int count_int(int64_t count, const char *what) {
 void slm_dist_barrier(const char *what) {
     if (g_world == 1) return;
     MPI_Request r;
+    uint64_t fl = fl_begin(&g_world_comm, "barrier", what, 0, SLM_DT_U8);
     MPI_Ibarrier(MPI_COMM_WORLD, &r);
-    wait_bounded(&r, what, &g_world_comm);
+    wait_bounded(&r, what, &g_world_comm, fl);
 }
 
 void slm_dist_allreduce(void *buf, int64_t count, slm_dtype_comm dt, slm_redop op,
                         const char *what) {
     if (g_world == 1) return;
     MPI_Request r;
+    uint64_t fl = fl_begin(&g_world_comm, "allreduce", what, count, dt);
     MPI_Iallreduce(MPI_IN_PLACE, buf, count_int(count, what), mpi_dt(dt), op_for(dt, op, what),
                    MPI_COMM_WORLD, &r);
-    wait_bounded(&r, what, &g_world_comm);
+    wait_bounded(&r, what, &g_world_comm, fl);
 }
 
 void slm_dist_bcast(void *buf, int64_t count, slm_dtype_comm dt, int root, const char *what) {
     if (g_world == 1) return;
     MPI_Request r;
+    uint64_t fl = fl_begin(&g_world_comm, "bcast", what, count, dt);
     MPI_Ibcast(buf, count_int(count, what), mpi_dt(dt), root, MPI_COMM_WORLD, &r);
-    wait_bounded(&r, what, &g_world_comm);
+    wait_bounded(&r, what, &g_world_comm, fl);
 }
 
 void slm_dist_allgather(const void *send, void *recv, int64_t count, slm_dtype_comm dt,
@@ -214,9 +257,10 @@ void slm_dist_allgather(const void *send, void *recv, int64_t count, slm_dtype_c
         return;
     }
     MPI_Request r;
+    uint64_t fl = fl_begin(&g_world_comm, "allgather", what, count, dt);
     MPI_Iallgather(send, count_int(count, what), mpi_dt(dt), recv, (int)count, mpi_dt(dt),
                    MPI_COMM_WORLD, &r);
-    wait_bounded(&r, what, &g_world_comm);
+    wait_bounded(&r, what, &g_world_comm, fl);
 }
 
 slm_status slm_dist_agree(slm_status local) {
@@ -383,6 +427,7 @@ slm_comm *slm_comm_world(void) {
 
 slm_comm *slm_comm_split(slm_comm *parent, int color, int key, const char *name) {
     slm_comm *c = slm_xcalloc(1, sizeof *c);
+    c->fid = -1;
     snprintf(c->name, sizeof c->name, "%s", name ? name : "group");
     if (parent->size == 1) { // a one-rank group: no MPI object (MPI may not even be started)
         (void)color, (void)key;
@@ -395,11 +440,26 @@ slm_comm *slm_comm_split(slm_comm *parent, int color, int key, const char *name)
         slm_fatal("MPI_Comm_split of %s (color %d) failed", parent->name, color);
     MPI_Comm_rank(c->comm, &c->rank);
     MPI_Comm_size(c->comm, &c->size);
+    if (c->size > 1) { // its members' world ranks, for the flight recorder
+        MPI_Group grp, wgrp;
+        MPI_Comm_group(c->comm, &grp);
+        MPI_Comm_group(MPI_COMM_WORLD, &wgrp);
+        int *idx = slm_xmalloc((size_t)c->size * sizeof(int));
+        int *wr = slm_xmalloc((size_t)c->size * sizeof(int));
+        for (int i = 0; i < c->size; i++)
+            idx[i] = i;
+        MPI_Group_translate_ranks(grp, c->size, idx, wgrp, wr);
+        c->fid = slm_flight_group_add(c->name, c->size, wr);
+        free(idx), free(wr);
+        MPI_Group_free(&grp);
+        MPI_Group_free(&wgrp);
+    }
     return c;
 }
 
 void slm_comm_free(slm_comm *c) {
     if (!c || c == &g_world_comm) return;
+    slm_flight_group_remove(c->fid);
     int fin = 0;
     if (c->comm != MPI_COMM_NULL) MPI_Finalized(&fin);
     if (c->comm != MPI_COMM_NULL && !fin) MPI_Comm_free(&c->comm);
@@ -418,13 +478,15 @@ const char *slm_comm_name(const slm_comm *c) {
 
 _Static_assert(sizeof(MPI_Request) <= sizeof(uint64_t), "MPI_Request must fit slm_dist_req.h");
 
-static void req_set(slm_dist_req *req, MPI_Request r, const slm_comm *c, const char *what) {
+static void req_set(slm_dist_req *req, MPI_Request r, const slm_comm *c, const char *what,
+                    uint64_t fl) {
     memset(req, 0, sizeof *req);
     memcpy(&req->h, &r, sizeof r);
     req->active = true;
     req->what = what;
     req->comm = c;
     req->t_start = MPI_Wtime();
+    req->flight = fl;
 }
 
 static void req_done(slm_dist_req *req, const slm_comm *c, const char *what) {
@@ -443,9 +505,10 @@ void slm_dist_iallgather(slm_comm *c, const void *send, void *recv, int64_t coun
     int n = count_int(count, what);
     count_int(count * c->size, what);
     MPI_Request r;
+    uint64_t fl = fl_begin(c, "allgather", what, count, dt);
     MPI_Iallgather(send == recv ? MPI_IN_PLACE : send, n, mpi_dt(dt), recv, n, mpi_dt(dt), c->comm,
                    &r);
-    req_set(req, r, c, what);
+    req_set(req, r, c, what, fl);
 }
 
 void slm_dist_ireduce_scatter(slm_comm *c, const void *send, void *recv, int64_t count,
@@ -458,9 +521,10 @@ void slm_dist_ireduce_scatter(slm_comm *c, const void *send, void *recv, int64_t
     }
     count_int(count * c->size, what);
     MPI_Request r;
+    uint64_t fl = fl_begin(c, "reduce_scatter", what, count * c->size, dt);
     MPI_Ireduce_scatter_block(send, recv, count_int(count, what), mpi_dt(dt), op_for(dt, op, what),
                               c->comm, &r);
-    req_set(req, r, c, what);
+    req_set(req, r, c, what, fl);
 }
 
 void slm_dist_iallreduce(slm_comm *c, void *buf, int64_t count, slm_dtype_comm dt, slm_redop op,
@@ -470,9 +534,10 @@ void slm_dist_iallreduce(slm_comm *c, void *buf, int64_t count, slm_dtype_comm d
         return;
     }
     MPI_Request r;
+    uint64_t fl = fl_begin(c, "allreduce", what, count, dt);
     MPI_Iallreduce(MPI_IN_PLACE, buf, count_int(count, what), mpi_dt(dt), op_for(dt, op, what),
                    c->comm, &r);
-    req_set(req, r, c, what);
+    req_set(req, r, c, what, fl);
 }
 
 void slm_dist_ibcast(slm_comm *c, void *buf, int64_t count, slm_dtype_comm dt, int root,
@@ -482,8 +547,9 @@ void slm_dist_ibcast(slm_comm *c, void *buf, int64_t count, slm_dtype_comm dt, i
         return;
     }
     MPI_Request r;
+    uint64_t fl = fl_begin(c, "bcast", what, count, dt);
     MPI_Ibcast(buf, count_int(count, what), mpi_dt(dt), root, c->comm, &r);
-    req_set(req, r, c, what);
+    req_set(req, r, c, what, fl);
 }
 
 void slm_dist_ibarrier(slm_comm *c, const char *what, slm_dist_req *req) {
@@ -492,8 +558,9 @@ void slm_dist_ibarrier(slm_comm *c, const char *what, slm_dist_req *req) {
         return;
     }
     MPI_Request r;
+    uint64_t fl = fl_begin(c, "barrier", what, 0, SLM_DT_U8);
     MPI_Ibarrier(c->comm, &r);
-    req_set(req, r, c, what);
+    req_set(req, r, c, what, fl);
 }
 
 bool slm_dist_test(slm_dist_req *req) {
@@ -503,7 +570,10 @@ bool slm_dist_test(slm_dist_req *req) {
     int done = 0;
     MPI_Test(&r, &done, MPI_STATUS_IGNORE);
     memcpy(&req->h, &r, sizeof r);
-    if (done) req->active = false;
+    if (done) {
+        req->active = false;
+        slm_flight_mark(req->flight, SLM_FLIGHT_DONE);
+    }
     return done != 0;
 }
 
@@ -511,7 +581,7 @@ void slm_dist_wait(slm_dist_req *req) {
     if (!req->active) return;
     MPI_Request r;
     memcpy(&r, &req->h, sizeof r);
-    wait_bounded(&r, req->what ? req->what : "collective", req->comm);
+    wait_bounded(&r, req->what ? req->what : "collective", req->comm, req->flight);
     memcpy(&req->h, &r, sizeof r);
     req->active = false;
 }

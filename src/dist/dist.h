@@ -114,6 +114,7 @@ typedef struct slm_dist_req {
     const char *what;     // op name for timeout messages (borrowed string literal)
     const slm_comm *comm; // borrowed
     double t_start;       // slm_time_s() at start
+    uint64_t flight;      // its flight-recorder entry (0: none)
 } slm_dist_req;
 
 // Starts a collective on `c`. `what` must outlive the request (use string literals).
@@ -151,6 +152,100 @@ void slm_comm_allreduce(slm_comm *c, void *buf, int64_t count, slm_dtype_comm dt
 void slm_comm_bcast(slm_comm *c, void *buf, int64_t count, slm_dtype_comm dt, int root,
                     const char *what);
 void slm_comm_barrier(slm_comm *c, const char *what);
+
+// ---------------------------------------------------------------------------------------------
+// Flight recorder (docs/operations.md "Flight recorder")
+//
+// Every collective of a group of more than one rank is recorded in a ring of the last
+// SLM_FLIGHT_RING entries (static storage: no allocation per collective): its sequence number
+// in its group (1-based; every member of a group numbers the group's collectives alike, as MPI
+// orders them), the op ("allreduce", "allgather", "reduce_scatter", "bcast", "barrier"), `what`
+// ("stop flags"), the dist context (slm_dist_set_context: "step 3, forward, FSDP unit 2"), the
+// caller's step and phase (slm_flight_set_where), bytes sent by this rank, the group (names must
+// identify a group across the world: "world", "shard group 1 of 2"), wall-clock (Unix) start
+// and end times and the state: started (non-blocking, not yet waited on), waiting (in a wait),
+// done. The dump (slm_flight_dump) writes it as one JSON object:
+//   {"format":"shardlm-flight-1","rank":R,"world":W,"pid":P,"host":"H","reason":"SIGUSR2",
+//    "time":T,"step":S,"phase":"...","context":"...",
+//    "groups":[{"id":0,"name":"world","size":W,"seq":N,"ranks":[0,1,...]}, ...],
+//    "entries":[{"seq":N,"group":"world","op":"allreduce","what":"stop flags","bytes":24,
+//                "step":S,"phase":"...","context":"...","t_start":T0,"t_end":T1|null,
+//                "state":"done"|"waiting"|"started"}, ...]}   (oldest first)
+// It is written on a collective timeout (before the job is aborted), on SIGUSR2 and on a fatal
+// signal (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT) once slm_flight_install_signals ran; the
+// dump path is async-signal-safe (formatted into a static buffer, open / write / rename).
+#define SLM_FLIGHT_RING 512
+#define SLM_FLIGHT_MAX_GROUPS 32
+#define SLM_FLIGHT_GROUP_RANKS 1024 // member ranks kept per group in the dump
+
+// Where dumps go (copied; NULL or "" turns dumping off) and the rank / world they name.
+void slm_flight_set_dump_path(const char *path, int rank, int world);
+const char *slm_flight_dump_path(void); // NULL when off
+// The caller's position, stamped on the following collectives and the dump: step (1-based
+// step in progress) and phase (a string literal: "forward/backward", "optimizer", ...).
+void slm_flight_set_where(int64_t step, const char *phase);
+// Writes the dump now (async-signal-safe; `reason` is stored in it). False when dumping is off
+// or the file could not be written.
+bool slm_flight_dump(const char *reason);
+// Handlers: SIGUSR2 dumps and training goes on; a fatal signal dumps, then the process dies of
+// that signal as it would have (SA_RESETHAND, re-raised).
+void slm_flight_install_signals(void);
+// Seconds a rank whose collective timed out waits after its dump before aborting the job, so
+// peers waiting in the same collective time out and dump too: min(10, timeout / 2).
+double slm_flight_abort_grace(double timeout_s);
+
+// One parsed dump (slm_flight_parse). Strings are owned (slm_flight_dump_free).
+typedef struct slm_flight_rec {
+    uint64_t seq;
+    char *group, *op, *what, *phase, *context, *state;
+    int64_t bytes, step;
+    double t_start, t_end; // t_end 0 when not done
+} slm_flight_rec;
+typedef struct slm_flight_grp {
+    char *name;
+    int size, n_ranks;
+    int *ranks;
+    uint64_t seq; // last sequence number this rank started in the group
+} slm_flight_grp;
+typedef struct slm_flight_file {
+    int rank, world;
+    int64_t pid, step;
+    char *host, *reason, *phase, *context;
+    double time;
+    int n_groups, n_entries;
+    slm_flight_grp *groups;
+    slm_flight_rec *entries;
+} slm_flight_file;
+// Parses and checks one dump's text (`what` names it in messages: the path). Errors:
+// SLM_E_FORMAT naming `what`, the field (entries[3].seq) and what was expected: not JSON, a
+// missing or mistyped field, rank outside [0, world), a group with more ranks than its size or
+// a member outside the world, an entry of a group the dump does not list. On error *out is
+// zeroed.
+slm_status slm_flight_parse(const char *text, size_t len, const char *what, slm_flight_file *out);
+void slm_flight_file_free(slm_flight_file *f);
+
+// What slm_flight_analyze concluded.
+typedef struct slm_flight_verdict {
+    int world;            // from the dumps
+    int n_dumps;          // ranks that wrote a dump
+    bool hang;            // some rank waits in a collective another member never entered
+    int culprit;          // that member's world rank (-1: none found)
+    bool culprit_dumped;  // it wrote a dump (else: stopped or dead; where it was comes from
+                          // its heartbeat file when there is one)
+    int64_t culprit_step; // its step (-1 unknown)
+    char culprit_phase[32], culprit_context[96];
+    char group[64], op[32], what[64]; // the collective the others wait in
+    uint64_t seq;                     // its sequence number in `group`
+    int n_waiting;                    // ranks waiting in it
+    char text[4096];                  // the verdict, one or more lines for people
+} slm_flight_verdict;
+// Reads RUN_DIR/logs/flight_rank_*.json (and RUN_DIR/heartbeat/rank_*.json for ranks without a
+// dump) and matches sequence numbers per group: a rank waiting (or started and not done) in
+// collective #k of group G names every member of G whose last started sequence number in G is
+// below k, or which wrote no dump, as never having entered it; the culprit is the one the most
+// waiting ranks name (lowest rank on ties). Errors: SLM_E_IO when RUN_DIR/logs holds no dump;
+// the parse errors of a dump (naming the file).
+slm_status slm_flight_analyze(const char *run_dir, slm_flight_verdict *v);
 
 // Total time (seconds) this process spent blocked in slm_dist_wait / blocking collectives since
 // the last reset: the communication time not hidden behind compute ("exposed comm").

@@ -856,7 +856,8 @@ static void flight_verdict(run *r, char *out, size_t cap) {
     }
     if (!done) kill(pid, SIGKILL), waitpid(pid, &st, 0);
     out[len] = 0;
-    if (!WIFEXITED(st) || WEXITSTATUS(st) >= 2) out[0] = 0; // no such command / usage
+    // 0: a rank named; 3: every member entered (no culprit); 1 (no or bad dumps), 2: nothing
+    if (!WIFEXITED(st) || (WEXITSTATUS(st) != 0 && WEXITSTATUS(st) != 3)) out[0] = 0;
     while (len > 0 && (out[len - 1] == '\n' || out[len - 1] == ' '))
         out[--len] = 0;
 }
@@ -1057,8 +1058,9 @@ static void run_attempt(run *r, attempt *at, int world) {
         flight_verdict(r, at->verdict, sizeof at->verdict);
         if (at->verdict[0]) {
             slm_info("launch: flight recorder verdict: %s", at->verdict);
-            const char *m = strstr(at->verdict, "rank ");
-            if (at->culprit_rank < 0 && m) at->culprit_rank = atoi(m + 5);
+            const char *m = strstr(at->verdict, "flight recorder: rank ");
+            if (at->culprit_rank < 0 && m && strstr(m, " never entered"))
+                at->culprit_rank = atoi(m + 22);
         }
     }
     free(h.last);

@@ -161,6 +161,10 @@ slm_status slm_train_agree(const slm_train_opts *o) {
     add(l, "--train-from-scratch", A, "%s", on_off(o->train_from_scratch));
     add_abs_path(l, "--heartbeat-dir", o->heartbeat_dir);
     add(l, "--preempt-grace", A, "%.17g", o->preempt_grace_s);
+    add(l, "--on-nonfinite", A, "%s", o->nonfinite_skip ? "skip" : "abort");
+    add(l, "--max-nonfinite-skips", A, "%d", o->max_nonfinite_skips);
+    add(l, "--loss-spike-window", A, "%d", o->spike_window);
+    add(l, "--loss-spike-z", A, "%.17g", o->spike_z);
     // What the options point at, read on every rank (a node-local copy may differ).
     slm_llama_config c;
     if (slm_train_resolve_config(o->model, o->vocab_size, o->T, &c) == SLM_OK) {

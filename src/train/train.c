@@ -49,6 +49,9 @@ void slm_train_opts_default(slm_train_opts *o) {
     slm_fsdp_opts_default(&o->fsdp);
     o->collective_timeout_s = 600.0;
     o->preempt_grace_s = 60.0;
+    o->max_nonfinite_skips = 5;
+    o->spike_window = 100;
+    o->spike_z = 5.0;
 }
 
 slm_status slm_train_attach(slm_train_opts *o, const slm_train_hook *h) {

@@ -42,17 +42,22 @@
 
 // What one optimizer step measured. Passed to every hook after the step (and after its eval).
 typedef struct slm_step_metrics {
-    int64_t step;        // 1-based index of the optimizer step just completed
-    int64_t total_steps; // planned steps
-    double loss;         // mean training loss over all the step's target tokens, nats/token
-    double lr;           // learning rate used by this step
-    double grad_norm;    // global L2 norm of the gradient before clipping
-    double tokens_per_s; // target tokens of this step / its wall time
-    double mfu;          // model FLOPs utilisation, fraction (0..1) of the measured sgemm peak
-    double ms_per_step;  // wall time of the step in milliseconds (eval excluded)
-    double val_loss;     // validation loss if evaluated after this step, else NaN
-    int64_t tokens_seen; // target tokens trained on so far
-    double elapsed_s;    // wall seconds since training started
+    int64_t step;            // 1-based index of the optimizer step just completed
+    int64_t total_steps;     // planned steps
+    double loss;             // mean training loss over all the step's target tokens, nats/token
+    double lr;               // learning rate used by this step
+    double grad_norm;        // global L2 norm of the gradient before clipping
+    double tokens_per_s;     // target tokens of this step / its wall time
+    double mfu;              // model FLOPs utilisation, fraction (0..1) of the measured sgemm peak
+    double ms_per_step;      // wall time of the step in milliseconds (eval excluded)
+    double val_loss;         // validation loss if evaluated after this step, else NaN
+    int64_t tokens_seen;     // target tokens trained on so far
+    double elapsed_s;        // wall seconds since training started
+    bool skipped;            // --on-nonfinite skip: the loss or gradient norm was non-finite and no
+                             // rank updated the weights or AdamW moments in this step
+    int64_t nonfinite_skips; // steps skipped so far in this run
+    bool loss_spike;         // the loss-spike detector flagged this step (slm_train_opts)
+    double loss_z;           // its z-score against the preceding window (NaN until warm)
 } slm_step_metrics;
 
 // The simplest hook: called on every rank after each step (and its eval) with its metrics.
@@ -160,6 +165,16 @@ typedef struct slm_train_opts {
                                // NULL: none
     double preempt_grace_s;    // a preemption's checkpoint should be committed within this many
                                // seconds of the signal (default 60); a later one is a warning
+    bool nonfinite_skip;       // --on-nonfinite skip: a step whose (all-reduced) loss or global
+                               // gradient norm is non-finite is skipped on every rank (no
+                               // update; data, LR schedule and step counter advance); default
+                               // (abort): SLM_E_NUMERIC
+    int max_nonfinite_skips;   // with skip: more than this many skipped steps in a row is
+                               // SLM_E_NUMERIC (default 5)
+    int spike_window;          // loss-spike detector: z-score of each loss against the previous
+                               // spike_window losses (default 100; 0: off)
+    double spike_z;            // a loss more than spike_z standard deviations above the window's
+                               // mean is logged as a warning (default 5)
 } slm_train_opts;
 
 // Fills the defaults: grad_accum 1, lr 3e-4, betas (0.9, 0.95), eps 1e-8, weight decay 0.1,

@@ -40,6 +40,9 @@ struct slm_trainer {
     bool fault_corrupted;  // corrupt-ckpt fired
     bool preempted;        // the agreed stop came with SIGTERM / SIGUSR1 on some rank
     double t_stop;         // slm_time_s() when the stop was agreed
+    int64_t n_skipped, skip_run; // --on-nonfinite skip: skipped steps, and in a row now
+    double *spike_hist;          // [o->spike_window] the last losses (ring), NULL when off
+    int64_t spike_n;             // losses seen by the detector
 };
 
 // Fills a checkpoint's meta and this rank's shards for the state after `step` steps

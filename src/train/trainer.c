@@ -182,6 +182,22 @@ static slm_status open_rundir(slm_trainer *tr) {
     return st;
 }
 
+// With a run directory, every rank's flight recorder dumps to RUN_DIR/logs/flight_rank_R.json
+// (dist.h): on a collective timeout, a fatal signal or SIGUSR2 (the handlers are the caller's:
+// slm_flight_install_signals).
+static slm_status open_flight(slm_trainer *tr) {
+    slm_flight_set_where(tr->step, "start");
+    if (!tr->o->out_dir) return SLM_OK;
+    char *logs = slm_path_join(tr->o->out_dir, "logs"), name[64];
+    slm_status st = slm_mkdir_p(logs);
+    snprintf(name, sizeof name, "flight_rank_%05d.json", tr->rank);
+    char *p = slm_path_join(logs, name);
+    if (!st) slm_flight_set_dump_path(p, tr->rank, tr->W);
+    free(p);
+    free(logs);
+    return slm_dist_agree(st);
+}
+
 slm_status slm_train_open(const slm_train_opts *o, slm_trainer **out) {
     *out = NULL;
     slm_status st = check_opts(o);
@@ -213,6 +229,7 @@ slm_status slm_train_open(const slm_train_opts *o, slm_trainer **out) {
     }
     if (!st) st = open_data(tr);
     if (!st) st = open_rundir(tr);
+    if (!st) st = open_flight(tr);
     if (st) {
         slm_train_close(tr);
         return st;
@@ -400,6 +417,39 @@ static int agree_stop(slm_trainer *tr, const char *what) {
     return f[0] ? 1 : f[1] ? 2 : 0;
 }
 
+// The loss-spike detector (as llm.c's): the z-score of this step's loss against the mean and
+// standard deviation of the previous spike_window finite losses; above spike_z it is logged as
+// a warning naming the step (rank 0) and flagged in the metrics. Local and deterministic (every
+// rank sees the same all-reduced loss). Warm after spike_window losses.
+static void spike_check(slm_trainer *tr, double loss, slm_step_metrics *m) {
+    const slm_train_opts *o = tr->o;
+    m->loss_z = NAN;
+    int w = o->spike_window;
+    if (w <= 1 || !isfinite(loss)) return;
+    if (!tr->spike_hist) tr->spike_hist = slm_xcalloc((size_t)w, sizeof(double));
+    if (tr->spike_n >= w) {
+        double mean = 0, var = 0;
+        for (int i = 0; i < w; i++)
+            mean += tr->spike_hist[i];
+        mean /= w;
+        for (int i = 0; i < w; i++)
+            var += (tr->spike_hist[i] - mean) * (tr->spike_hist[i] - mean);
+        double sd = sqrt(var / w);
+        if (sd > 0) {
+            m->loss_z = (loss - mean) / sd;
+            if (m->loss_z > o->spike_z) {
+                m->loss_spike = true;
+                if (tr->rank == 0)
+                    slm_warn("loss spike at step %lld: loss %.4f is %.1f standard deviations "
+                             "above the mean %.4f of the previous %d steps (threshold %.3g)",
+                             (long long)tr->step, loss, m->loss_z, mean, w, o->spike_z);
+            }
+        }
+    }
+    tr->spike_hist[tr->spike_n % w] = loss;
+    tr->spike_n++;
+}
+
 // Draws the step's K micro-batches of windows (synthetic: every rank draws the global batch and
 // keeps its slice) and returns the GLOBAL count of target tokens (>= 1).
 static int64_t draw_batch(slm_trainer *tr) {
@@ -500,16 +550,12 @@ static slm_status validate(slm_trainer *tr, double *val_loss) {
     return st;
 }
 
-// Clip, schedule, AdamW: the update of a step whose mean loss is `loss`; fills m's step fields.
-static slm_status update(slm_trainer *tr, double loss, double t0, slm_step_metrics *m) {
+// Schedule and AdamW after clipping (gnorm: the global norm before clipping); fills m's fields.
+static slm_status update_clipped(slm_trainer *tr, double loss, double gnorm, double t0,
+                                 slm_step_metrics *m) {
     const slm_train_opts *o = tr->o;
-    // Global norm over the shards and clipping (before the finiteness check: a non-finite
-    // norm scales nothing).
-    double gnorm = slm_fsdp_clip_grad_norm(&tr->fsdp, o->grad_clip);
-    if (!isfinite(gnorm))
-        return slm_fail(SLM_E_NUMERIC,
-                        "step %lld: gradient norm is %f (loss %.4f); HINT: lower --lr",
-                        (long long)tr->step + 1, gnorm, loss);
+    slm_flight_set_where(tr->step + 1, "optimizer");
+    tr->skip_run = 0;
     float lr = step_lr(tr);
     for (int h = 0; h < o->n_hooks; h++)
         if (o->hooks[h].before_update) o->hooks[h].before_update(o->hooks[h].ctx, tr);
@@ -528,6 +574,8 @@ static slm_status update(slm_trainer *tr, double loss, double t0, slm_step_metri
                             .val_loss = NAN,
                             .tokens_seen = tr->tokens_seen};
     m->mfu = m->tokens_per_s * tr->fpt / (tr->peak * 1e9 * tr->W); // peak is one process's
+    m->nonfinite_skips = tr->n_skipped;
+    spike_check(tr, loss, m);
     tr->last_loss = loss;
     // The first step pays for first-touch page faults and thread start-up: kept out of the
     // means when there is more than one step.
@@ -539,14 +587,75 @@ static slm_status update(slm_trainer *tr, double loss, double t0, slm_step_metri
     return SLM_OK;
 }
 
+// Clip, schedule, AdamW: the update of a step whose mean loss is `loss`; fills m's step fields.
+static slm_status update(slm_trainer *tr, double loss, double t0, slm_step_metrics *m) {
+    const slm_train_opts *o = tr->o;
+    // Global norm over the shards and clipping (before the finiteness check: a non-finite
+    // norm scales nothing).
+    double gnorm = slm_fsdp_clip_grad_norm(&tr->fsdp, o->grad_clip);
+    if (!isfinite(gnorm))
+        return slm_fail(SLM_E_NUMERIC,
+                        "step %lld: gradient norm is %f (loss %.4f); HINT: lower --lr",
+                        (long long)tr->step + 1, gnorm, loss);
+    return update_clipped(tr, loss, gnorm, t0, m);
+}
+
+// --on-nonfinite skip: every rank got the same non-finite loss or gradient norm (both are
+// all-reduced), so every rank skips the same update: weights, gradients' effect and AdamW
+// m / v / t unchanged; the batch is consumed and the step counter and LR schedule advance (so
+// the data order and the rest of the run are those of a run without the bad batch's update).
+static slm_status skip_step(slm_trainer *tr, double loss, double gnorm, double t0,
+                            slm_step_metrics *m) {
+    const slm_train_opts *o = tr->o;
+    float lr = step_lr(tr); // collective under --time-schedule: every rank calls it alike
+    slm_fsdp_release_all(&tr->fsdp);
+    tr->n_skipped++;
+    tr->skip_run++;
+    if (tr->skip_run > o->max_nonfinite_skips)
+        return slm_fail(SLM_E_NUMERIC,
+                        "step %lld: non-finite %s (loss %f, gradient norm %f) in %lld steps in "
+                        "a row, more than --max-nonfinite-skips %d; HINT: lower --lr (now %g) or "
+                        "--grad-clip",
+                        (long long)tr->step + 1, isfinite(loss) ? "gradient norm" : "loss", loss,
+                        gnorm, (long long)tr->skip_run, o->max_nonfinite_skips,
+                        (double)o->adamw.lr_peak);
+    if (tr->rank == 0)
+        slm_warn("step %lld: non-finite %s (loss %f, gradient norm %f): update skipped on every "
+                 "rank (--on-nonfinite skip; %lld in a row, %lld in this run)",
+                 (long long)tr->step + 1, isfinite(loss) ? "gradient norm" : "loss", loss, gnorm,
+                 (long long)tr->skip_run, (long long)tr->n_skipped);
+    double dt = slm_time_s() - t0;
+    int64_t step_tokens = (int64_t)tr->B * tr->T * tr->K * tr->W;
+    tr->tokens_seen += step_tokens;
+    tr->step++;
+    *m = (slm_step_metrics){.step = tr->step,
+                            .total_steps = o->steps,
+                            .loss = loss,
+                            .lr = lr,
+                            .grad_norm = gnorm,
+                            .tokens_per_s = (double)step_tokens / dt,
+                            .ms_per_step = dt * 1e3,
+                            .val_loss = NAN,
+                            .tokens_seen = tr->tokens_seen,
+                            .skipped = true,
+                            .nonfinite_skips = tr->n_skipped,
+                            .loss_z = NAN};
+    m->mfu = m->tokens_per_s * tr->fpt / (tr->peak * 1e9 * tr->W);
+    tr->last_loss = loss;
+    return SLM_OK;
+}
+
 // Validation when due, then the on_step / observe hooks.
 static slm_status after_step(slm_trainer *tr, slm_step_metrics *m) {
     const slm_train_opts *o = tr->o;
     slm_status st = SLM_OK;
-    if (tr->val_l && (tr->step % o->eval_every == 0 || tr->step == o->steps))
+    if (tr->val_l && (tr->step % o->eval_every == 0 || tr->step == o->steps)) {
+        slm_flight_set_where(tr->step, "eval");
         st = validate(tr, &m->val_loss);
+    }
     if (st) return slm_fail_wrap(st, "step %lld", (long long)tr->step);
     m->elapsed_s = slm_time_s() - tr->t_start;
+    slm_flight_set_where(tr->step, "step hooks (checkpoint, logs)");
     for (int h = 0; h < o->n_hooks && !st; h++) {
         if (o->hooks[h].observe) o->hooks[h].observe(o->hooks[h].ctx, m);
         if (o->hooks[h].on_step) st = o->hooks[h].on_step(o->hooks[h].ctx, tr, m);
@@ -560,6 +669,7 @@ slm_status slm_train_step(slm_trainer *tr, slm_step_metrics *m) {
     m->val_loss = NAN;
     if (slm_train_done(tr)) return SLM_OK;
     slm_fault_before_step(&tr->faults, tr->rank, tr->step + 1);
+    slm_flight_set_where(tr->step + 1, "step start");
     int stop = agree_stop(tr, "stop flags");
     if (stop) {
         tr->done = true;
@@ -574,7 +684,9 @@ slm_status slm_train_step(slm_trainer *tr, slm_step_metrics *m) {
     if (tr->train_l) pos = slm_loader_get_state(tr->train_l);
     slm_rng synth = tr->synth;
     // All micro-batches first, so the loss scale is known before the first backward.
+    slm_flight_set_where(tr->step + 1, "data");
     int64_t n_total = draw_batch(tr);
+    slm_flight_set_where(tr->step + 1, "forward/backward");
     double loss_sum;
     int bad;
     float bad_loss = 0;
@@ -582,6 +694,13 @@ slm_status slm_train_step(slm_trainer *tr, slm_step_metrics *m) {
     if (stop) return discard_step(tr, stop, pos, synth);
     slm_dist_allreduce(&loss_sum, 1, SLM_DT_F64, SLM_OP_SUM, "step loss");
     double loss = loss_sum / (double)n_total;
+    if (o->nonfinite_skip) {
+        slm_flight_set_where(tr->step + 1, "optimizer");
+        double gnorm = slm_fsdp_clip_grad_norm(&tr->fsdp, o->grad_clip); // collective
+        slm_status st = isfinite(loss) && isfinite(gnorm) ? update_clipped(tr, loss, gnorm, t0, m)
+                                                          : skip_step(tr, loss, gnorm, t0, m);
+        return st ? st : after_step(tr, m);
+    }
     if (!isfinite(loss) && bad >= 0)
         return slm_fail(SLM_E_NUMERIC,
                         "step %lld, micro-batch %d: training loss is %f; HINT: lower --lr (now "
@@ -648,6 +767,7 @@ slm_status slm_train_finish(slm_trainer *tr, slm_status st) {
     if (!tr || tr->res.already_complete || !tr->started) return st;
     // The hooks see the status of the training itself: an error in the final validation does
     // not cost the final checkpoint.
+    slm_flight_set_where(tr->step, "finish (final checkpoint)");
     slm_status fin = st ? st : finish_ok(tr);
     const slm_train_opts *o = tr->o;
     for (int h = 0; h < o->n_hooks; h++) {
@@ -678,6 +798,7 @@ void slm_train_close(slm_trainer *tr) {
     free(tr->resume_path);
     free(tr->win), free(tr->inp), free(tr->tgt);
     free(tr->hook_started);
+    free(tr->spike_hist);
     if (tr->train_l) slm_loader_free(tr->train_l);
     if (tr->val_l) slm_loader_free(tr->val_l);
     if (tr->tok) slm_tokenizer_free(tr->tok);
@@ -724,7 +845,8 @@ void slm_trainer_ckpt_state(const slm_trainer *tr, int64_t step, slm_ckpt_meta *
                             slm_ckpt_shard *sh) {
     const slm_train_opts *o = tr->o;
     slm_ckpt_meta_default(meta, &tr->model.cfg);
-    meta->step = meta->opt_step = meta->lr_step = step;
+    meta->step = meta->lr_step = step;
+    meta->opt_step = slm_fsdp_steps_done(&tr->fsdp); // below step by the skipped steps
     meta->tokens_seen = tr->tokens_seen;
     meta->adamw = o->adamw;
     meta->lr_warmup = o->warmup;
