@@ -89,12 +89,14 @@ slm_slurm_stop() {
 slm_slurm_start() {
     local d="$W/slurm" host cpus cport dport i
     if [ "$(id -u)" -ne 0 ]; then
-        echo "slurm: the test cluster needs root (slurmd starts job steps as their user): skipped" >&2
+        echo "slurm: the test cluster needs root (slurmd starts job steps as their user):" \
+            "skipped" >&2
         exit 77
     fi
     local t
     for t in munged slurmctld slurmd srun sbatch scontrol squeue scancel; do
-        command -v "$t" > /dev/null || { echo "slurm: $t not found (slurm-wlm, munge)" >&2; return 1; }
+        command -v "$t" > /dev/null ||
+            { echo "slurm: $t not found (slurm-wlm, munge)" >&2; return 1; }
     done
     mkdir -p "$d"/{munge,state,spool,log,run}
     # munged wants its socket's directory and every one above it searchable by all (o+x), and

@@ -18,8 +18,8 @@ SCRIPT="$SRC/deploy/slurm/train.sbatch"
 set +e # the exit statuses are checked
 slm_mpirun 2 -x OMP_NUM_THREADS=1 "$BIN" train "${ARGS[@]}" --out "$W/m" > "$W/m.log" 2>&1
 check "mpirun -np 2 train" 0 $?
-job=$(SHARDLM="$BIN" SHARDLM_RUN_DIR="$W/run" SHARDLM_LAUNCHER=srun sbatch --parsable -n 2 -c 1 --time 5 \
-    -o "$W/job.out" "$SCRIPT" "${ARGS[@]}")
+job=$(SHARDLM="$BIN" SHARDLM_RUN_DIR="$W/run" SHARDLM_LAUNCHER=srun sbatch --parsable -n 2 -c 1 \
+    --time 5 -o "$W/job.out" "$SCRIPT" "${ARGS[@]}")
 check "sbatch train.sbatch" 0 $?
 slm_slurm_wait_job "$job" COMPLETED 90
 check "job $job COMPLETED" 0 $?
@@ -49,7 +49,8 @@ slm_slurm_wait_job "$job" FAILED 60
 check "SHARDLM_LAUNCHER=mpirun: job FAILED" 0 $?
 set -e
 check "SHARDLM_LAUNCHER=mpirun: exit code 2" 2:0 "$(slm_slurm_job_field "$job" ExitCode)"
-has "SHARDLM_LAUNCHER=mpirun: message" "$W/bad2.out" "SHARDLM_LAUNCHER=mpirun: expected launch or srun"
+has "SHARDLM_LAUNCHER=mpirun: message" "$W/bad2.out" \
+    "SHARDLM_LAUNCHER=mpirun: expected launch or srun"
 [ ! -e "$W/run2" ] && ok "SHARDLM_LAUNCHER=mpirun: no run directory made" ||
     bad "SHARDLM_LAUNCHER=mpirun: $W/run2 was created"
 slm_finish

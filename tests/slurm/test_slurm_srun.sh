@@ -12,12 +12,15 @@ slm_tiny_data "$W/d" 300 20000
 slm_tiny_config "$W/config.json" vocab_size=300
 ARGS=(train --data "$W/d" --model "$W/config.json" --seq 16 --batch 4 --steps 6 --warmup 2
       --lr 3e-3 --seed 3 --threads 1 --log-every 0 --ckpt-every-steps 3)
-losses() { grep '"event":"step"' "$1/metrics.jsonl" | sed -E 's/.*"step":([0-9]+),"loss":([^,]*),.*/\1 \2/'; }
+losses() {
+    grep '"event":"step"' "$1/metrics.jsonl" | sed -E 's/.*"step":([0-9]+),"loss":([^,]*),.*/\1 \2/'
+}
 
 set +e # the exit statuses are checked
 slm_mpirun 2 -x OMP_NUM_THREADS=1 "$BIN" "${ARGS[@]}" --out "$W/m" > "$W/m.log" 2>&1
 check "mpirun -np 2 train" 0 $?
-OMP_NUM_THREADS=1 timeout 120 srun -n 2 --mpi=pmix "$BIN" "${ARGS[@]}" --out "$W/s" > "$W/s.log" 2>&1
+OMP_NUM_THREADS=1 timeout 120 srun -n 2 --mpi=pmix "$BIN" "${ARGS[@]}" --out "$W/s" \
+    > "$W/s.log" 2>&1
 rc=$?
 set -e
 check "srun -n 2 --mpi=pmix train" 0 "$rc"
