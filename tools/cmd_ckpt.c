@@ -15,6 +15,8 @@ typedef struct ckpt_args {
     const char *hf;
     slm_st_dtype dtype;
     size_t max_shard;
+    bool merge_lora;
+    const char *lora_base;
 } ckpt_args;
 
 static slm_status parse_dtype(const char *opt, const char *v, void *dst) {
@@ -43,6 +45,17 @@ static const slm_opt k_ckpt_opts[] = {
              "model.safetensors.index.json above SIZE: 5GB, 500MB, 10KB (decimal, as HF's "
              "max_shard_size), 2GiB, 3MiB or a whole number of bytes >= 1",
      .def = "5GB"},
+    {.name = "--merge-lora",
+     .type = SLM_OPT_FLAG,
+     .off = offsetof(ckpt_args, merge_lora),
+     .help = "export of a LoRA checkpoint: write the base with the adapters merged in "
+             "(W + alpha/r B A) as Hugging Face LlamaForCausalLM files instead of a PEFT adapter"},
+    {.name = "--lora-base",
+     .type = SLM_OPT_STRING,
+     .off = offsetof(ckpt_args, lora_base),
+     .meta = "DIR",
+     .help = "export of a LoRA checkpoint: its base Hugging Face directory, if moved from the "
+             "path the checkpoint recorded (its XXH64 must match)"},
     {.type = SLM_OPT_END},
 };
 
@@ -53,10 +66,14 @@ static const slm_cli k_ckpt_cli = {
         "       shardlm ckpt verify PATH       verifies every rank file (size, XXH64); exit 1 "
         "if bad\n"
         "       shardlm ckpt export PATH --hf OUT_DIR [--dtype fp32|bf16|fp16]\n"
-        "                                      [--max-shard-size SIZE]\n"
+        "                                      [--max-shard-size SIZE] [--merge-lora]\n"
+        "                                      [--lora-base DIR]\n"
         "PATH: a step directory, RUN_DIR/checkpoints or RUN_DIR (inspect / verify: the\n"
         "checkpoint `latest` names; export: the newest one that verifies); export also\n"
         "takes a Hugging Face directory (to change --dtype or --max-shard-size).\n"
+        "A LoRA run's checkpoint (train --lora-rank) exports as a PEFT adapter directory\n"
+        "(adapter_model.safetensors, adapter_config.json; peft.PeftModel.from_pretrained\n"
+        "loads it onto the base), or with --merge-lora as the merged model (below).\n"
         "export writes Hugging Face LlamaForCausalLM files: model.safetensors (or shards above\n"
         "--max-shard-size), config.json, the run's tokenizer file and tokenizer_config.json,\n"
         "special_tokens_map.json, generation_config.json.\n\n",
@@ -105,9 +122,24 @@ int slm_cmd_ckpt(int argc, char **argv) {
         slm_model_dir d;
         slm_llama m;
         slm_status st = slm_model_dir_open(path, &d);
+        bool peft = false;
+        if (!st && (x.merge_lora || x.lora_base) && !slm_model_dir_is_lora(&d)) {
+            slm_error("ckpt export: --merge-lora / --lora-base: %s is not a LoRA checkpoint "
+                      "(train --lora-rank)",
+                      path);
+            slm_model_dir_close(&d);
+            return SLM_EXIT_USAGE;
+        }
         if (!st) {
+            peft = slm_model_dir_is_lora(&d) && !x.merge_lora;
+            d.keep_lora = peft;
+            d.lora_base = x.lora_base;
             st = slm_model_dir_load_model(&d, &m);
-            if (!st) {
+            if (!st && peft) {
+                const char *base = x.lora_base ? x.lora_base : slm_ckpt_get_meta(d.ckpt)->lora_base;
+                st = slm_peft_export_dir(&m, d.weights_dir, base, out, dt);
+                slm_llama_free(&m);
+            } else if (!st) {
                 st = slm_hf_export_dir(&m, d.weights_dir, d.tokenizer, out, dt, max_shard);
                 slm_llama_free(&m);
             }
@@ -117,7 +149,10 @@ int slm_cmd_ckpt(int argc, char **argv) {
             slm_error("%s", slm_errmsg());
             rc = slm_exit_code(st);
         } else if (d.step >= 0) {
-            printf("exported step %lld to %s\n", (long long)d.step, out);
+            printf("exported step %lld to %s%s\n", (long long)d.step, out,
+                   peft           ? " (PEFT LoRA adapter)"
+                   : x.merge_lora ? " (LoRA merged)"
+                                  : "");
         } else {
             printf("exported %s to %s\n", path, out);
         }

@@ -82,6 +82,9 @@ static const slm_cli k_eval_cli = {
              "Mean cross-entropy (nats/token) and perplexity of a trained model.\n\n",
     .opts = k_eval_opts,
     .footer = "\nOutput lines on stdout: loss, perplexity, tokens, sequences, unigram_entropy.\n"
+              "On instruction data (prep --format prompt-completion|chat) loss and tokens are\n"
+              "over the completion / assistant tokens only (packed samples), and a line\n"
+              "\"targets completion_only\" says so.\n"
               "exit codes: 0 ok, 1 runtime error (also a bad id in --token-ids FILE, or an\n"
               "empty --split), 2 usage error or mismatch (vocab, length)\n",
 };
@@ -164,6 +167,8 @@ int slm_cmd_eval(int argc, char **argv) {
         if (st) goto fail;
         printf("loss %.6f\nperplexity %.4f\ntokens %lld\nsequences %lld\n", r.loss, r.perplexity,
                (long long)r.n_tokens, (long long)r.n_seqs);
+        if (r.completion_only) // instruction data: the loss and tokens are the target ones
+            printf("targets completion_only\n");
     }
     return stdout_ok() ? SLM_EXIT_OK : SLM_EXIT_ERROR;
 fail:

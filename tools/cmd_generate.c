@@ -9,10 +9,11 @@
 
 #include "cmd.h"
 #include "ckpt/ckpt.h"
+#include "data/data.h"
 #include "train/train.h"
 
 typedef struct generate_args {
-    const char *model, *hf, *prompt;
+    const char *model, *hf, *prompt, *chat, *system;
     int max_new, top_k, threads;
     int64_t seed;
     float temperature, top_p;
@@ -27,6 +28,19 @@ static const slm_opt k_generate_opts[] = {
      .off = A(prompt),
      .meta = "TEXT",
      .help = "text to continue (may be empty when the tokenizer has BOS)"},
+    {.name = "--chat",
+     .type = SLM_OPT_STRING,
+     .off = A(chat),
+     .meta = "T",
+     .help = "treat --prompt as a user message and render it with chat template T (llama2, "
+             "llama3 or a template file, as prep --chat-template), the assistant header "
+             "appended; prints only the reply and stops at the template's end of turn "
+             "(<|eot_id|> for llama3, EOS for llama2)"},
+    {.name = "--system",
+     .type = SLM_OPT_STRING,
+     .off = A(system),
+     .meta = "TEXT",
+     .help = "with --chat: a system message before the user message"},
     {.name = "--max-new",
      .type = SLM_OPT_INT,
      .off = A(max_new),
@@ -156,9 +170,32 @@ int slm_cmd_generate(int argc, char **argv) {
         return slm_exit_code(st);
     }
     slm_ivec ids = {0};
+    slm_ivec chat_ids = {0};
+    if (x.system && !x.chat) {
+        slm_error("generate: --system needs --chat T");
+        st = SLM_E_ARG;
+    } else if (x.chat) { // the template's prompt ids; the reply ends at its end-of-turn id
+        slm_chat_template *tpl = NULL;
+        st = slm_chat_template_load(x.chat, &tpl);
+        if (!st) st = slm_chat_prompt_ids(tpl, tok, x.system, prompt, &chat_ids, &o.stop_id);
+        o.stop_at_id = !st && o.stop_id >= 0;
+        slm_chat_template_free(tpl);
+        if (st) slm_error("generate: %s", slm_errmsg());
+    }
+    if (st) {
+        slm_ivec_free(&chat_ids);
+        slm_tokenizer_free(tok);
+        slm_llama_free(&m);
+        return slm_exit_code(st);
+    }
     // The prompt's length in tokens: a warning when --max-new runs past the context (too long
     // a prompt is refused by slm_generate).
-    if (!slm_tokenizer_encode(tok, prompt, strlen(prompt), o.add_bos ? SLM_ENC_ADD_BOS : 0, &ids)) {
+    if (x.chat) {
+        for (size_t i = 0; i < chat_ids.len; i++)
+            slm_ivec_push(&ids, chat_ids.data[i]);
+    }
+    if (x.chat ||
+        !slm_tokenizer_encode(tok, prompt, strlen(prompt), o.add_bos ? SLM_ENC_ADD_BOS : 0, &ids)) {
         int64_t maxT = m.cfg.max_position_embeddings;
         if ((int64_t)ids.len <= maxT && (int64_t)ids.len + o.max_new > maxT)
             slm_warn("generate: --max-new %d with a %zu-token prompt goes past the context; "
@@ -166,8 +203,10 @@ int slm_cmd_generate(int argc, char **argv) {
                      o.max_new, ids.len, (long long)maxT, (long long)(maxT - (int64_t)ids.len));
     }
     ids.len = 0;
-    emit_ctx ec = {.prompt = prompt};
-    st = slm_generate(&m, tok, prompt, &o, emit_stdout, &ec, &ids);
+    emit_ctx ec = {.prompt = x.chat ? "" : prompt}; // chat: the reply only
+    st = x.chat ? slm_generate_ids(&m, tok, chat_ids.data, chat_ids.len, &o, emit_stdout, &ec, &ids)
+                : slm_generate(&m, tok, prompt, &o, emit_stdout, &ec, &ids);
+    slm_ivec_free(&chat_ids);
     if (!st) emit_prompt(&ec); // no new token (--max-new 0, EOS first): the prompt alone
     if (ec.printed) put_stdout(&ec, "\n", 1);
     if (!st && print_ids) {

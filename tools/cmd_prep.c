@@ -11,13 +11,15 @@
 
 #include "data/data.h"
 #include "dist/dist.h"
+#include "objstore/objstore.h"
 
 typedef struct prep_args {
-    const char *tokenizer, *out;
+    const char *tokenizer, *out, *format, *chat_template;
     slm_opt_list inputs;
     int64_t shard_tokens, unit_bytes, workers, seed;
     double val_fraction, timeout_s;
     bool quiet;
+    const char *s3_endpoint, *s3_region;
 } prep_args;
 
 #define A(f) offsetof(prep_args, f)
@@ -42,7 +44,9 @@ static const slm_opt k_prep_opts[] = {
      .help = "output directory (created). The dataset is built in a hidden sibling "
              ".DIR.prep-tmp.PID and swapped in only on success: a failed or interrupted run "
              "leaves an earlier dataset in DIR intact; other files in DIR are kept. DIR may lie "
-             "inside an --input directory (it is skipped) but must not be one"},
+             "inside an --input directory (it is skipped) but must not be one. An "
+             "s3://BUCKET/PREFIX/ is prepared in a local temp directory ($TMPDIR), then uploaded: "
+             "shards and tokenizer first, manifest.json last (docs/storage.md)"},
     {.name = "--shard-tokens",
      .type = SLM_OPT_INT64,
      .off = A(shard_tokens),
@@ -73,6 +77,21 @@ static const slm_opt k_prep_opts[] = {
      .help = "key of the train/val hash, below 2^53",
      .ilo = 0,
      .ihi = (INT64_C(1) << 53) - 1},
+    {.name = "--format",
+     .type = SLM_OPT_STRING,
+     .off = A(format),
+     .meta = "F",
+     .help = "text (documents), prompt-completion (JSONL {\"prompt\", \"completion\"}) or chat "
+             "(JSONL {\"messages\": [{\"role\", \"content\"}, ...]}); the last two write a "
+             "per-token loss mask (loss on completion / assistant tokens only; docs/formats.md "
+             "\"Instruction data\")",
+     .def = "text"},
+    {.name = "--chat-template",
+     .type = SLM_OPT_STRING,
+     .off = A(chat_template),
+     .meta = "T",
+     .help = "llama2 ([INST] <<SYS>> form), llama3 (header form) or a template file (JSON); "
+             "required by --format chat, optional for prompt-completion"},
     {.name = "--quiet",
      .type = SLM_OPT_FLAG,
      .off = A(quiet),
@@ -96,6 +115,16 @@ static const slm_opt k_prep_opts[] = {
      .dhi = INFINITY,
      .flags = SLM_OPTF_LO_OPEN,
      .range = "> 0 seconds and finite"},
+    {.name = "--s3-endpoint",
+     .type = SLM_OPT_STRING,
+     .off = A(s3_endpoint),
+     .meta = "URL",
+     .help = "with --out s3://...: the S3 endpoint (default AWS_ENDPOINT_URL...; docs/storage.md)"},
+    {.name = "--s3-region",
+     .type = SLM_OPT_STRING,
+     .off = A(s3_region),
+     .meta = "REGION",
+     .help = "with --out s3://...: the signing region (default AWS_REGION, ..., us-east-1)"},
     {.type = SLM_OPT_END},
 };
 #undef A
@@ -104,6 +133,7 @@ static const slm_cli k_prep_cli = {
     .cmd = "prep",
     .usage = "usage: shardlm prep --tokenizer FILE --input PATH [--input PATH ...] --out DIR\n"
              "                    [--shard-tokens N] [--val-fraction F] [--workers W] [--seed S]\n"
+             "                    [--format text|prompt-completion|chat] [--chat-template T]\n"
              "                    [--quiet]\n"
              "\n"
              "Tokenizes a corpus into token shards (DIR/train_*.bin, DIR/val_*.bin), copies the\n"
@@ -148,6 +178,18 @@ int slm_cmd_prep(int argc, char **argv) {
     o.seed = (uint64_t)x.seed;
     o.unit_bytes = x.unit_bytes;
     o.progress = !x.quiet;
+    o.chat_template = x.chat_template;
+    if (!x.format || !strcmp(x.format, "text"))
+        o.format = SLM_PREP_TEXT;
+    else if (!strcmp(x.format, "prompt-completion"))
+        o.format = SLM_PREP_PROMPT_COMPLETION;
+    else if (!strcmp(x.format, "chat"))
+        o.format = SLM_PREP_CHAT;
+    else {
+        slm_error("prep: --format %s: expected text, prompt-completion or chat", x.format);
+        slm_opt_list_free(&x.inputs);
+        return SLM_EXIT_USAGE;
+    }
     const char **inputs = x.inputs.v;
     int n_in = x.inputs.n;
     int64_t workers = x.workers;
@@ -177,7 +219,28 @@ int slm_cmd_prep(int argc, char **argv) {
         if (workers > 64) workers = 64;
     }
     o.workers = (int)workers;
+    slm_s3_set_defaults(x.s3_endpoint, x.s3_region);
+    // --out s3://...: prepare into a local staging directory named after the URI (the same on
+    // every rank of a host), upload it from rank 0, remove it.
+    char *stage = NULL;
+    if (slm_s3_is_uri(x.out)) {
+        const char *td = getenv("TMPDIR");
+        char name[64];
+        snprintf(name, sizeof name, "shardlm-prep-%016llx",
+                 (unsigned long long)slm_xxh64(x.out, strlen(x.out), 0));
+        stage = slm_path_join(td && *td ? td : "/tmp", name);
+        o.out_dir = stage;
+    }
     st = slm_prep_run(&o);
+    if (!st && stage && slm_dist_rank() == 0) {
+        st = slm_dataset_upload(stage, x.out);
+        if (!st && !x.quiet) printf("uploaded to %s\n", x.out);
+    }
+    if (stage) slm_dist_barrier("prep upload");
+    if (stage && slm_dist_rank() == 0) {
+        slm_rmdir_flat_quiet(stage);
+    }
+    free(stage);
     if (st) slm_error("%s", slm_errmsg());
     free(inputs);
     slm_dist_finalize();

@@ -1,11 +1,14 @@
 // shardlm train: option parsing for slm_train_run (src/train/train.h).
 #include <math.h>
+#include <stdlib.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "cmd.h"
+#include "data/data.h"
 #include "dist/dist.h"
+#include "objstore/objstore.h"
 #include "train/train.h"
 
 // Parsed command line: the library's options plus the values that need a step after parsing.
@@ -16,6 +19,7 @@ typedef struct train_args {
     int on_nonfinite;  // index into k_nonfinite
     int64_t seed;
     double progress_us;
+    const char *s3_endpoint, *s3_region;
 } train_args;
 
 static slm_status parse_sharding(const char *opt, const char *v, void *dst) {
@@ -25,6 +29,21 @@ static slm_status parse_sharding(const char *opt, const char *v, void *dst) {
 
 static slm_status parse_precision(const char *opt, const char *v, void *dst) {
     return slm_precision_parse(opt, v, dst);
+}
+
+static slm_status parse_lora_targets(const char *opt, const char *v, void *dst) {
+    (void)opt;
+    return slm_lora_parse_targets(v, dst);
+}
+
+// --metrics-addr: checked when parsed (a bad address is a usage error), kept as given.
+static slm_status parse_metrics_addr(const char *opt, const char *v, void *dst) {
+    char host[256];
+    int port;
+    slm_status st = slm_metrics_parse_addr(v, host, sizeof host, &port);
+    if (st) return slm_fail(st, "%s: %s", opt, slm_errmsg());
+    *(const char **)dst = v;
+    return SLM_OK;
 }
 
 static const char *const k_ckpt_error[] = {"continue", "abort", NULL};
@@ -280,6 +299,47 @@ static const slm_opt k_train_opts[] = {
      .flags = SLM_OPTF_HI_OPEN | SLM_OPTF_F32 | SLM_OPTF_PER_RANK,
      .range = "in [0, 1e6) microseconds",
      .def = "0 = off"},
+    {.type = SLM_OPT_SECTION, .help = "  Prometheus metrics (docs/observability.md):"},
+    {.name = "--metrics-addr",
+     .type = SLM_OPT_CUSTOM,
+     .off = A(o.metrics.addr),
+     .meta = "HOST:PORT",
+     .help = "rank 0 serves /metrics (Prometheus text format) on HOST:PORT; :PORT listens on "
+             "127.0.0.1, PORT 0 picks a free port (logged)",
+     .parse = parse_metrics_addr,
+     .def = "off",
+     .flags = SLM_OPTF_PER_RANK},
+    {.name = "--metrics-all-ranks",
+     .type = SLM_OPT_FLAG,
+     .off = A(o.metrics.all_ranks),
+     .help = "every rank given --metrics-addr serves its own /metrics, on PORT + rank (PORT "
+             "0: a free port each)",
+     .flags = SLM_OPTF_PER_RANK},
+    {.name = "--metrics-every",
+     .type = SLM_OPT_INT,
+     .off = A(o.metrics.every),
+     .meta = "N",
+     .help = "gather the per-rank metrics (memory, CPU, busy time, stragglers) to rank 0 every "
+             "N steps",
+     .ilo = 1,
+     .ihi = 1 << 30},
+    {.name = "--straggler-factor",
+     .type = SLM_OPT_DOUBLE,
+     .off = A(o.metrics.straggler_factor),
+     .meta = "F",
+     .help = "a rank whose busy time per step (iteration wall time minus collective waits) "
+             "exceeds F x the median of the ranks, and the median by 10 ms, ...",
+     .dlo = 1,
+     .dhi = INF,
+     .flags = SLM_OPTF_LO_OPEN | SLM_OPTF_F32},
+    {.name = "--straggler-windows",
+     .type = SLM_OPT_INT,
+     .off = A(o.metrics.straggler_windows),
+     .meta = "K",
+     .help = "... in K gathers in a row is a straggler (logged, counted in "
+             "shardlm_straggler_events_total)",
+     .ilo = 1,
+     .ihi = 1 << 20},
     {.type = SLM_OPT_SECTION, .help = "  run directory, checkpoints and resume:"},
     {.name = "--out",
      .type = SLM_OPT_STRING,
@@ -328,6 +388,12 @@ static const slm_opt k_train_opts[] = {
      .help = "continue bitwise from RUN_DIR's newest checkpoint that verifies (auto: if any; "
              "`latest` is only a hint, a bad newest one falls back to the previous with a "
              "warning) or from a checkpoint PATH"},
+    {.name = "--no-packing",
+     .type = SLM_OPT_FLAG,
+     .off = A(o.no_packing),
+     .help = "instruction data (prep --format prompt-completion|chat): one sample per window, "
+             "padded, instead of packing several per window (each attends only to itself "
+             "either way; loss on completion / assistant tokens only)"},
     {.name = "--verify-on-resume",
      .type = SLM_OPT_FLAG,
      .off = A(o.verify_on_resume),
@@ -346,6 +412,42 @@ static const slm_opt k_train_opts[] = {
      .meta = "DIR",
      .help = "initial weights from a Hugging Face safetensors directory (not with --resume "
              "PATH; with --resume auto only while RUN_DIR has no checkpoint)"},
+    {.type = SLM_OPT_SECTION,
+     .help = "  LoRA fine-tuning (Hu et al. 2021, PEFT's arithmetic; docs/training.md):"},
+    {.name = "--lora-rank",
+     .type = SLM_OPT_INT,
+     .off = A(o.lora.rank),
+     .meta = "R",
+     .help = "train rank-R adapters on the --lora-targets projections of the frozen "
+             "--init-from-hf base (needs --init-from-hf); checkpoints hold the adapters only",
+     .ilo = 1,
+     .ihi = 1 << 16,
+     .flags = SLM_OPTF_NODEF},
+    {.name = "--lora-alpha",
+     .type = SLM_OPT_FLOAT,
+     .off = A(o.lora.alpha),
+     .meta = "A",
+     .help = "adapter scale alpha / R",
+     .dlo = 0,
+     .dhi = INF,
+     .def = "2 x R",
+     .flags = SLM_OPTF_LO_OPEN | SLM_OPTF_F32},
+    {.name = "--lora-dropout",
+     .type = SLM_OPT_FLOAT,
+     .off = A(o.lora.dropout),
+     .meta = "P",
+     .help = "dropout on the adapter input while training",
+     .dlo = 0,
+     .dhi = 1,
+     .flags = SLM_OPTF_HI_OPEN | SLM_OPTF_F32},
+    {.name = "--lora-targets",
+     .type = SLM_OPT_CUSTOM,
+     .off = A(o.lora.targets),
+     .meta = "LIST",
+     .help = "comma-separated projections among q_proj, k_proj, v_proj, o_proj, gate_proj, "
+             "up_proj, down_proj, or all",
+     .parse = parse_lora_targets,
+     .def = "q_proj,v_proj"},
     {.type = SLM_OPT_SECTION, .help = "  operations (docs/operations.md):"},
     {.name = "--heartbeat-dir",
      .type = SLM_OPT_STRING,
@@ -398,6 +500,58 @@ static const slm_opt k_train_opts[] = {
      .dhi = INF,
      .flags = SLM_OPTF_LO_OPEN | SLM_OPTF_F32,
      .range = "> 0 and finite"},
+    {.name = "--snapshot-every-steps",
+     .type = SLM_OPT_INT64,
+     .off = A(o.snapshot_every_steps),
+     .meta = "N",
+     .help = "also keep the newest state every N steps in node-local shared memory (checkpoint "
+             "format, synchronous); --resume auto prefers it when it is newer than the disk "
+             "checkpoint and verifies (one host, same world and model), 0 = off",
+     .ilo = 0,
+     .ihi = INT64_MAX / 2},
+    {.name = "--snapshot-dir",
+     .type = SLM_OPT_STRING,
+     .off = A(o.snapshot_dir),
+     .meta = "DIR",
+     .help = "where the snapshots go (a tmpfs)",
+     .def = "/dev/shm/shardlm-<XXH64 of the absolute --out>"},
+    {.type = SLM_OPT_SECTION, .help = "  object storage (S3; docs/storage.md):"},
+    {.name = "--ckpt-uri",
+     .type = SLM_OPT_STRING,
+     .off = A(o.ckpt_uri),
+     .meta = "s3://BUCKET/PREFIX/",
+     .help = "also upload every committed checkpoint there in the background (one uploader per "
+             "host; manifest, then `latest`, last; --ckpt-keep applies remotely); --resume auto "
+             "then picks the newest complete of RUN_DIR and the prefix (an empty disk resumes "
+             "from S3 alone); --resume s3://... reads a remote checkpoint directly"},
+    {.name = "--s3-prefix-shards",
+     .type = SLM_OPT_INT,
+     .off = A(o.s3_prefix_shards),
+     .meta = "K",
+     .help = "spread the rank files over K prefixes (PREFIX/sKK/...; S3 rate limits are per "
+             "prefix), recorded in the remote manifest",
+     .ilo = 1,
+     .ihi = 100,
+     .def = "1"},
+    {.name = "--data-cache",
+     .type = SLM_OPT_STRING,
+     .off = A(o.data_cache),
+     .meta = "DIR",
+     .help = "with --data s3://...: the local copy the loader maps (objects streamed in large "
+             "range GETs, XXH64-checked; verified files are reused; node-local NVMe is the place)",
+     .def = "$TMPDIR/shardlm-data-HASH"},
+    {.name = "--s3-endpoint",
+     .type = SLM_OPT_STRING,
+     .off = A(s3_endpoint),
+     .meta = "URL",
+     .help = "S3 endpoint (http[s]://HOST[:PORT]; default AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, "
+             "the profile's endpoint_url, else AWS for the region)"},
+    {.name = "--s3-region",
+     .type = SLM_OPT_STRING,
+     .off = A(s3_region),
+     .meta = "REGION",
+     .help = "S3 signing region (default AWS_REGION, AWS_DEFAULT_REGION, the profile's, else "
+             "us-east-1)"},
     {.type = SLM_OPT_END},
 };
 #undef A
@@ -486,6 +640,29 @@ static int train_check(const train_args *t, const slm_opt_seen *seen) {
                   o->train_from_scratch ? "--train-from-scratch" : "--verify-on-resume");
         return SLM_EXIT_USAGE;
     }
+    bool lora_opt = slm_opt_given(cli, seen, "--lora-alpha") ||
+                    slm_opt_given(cli, seen, "--lora-dropout") ||
+                    slm_opt_given(cli, seen, "--lora-targets");
+    if (lora_opt && o->lora.rank < 1) {
+        slm_error("train: --lora-alpha, --lora-dropout and --lora-targets need --lora-rank R");
+        return SLM_EXIT_USAGE;
+    }
+    if (o->lora.rank > 0 && !o->init_from_hf) {
+        slm_error("train: --lora-rank trains adapters on a frozen base: give the base with "
+                  "--init-from-hf DIR");
+        return SLM_EXIT_USAGE;
+    }
+    if ((o->snapshot_every_steps > 0 || o->snapshot_dir) && !o->out_dir) {
+        slm_error("train: --snapshot-every-steps / --snapshot-dir need --out RUN_DIR");
+        return SLM_EXIT_USAGE;
+    }
+    if (o->ckpt_uri && (!o->out_dir || !slm_s3_is_uri(o->ckpt_uri))) {
+        slm_error("train: --ckpt-uri %s: %s", o->ckpt_uri,
+                  !o->out_dir
+                      ? "needs --out RUN_DIR (checkpoints commit locally first, then upload)"
+                      : "expected s3://BUCKET/PREFIX/");
+        return SLM_EXIT_USAGE;
+    }
     if (o->min_lr > o->adamw.lr_peak) {
         slm_error("train: --min-lr %g: must be in [0, lr] = [0, %g]", (double)o->min_lr,
                   (double)o->adamw.lr_peak);
@@ -521,10 +698,12 @@ static slm_status print_finish(void *ctx, slm_trainer *tr, slm_status st) {
     return SLM_OK;
 }
 
-// The hooks `shardlm train` attaches: stop flag, checkpoints, metrics.jsonl, then the step line
-// (the supervisor heartbeat and metrics exporters attach here the same way).
-static slm_status install_hooks(slm_train_opts *o, slm_train_std_hooks *std) {
+// The hooks `shardlm train` attaches: stop flag, checkpoints, metrics.jsonl, the Prometheus
+// metrics (after the checkpoints, whose counters it reads), then the step line (the supervisor
+// heartbeat attaches here the same way).
+static slm_status install_hooks(slm_train_opts *o, slm_train_std_hooks *std, slm_train_prom *prom) {
     slm_status st = slm_train_add_std_hooks(o, std);
+    if (!st) st = slm_train_add_prom_hook(o, prom, std);
     slm_train_hook print = {
         .name = "step line", .ctx = o, .observe = print_step, .on_finish = print_finish};
     return st ? st : slm_train_attach(o, &print);
@@ -553,6 +732,9 @@ int slm_cmd_train(int argc, char **argv) {
     o.ckpt_abort_on_error = t.on_ckpt_error == 1;
     o.nonfinite_skip = t.on_nonfinite == 1;
     if (t.no_prefetch) o.fsdp.forward_prefetch = o.fsdp.backward_prefetch = false;
+    slm_s3_set_defaults(t.s3_endpoint, t.s3_region);
+    if (o.lora.rank > 0 && !slm_opt_given(&k_train_cli, &seen, "--lora-alpha"))
+        o.lora.alpha = 2.0f * (float)o.lora.rank;
     if (slm_opt_given(&k_train_cli, &seen, "--progress-thread"))
         slm_dist_request_progress_thread(t.progress_us);
     slm_status st;
@@ -571,10 +753,43 @@ int slm_cmd_train(int argc, char **argv) {
         slm_dist_finalize();
         return slm_exit_code(st);
     }
+    // --data s3://...: stream the dataset into the local cache; the loader maps that copy.
+    char *cache = NULL;
+    const char *data_uri = o.data_dir;
+    if (slm_s3_is_uri(o.data_dir)) {
+        if (o.data_cache) {
+            cache = slm_xstrdup(o.data_cache);
+        } else {
+            const char *td = getenv("TMPDIR");
+            char name[64];
+            snprintf(name, sizeof name, "shardlm-data-%016llx",
+                     (unsigned long long)slm_xxh64(o.data_dir, strlen(o.data_dir), 0));
+            cache = slm_path_join(td && *td ? td : "/tmp", name);
+        }
+        st = slm_dist_agree(slm_dataset_fetch(o.data_dir, cache));
+        if (st) {
+            slm_error("train: --data %s: %s", data_uri, slm_errmsg());
+            free(cache);
+            slm_dist_finalize();
+            return slm_exit_code(st);
+        }
+        o.data_dir = cache;
+    }
+    // The metrics server binds before anything is trained: a port in use stops every rank here.
+    slm_train_prom *prom = NULL;
+    st = slm_dist_agree(slm_train_prom_new(&o.metrics, &prom));
+    if (st) {
+        if (slm_dist_rank() == 0) slm_error("train: %s", slm_errmsg());
+        slm_train_prom_free(prom);
+        free(cache);
+        slm_dist_finalize();
+        return slm_exit_code(st);
+    }
     slm_train_result res = {0};
     slm_train_std_hooks std = {0};
-    st = install_hooks(&o, &std);
+    st = install_hooks(&o, &std, prom);
     if (!st) st = slm_train_run(&o, &res);
+    slm_train_prom_free(prom);
     if (st == SLM_E_INTERRUPTED && res.preempted) {
         if (slm_dist_rank() == 0) slm_info("train: %s", slm_errmsg());
         slm_dist_finalize();
@@ -593,6 +808,7 @@ int slm_cmd_train(int argc, char **argv) {
             printf(" | %.0f tok/s | MFU %.1f%%", res.tokens_per_s, 100.0 * res.mfu);
         printf("\n");
     }
+    free(cache);
     slm_dist_finalize();
     return slm_exit_code(st);
 }

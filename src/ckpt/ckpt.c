@@ -1,6 +1,7 @@
 // Checkpoint format: rank files, sidecars, the manifest, the atomic commit, reading with
 // resharding and verification. Format: docs/formats.md "Checkpoints".
 #include "ckpt/ckpt_internal.h"
+#include "objstore/objstore.h"
 
 #include "base/json.h"
 #include <dirent.h>
@@ -260,6 +261,19 @@ static cJSON *manifest_json(const slm_ckpt_meta *meta, const slm_unit_layout *la
     cJSON *sh = cJSON_AddObjectToObject(o, "sharding");
     cJSON_AddStringToObject(sh, "strategy", meta->strategy);
     cJSON_AddNumberToObject(sh, "shard_group_size", meta->shard_group_size);
+    if (meta->lora.rank > 0) {
+        cJSON *lo = cJSON_AddObjectToObject(o, "lora");
+        cJSON_AddNumberToObject(lo, "r", meta->lora.rank);
+        cJSON_AddNumberToObject(lo, "lora_alpha", meta->lora.alpha);
+        cJSON_AddNumberToObject(lo, "lora_dropout", meta->lora.dropout);
+        cJSON *tm = cJSON_AddArrayToObject(lo, "target_modules");
+        for (int t = 0; t < SLM_LORA_N_TARGETS; t++)
+            if (meta->lora.targets & (1u << t))
+                cJSON_AddItemToArray(tm, cJSON_CreateString(slm_lora_target_name(t)));
+        cJSON *bm = cJSON_AddObjectToObject(lo, "base_model");
+        cJSON_AddStringToObject(bm, "path", meta->lora_base);
+        add_hex(bm, "xxh64", meta->lora_base_xxh64);
+    }
     cJSON *us = cJSON_AddArrayToObject(o, "units");
     for (int u = 0; u < n_units; u++) {
         cJSON *uo = cJSON_CreateObject();
@@ -549,6 +563,8 @@ struct slm_ckpt {
     int64_t cache_chunk;
     uint8_t *cache;
     size_t cache_len;
+    slm_ckpt_remote *remote; // s3:// checkpoints (remote.c); NULL for local ones
+    int64_t want_end;        // remote: end of the byte span read_bytes is reading (prefetch)
 };
 
 const char *slm_ckpt_dir(const slm_ckpt *c) {
@@ -577,6 +593,7 @@ void slm_ckpt_free(slm_ckpt *c) {
     }
     free(c->files);
     free(c->cache);
+    slm_ckpt_remote_free(c->remote);
     free(c->dir);
     free(c->manifest_path);
     free(c);
@@ -758,6 +775,44 @@ static slm_status parse_files(slm_ckpt *c, const char *mp, const cJSON *arr) {
     return SLM_OK;
 }
 
+// The optional "lora" object of a manifest (a LoRA checkpoint).
+static slm_status parse_lora(const char *mp, const cJSON *o, slm_ckpt_meta *M) {
+    const cJSON *lo = cJSON_GetObjectItemCaseSensitive(o, "lora");
+    if (!lo || cJSON_IsNull(lo)) return SLM_OK;
+    if (!cJSON_IsObject(lo)) return slm_fail(SLM_E_FORMAT, "%s: \"lora\" must be an object", mp);
+    double d = 0;
+    slm_status st;
+    if ((st = slm_json_num(mp, lo, "r", 1, 65536, true, &d))) return st;
+    M->lora.rank = (int32_t)d;
+    if ((st = slm_json_num(mp, lo, "lora_alpha", 0, 1e30, false, &d))) return st;
+    M->lora.alpha = (float)d;
+    if ((st = slm_json_num(mp, lo, "lora_dropout", 0, 1, false, &d))) return st;
+    M->lora.dropout = (float)d;
+    const cJSON *tm = slm_json_arr(lo, "target_modules");
+    if (!tm) return slm_fail(SLM_E_FORMAT, "%s: lora.target_modules missing", mp);
+    M->lora.targets = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, tm) {
+        int found = -1;
+        for (int t = 0; t < SLM_LORA_N_TARGETS && cJSON_IsString(it); t++)
+            if (!strcmp(it->valuestring, slm_lora_target_name(t))) found = t;
+        if (found < 0)
+            return slm_fail(SLM_E_FORMAT,
+                            "%s: lora.target_modules holds an unknown module (expected q_proj, "
+                            "k_proj, v_proj, o_proj, gate_proj, up_proj or down_proj)",
+                            mp);
+        M->lora.targets |= 1u << found;
+    }
+    if (slm_lora_config_validate(&M->lora))
+        return slm_fail(SLM_E_FORMAT, "%s: lora: %s", mp, slm_errmsg());
+    const cJSON *bm = slm_json_obj(lo, "base_model");
+    const cJSON *bp = bm ? cJSON_GetObjectItemCaseSensitive(bm, "path") : NULL;
+    if (!cJSON_IsString(bp) || strlen(bp->valuestring) >= sizeof M->lora_base)
+        return slm_fail(SLM_E_FORMAT, "%s: lora.base_model.path missing or too long", mp);
+    snprintf(M->lora_base, sizeof M->lora_base, "%s", bp->valuestring);
+    return slm_json_hex64(mp, bm, "xxh64", &M->lora_base_xxh64);
+}
+
 slm_status slm_ckpt_parse_manifest(slm_ckpt *c, const char *text, size_t len) {
     const char *mp = c->manifest_path;
     cJSON *o = cJSON_ParseWithLength(text, len);
@@ -849,6 +904,7 @@ slm_status slm_ckpt_parse_manifest(slm_ckpt *c, const char *text, size_t len) {
         if ((st = slm_json_num(mp, sh, "shard_group_size", 1, 1e7, true, &d))) goto out;
         M->shard_group_size = (int)d;
     }
+    if ((st = parse_lora(mp, o, M))) goto out;
     const cJSON *op = slm_json_obj(o, "optimizer"), *lr = slm_json_obj(o, "lr_schedule"),
                 *ld = slm_json_obj(o, "loader");
     const cJSON *rng = slm_json_arr(o, "rng_state");
@@ -953,8 +1009,28 @@ static slm_status resolve_dir(const char *path, char **out) {
                     path);
 }
 
+static slm_status open_remote(const char *uri, slm_ckpt **out) {
+    slm_ckpt_remote *r = NULL;
+    char *dir = NULL, *text = NULL;
+    size_t len = 0;
+    slm_status st = slm_ckpt_remote_resolve(uri, &r, &dir, &text, &len);
+    if (st) return st;
+    slm_ckpt *c = slm_ckpt_alloc(dir);
+    free(dir);
+    c->remote = r;
+    st = slm_ckpt_parse_manifest(c, text, len);
+    free(text);
+    if (st) {
+        slm_ckpt_free(c);
+        return st;
+    }
+    *out = c;
+    return SLM_OK;
+}
+
 slm_status slm_ckpt_open(const char *path, slm_ckpt **out) {
     *out = NULL;
+    if (slm_s3_is_uri(path)) return open_remote(path, out);
     char *dir = NULL;
     slm_status st = resolve_dir(path, &dir);
     if (st) return st;
@@ -975,6 +1051,12 @@ slm_status slm_ckpt_open(const char *path, slm_ckpt **out) {
 
 static slm_status open_file(slm_ckpt *c, ck_file *f) {
     if (f->fd >= 0) return SLM_OK;
+    if (c->remote) { // a HEAD checks existence and size once; fd -2 marks it checked
+        if (f->fd == -2) return SLM_OK;
+        slm_status st = slm_ckpt_remote_head(c->remote, f->rank, f->name, f->path, f->bytes);
+        if (!st) f->fd = -2;
+        return st;
+    }
     int fd = open(f->path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return slm_fail(SLM_E_IO, "%s: cannot open rank %d's file: %s%s", f->path, f->rank,
@@ -1009,6 +1091,12 @@ static slm_status get_chunk(slm_ckpt *c, int fi, int64_t k, const uint8_t **p, s
     size_t len =
         (size_t)(f->bytes - off < SLM_CKPT_CHUNK_BYTES ? f->bytes - off : SLM_CKPT_CHUNK_BYTES);
     size_t got = 0;
+    if (c->remote) {
+        int64_t want = c->want_end < f->bytes ? c->want_end : f->bytes;
+        st = slm_ckpt_remote_read(c->remote, f->rank, f->name, off, len, want, c->cache);
+        if (st) return st;
+        got = len;
+    }
     while (got < len) {
         ssize_t r = pread(f->fd, c->cache + got, len - got, off + (off_t)got);
         if (r < 0 && errno == EINTR) continue;
@@ -1042,6 +1130,7 @@ static slm_status get_chunk(slm_ckpt *c, int fi, int64_t k, const uint8_t **p, s
 
 // Copies bytes [off, off + len) of file fi into dst, chunk by verified chunk.
 static slm_status read_bytes(slm_ckpt *c, int fi, int64_t off, size_t len, uint8_t *dst) {
+    c->want_end = off + (int64_t)len;
     while (len > 0) {
         int64_t k = off / SLM_CKPT_CHUNK_BYTES;
         const uint8_t *p = NULL;
@@ -1117,6 +1206,15 @@ slm_status slm_ckpt_verify(slm_ckpt *c) {
         ck_file *f = &c->files[i];
         slm_status st = open_file(c, f);
         if (st) return st;
+        if (c->remote) { // every chunk's XXH64 (the chunks cover the whole object) and the header
+            c->want_end = f->bytes;
+            for (int64_t k = 0; k < f->n_chunks; k++) {
+                const uint8_t *p;
+                size_t n;
+                if ((st = get_chunk(c, i, k, &p, &n))) return st;
+            }
+            continue;
+        }
         uint64_t h;
         if ((st = slm_file_xxh64(f->path, &h))) return st;
         if (h != f->xxh64) {
@@ -1159,6 +1257,7 @@ slm_status slm_ckpt_check_model(const slm_ckpt *c, const slm_llama *m) {
     CK_INT(num_attention_heads)
     CK_INT(num_key_value_heads)
     CK_INT(tie_word_embeddings)
+    CK_INT(head_dim)
 #undef CK_INT
     if (!close_f(a->rms_norm_eps, b->rms_norm_eps) || !close_f(a->rope_theta, b->rope_theta))
         return slm_fail(SLM_E_ARG,
@@ -1170,10 +1269,20 @@ slm_status slm_ckpt_check_model(const slm_ckpt *c, const slm_llama *m) {
                         "rope_type %s factor %g, or its llama3 bands)",
                         mp, slm_rope_type_name(a->rope_type), (double)a->rope_factor,
                         slm_rope_type_name(b->rope_type), (double)b->rope_factor);
-    if (c->n_units != m->n_units)
-        return slm_fail(SLM_E_ARG, "%s: %d units, the model has %d", mp, c->n_units, m->n_units);
+    const slm_lora_config *la = &c->meta.lora;
+    if (la->rank > 0 && !(m->lora.rank > 0 && slm_lora_config_same(la, &m->lora)))
+        return slm_fail(SLM_E_ARG,
+                        "%s: a LoRA checkpoint (r %d, alpha %g, dropout %g) and a model %s (r %d, "
+                        "alpha %g, dropout %g, or other target modules)",
+                        mp, la->rank, (double)la->alpha, (double)la->dropout,
+                        m->lora.rank > 0 ? "with other adapters" : "without adapters", m->lora.rank,
+                        (double)m->lora.alpha, (double)m->lora.dropout);
+    const slm_unit_layout *mu = la->rank > 0 ? m->lora_units : m->units;
+    int mn = la->rank > 0 ? m->cfg.num_hidden_layers : m->n_units;
+    if (c->n_units != mn)
+        return slm_fail(SLM_E_ARG, "%s: %d units, the model has %d", mp, c->n_units, mn);
     for (int u = 0; u < c->n_units; u++) {
-        const slm_unit_layout *x = &c->units[u], *y = &m->units[u];
+        const slm_unit_layout *x = &c->units[u], *y = &mu[u];
         if (x->numel != y->numel || x->n_views != y->n_views)
             return slm_fail(SLM_E_ARG,
                             "%s: unit %d has %" PRId64 " elements in %d tensors, the model %" PRId64
@@ -1214,6 +1323,15 @@ void slm_ckpt_print_summary(const slm_ckpt *c, void *file) {
     fprintf(f, "optimizer    AdamW lr %g betas (%g, %g) eps %g wd %g\n", M->adamw.lr_peak,
             M->adamw.beta1, M->adamw.beta2, M->adamw.eps, M->adamw.weight_decay);
     fprintf(f, "loader       epoch %" PRId64 " pos %" PRId64 "\n", M->loader.epoch, M->loader.pos);
+    if (M->lora.rank > 0) { // the units above are the adapters
+        char h[17];
+        slm_hex64(M->lora_base_xxh64, h);
+        fprintf(f, "lora         r %d alpha %g dropout %g targets", M->lora.rank,
+                (double)M->lora.alpha, (double)M->lora.dropout);
+        for (int t = 0; t < SLM_LORA_N_TARGETS; t++)
+            if (M->lora.targets & (1u << t)) fprintf(f, " %s", slm_lora_target_name(t));
+        fprintf(f, "; adapters only, base %s xxh64 %s\n", M->lora_base, h);
+    }
     if (M->has_tokenizer) {
         char h[17];
         slm_hex64(M->tokenizer_xxh64, h);

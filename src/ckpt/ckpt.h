@@ -58,6 +58,12 @@ typedef struct slm_ckpt_meta {
     int world;               // ranks that saved
     char strategy[24];       // "NO_SHARD", "FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD"
     int shard_group_size;    // ranks per shard group (world for FULL_SHARD, 1 for NO_SHARD)
+    // LoRA checkpoint (lora.rank > 0): the units are the L adapter units (model.h's
+    // lora_units), not the base's; the frozen base is referred to by the Hugging Face
+    // directory it was loaded from and its slm_hf_dir_xxh64 (manifest "lora" object).
+    slm_lora_config lora;
+    char lora_base[1024];     // absolute path of the base HF directory
+    uint64_t lora_base_xxh64; // its weights' identity
 } slm_ckpt_meta;
 
 // Fills a world-of-one NO_SHARD meta with zero step and the given config.
@@ -142,6 +148,10 @@ int64_t slm_ckpt_saver_n_committed(const slm_ckpt_saver *s);
 double slm_ckpt_saver_last_stall_s(const slm_ckpt_saver *s);
 // Step of the last committed checkpoint (-1 if none).
 int64_t slm_ckpt_saver_last_committed(const slm_ckpt_saver *s);
+// Rank-file bytes this rank wrote into the saves committed so far (0 on a replica that writes
+// none), and the last committed save's duration in seconds (its start on the training thread
+// to its commit; 0 before the first).
+void slm_ckpt_saver_io_stats(const slm_ckpt_saver *s, int64_t *bytes, double *last_duration_s);
 // Waits for the background thread (without committing) and frees. Safe on NULL.
 void slm_ckpt_saver_free(slm_ckpt_saver *s);
 
@@ -150,13 +160,16 @@ void slm_ckpt_saver_free(slm_ckpt_saver *s);
 // --ckpt-sync / --on-ckpt-error) around a saver, so the loop calls one function per step.
 
 typedef struct slm_ckpt_policy {
-    const char *root;     // RUN_DIR/checkpoints
-    int64_t every_steps;  // save when step % every_steps == 0 (0: off)
-    double every_minutes; // save when this many minutes passed since the last save (0: off);
-                          // rank 0's clock decides (broadcast), so ranks agree
-    int keep;             // committed checkpoints kept (0: all)
-    bool sync;            // --ckpt-sync: write on the training thread
-    bool abort_on_error;  // --on-ckpt-error abort (default continue: log, train on)
+    const char *root;          // RUN_DIR/checkpoints
+    int64_t every_steps;       // save when step % every_steps == 0 (0: off)
+    double every_minutes;      // save when this many minutes passed since the last save (0: off);
+                               // rank 0's clock decides (broadcast), so ranks agree
+    int keep;                  // committed checkpoints kept (0: all)
+    bool sync;                 // --ckpt-sync: write on the training thread
+    bool abort_on_error;       // --on-ckpt-error abort (default continue: log, train on)
+    const char *remote_uri;    // --ckpt-uri s3://...: upload committed checkpoints (NULL: off)
+    int remote_prefix_shards;  // --s3-prefix-shards (0 or 1: one prefix)
+    const slm_ckpt_meta *meta; // with remote_uri: this run's config / tokenizer (identity check)
 } slm_ckpt_policy;
 
 typedef struct slm_ckpt_sched slm_ckpt_sched;
@@ -184,6 +197,9 @@ slm_status slm_ckpt_sched_finish(slm_ckpt_sched *s);
 // training-thread stall of the saves, seconds.
 void slm_ckpt_sched_stats(const slm_ckpt_sched *s, int64_t *n_saves, double *stall_total_s,
                           double *stall_max_s);
+// The last committed save's step (-1: none yet) and slm_ckpt_saver_io_stats of the saver.
+void slm_ckpt_sched_io_stats(const slm_ckpt_sched *s, int64_t *last_step, int64_t *bytes,
+                             double *last_duration_s);
 // Number of saves that failed (logged under --on-ckpt-error continue).
 int64_t slm_ckpt_sched_n_failed(const slm_ckpt_sched *s);
 // slm_ckpt_saver_settle on an error exit of the training loop (a finished async save is
@@ -220,6 +236,53 @@ slm_status slm_ckpt_pick_newest(const char *root, bool full_verify, const char *
 slm_status slm_ckpt_repair_latest(const char *root, int64_t step);
 
 // ---------------------------------------------------------------------------------------------
+// Checkpoints on S3 (src/ckpt/remote.c; docs/formats.md "Checkpoints on S3"). Every reader below
+// (slm_ckpt_open, check_files, verify, read_range) also takes s3://BUCKET/PREFIX URIs: range GETs
+// of only the chunks asked for, each verified against the manifest's XXH64.
+
+// The newest complete checkpoint under the run prefix URI (`latest` if its manifest exists, else
+// the newest step_N holding a manifest): *step (-1: none) and *step_uri (owned, NULL if none).
+// Errors: the S3 client's (connection, 403, ...).
+slm_status slm_ckpt_remote_pick(const char *uri, int64_t *step, char **step_uri);
+
+// Background upload of committed checkpoints to S3, one uploader per host: the lowest world rank
+// of each host (same host name, or SHARDLM_HOST_ID) uploads the rank files of its host's ranks
+// (handed over through the local file system: the committed step directory); when every host is
+// done (agreed at a step boundary), rank 0 uploads the manifest and then `latest`, then applies
+// `keep` remotely (an older checkpoint is deleted only after a newer one is complete).
+typedef struct slm_ckpt_uploader slm_ckpt_uploader;
+
+typedef struct slm_ckpt_upload_opts {
+    const char *uri;  // --ckpt-uri s3://BUCKET/PREFIX/
+    const char *root; // the local RUN_DIR/checkpoints
+    int rank, world;
+    int keep;                  // --ckpt-keep (0: all)
+    int prefix_shards;         // --s3-prefix-shards K (1..100): rank files over K prefixes
+    const slm_ckpt_meta *meta; // this run's model config + tokenizer: a prefix whose latest
+                               // checkpoint has others is refused (NULL: no check)
+} slm_ckpt_upload_opts;
+
+// Creates the uploader (collective: host discovery, status agreed). Errors: SLM_E_ARG for a bad
+// URI / shard count or another run's prefix (naming both configs or tokenizer hashes), the S3
+// client's errors.
+slm_status slm_ckpt_uploader_new(const slm_ckpt_upload_opts *o, slm_ckpt_uploader **out);
+// At a step boundary, after the checkpoint schedule's poll (collective; cheap: one small
+// all-reduce while an upload runs): settles a finished upload and, when `committed` (the newest
+// locally committed step, -1: none) is newer than the last one handed over, starts its upload;
+// if the previous upload is still running it first waits for it (the stall, logged and counted).
+// Upload failures are logged (the remote `latest` keeps naming the previous complete checkpoint)
+// and never stop training. Returns SLM_OK.
+slm_status slm_ckpt_uploader_step(slm_ckpt_uploader *u, int64_t committed);
+// Waits for every upload (collective). Returns SLM_E_IO if the final manifest / latest could not
+// be written (agreed); logs a summary (uploads, PUTs, bytes, retries, stall).
+slm_status slm_ckpt_uploader_finish(slm_ckpt_uploader *u);
+// This rank's PUT requests, uploads completed, seconds training waited for overlaps.
+void slm_ckpt_uploader_stats(const slm_ckpt_uploader *u, int64_t *puts, int64_t *n_done,
+                             double *stall_s);
+// Joins the thread (after its current job) and frees. Safe on NULL.
+void slm_ckpt_uploader_free(slm_ckpt_uploader *u);
+
+// ---------------------------------------------------------------------------------------------
 // Reading
 
 typedef struct slm_ckpt slm_ckpt;
@@ -239,7 +302,9 @@ const slm_ckpt_meta *slm_ckpt_get_meta(const slm_ckpt *c);
 int slm_ckpt_n_units(const slm_ckpt *c);
 const slm_unit_layout *slm_ckpt_unit(const slm_ckpt *c, int u);
 // Checks that the checkpoint fits a model: same config fields, same unit count, numel, and every
-// tensor's name, shape and offset. Errors: SLM_E_ARG naming the field / tensor, both values.
+// tensor's name, shape and offset. A LoRA checkpoint is compared with m's adapter units (m must
+// carry the same LoRA config: rank, alpha, dropout, targets). Errors: SLM_E_ARG naming the field /
+// tensor, both values.
 slm_status slm_ckpt_check_model(const slm_ckpt *c, const slm_llama *m);
 // Reads elements [begin, end) of unit u's params / m / v (each may be NULL) from whichever rank
 // files hold them (pread of the overlapping chunks only, each chunk verified). Elements >= the
@@ -314,6 +379,18 @@ slm_status slm_hf_export(const slm_llama *m, const char *out_dir, slm_st_dtype d
 // contains it (the swap would move the source), those of the steps, naming the file.
 slm_status slm_hf_export_dir(const slm_llama *m, const char *src_dir, const char *tokenizer_path,
                              const char *out_dir, slm_st_dtype dtype, size_t max_shard_bytes);
+// Exports m's LoRA adapters as a PEFT adapter directory in OUT_DIR: adapter_model.safetensors
+// (PEFT's keys "base_model.model.model.layers.N.self_attn.q_proj.lora_A.weight" [r, in] and
+// ".lora_B.weight" [out, r], in `dtype`) and adapter_config.json (peft_type LORA, task_type
+// CAUSAL_LM, r, lora_alpha, lora_dropout, target_modules, base_model_name_or_path = base_ref),
+// which peft.PeftModel.from_pretrained(base, OUT_DIR) loads. Errors: SLM_E_ARG without
+// adapters, SLM_E_IO naming the file.
+slm_status slm_peft_export(const slm_llama *m, const char *base_ref, const char *out_dir,
+                           slm_st_dtype dtype);
+// The same staged in a temp sibling and swapped in, as slm_hf_export_dir (SRC_DIR: where the
+// adapters came from).
+slm_status slm_peft_export_dir(const slm_llama *m, const char *src_dir, const char *base_ref,
+                               const char *out_dir, slm_st_dtype dtype);
 // Export staging (ckpt export): the files go into a hidden temp sibling of OUT_DIR,
 // "<parent>/.<name>.export-tmp.<pid>", which slm_export_dir_begin creates (with OUT_DIR's
 // parent; a stale one of the same name is removed) and returns in *tmp (owned). Errors: SLM_E_IO

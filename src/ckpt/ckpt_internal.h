@@ -56,4 +56,20 @@ slm_status slm_ckpt_rmdir(const char *dir);
 slm_ckpt *slm_ckpt_alloc(const char *dir);
 slm_status slm_ckpt_parse_manifest(slm_ckpt *c, const char *text, size_t len);
 
+// Reading a checkpoint on S3 (remote.c): slm_ckpt_open of an s3:// URI resolves it (a step
+// prefix with manifest.json, a checkpoints prefix with `latest`, or a run prefix with
+// checkpoints/latest) to *dir ("s3://BUCKET/.../step_N", owned) and the manifest text (owned);
+// rank files are then read with range GETs of the chunks asked for (up to 8 chunks per request
+// batch, in parallel) and checked like local ones.
+typedef struct slm_ckpt_remote slm_ckpt_remote;
+slm_status slm_ckpt_remote_resolve(const char *uri, slm_ckpt_remote **out, char **dir, char **text,
+                                   size_t *len);
+// HEAD of rank `rank`'s object `name`: exists with `bytes` bytes. Messages use `path`.
+slm_status slm_ckpt_remote_head(slm_ckpt_remote *r, int rank, const char *name, const char *path,
+                                int64_t bytes);
+// Bytes [off, off + len) of the rank's object into dst; prefetches up to want_end (bounded).
+slm_status slm_ckpt_remote_read(slm_ckpt_remote *r, int rank, const char *name, int64_t off,
+                                size_t len, int64_t want_end, uint8_t *dst);
+void slm_ckpt_remote_free(slm_ckpt_remote *r);
+
 #endif

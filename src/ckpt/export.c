@@ -26,6 +26,23 @@ static slm_status copy_tokenizer(const char *tokenizer_path, const char *dir,
     return st;
 }
 
+slm_status slm_peft_export_dir(const slm_llama *m, const char *src_dir, const char *base_ref,
+                               const char *out_dir, slm_st_dtype dtype) {
+    if (contains(out_dir, src_dir))
+        return slm_fail(SLM_E_ARG,
+                        "export: --hf %s is or contains %s, the adapters being exported; "
+                        "expected an output directory outside it (and outside the run directory)",
+                        out_dir, src_dir);
+    char *tmp = NULL;
+    slm_status st = slm_export_dir_begin(out_dir, &tmp);
+    if (st) return st;
+    st = slm_peft_export(m, base_ref, tmp, dtype);
+    if (!st) st = slm_export_dir_commit(tmp, out_dir);
+    if (st) slm_export_dir_abort(tmp);
+    free(tmp);
+    return st;
+}
+
 slm_status slm_hf_export_dir(const slm_llama *m, const char *src_dir, const char *tokenizer_path,
                              const char *out_dir, slm_st_dtype dtype, size_t max_shard_bytes) {
     if (contains(out_dir, src_dir))

@@ -78,7 +78,9 @@ static bool superseded(const char *name, const char *new_dir) {
                                        "tokenizer.json",
                                        "tokenizer.model",
                                        "tokenizer_config.json",
-                                       "special_tokens_map.json"};
+                                       "special_tokens_map.json",
+                                       "adapter_model.safetensors",
+                                       "adapter_config.json"};
     size_t n = strlen(name);
     if (!strncmp(name, "model", 5) && n > 12 && !strcmp(name + n - 12, ".safetensors")) return true;
     for (size_t i = 0; i < sizeof meta / sizeof *meta; i++)

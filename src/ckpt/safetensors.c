@@ -301,6 +301,74 @@ out:
     return st;
 }
 
+// A float as the shortest decimal that reads back to it ("0.05", not "0.050000000745").
+static void add_short_float(cJSON *o, const char *name, float v) {
+    char buf[48];
+    for (int prec = 6; prec <= 9; prec++) {
+        snprintf(buf, sizeof buf, "%.*g", prec, (double)v);
+        if (strtof(buf, NULL) == v) break;
+    }
+    cJSON_AddItemToObject(o, name, cJSON_CreateRaw(buf));
+}
+
+slm_status slm_peft_export(const slm_llama *m, const char *base_ref, const char *out_dir,
+                           slm_st_dtype dtype) {
+    if (m->lora.rank < 1)
+        return slm_fail(SLM_E_ARG, "export: the model has no LoRA adapters to export");
+    slm_status st = slm_mkdir_p(out_dir);
+    if (st) return st;
+    int L = m->cfg.num_hidden_layers, n = 0;
+    for (int l = 0; l < L; l++)
+        n += m->lora_units[l].n_views;
+    st_item *items = slm_xcalloc((size_t)n, sizeof *items);
+    char(*names)[128] = slm_xcalloc((size_t)n, sizeof *names);
+    int k = 0;
+    for (int l = 0; l < L; l++)
+        for (int i = 0; i < m->lora_units[l].n_views; i++, k++) {
+            const slm_param_view *v = &m->lora_units[l].views[i];
+            snprintf(names[k], sizeof names[k], "base_model.model.%s", v->name); // PEFT's keys
+            items[k] = (st_item){names[k], v, m->lora_params[l], 0};
+        }
+    char *p = slm_path_join(out_dir, "adapter_model.safetensors");
+    st = write_st_file(p, items, n, 0, dtype);
+    free(p);
+    free(items);
+    free(names);
+    if (st) return st;
+    // adapter_config.json: peft.LoraConfig's fields (a plain LoRA: no bias, DoRA, rsLoRA or
+    // per-layer patterns)
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "base_model_name_or_path", base_ref ? base_ref : "");
+    cJSON_AddStringToObject(o, "peft_type", "LORA");
+    cJSON_AddStringToObject(o, "task_type", "CAUSAL_LM");
+    cJSON_AddNumberToObject(o, "r", m->lora.rank);
+    add_short_float(o, "lora_alpha", m->lora.alpha);
+    add_short_float(o, "lora_dropout", m->lora.dropout);
+    cJSON *tm = cJSON_AddArrayToObject(o, "target_modules");
+    for (int t = 0; t < SLM_LORA_N_TARGETS; t++)
+        if (m->lora.targets & (1u << t))
+            cJSON_AddItemToArray(tm, cJSON_CreateString(slm_lora_target_name(t)));
+    cJSON_AddStringToObject(o, "bias", "none");
+    cJSON_AddBoolToObject(o, "fan_in_fan_out", false);
+    cJSON_AddBoolToObject(o, "inference_mode", true);
+    cJSON_AddBoolToObject(o, "init_lora_weights", true);
+    cJSON_AddBoolToObject(o, "use_rslora", false);
+    cJSON_AddBoolToObject(o, "use_dora", false);
+    cJSON_AddNullToObject(o, "modules_to_save");
+    cJSON_AddNullToObject(o, "layers_to_transform");
+    cJSON_AddNullToObject(o, "layers_pattern");
+    cJSON_AddObjectToObject(o, "rank_pattern");
+    cJSON_AddObjectToObject(o, "alpha_pattern");
+    cJSON_AddNullToObject(o, "revision");
+    char *txt = cJSON_Print(o);
+    cJSON_Delete(o);
+    p = slm_path_join(out_dir, "adapter_config.json");
+    st = slm_file_write_atomic(p, txt, strlen(txt));
+    free(p);
+    free(txt);
+    return st;
+}
+
 slm_status slm_hf_export(const slm_llama *m, const char *out_dir, slm_st_dtype dtype,
                          size_t max_shard_bytes) {
     slm_status st = slm_mkdir_p(out_dir);
@@ -405,17 +473,18 @@ slm_status slm_hf_load(slm_llama *m, const char *dir) {
             a->num_attention_heads != b->num_attention_heads ||
             a->num_key_value_heads != b->num_key_value_heads ||
             a->tie_word_embeddings != b->tie_word_embeddings ||
+            slm_llama_head_dim(a) != slm_llama_head_dim(b) ||
             !cfg_close(a->rms_norm_eps, b->rms_norm_eps) ||
             !cfg_close(a->rope_theta, b->rope_theta) || !slm_llama_rope_same(a, b))
-            st = slm_fail(SLM_E_ARG,
-                          "%s: config (V=%d C=%d F=%d L=%d H=%d KV=%d tie=%d, or its rms eps / "
-                          "RoPE settings) differs from the model's (V=%d C=%d F=%d L=%d H=%d "
-                          "KV=%d tie=%d)",
-                          cp, a->vocab_size, a->hidden_size, a->intermediate_size,
-                          a->num_hidden_layers, a->num_attention_heads, a->num_key_value_heads,
-                          a->tie_word_embeddings, b->vocab_size, b->hidden_size,
-                          b->intermediate_size, b->num_hidden_layers, b->num_attention_heads,
-                          b->num_key_value_heads, b->tie_word_embeddings);
+            st = slm_fail(
+                SLM_E_ARG,
+                "%s: config (V=%d C=%d F=%d L=%d H=%d KV=%d tie=%d, or its head dim, "
+                "rms eps / RoPE settings) differs from the model's (V=%d C=%d F=%d L=%d H=%d "
+                "KV=%d tie=%d)",
+                cp, a->vocab_size, a->hidden_size, a->intermediate_size, a->num_hidden_layers,
+                a->num_attention_heads, a->num_key_value_heads, a->tie_word_embeddings,
+                b->vocab_size, b->hidden_size, b->intermediate_size, b->num_hidden_layers,
+                b->num_attention_heads, b->num_key_value_heads, b->tie_word_embeddings);
     }
     free(cp);
     if (st) return st;
@@ -573,10 +642,11 @@ slm_status slm_hf_check_shapes(const char *dir, const slm_llama_config *cfg) {
                 hc.num_hidden_layers != cfg->num_hidden_layers ||
                 hc.num_attention_heads != cfg->num_attention_heads ||
                 hc.num_key_value_heads != cfg->num_key_value_heads ||
+                slm_llama_head_dim(&hc) != slm_llama_head_dim(cfg) ||
                 hc.tie_word_embeddings != cfg->tie_word_embeddings))
         st = slm_fail(SLM_E_ARG,
-                      "%s: config (V=%d C=%d F=%d L=%d H=%d KV=%d tie=%d) differs from the "
-                      "model's (V=%d C=%d F=%d L=%d H=%d KV=%d tie=%d)",
+                      "%s: config (V=%d C=%d F=%d L=%d H=%d KV=%d tie=%d, or its head dim) "
+                      "differs from the model's (V=%d C=%d F=%d L=%d H=%d KV=%d tie=%d)",
                       cp, hc.vocab_size, hc.hidden_size, hc.intermediate_size, hc.num_hidden_layers,
                       hc.num_attention_heads, hc.num_key_value_heads, hc.tie_word_embeddings,
                       cfg->vocab_size, cfg->hidden_size, cfg->intermediate_size,

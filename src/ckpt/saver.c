@@ -40,7 +40,10 @@ struct slm_ckpt_saver {
     int n_units;
     double last_stall_s; // save() time + fence wait of the latest save
     int64_t last_committed;
-    int64_t n_committed; // saves committed by this saver
+    int64_t n_committed;     // saves committed by this saver
+    double save_t0;          // slm_time_s() when the pending save started
+    double last_duration_s;  // start to commit of the last committed save
+    int64_t bytes_committed; // rank-file bytes this rank wrote into committed saves
 };
 
 static void *writer_main(void *arg) {
@@ -134,6 +137,8 @@ static slm_status commit_pending(slm_ckpt_saver *s) {
     } else {
         s->last_committed = s->meta.step;
         s->n_committed++;
+        s->last_duration_s = slm_time_s() - s->save_t0;
+        if (!s->o.no_write) s->bytes_committed += (int64_t)s->image.len;
     }
     clear_pending(s);
     return st;
@@ -180,6 +185,7 @@ slm_status slm_ckpt_saver_save(slm_ckpt_saver *s, const slm_ckpt_meta *meta,
     // replaced at the commit (slm_ckpt_commit), never trusted as it is.
     s->meta = *meta;
     s->meta.world = s->o.world;
+    s->save_t0 = t0;
     s->n_units = n_units;
     s->layout = slm_xcalloc((size_t)n_units, sizeof *s->layout);
     for (int u = 0; u < n_units; u++) {
@@ -292,6 +298,10 @@ double slm_ckpt_saver_last_stall_s(const slm_ckpt_saver *s) {
 }
 int64_t slm_ckpt_saver_last_committed(const slm_ckpt_saver *s) {
     return s->last_committed;
+}
+void slm_ckpt_saver_io_stats(const slm_ckpt_saver *s, int64_t *bytes, double *last_duration_s) {
+    *bytes = s->bytes_committed;
+    *last_duration_s = s->last_duration_s;
 }
 
 void slm_ckpt_saver_free(slm_ckpt_saver *s) {

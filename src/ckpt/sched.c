@@ -12,7 +12,8 @@ struct slm_ckpt_sched {
     char *root;
     int rank;
     slm_ckpt_saver *saver;
-    double last_save_t; // slm_time_s() of the last save (or of creation)
+    slm_ckpt_uploader *up; // --ckpt-uri (NULL: local only)
+    double last_save_t;    // slm_time_s() of the last save (or of creation)
     int64_t n_saves, n_failed;
     int64_t last_asked; // step of the last save started (-1: none)
     double stall_total_s, stall_max_s;
@@ -30,12 +31,31 @@ slm_status slm_ckpt_sched_new(const slm_ckpt_policy *p, int rank, int world, boo
     slm_ckpt_saver *sv = NULL;
     slm_status st = slm_ckpt_saver_new(&o, &sv);
     if (st) return st;
+    slm_ckpt_uploader *up = NULL;
+    if (p->remote_uri) {
+        slm_ckpt_upload_opts uo = {.uri = p->remote_uri,
+                                   .root = p->root,
+                                   .rank = rank,
+                                   .world = world,
+                                   .keep = p->keep,
+                                   .prefix_shards =
+                                       p->remote_prefix_shards > 0 ? p->remote_prefix_shards : 1,
+                                   .meta = p->meta};
+        st = slm_ckpt_uploader_new(&uo, &up);
+        if (st) {
+            slm_ckpt_saver_free(sv);
+            return st;
+        }
+    }
     slm_ckpt_sched *s = slm_xcalloc(1, sizeof *s);
     s->p = *p;
     s->root = slm_xstrdup(p->root);
     s->p.root = s->root;
     s->rank = rank;
     s->saver = sv;
+    s->up = up;
+    s->p.remote_uri = NULL; // borrowed strings are not kept
+    s->p.meta = NULL;
     s->last_save_t = slm_time_s();
     s->last_asked = -1;
     *out = s;
@@ -67,6 +87,7 @@ slm_status slm_ckpt_sched_step(slm_ckpt_sched *s, bool save, const slm_ckpt_meta
                                const slm_ckpt_shard *shards) {
     slm_status st = slm_ckpt_saver_poll(s->saver);
     if (st) return on_error(s, st);
+    if (s->up) slm_ckpt_uploader_step(s->up, slm_ckpt_saver_last_committed(s->saver));
     if (!save) return SLM_OK;
     s->last_asked = meta->step;
     st = slm_ckpt_saver_save(s->saver, meta, layout, n_units, shards);
@@ -90,6 +111,10 @@ void slm_ckpt_sched_fence(slm_ckpt_sched *s) {
 
 slm_status slm_ckpt_sched_finish(slm_ckpt_sched *s) {
     slm_status st = on_error(s, slm_ckpt_saver_finish(s->saver));
+    if (!st && s->up) {
+        slm_ckpt_uploader_step(s->up, slm_ckpt_saver_last_committed(s->saver));
+        st = slm_ckpt_uploader_finish(s->up);
+    }
     if (st || s->last_asked < 0) return st;
     // The last save holds the run's final weights: under --on-ckpt-error continue its failure
     // was only logged, but a run must not end without them.
@@ -113,6 +138,12 @@ void slm_ckpt_sched_stats(const slm_ckpt_sched *s, int64_t *n_saves, double *sta
     *stall_max_s = s->stall_max_s;
 }
 
+void slm_ckpt_sched_io_stats(const slm_ckpt_sched *s, int64_t *last_step, int64_t *bytes,
+                             double *last_duration_s) {
+    *last_step = slm_ckpt_saver_last_committed(s->saver);
+    slm_ckpt_saver_io_stats(s->saver, bytes, last_duration_s);
+}
+
 int64_t slm_ckpt_sched_n_failed(const slm_ckpt_sched *s) {
     return s->n_failed;
 }
@@ -128,6 +159,7 @@ void slm_ckpt_sched_settle(slm_ckpt_sched *s, bool collective) {
 
 void slm_ckpt_sched_free(slm_ckpt_sched *s) {
     if (!s) return;
+    slm_ckpt_uploader_free(s->up);
     slm_ckpt_saver_free(s->saver);
     free(s->root);
     free(s);

@@ -13,6 +13,11 @@
 // with round keys from (seed, e), restricted to [0, n) by cycle walking (re-encrypt until the
 // value falls in range; a bijection on the larger domain restricted this way is a bijection on
 // [0, n), Black & Rogaway 2002). Memory O(1), any position O(1) expected.
+//
+// Instruction data (masked datasets, docs/formats.md "Instruction data"): windows are not
+// fixed slices of the stream but runs of whole samples, packed greedily in stream order into
+// T+1 tokens and padded (find_samples / pack_samples at open: O(samples) memory); the
+// permutation and the state work on those windows the same way.
 #include "data/data.h"
 
 #include <inttypes.h>
@@ -35,6 +40,13 @@ struct slm_loader {
     bool shuffle;
     int half_bits; // Feistel half width h: domain [0, 4^h)
     slm_loader_state st;
+    // Instruction data (masked dataset): samples packed into windows (see the header comment).
+    bool masked;
+    int64_t n_samples;
+    int64_t *samp_off;  // [n_samples] first token of each sample in the stream
+    int64_t *samp_len;  // [n_samples] tokens (cut to T+1)
+    int64_t *win_first; // [n_windows + 1] first sample of each window (windows are runs of samples)
+    int32_t pad_id;     // padding token: EOS, or 0 without one
 };
 
 static void feistel_keys(uint64_t seed, int64_t epoch, uint64_t keys[FEISTEL_ROUNDS]) {
@@ -67,9 +79,9 @@ static int64_t permute(const slm_loader *l, int64_t epoch, int64_t i) {
     return (int64_t)y;
 }
 
-// Copies T+1 tokens of window k into out (int32), across shard boundaries when needed.
-static void copy_window(const slm_loader *l, int64_t k, int32_t *out) {
-    int64_t t0 = k * (int64_t)l->T, need = (int64_t)l->T + 1;
+// Copies `need` tokens of the stream from token t0 into out (int32) and, when flags is not NULL,
+// their flags bytes, across shard boundaries when needed.
+static void copy_span(const slm_loader *l, int64_t t0, int64_t need, int32_t *out, uint8_t *flags) {
     // Binary search: last shard s with cum[s] <= t0.
     int lo = 0, hi = l->n_shards - 1;
     while (lo < hi) {
@@ -95,6 +107,11 @@ static void copy_window(const slm_loader *l, int64_t k, int32_t *out) {
                 for (int64_t j = 0; j < n; j++)
                     out[j] = (int32_t)slm_get_le32(q + 4 * j);
             }
+            if (flags) {
+                const uint8_t *f = p + (size_t)(l->cum[s + 1] - l->cum[s]) * l->tb[s] + off;
+                memcpy(flags, f, (size_t)n);
+                flags += n;
+            }
             out += n;
             t0 += n;
             need -= n;
@@ -102,6 +119,84 @@ static void copy_window(const slm_loader *l, int64_t k, int32_t *out) {
         s++;
         SLM_ASSERT(need == 0 || s < l->n_shards);
     }
+}
+
+// Window k of a plain dataset: tokens [k*T, k*T + T].
+static void copy_window(const slm_loader *l, int64_t k, int32_t *out) {
+    copy_span(l, k * (int64_t)l->T, (int64_t)l->T + 1, out, NULL);
+}
+
+// Window k of a masked dataset: its samples back to back, then padding; target[t] = 1 iff
+// token t is predicted (t > 0 inside a sample and the token's target flag set); pos[t] = t's
+// position in its sample (the padding run counts as one more sample). target / pos may be NULL.
+static void copy_packed(const slm_loader *l, int64_t k, int32_t *out, uint8_t *target,
+                        int32_t *pos) {
+    int W = l->T + 1, t = 0;
+    for (int64_t i = l->win_first[k]; i < l->win_first[k + 1]; i++) {
+        int64_t n = l->samp_len[i];
+        uint8_t *f = target ? target + t : slm_xmalloc((size_t)n);
+        copy_span(l, l->samp_off[i], n, out + t, f);
+        for (int64_t j = 0; j < n; j++) {
+            if (target) target[t + j] = j > 0 && (f[j] & SLM_TOKF_TARGET);
+            if (pos) pos[t + j] = (int32_t)j;
+        }
+        if (!target) free(f);
+        t += (int)n;
+    }
+    for (int j = 0; t < W; t++, j++) {
+        out[t] = l->pad_id;
+        if (target) target[t] = 0;
+        if (pos) pos[t] = j;
+    }
+}
+
+// Greedy packing in stream order: a window takes whole samples while they fit in T+1 tokens
+// (one per window without packing); samples longer than T+1 are cut to T+1.
+static void pack_samples(slm_loader *l, bool packing) {
+    int64_t W = (int64_t)l->T + 1;
+    l->win_first = slm_xmalloc((size_t)(l->n_samples + 1) * sizeof *l->win_first);
+    int64_t nw = 0, used = 0;
+    for (int64_t i = 0; i < l->n_samples; i++) {
+        if (i == 0 || !packing || used + l->samp_len[i] > W) {
+            l->win_first[nw++] = i;
+            used = 0;
+        }
+        used += l->samp_len[i];
+    }
+    l->win_first[nw] = l->n_samples;
+    l->n_windows = nw;
+}
+
+// The samples of a masked split, from the start flags of every shard; lengths cut to T+1.
+static void find_samples(slm_loader *l) {
+    int64_t n = 0, cap = 0, cut = 0;
+    int64_t W = (int64_t)l->T + 1;
+    for (int s = 0; s < l->n_shards; s++) {
+        int64_t nt = l->cum[s + 1] - l->cum[s];
+        const uint8_t *f = l->pay[s] + (size_t)nt * l->tb[s];
+        for (int64_t j = 0; j < nt; j++) {
+            if (!(f[j] & SLM_TOKF_START)) continue;
+            if (n == cap) {
+                cap = cap ? 2 * cap : 1024;
+                l->samp_off = slm_xrealloc(l->samp_off, (size_t)cap * sizeof *l->samp_off);
+                l->samp_len = slm_xrealloc(l->samp_len, (size_t)cap * sizeof *l->samp_len);
+            }
+            l->samp_off[n++] = l->cum[s] + j;
+        }
+    }
+    for (int64_t i = 0; i < n; i++) {
+        int64_t end = i + 1 < n ? l->samp_off[i + 1] : l->n_tokens;
+        l->samp_len[i] = end - l->samp_off[i];
+        if (l->samp_len[i] > W) {
+            l->samp_len[i] = W;
+            cut++;
+        }
+    }
+    l->n_samples = n;
+    if (cut && l->rank == 0)
+        slm_warn("%s: %" PRId64 " of %" PRId64 " %s samples are longer than T+1 = %" PRId64
+                 " tokens and were cut to it",
+                 l->ds.dir, cut, n, l->split == &l->ds.train ? "train" : "val", W);
 }
 
 void slm_loader_free(slm_loader *l) {
@@ -112,6 +207,9 @@ void slm_loader_free(slm_loader *l) {
     free(l->pay);
     free(l->tb);
     free(l->cum);
+    free(l->samp_off);
+    free(l->samp_len);
+    free(l->win_first);
     slm_dataset_free(&l->ds);
     free(l);
 }
@@ -177,9 +275,25 @@ slm_status slm_loader_open(const slm_loader_opts *o, slm_loader **out) {
     l->world = o->world;
     l->shuffle = o->shuffle;
     if ((st = open_shards(l))) goto fail;
-    l->n_windows = l->n_tokens > 0 ? (l->n_tokens - 1) / o->T : 0;
+    l->masked = l->ds.masked;
+    l->pad_id = l->ds.eos_id >= 0 ? l->ds.eos_id : 0;
+    if (l->masked) {
+        find_samples(l);
+        pack_samples(l, !o->no_packing);
+    } else {
+        l->n_windows = l->n_tokens > 0 ? (l->n_tokens - 1) / o->T : 0;
+    }
     // A shuffled (training) split must fill one global batch; a sequential (validation) walk
     // only needs one window: its last batch may be ragged.
+    if (l->masked && l->n_windows < (o->shuffle ? o->B_global : 1)) {
+        st = slm_fail(SLM_E_ARG,
+                      "%s: %s split has %" PRId64 " samples = %" PRId64
+                      " windows of T+1 = %d tokens (%s), fewer than B_global = %d; reduce "
+                      "--batch, or prepare more samples",
+                      o->dir, o->split, l->n_samples, l->n_windows, o->T + 1,
+                      o->no_packing ? "one sample each" : "packed", o->B_global);
+        goto fail;
+    }
     if (l->n_windows < (o->shuffle ? o->B_global : 1)) {
         st = slm_fail(SLM_E_ARG,
                       "%s: %s split has %" PRId64 " tokens = %" PRId64
@@ -198,14 +312,32 @@ fail:
     return st;
 }
 
+static void fill_window(const slm_loader *l, int64_t k, int32_t *tokens, uint8_t *target,
+                        int32_t *pos) {
+    if (l->masked) {
+        copy_packed(l, k, tokens, target, pos);
+        return;
+    }
+    copy_window(l, k, tokens);
+    for (int t = 0; t <= l->T; t++) {
+        if (target) target[t] = t > 0;
+        if (pos) pos[t] = t;
+    }
+}
+
 void slm_loader_next(slm_loader *l, int32_t *tokens) {
+    slm_loader_next_ex(l, tokens, NULL, NULL);
+}
+
+void slm_loader_next_ex(slm_loader *l, int32_t *tokens, uint8_t *target, int32_t *pos) {
     int64_t n = l->n_windows;
+    int64_t W = (int64_t)l->T + 1;
     int64_t g0 = l->st.pos + (int64_t)l->rank * l->B_local;
     for (int i = 0; i < l->B_local; i++) {
         int64_t g = g0 + i;
         int64_t e = l->st.epoch + g / n;
         int64_t k = permute(l, e, g % n);
-        copy_window(l, k, tokens + (int64_t)i * (l->T + 1));
+        fill_window(l, k, tokens + i * W, target ? target + i * W : NULL, pos ? pos + i * W : NULL);
     }
     l->st.pos += l->B_global;
     while (l->st.pos >= n) {
@@ -215,15 +347,25 @@ void slm_loader_next(slm_loader *l, int32_t *tokens) {
 }
 
 int slm_loader_next_val(slm_loader *l, int32_t *tokens) {
+    return slm_loader_next_val_ex(l, tokens, NULL, NULL);
+}
+
+int slm_loader_next_val_ex(slm_loader *l, int32_t *tokens, uint8_t *target, int32_t *pos) {
     int64_t g0 = l->st.pos + (int64_t)l->rank * l->B_local;
+    int64_t W = (int64_t)l->T + 1;
     int cnt = 0;
     for (int i = 0; i < l->B_local && g0 + i < l->n_windows; i++) {
-        copy_window(l, g0 + i, tokens + (int64_t)i * (l->T + 1));
+        fill_window(l, g0 + i, tokens + i * W, target ? target + i * W : NULL,
+                    pos ? pos + i * W : NULL);
         cnt++;
     }
     if (l->st.pos < l->n_windows) l->st.pos += l->B_global;
     if (l->st.pos > l->n_windows) l->st.pos = l->n_windows;
     return cnt;
+}
+
+bool slm_loader_masked(const slm_loader *l) {
+    return l->masked;
 }
 
 int64_t slm_loader_n_windows(const slm_loader *l) {

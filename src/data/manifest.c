@@ -21,6 +21,8 @@ void slm_dataset_free(slm_dataset *ds) {
     free(ds->dir);
     free(ds->tokenizer_file);
     free(ds->tokenizer_type);
+    free(ds->sample_format);
+    free(ds->chat_template);
     memset(ds, 0, sizeof *ds);
 }
 
@@ -43,7 +45,31 @@ static slm_status parse_doc(const char *what, const cJSON *root, slm_dataset *ds
     if (strcmp(fmt, "shardlm-dataset") != 0)
         return slm_fail(SLM_E_FORMAT, "%s: \"format\" is \"%.40s\", expected \"shardlm-dataset\"",
                         what, fmt);
-    if ((st = slm_json_num(what, root, "format_version", 1, 1, true, &d))) return st;
+    if ((st = slm_json_num(what, root, "format_version", 1, 2, true, &d))) return st;
+    // Version 2: instruction samples with a per-token loss mask (version-2 shards).
+    ds->masked = d == 2;
+    const cJSON *samples = cJSON_GetObjectItemCaseSensitive(root, "samples");
+    if (ds->masked != (samples != NULL))
+        return slm_fail(SLM_E_FORMAT, "%s: format_version %.0f %s a \"samples\" object", what, d,
+                        ds->masked ? "needs" : "does not allow");
+    if (samples) {
+        char w[96];
+        snprintf(w, sizeof w, "%s: samples", what);
+        const char *sf = NULL;
+        if (!cJSON_IsObject(samples)) return slm_fail(SLM_E_FORMAT, "%s: not an object", w);
+        if ((st = slm_json_str(w, samples, "format", &sf))) return st;
+        if (strcmp(sf, "prompt-completion") && strcmp(sf, "chat"))
+            return slm_fail(SLM_E_FORMAT,
+                            "%s: format \"%.40s\", expected \"prompt-completion\" or \"chat\"", w,
+                            sf);
+        ds->sample_format = slm_xstrdup(sf);
+        const cJSON *ct = cJSON_GetObjectItemCaseSensitive(samples, "chat_template");
+        if (ct && !cJSON_IsNull(ct)) {
+            if (!cJSON_IsString(ct) || !ct->valuestring)
+                return slm_fail(SLM_E_FORMAT, "%s: chat_template is not a string or null", w);
+            ds->chat_template = slm_xstrdup(ct->valuestring);
+        }
+    }
     if ((st = slm_json_u64(what, root, "seed", &ds->seed))) return st;
     if ((st = slm_json_num(what, root, "val_fraction", 0, 1, false, &ds->val_fraction))) return st;
     if ((st = slm_json_num(what, root, "token_bytes", 2, 4, true, &d))) return st;
@@ -107,11 +133,13 @@ static slm_status parse_doc(const char *what, const cJSON *root, slm_dataset *ds
         if ((st = slm_json_u64(w, e, "n_docs", &si->n_docs))) return st;
         if ((st = slm_json_u64(w, e, "bytes", &si->bytes))) return st;
         if ((st = slm_json_hex64(w, e, "xxh64", &si->xxh64))) return st;
-        if (si->bytes != SLM_SHARD_HEADER_BYTES + si->n_tokens * ds->token_bytes)
+        uint64_t per = ds->token_bytes + (ds->masked ? 1u : 0u);
+        if (si->n_tokens > (uint64_t)SLM_JSON_MAX_EXACT ||
+            si->bytes != SLM_SHARD_HEADER_BYTES + si->n_tokens * per)
             return slm_fail(SLM_E_FORMAT,
-                            "%s: bytes %" PRIu64 " != 64 + n_tokens %" PRIu64
-                            " * token_bytes %" PRIu32,
-                            w, si->bytes, si->n_tokens, ds->token_bytes);
+                            "%s: bytes %" PRIu64 " != 64 + n_tokens %" PRIu64 " * %" PRIu64
+                            " (token_bytes%s)",
+                            w, si->bytes, si->n_tokens, per, ds->masked ? " + 1 flags byte" : "");
         si->file = slm_xstrdup(file);
         sp->n_shards++;
         sp->n_tokens += si->n_tokens;
@@ -219,7 +247,7 @@ static const char *base_name(const char *p) {
 slm_status slm_dataset_write(const slm_dataset *ds) {
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "format", "shardlm-dataset");
-    cJSON_AddItemToObject(root, "format_version", num(1));
+    cJSON_AddItemToObject(root, "format_version", num(ds->masked ? 2 : 1));
     cJSON_AddItemToObject(root, "seed", num((double)ds->seed));
     cJSON_AddItemToObject(root, "val_fraction", num(ds->val_fraction));
     cJSON_AddItemToObject(root, "token_bytes", num(ds->token_bytes));
@@ -235,6 +263,14 @@ slm_status slm_dataset_write(const slm_dataset *ds) {
         cJSON_AddItemToObject(docs, "read", num((double)ds->docs_read));
         cJSON_AddItemToObject(docs, "written", num((double)(ds->train.n_docs + ds->val.n_docs)));
         cJSON_AddItemToObject(docs, "skipped_empty", num((double)ds->docs_skipped));
+    }
+    if (ds->masked) {
+        cJSON *sm = cJSON_AddObjectToObject(root, "samples");
+        cJSON_AddStringToObject(sm, "format", ds->sample_format ? ds->sample_format : "chat");
+        if (ds->chat_template)
+            cJSON_AddStringToObject(sm, "chat_template", ds->chat_template);
+        else
+            cJSON_AddNullToObject(sm, "chat_template");
     }
     cJSON *splits = cJSON_AddObjectToObject(root, "splits");
     cJSON *shards = cJSON_AddArrayToObject(root, "shards");

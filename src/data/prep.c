@@ -77,6 +77,7 @@ typedef struct {
     prep_ctx *ctx;
     int id;
     slm_ivec buf[2];                  // [0] train, [1] val tokens not yet flushed
+    slm_buf fbuf[2];                  // instruction data: their SLM_TOKF_* flags, one per token
     uint64_t docs[2];                 // documents in buf
     uint64_t docs_read, docs_skipped; // every document seen; those that produced no token
     int64_t next_index[2];
@@ -91,6 +92,7 @@ struct prep_ctx {
     const slm_prep_opts *o;
     char *work_dir; // the temp sibling of --out the new dataset is built in (see header)
     slm_tokenizer *tok;
+    slm_chat_template *tpl; // instruction data: --chat-template (NULL: none)
     uint32_t vocab;
     int rank, world;
     source *srcs;
@@ -217,7 +219,11 @@ static slm_status flush_split(worker *w, int split) {
     if (b->len == 0) return SLM_OK;
     int64_t idx = w->next_index[split]++;
     char *path = shard_path(c, split, w->id, idx, c->rank, true);
-    slm_status st = slm_shard_write(path, b->data, b->len, w->docs[split], c->vocab);
+    bool masked = c->o->format != SLM_PREP_TEXT;
+    slm_status st =
+        masked ? slm_shard_write_masked(path, b->data, (const uint8_t *)w->fbuf[split].data, b->len,
+                                        w->docs[split], c->vocab)
+               : slm_shard_write(path, b->data, b->len, w->docs[split], c->vocab);
     uint64_t h = 0;
     if (st == SLM_OK) st = slm_file_xxh64(path, &h);
     if (st == SLM_OK) {
@@ -230,7 +236,8 @@ static slm_status flush_split(worker *w, int split) {
                        idx,
                        (int64_t)b->len,
                        (int64_t)w->docs[split],
-                       (int64_t)(SLM_SHARD_HEADER_BYTES + b->len * (c->vocab <= 65536u ? 2 : 4)),
+                       (int64_t)(SLM_SHARD_HEADER_BYTES +
+                                 b->len * ((c->vocab <= 65536u ? 2 : 4) + (masked ? 1 : 0))),
                        h};
         w->recs[w->n_recs++] = r;
     } else {
@@ -238,6 +245,7 @@ static slm_status flush_split(worker *w, int split) {
     }
     free(path);
     b->len = 0;
+    w->fbuf[split].len = 0;
     w->docs[split] = 0;
     return st;
 }
@@ -278,6 +286,45 @@ static slm_status emit_doc(worker *w, const char *text, size_t len) {
     slm_status st = slm_tokenizer_encode(c->tok, text, len, SLM_ENC_ADD_BOS | SLM_ENC_ADD_EOS, b);
     if (st) return st;
     if (b->len == before) { // encodes to no token (no BOS/EOS and nothing the tokenizer keeps)
+        w->docs_skipped++;
+        return SLM_OK;
+    }
+    w->docs[split]++;
+    if ((int64_t)b->len >= c->o->shard_tokens) return flush_split(w, split);
+    return SLM_OK;
+}
+
+// One instruction sample (a parsed JSONL line of bytes [line, line + n)): rendered with the chat
+// template, encoded segment by segment with its flags. The train/val hash is over the line's
+// bytes. A sample without any target token (no assistant message, empty completion) is skipped.
+static slm_status emit_sample(worker *w, const slm_sample *smp, const char *line, size_t n,
+                              const char *path, int64_t lineno) {
+    prep_ctx *c = w->ctx;
+    w->docs_read++;
+    slm_sample_segs g;
+    char why[256];
+    if (!slm_sample_render(c->tpl, smp, false, slm_tokenizer_bos_id(c->tok),
+                           slm_tokenizer_eos_id(c->tok), &g, why, sizeof why))
+        return slm_fail(SLM_E_FORMAT, "%s:%" PRId64 ": %s", path, lineno, why);
+    slm_status mst = check_doc_memory(n);
+    if (mst) {
+        slm_sample_segs_free(&g);
+        return mst;
+    }
+    uint64_t h = slm_xxh64(line, n, c->o->seed);
+    int split = (h >> 11) < c->val_threshold ? 1 : 0;
+    slm_ivec *b = &w->buf[split];
+    slm_buf *f = &w->fbuf[split];
+    size_t before = b->len;
+    slm_status st = slm_sample_encode(&g, c->tok, b, f);
+    slm_sample_segs_free(&g);
+    if (st) return st;
+    bool any_target = false;
+    for (size_t i = before + 1; i < b->len; i++) // the first token is never predicted
+        any_target |= (((const uint8_t *)f->data)[i] & SLM_TOKF_TARGET) != 0;
+    if (!any_target) {
+        b->len = before;
+        f->len = before;
         w->docs_skipped++;
         return SLM_OK;
     }
@@ -423,6 +470,9 @@ static slm_status do_jsonl_unit(worker *w, const source *src, const char *d, siz
             const char *why = jsonl_escapes(d + p, e - p, esc, sizeof esc);
             cJSON *j = why ? NULL : cJSON_ParseWithLengthOpts(d + p, e - p, &rest, false);
             const cJSON *t = NULL;
+            bool inst = w->ctx->o->format != SLM_PREP_TEXT;
+            slm_sample smp = {0};
+            char swhy[256];
             if (why)
                 ;
             else if (!j)
@@ -431,16 +481,27 @@ static slm_status do_jsonl_unit(worker *w, const source *src, const char *d, siz
                 why = "text after the JSON object (one object per line)";
             else if (!cJSON_IsObject(j))
                 why = "not a JSON object";
-            else if (!(t = cJSON_GetObjectItemCaseSensitive(j, "text")))
+            else if (inst) {
+                if (!slm_sample_from_json(j, w->ctx->o->format, &smp, swhy, sizeof swhy))
+                    why = swhy;
+            } else if (!(t = cJSON_GetObjectItemCaseSensitive(j, "text")))
                 why = "no \"text\" field";
             else if (!cJSON_IsString(t) || !t->valuestring)
                 why = "field \"text\" is not a string";
             slm_status st = SLM_OK;
+            const char *expect =
+                !inst ? "{\"text\": \"...\"}"
+                : w->ctx->o->format == SLM_PREP_CHAT
+                    ? "{\"messages\": [{\"role\": \"user\", \"content\": \"...\"}, ...]}"
+                    : "{\"prompt\": \"...\", \"completion\": \"...\"}";
             if (why)
-                st = slm_fail(SLM_E_FORMAT, "%s:%" PRId64 ": %s; expected {\"text\": \"...\"}",
-                              src->path, line_number(d, p), why);
+                st = slm_fail(SLM_E_FORMAT, "%s:%" PRId64 ": %s; expected %s", src->path,
+                              line_number(d, p), why, expect);
+            else if (inst)
+                st = emit_sample(w, &smp, d + p, e - p, src->path, line_number(d, p));
             else
                 st = emit_doc(w, t->valuestring, strlen(t->valuestring));
+            slm_sample_free(&smp);
             cJSON_Delete(j);
             if (st) return st;
         }
@@ -712,6 +773,16 @@ static slm_status check_opts(const slm_prep_opts *o) {
     for (int i = 0; i < o->n_inputs; i++)
         n_stdin += !strcmp(o->inputs[i], "-");
     if (n_stdin > 1) return slm_fail(SLM_E_ARG, "prep: \"-\" (stdin) given more than once");
+    if (o->format < SLM_PREP_TEXT || o->format > SLM_PREP_CHAT)
+        return slm_fail(SLM_E_ARG, "prep: format %d is unknown", o->format);
+    if (o->format == SLM_PREP_CHAT && !o->chat_template)
+        return slm_fail(SLM_E_ARG, "prep: --format chat needs --chat-template llama2|llama3|FILE");
+    if (o->format == SLM_PREP_TEXT && o->chat_template)
+        return slm_fail(SLM_E_ARG,
+                        "prep: --chat-template needs --format prompt-completion or chat");
+    if (o->format != SLM_PREP_TEXT && n_stdin)
+        return slm_fail(SLM_E_ARG, "prep: --format %s reads .jsonl files, not stdin",
+                        o->format == SLM_PREP_CHAT ? "chat" : "prompt-completion");
     return SLM_OK;
 }
 
@@ -754,6 +825,8 @@ slm_status slm_prep_run(const slm_prep_opts *o) {
                           o->tokenizer_path, v);
         c.vocab = (uint32_t)v;
     }
+    if (st == SLM_OK && o->chat_template) st = slm_chat_template_load(o->chat_template, &c.tpl);
+    if (st == SLM_OK) st = slm_chat_template_check(c.tpl, c.tok);
     // --out: never one of the inputs; skipped by the walk when it lies inside an input dir.
     out_path = resolve_out(o->out_dir);
     struct stat out_st;
@@ -771,6 +844,11 @@ slm_status slm_prep_run(const slm_prep_opts *o) {
             st = add_path(o->inputs[i], &c.srcs, &c.n_srcs, &n_cap, 0, out_exists ? &out_st : NULL);
         }
     }
+    for (int i = 0; i < c.n_srcs && st == SLM_OK && o->format != SLM_PREP_TEXT; i++)
+        if (!c.srcs[i].jsonl)
+            st =
+                slm_fail(SLM_E_ARG, "prep: input %s: --format %s reads JSONL files (*.jsonl) only",
+                         c.srcs[i].path, o->format == SLM_PREP_CHAT ? "chat" : "prompt-completion");
     // Every rank has listed its inputs before rank 0 creates anything next to --out.
     st = agree(&c, st);
     if (st) goto out;
@@ -984,6 +1062,12 @@ slm_status slm_prep_run(const slm_prep_opts *o) {
         ds.token_bytes = c.vocab <= 65536u ? 2 : 4;
         ds.seed = o->seed;
         ds.val_fraction = o->val_fraction;
+        ds.masked = o->format != SLM_PREP_TEXT;
+        if (ds.masked) {
+            ds.sample_format =
+                slm_xstrdup(o->format == SLM_PREP_CHAT ? "chat" : "prompt-completion");
+            if (c.tpl) ds.chat_template = slm_xstrdup(slm_chat_template_name(c.tpl));
+        }
         st = slm_dataset_write(&ds);
         if (st == SLM_OK && slm_stop_requested())
             st = slm_fail(SLM_E_INTERRUPTED,
@@ -1024,6 +1108,8 @@ out:
     for (int i = 0; c.workers && i < W; i++) {
         slm_ivec_free(&c.workers[i].buf[0]);
         slm_ivec_free(&c.workers[i].buf[1]);
+        slm_buf_free(&c.workers[i].fbuf[0]);
+        slm_buf_free(&c.workers[i].fbuf[1]);
         free(c.workers[i].recs);
     }
     free(c.workers);
@@ -1040,6 +1126,7 @@ out:
     free(c.work_dir);
     slm_dataset_free(&ds);
     slm_tokenizer_free(c.tok);
+    slm_chat_template_free(c.tpl);
     slm_stop_restore();
     return st;
 }

@@ -8,7 +8,7 @@
 
 slm_status slm_prep_agree(const slm_prep_opts *o, double collective_timeout_s) {
     if (slm_dist_world() == 1) return SLM_OK;
-    enum { N = 9, VAL = 128 };
+    enum { N = 11, VAL = 128 };
     char v[N][VAL];
     slm_buf inputs = {0};
     for (int i = 0; i < o->n_inputs; i++)
@@ -25,6 +25,11 @@ slm_status slm_prep_agree(const slm_prep_opts *o, double collective_timeout_s) {
     snprintf(v[5], VAL, "%lld", (long long)o->unit_bytes);
     snprintf(v[6], VAL, "%llu", (unsigned long long)o->seed);
     snprintf(v[7], VAL, "%.17g", collective_timeout_s);
+    snprintf(v[8], VAL, "%s",
+             o->format == SLM_PREP_CHAT                ? "chat"
+             : o->format == SLM_PREP_PROMPT_COMPLETION ? "prompt-completion"
+                                                       : "text");
+    snprintf(v[9], VAL, "%s", o->chat_template ? o->chat_template : "(none)");
     slm_agree_item items[N] = {
         {"--tokenizer", v[0], SLM_E_ARG},
         {"tokenizer file contents", v[1], SLM_E_FORMAT},
@@ -35,6 +40,8 @@ slm_status slm_prep_agree(const slm_prep_opts *o, double collective_timeout_s) {
         {"--seed", v[6], SLM_E_ARG},
         {"--collective-timeout", v[7], SLM_E_ARG},
         {"--input", inputs.data ? inputs.data : "", SLM_E_ARG},
+        {"--format", v[8], SLM_E_ARG},
+        {"--chat-template", v[9], SLM_E_ARG},
     };
     slm_status st = slm_dist_agree_values(items, N);
     slm_buf_free(&inputs);

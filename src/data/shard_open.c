@@ -39,6 +39,10 @@ slm_status slm_shard_open_verified(const slm_dataset *ds, const slm_shard_info *
                       "%s: header has %" PRIu64 " tokens / %" PRIu64 " docs, manifest says %" PRIu64
                       " / %" PRIu64,
                       path, h->n_tokens, h->n_docs, si->n_tokens, si->n_docs);
+    if (!st && h->masked != ds->masked)
+        st = slm_fail(SLM_E_FORMAT, "%s: a version-%" PRIu32 " shard in a %s dataset", path,
+                      h->version,
+                      ds->masked ? "masked (format_version 2)" : "plain (format_version 1)");
     free(path);
     if (st) slm_map_free(map);
     return st;

@@ -2,6 +2,7 @@
 #include "dist/dist.h"
 #include "dist/dist_internal.h"
 
+#include <errno.h>
 #include <mpi.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -180,7 +181,7 @@ static void timed_out(const char *what, const slm_comm *c) {
                   what, g_timeout_s, slm_flight_dump_path(), slm_flight_abort_grace(g_timeout_s));
         double g = slm_flight_abort_grace(g_timeout_s);
         struct timespec ts = {(time_t)g, (long)((g - (double)(time_t)g) * 1e9)};
-        while (nanosleep(&ts, &ts) != 0) {
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
         }
     }
     slm_fatal("collective %s timed out after %.0f s (%s; group: %s, %d ranks); a peer rank "

@@ -81,6 +81,21 @@ static bool direct_grads(const slm_fsdp *f) {
     return f->S == 1 && f->R == 1 && f->opts.reduce_dtype == SLM_PREC_FP32;
 }
 
+// The model's pointer slots of fsdp unit u: base units 0..n_base-1 are the model's units,
+// n_base + l is block l's LoRA adapter unit.
+static float **param_slot(const slm_fsdp *f, int u) {
+    return u < f->n_base ? &f->model->params[u] : &f->model->lora_params[u - f->n_base];
+}
+
+static float **grad_slot(const slm_fsdp *f, int u) {
+    return u < f->n_base ? &f->model->grads[u] : &f->model->lora_grads[u - f->n_base];
+}
+
+// The adapter unit of block u (-1: none, or u is not a block).
+static int adapter_of(const slm_fsdp *f, int u) {
+    return f->n_units > f->n_base && u >= 0 && u < f->n_base - 1 ? f->n_base + u : -1;
+}
+
 static void set_context(const slm_fsdp *f, const char *phase, int u) {
     char ctx[96];
     snprintf(ctx, sizeof ctx, "step %lld, %s, FSDP unit %d", (long long)f->t + 1, phase, u);
@@ -96,7 +111,7 @@ static void gather_start(slm_fsdp *f, int u) {
     if (alias_master(f)) {
         x->full = x->master;
         x->gstate = G_READY;
-        f->model->params[u] = x->full;
+        *param_slot(f, u) = x->full;
         return;
     }
     f->in_flight++;
@@ -126,7 +141,7 @@ static void gather_complete(slm_fsdp *f, int u) {
         x->bf_send = x->bf_full = NULL;
     }
     x->gstate = G_READY;
-    f->model->params[u] = x->full;
+    *param_slot(f, u) = x->full;
 }
 
 static void gather_wait(slm_fsdp *f, int u) {
@@ -153,7 +168,7 @@ static void release(slm_fsdp *f, int u) {
     }
     x->full = NULL;
     x->gstate = G_FREE;
-    f->model->params[u] = NULL;
+    *param_slot(f, u) = NULL;
 }
 
 // Starts unit u's all-gather early if the cap allows.
@@ -315,45 +330,73 @@ static bool reshard_after_forward(const slm_fsdp *f) {
 
 static void hook_pre_forward(void *ctx, int u) {
     slm_fsdp *f = ctx;
-    int L = f->n_units - 1;
+    int L = f->n_base - 1;
     set_context(f, "forward", u);
     gather_wait(f, u);
-    if (f->opts.forward_prefetch) prefetch(f, u == L ? (L > 0 ? 0 : -1) : (u + 1 < L ? u + 1 : -1));
+    if (adapter_of(f, u) >= 0) gather_wait(f, adapter_of(f, u));
+    if (f->opts.forward_prefetch) {
+        int next = u == L ? (L > 0 ? 0 : -1) : (u + 1 < L ? u + 1 : -1);
+        prefetch(f, next);
+        prefetch(f, adapter_of(f, next));
+    }
     poll_all(f);
 }
 
 static void hook_post_forward(void *ctx, int u) {
     slm_fsdp *f = ctx;
     // The root stays gathered: its backward (lm_head, final norm) starts right after the loss.
-    if (u != f->n_units - 1 && reshard_after_forward(f)) release(f, u);
+    if (u != f->n_base - 1 && reshard_after_forward(f)) {
+        release(f, u);
+        if (adapter_of(f, u) >= 0) release(f, adapter_of(f, u));
+    }
     poll_all(f);
 }
 
-static void hook_pre_backward(void *ctx, int u) {
-    slm_fsdp *f = ctx;
+// Points the model's gradient slot of unit u at where its backward adds (a frozen unit: none).
+static void grads_begin(slm_fsdp *f, int u) {
     slm_fsdp_unit *x = &f->units[u];
-    set_context(f, "backward", u);
-    gather_wait(f, u);
-    int L = f->n_units - 1;
-    if (direct_grads(f)) {
-        f->model->grads[u] = x->grad; // the backward adds into the shard itself
+    if (x->frozen) {
+        *grad_slot(f, u) = NULL;
+    } else if (direct_grads(f)) {
+        *grad_slot(f, u) = x->grad; // the backward adds into the shard itself
     } else {
         // A reduction of this unit from the previous micro-batch still owns its buffers.
         reduce_wait_unit(f, u);
         x->full_grad = talloc(f, (size_t)x->n_padded * sizeof(float));
         memset(x->full_grad, 0, (size_t)x->n_padded * sizeof(float));
-        f->model->grads[u] = x->full_grad;
+        *grad_slot(f, u) = x->full_grad;
     }
-    if (f->opts.backward_prefetch) prefetch(f, u == L ? L - 1 : u - 1);
+}
+
+static void hook_pre_backward(void *ctx, int u) {
+    slm_fsdp *f = ctx;
+    set_context(f, "backward", u);
+    gather_wait(f, u);
+    int a = adapter_of(f, u);
+    if (a >= 0) gather_wait(f, a);
+    int L = f->n_base - 1;
+    grads_begin(f, u);
+    if (a >= 0) grads_begin(f, a);
+    if (f->opts.backward_prefetch) {
+        int prev = u == L ? L - 1 : u - 1;
+        prefetch(f, prev);
+        prefetch(f, adapter_of(f, prev));
+    }
     poll_all(f);
+}
+
+static void grads_end(slm_fsdp *f, int u) {
+    *grad_slot(f, u) = NULL;
+    if (!f->units[u].frozen && !direct_grads(f)) reduce_start(f, u);
+    if (f->opts.sharding != SLM_NO_SHARD) release(f, u);
 }
 
 static void hook_post_backward(void *ctx, int u) {
     slm_fsdp *f = ctx;
     set_context(f, "backward reduce", u);
-    f->model->grads[u] = NULL;
-    if (!direct_grads(f)) reduce_start(f, u);
-    if (f->opts.sharding != SLM_NO_SHARD) release(f, u);
+    int a = adapter_of(f, u);
+    if (a >= 0) grads_end(f, a); // the adapter's reduction first: it is what is trained
+    grads_end(f, u);
     poll_all(f);
 }
 
@@ -366,7 +409,11 @@ slm_status slm_fsdp_init(slm_fsdp *f, slm_llama *m, const slm_fsdp_opts *o, uint
         return slm_fail(SLM_E_ARG, "fsdp: the model must be initialised with alloc == false");
     f->opts = *o;
     f->model = m;
-    f->n_units = m->n_units;
+    f->n_base = m->n_units;
+    bool lora = m->lora.rank > 0;
+    if (lora && m->lora_owns_buffers)
+        return slm_fail(SLM_E_ARG, "fsdp: the LoRA adapters must be attached with alloc == false");
+    f->n_units = m->n_units + (lora ? m->cfg.num_hidden_layers : 0);
     slm_comm *w = slm_comm_world();
     f->world = slm_comm_size(w);
     f->rank = slm_comm_rank(w);
@@ -403,22 +450,29 @@ slm_status slm_fsdp_init(slm_fsdp *f, slm_llama *m, const slm_fsdp_opts *o, uint
     f->rq = slm_xcalloc((size_t)f->n_units, sizeof *f->rq);
     for (int u = 0; u < f->n_units; u++) {
         slm_fsdp_unit *x = &f->units[u];
-        const slm_unit_layout *lay = &m->units[u];
+        bool adapter = u >= f->n_base;
+        const slm_unit_layout *lay = adapter ? &m->lora_units[u - f->n_base] : &m->units[u];
+        x->frozen = lora && !adapter; // LoRA: base weights only (no gradient, no AdamW state)
         x->numel = lay->numel;
         x->n_padded = (lay->numel + f->S - 1) / f->S * f->S;
         x->shard_numel = x->n_padded / f->S;
         x->shard_begin = (int64_t)sr * x->shard_numel;
         size_t b = (size_t)x->shard_numel * sizeof(float);
         x->master = slm_xaligned(b ? b : 64);
-        x->grad = slm_xaligned(b ? b : 64);
-        x->m = slm_xaligned(b ? b : 64);
-        x->v = slm_xaligned(b ? b : 64);
-        memset(x->grad, 0, b);
-        memset(x->m, 0, b);
-        memset(x->v, 0, b);
-        f->state_bytes += 4 * b;
+        if (!x->frozen) {
+            x->grad = slm_xaligned(b ? b : 64);
+            x->m = slm_xaligned(b ? b : 64);
+            x->v = slm_xaligned(b ? b : 64);
+            memset(x->grad, 0, b);
+            memset(x->m, 0, b);
+            memset(x->v, 0, b);
+        }
+        f->state_bytes += (x->frozen ? 1 : 4) * b;
         float *full = slm_xcalloc((size_t)x->n_padded, sizeof(float));
-        slm_llama_init_unit_weights(m, seed, u, full);
+        if (adapter)
+            slm_llama_lora_init_unit_weights(m, seed, u - f->n_base, full);
+        else
+            slm_llama_init_unit_weights(m, seed, u, full);
         memcpy(x->master, full + x->shard_begin, b);
         free(full);
         x->ranges = slm_xcalloc((size_t)lay->n_views + 1, sizeof *x->ranges);
@@ -431,8 +485,8 @@ slm_status slm_fsdp_init(slm_fsdp *f, slm_llama *m, const slm_fsdp_opts *o, uint
             x->ranges[x->n_ranges++] =
                 (slm_decay_range){a - s0, e - s0, lay->views[i].weight_decay};
         }
-        m->params[u] = NULL;
-        m->grads[u] = NULL;
+        *param_slot(f, u) = NULL;
+        *grad_slot(f, u) = NULL;
     }
     m->hooks = (slm_unit_hooks){.ctx = f,
                                 .pre_forward = hook_pre_forward,
@@ -460,7 +514,7 @@ void slm_fsdp_free(slm_fsdp *f) {
     if (f->model) {
         memset(&f->model->hooks, 0, sizeof f->model->hooks);
         for (int u = 0; u < f->n_units; u++)
-            f->model->params[u] = f->model->grads[u] = NULL;
+            *param_slot(f, u) = *grad_slot(f, u) = NULL;
     }
     slm_comm_free(f->shard);
     slm_comm_free(f->replica);
@@ -470,7 +524,8 @@ void slm_fsdp_free(slm_fsdp *f) {
 void slm_fsdp_zero_grad(slm_fsdp *f) {
     slm_fsdp_sync_grads(f);
     for (int u = 0; u < f->n_units; u++)
-        memset(f->units[u].grad, 0, (size_t)f->units[u].shard_numel * sizeof(float));
+        if (!f->units[u].frozen)
+            memset(f->units[u].grad, 0, (size_t)f->units[u].shard_numel * sizeof(float));
 }
 
 void slm_fsdp_sync_grads(slm_fsdp *f) {
@@ -482,6 +537,7 @@ double slm_fsdp_clip_grad_norm(slm_fsdp *f, double max_norm) {
     double ss = 0;
     for (int u = 0; u < f->n_units; u++) {
         const slm_fsdp_unit *x = &f->units[u];
+        if (x->frozen) continue;
         int64_t valid = x->numel - x->shard_begin; // padding excluded (it is zero anyway)
         if (valid > x->shard_numel) valid = x->shard_numel;
         if (valid > 0) ss += slm_sumsq(x->grad, valid);
@@ -494,7 +550,8 @@ double slm_fsdp_clip_grad_norm(slm_fsdp *f, double max_norm) {
         double coef = max_norm / (norm + 1e-6);
         if (coef < 1.0)
             for (int u = 0; u < f->n_units; u++)
-                slm_scale(f->units[u].grad, f->units[u].shard_numel, (float)coef);
+                if (!f->units[u].frozen)
+                    slm_scale(f->units[u].grad, f->units[u].shard_numel, (float)coef);
     }
     return norm;
 }
@@ -504,6 +561,7 @@ void slm_fsdp_optimizer_step(slm_fsdp *f, const slm_adamw_hparams *h, float lr) 
     f->t++;
     for (int u = 0; u < f->n_units; u++) {
         slm_fsdp_unit *x = &f->units[u];
+        if (x->frozen) continue;
         slm_adamw_step(x->master, x->grad, x->m, x->v, x->shard_numel, h, lr, f->t, x->ranges,
                        x->n_ranges);
     }
@@ -562,6 +620,13 @@ int slm_fsdp_shard_group_for(const slm_fsdp_opts *o, int world) {
     if (world <= 1 || o->sharding == SLM_NO_SHARD) return 1;
     if (o->sharding == SLM_HYBRID_SHARD && o->shard_group_size > 0) return o->shard_group_size;
     return world;
+}
+
+double slm_fsdp_estimate_bytes_lora(const slm_fsdp_opts *o, int world, double n_base,
+                                    double n_adapter, double big_unit_numel) {
+    double state = (n_base + 4.0 * n_adapter) * sizeof(float) / slm_fsdp_shard_group_for(o, world);
+    if (world <= 1) return state;
+    return state + 2.0 * big_unit_numel * sizeof(float); // gathered params; no base gradients
 }
 
 double slm_fsdp_estimate_bytes(const slm_fsdp_opts *o, int world, double n_params,

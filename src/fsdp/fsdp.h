@@ -77,6 +77,7 @@ typedef struct slm_fsdp_unit {
     float *master;           // [shard_numel] fp32 master weights (padding stays 0), owned
     float *grad;             // [shard_numel] fp32 summed gradient shard, owned
     float *m, *v;            // [shard_numel] AdamW moments, owned
+    bool frozen;             // LoRA base unit: master only (grad, m, v NULL), never reduced
     slm_decay_range *ranges; // the unit's views intersected with the shard, shard-relative
     int n_ranges;
     // gather state (private to fsdp.c)
@@ -105,8 +106,9 @@ typedef struct slm_fsdp_stats {
 // the struct is public only so callers can hold one by value.
 typedef struct slm_fsdp {
     slm_fsdp_opts opts;
-    slm_llama *model; // borrowed; its params/grads pointers and hooks are managed here
-    int n_units;
+    slm_llama *model;          // borrowed; its params/grads pointers and hooks are managed here
+    int n_units;               // n_base, plus L adapter units with LoRA
+    int n_base;                // the model's units (m->n_units)
     slm_fsdp_unit *units;      // [n_units], owned
     slm_comm *shard, *replica; // owned groups
     int world, rank;           // data-parallel world (all ranks)
@@ -127,6 +129,12 @@ typedef struct slm_fsdp {
 // Errors: SLM_E_ARG (HYBRID_SHARD with a G that does not divide the world; m allocated its own
 // buffers). Collective over the world: every rank, same m config and opts.
 slm_status slm_fsdp_init(slm_fsdp *f, slm_llama *m, const slm_fsdp_opts *o, uint64_t seed);
+// LoRA (m->lora.rank > 0, adapters attached with alloc == false before this call): the model's
+// units are frozen (master shards only: no gradient shard, no AdamW m / v, no reduction; the
+// model computes no base gradient), and every block's adapter unit is one more FSDP unit,
+// index m->n_units + l for block l, gathered and released with its block, its gradient
+// reduce-scattered after the block's backward, trained by AdamW, initialised with
+// slm_llama_lora_init_unit_weights. The unit index functions below take these indices too.
 // Waits for outstanding requests, frees everything, clears the model's hooks and pointers.
 // Safe on a zeroed struct. Collective (frees communicators).
 void slm_fsdp_free(slm_fsdp *f);
@@ -159,7 +167,8 @@ void slm_fsdp_reset_stats(slm_fsdp *f);
 // This rank's shard of unit u: elements [begin, end) of the unit's FlatParameter (end may run
 // past the unit's numel into the zero padding) and their fp32 master weights and AdamW m / v,
 // end - begin elements each, borrowed (valid until slm_fsdp_free; the optimizer step writes
-// them). For checkpoints: save and restore exactly these ranges.
+// them; m and v are NULL for a frozen LoRA base unit). For checkpoints: save and restore exactly
+// these ranges.
 typedef struct slm_fsdp_shard {
     int64_t begin, end;
     float *master, *m, *v;
@@ -186,6 +195,11 @@ int slm_fsdp_shard_group_for(const slm_fsdp_opts *o, int world);
 // units at a time. A world of one holds nothing transient (params aliased, direct gradients).
 double slm_fsdp_estimate_bytes(const slm_fsdp_opts *o, int world, double n_params,
                                double big_unit_numel);
+// The same with LoRA: the frozen base's fp32 params (1 per parameter) and the adapters' params,
+// gradients and AdamW m / v (4 per adapter parameter) over the shard group, plus the gathered
+// parameters of about two units (world > 1).
+double slm_fsdp_estimate_bytes_lora(const slm_fsdp_opts *o, int world, double n_base,
+                                    double n_adapter, double big_unit_numel);
 // state_bytes + peak_transient_bytes: the most parameter / gradient / optimizer bytes held.
 size_t slm_fsdp_peak_bytes(const slm_fsdp *f);
 

@@ -64,8 +64,15 @@ static void transpose_rows(float *restrict dst, int n_ld, const float *restrict 
 // statistics are then per column, so the running max, the exponentials and the sums are all
 // plain vertical vector ops across queries, with no horizontal reductions (which cost more than
 // the exponentials on 64-wide rows). O += St^T V_j is one sgemm with A transposed.
-void slm_attention_fwd(float *out, float *lse, const float *q, const float *k, const float *v,
-                       int B, int T, int H, int KV, int D) {
+//
+// Packed samples (pos != NULL, slm_attention_fwd_packed): query t of batch row b sees keys
+// [t - pos[b, t], t], the causal block of its own sample. Sample starts are non-decreasing in t,
+// so per key the queries that see it form a contiguous range [f, g) of the tile, tiles left of
+// the query block's first sample are skipped, and a row that sees no key of a tile keeps its
+// running statistics (c = 1). With pos == NULL every bound equals the plain causal one and the
+// arithmetic is unchanged.
+static void attn_fwd(float *out, float *lse, const float *q, const float *k, const float *v,
+                     const int32_t *pos, int B, int T, int H, int KV, int D) {
     SLM_ASSERT(B >= 0 && T >= 0 && D > 0 && KV > 0 && H % KV == 0);
     slm_kernels_blas_setup();
     const int bq = attn_block(D), bk = attn_block(D);
@@ -102,10 +109,13 @@ void slm_attention_fwd(float *out, float *lse, const float *q, const float *k, c
             }
             transpose_rows(Qt, bq, Q, ldq, nq, D); // Q_i^T [D, nq]
             int kend = q0 + nq; // keys at positions >= kend are masked for every query here
-            for (int k0 = 0; k0 < kend; k0 += bk) {
+            // packed: first key of each query's sample (non-decreasing in the query)
+            const int32_t *P = pos ? pos + (int64_t)b * T + q0 : NULL;
+            int kstart = P ? ((q0 - P[0]) / bk) * bk : 0;
+            for (int k0 = kstart; k0 < kend; k0 += bk) {
                 int nk = kend - k0 < bk ? kend - k0 : bk;
                 // queries r < r0 see none of these keys (k0 > q0 + r): left out of this tile;
-                // every query kept sees at least key k0, so its max is finite.
+                // unpacked, every query kept sees at least key k0, so its max is finite.
                 int r0 = k0 > q0 ? k0 - q0 : 0;
                 int mq = nq - r0;
                 float *restrict mr = m + r0, *restrict lr = l + r0;
@@ -116,32 +126,45 @@ void slm_attention_fwd(float *out, float *lse, const float *q, const float *k, c
                 // key k0 + j is visible to query q0 + r0 + r iff r >= first(j) = k0 + j - q0 - r0
                 for (int r = 0; r < mq; r++)
                     mt[r] = mr[r], lt[r] = 0.0f;
+                // packed: queries r >= g (tile-relative) start their sample after key k0 + j
+                int g = P ? 0 : mq; // packed: advanced per key below (sample starts <= key)
                 for (int j = 0; j < nk; j++) {
                     const float *restrict st = St + j * bq;
                     int f = k0 + j - q0 - r0;
                     if (f < 0) f = 0;
-                    for (int r = f; r < mq; r++)
+                    if (P)
+                        while (g < mq && q0 + r0 + g - P[r0 + g] <= k0 + j)
+                            g++;
+                    for (int r = f; r < g; r++)
                         mt[r] = st[r] > mt[r] ? st[r] : mt[r];
                 }
+                if (P) g = 0;
                 for (int j = 0; j < nk; j++) {
                     float *restrict st = St + j * bq;
                     int f = k0 + j - q0 - r0;
                     if (f < 0) f = 0;
                     if (f > mq) f = mq;
+                    if (P)
+                        while (g < mq && q0 + r0 + g - P[r0 + g] <= k0 + j)
+                            g++;
+                    int ge = g > f ? g : f;
                     for (int r = 0; r < f; r++)
                         st[r] = 0.0f;
-                    for (int r = f; r < mq; r++) {
+                    for (int r = f; r < ge; r++) {
                         float e = slm_expf_fast(st[r] - mt[r]);
                         st[r] = e;
                         lt[r] += e;
                     }
+                    for (int r = ge; r < mq; r++)
+                        st[r] = 0.0f;
                 }
                 for (int r = 0; r < mq; r++) {
-                    c[r] = slm_expf_fast(mr[r] - mt[r]); // 0 on the first tile (m = -inf)
+                    // 0 on the first tile (m = -inf); a packed row that saw no key yet keeps 1
+                    c[r] = mt[r] == -INFINITY ? 1.0f : slm_expf_fast(mr[r] - mt[r]);
                     lr[r] = c[r] * lr[r] + lt[r];
                     mr[r] = mt[r];
                 }
-                if (k0 > 0) { // O is still zero before the first tile
+                if (k0 > kstart) { // O is still zero before the first tile
                     for (int r = 0; r < mq; r++) {
                         float *restrict o = O + (r0 + r) * ldq;
                         float cr = c[r];
@@ -168,9 +191,23 @@ void slm_attention_fwd(float *out, float *lse, const float *q, const float *k, c
     }
 }
 
-void slm_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const float *q,
-                       const float *k, const float *v, const float *out, const float *lse, int B,
-                       int T, int H, int KV, int D) {
+void slm_attention_fwd(float *out, float *lse, const float *q, const float *k, const float *v,
+                       int B, int T, int H, int KV, int D) {
+    attn_fwd(out, lse, q, k, v, NULL, B, T, H, KV, D);
+}
+
+void slm_attention_fwd_packed(float *out, float *lse, const float *q, const float *k,
+                              const float *v, const int32_t *pos, int B, int T, int H, int KV,
+                              int D) {
+    SLM_ASSERT(pos);
+    attn_fwd(out, lse, q, k, v, pos, B, T, H, KV, D);
+}
+
+// Packed (pos != NULL): P is zero outside each query's sample [t - pos[t], t]; the query tiles
+// of a key block stop at the first whose first query starts its sample after the block.
+static void attn_bwd(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                     const float *k, const float *v, const float *out, const float *lse,
+                     const int32_t *pos, int B, int T, int H, int KV, int D) {
     SLM_ASSERT(B >= 0 && T >= 0 && D > 0 && KV > 0 && H % KV == 0);
     slm_kernels_blas_setup();
     const int blk = attn_block(D);
@@ -227,6 +264,9 @@ void slm_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const
                     // query tiles from the diagonal down (row k0 is the first to see key k0)
                     for (int q0 = k0; q0 < T; q0 += blk) {
                         int nq = T - q0 < blk ? T - q0 : blk;
+                        const int32_t *Pq = pos ? pos + (int64_t)b * T + q0 : NULL;
+                        if (Pq && q0 - Pq[0] >= k0 + nk) break; // its samples start later
+
                         int64_t qoff = ((int64_t)b * T + q0) * ldq + (int64_t)h * D;
                         const float *Qi = q + qoff, *dOi = dout + qoff;
                         float *dQi = dq + qoff;
@@ -239,7 +279,15 @@ void slm_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const
                             float lr = L[q0 + r];
                             int valid = q0 + r - k0 + 1; // >= 1 since q0 >= k0
                             if (valid > nk) valid = nk;
-                            for (int j = 0; j < valid; j++)
+                            int lo = 0; // packed: keys before the query's sample start
+                            if (Pq) {
+                                lo = q0 + r - Pq[r] - k0;
+                                if (lo < 0) lo = 0;
+                                if (lo > valid) lo = valid;
+                                for (int j = 0; j < lo; j++)
+                                    p[j] = 0.0f;
+                            }
+                            for (int j = lo; j < valid; j++)
                                 p[j] = slm_expf_fast(p[j] - lr);
                             if (valid < nk)
                                 memset(p + valid, 0, (size_t)(nk - valid) * sizeof(float));
@@ -272,4 +320,17 @@ void slm_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const
         free(Vt);
         free(Dv);
     }
+}
+
+void slm_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                       const float *k, const float *v, const float *out, const float *lse, int B,
+                       int T, int H, int KV, int D) {
+    attn_bwd(dq, dk, dv, dout, q, k, v, out, lse, NULL, B, T, H, KV, D);
+}
+
+void slm_attention_bwd_packed(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                              const float *k, const float *v, const float *out, const float *lse,
+                              const int32_t *pos, int B, int T, int H, int KV, int D) {
+    SLM_ASSERT(pos);
+    attn_bwd(dq, dk, dv, dout, q, k, v, out, lse, pos, B, T, H, KV, D);
 }

@@ -45,6 +45,11 @@ void slm_rope_tables_freq(float *cos_t, float *sin_t, int T, int half, const dou
 void slm_rope_apply(float *x, const float *cos_t, const float *sin_t, int B, int T, int nh, int D,
                     int pos0, bool inverse);
 
+// slm_rope_apply with the position of row (b, t) given by pos[b * T + t] (packed samples;
+// each < the tables' rows).
+void slm_rope_apply_pos(float *x, const float *cos_t, const float *sin_t, int B, int T, int nh,
+                        int D, const int32_t *pos, bool inverse);
+
 // Causal scaled-dot-product attention with GQA (query head h uses kv head h / (H / KV)),
 // computed block-wise with an online softmax (Milakov & Gimelshein 2018; FlashAttention,
 // Dao et al. 2022): no [T, T] score matrix is stored.
@@ -57,6 +62,16 @@ void slm_attention_fwd(float *out, float *lse, const float *q, const float *k, c
 void slm_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const float *q,
                        const float *k, const float *v, const float *out, const float *lse, int B,
                        int T, int H, int KV, int D);
+
+// Attention over packed samples: pos [B, T] is each token's position in its sample (0 at a
+// sample start, else the previous token's + 1); query t attends to keys [t - pos[t], t] only
+// (block-diagonal causal mask). Same outputs and layouts as slm_attention_fwd / _bwd.
+void slm_attention_fwd_packed(float *out, float *lse, const float *q, const float *k,
+                              const float *v, const int32_t *pos, int B, int T, int H, int KV,
+                              int D);
+void slm_attention_bwd_packed(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                              const float *k, const float *v, const float *out, const float *lse,
+                              const int32_t *pos, int B, int T, int H, int KV, int D);
 
 // SwiGLU (Shazeer 2020): h = silu(gate) * up, all [N, F].
 void slm_swiglu_fwd(float *h, const float *gate, const float *up, int64_t N, int64_t F);

@@ -124,6 +124,28 @@ void slm_rope_apply(float *x, const float *cos_t, const float *sin_t, int B, int
     }
 }
 
+void slm_rope_apply_pos(float *x, const float *cos_t, const float *sin_t, int B, int T, int nh,
+                        int D, const int32_t *pos, bool inverse) {
+    SLM_ASSERT(D % 2 == 0 && pos);
+    int half = D / 2;
+    float sgn = inverse ? -1.0f : 1.0f;
+    int64_t rows = (int64_t)B * T;
+#pragma omp parallel for schedule(static)
+    for (int64_t bt = 0; bt < rows; bt++) {
+        const float *restrict c = cos_t + (int64_t)pos[bt] * half;
+        const float *restrict s = sin_t + (int64_t)pos[bt] * half;
+        for (int h = 0; h < nh; h++) {
+            float *restrict x1 = x + (bt * nh + h) * D;
+            float *restrict x2 = x1 + half;
+            for (int i = 0; i < half; i++) {
+                float a = x1[i], b = x2[i], si = sgn * s[i];
+                x1[i] = a * c[i] - b * si;
+                x2[i] = b * c[i] + a * si;
+            }
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // SwiGLU (Shazeer 2020): h = silu(g) * u, silu(g) = g * sigmoid(g).
 //   dh/dg = u * sigmoid(g) * (1 + g * (1 - sigmoid(g))),  dh/du = silu(g).

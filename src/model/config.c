@@ -67,12 +67,17 @@ slm_status slm_llama_config_validate(const slm_llama_config *c) {
     REQ_POS(num_key_value_heads)
     REQ_POS(max_position_embeddings)
 #undef REQ_POS
-    if (c->hidden_size % c->num_attention_heads != 0)
+    if (c->head_dim < 0 || c->head_dim > 65536 || c->head_dim % 2 != 0)
+        return slm_fail(SLM_E_ARG,
+                        "model config: head_dim must be even and in [2, 65536] (or absent: "
+                        "hidden_size / num_attention_heads), got %d",
+                        (int)c->head_dim);
+    if (c->head_dim == 0 && c->hidden_size % c->num_attention_heads != 0)
         return slm_fail(SLM_E_ARG,
                         "model config: hidden_size (%d) must be divisible by "
-                        "num_attention_heads (%d)",
+                        "num_attention_heads (%d) (or give head_dim explicitly)",
                         c->hidden_size, c->num_attention_heads);
-    int D = c->hidden_size / c->num_attention_heads;
+    int D = slm_llama_head_dim(c);
     if (D % 2 != 0)
         return slm_fail(SLM_E_ARG,
                         "model config: head dim hidden_size / num_attention_heads = %d / %d = %d "
@@ -91,7 +96,9 @@ slm_status slm_llama_config_validate(const slm_llama_config *c) {
     // x 4 bytes < 2^63). Whether the model fits in memory is checked by its users (train's
     // up-front estimate, the model-directory loader's check), not here.
     double C = c->hidden_size, F = c->intermediate_size;
-    double n = c->num_hidden_layers * (4.0 * C * C + 3.0 * F * C) + 2.0 * c->vocab_size * C;
+    double HD = (double)c->num_attention_heads * D;
+    double n =
+        c->num_hidden_layers * (2.0 * C * C + 2.0 * HD * C + 3.0 * F * C) + 2.0 * c->vocab_size * C;
     if (n >= 0x1p60)
         return slm_fail(SLM_E_ARG,
                         "model config: %.3g parameters overflows 64-bit element offsets (at most "
@@ -141,6 +148,7 @@ static void hf_defaults(slm_llama_config *c) {
     c->rope_theta = 10000.0f;
     c->tie_word_embeddings = false;
     c->initializer_range = 0.02f;
+    c->head_dim = 0; // 0: hidden_size / num_attention_heads
 }
 
 // RoPE scaling keys, in slm_llama_config order (rope_factor, rope_low_freq_factor,
@@ -408,13 +416,7 @@ static slm_status check_unsupported(const char *path, const cJSON *root, int C, 
             return slm_fail(SLM_E_UNSUPPORTED, "%s: field \"%s\": only false is supported", path,
                             bias_fields[i]);
     }
-    it = cJSON_GetObjectItemCaseSensitive(root, "head_dim");
-    if (it && !cJSON_IsNull(it) &&
-        !(cJSON_IsNumber(it) && H > 0 && it->valuedouble == (double)(C / H)))
-        return slm_fail(SLM_E_UNSUPPORTED,
-                        "%s: field \"head_dim\": only hidden_size / num_attention_heads (%d) is "
-                        "supported",
-                        path, H > 0 ? C / H : 0);
+    (void)C, (void)H;
     return SLM_OK;
 }
 
@@ -466,9 +468,14 @@ slm_status slm_llama_config_parse(const char *text, size_t len, const char *path
         (st = read_rope(path, root, &t)) ||
         (st = slm_json_opt_f32(path, root, "initializer_range", &t.initializer_range)) ||
         (st = slm_json_opt_bool(path, root, "tie_word_embeddings", &t.tie_word_embeddings)) ||
+        (st = slm_json_opt_i32(path, root, "head_dim", true, &t.head_dim)) ||
         (st = check_unsupported(path, root, t.hidden_size, t.num_attention_heads)))
         goto out;
     if (t.num_key_value_heads == 0) t.num_key_value_heads = t.num_attention_heads;
+    // head_dim equal to hidden_size / heads is the implicit one (stored as 0, as presets do)
+    if (t.head_dim > 0 && t.num_attention_heads > 0 &&
+        (int64_t)t.head_dim * t.num_attention_heads == t.hidden_size)
+        t.head_dim = 0;
     if ((st = slm_llama_config_validate(&t))) {
         st = slm_fail_wrap(st, "%s", path);
         goto out;
@@ -571,6 +578,8 @@ void slm_llama_config_to_json(const slm_llama_config *c, bool hf, cJSON *o) {
     }
     cJSON_AddBoolToObject(o, "tie_word_embeddings", c->tie_word_embeddings);
     add_float(o, "initializer_range", c->initializer_range);
+    if (c->head_dim > 0) // explicit only (configs without one keep their exact fields)
+        cJSON_AddNumberToObject(o, "head_dim", c->head_dim);
     if (hf) {
         cJSON_AddBoolToObject(o, "attention_bias", false);
         cJSON_AddBoolToObject(o, "mlp_bias", false);
@@ -588,7 +597,7 @@ slm_status slm_llama_config_save(const slm_llama_config *c, const char *path) {
 
 int64_t slm_llama_n_matmul_params(const slm_llama_config *c) {
     int64_t C = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
-    int64_t D = C / c->num_attention_heads;
+    int64_t D = slm_llama_head_dim(c);
     int64_t HD = (int64_t)c->num_attention_heads * D, KVD = (int64_t)c->num_key_value_heads * D;
     int64_t per_block = HD * C + 2 * KVD * C + C * HD + 3 * F * C;
     // lm_head counts even when tied: it is a matmul either way.

@@ -31,19 +31,20 @@ struct slm_kv_cache {
 
 double slm_kv_cache_bytes_estimate(const slm_llama_config *c, int64_t max_T) {
     double C = c->hidden_size, H = c->num_attention_heads, KV = c->num_key_value_heads;
-    double D = C / H, F = c->intermediate_size, T = (double)max_T;
-    double floats = 2.0 * c->num_hidden_layers * KV * T * D // K and V caches
-                    + 2.0 * T * (D / 2)                     // RoPE tables
-                    + (H / KV) * T                          // attention scores
-                    + 4.0 * C + 2.0 * KV * D + 3.0 * F;     // one token's vectors
+    double D = slm_llama_head_dim(c), F = c->intermediate_size, T = (double)max_T;
+    double floats = 2.0 * c->num_hidden_layers * KV * T * D           // K and V caches
+                    + 2.0 * T * (D / 2)                               // RoPE tables
+                    + (H / KV) * T                                    // attention scores
+                    + 2.0 * C + 2.0 * H * D + 2.0 * KV * D + 3.0 * F; // one token's vectors
     return floats * sizeof(float);
 }
 
 slm_kv_cache *slm_kv_cache_new(const slm_llama *m, int max_T) {
     SLM_ASSERT(max_T > 0);
     const slm_llama_config *c = &m->cfg;
-    int64_t C = c->hidden_size, D = C / c->num_attention_heads, KV = c->num_key_value_heads;
+    int64_t C = c->hidden_size, D = slm_llama_head_dim(c), KV = c->num_key_value_heads;
     int64_t F = c->intermediate_size, rep = c->num_attention_heads / KV;
+    int64_t HD = (int64_t)c->num_attention_heads * D;
     slm_kv_cache *kc = slm_xcalloc(1, sizeof *kc);
     kc->max_T = max_T;
     kc->layer_stride = KV * max_T * D;
@@ -62,10 +63,10 @@ slm_kv_cache *slm_kv_cache_new(const slm_llama *m, int max_T) {
     }
     kc->x = slm_xaligned((size_t)C * sizeof(float));
     kc->ln = slm_xaligned((size_t)C * sizeof(float));
-    kc->q = slm_xaligned((size_t)C * sizeof(float));
+    kc->q = slm_xaligned((size_t)HD * sizeof(float));
     kc->kt = slm_xaligned((size_t)(KV * D) * sizeof(float));
     kc->vt = slm_xaligned((size_t)(KV * D) * sizeof(float));
-    kc->att = slm_xaligned((size_t)C * sizeof(float));
+    kc->att = slm_xaligned((size_t)HD * sizeof(float));
     kc->scores = slm_xaligned((size_t)(rep * max_T) * sizeof(float));
     kc->gate = slm_xaligned((size_t)F * sizeof(float));
     kc->up = slm_xaligned((size_t)F * sizeof(float));
@@ -105,8 +106,11 @@ static void softmax_rows(float *s, int64_t rows, int64_t n, float scale) {
 void slm_llama_decode_step(slm_llama *m, slm_kv_cache *kc, int32_t token, int pos, float *logits) {
     const slm_llama_config *c = &m->cfg;
     int L = c->num_hidden_layers, C = c->hidden_size, H = c->num_attention_heads;
-    int KV = c->num_key_value_heads, D = C / H, rep = H / KV;
-    int64_t F = c->intermediate_size, V = c->vocab_size, KVD = (int64_t)KV * D;
+    int KV = c->num_key_value_heads, D = slm_llama_head_dim(c), rep = H / KV;
+    int64_t F = c->intermediate_size, V = c->vocab_size, KVD = (int64_t)KV * D, HD = (int64_t)H * D;
+    if (m->lora.rank > 0)
+        slm_fatal("model: KV-cache decoding of a model with unmerged LoRA adapters (merge them "
+                  "first: slm_llama_lora_merge)");
     if (pos < 0 || pos >= kc->max_T)
         slm_fatal("model: decode position %d outside the KV cache [0, %d)", pos, kc->max_T);
     if (token < 0 || token >= c->vocab_size)
@@ -124,7 +128,7 @@ void slm_llama_decode_step(slm_llama *m, slm_kv_cache *kc, int32_t token, int po
         const slm_param_view *vw = m->units[l].views;
         // view order: ln1, q, k, v, o, ln2, gate, up, down (see llama.c)
         slm_rmsnorm_fwd(kc->ln, kc->rstd, kc->x, p + vw[BV_LN1].offset, 1, C, eps);
-        slm_matmul_fwd(kc->q, kc->ln, p + vw[BV_Q].offset, 1, C, C, false);
+        slm_matmul_fwd(kc->q, kc->ln, p + vw[BV_Q].offset, 1, C, HD, false);
         slm_matmul_fwd(kc->kt, kc->ln, p + vw[BV_K].offset, 1, C, KVD, false);
         slm_matmul_fwd(kc->vt, kc->ln, p + vw[BV_V].offset, 1, C, KVD, false);
         slm_rope_apply(kc->q, kc->rope_cos, kc->rope_sin, 1, 1, H, D, pos, false);
@@ -146,7 +150,7 @@ void slm_llama_decode_step(slm_llama *m, slm_kv_cache *kc, int32_t token, int po
             memset(og, 0, (size_t)(rep * D) * sizeof(float));
             slm_matmul_bwd(og, NULL, kc->scores, NULL, Vg, rep, D, n);
         }
-        slm_matmul_fwd(kc->x, kc->att, p + vw[BV_O].offset, 1, C, C, true);
+        slm_matmul_fwd(kc->x, kc->att, p + vw[BV_O].offset, 1, HD, C, true);
         slm_rmsnorm_fwd(kc->ln, kc->rstd, kc->x, p + vw[BV_LN2].offset, 1, C, eps);
         slm_matmul_fwd(kc->gate, kc->ln, p + vw[BV_GATE].offset, 1, C, F, false);
         slm_matmul_fwd(kc->up, kc->ln, p + vw[BV_UP].offset, 1, C, F, false);

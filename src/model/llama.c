@@ -48,12 +48,15 @@ struct slm_llama_acts {
     float *dlnf;     // [N, C] d(mean loss)/d(lnf), from the forward's fused head
     float *dwlm;     // [V, C] d(mean loss)/d(lm_head weight), lazily allocated
     int32_t *tokens; // [N] copy of the last forward's tokens (embedding backward)
+    int32_t *pos;    // [N] positions of the last packed forward (has_pos), else unused
+    bool has_pos;
     // backward scratch, lazily allocated
     float *dx;               // [N, C] gradient of the residual stream
     float *dln;              // [N, C] gradient of a norm output / of the attention output
     float *dq;               // [N, H*D]
     float *dk, *dv;          // [N, KV*D]
     float *dh, *dgate, *dup; // [N, F]
+    float *dnorm;            // [C] discarded norm-weight gradient of a frozen base (LoRA)
     // last forward
     int cur_B, cur_T;
     bool can_backward;
@@ -88,7 +91,7 @@ static void build_layout(slm_llama *m) {
     const slm_llama_config *c = &m->cfg;
     int L = c->num_hidden_layers;
     int64_t C = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
-    int64_t D = C / c->num_attention_heads;
+    int64_t D = slm_llama_head_dim(c);
     int64_t HD = c->num_attention_heads * D, KVD = c->num_key_value_heads * D;
     m->n_units = L + 1;
     m->units = slm_xcalloc((size_t)m->n_units, sizeof *m->units);
@@ -156,6 +159,7 @@ void slm_llama_free(slm_llama *m) {
     free(m->params);
     free(m->grads);
     acts_free(m->acts);
+    slm_lora_free(m);
     memset(m, 0, sizeof *m);
 }
 
@@ -238,6 +242,7 @@ static void acts_free(slm_llama_acts *a) {
     free(a->dlnf);
     free(a->dwlm);
     free(a->tokens);
+    free(a->pos);
     free(a->dx);
     free(a->dln);
     free(a->dq);
@@ -246,6 +251,7 @@ static void acts_free(slm_llama_acts *a) {
     free(a->dh);
     free(a->dgate);
     free(a->dup);
+    free(a->dnorm);
     free(a);
 }
 
@@ -254,7 +260,7 @@ static slm_llama_acts *acts_new(const slm_llama *m, int B, int T, bool keep_logi
     int L = c->num_hidden_layers;
     int64_t C = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
     int H = c->num_attention_heads;
-    int64_t D = C / H, HD = C, KVD = c->num_key_value_heads * D;
+    int64_t D = slm_llama_head_dim(c), HD = H * D, KVD = c->num_key_value_heads * D;
     slm_llama_acts *a = slm_xcalloc(1, sizeof *a);
     a->B = B;
     a->T = T;
@@ -263,7 +269,7 @@ static slm_llama_acts *acts_new(const slm_llama *m, int B, int T, bool keep_logi
     a->keep_logits = keep_logits;
     a->ckpt = m->activation_checkpointing;
     a->rope_T = T;
-    a->rope_cos = falloc(a, (int64_t)a->rope_T * (D / 2));
+    a->rope_cos = falloc(a, (int64_t)a->rope_T * (D / 2)); // D: the head dim
     a->rope_sin = falloc(a, (int64_t)a->rope_T * (D / 2));
     {
         double *inv_freq = slm_xcalloc((size_t)(D / 2), sizeof *inv_freq);
@@ -303,6 +309,7 @@ static slm_llama_acts *acts_new(const slm_llama *m, int B, int T, bool keep_logi
     a->losses = falloc(a, N);
     a->dlnf = falloc(a, N * C);
     a->tokens = slm_xmalloc((size_t)N * sizeof(int32_t));
+    a->pos = slm_xmalloc((size_t)N * sizeof(int32_t));
     return a;
 }
 
@@ -310,10 +317,11 @@ static void acts_alloc_backward(const slm_llama *m, slm_llama_acts *a) {
     if (a->dx) return;
     const slm_llama_config *c = &m->cfg;
     int64_t N = a->N, C = c->hidden_size, F = c->intermediate_size;
-    int64_t KVD = (int64_t)c->num_key_value_heads * (C / c->num_attention_heads);
+    int64_t D = slm_llama_head_dim(c), HD = (int64_t)c->num_attention_heads * D;
+    int64_t KVD = (int64_t)c->num_key_value_heads * D;
     a->dx = falloc(a, N * C);
-    a->dln = falloc(a, N * C);
-    a->dq = falloc(a, N * C);
+    a->dln = falloc(a, N * (HD > C ? HD : C)); // d(norm output) [N, C] and d(att) [N, H*D]
+    a->dq = falloc(a, N * HD);
     a->dk = falloc(a, N * KVD);
     a->dv = falloc(a, N * KVD);
     a->dh = falloc(a, N * F);
@@ -328,23 +336,23 @@ void slm_llama_set_shape(slm_llama *m, int B, int T, bool keep_logits) {
 }
 
 size_t slm_llama_act_bytes(const slm_llama *m) {
-    return m->acts ? m->acts->bytes : 0;
+    return (m->acts ? m->acts->bytes : 0) + slm_lora_act_bytes(m);
 }
 
 double slm_llama_act_bytes_estimate(const slm_llama_config *c, int B, int T,
                                     bool activation_checkpointing) {
     double L = c->num_hidden_layers, C = c->hidden_size, F = c->intermediate_size;
     double V = c->vocab_size, H = c->num_attention_heads;
-    double D = C / H, KVD = c->num_key_value_heads * D;
+    double D = slm_llama_head_dim(c), HD = H * D, KVD = c->num_key_value_heads * D;
     double N = (double)B * T;
     double rows = (double)(((int64_t)1 << 22) / (c->vocab_size > 0 ? c->vocab_size : 1));
     if (rows < 256) rows = 256;
     if (rows > N) rows = N;
-    double per_block = N * (4 * C + 2 + 2 * C + 2 * KVD + H + 3 * F);
+    double per_block = N * (2 * C + 2 * HD + 2 + 2 * C + 2 * KVD + H + 3 * F);
     double floats = 2 * T * (D / 2) + (L + 1) * N * C +
                     (activation_checkpointing ? 1 : L) * per_block + N * C + N + rows * V + N +
-                    N * C                                    // forward
-                    + N * (3 * C + 2 * KVD + 3 * F) + V * C; // backward, dwlm
+                    N * C                                                         // forward
+                    + N * (C + (HD > C ? HD : C) + HD + 2 * KVD + 3 * F) + V * C; // bwd, dwlm
     return floats * sizeof(float) + N * sizeof(int32_t);
 }
 
@@ -378,27 +386,57 @@ static void block_forward(const slm_llama *m, int l, const slm_llama_acts *a, co
                           block_acts *b, float *xout, int B, int T) {
     const slm_llama_config *c = &m->cfg;
     const slm_param_view *vw = m->units[l].views;
-    int C = c->hidden_size, H = c->num_attention_heads, KV = c->num_key_value_heads, D = C / H;
-    int64_t F = c->intermediate_size, N = (int64_t)B * T, KVD = (int64_t)KV * D;
+    int C = c->hidden_size, H = c->num_attention_heads, KV = c->num_key_value_heads;
+    int D = slm_llama_head_dim(c);
+    int64_t F = c->intermediate_size, N = (int64_t)B * T, KVD = (int64_t)KV * D,
+            HD = (int64_t)H * D;
     const float *p = unit_params(m, l);
+    bool lora = m->lora.rank > 0;
+    int blk = a->ckpt ? 0 : l; // the adapters' saved-activation slot, as b's
     // attention branch: x + o_proj(attn(rope(q_proj(n)), rope(k_proj(n)), v_proj(n))), n = norm(x)
     slm_rmsnorm_fwd(b->ln1, b->rstd1, xin, p + vw[BV_LN1].offset, N, C, c->rms_norm_eps);
-    slm_matmul_fwd(b->q, b->ln1, p + vw[BV_Q].offset, N, C, C, false);
+    slm_matmul_fwd(b->q, b->ln1, p + vw[BV_Q].offset, N, C, HD, false);
     slm_matmul_fwd(b->k, b->ln1, p + vw[BV_K].offset, N, C, KVD, false);
     slm_matmul_fwd(b->v, b->ln1, p + vw[BV_V].offset, N, C, KVD, false);
-    slm_rope_apply(b->q, a->rope_cos, a->rope_sin, B, T, H, D, 0, false);
-    slm_rope_apply(b->k, a->rope_cos, a->rope_sin, B, T, KV, D, 0, false);
-    slm_attention_fwd(b->att, b->lse, b->q, b->k, b->v, B, T, H, KV, D);
+    if (lora) { // LoRA: adapters add to the projections' outputs (before RoPE)
+        slm_lora_fwd(m, l, SLM_LORA_Q, blk, b->ln1, b->q, N);
+        slm_lora_fwd(m, l, SLM_LORA_K, blk, b->ln1, b->k, N);
+        slm_lora_fwd(m, l, SLM_LORA_V, blk, b->ln1, b->v, N);
+    }
+    if (a->has_pos) { // packed samples: positions restart per sample, attention stays inside
+        slm_rope_apply_pos(b->q, a->rope_cos, a->rope_sin, B, T, H, D, a->pos, false);
+        slm_rope_apply_pos(b->k, a->rope_cos, a->rope_sin, B, T, KV, D, a->pos, false);
+        slm_attention_fwd_packed(b->att, b->lse, b->q, b->k, b->v, a->pos, B, T, H, KV, D);
+    } else {
+        slm_rope_apply(b->q, a->rope_cos, a->rope_sin, B, T, H, D, 0, false);
+        slm_rope_apply(b->k, a->rope_cos, a->rope_sin, B, T, KV, D, 0, false);
+        slm_attention_fwd(b->att, b->lse, b->q, b->k, b->v, B, T, H, KV, D);
+    }
     memcpy(b->xmid, xin, (size_t)N * C * sizeof(float));
-    slm_matmul_fwd(b->xmid, b->att, p + vw[BV_O].offset, N, C, C, true); // residual add fused
+    slm_matmul_fwd(b->xmid, b->att, p + vw[BV_O].offset, N, HD, C, true); // residual add fused
+    if (lora) slm_lora_fwd(m, l, SLM_LORA_O, blk, b->att, b->xmid, N);
     // MLP branch: xmid + down_proj(silu(gate_proj(n)) * up_proj(n)), n = norm(xmid)
     slm_rmsnorm_fwd(b->ln2, b->rstd2, b->xmid, p + vw[BV_LN2].offset, N, C, c->rms_norm_eps);
     slm_matmul_fwd(b->gate, b->ln2, p + vw[BV_GATE].offset, N, C, F, false);
     slm_matmul_fwd(b->up, b->ln2, p + vw[BV_UP].offset, N, C, F, false);
+    if (lora) {
+        slm_lora_fwd(m, l, SLM_LORA_GATE, blk, b->ln2, b->gate, N);
+        slm_lora_fwd(m, l, SLM_LORA_UP, blk, b->ln2, b->up, N);
+    }
     slm_swiglu_fwd(b->h, b->gate, b->up, N, F);
     if (xout) {
         memcpy(xout, b->xmid, (size_t)N * C * sizeof(float));
         slm_matmul_fwd(xout, b->h, p + vw[BV_DOWN].offset, N, F, C, true);
+    }
+    // (a recomputation still needs the down_proj adapter's saved activations)
+    if (lora && (m->lora.targets & (1u << SLM_LORA_DOWN))) {
+        if (xout) {
+            slm_lora_fwd(m, l, SLM_LORA_DOWN, blk, b->h, xout, N);
+        } else { // the output is not needed: add into scratch that is discarded
+            float *tmp = slm_xcalloc((size_t)(N * C), sizeof(float));
+            slm_lora_fwd(m, l, SLM_LORA_DOWN, blk, b->h, tmp, N);
+            free(tmp);
+        }
     }
 }
 
@@ -427,9 +465,10 @@ static float head_forward(slm_llama *m, const int32_t *targets, int64_t N, bool 
         n_valid++;
     }
     float dscale = (grad && n_valid > 0) ? 1.0f / (float)n_valid : 0.0f;
+    bool frozen = m->lora.rank > 0; // LoRA: no lm_head gradient, only d(lnf)
     if (grad) {
-        if (!a->dwlm) a->dwlm = falloc(a, V * C);
-        memset(a->dwlm, 0, (size_t)(V * C) * sizeof(float));
+        if (!a->dwlm && !frozen) a->dwlm = falloc(a, V * C);
+        if (!frozen) memset(a->dwlm, 0, (size_t)(V * C) * sizeof(float));
         memset(a->dlnf, 0, (size_t)(N * C) * sizeof(float));
     }
     for (int64_t r0 = 0; r0 < N; r0 += a->chunk_rows) {
@@ -441,7 +480,8 @@ static float head_forward(slm_llama *m, const int32_t *targets, int64_t N, bool 
             slm_matmul_fwd(lg, a->lnf + r0 * C, Wlm, rows, C, V, false);
         slm_cross_entropy_fused(lg, a->losses + r0, targets + r0, rows, V, dscale);
         if (dscale != 0.0f)
-            slm_matmul_bwd(a->dlnf + r0 * C, a->dwlm, lg, a->lnf + r0 * C, Wlm, rows, C, V);
+            slm_matmul_bwd(a->dlnf + r0 * C, frozen ? NULL : a->dwlm, lg, a->lnf + r0 * C, Wlm,
+                           rows, C, V);
     }
     double sum = 0.0;
     for (int64_t i = 0; i < N; i++)
@@ -458,7 +498,21 @@ float slm_llama_forward_loss(slm_llama *m, const int32_t *tokens, const int32_t 
     return loss;
 }
 
+float slm_llama_forward_loss_packed(slm_llama *m, const int32_t *tokens, const int32_t *targets,
+                                    const int32_t *pos, int B, int T) {
+    bool was = m->loss_only;
+    m->loss_only = true;
+    float loss = slm_llama_forward_packed(m, tokens, targets, pos, B, T);
+    m->loss_only = was;
+    return loss;
+}
+
 float slm_llama_forward(slm_llama *m, const int32_t *tokens, const int32_t *targets, int B, int T) {
+    return slm_llama_forward_packed(m, tokens, targets, NULL, B, T);
+}
+
+float slm_llama_forward_packed(slm_llama *m, const int32_t *tokens, const int32_t *targets,
+                               const int32_t *pos, int B, int T) {
     const slm_llama_config *c = &m->cfg;
     int L = c->num_hidden_layers, C = c->hidden_size;
     SLM_ASSERT(B > 0 && T > 0);
@@ -479,12 +533,25 @@ float slm_llama_forward(slm_llama *m, const int32_t *tokens, const int32_t *targ
             slm_fatal("model: token %d at row %lld is outside [0, %d)", tokens[i], (long long)i,
                       c->vocab_size);
     }
+    if (pos) {
+        for (int64_t i = 0; i < N; i++) {
+            int64_t t = i % T;
+            if (pos[i] < 0 || pos[i] >= a->rope_T || (t == 0 && pos[i] != 0) ||
+                (pos[i] != 0 && pos[i] != pos[i - 1] + 1))
+                slm_fatal("model: position %d at row %lld (t = %lld): positions must start at 0 "
+                          "and grow by one inside a sample, below %d",
+                          pos[i], (long long)i, (long long)t, a->rope_T);
+        }
+        memcpy(a->pos, pos, (size_t)N * sizeof(int32_t));
+    }
+    a->has_pos = pos != NULL;
     a->cur_B = B;
     a->cur_T = T;
     a->can_backward = false;
     a->blk0_layer = a->ckpt ? L - 1 : -1; // the last block's activations stay in blk[0]
     memcpy(a->tokens, tokens, (size_t)N * sizeof(int32_t));
     bool grad = targets != NULL && !m->loss_only;
+    if (m->lora.rank > 0) slm_lora_acts_ensure(m, a->n_blk, a->N, grad);
 
     HOOK(m, pre_forward, L);
     const float *root = unit_params(m, L);
@@ -512,35 +579,58 @@ static void block_backward(const slm_llama *m, int l, slm_llama_acts *a, const f
     const slm_llama_config *c = &m->cfg;
     const slm_param_view *vw = m->units[l].views;
     int B = a->cur_B, T = a->cur_T;
-    int C = c->hidden_size, H = c->num_attention_heads, KV = c->num_key_value_heads, D = C / H;
-    int64_t F = c->intermediate_size, N = (int64_t)B * T, KVD = (int64_t)KV * D;
+    int C = c->hidden_size, H = c->num_attention_heads, KV = c->num_key_value_heads;
+    int D = slm_llama_head_dim(c);
+    int64_t F = c->intermediate_size, N = (int64_t)B * T, KVD = (int64_t)KV * D,
+            HD = (int64_t)H * D;
     const float *p = unit_params(m, l);
-    float *g = unit_grads(m, l);
+    bool lora = m->lora.rank > 0; // LoRA: the base is frozen, only the adapters get gradients
+    float *g = lora ? NULL : unit_grads(m, l);
+    int blk = a->ckpt ? 0 : l;
     size_t nc_bytes = (size_t)N * C * sizeof(float);
+#define GW(view) (g ? g + vw[view].offset : NULL)
+#define GN(view) (g ? g + vw[view].offset : a->dnorm)
     // MLP branch; the residual passes dx through unchanged and the norm backward adds into it.
     memset(a->dh, 0, (size_t)(N * F) * sizeof(float));
-    slm_matmul_bwd(a->dh, g + vw[BV_DOWN].offset, a->dx, b->h, p + vw[BV_DOWN].offset, N, F, C);
+    slm_matmul_bwd(a->dh, GW(BV_DOWN), a->dx, b->h, p + vw[BV_DOWN].offset, N, F, C);
+    if (lora) slm_lora_bwd(m, l, SLM_LORA_DOWN, blk, b->h, a->dx, a->dh, N);
     slm_swiglu_bwd(a->dgate, a->dup, a->dh, b->gate, b->up, N, F);
     memset(a->dln, 0, nc_bytes);
-    slm_matmul_bwd(a->dln, g + vw[BV_GATE].offset, a->dgate, b->ln2, p + vw[BV_GATE].offset, N, C,
-                   F);
-    slm_matmul_bwd(a->dln, g + vw[BV_UP].offset, a->dup, b->ln2, p + vw[BV_UP].offset, N, C, F);
-    slm_rmsnorm_bwd(a->dx, g + vw[BV_LN2].offset, a->dln, b->xmid, p + vw[BV_LN2].offset, b->rstd2,
-                    N, C);
+    slm_matmul_bwd(a->dln, GW(BV_GATE), a->dgate, b->ln2, p + vw[BV_GATE].offset, N, C, F);
+    slm_matmul_bwd(a->dln, GW(BV_UP), a->dup, b->ln2, p + vw[BV_UP].offset, N, C, F);
+    if (lora) {
+        slm_lora_bwd(m, l, SLM_LORA_GATE, blk, b->ln2, a->dgate, a->dln, N);
+        slm_lora_bwd(m, l, SLM_LORA_UP, blk, b->ln2, a->dup, a->dln, N);
+    }
+    slm_rmsnorm_bwd(a->dx, GN(BV_LN2), a->dln, b->xmid, p + vw[BV_LN2].offset, b->rstd2, N, C);
     // attention branch (a->dln holds d(att) first, then d(ln1))
+    memset(a->dln, 0, (size_t)(N * HD) * sizeof(float));
+    slm_matmul_bwd(a->dln, GW(BV_O), a->dx, b->att, p + vw[BV_O].offset, N, HD, C);
+    if (lora) slm_lora_bwd(m, l, SLM_LORA_O, blk, b->att, a->dx, a->dln, N);
+    if (a->has_pos) {
+        slm_attention_bwd_packed(a->dq, a->dk, a->dv, a->dln, b->q, b->k, b->v, b->att, b->lse,
+                                 a->pos, B, T, H, KV, D);
+        slm_rope_apply_pos(a->dq, a->rope_cos, a->rope_sin, B, T, H, D, a->pos, true);
+        slm_rope_apply_pos(a->dk, a->rope_cos, a->rope_sin, B, T, KV, D, a->pos, true);
+    } else {
+        slm_attention_bwd(a->dq, a->dk, a->dv, a->dln, b->q, b->k, b->v, b->att, b->lse, B, T, H,
+                          KV, D);
+        // RoPE is a rotation: its backward rotates the gradient by the opposite angle.
+        slm_rope_apply(a->dq, a->rope_cos, a->rope_sin, B, T, H, D, 0, true);
+        slm_rope_apply(a->dk, a->rope_cos, a->rope_sin, B, T, KV, D, 0, true);
+    }
     memset(a->dln, 0, nc_bytes);
-    slm_matmul_bwd(a->dln, g + vw[BV_O].offset, a->dx, b->att, p + vw[BV_O].offset, N, C, C);
-    slm_attention_bwd(a->dq, a->dk, a->dv, a->dln, b->q, b->k, b->v, b->att, b->lse, B, T, H, KV,
-                      D);
-    // RoPE is a rotation: its backward rotates the gradient by the opposite angle.
-    slm_rope_apply(a->dq, a->rope_cos, a->rope_sin, B, T, H, D, 0, true);
-    slm_rope_apply(a->dk, a->rope_cos, a->rope_sin, B, T, KV, D, 0, true);
-    memset(a->dln, 0, nc_bytes);
-    slm_matmul_bwd(a->dln, g + vw[BV_Q].offset, a->dq, b->ln1, p + vw[BV_Q].offset, N, C, C);
-    slm_matmul_bwd(a->dln, g + vw[BV_K].offset, a->dk, b->ln1, p + vw[BV_K].offset, N, C, KVD);
-    slm_matmul_bwd(a->dln, g + vw[BV_V].offset, a->dv, b->ln1, p + vw[BV_V].offset, N, C, KVD);
-    slm_rmsnorm_bwd(a->dx, g + vw[BV_LN1].offset, a->dln, xin, p + vw[BV_LN1].offset, b->rstd1, N,
-                    C);
+    slm_matmul_bwd(a->dln, GW(BV_Q), a->dq, b->ln1, p + vw[BV_Q].offset, N, C, HD);
+    slm_matmul_bwd(a->dln, GW(BV_K), a->dk, b->ln1, p + vw[BV_K].offset, N, C, KVD);
+    slm_matmul_bwd(a->dln, GW(BV_V), a->dv, b->ln1, p + vw[BV_V].offset, N, C, KVD);
+    if (lora) {
+        slm_lora_bwd(m, l, SLM_LORA_Q, blk, b->ln1, a->dq, a->dln, N);
+        slm_lora_bwd(m, l, SLM_LORA_K, blk, b->ln1, a->dk, a->dln, N);
+        slm_lora_bwd(m, l, SLM_LORA_V, blk, b->ln1, a->dv, a->dln, N);
+    }
+    slm_rmsnorm_bwd(a->dx, GN(BV_LN1), a->dln, xin, p + vw[BV_LN1].offset, b->rstd1, N, C);
+#undef GW
+#undef GN
 }
 
 void slm_llama_backward(slm_llama *m, float loss_scale) {
@@ -557,21 +647,25 @@ void slm_llama_backward(slm_llama *m, float loss_scale) {
 
     HOOK(m, pre_backward, L);
     const float *root = unit_params(m, L);
-    float *groot = unit_grads(m, L);
+    bool frozen = m->lora.rank > 0; // LoRA: the root gets no gradient either
+    if (frozen && !a->dnorm) a->dnorm = falloc(a, C);
+    float *groot = frozen ? NULL : unit_grads(m, L);
     // lm_head: the forward left d(mean loss)/dW in dwlm; scale and add.
-    float *gW = groot + (c->tie_word_embeddings ? rv[RV_EMB].offset : rv[RV_LM].offset);
-    const float *dwlm = a->dwlm;
-    int64_t VC = V * C;
+    if (!frozen) {
+        float *gW = groot + (c->tie_word_embeddings ? rv[RV_EMB].offset : rv[RV_LM].offset);
+        const float *dwlm = a->dwlm;
+        int64_t VC = V * C;
 #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < VC; i++)
-        gW[i] += loss_scale * dwlm[i];
+        for (int64_t i = 0; i < VC; i++)
+            gW[i] += loss_scale * dwlm[i];
+    }
     if (loss_scale != 1.0f) {
         for (int64_t i = 0; i < N * C; i++)
             a->dlnf[i] *= loss_scale;
     }
     memset(a->dx, 0, (size_t)N * C * sizeof(float));
-    slm_rmsnorm_bwd(a->dx, groot + rv[RV_NORM].offset, a->dlnf, a->x + (int64_t)L * N * C,
-                    root + rv[RV_NORM].offset, a->rstdf, N, C);
+    slm_rmsnorm_bwd(a->dx, frozen ? a->dnorm : groot + rv[RV_NORM].offset, a->dlnf,
+                    a->x + (int64_t)L * N * C, root + rv[RV_NORM].offset, a->rstdf, N, C);
     for (int l = L - 1; l >= 0; l--) {
         HOOK(m, pre_backward, l);
         const float *xin = a->x + (int64_t)l * N * C;
@@ -584,7 +678,7 @@ void slm_llama_backward(slm_llama *m, float loss_scale) {
         block_backward(m, l, a, xin, b);
         HOOK(m, post_backward, l);
     }
-    slm_embedding_bwd(groot + rv[RV_EMB].offset, a->tokens, a->dx, N, C);
+    if (!frozen) slm_embedding_bwd(groot + rv[RV_EMB].offset, a->tokens, a->dx, N, C);
     HOOK(m, post_backward, L);
 }
 

@@ -44,7 +44,16 @@ typedef struct slm_llama_config {
     float rope_low_freq_factor;                    // llama3 (> 0)
     float rope_high_freq_factor;                   // llama3 (> rope_low_freq_factor)
     int32_t rope_original_max_position_embeddings; // llama3 (> 0)
+    // HF head_dim: 0 (the zero value, so presets and old manifests keep it) means
+    // hidden_size / num_attention_heads; else an explicit D (Llama 3.2, ...), even, with
+    // q_proj [H*D, C], k/v_proj [KV*D, C], o_proj [C, H*D] and attention scale 1/sqrt(D).
+    int32_t head_dim;
 } slm_llama_config;
+
+// The attention head dim D of a config: head_dim, or hidden_size / num_attention_heads.
+static inline int slm_llama_head_dim(const slm_llama_config *c) {
+    return c->head_dim > 0 ? c->head_dim : c->hidden_size / c->num_attention_heads;
+}
 
 // slm_llama_config.rope_type values.
 enum { SLM_ROPE_DEFAULT = 0, SLM_ROPE_LINEAR = 1, SLM_ROPE_LLAMA3 = 2 };
@@ -126,6 +135,42 @@ typedef struct slm_unit_hooks {
     void (*post_backward)(void *ctx, int unit);
 } slm_unit_hooks;
 
+// LoRA (Hu et al. 2021, "LoRA: Low-Rank Adaptation of Large Language Models"), as PEFT's
+// LoraLayer computes it: a targeted projection y = x W^T becomes
+//   y = x W^T + s * (dropout(x) A^T) B^T,   A [r, in], B [out, r], s = alpha / r,
+// with the base W frozen. Target bits in block order (SLM_LORA_Q .. SLM_LORA_DOWN); their names
+// are PEFT's target_modules ("q_proj", ..., "down_proj").
+enum {
+    SLM_LORA_Q,
+    SLM_LORA_K,
+    SLM_LORA_V,
+    SLM_LORA_O,
+    SLM_LORA_GATE,
+    SLM_LORA_UP,
+    SLM_LORA_DOWN,
+    SLM_LORA_N_TARGETS
+};
+typedef struct slm_lora_config {
+    int32_t rank;     // r >= 1; 0: no LoRA
+    float alpha;      // lora_alpha (> 0); the scale is alpha / r
+    float dropout;    // lora_dropout in [0, 1): inverted dropout on the adapter input (training)
+    uint32_t targets; // bit t set: projection t has an adapter (1u << SLM_LORA_Q, ...)
+} slm_lora_config;
+// "q_proj", "k_proj", ..., "down_proj" for t < SLM_LORA_N_TARGETS; NULL otherwise.
+const char *slm_lora_target_name(int t);
+// Parses a comma-separated target list ("q_proj,v_proj"; "all" = every projection) into bits.
+// Errors: SLM_E_ARG naming the unknown or repeated name and the accepted ones.
+slm_status slm_lora_parse_targets(const char *s, uint32_t *out);
+// Checks r >= 1, alpha > 0 and finite, 0 <= dropout < 1, a non-empty target set.
+// Errors: SLM_E_ARG naming the --lora-* option and the expectation.
+slm_status slm_lora_config_validate(const slm_lora_config *lc);
+// Whether two configs describe the same adapters (rank, targets; alpha, dropout to 1e-6).
+bool slm_lora_config_same(const slm_lora_config *a, const slm_lora_config *b);
+// Input / output features of target t of a block of config c ([out, in] = W's shape).
+void slm_lora_target_shape(const slm_llama_config *c, int t, int64_t *out, int64_t *in);
+
+typedef struct slm_lora_acts slm_lora_acts; // adapter activations (private)
+
 typedef struct slm_llama_acts slm_llama_acts; // activation workspace (private)
 
 typedef struct slm_llama {
@@ -142,6 +187,19 @@ typedef struct slm_llama {
     int head_chunk_rows;  // rows per lm_head + cross-entropy chunk; 0 = automatic (~16 MiB of
                           // logits, >= 256 rows). Read by slm_llama_set_shape.
     slm_llama_acts *acts; // owned
+    // LoRA (slm_llama_lora_init; lora.rank == 0: none). With adapters every base weight is
+    // frozen: backward computes no base gradient (grads[u] may be NULL and is never written)
+    // and adds the adapters' into lora_grads. Adapter unit l holds block l's lora_A / lora_B
+    // of every target, in target order (A then B), named like PEFT's keys without its
+    // "base_model.model." prefix: "model.layers.0.self_attn.q_proj.lora_A.weight".
+    slm_lora_config lora;
+    slm_unit_layout *lora_units; // [L], owned
+    float **lora_params;         // [L] -> [lora_units[l].numel] f32 adapter FlatParameter
+    float **lora_grads;          // [L] -> same layout, adapter gradients (backward adds)
+    bool lora_owns_buffers;      // allocated by slm_llama_lora_init (alloc)
+    uint64_t lora_dropout_key;   // dropout masks of the next training forward derive from it
+                                 // (slm_lora_dropout_keep); the caller sets one per micro-batch
+    slm_lora_acts *lora_acts;    // owned
 } slm_llama;
 
 // Builds the unit layout for `cfg` and, if `alloc` is true, allocates zeroed params and grads
@@ -167,6 +225,35 @@ void slm_llama_init_unit_weights(const slm_llama *m, uint64_t seed, int unit, fl
 // Units whose params[u] is NULL are skipped.
 void slm_llama_init_weights(slm_llama *m, uint64_t seed);
 
+// Attaches LoRA adapters to an initialised model (before fsdp/ takes it, if it does): builds
+// the [L] adapter unit layouts and, with alloc, allocates zeroed lora_params / lora_grads and
+// initialises them as PEFT does (slm_llama_lora_init_unit_weights). Errors:
+// slm_lora_config_validate's.
+slm_status slm_llama_lora_init(slm_llama *m, const slm_lora_config *lc, bool alloc, uint64_t seed);
+// PEFT's init of adapter unit l into flat [lora_units[l].numel]: A ~ kaiming_uniform(a = sqrt 5),
+// i.e. U(-1/sqrt(in), 1/sqrt(in)), B = 0; one xoshiro stream per A seeded by (seed, L + 1 + l,
+// view index), so it does not depend on threads or sharding.
+void slm_llama_lora_init_unit_weights(const slm_llama *m, uint64_t seed, int l, float *flat);
+// Finds an adapter view by name ("model.layers.0.self_attn.q_proj.lora_A.weight"); NULL if
+// absent. *l receives its block.
+const slm_param_view *slm_llama_lora_find(const slm_llama *m, const char *name, int *l);
+// The view index of target t's lora_A inside an adapter unit (lora_B is the next one); -1
+// when t has no adapter.
+int slm_llama_lora_view(const slm_llama *m, int t);
+// Whether element i of the adapter input of target t in block l is kept by dropout under `key`
+// (a counter-based hash: no state, the same mask in an activation-checkpointing recompute):
+// one slm_mix64 per group of 4 elements, element i kept when its 16-bit lane is >=
+// round(p * 65536) (so P(drop) is p to 1/65536). Kept elements are scaled by 1 / (1 - p).
+bool slm_lora_dropout_keep(uint64_t key, int l, int t, int64_t i, float p);
+// Merges the adapters into the base weights (params allocated by the caller, as for export):
+// W += (alpha / r) * B A per target, as PEFT's merge_and_unload; then detaches LoRA (lora.rank
+// 0, adapter buffers freed).
+void slm_llama_lora_merge(slm_llama *m);
+// Zeroes the adapter gradients (lora_grads that are non-NULL).
+void slm_llama_lora_zero_grad(slm_llama *m);
+// Parameter count of the adapters of config lc on model config c.
+int64_t slm_lora_n_params(const slm_llama_config *c, const slm_lora_config *lc);
+
 // Forward pass over tokens[B, T] (int32 ids < vocab_size). If `targets` [B, T] is non-NULL,
 // returns the mean cross-entropy over targets != -1 (the ignore index) in nats and keeps
 // what backward needs; otherwise returns 0. Logits of the last call are available through
@@ -176,6 +263,17 @@ void slm_llama_init_weights(slm_llama *m, uint64_t seed);
 // With targets (and !loss_only) the forward also runs the lm_head backward for the mean loss,
 // chunk by chunk, so the [B*T, V] logits never exist (unless keep_logits).
 float slm_llama_forward(slm_llama *m, const int32_t *tokens, const int32_t *targets, int B, int T);
+// slm_llama_forward over packed samples: pos [B, T] is each token's position in its sample (0
+// at row start and at every sample start, else the previous one's + 1; < the workspace's T):
+// RoPE uses these positions and attention is confined to each sample (block-diagonal causal
+// mask), so every sample computes exactly what it would alone. pos == NULL is
+// slm_llama_forward. The next slm_llama_backward uses the same positions. Bad positions are
+// fatal (the loader produces them).
+float slm_llama_forward_packed(slm_llama *m, const int32_t *tokens, const int32_t *targets,
+                               const int32_t *pos, int B, int T);
+// slm_llama_forward_loss over packed samples (pos as above).
+float slm_llama_forward_loss_packed(slm_llama *m, const int32_t *tokens, const int32_t *targets,
+                                    const int32_t *pos, int B, int T);
 // Evaluation forward: slm_llama_forward with loss_only set for this call only (no lm_head
 // backward work; no slm_llama_backward may follow), m->loss_only restored. Returns the mean
 // loss over targets != -1 (targets required).

@@ -10,6 +10,7 @@
 
 #include "data/data.h"
 #include "dist/dist.h"
+#include "objstore/objstore.h"
 #include "train/train.h"
 #include "train/train_internal.h"
 
@@ -148,6 +149,9 @@ slm_status slm_train_agree(const slm_train_opts *o) {
     add(l, "--no-prefetch", A, "forward prefetch %s, backward prefetch %s",
         on_off(o->fsdp.forward_prefetch), on_off(o->fsdp.backward_prefetch));
     add(l, "--collective-timeout", A, "%.17g", o->collective_timeout_s);
+    add(l, "--metrics-every", A, "%d", o->metrics.every); // the gather is a collective
+    add(l, "--straggler-factor", A, "%.17g", o->metrics.straggler_factor);
+    add(l, "--straggler-windows", A, "%d", o->metrics.straggler_windows);
     add(l, "--out", A, "%s", str_or_unset(o->out_dir));
     add_abs_path(l, "--out (from each rank's working directory)", o->out_dir);
     add(l, "--ckpt-every-steps", A, "%lld", (long long)o->ckpt_every_steps);
@@ -158,23 +162,51 @@ slm_status slm_train_agree(const slm_train_opts *o) {
     add(l, "--resume", A, "%s", str_or_unset(o->resume));
     add(l, "--init-from-hf", A, "%s", str_or_unset(o->init_from_hf));
     add(l, "--verify-on-resume", A, "%s", on_off(o->verify_on_resume));
+    add(l, "--no-packing", A, "%s", on_off(o->no_packing));
     add(l, "--train-from-scratch", A, "%s", on_off(o->train_from_scratch));
+    add(l, "--lora-rank", A, "%d", o->lora.rank);
+    add(l, "--lora-alpha", A, "%.9g", (double)o->lora.alpha);
+    add(l, "--lora-dropout", A, "%.9g", (double)o->lora.dropout);
+    char targets[128] = "";
+    for (int t = 0; t < SLM_LORA_N_TARGETS; t++)
+        if (o->lora.targets & (1u << t))
+            snprintf(targets + strlen(targets), sizeof targets - strlen(targets), "%s%s",
+                     targets[0] ? "," : "", slm_lora_target_name(t));
+    add(l, "--lora-targets", A, "%s", targets[0] ? targets : "(none)");
     add_abs_path(l, "--heartbeat-dir", o->heartbeat_dir);
     add(l, "--preempt-grace", A, "%.17g", o->preempt_grace_s);
     add(l, "--on-nonfinite", A, "%s", o->nonfinite_skip ? "skip" : "abort");
     add(l, "--max-nonfinite-skips", A, "%d", o->max_nonfinite_skips);
     add(l, "--loss-spike-window", A, "%d", o->spike_window);
     add(l, "--loss-spike-z", A, "%.17g", o->spike_z);
+    add(l, "--snapshot-every-steps", A, "%lld", (long long)o->snapshot_every_steps);
+    add(l, "--snapshot-dir", A, "%s", str_or_unset(o->snapshot_dir));
+    add(l, "--ckpt-uri", A, "%s", str_or_unset(o->ckpt_uri));
+    add(l, "--data-cache", A, "%s", str_or_unset(o->data_cache));
+    add(l, "--s3-prefix-shards", A, "%d", o->s3_prefix_shards > 1 ? o->s3_prefix_shards : 1);
+    {
+        // Endpoint and region as each rank resolves them (option, environment, profile).
+        slm_s3_config c;
+        bool s3 = o->ckpt_uri || slm_s3_is_uri(o->data_dir) || slm_s3_is_uri(o->resume);
+        if (s3 && slm_s3_config_load(&c, NULL, NULL) == SLM_OK) {
+            add(l, "--s3-endpoint", A, "%s", c.endpoint);
+            add(l, "--s3-region", A, "%s", c.region);
+            slm_s3_config_free(&c);
+        } else {
+            add(l, "--s3-endpoint", A, "%s", "(unused)");
+            add(l, "--s3-region", A, "%s", "(unused)");
+        }
+    }
     // What the options point at, read on every rank (a node-local copy may differ).
     slm_llama_config c;
     if (slm_train_resolve_config(o->model, o->vocab_size, o->T, &c) == SLM_OK) {
         add(l, "model config", SLM_E_FORMAT,
             "vocab %d, hidden %d, intermediate %d, layers %d, heads %d, kv heads %d, max "
-            "positions %d, rms eps %.9g, rope theta %.9g, tied %s, init std %.9g",
+            "positions %d, rms eps %.9g, rope theta %.9g, tied %s, init std %.9g, head dim %d",
             c.vocab_size, c.hidden_size, c.intermediate_size, c.num_hidden_layers,
             c.num_attention_heads, c.num_key_value_heads, c.max_position_embeddings,
             (double)c.rms_norm_eps, (double)c.rope_theta, on_off(c.tie_word_embeddings),
-            (double)c.initializer_range);
+            (double)c.initializer_range, slm_llama_head_dim(&c));
         // its own item, so that a message names it (the line above is long)
         add(l, "model config rope scaling", SLM_E_FORMAT,
             "%s factor %.9g low %.9g high %.9g original positions %d",

@@ -28,6 +28,7 @@ slm_status slm_eval_split(slm_llama *m, const char *data_dir, const char *split,
                                : !strcmp(split, "val") ? &ds.val
                                                        : NULL;
     uint64_t n_windows = si && si->n_tokens > 0 ? (si->n_tokens - 1) / (uint64_t)T : 0;
+    if (ds.masked && si) n_windows = si->n_docs; // packed samples: at least one per window
     if (si && si->n_tokens == 0) { // a data error, not an option error: no --seq helps
         st = slm_fail(SLM_E_FORMAT,
                       "%s: the %s split is empty (0 documents, 0 tokens; train %llu / val %llu "
@@ -126,6 +127,7 @@ slm_status slm_eval_token_ids(slm_llama *m, const char *path, slm_eval_result *r
     res->perplexity = exp(res->loss);
     res->n_tokens = n_tok;
     res->n_seqs = n_seq;
+    res->completion_only = false;
 out:
     free(text);
     free(tgt);

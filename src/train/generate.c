@@ -72,15 +72,48 @@ int32_t slm_sample_logits(float *logits, int32_t V, const slm_gen_opts *o, slm_r
     return pick;
 }
 
+static slm_status generate(slm_llama *m, const slm_tokenizer *tok, slm_ivec ids,
+                           const slm_gen_opts *o, slm_gen_emit_fn emit, void *ctx,
+                           slm_ivec *out_ids);
+
 slm_status slm_generate(slm_llama *m, const slm_tokenizer *tok, const char *prompt,
                         const slm_gen_opts *o, slm_gen_emit_fn emit, void *ctx, slm_ivec *out_ids) {
-    if (o->max_new < 0) return slm_fail(SLM_E_ARG, "--max-new must be >= 0 (got %d)", o->max_new);
-    if (o->temperature < 0) return slm_fail(SLM_E_ARG, "--temperature must be >= 0");
-    if (o->top_k < 0) return slm_fail(SLM_E_ARG, "--top-k must be >= 0");
-    if (!(o->top_p > 0 && o->top_p <= 1)) return slm_fail(SLM_E_ARG, "--top-p must be in (0, 1]");
     slm_ivec ids = {0};
     slm_status st =
         slm_tokenizer_encode(tok, prompt, strlen(prompt), o->add_bos ? SLM_ENC_ADD_BOS : 0, &ids);
+    if (st) {
+        slm_ivec_free(&ids);
+        return st;
+    }
+    return generate(m, tok, ids, o, emit, ctx, out_ids);
+}
+
+slm_status slm_generate_ids(slm_llama *m, const slm_tokenizer *tok, const int32_t *prompt_ids,
+                            size_t n_prompt, const slm_gen_opts *o, slm_gen_emit_fn emit, void *ctx,
+                            slm_ivec *out_ids) {
+    slm_ivec ids = {0};
+    for (size_t i = 0; i < n_prompt; i++)
+        slm_ivec_push(&ids, prompt_ids[i]);
+    return generate(m, tok, ids, o, emit, ctx, out_ids);
+}
+
+// Takes ownership of `ids` (the prompt).
+static slm_status generate(slm_llama *m, const slm_tokenizer *tok, slm_ivec ids,
+                           const slm_gen_opts *o, slm_gen_emit_fn emit, void *ctx,
+                           slm_ivec *out_ids) {
+    slm_status st = SLM_OK;
+    if (o->max_new < 0)
+        st = slm_fail(SLM_E_ARG, "--max-new must be >= 0 (got %d)", o->max_new);
+    else if (o->temperature < 0)
+        st = slm_fail(SLM_E_ARG, "--temperature must be >= 0");
+    else if (o->top_k < 0)
+        st = slm_fail(SLM_E_ARG, "--top-k must be >= 0");
+    else if (!(o->top_p > 0 && o->top_p <= 1))
+        st = slm_fail(SLM_E_ARG, "--top-p must be in (0, 1]");
+    for (size_t i = 0; !st && i < ids.len; i++)
+        if (ids.data[i] < 0 || ids.data[i] >= m->cfg.vocab_size)
+            st = slm_fail(SLM_E_ARG, "prompt id %d at %zu is outside the model's vocabulary",
+                          ids.data[i], i);
     if (st) goto out;
     if (ids.len == 0) {
         st = slm_fail(SLM_E_ARG, "the prompt is empty and the tokenizer has no BOS token to "
@@ -127,6 +160,7 @@ slm_status slm_generate(slm_llama *m, const slm_tokenizer *tok, const char *prom
         int32_t next = slm_sample_logits(logits, V, o, &rng);
         slm_ivec_push(&ids, next);
         if (o->stop_at_eos && next == eos) break;
+        if (o->stop_at_id && next == o->stop_id) break;
         st = slm_tok_stream_push(&ts, &next, 1, &chunk, &chunk_len);
         if (st) break;
         if (emit) emit(ctx, next, chunk, chunk_len);

@@ -126,12 +126,20 @@ static slm_status ckpt_start(void *ctx, slm_trainer *tr) {
     // Every rank writes its shard file, except replicas (NO_SHARD / HYBRID_SHARD shard groups
     // > 0), whose shards equal shard group 0's.
     char *root = slm_path_join(o->out_dir, "checkpoints");
+    // The run's identity (model config, tokenizer) for --ckpt-uri's check of the remote prefix.
+    slm_ckpt_meta meta;
+    slm_ckpt_shard *sh = slm_xcalloc((size_t)tr->model.n_units, sizeof *sh);
+    slm_trainer_ckpt_state(tr, tr->step, &meta, sh);
+    free(sh);
     slm_ckpt_policy pol = {.root = root,
                            .every_steps = o->ckpt_every_steps,
                            .every_minutes = o->ckpt_every_minutes,
                            .keep = o->ckpt_keep,
                            .sync = o->ckpt_sync,
-                           .abort_on_error = o->ckpt_abort_on_error};
+                           .abort_on_error = o->ckpt_abort_on_error,
+                           .remote_uri = o->ckpt_uri,
+                           .remote_prefix_shards = o->s3_prefix_shards,
+                           .meta = &meta};
     slm_status st = slm_ckpt_sched_new(&pol, tr->rank, tr->W, slm_fsdp_is_replica(&tr->fsdp), cs);
     free(root);
     return st;
@@ -140,10 +148,11 @@ static slm_status ckpt_start(void *ctx, slm_trainer *tr) {
 // Polls the pending checkpoint and, if `save`, starts one of the current state.
 static slm_status ckpt_poll(slm_ckpt_sched *cs, slm_trainer *tr, bool save) {
     slm_ckpt_meta meta;
-    int NU = tr->model.n_units;
+    int NU = 0;
+    const slm_unit_layout *lay = slm_trainer_ckpt_layout(tr, &NU);
     slm_ckpt_shard *sh = slm_xcalloc((size_t)NU, sizeof *sh);
     slm_trainer_ckpt_state(tr, tr->step, &meta, sh);
-    slm_status st = slm_ckpt_sched_step(cs, save, &meta, tr->model.units, NU, sh);
+    slm_status st = slm_ckpt_sched_step(cs, save, &meta, lay, NU, sh);
     free(sh);
     return st;
 }
@@ -211,5 +220,6 @@ slm_status slm_train_add_std_hooks(slm_train_opts *o, slm_train_std_hooks *h) {
     if (!st) st = slm_train_add_ckpt_hook(o, h);
     if (!st) st = slm_train_add_metrics_hook(o, h);
     if (!st) st = slm_train_add_heartbeat_hook(o);
+    if (!st) st = slm_train_add_snapshot_hook(o);
     return st;
 }

@@ -2,6 +2,8 @@
 // reader of weights. Contract in train.h ("Model directories").
 #include "train/train.h"
 
+#include <errno.h>
+#include <dirent.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
@@ -10,6 +12,7 @@
 #include <string.h>
 
 #include "data/data.h"
+#include "objstore/objstore.h"
 #include "train/train_internal.h"
 
 static bool has_file(const char *dir, const char *name) {
@@ -93,6 +96,7 @@ static slm_status check_run_config(const char *cfg_path, const slm_ckpt *c) {
     CK(num_key_value_heads)
     CK(max_position_embeddings)
     CK(tie_word_embeddings)
+    CK(head_dim)
     CKF(rms_norm_eps)
     CKF(rope_theta)
     CK(rope_type)
@@ -178,8 +182,65 @@ static slm_model_dir_kind kind_of(const char *p) {
     return SLM_MODEL_DIR_HF;
 }
 
+// s3://BUCKET/PREFIX (run prefix, checkpoints prefix or step prefix): the checkpoint through
+// range GETs; the tokenizer it recorded is fetched from the run prefix (uploaded there by
+// --ckpt-uri) into a temp directory under $TMPDIR.
+static slm_status open_remote(slm_model_dir *d) {
+    d->kind = SLM_MODEL_DIR_CKPT;
+    slm_status st = slm_ckpt_open(d->path, &d->ckpt);
+    if (!st) st = slm_ckpt_check_files(d->ckpt);
+    if (st) return st;
+    const slm_ckpt_meta *M = slm_ckpt_get_meta(d->ckpt);
+    d->cfg = M->cfg;
+    d->step = M->step;
+    d->weights_dir = slm_xstrdup(slm_ckpt_dir(d->ckpt));
+    if (!M->tokenizer_file[0]) return SLM_OK;
+    // .../checkpoints/step_N -> the run prefix
+    char *run = slm_xstrdup(d->weights_dir);
+    for (int k = 0; k < 2; k++) {
+        char *sl = strrchr(run, '/');
+        if (sl && sl > run + 5) *sl = 0;
+    }
+    char *bucket = NULL, *prefix = NULL;
+    st = slm_s3_uri_parse(run, &bucket, &prefix);
+    free(run);
+    if (st) return st;
+    const char *td = getenv("TMPDIR");
+    char *tmpl = slm_path_join(td && *td ? td : "/tmp", "shardlm-tok.XXXXXX");
+    if (!mkdtemp(tmpl)) {
+        st = slm_fail(SLM_E_IO, "%s: mkdtemp: %s", tmpl, strerror(errno));
+        free(tmpl);
+    } else {
+        d->tmp_dir = tmpl;
+        slm_buf key = {0};
+        slm_buf_appendf(&key, "%s%s%s", prefix, *prefix ? "/" : "", M->tokenizer_file);
+        char *path = slm_path_join(tmpl, M->tokenizer_file);
+        slm_s3 *s3 = NULL;
+        st = slm_s3_open_default(NULL, NULL, &s3);
+        int64_t size = 0;
+        bool found = false;
+        if (!st) st = slm_s3_head(s3, bucket, key.data, &size, &found);
+        if (!st && found) st = slm_s3_get_file(s3, bucket, key.data, path);
+        if (!st && found) {
+            d->tokenizer = path;
+            path = NULL;
+        } else if (!st) {
+            slm_warn("s3://%s/%s: missing, so the tokenizer the checkpoint recorded is not "
+                     "included",
+                     bucket, key.data);
+        }
+        slm_s3_close(s3);
+        free(path);
+        slm_buf_free(&key);
+    }
+    free(bucket);
+    free(prefix);
+    return st;
+}
+
 static slm_status open_kind(slm_model_dir *d) {
     const char *p = d->path;
+    if (slm_s3_is_uri(p)) return open_remote(d);
     if (!slm_is_dir(p))
         return slm_fail(SLM_E_IO,
                         "%s: not a directory (expected a run directory written by shardlm "
@@ -241,12 +302,44 @@ void slm_model_dir_close(slm_model_dir *d) {
     free(d->path);
     free(d->weights_dir);
     free(d->tokenizer);
+    if (d->tmp_dir) slm_rmdir_flat_quiet(d->tmp_dir);
+    free(d->tmp_dir);
     memset(d, 0, sizeof *d);
     d->step = -1;
 }
 
+// A LoRA checkpoint: the base from the HF directory it names (its XXH64 checked), then the
+// adapters, merged into the base unless d->keep_lora.
+static slm_status read_lora(slm_model_dir *d, slm_llama *m) {
+    const slm_ckpt_meta *M = slm_ckpt_get_meta(d->ckpt);
+    const char *base = d->lora_base ? d->lora_base : M->lora_base;
+    uint64_t h = 0;
+    slm_status st = slm_hf_dir_xxh64(base, &h);
+    if (st)
+        return slm_fail_wrap(st, "%s: the LoRA checkpoint's base model %s", d->weights_dir, base);
+    if (h != M->lora_base_xxh64)
+        return slm_fail(SLM_E_FORMAT,
+                        "%s: its adapters were trained on a base with xxh64 %016llx, but %s has "
+                        "xxh64 %016llx (changed or another model)",
+                        d->weights_dir, (unsigned long long)M->lora_base_xxh64, base,
+                        (unsigned long long)h);
+    if ((st = slm_hf_load(m, base))) return st;
+    if (m->lora.rank < 1 && (st = slm_llama_lora_init(m, &M->lora, true, 0))) return st;
+    if ((st = slm_ckpt_check_model(d->ckpt, m))) return st;
+    for (int l = 0; l < m->cfg.num_hidden_layers && !st; l++)
+        st = slm_ckpt_read_range(d->ckpt, l, 0, m->lora_units[l].numel, m->lora_params[l], NULL,
+                                 NULL);
+    if (!st && !d->keep_lora) slm_llama_lora_merge(m);
+    return st;
+}
+
+bool slm_model_dir_is_lora(const slm_model_dir *d) {
+    return d->ckpt && slm_ckpt_get_meta(d->ckpt)->lora.rank > 0;
+}
+
 slm_status slm_model_dir_read_weights(slm_model_dir *d, slm_llama *m) {
     if (!d->ckpt) return slm_hf_load(m, d->weights_dir);
+    if (slm_model_dir_is_lora(d)) return read_lora(d, m);
     slm_status st = slm_ckpt_check_model(d->ckpt, m);
     for (int u = 0; u < m->n_units && !st; u++)
         st = slm_ckpt_read_range(d->ckpt, u, 0, m->units[u].numel, m->params[u], NULL, NULL);
@@ -261,7 +354,9 @@ static slm_status check_shapes(slm_model_dir *d) {
     slm_llama lay;
     slm_status st = slm_llama_init(&lay, &d->cfg, false);
     if (st) return st;
-    st = slm_ckpt_check_model(d->ckpt, &lay);
+    if (slm_model_dir_is_lora(d))
+        st = slm_llama_lora_init(&lay, &slm_ckpt_get_meta(d->ckpt)->lora, false, 0);
+    if (!st) st = slm_ckpt_check_model(d->ckpt, &lay);
     slm_llama_free(&lay);
     // The manifest's config disagrees with its own layout: a bad checkpoint (exit 1), not a
     // usage error.
@@ -354,4 +449,41 @@ slm_status slm_model_dir_init_weights(const char *dir, slm_llama *m) {
     // The kind only (slm_hf_load reads config.json itself: one read, one set of warnings).
     slm_status st = slm_model_dir_require_hf(dir);
     return st ? st : slm_hf_load(m, dir);
+}
+
+static int cmp_name(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+slm_status slm_hf_dir_xxh64(const char *dir, uint64_t *out) {
+    *out = 0;
+    DIR *dd = opendir(dir);
+    if (!dd) return slm_fail(SLM_E_IO, "%s: cannot open the directory", dir);
+    char **names = NULL;
+    size_t n = 0;
+    for (struct dirent *e; (e = readdir(dd));) {
+        size_t len = strlen(e->d_name);
+        bool keep = (len > 12 && !strcmp(e->d_name + len - 12, ".safetensors")) ||
+                    !strcmp(e->d_name, "model.safetensors.index.json") ||
+                    !strcmp(e->d_name, "config.json");
+        if (!keep) continue;
+        names = slm_xrealloc(names, (n + 1) * sizeof *names);
+        names[n++] = slm_xstrdup(e->d_name);
+    }
+    closedir(dd);
+    qsort(names, n, sizeof *names, cmp_name);
+    slm_status st = n ? SLM_OK : slm_fail(SLM_E_IO, "%s: no config.json or *.safetensors", dir);
+    uint64_t acc = 0;
+    for (size_t i = 0; i < n; i++) {
+        char *p = slm_path_join(dir, names[i]);
+        uint64_t h = 0;
+        if (!st) st = slm_file_xxh64(p, &h);
+        uint64_t pair[2] = {acc, h};
+        acc = slm_xxh64(pair, sizeof pair, 0);
+        free(p);
+        free(names[i]);
+    }
+    free(names);
+    if (!st) *out = acc;
+    return st;
 }

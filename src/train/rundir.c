@@ -21,6 +21,7 @@
 struct slm_rundir {
     int lock_fd;         // RUN_DIR/run.lock, flock(LOCK_EX) held until slm_rundir_close
     int64_t resume_step; // --resume auto: the step picked (-1: none)
+    bool resume_remote;  // ... from --ckpt-uri (newer than every local one)
 };
 
 void slm_rundir_close(slm_rundir *rd) {
@@ -229,6 +230,25 @@ slm_status slm_rundir_prepare(const slm_train_opts *o, slm_rundir **out, char **
                                "--resume %s/step_N, or move them aside with "
                                "--train-from-scratch)",
                                root);
+        if (!st && o->ckpt_uri) { // the newest complete of local and remote
+            int64_t rs = -1;
+            char *ru = NULL;
+            st = slm_ckpt_remote_pick(o->ckpt_uri, &rs, &ru);
+            if (st) {
+                st = slm_fail_wrap(st, "--resume auto with --ckpt-uri %s", o->ckpt_uri);
+            } else if (rs > rd->resume_step) {
+                slm_info("--resume auto: %s (step %" PRId64 ") is newer than %s; resuming from "
+                         "S3",
+                         ru, rs,
+                         rd->resume_step >= 0 ? "the newest local checkpoint" : "none local");
+                free(*resume_path);
+                *resume_path = ru;
+                rd->resume_step = rs;
+                rd->resume_remote = true;
+            } else {
+                free(ru);
+            }
+        }
     } else {
         *resume_path = slm_xstrdup(o->resume);
         if (o->verify_on_resume) {
@@ -254,13 +274,22 @@ slm_status slm_rundir_share_resume(const slm_train_opts *o, const slm_rundir *rd
                                    char **resume_path) {
     if (!o->resume) return SLM_OK;
     bool is_auto = !strcmp(o->resume, "auto");
-    int64_t step = rank == 0 && rd ? rd->resume_step : -1;
-    if (is_auto) slm_dist_bcast(&step, 1, SLM_DT_I64, 0, "--resume auto step");
+    int64_t pick[2] = {rank == 0 && rd ? rd->resume_step : -1,
+                       rank == 0 && rd ? rd->resume_remote : 0};
+    if (is_auto) slm_dist_bcast(pick, 2, SLM_DT_I64, 0, "--resume auto step");
+    int64_t step = pick[0];
     if (rank == 0) return SLM_OK;
     free(*resume_path);
     *resume_path = NULL;
     if (!is_auto) {
         *resume_path = slm_xstrdup(o->resume);
+    } else if (step >= 0 && pick[1]) {
+        slm_buf b = {0};
+        size_t n = strlen(o->ckpt_uri);
+        while (n > 5 && o->ckpt_uri[n - 1] == '/')
+            n--;
+        slm_buf_appendf(&b, "%.*s/checkpoints/step_%08" PRId64, (int)n, o->ckpt_uri, step);
+        *resume_path = b.data;
     } else if (step >= 0) {
         char *root = slm_path_join(o->out_dir, "checkpoints");
         *resume_path = slm_ckpt_step_dir(root, step, false);

@@ -34,6 +34,7 @@
 #include "ckpt/ckpt.h"
 #include "model/model.h"
 #include "fsdp/fsdp.h"
+#include "metrics/metrics.h"
 #include "optim/optim.h"
 #include "tokenizer/tokenizer.h"
 
@@ -102,7 +103,19 @@ typedef struct slm_train_hook {
     slm_status (*on_finish)(void *ctx, slm_trainer *tr, slm_status st);
 } slm_train_hook;
 
-#define SLM_TRAIN_MAX_HOOKS 8
+#define SLM_TRAIN_MAX_HOOKS 12
+
+// Prometheus metrics of a run (slm_train_prom_new, below; docs/observability.md).
+typedef struct slm_train_metrics_opts {
+    const char *addr;        // --metrics-addr HOST:PORT this rank serves /metrics on (rank 0 only
+                             // unless all_ranks); NULL: none. Per rank (not agreed)
+    bool all_ranks;          // --metrics-all-ranks: every rank with addr serves (PORT + rank when
+                             // PORT > 0, so ranks of one host do not collide). Per rank
+    int every;               // --metrics-every: steps between gathers of the per-rank values (>= 1)
+    double straggler_factor; // --straggler-factor: a rank is slow when its busy time (iteration
+                             // wall time minus collective waits) exceeds factor x the median
+    int straggler_windows;   // --straggler-windows: ... for this many gathers in a row
+} slm_train_metrics_opts;
 #define SLM_TRAIN_SYNTH_SEED_XOR 0x5eedda7aull
 
 // ---------------------------------------------------------------------------------------------
@@ -156,30 +169,51 @@ typedef struct slm_train_opts {
                                // it such a run is refused); excludes resume
     const char *init_from_hf;  // HF directory (config.json + safetensors): initial weights
                                // instead of the seeded init (checked against the model config)
+    const char *ckpt_uri;      // s3://BUCKET/PREFIX/: every committed checkpoint is also
+                               // uploaded there in the background (one uploader per host,
+                               // manifest then `latest` last; ckpt_keep applies remotely too);
+                               // with resume "auto" the newest complete of local and remote
+                               // is resumed (docs/storage.md)
+    int s3_prefix_shards;      // rank files spread over this many prefixes (0 / 1: one)
+    const char *data_cache;    // data_dir s3://...: the local copy tools/ streams it into
+                               // (slm_dataset_fetch) before the run; NULL: $TMPDIR default
+    bool no_packing; // instruction datasets: one sample per window (padded) instead of packing
+                     // several (each attending only to itself); ignored for plain datasets
     int n_hooks;
     slm_train_hook hooks[SLM_TRAIN_MAX_HOOKS]; // slm_train_attach / slm_train_add_hook
-    slm_fsdp_opts fsdp;          // world > 1: sharding strategy, dtypes, prefetch (fsdp.h)
+    slm_fsdp_opts fsdp; // world > 1: sharding strategy, dtypes, prefetch (fsdp.h)
+    // LoRA (lora.rank > 0; needs init_from_hf): adapters on lora.targets of the frozen
+    // init_from_hf base (model.h); fsdp/ shards base and adapters, AdamW trains the adapters
+    // only. Checkpoints hold the adapters plus the base's path and XXH64
+    // (slm_hf_dir_xxh64), checked on resume. lora.targets defaults to q_proj,v_proj (PEFT's
+    // Llama default) in slm_train_opts_default.
+    slm_lora_config lora;
     double collective_timeout_s; // bound on every collective wait (default 600; <= 0: none)
     // Operations (issue 10; docs/operations.md)
-    const char *heartbeat_dir; // every rank's heartbeat file (slm_train_add_heartbeat_hook);
-                               // NULL: none
-    double preempt_grace_s;    // a preemption's checkpoint should be committed within this many
-                               // seconds of the signal (default 60); a later one is a warning
-    bool nonfinite_skip;       // --on-nonfinite skip: a step whose (all-reduced) loss or global
-                               // gradient norm is non-finite is skipped on every rank (no
-                               // update; data, LR schedule and step counter advance); default
-                               // (abort): SLM_E_NUMERIC
-    int max_nonfinite_skips;   // with skip: more than this many skipped steps in a row is
-                               // SLM_E_NUMERIC (default 5)
-    int spike_window;          // loss-spike detector: z-score of each loss against the previous
-                               // spike_window losses (default 100; 0: off)
-    double spike_z;            // a loss more than spike_z standard deviations above the window's
-                               // mean is logged as a warning (default 5)
+    const char *heartbeat_dir;    // every rank's heartbeat file (slm_train_add_heartbeat_hook);
+                                  // NULL: none
+    double preempt_grace_s;       // a preemption's checkpoint should be committed within this many
+                                  // seconds of the signal (default 60); a later one is a warning
+    bool nonfinite_skip;          // --on-nonfinite skip: a step whose (all-reduced) loss or global
+                                  // gradient norm is non-finite is skipped on every rank (no
+                                  // update; data, LR schedule and step counter advance); default
+                                  // (abort): SLM_E_NUMERIC
+    int max_nonfinite_skips;      // with skip: more than this many skipped steps in a row is
+                                  // SLM_E_NUMERIC (default 5)
+    int spike_window;             // loss-spike detector: z-score of each loss against the previous
+                                  // spike_window losses (default 100; 0: off)
+    double spike_z;               // a loss more than spike_z standard deviations above the window's
+                                  // mean is logged as a warning (default 5)
+    int64_t snapshot_every_steps; // > 0 (with out_dir): node-local snapshots every N steps
+                                  // (slm_train_add_snapshot_hook); 0: off
+    const char *snapshot_dir;     // their directory; NULL: slm_train_snapshot_root's default
+    slm_train_metrics_opts metrics; // Prometheus (read by slm_train_prom_new and its hook)
 } slm_train_opts;
 
 // Fills the defaults: grad_accum 1, lr 3e-4, betas (0.9, 0.95), eps 1e-8, weight decay 0.1,
 // min_lr -1 (any value < 0 means lr / 10, resolved when the run opens), grad_clip 1.0, seed
-// 1337, eval_batches 20, log_every 1, collective_timeout_s 600, fsdp defaults (fsdp.h),
+// 1337, eval_batches 20, log_every 1, collective_timeout_s 600, fsdp defaults (fsdp.h), metrics
+// every 5 steps, straggler factor 1.5 for 3 windows,
 // everything else 0.
 void slm_train_opts_default(slm_train_opts *o);
 // Appends a hook (copied). Errors: SLM_E_ARG when SLM_TRAIN_MAX_HOOKS are already set.
@@ -218,9 +252,44 @@ slm_status slm_train_add_heartbeat_hook(slm_train_opts *o);
 // Errors: SLM_E_IO naming the file.
 slm_status slm_heartbeat_write(const char *dir, int rank, int64_t step, double loss,
                                const char *phase);
-// Stop, checkpoint, metrics and (with heartbeat_dir) heartbeat hooks in that order (what
-// `shardlm train` installs before its printing hook).
+// Node-local snapshots (o->snapshot_every_steps > 0, else nothing is added): every N steps
+// every rank writes its shard (params, AdamW m, v; checkpoint format, src/ckpt) synchronously
+// into the snapshot directory (tmpfs), rank 0 commits it there, the newest one is kept. A
+// restart with --resume auto whose run directory has a disk checkpoint resumes from the newest
+// snapshot instead when it is newer, verifies in full (every file's XXH64), was saved by the
+// same world size and model, and all ranks run on one host (snapshots are node-local; on
+// several hosts none are taken). A run that ends without an error with its final checkpoint
+// committed removes its snapshots. Collective (every rank must install it).
+slm_status slm_train_add_snapshot_hook(slm_train_opts *o);
+// The snapshot directory: o->snapshot_dir, else /dev/shm/shardlm-XXXXXXXXXXXXXXXX (XXH64 of
+// the absolute --out path, so reruns of one run directory find it). Owned by the caller.
+char *slm_train_snapshot_root(const slm_train_opts *o);
+// Stop, checkpoint, metrics and (with heartbeat_dir) heartbeat and (with snapshot_every_steps)
+// snapshot hooks in that order (what `shardlm train` installs before its printing hook).
 slm_status slm_train_add_std_hooks(slm_train_opts *o, slm_train_std_hooks *h);
+
+// Prometheus metrics (src/train/prom.c; metric list in docs/observability.md). One per process.
+typedef struct slm_train_prom slm_train_prom;
+// Local (no collectives): makes the registry and, when this rank serves (o->addr set and rank
+// 0, or o->all_ranks), starts the /metrics server on it (slm_metrics_server_start: bound and
+// listening on return, so a port in use fails here, before training) and logs
+// "metrics: serving http://HOST:PORT/metrics" (the chosen port for :0). *out owned (free with
+// slm_train_prom_free after the run). Errors: those of slm_metrics_server_start (SLM_E_ARG,
+// SLM_E_IO); callers under mpirun agree them (slm_dist_agree).
+slm_status slm_train_prom_new(const slm_train_metrics_opts *o, slm_train_prom **out);
+// The registry (the launcher and checkpointing may add their own families); the server's
+// address ("HOST:PORT") or NULL when this rank does not serve.
+slm_metrics *slm_train_prom_registry(slm_train_prom *p);
+const char *slm_train_prom_addr(const slm_train_prom *p);
+// The hook that keeps the trainer's metrics in p's registry: every rank must install it (it
+// agrees at on_start whether any rank serves, then gathers per-rank values every
+// o->metrics.every steps with one all-gather; nothing at all when no rank serves). `std`
+// (borrowed, may be NULL) is read for the checkpoint statistics: install it after
+// slm_train_add_std_hooks. Errors: as slm_train_attach.
+slm_status slm_train_add_prom_hook(slm_train_opts *o, slm_train_prom *p,
+                                   const slm_train_std_hooks *std);
+// Stops the server and frees; safe on NULL.
+void slm_train_prom_free(slm_train_prom *p);
 
 // What a finished (or stopped) run reports.
 typedef struct slm_train_result {
@@ -231,12 +300,14 @@ typedef struct slm_train_result {
     double mfu;            // tokens_per_s x FLOPs per token / (peak x world)
     double peak_gflops;    // the MFU denominator used
     double flops_per_token;
-    bool already_complete; // resumed at step == steps: nothing trained (the rest is NaN)
-    bool interrupted;      // stopped by a want_stop hook (the stop flag); saved by the hooks
-    bool preempted;        // interrupted, and SIGTERM / SIGUSR1 reached some rank (a preemption:
-                           // `shardlm train` exits 75 once the checkpoint is committed)
-    bool stop_evaluated;   // stopped before --steps (not interrupted): final_val_loss is the
-                           // validation of the weights it stopped with
+    int64_t state_bytes;      // this rank's persistent parameter / gradient / AdamW bytes
+    int64_t trainable_params; // parameters AdamW updates (the adapters with LoRA)
+    bool already_complete;    // resumed at step == steps: nothing trained (the rest is NaN)
+    bool interrupted;         // stopped by a want_stop hook (the stop flag); saved by the hooks
+    bool preempted;           // interrupted, and SIGTERM / SIGUSR1 reached some rank (a preemption:
+                              // `shardlm train` exits 75 once the checkpoint is committed)
+    bool stop_evaluated;      // stopped before --steps (not interrupted): final_val_loss is the
+                              // validation of the weights it stopped with
 } slm_train_result;
 
 // Trains a model from a seeded init (slm_llama_init_weights) as described in the module comment:
@@ -306,6 +377,15 @@ int slm_trainer_rank(const slm_trainer *tr);
 int slm_trainer_world(const slm_trainer *tr);
 // Optimizer steps done so far (resumed steps included).
 int64_t slm_trainer_steps_done(const slm_trainer *tr);
+// Where this rank's last step went (for the Prometheus hook; read in on_step / observe). The
+// step's wall time is slm_step_metrics.ms_per_step; compute is what the other parts leave.
+typedef struct slm_step_timing {
+    double data_s;          // drawing its micro-batches (loader reads, synthetic tokens), s
+    double comm_s;          // blocked in collective waits (slm_dist_wait_seconds), s
+    int64_t bytes_gathered; // all-gathered bytes received since the start (fsdp stats)
+    int64_t bytes_reduced;  // bytes sent into reduce-scatters / all-reduces since the start
+} slm_step_timing;
+void slm_trainer_step_timing(const slm_trainer *tr, slm_step_timing *t);
 
 // Under mpirun, before any other collective: checks that every rank was started with the same
 // settings (slm_dist_agree_values), so mismatched ranks stop together with one message instead
@@ -314,8 +394,9 @@ int64_t slm_trainer_steps_done(const slm_trainer *tr);
 // (data, model, vocab, batch, seq, grad-accum, steps, lr, min-lr, warmup, weight decay, betas,
 // eps, grad clip, seed, eval, activation checkpointing, max-minutes, time schedule, sharding,
 // shard group size, param / reduce dtypes, all-gather limit, prefetch, collective timeout, out,
-// checkpoint policy, resume, init-from-hf), as parsed values; then, read on each rank, the
-// resolved model config, the XXH64 of the dataset's manifest.json and tokenizer file and of the
+// checkpoint policy, resume, init-from-hf, the LoRA options), as parsed values; then, read on each
+// rank, the resolved model config, the XXH64 of the dataset's manifest.json and tokenizer file and
+// of the
 // --init-from-hf config.json. Not compared (they may differ per rank): threads, log_every,
 // peak_gflops, hooks, and the MPI progress thread. Collective; SLM_OK in a world of one.
 // Errors: SLM_E_ARG when an option differs, SLM_E_FORMAT when only file contents differ, with
@@ -412,15 +493,18 @@ slm_status slm_fault_flip_byte(const char *path);
 // Evaluation
 
 typedef struct slm_eval_result {
-    double loss;       // mean cross-entropy, nats per target token
-    double perplexity; // exp(loss)
-    int64_t n_tokens;  // target tokens evaluated
-    int64_t n_seqs;    // sequences (windows or lines)
+    double loss;          // mean cross-entropy, nats per target token
+    double perplexity;    // exp(loss)
+    int64_t n_tokens;     // target tokens evaluated
+    int64_t n_seqs;       // sequences (windows or lines)
+    bool completion_only; // instruction data: loss and n_tokens over the completion / assistant
+                          // tokens only (the dataset's target mask), samples packed
 } slm_eval_result;
 
 // Mean loss over a prepared split: windows of T+1 tokens in order, `max_batches` batches of B
-// (0: all). Errors: those of slm_loader_open; SLM_E_ARG on vocab mismatch or T too long;
-// SLM_E_NUMERIC on a non-finite loss.
+// (0: all). Instruction data (manifest format_version 2): windows of packed samples and the
+// loss over their target (completion / assistant) tokens only. Errors: those of slm_loader_open;
+// SLM_E_ARG on vocab mismatch or T too long; SLM_E_NUMERIC on a non-finite loss.
 slm_status slm_eval_split(slm_llama *m, const char *data_dir, const char *split, int B, int T,
                           int64_t max_batches, slm_eval_result *res);
 // Mean loss over a text file of whitespace-separated token ids, one sequence per line
@@ -446,6 +530,8 @@ typedef struct slm_gen_opts {
     uint64_t seed;
     bool add_bos;     // prepend the tokenizer's BOS id (if it has one)
     bool stop_at_eos; // stop when the EOS id is sampled
+    bool stop_at_id;  // also stop when stop_id is sampled (a chat template's end of turn)
+    int32_t stop_id;
 } slm_gen_opts;
 
 // Called after each new token with the text it completed (the bytes no later token can change:
@@ -458,8 +544,13 @@ typedef void (*slm_gen_emit_fn)(void *ctx, int32_t token, const char *bytes, siz
 // Encodes `prompt`, runs it through the KV cache, then samples max_new tokens (or until EOS /
 // the context is full), calling emit after each new token. Deterministic for a fixed seed.
 // Errors: SLM_E_ARG for an empty prompt without BOS, or options out of range.
+// slm_generate_ids: the same from prompt ids (e.g. a chat template's, slm_chat_prompt_ids) instead
+// of text; o->add_bos is not applied.
 slm_status slm_generate(slm_llama *m, const slm_tokenizer *tok, const char *prompt,
                         const slm_gen_opts *o, slm_gen_emit_fn emit, void *ctx, slm_ivec *out_ids);
+slm_status slm_generate_ids(slm_llama *m, const slm_tokenizer *tok, const int32_t *prompt_ids,
+                            size_t n_prompt, const slm_gen_opts *o, slm_gen_emit_fn emit, void *ctx,
+                            slm_ivec *out_ids);
 // Samples one id from logits[V] (modified in place) with the options' temperature / top-k /
 // top-p and the RNG. Deterministic.
 int32_t slm_sample_logits(float *logits, int32_t V, const slm_gen_opts *o, slm_rng *rng);
@@ -492,7 +583,18 @@ typedef struct slm_model_dir {
     slm_ckpt *ckpt;       // RUN / CKPT: the opened checkpoint (owned); NULL for HF
     int64_t step;         // RUN / CKPT: the checkpoint's step; -1 for HF
     char *tokenizer;      // tokenizer file path, NULL if there is none (owned)
+    char *tmp_dir;        // s3:// PATH: local temp directory holding the fetched tokenizer,
+                          // removed by slm_model_dir_close (owned; NULL otherwise)
+    // A LoRA checkpoint (adapters only; slm_model_dir_is_lora): the caller may set these
+    // before loading. keep_lora: keep the adapters unmerged (PEFT export); otherwise they are
+    // merged into the base (slm_llama_lora_merge), so eval / generate / export see one model.
+    // lora_base: the base HF directory instead of the one the checkpoint recorded (borrowed;
+    // its XXH64 must still match).
+    bool keep_lora;
+    const char *lora_base;
 } slm_model_dir;
+// True when d is a LoRA checkpoint: its weights are the recorded base plus adapters.
+bool slm_model_dir_is_lora(const slm_model_dir *d);
 
 // Opens PATH as one of the three kinds above and reads its config (and, for a checkpoint, its
 // manifest and rank file sizes; a run directory's newest checkpoint is checked in full, XXH64
@@ -514,7 +616,10 @@ void slm_model_dir_close(slm_model_dir *d);
 // (slm_model_dir_read_weights). On error *m is freed.
 slm_status slm_model_dir_load_model(slm_model_dir *d, slm_llama *m);
 // Reads the weights into an initialised model whose params are allocated; its config must be
-// the weights' (checked: slm_ckpt_check_model / slm_hf_load). Every byte read is verified
+// the weights' (checked: slm_ckpt_check_model / slm_hf_load). A LoRA checkpoint reads the base
+// from the HF directory its manifest names (or d->lora_base), refusing one whose
+// slm_hf_dir_xxh64 differs from the recorded one (SLM_E_FORMAT naming both), attaches and reads
+// the adapters and merges them unless d->keep_lora. Every byte read is verified
 // (checkpoint chunk XXH64) and checked finite. Errors: SLM_E_ARG / SLM_E_FORMAT for a model
 // that does not match, SLM_E_IO, SLM_E_CHECKSUM, naming the file.
 slm_status slm_model_dir_read_weights(slm_model_dir *d, slm_llama *m);
@@ -535,6 +640,10 @@ slm_status slm_model_dir_load(const char *path, bool hf_only, slm_llama *m, slm_
 // unless PATH is a run directory, a checkpoints root or a step_N directory (SLM_E_ARG naming
 // what it is and, for a run directory, that --model takes it).
 slm_status slm_model_dir_require_hf(const char *path);
+// The identity of a Hugging Face directory's weights (the base a LoRA checkpoint refers to): one
+// XXH64 folding in, in name order, the XXH64 of config.json and of every *.safetensors file and
+// model.safetensors.index.json (reads the files once). Errors: SLM_E_IO naming the file.
+slm_status slm_hf_dir_xxh64(const char *dir, uint64_t *out);
 // train --init-from-hf: reads the Hugging Face directory DIR's weights into an initialised
 // model with allocated params (slm_model_dir_open + slm_model_dir_read_weights). Errors:
 // SLM_E_ARG when DIR is a run or checkpoint directory, those of open and read.

@@ -26,29 +26,44 @@ struct slm_trainer {
     slm_loader *train_l, *val_l;
     slm_loader_state val_start;
     int32_t *win, *inp, *tgt; // [K][B, T+1], [B, T], [B, T]
-    char *resume_path;        // checkpoint to resume from (NULL: fresh start)
-    slm_rundir *rundir;       // rank 0 with out_dir: holds the run directory's lock
-    slm_rng synth;            // synthetic tokens (and saved in checkpoints)
+    // instruction data (masked dataset): per-token targets and sample positions of the windows
+    bool masked;
+    uint8_t *wtgt;       // [K][B, T+1] 1: token t is a loss target (slm_loader_next_ex)
+    int32_t *wpos, *pos; // [K][B, T+1] positions in the sample; [B, T] of one micro-batch
+    char *resume_path;   // checkpoint to resume from (NULL: fresh start)
+    slm_rundir *rundir;  // rank 0 with out_dir: holds the run directory's lock
+    slm_rng synth;       // synthetic tokens (and saved in checkpoints)
     double peak, fpt, t_start;
     int64_t step, tokens_seen;
     double sum_tok, sum_dt, last_loss, last_val; // sum_*: the steps counted in the rates
     int64_t n_rate;
+    double step_wait0, step_data_s, step_comm_s; // the last step's timing (metrics)
     bool done, started, interrupted;
     bool *hook_started; // [o->n_hooks]: on_start ran (so on_finish runs)
     slm_train_result res;
-    slm_fault_plan faults; // SHARDLM_FAULT / SHARDLM_ATTEMPT (fault.c), read by the open phase
-    bool fault_corrupted;  // corrupt-ckpt fired
-    bool preempted;        // the agreed stop came with SIGTERM / SIGUSR1 on some rank
-    double t_stop;         // slm_time_s() when the stop was agreed
+    uint64_t lora_base_xxh64; // LoRA: slm_hf_dir_xxh64 of the --init-from-hf base
+    slm_fault_plan faults;    // SHARDLM_FAULT / SHARDLM_ATTEMPT (fault.c), read by the open phase
+    bool fault_corrupted;     // corrupt-ckpt fired
+    bool preempted;           // the agreed stop came with SIGTERM / SIGUSR1 on some rank
+    double t_stop;            // slm_time_s() when the stop was agreed
     int64_t n_skipped, skip_run; // --on-nonfinite skip: skipped steps, and in a row now
     double *spike_hist;          // [o->spike_window] the last losses (ring), NULL when off
     int64_t spike_n;             // losses seen by the detector
+    bool snap_one_host;          // snapshots: every rank on one host (snapshot.c)
 };
 
 // Fills a checkpoint's meta and this rank's shards for the state after `step` steps
 // (sh[n_units], caller-allocated). For the checkpoint hook.
 void slm_trainer_ckpt_state(const slm_trainer *tr, int64_t step, slm_ckpt_meta *meta,
                             slm_ckpt_shard *sh);
+// The unit layouts a checkpoint of this run holds (*n_units of them): the model's units, or
+// with LoRA the adapter units. Borrowed.
+const slm_unit_layout *slm_trainer_ckpt_layout(const slm_trainer *tr, int *n_units);
+
+// After the resume decision: with snapshots and --resume auto, replaces tr->resume_path by the
+// node-local snapshot when it is newer than the disk checkpoint and usable (snapshot.c; rank 0
+// decides, broadcast). Collective.
+slm_status slm_trainer_pick_snapshot(slm_trainer *tr);
 
 // corrupt-ckpt (SHARDLM_FAULT): rank 0, once step S's checkpoint directory is committed under
 // out_dir/checkpoints, flips a byte of its rank_R file. Called by the checkpoint hook after each
@@ -64,10 +79,25 @@ slm_status slm_train_check_vocab(const slm_dataset *ds, const slm_tokenizer *tok
                                  const slm_llama_config *cfg, const char *model_spec);
 // windows [b, T+1] -> inputs [b, T], targets [b, T]; returns the count of targets != -1.
 int64_t slm_train_split_windows(const int32_t *win, int b, int T, int32_t *inp, int32_t *tgt);
+// The same for a masked dataset's windows: targets[t] = win[t+1] where wtgt[t+1], else -1 (the
+// ignore index); pos[b, T] = wpos[b, :T]. Returns the count of targets != -1.
+int64_t slm_train_split_masked(const int32_t *win, const uint8_t *wtgt, const int32_t *wpos, int b,
+                               int T, int32_t *inp, int32_t *tgt, int32_t *pos);
 // Mean loss over up to max_batches (0: all) batches of B windows from a val loader opened with
 // B_global 1, from its current position. Errors: SLM_E_NUMERIC on a non-finite loss.
 slm_status slm_train_eval_loader(slm_llama *m, slm_loader *l, int B, int T, int64_t max_batches,
                                  slm_eval_result *res);
+
+// Straggler detection over one gather window (prom.c): busy[W] is each rank's mean busy time
+// per step (iteration wall time minus collective waits); med = their median (the mean of the two
+// middle values for even W). A rank with busy > factor x med and busy - med >= min_excess_s
+// (med > 0) extends its streak[r] (updated in place), any other rank's streak restarts at 0.
+// Returns the count of ranks whose streak just reached `windows` (newly flagged, listed in
+// newly[]); scratch[W] is a work buffer. The trainer passes SLM_STRAGGLER_MIN_EXCESS_S: below
+// 10 ms per step a difference is scheduling noise, not a slow rank.
+#define SLM_STRAGGLER_MIN_EXCESS_S 0.010
+int slm_train_stragglers(const double *busy, int W, double factor, double min_excess_s, int windows,
+                         int *streak, int *newly, double *scratch, double *median_out);
 
 // ---------------------------------------------------------------------------------------------
 // The run directory as training opens it (rundir.c)

@@ -31,6 +31,13 @@ static slm_status check_opts(const slm_train_opts *o) {
     if (!(o->adamw.weight_decay >= 0)) return slm_fail(SLM_E_ARG, "--weight-decay must be >= 0");
     if (!o->synthetic && !o->data_dir)
         return slm_fail(SLM_E_ARG, "no dataset given (--data DIR, or --synthetic)");
+    if (o->lora.rank > 0) {
+        slm_status st = slm_lora_config_validate(&o->lora);
+        if (st) return st;
+        if (!o->init_from_hf)
+            return slm_fail(SLM_E_ARG, "--lora-rank trains adapters on a frozen base: give the "
+                                       "base with --init-from-hf DIR");
+    }
     return SLM_OK;
 }
 
@@ -49,7 +56,22 @@ static slm_status check_memory(const slm_train_opts *o, const slm_llama_config *
     if (2 * V * C > big_unit) big_unit = 2 * V * C;
     double state = slm_fsdp_estimate_bytes(&o->fsdp, W, n, big_unit);
     double staging = 3.0 * n * sizeof(float) / slm_fsdp_shard_group_for(&o->fsdp, W);
+    if (o->lora.rank > 0) { // frozen base (params only) + adapters; checkpoints: adapters only
+        double na = (double)slm_lora_n_params(cfg, &o->lora);
+        state = slm_fsdp_estimate_bytes_lora(&o->fsdp, W, n, na, big_unit);
+        staging = 3.0 * na * sizeof(float) / slm_fsdp_shard_group_for(&o->fsdp, W);
+    }
     double acts = slm_llama_act_bytes_estimate(cfg, o->B, o->T, o->activation_checkpointing);
+    if (o->lora.rank > 0) { // the adapters' saved activations [N, r] per target and block,
+        // and the dropout scratch [N, widest input] x 2 (lora.c)
+        double N = (double)o->B * o->T, in_max = cfg->intermediate_size;
+        double hd = (double)cfg->num_attention_heads * slm_llama_head_dim(cfg);
+        if (hd > in_max) in_max = hd;
+        if (cfg->hidden_size > in_max) in_max = cfg->hidden_size;
+        double blocks = o->activation_checkpointing ? 1 : cfg->num_hidden_layers;
+        acts += (blocks * SLM_LORA_N_TARGETS + 1) * N * o->lora.rank * sizeof(float) +
+                (o->lora.dropout > 0 ? 2 * N * in_max * sizeof(float) : 0);
+    }
     slm_mem_info mi;
     slm_mem_probe(&mi);
     double need = state + acts, avail = mi.bytes;
@@ -87,7 +109,8 @@ static slm_status open_loaders(slm_trainer *tr) {
     const slm_train_opts *o = tr->o;
     int B = tr->B, T = tr->T, W = tr->W;
     uint64_t n_win = tr->ds.train.n_tokens > 0 ? (tr->ds.train.n_tokens - 1) / (uint64_t)T : 0;
-    if (n_win < (uint64_t)B * (uint64_t)W)
+    // instruction data: windows are packed samples; the loader counts them (and refuses too few)
+    if (!tr->ds.masked && n_win < (uint64_t)B * (uint64_t)W)
         return slm_fail(SLM_E_ARG,
                         "dataset %s: the train split has %llu windows of --seq + 1 = %d tokens; "
                         "need at least %lld (--batch %d%s); reduce --batch or --seq, or "
@@ -101,10 +124,11 @@ static slm_status open_loaders(slm_trainer *tr) {
                           .rank = tr->rank,
                           .world = W,
                           .seed = o->seed,
-                          .shuffle = true};
+                          .shuffle = true,
+                          .no_packing = o->no_packing};
     slm_status st = slm_loader_open(&lo, &tr->train_l);
     if (st || o->eval_every <= 0) return st;
-    if (tr->ds.val.n_tokens < (uint64_t)T + 1) {
+    if (tr->ds.masked ? tr->ds.val.n_docs == 0 : tr->ds.val.n_tokens < (uint64_t)T + 1) {
         slm_warn("dataset %s: the val split has %llu tokens, fewer than one window of %d; "
                  "validation is skipped",
                  o->data_dir, (unsigned long long)tr->ds.val.n_tokens, T + 1);
@@ -229,6 +253,7 @@ slm_status slm_train_open(const slm_train_opts *o, slm_trainer **out) {
     }
     if (!st) st = open_data(tr);
     if (!st) st = open_rundir(tr);
+    if (!st) st = slm_trainer_pick_snapshot(tr);
     if (!st) st = open_flight(tr);
     if (st) {
         slm_train_close(tr);
@@ -247,9 +272,27 @@ slm_status slm_train_open(const slm_train_opts *o, slm_trainer **out) {
 static slm_status resume_from(slm_trainer *tr, const char *path) {
     slm_ckpt *c = NULL;
     slm_status st = slm_ckpt_open(path, &c);
+    bool lora = tr->model.lora.rank > 0;
+    if (!st && lora != (slm_ckpt_get_meta(c)->lora.rank > 0))
+        st = slm_fail(SLM_E_ARG,
+                      "%s: a %s checkpoint; this run trains %s (give the same --lora-* options "
+                      "as the run that saved it)",
+                      slm_ckpt_dir(c), lora ? "full-model" : "LoRA",
+                      lora ? "LoRA adapters" : "the full model");
     if (!st) st = slm_ckpt_check_model(c, &tr->model);
-    for (int u = 0; !st && u < tr->model.n_units; u++) {
-        slm_fsdp_shard x = slm_fsdp_unit_shard(&tr->fsdp, u);
+    if (!st && lora && slm_ckpt_get_meta(c)->lora_base_xxh64 != tr->lora_base_xxh64)
+        st = slm_fail(SLM_E_FORMAT,
+                      "%s: its adapters were trained on the base %s (xxh64 %016llx), but "
+                      "--init-from-hf %s has xxh64 %016llx: not the same base weights",
+                      slm_ckpt_dir(c), slm_ckpt_get_meta(c)->lora_base,
+                      (unsigned long long)slm_ckpt_get_meta(c)->lora_base_xxh64,
+                      tr->o->init_from_hf, (unsigned long long)tr->lora_base_xxh64);
+    // A LoRA checkpoint's unit l is adapter unit n_units + l of fsdp/ (the base stays as
+    // loaded from --init-from-hf).
+    int u0 = lora ? tr->model.n_units : 0;
+    int nu = lora ? tr->cfg.num_hidden_layers : tr->model.n_units;
+    for (int u = 0; !st && u < nu; u++) {
+        slm_fsdp_shard x = slm_fsdp_unit_shard(&tr->fsdp, u0 + u);
         st = slm_ckpt_read_range(c, u, x.begin, x.end, x.master, x.m, x.v);
     }
     slm_fsdp_release_all(&tr->fsdp);
@@ -316,6 +359,20 @@ static slm_status load_hf(slm_trainer *tr, const char *dir) {
     return st;
 }
 
+// LoRA: the base's identity for the checkpoints (rank 0 reads the files; shared by a sum
+// all-reduce in which the other ranks add 0).
+static slm_status lora_base_hash(slm_trainer *tr) {
+    uint64_t h = 0;
+    slm_status st = SLM_OK;
+    if (tr->rank == 0) st = slm_hf_dir_xxh64(tr->o->init_from_hf, &h);
+    st = slm_dist_agree(st);
+    int64_t v = 0;
+    memcpy(&v, &h, sizeof v);
+    if (!st) slm_dist_allreduce(&v, 1, SLM_DT_I64, SLM_OP_SUM, "LoRA base hash");
+    memcpy(&tr->lora_base_xxh64, &v, sizeof v);
+    return st;
+}
+
 // Initial weights: --init-from-hf (load_hf) or the seeded init fsdp/ did; then a checkpoint's
 // state if resuming.
 static slm_status initial_state(slm_trainer *tr) {
@@ -323,6 +380,7 @@ static slm_status initial_state(slm_trainer *tr) {
     slm_status st = SLM_OK;
     if (o->init_from_hf) {
         st = load_hf(tr, o->init_from_hf);
+        if (!st && o->lora.rank > 0) st = lora_base_hash(tr);
         st = slm_dist_agree(st);
         if (st) return st;
         slm_info("initial weights from %s", o->init_from_hf);
@@ -362,6 +420,28 @@ static void log_model(const slm_trainer *tr) {
              o->activation_checkpointing ? " (activation checkpointing)" : "", tr->peak, tr->fpt);
 }
 
+// The persistent training state of this rank (what LoRA saves is visible here).
+static void log_state(slm_trainer *tr) {
+    const slm_llama_config *c = &tr->cfg;
+    const slm_lora_config *lc = &tr->model.lora;
+    int64_t n = slm_llama_n_params(c);
+    tr->res.state_bytes = (int64_t)tr->fsdp.state_bytes;
+    tr->res.trainable_params = lc->rank > 0 ? slm_lora_n_params(c, lc) : n;
+    if (tr->rank != 0) return;
+    char a[32];
+    if (lc->rank > 0)
+        slm_info("LoRA r %d alpha %g dropout %g: %lld trainable parameters (%.3f%% of the "
+                 "%lld frozen); state per rank %s (%lld bytes: frozen base params + adapter "
+                 "params, grads, AdamW m / v)",
+                 lc->rank, (double)lc->alpha, (double)lc->dropout,
+                 (long long)tr->res.trainable_params,
+                 100.0 * (double)tr->res.trainable_params / (double)n, (long long)n,
+                 slm_fmt_bytes((double)tr->fsdp.state_bytes, a), (long long)tr->fsdp.state_bytes);
+    else
+        slm_info("state per rank %s (%lld bytes: params, grads, AdamW m / v)",
+                 slm_fmt_bytes((double)tr->fsdp.state_bytes, a), (long long)tr->fsdp.state_bytes);
+}
+
 slm_status slm_train_init(slm_trainer *tr) {
     const slm_train_opts *o = tr->o;
     // The model holds no buffers; fsdp/ owns the shards and points params / grads at them
@@ -369,6 +449,8 @@ slm_status slm_train_init(slm_trainer *tr) {
     slm_status st = slm_llama_init(&tr->model, &tr->cfg, false);
     if (st) return st;
     tr->model_init = true;
+    if (o->lora.rank > 0 && (st = slm_llama_lora_init(&tr->model, &o->lora, false, o->seed)))
+        return st;
     tr->fsdp_opts = o->fsdp;
     slm_fsdp_opts_for_world(&tr->fsdp_opts, tr->W);
     st = slm_fsdp_init(&tr->fsdp, &tr->model, &tr->fsdp_opts, o->seed);
@@ -378,16 +460,26 @@ slm_status slm_train_init(slm_trainer *tr) {
     tr->win = slm_xmalloc((size_t)tr->K * tr->B * (tr->T + 1) * sizeof(int32_t));
     tr->inp = slm_xmalloc((size_t)tr->B * tr->T * sizeof(int32_t));
     tr->tgt = slm_xmalloc((size_t)tr->B * tr->T * sizeof(int32_t));
+    tr->masked = tr->train_l && slm_loader_masked(tr->train_l);
+    if (tr->masked) {
+        tr->wtgt = slm_xmalloc((size_t)tr->K * tr->B * (tr->T + 1));
+        tr->wpos = slm_xmalloc((size_t)tr->K * tr->B * (tr->T + 1) * sizeof(int32_t));
+        tr->pos = slm_xmalloc((size_t)tr->B * tr->T * sizeof(int32_t));
+    }
     tr->hook_started = slm_xcalloc((size_t)o->n_hooks + 1, sizeof(bool));
     // n 2048, best of 5: n 1024 and single runs read low (too little work per thread, and a
     // shared machine).
     tr->peak = o->peak_gflops > 0 ? o->peak_gflops : slm_sgemm_peak_gflops(2048, 5);
     tr->fpt = slm_train_flops_per_token(&tr->cfg, tr->T);
+    if (o->lora.rank > 0) // frozen base: no weight-gradient GEMMs (4 N), the adapters 6 N_lora
+        tr->fpt += -2.0 * (double)slm_llama_n_matmul_params(&tr->cfg) +
+                   6.0 * (double)slm_lora_n_params(&tr->cfg, &o->lora);
     log_model(tr);
     slm_rng_seed(&tr->synth, o->seed ^ SLM_TRAIN_SYNTH_SEED_XOR);
     tr->t_start = slm_time_s();
     st = initial_state(tr);
     if (st || tr->done) return st;
+    log_state(tr);
     return start_hooks(tr);
 }
 
@@ -454,6 +546,7 @@ static void spike_check(slm_trainer *tr, double loss, slm_step_metrics *m) {
 // keeps its slice) and returns the GLOBAL count of target tokens (>= 1).
 static int64_t draw_batch(slm_trainer *tr) {
     int64_t per_win = (int64_t)tr->B * (tr->T + 1);
+    double t_data = slm_time_s();
     for (int k = 0; k < tr->K; k++) {
         int32_t *w = tr->win + k * per_win;
         if (tr->o->synthetic)
@@ -462,12 +555,19 @@ static int64_t draw_batch(slm_trainer *tr) {
                     int32_t tok = (int32_t)slm_rng_below(&tr->synth, (uint64_t)tr->cfg.vocab_size);
                     if (q == tr->rank) w[i] = tok;
                 }
+        else if (tr->masked)
+            slm_loader_next_ex(tr->train_l, w, tr->wtgt + k * per_win, tr->wpos + k * per_win);
         else
             slm_loader_next(tr->train_l, w);
     }
+    tr->step_data_s = slm_time_s() - t_data; // the data wait (metrics; no effect on the math)
     int64_t n_total = 0;
-    for (int64_t i = 0; i < tr->K * per_win; i++)
-        n_total += (i % (tr->T + 1)) != 0 && tr->win[i] != -1; // targets: all tokens but the first
+    if (tr->masked) // instruction data: the completion / assistant tokens (loader's target flags)
+        for (int64_t i = 0; i < tr->K * per_win; i++)
+            n_total += tr->wtgt[i] != 0;
+    else
+        for (int64_t i = 0; i < tr->K * per_win; i++)
+            n_total += (i % (tr->T + 1)) != 0 && tr->win[i] != -1; // all tokens but the first
     slm_dist_allreduce(&n_total, 1, SLM_DT_I64, SLM_OP_SUM, "target token count");
     return n_total ? n_total : 1;
 }
@@ -494,8 +594,22 @@ static int forward_backward(slm_trainer *tr, int64_t n_total, double *loss_sum, 
     for (int k = 0; k < tr->K; k++) {
         int stop = k > 0 ? agree_stop(tr, "stop flags (micro-batch)") : 0;
         if (stop) return stop;
-        int64_t n = slm_train_split_windows(tr->win + k * per_win, tr->B, tr->T, tr->inp, tr->tgt);
-        float loss = slm_llama_forward(&tr->model, tr->inp, tr->tgt, tr->B, tr->T);
+        // LoRA dropout masks: a function of (seed, step, micro-batch, rank) only, so a resume
+        // replays them bitwise.
+        tr->model.lora_dropout_key =
+            slm_mix64(slm_mix64(slm_mix64(tr->o->seed ^ 0x10a4d40ull) ^ (uint64_t)tr->step) ^
+                      ((uint64_t)k << 32 | (uint64_t)(uint32_t)tr->rank));
+        int64_t n;
+        float loss;
+        if (tr->masked) { // packed samples; loss on target tokens only (the rest are -1)
+            n = slm_train_split_masked(tr->win + k * per_win, tr->wtgt + k * per_win,
+                                       tr->wpos + k * per_win, tr->B, tr->T, tr->inp, tr->tgt,
+                                       tr->pos);
+            loss = slm_llama_forward_packed(&tr->model, tr->inp, tr->tgt, tr->pos, tr->B, tr->T);
+        } else {
+            n = slm_train_split_windows(tr->win + k * per_win, tr->B, tr->T, tr->inp, tr->tgt);
+            loss = slm_llama_forward(&tr->model, tr->inp, tr->tgt, tr->B, tr->T);
+        }
         if (poison && k == 0) loss = NAN;
         if (!isfinite(loss) && *bad < 0) *bad = k, *bad_loss = loss;
         // d(mean over the step's tokens)/dp = sum_k (n_k / n_total) d(mean_k)/dp
@@ -561,6 +675,7 @@ static slm_status update_clipped(slm_trainer *tr, double loss, double gnorm, dou
         if (o->hooks[h].before_update) o->hooks[h].before_update(o->hooks[h].ctx, tr);
     slm_fsdp_optimizer_step(&tr->fsdp, &o->adamw, lr); // AdamW on this rank's shards
     double dt = slm_time_s() - t0;
+    tr->step_comm_s = slm_dist_wait_seconds() - tr->step_wait0;   // exposed communication
     int64_t step_tokens = (int64_t)tr->B * tr->T * tr->K * tr->W; // global
     tr->tokens_seen += step_tokens;
     tr->step++;
@@ -680,6 +795,7 @@ slm_status slm_train_step(slm_trainer *tr, slm_step_metrics *m) {
         return SLM_OK;
     }
     double t0 = slm_time_s();
+    tr->step_wait0 = slm_dist_wait_seconds();
     slm_loader_state pos = {0};
     if (tr->train_l) pos = slm_loader_get_state(tr->train_l);
     slm_rng synth = tr->synth;
@@ -797,6 +913,7 @@ void slm_train_close(slm_trainer *tr) {
     if (!tr) return;
     free(tr->resume_path);
     free(tr->win), free(tr->inp), free(tr->tgt);
+    free(tr->wtgt), free(tr->wpos), free(tr->pos);
     free(tr->hook_started);
     free(tr->spike_hist);
     if (tr->train_l) slm_loader_free(tr->train_l);
@@ -823,6 +940,12 @@ int slm_trainer_world(const slm_trainer *tr) {
 }
 int64_t slm_trainer_steps_done(const slm_trainer *tr) {
     return tr->step;
+}
+void slm_trainer_step_timing(const slm_trainer *tr, slm_step_timing *t) {
+    *t = (slm_step_timing){.data_s = tr->step_data_s,
+                           .comm_s = tr->step_comm_s,
+                           .bytes_gathered = tr->fsdp.stats.bytes_gathered,
+                           .bytes_reduced = tr->fsdp.stats.bytes_reduced};
 }
 
 void slm_trainer_fault_after_ckpt(slm_trainer *tr) {
@@ -864,8 +987,24 @@ void slm_trainer_ckpt_state(const slm_trainer *tr, int64_t step, slm_ckpt_meta *
     snprintf(meta->strategy, sizeof meta->strategy, "%s",
              slm_sharding_name(tr->fsdp_opts.sharding));
     meta->shard_group_size = slm_fsdp_group_size(&tr->fsdp);
-    for (int u = 0; u < tr->model.n_units; u++) { // this rank's shard: masters, AdamW m / v
-        slm_fsdp_shard x = slm_fsdp_unit_shard(&tr->fsdp, u);
+    int u0 = 0, nu = tr->model.n_units;
+    if (tr->model.lora.rank > 0) { // the adapters only, and which base they belong to
+        meta->lora = tr->model.lora;
+        meta->lora_base_xxh64 = tr->lora_base_xxh64;
+        char *abs = realpath(o->init_from_hf, NULL);
+        snprintf(meta->lora_base, sizeof meta->lora_base, "%s", abs ? abs : o->init_from_hf);
+        free(abs);
+        u0 = tr->model.n_units;
+        nu = tr->cfg.num_hidden_layers;
+    }
+    for (int u = 0; u < nu; u++) { // this rank's shard: masters, AdamW m / v
+        slm_fsdp_shard x = slm_fsdp_unit_shard(&tr->fsdp, u0 + u);
         sh[u] = (slm_ckpt_shard){x.begin, x.end, x.master, x.m, x.v};
     }
+}
+
+const slm_unit_layout *slm_trainer_ckpt_layout(const slm_trainer *tr, int *n_units) {
+    bool lora = tr->model.lora.rank > 0;
+    *n_units = lora ? tr->cfg.num_hidden_layers : tr->model.n_units;
+    return lora ? tr->model.lora_units : tr->model.units;
 }

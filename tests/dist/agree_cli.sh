@@ -56,6 +56,14 @@ expect "--grad-accum" 2 "ranks disagree on --grad-accum: rank 0 1, rank 1 2" -- 
 expect "--lr (3 ranks)" 2 "ranks disagree on --lr: ranks 0-1 0.00300000003, rank 2 0.00100000005; also differ: --min-lr" -- \
     -np 2 "$BIN" "${TR[@]}" "${D[@]}" --out "$W/r" --lr 3e-3 : \
     -np 1 "$BIN" "${TR[@]}" "${D[@]}" --out "$W/r" --lr 1e-3
+# LoRA options are compared before anything reads the base (which need not exist here)
+expect "--lora-rank" 2 "ranks disagree on --lora-rank: rank 0 4, rank 1 8" -- \
+    -np 1 "$BIN" "${TR[@]}" "${D[@]}" --out "$W/r" --init-from-hf "$W/nobase" --lora-rank 4 : \
+    -np 1 "$BIN" "${TR[@]}" "${D[@]}" --out "$W/r" --init-from-hf "$W/nobase" --lora-rank 8
+expect "--lora-targets" 2 "ranks disagree on --lora-targets: rank 0 q_proj,v_proj, rank 1 q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj" -- \
+    -np 1 "$BIN" "${TR[@]}" "${D[@]}" --out "$W/r" --init-from-hf "$W/nobase" --lora-rank 4 : \
+    -np 1 "$BIN" "${TR[@]}" "${D[@]}" --out "$W/r" --init-from-hf "$W/nobase" --lora-rank 4 \
+    --lora-targets all
 expect "--seed" 2 "ranks disagree on --seed: rank 0 1337, rank 1 7" -- \
     -np 1 "$BIN" "${TR[@]}" "${D[@]}" --out "$W/r" : \
     -np 1 "$BIN" "${TR[@]}" "${D[@]}" --out "$W/r" --seed 7

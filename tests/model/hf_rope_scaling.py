@@ -1,4 +1,10 @@
-"""Scaled RoPE against transformers.LlamaForCausalLM itself (issue 13, Models).
+"""The Llama families and scaled RoPE against transformers.LlamaForCausalLM itself (issue 13,
+Models): Llama-2 (MHA), TinyLlama-style GQA (32/4 scaled down to 8/1), Llama-3.1 (llama3 RoPE
+scaling, theta 5e5), Llama-3.2 (tied embeddings + explicit head_dim 24 != hidden / heads; also
+saved in bf16: checked at 1e-5 against transformers' fp32 forward on the same bf16 weights and
+within a derived bf16 bound against transformers computing in bf16; the other families in
+bf16 through checks 1-2), and linear scaling; each through the four checks below (the
+unscaled-model guard only where the RoPE differs from the default).
 
 Tiny random models built by transformers (LlamaConfig with rope_scaling llama3: factor 8,
 low_freq_factor 1, high_freq_factor 4, original_max_position_embeddings 32, and linear:
@@ -25,6 +31,7 @@ Usage: hf_rope_scaling.py MODEL_DUMP_BINARY (SHARDLM_BIN, SLM_SHARED_DIR from CT
 Exit 77 (skip) only if transformers cannot be imported (scripts/setup.sh installs it).
 """
 
+import copy
 import json
 import os
 import subprocess
@@ -56,11 +63,37 @@ CORPUS = os.path.join(os.environ["SLM_SHARED_DIR"], "data", "tinyshakespeare.txt
 TOL = 1e-5
 T = 100  # positions 0..99 evaluated (101 tokens per sequence: inputs and shifted targets)
 
+LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+          "original_max_position_embeddings": 32}
+# name, rope_scaling, LlamaConfig overrides of hf_model's shape, weights dtype. The model
+# families (issue 13): Llama-2 (MHA, untied, theta 1e4), TinyLlama-style GQA 32/4 scaled down
+# (8 heads / 1 kv head), Llama-3.1 (llama3 scaling, theta 5e5) and Llama-3.2 (tied embeddings,
+# explicit head_dim 24 != hidden 64 / 4 heads, llama3 scaling), the last also saved in bf16.
 CASES = [
-    ("llama3", {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                "high_freq_factor": 4.0, "original_max_position_embeddings": 32}),
-    ("linear", {"type": "linear", "factor": 4.0}),
+    ("llama3", LLAMA3, {}, "float32"),
+    ("linear", {"type": "linear", "factor": 4.0}, {}, "float32"),
+    ("llama2_mha", None, dict(num_key_value_heads=4), "float32"),
+    ("tinyllama_gqa", None, dict(num_attention_heads=8, num_key_value_heads=1), "float32"),
+    ("llama31", LLAMA3, dict(rope_theta=500000.0), "float32"),
+    ("llama32_tied_head_dim", LLAMA3,
+     dict(rope_theta=500000.0, tie_word_embeddings=True, head_dim=24), "float32"),
+    ("llama32_bf16", LLAMA3,
+     dict(rope_theta=500000.0, tie_word_embeddings=True, head_dim=24), "bfloat16"),
+    # the other families in bf16: checks 1 and 2 only (the decode and train paths are the fp32
+    # cases' and the Llama-3.2 bf16 case's; this keeps the test's CI time down)
+    ("llama2_mha_bf16", None, dict(num_key_value_heads=4), "bfloat16-light"),
+    ("tinyllama_gqa_bf16", None, dict(num_attention_heads=8, num_key_value_heads=1),
+     "bfloat16-light"),
+    ("llama31_bf16", LLAMA3, dict(rope_theta=500000.0), "bfloat16-light"),
 ]
+# bf16 (unit round-off u = 2^-8): shardlm computes in fp32 on the bf16 weights (exact in fp32),
+# so against transformers' fp32 forward on the same weights the fp32 bound 1e-5 holds. Against
+# transformers computing in bf16 itself, every stored activation is rounded: about k = 20
+# roundings per layer-path (norms, projections, RoPE, softmax, SwiGLU, residuals) x 2 layers + the
+# head; independent roundings grow as sqrt(k) u, so the logits' norm-wise error is bounded by
+# 4 sqrt(45) u ~ 0.1 (measured 3.1e-2 to 5.5e-2 over the families); a real bug (a wrong
+# head_dim, RoPE, tie) is O(1).
+BF16_NATIVE_TOL = 4 * (45 ** 0.5) * 2.0 ** -8
 
 failures = 0
 
@@ -85,31 +118,45 @@ def rel(a, b):
     return float(np.linalg.norm(a - b) / np.linalg.norm(b))
 
 
-def hf_model(V, scaling, seed):
-    cfg = LlamaConfig(vocab_size=V, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-                      rms_norm_eps=1e-5, rope_theta=10000.0, rope_scaling=scaling,
-                      initializer_range=0.3, tie_word_embeddings=False, bos_token_id=None,
-                      eos_token_id=None, pad_token_id=None)
+def hf_model(V, scaling, seed, over=None, dtype="float32"):
+    kw = dict(vocab_size=V, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+              rms_norm_eps=1e-5, rope_theta=10000.0, rope_scaling=scaling,
+              initializer_range=0.3, tie_word_embeddings=False, bos_token_id=None,
+              eos_token_id=None, pad_token_id=None)
+    kw.update(over or {})
+    cfg = LlamaConfig(**kw)
     torch.manual_seed(seed)
     m = LlamaForCausalLM(cfg).float().eval()
     with torch.no_grad():
         for n, p in m.named_parameters():
             if p.dim() == 1:  # norm gains away from 1
                 p.uniform_(0.5, 1.5)
+        if dtype == "bfloat16":  # the weights rounded to bf16, kept in fp32 (exact)
+            for p in m.parameters():
+                p.copy_(p.to(torch.bfloat16).float())
     return m
 
 
-def case(w, dump, tok_path, V, name, scaling, seed):
+def case(w, dump, tok_path, V, name, scaling, over, dtype, seed):
+    light = dtype.endswith("-light")
+    dtype = dtype.replace("-light", "")
     d = os.path.join(w, name)
-    model = hf_model(V, scaling, seed)
-    model.save_pretrained(d, safe_serialization=True)
+    model = hf_model(V, scaling, seed, over, dtype)
+    if dtype == "bfloat16":  # saved as bf16 tensors (torch_dtype bfloat16), as Llama 3.2 ships;
+        # a copy, so that the fp32 reference keeps its fp32 RoPE inv_freq buffer
+        copy.deepcopy(model).to(torch.bfloat16).save_pretrained(d, safe_serialization=True)
+    else:
+        model.save_pretrained(d, safe_serialization=True)
     with open(os.path.join(tok_path), "rb") as f, open(os.path.join(d, "tokenizer.json"),
                                                         "wb") as g:
         g.write(f.read())
     saved = json.load(open(os.path.join(d, "config.json")))
-    check(saved.get("rope_scaling", {}).get("factor") == scaling["factor"],
+    check(scaling is None or saved.get("rope_scaling", {}).get("factor") == scaling["factor"],
           f"{name}: saved config.json rope_scaling {saved.get('rope_scaling')}")
+    check(saved.get("torch_dtype") == dtype, f"{name}: saved torch_dtype {saved.get('torch_dtype')}")
+    want_hd = (over or {}).get("head_dim", 64 // (over or {}).get("num_attention_heads", 4))
+    check(saved.get("head_dim", want_hd) == want_hd, f"{name}: saved head_dim {saved.get('head_dim')}")
 
     # 1. logits and loss at positions 0..T-1 (B = 2)
     g = np.random.default_rng(seed)
@@ -120,9 +167,13 @@ def case(w, dump, tok_path, V, name, scaling, seed):
         logits = out.logits.float().numpy()
         loss = float(torch.nn.functional.cross_entropy(out.logits.reshape(-1, V).float(),
                                                        y.reshape(-1)))
-        unscaled = hf_model(V, None, seed)
+        unscaled = hf_model(V, None, seed, dict(over or {}, rope_theta=10000.0))
         unscaled.load_state_dict(model.state_dict())
         plain = unscaled(x).logits.float().numpy()
+        native = None
+        if dtype == "bfloat16":  # transformers computing in bf16 itself, loaded as users do
+            native = LlamaForCausalLM.from_pretrained(d, torch_dtype=torch.bfloat16).eval()
+            native = native(x).logits.float().numpy()
     tensors = {"param/" + k: v.detach().float().numpy() for k, v in model.state_dict().items()
                if not k.endswith("inv_freq")}
     tensors.update(tokens=ids[:, :-1].astype(np.int32), targets=ids[:, 1:].astype(np.int32))
@@ -136,7 +187,14 @@ def case(w, dump, tok_path, V, name, scaling, seed):
     e_plain = rel(plain, logits)
     check(e_logits <= TOL, f"{name}: logits rel err {e_logits:.3e} > {TOL:g}")
     check(e_loss <= TOL, f"{name}: loss rel err {e_loss:.3e} > {TOL:g}")
-    check(e_plain > 1e-2, f"{name}: unscaled transformers model differs by only {e_plain:.2e}")
+    changed = scaling is not None or (over or {}).get("rope_theta", 10000.0) != 10000.0
+    check(not changed or e_plain > 1e-2,
+          f"{name}: unscaled transformers model differs by only {e_plain:.2e}")
+    e_native = None
+    if native is not None:
+        e_native = rel(t["logits"], native)
+        check(e_native <= BF16_NATIVE_TOL,
+              f"{name}: vs transformers in bf16 rel err {e_native:.3e} > {BF16_NATIVE_TOL:.3g}")
 
     # 2. shardlm eval --init-from-hf --token-ids: one line per sequence
     idf = os.path.join(w, name + ".ids")
@@ -148,6 +206,11 @@ def case(w, dump, tok_path, V, name, scaling, seed):
     ev_loss = float(ev["loss"].strip(": \t").split()[0])
     e_eval = abs(ev_loss - loss) / abs(loss)
     check(e_eval <= TOL, f"{name}: eval loss {ev_loss} vs transformers {loss} ({e_eval:.3e})")
+
+    if light:
+        print(f"[{name}] logits rel err {e_logits:.2e}, loss rel err {e_loss:.2e}, eval loss rel "
+              f"err {e_eval:.2e}, vs transformers bf16 compute {e_native:.2e}")
+        return
 
     # 3. greedy generation to position ~100 (KV-cache decode)
     compared = ties = 0
@@ -187,22 +250,32 @@ def case(w, dump, tok_path, V, name, scaling, seed):
     run("train", "--data", os.path.join(w, "data"), "--model", os.path.join(d, "config.json"),
         "--init-from-hf", d, "--batch", "2", "--seq", str(T), "--steps", "2", "--lr", "1e-3",
         "--threads", "2", "--peak-gflops", "10", "--log-every", "0", "--out", run_dir)
-    run("ckpt", "export", run_dir, "--hf", exp)
+    run("ckpt", "export", run_dir, "--hf", exp, "--dtype", "bf16" if dtype == "bfloat16" else "fp32")
     exported = json.load(open(os.path.join(exp, "config.json")))
+    check(exported.get("head_dim", want_hd) == want_hd and
+          exported.get("tie_word_embeddings") == bool((over or {}).get("tie_word_embeddings")),
+          f"{name}: exported head_dim {exported.get('head_dim')} / tie "
+          f"{exported.get('tie_word_embeddings')}")
     for layout in ("rope_scaling", "rope_parameters"):
         o = exported.get(layout) or {}
-        check(all(isinstance(o.get(k), float) for k in scaling if k.endswith("factor")),
+        check(all(isinstance(o.get(k), float) for k in scaling or {} if k.endswith("factor")),
               f"{name}: exported {layout} {o}: factors must be JSON floats (transformers warns)")
     back = LlamaForCausalLM.from_pretrained(exp, torch_dtype=torch.float32).eval()
     rs = back.config.rope_scaling or {}
-    want = {k: v for k, v in scaling.items() if k != "type"}
-    got = {k: rs.get(k) for k in want if k != "rope_type"}
-    check(rs.get("rope_type", rs.get("type")) == want.pop("rope_type", scaling.get("type")) and
-          got == want, f"{name}: exported rope_scaling {rs} vs {scaling}")
+    if scaling is not None:
+        want = {k: v for k, v in scaling.items() if k != "type"}
+        got = {k: rs.get(k) for k in want if k != "rope_type"}
+        check(rs.get("rope_type", rs.get("type")) == want.pop("rope_type", scaling.get("type"))
+              and got == want, f"{name}: exported rope_scaling {rs} vs {scaling}")
+    else:
+        check(rs.get("rope_type", "default") == "default", f"{name}: exported rope_scaling {rs}")
     with torch.no_grad():
         lb = back(x).logits
         loss_b = float(torch.nn.functional.cross_entropy(lb.reshape(-1, V), y.reshape(-1)))
-    r = run("eval", "--model", run_dir, "--token-ids", idf, "--threads", "2")
+    # a bf16 export: shardlm evaluates the exported (bf16-rounded) weights, so both sides see
+    # the same weights (the run's fp32 masters would differ by the rounding)
+    r = run("eval", "--model", exp if dtype == "bfloat16" else run_dir, "--token-ids", idf,
+            "--threads", "2")
     ev = dict(l.split(None, 1) for l in r.stdout.decode().splitlines() if l.strip())
     run_loss = float(ev["loss"].strip(": \t").split()[0])
     e_back = abs(run_loss - loss_b) / abs(loss_b)
@@ -210,8 +283,9 @@ def case(w, dump, tok_path, V, name, scaling, seed):
           f"{run_loss} ({e_back:.3e})")
     check(abs(loss_b - loss) > 1e-4, f"{name}: training changed the loss by only "
           f"{abs(loss_b - loss):.2e} (the reverse check would not see the trained weights)")
+    bf = f", vs transformers bf16 compute {e_native:.2e}" if e_native is not None else ""
     print(f"[{name}] logits rel err {e_logits:.2e}, loss rel err {e_loss:.2e}, eval loss rel "
-          f"err {e_eval:.2e}, unscaled differs {e_plain:.2e}; generate: {compared} greedy ids "
+          f"err {e_eval:.2e}, unscaled differs {e_plain:.2e}{bf}; generate: {compared} greedy ids "
           f"equal to transformers {transformers.__version__} ({ties} near-ties); exported "
           f"(trained) model loss vs shardlm eval rel err {e_back:.2e}")
 
@@ -232,8 +306,11 @@ def main():
     V = int(info["vocab_size"])
     run("prep", "--tokenizer", tok_path, "--input", os.path.join(w, "corpus.txt"), "--out",
         os.path.join(w, "data"), "--val-fraction", "0.1", "--workers", "1", "--quiet")
-    for i, (name, scaling) in enumerate(CASES):
-        case(w, sys.argv[1], tok_path, V, name, scaling, 3 + i)
+    only = os.environ.get("SLM_HF_CASES")  # e.g. "llama32_bf16" to rerun one case by hand
+    for i, (name, scaling, over, dtype) in enumerate(CASES):
+        if only and name not in only.split(","):
+            continue
+        case(w, sys.argv[1], tok_path, V, name, scaling, over, dtype, 3 + i)
     subprocess.run(["rm", "-rf", w])
     print(f"{'FAILED' if failures else 'OK'}: {failures} failures")
     return 1 if failures else 0

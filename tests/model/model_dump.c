@@ -6,7 +6,8 @@
 // Usage: model_dump --config SPEC --out PATH [--batch B] [--seq T] [--seed S] [--ckpt]
 //                   [--ignore-every K] [--loss-scale X] [--chunk ROWS] [--keep] [--weights F]
 // --weights F: a .slt file with param/<hf name> for every tensor (instead of the seeded init)
-// and optionally tokens / targets [B, T] (instead of seeded ones; they set B and T).
+// and optionally tokens / targets [B, T] (instead of seeded ones; they set B and T) and pos
+// [B, T] (packed samples: slm_llama_forward_packed).
 #include "model/model.h"
 #include "reference/slm_tensors.h"
 
@@ -85,7 +86,7 @@ int main(int argc, char **argv) {
     }
     slm_llama_init_weights(&m, seed);
     slm_tensor_set w = {0};
-    const slm_tensor *wtok = NULL, *wtgt = NULL;
+    const slm_tensor *wtok = NULL, *wtgt = NULL, *wpos = NULL;
     if (weights) {
         if (slm_tset_load(&w, weights)) {
             fprintf(stderr, "model_dump: %s\n", slm_errmsg());
@@ -99,12 +100,17 @@ int main(int argc, char **argv) {
         }
         wtok = slm_tset_get(&w, "tokens");
         wtgt = slm_tset_get(&w, "targets");
+        wpos = slm_tset_get(&w, "pos"); // packed samples: positions [B, T] (optional)
         if (wtok && wtgt && wtok->ndim == 2 && wtok->dtype == SLM_T_I32 &&
             wtgt->dtype == SLM_T_I32 && wtgt->numel == wtok->numel) {
             B = (int)wtok->shape[0];
             T = (int)wtok->shape[1];
         } else {
             wtok = wtgt = NULL;
+        }
+        if (wpos && !(wtok && wpos->dtype == SLM_T_I32 && wpos->numel == wtok->numel)) {
+            fprintf(stderr, "model_dump: %s: pos must be i32 [B, T] like tokens\n", weights);
+            return 1;
         }
     }
     m.activation_checkpointing = ckpt;
@@ -119,9 +125,14 @@ int main(int argc, char **argv) {
         targets[i] = (int32_t)slm_rng_below(&r, (uint64_t)V);
         if (ignore_every > 0 && i % ignore_every == 0) targets[i] = -1;
     }
+    int32_t *pos = NULL;
     if (wtok) {
         memcpy(tokens, wtok->data, (size_t)N * sizeof(int32_t));
         memcpy(targets, wtgt->data, (size_t)N * sizeof(int32_t));
+    }
+    if (wpos) {
+        pos = slm_xmalloc((size_t)N * sizeof(int32_t));
+        memcpy(pos, wpos->data, (size_t)N * sizeof(int32_t));
     }
     slm_tset_free(&w);
 
@@ -141,7 +152,7 @@ int main(int argc, char **argv) {
     // 1) evaluation forward with the logits kept
     slm_llama_set_shape(&m, B, T, true);
     m.loss_only = true;
-    float loss_eval = slm_llama_forward(&m, tokens, targets, B, T);
+    float loss_eval = slm_llama_forward_packed(&m, tokens, targets, pos, B, T);
     slm_tset_add(&s, "logits", SLM_T_F32, 3, btv, slm_llama_logits(&m));
     slm_tset_add(&s, "loss_eval", SLM_T_F32, 1, one, &loss_eval);
 
@@ -149,7 +160,7 @@ int main(int argc, char **argv) {
     slm_llama_set_shape(&m, B, T, keep);
     m.loss_only = false;
     slm_llama_zero_grad(&m);
-    float loss = slm_llama_forward(&m, tokens, targets, B, T);
+    float loss = slm_llama_forward_packed(&m, tokens, targets, pos, B, T);
     slm_llama_backward(&m, (float)loss_scale);
     slm_tset_add(&s, "loss", SLM_T_F32, 1, one, &loss);
     for (int u = 0; u < m.n_units; u++) {
@@ -172,6 +183,7 @@ int main(int argc, char **argv) {
     slm_tset_free(&s);
     free(tokens);
     free(targets);
+    free(pos);
     slm_llama_free(&m);
     return rc;
 }

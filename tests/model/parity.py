@@ -74,6 +74,12 @@ CASES = [
     ("linear_scaling", dict(cfg(71, 64, 96, 2, 4, 2, False, T=128, std=0.3),
                             rope_scaling={"type": "linear", "factor": 4.0}),
      ["--batch", "1", "--seq", "96"]),
+    # explicit head_dim != hidden / heads (Llama 3.2 style: q_proj [H*D, C], o_proj [C, H*D],
+    # scale 1/sqrt(D)), tied, with checkpointing; and one with H*D > C
+    ("head_dim_tied_ckpt", dict(cfg(71, 48, 96, 2, 4, 2, True, std=0.3), head_dim=8),
+     ["--batch", "2", "--seq", "37", "--ckpt"]),
+    ("head_dim_wide", dict(cfg(71, 48, 96, 2, 6, 3, False, std=0.3), head_dim=16),
+     ["--batch", "1", "--seq", "40", "--chunk", "8"]),
     # weights, tokens and targets written by Python (torch's own init), B=3 T=9
     ("torch_init_gqa_ckpt", cfg(89, 64, 120, 2, 8, 2, False), ["torch-init", "3", "9", "--ckpt"]),
 ]

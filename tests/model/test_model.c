@@ -243,7 +243,8 @@ static void test_config_rope(void) {
         {"\"quantization_config\": {\"quant_method\": \"bitsandbytes\"}}", "quantization_config",
          SLM_E_UNSUPPORTED},
         {"\"mlp_bias\": true}", "mlp_bias", SLM_E_UNSUPPORTED},
-        {"\"head_dim\": 32}", "head_dim", SLM_E_UNSUPPORTED},
+        {"\"head_dim\": 33}", "head_dim", SLM_E_ARG},
+        {"\"head_dim\": \"32\"}", "head_dim", SLM_E_FORMAT},
     };
     char buf[512];
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -253,6 +254,15 @@ static void test_config_rope(void) {
         CHECK_MSG(strstr(slm_errmsg(), bad[i].needle) && strstr(slm_errmsg(), p), "case %zu: %s", i,
                   slm_errmsg());
     }
+    // An explicit head_dim is kept (Llama 3.2 style); one equal to hidden / heads is implicit.
+    write_text(p, BASE "\"head_dim\": 32}");
+    CHECK_OK(slm_llama_config_load(p, &c));
+    CHECK_EQ_INT(c.head_dim, 32);
+    CHECK_EQ_INT(slm_llama_head_dim(&c), 32);
+    snprintf(buf, sizeof buf, BASE "\"head_dim\": %d}", c.hidden_size / c.num_attention_heads);
+    write_text(p, buf);
+    CHECK_OK(slm_llama_config_load(p, &c));
+    CHECK_EQ_INT(c.head_dim, 0);
     // Irrelevant fields are accepted: attention_dropout 0, pretraining_tp, token ids, dtype.
     write_text(p, BASE "\"attention_dropout\": 0.0, \"pretraining_tp\": 2, \"bos_token_id\": 7, "
                        "\"dtype\": \"bfloat16\", \"use_cache\": false, \"quantization_config\": "

@@ -55,6 +55,7 @@ HF_DEFAULTS = dict(
     tie_word_embeddings=False,
     initializer_range=0.02,
     rope_scaling=None,
+    head_dim=None,
 )
 
 # ------------------------------------------------------------------------------------------------
@@ -137,7 +138,9 @@ def normalize_config(cfg):
             c["rope_scaling"] = rp
     if c["num_key_value_heads"] is None:
         c["num_key_value_heads"] = c["num_attention_heads"]
-    assert c["hidden_size"] % c["num_attention_heads"] == 0
+    if c["head_dim"] is None:  # HF: hidden_size / num_attention_heads unless given
+        assert c["hidden_size"] % c["num_attention_heads"] == 0
+        c["head_dim"] = c["hidden_size"] // c["num_attention_heads"]
     assert c["num_attention_heads"] % c["num_key_value_heads"] == 0
     return c
 
@@ -204,7 +207,7 @@ class Attention(nn.Module):
     def __init__(self, c):
         super().__init__()
         C, H, KV = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"]
-        self.H, self.KV, self.D = H, KV, C // H
+        self.H, self.KV, self.D = H, KV, c["head_dim"]
         self.q_proj = nn.Linear(C, H * self.D, bias=False)
         self.k_proj = nn.Linear(C, KV * self.D, bias=False)
         self.v_proj = nn.Linear(C, KV * self.D, bias=False)
@@ -277,7 +280,7 @@ class LlamaForCausalLM(nn.Module):
     def forward(self, tokens, targets=None):
         c = self.config
         B, T = tokens.shape
-        D = c["hidden_size"] // c["num_attention_heads"]
+        D = c["head_dim"]
         x = self.model.embed_tokens(tokens)
         cos, sin = rope_cos_sin(T, D, c["rope_theta"], x.dtype, c.get("rope_scaling"))
         for layer in self.model.layers:

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# S3 benchmark (not a test) against a local SeaweedFS `weed mini` (loopback, SigV4 checked):
+#  1. throughput: shardlm's client (tests/objstore/s3_tool: multipart, 16 parts in flight, each
+#     part's SHA-256 signed; HEAD + parallel range GETs, then write + fsync + rename) vs curl (one
+#     PUT / GET with curl's --aws-sigv4 and UNSIGNED-PAYLOAD, no fsync) moving the same bytes
+#     (--mib, default 512 MiB);
+#  2. training stall per checkpoint: the same run with and without --ckpt-uri (2 ranks, a
+#     checkpoint every 10 steps; stall = the "training stall" of the checkpoint summary plus the
+#     seconds the uploader made training wait, and wall ms/step);
+#  3. PUT requests per checkpoint for 2 hosts x 2 ranks (hosts faked with SHARDLM_HOST_ID, one
+#     machine): with the per-host leader vs every rank its own leader (PUTs counted by a
+#     loopback proxy in front of the server).
+#
+#   bench/bench_s3.sh [--build build] [--mib 512] [--only 1|2|3]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=build MIB=512 ONLY=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --build) BUILD="$2"; shift 2 ;;
+        --mib) MIB="$2"; shift 2 ;;
+        --only) ONLY="$2"; shift 2 ;;
+        *) echo "usage: $0 [--build DIR] [--mib N]" >&2; exit 2 ;;
+    esac
+done
+export SHARDLM_BIN="$PWD/$BUILD/shardlm" SLM_SHARED_DIR="${SLM_SHARED_DIR:-$PWD/../shared}"
+export SLM_PYTHON="${SLM_PYTHON:-$PWD/.venv/bin/python}" S3TOOL="$PWD/$BUILD/tests/objstore/s3_tool"
+[ -x "$S3TOOL" ] || cmake --build "$BUILD" --target s3_tool shardlm > /dev/null
+. tests/lib.sh
+. tests/objstore/lib.sh
+slm_s3_start "$W/s3" > /dev/null
+B=$S3_BUCKET
+now() { date +%s.%N; }
+mbps() { awk -v b="$1" -v a="$2" -v c="$3" 'BEGIN { printf "%.0f", b / 1048576 / (c - a) }'; }
+
+want() { [ -z "$ONLY" ] || [ "$ONLY" = "$1" ]; }
+if want 1; then
+echo "== 1. throughput, $MIB MiB, loopback SeaweedFS"
+head -c $((MIB << 20)) /dev/urandom > "$W/blob"
+t0=$(now); "$S3TOOL" put "$B" bench/blob "$W/blob" > "$W/put.txt"; t1=$(now)
+t2=$(now); "$S3TOOL" get "$B" bench/blob "$W/blob.back" > /dev/null; t3=$(now)
+cmp -s "$W/blob" "$W/blob.back" || { echo "download differs"; exit 1; }
+CURL=(curl -sS -f --aws-sigv4 "aws:amz:$AWS_REGION:s3" --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY")
+t4=$(now); "${CURL[@]}" -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" -T "$W/blob" "$S3_ENDPOINT/$B/bench/blob-curl" > /dev/null; t5=$(now)
+t6=$(now); "${CURL[@]}" -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" -o "$W/blob.curl" "$S3_ENDPOINT/$B/bench/blob-curl"; t7=$(now)
+cmp -s "$W/blob" "$W/blob.curl" || { echo "curl download differs"; exit 1; }
+printf "  %-36s upload %5s MiB/s   download %5s MiB/s   (%s)\n" "shardlm client (multipart, parallel)" \
+    "$(mbps $((MIB << 20)) "$t0" "$t1")" "$(mbps $((MIB << 20)) "$t2" "$t3")" "$(tail -1 "$W/put.txt")"
+printf "  %-36s upload %5s MiB/s   download %5s MiB/s\n" "curl --aws-sigv4 (one request)" \
+    "$(mbps $((MIB << 20)) "$t4" "$t5")" "$(mbps $((MIB << 20)) "$t6" "$t7")"
+rm -f "$W"/blob*
+fi
+
+cat > "$W/config.json" <<JSON
+{"vocab_size": 2048, "hidden_size": 256, "intermediate_size": 688, "num_hidden_layers": 4,
+ "num_attention_heads": 4, "num_key_value_heads": 4, "max_position_embeddings": 128}
+JSON
+if want 2; then
+echo "== 2. training stall per checkpoint, 2 ranks, checkpoint every 10 steps"
+TR=(train --synthetic --model "$W/config.json" --batch 4 --seq 128 --steps 60 --seed 1 --threads 1
+    --log-every 0 --ckpt-every-steps 10)
+for mode in local s3; do
+    extra=()
+    [ $mode = s3 ] && extra=(--ckpt-uri "s3://$B/bench/run-$mode/")
+    t0=$(now)
+    slm_mpirun 2 -x OMP_NUM_THREADS=1 "$BIN" "${TR[@]}" --out "$W/run-$mode" "${extra[@]}" > "$W/$mode.log" 2>&1
+    t1=$(now)
+    stall=$(grep -m1 "rank 0/2.*checkpoints:.*saved" "$W/$mode.log" | sed -E 's/.*training stall ([0-9.]+) ms max, ([0-9.]+) ms total.*/\2/')
+    wait_s=$(grep -m1 "checkpoint uploads to" "$W/$mode.log" | sed -E 's/.*training waited ([0-9.]+) s for overlaps.*/\1/' || true)
+    [ -n "$wait_s" ] || wait_s=0
+    n=$(grep -m1 "rank 0/2.*checkpoints:.*saved" "$W/$mode.log" | sed -E 's/.*checkpoints: ([0-9]+) saved.*/\1/')
+    per=$(awk -v s="$stall" -v w="$wait_s" -v n="$n" 'BEGIN { printf "%.1f", (s + 1000 * w) / n }')
+    printf "  %-6s %2s checkpoints: stall %6s ms per checkpoint (save+fence %s ms total, upload overlap waits %s s); wall %.1f s\n" \
+        "$mode" "$n" "$per" "$stall" "$wait_s" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')"
+    [ $mode = s3 ] && grep -m1 "checkpoint uploads to" "$W/$mode.log" | sed 's/^/    /'
+done
+fi
+
+want 3 || exit 0
+echo "== 3. PUTs per checkpoint, 2 hosts x 2 ranks (SHARDLM_HOST_ID), 3 checkpoints"
+"$PY" tests/objstore/throttle_proxy.py "$S3_PORT" 0 "$W/pport" "$W/pcount" &
+ppid=$!
+slm_on_exit "kill $ppid"
+for i in $(seq 1 100); do [ -s "$W/pport" ] && break; sleep 0.1; done
+for how in leader per-rank; do
+    if [ $how = leader ]; then hid='host$((OMPI_COMM_WORLD_RANK / 2))'; else hid='rank$OMPI_COMM_WORLD_RANK'; fi
+    printf '#!/bin/sh\nexport SHARDLM_HOST_ID=%s\nexec "$@"\n' "$hid" > "$W/wrap.sh"; chmod +x "$W/wrap.sh"
+    before=$(sed -E 's/.*puts=([0-9]+).*/\1/' "$W/pcount" 2>/dev/null || echo 0)
+    AWS_ENDPOINT_URL="http://127.0.0.1:$(cat "$W/pport")" slm_mpirun 4 -x OMP_NUM_THREADS=1 "$W/wrap.sh" "$BIN" \
+        train --synthetic --model "$W/config.json" --batch 1 --seq 64 --steps 6 --seed 1 --threads 1 \
+        --log-every 0 --ckpt-every-steps 2 --out "$W/h-$how" --ckpt-uri "s3://$B/bench/h-$how/" > "$W/h-$how.log" 2>&1
+    after=$(sed -E 's/.*puts=([0-9]+).*/\1/' "$W/pcount")
+    printf "  %-9s %3d PUTs for 3 checkpoints = %.1f per checkpoint (incl. manifest + latest each, tokenizer none)\n" \
+        "$how" $((after - before)) "$(awk -v p=$((after - before)) 'BEGIN { print p / 3 }')"
+done

@@ -1,0 +1,952 @@
+// Checkpoints on S3 (docs/formats.md "Checkpoints on S3"): the remote layout, reading a
+// checkpoint through range GETs (only the chunks a reader needs, several in flight), picking the
+// newest complete remote checkpoint, and the background uploader (one per host, manifest then
+// `latest` last, retention after a newer one is complete).
+//
+// Remote layout under s3://BUCKET/PREFIX/ (mirrors the run directory):
+//   PREFIX/checkpoints/step_N/manifest.json   the local manifest plus "s3_prefix_shards": K and
+//                                              "s3_objects": [{rank, key, offset}] per rank file
+//   PREFIX/checkpoints/step_N/host_H.bin      K = 1: the rank files of the host whose leader is
+//                                              world rank H, concatenated in rank order (one PUT
+//                                              per host: PUTs scale with hosts, not ranks)
+//   PREFIX/sKK/checkpoints/step_N/host_H.bin  K > 1, KK = H mod K (two digits)
+//   PREFIX/checkpoints/latest                 "step_N\n", written after step N's manifest
+// A step_N without manifest.json is incomplete (an upload in progress or interrupted).
+#include <cjson/cJSON.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/json.h"
+#include "ckpt/ckpt_internal.h"
+#include "dist/dist.h"
+#include "objstore/objstore.h"
+
+#define PREFETCH_BYTES ((size_t)8 * SLM_CKPT_CHUNK_BYTES) // one reader's range-GET window
+
+typedef struct rlay {
+    char *bucket;
+    char *prefix; // run prefix, "" or ending in '/'
+    int shards;   // K of --s3-prefix-shards (>= 1)
+} rlay;
+
+static void rlay_free(rlay *L) {
+    free(L->bucket);
+    free(L->prefix);
+    memset(L, 0, sizeof *L);
+}
+
+static slm_status rlay_parse(const char *uri, rlay *L) {
+    memset(L, 0, sizeof *L);
+    char *p = NULL;
+    slm_status st = slm_s3_uri_parse(uri, &L->bucket, &p);
+    if (st) return st;
+    size_t n = strlen(p);
+    while (n && p[n - 1] == '/')
+        p[--n] = 0;
+    slm_buf b = {0};
+    slm_buf_appendf(&b, "%s%s", p, n ? "/" : "");
+    slm_buf_append(&b, "", 0);
+    free(p);
+    L->prefix = b.data;
+    L->shards = 1;
+    return SLM_OK;
+}
+
+static char *key_step(const rlay *L, int64_t step, const char *name) {
+    slm_buf b = {0};
+    slm_buf_appendf(&b, "%scheckpoints/step_%08" PRId64 "/%s", L->prefix, step, name);
+    return b.data;
+}
+
+// The object holding the rank files of the host led by world rank `leader`.
+static char *key_host(const rlay *L, int64_t step, int leader) {
+    char name[32];
+    snprintf(name, sizeof name, "host_%05d.bin", leader);
+    if (L->shards <= 1) return key_step(L, step, name);
+    slm_buf b = {0};
+    slm_buf_appendf(&b, "%ss%02d/checkpoints/step_%08" PRId64 "/%s", L->prefix, leader % L->shards,
+                    step, name);
+    return b.data;
+}
+
+static char *key_latest(const rlay *L) {
+    slm_buf b = {0};
+    slm_buf_appendf(&b, "%scheckpoints/latest", L->prefix);
+    return b.data;
+}
+
+// "step_NNNNNNNN" (optionally followed by whitespace) -> N.
+static bool parse_step(const char *s, size_t len, int64_t *step) {
+    if (len < 6 || strncmp(s, "step_", 5) != 0) return false;
+    int64_t v = 0;
+    size_t i = 5;
+    for (; i < len && s[i] >= '0' && s[i] <= '9'; i++) {
+        if (v > (INT64_MAX - 9) / 10) return false;
+        v = v * 10 + (s[i] - '0');
+    }
+    if (i == 5) return false;
+    for (; i < len; i++)
+        if (s[i] != '\n' && s[i] != ' ' && s[i] != '\r') return false;
+    *step = v;
+    return true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reading
+
+typedef struct robj {
+    int rank;
+    char *key;      // object holding the rank's file
+    int64_t offset; // where the file starts in it
+} robj;
+
+struct slm_ckpt_remote {
+    slm_s3 *s3;
+    rlay L;
+    int64_t step;
+    robj *obj; // the manifest's "s3_objects"
+    int n_obj;
+    uint8_t *buf; // prefetched bytes [buf_off, buf_off + buf_len) of rank buf_rank's file
+    int buf_rank;
+    int64_t buf_off;
+    size_t buf_len;
+};
+
+void slm_ckpt_remote_free(slm_ckpt_remote *r) {
+    if (!r) return;
+    for (int i = 0; i < r->n_obj; i++)
+        free(r->obj[i].key);
+    free(r->obj);
+    slm_s3_close(r->s3);
+    rlay_free(&r->L);
+    free(r->buf);
+    free(r);
+}
+
+slm_status slm_ckpt_remote_resolve(const char *uri, slm_ckpt_remote **out, char **dir, char **text,
+                                   size_t *len) {
+    *out = NULL;
+    *dir = *text = NULL;
+    *len = 0;
+    rlay L;
+    slm_status st = rlay_parse(uri, &L);
+    if (st) return st;
+    slm_ckpt_remote *r = slm_xcalloc(1, sizeof *r);
+    r->buf_rank = -1;
+    st = slm_s3_open_default(NULL, NULL, &r->s3);
+    if (st) goto fail;
+    // URI: a step directory (has manifest.json), a checkpoints root (has latest) or a run
+    // prefix (has checkpoints/latest).
+    char *data = NULL;
+    size_t n = 0;
+    bool found = false;
+    slm_buf b = {0};
+    slm_buf_appendf(&b, "%smanifest.json", L.prefix);
+    st = slm_s3_get(r->s3, L.bucket, b.data, &data, &n, &found);
+    char *step_key = NULL; // "…/checkpoints/step_N/" of the checkpoint
+    if (!st && found) {
+        step_key = slm_xstrdup(L.prefix);
+        *text = data;
+        *len = n;
+        data = NULL;
+    }
+    for (int i = 0; !st && !step_key && i < 2; i++) {
+        b.len = 0;
+        slm_buf_appendf(&b, "%s%slatest", L.prefix, i ? "checkpoints/" : "");
+        free(data);
+        data = NULL;
+        st = slm_s3_get(r->s3, L.bucket, b.data, &data, &n, &found);
+        if (st || !found) continue;
+        int64_t s;
+        if (!parse_step(data, n, &s)) {
+            st = slm_fail(SLM_E_FORMAT, "s3://%s/%s: does not name a step_N checkpoint", L.bucket,
+                          b.data);
+            break;
+        }
+        slm_buf sk = {0};
+        slm_buf_appendf(&sk, "%s%sstep_%08" PRId64 "/", L.prefix, i ? "checkpoints/" : "", s);
+        step_key = sk.data;
+        free(data);
+        data = NULL;
+        b.len = 0;
+        slm_buf_appendf(&b, "%smanifest.json", step_key);
+        st = slm_s3_get(r->s3, L.bucket, b.data, &data, &n, &found);
+        if (!st && !found)
+            st = slm_fail(SLM_E_IO, "s3://%s/%s: missing (`latest` names an incomplete checkpoint)",
+                          L.bucket, b.data);
+        if (!st) {
+            *text = data;
+            *len = n;
+            data = NULL;
+        }
+    }
+    free(data);
+    slm_buf_free(&b);
+    if (!st && !step_key)
+        st = slm_fail(
+            SLM_E_IO,
+            "%s: no checkpoint here (neither manifest.json, latest nor checkpoints/latest)", uri);
+    if (st) {
+        free(step_key);
+        goto fail;
+    }
+    // The run prefix is the step key without "checkpoints/step_N/"; rank files may be spread over
+    // prefix shards (recorded in the manifest).
+    size_t sl = strlen(step_key);
+    char *end = step_key + sl - 1; // the trailing '/'
+    *end = 0;
+    char *slash = strrchr(step_key, '/');
+    const char *last = slash ? slash + 1 : step_key;
+    int64_t step = -1;
+    if (!parse_step(last, strlen(last), &step)) {
+        st = slm_fail(SLM_E_FORMAT, "s3://%s/%s: not a step_N checkpoint prefix", L.bucket,
+                      step_key);
+        free(step_key);
+        goto fail;
+    }
+    r->step = step;
+    free(L.prefix);
+    size_t keep = slash ? (size_t)(slash - step_key) + 1 : 0; // ".../checkpoints/"
+    const char *cp = "checkpoints/";
+    if (keep >= strlen(cp) && strncmp(step_key + keep - strlen(cp), cp, strlen(cp)) == 0)
+        keep -= strlen(cp);
+    L.prefix = slm_xmalloc(keep + 1);
+    memcpy(L.prefix, step_key, keep);
+    L.prefix[keep] = 0;
+    slm_buf d = {0};
+    slm_buf_appendf(&d, "s3://%s/%s", L.bucket, step_key);
+    *dir = d.data;
+    free(step_key);
+    cJSON *o = cJSON_ParseWithLength(*text, *len);
+    const cJSON *ks = o ? cJSON_GetObjectItemCaseSensitive(o, "s3_prefix_shards") : NULL;
+    if (cJSON_IsNumber(ks) && ks->valuedouble >= 1 && ks->valuedouble <= 100)
+        L.shards = (int)ks->valuedouble;
+    const cJSON *ob = o ? cJSON_GetObjectItemCaseSensitive(o, "s3_objects") : NULL, *e;
+    int no = cJSON_IsArray(ob) ? cJSON_GetArraySize(ob) : 0;
+    r->obj = slm_xcalloc((size_t)(no ? no : 1), sizeof *r->obj);
+    cJSON_ArrayForEach(e, ob) {
+        const cJSON *rk = cJSON_GetObjectItemCaseSensitive(e, "rank"),
+                    *ky = cJSON_GetObjectItemCaseSensitive(e, "key"),
+                    *of = cJSON_GetObjectItemCaseSensitive(e, "offset");
+        if (!cJSON_IsNumber(rk) || !cJSON_IsString(ky) || !cJSON_IsNumber(of) ||
+            of->valuedouble < 0) {
+            st = slm_fail(SLM_E_FORMAT, "%s/manifest.json: bad s3_objects entry", *dir);
+            cJSON_Delete(o);
+            r->L = L;
+            L = (rlay){0};
+            goto fail;
+        }
+        r->obj[r->n_obj++] =
+            (robj){(int)rk->valuedouble, slm_xstrdup(ky->valuestring), (int64_t)of->valuedouble};
+    }
+    cJSON_Delete(o);
+    r->L = L;
+    *out = r;
+    return SLM_OK;
+fail:
+    free(*text);
+    *text = NULL;
+    *len = 0;
+    free(*dir);
+    *dir = NULL;
+    rlay_free(&L);
+    slm_ckpt_remote_free(r);
+    return st;
+}
+
+// The object and offset of a rank's file: the manifest's s3_objects, else (a plain copy of a
+// step directory) the file under the step prefix.
+static const char *obj_of(slm_ckpt_remote *r, int rank, const char *name, int64_t *offset,
+                          char **owned) {
+    *owned = NULL;
+    for (int i = 0; i < r->n_obj; i++)
+        if (r->obj[i].rank == rank) {
+            *offset = r->obj[i].offset;
+            return r->obj[i].key;
+        }
+    *offset = 0;
+    *owned = key_step(&r->L, r->step, name);
+    return *owned;
+}
+
+slm_status slm_ckpt_remote_head(slm_ckpt_remote *r, int rank, const char *name, const char *path,
+                                int64_t bytes) {
+    int64_t base;
+    char *own;
+    const char *key = obj_of(r, rank, name, &base, &own);
+    int64_t size = -1;
+    bool found = false;
+    slm_status st = slm_s3_head(r->s3, r->L.bucket, key, &size, &found);
+    if (!st && !found)
+        st = slm_fail(SLM_E_IO,
+                      "%s: rank %d's object s3://%s/%s is missing; HINT: the checkpoint is "
+                      "incomplete, resume from an older one with --resume",
+                      path, rank, r->L.bucket, key);
+    else if (!st && (!own ? size < base + bytes : size != bytes))
+        st = slm_fail(SLM_E_IO,
+                      "%s: object s3://%s/%s has %" PRId64 " bytes, the manifest puts this file's "
+                      "%" PRId64 " bytes at offset %" PRId64 " (truncated?)",
+                      path, r->L.bucket, key, size, bytes, base);
+    free(own);
+    return st;
+}
+
+slm_status slm_ckpt_remote_read(slm_ckpt_remote *r, int rank, const char *name, int64_t off,
+                                size_t len, int64_t want_end, uint8_t *dst) {
+    if (r->buf_rank == rank && off >= r->buf_off &&
+        off + (int64_t)len <= r->buf_off + (int64_t)r->buf_len) {
+        memcpy(dst, r->buf + (off - r->buf_off), len);
+        return SLM_OK;
+    }
+    // Fetch [off, want_end) up to the window, as chunk-sized range GETs in parallel.
+    int64_t end = want_end > off + (int64_t)len ? want_end : off + (int64_t)len;
+    if (end - off > (int64_t)PREFETCH_BYTES) end = off + (int64_t)PREFETCH_BYTES;
+    if (end < off + (int64_t)len) end = off + (int64_t)len;
+    size_t span = (size_t)(end - off);
+    if (!r->buf) r->buf = slm_xmalloc(PREFETCH_BYTES > len ? PREFETCH_BYTES : len);
+    r->buf_rank = -1;
+    int64_t base;
+    char *own;
+    const char *key = obj_of(r, rank, name, &base, &own);
+    int n = (int)((span + SLM_CKPT_CHUNK_BYTES - 1) / SLM_CKPT_CHUNK_BYTES);
+    slm_s3_range *rg = slm_xcalloc((size_t)n, sizeof *rg);
+    for (int i = 0; i < n; i++) {
+        int64_t a = off + (int64_t)i * SLM_CKPT_CHUNK_BYTES;
+        int64_t b = a + SLM_CKPT_CHUNK_BYTES < end ? a + SLM_CKPT_CHUNK_BYTES : end;
+        rg[i] =
+            (slm_s3_range){.key = key, .offset = base + a, .len = b - a, .dst = r->buf + (a - off)};
+    }
+    slm_status st = slm_s3_get_ranges(r->s3, r->L.bucket, rg, n);
+    free(rg);
+    free(own);
+    if (st) return st;
+    r->buf_rank = rank;
+    r->buf_off = off;
+    r->buf_len = span;
+    memcpy(dst, r->buf, len);
+    return SLM_OK;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Picking the newest complete remote checkpoint
+
+slm_status slm_ckpt_remote_pick(const char *uri, int64_t *step, char **step_uri) {
+    *step = -1;
+    *step_uri = NULL;
+    rlay L;
+    slm_status st = rlay_parse(uri, &L);
+    if (st) return st;
+    slm_s3 *s3 = NULL;
+    st = slm_s3_open_default(NULL, NULL, &s3);
+    char *lk = key_latest(&L), *data = NULL;
+    size_t n = 0;
+    bool found = false;
+    int64_t s = -1;
+    if (!st) st = slm_s3_get(s3, L.bucket, lk, &data, &n, &found);
+    if (!st && found && parse_step(data, n, &s)) {
+        char *mk = key_step(&L, s, "manifest.json");
+        int64_t size;
+        bool have = false;
+        st = slm_s3_head(s3, L.bucket, mk, &size, &have);
+        if (!st && !have) {
+            slm_warn("s3://%s/%s names step %" PRId64 " but its manifest is missing; looking for "
+                     "the newest complete one",
+                     L.bucket, lk, s);
+            s = -1;
+        }
+        free(mk);
+    } else {
+        s = -1;
+    }
+    if (!st && s < 0) {
+        // No (usable) latest: the newest step_N holding a manifest.
+        slm_buf pre = {0};
+        slm_buf_appendf(&pre, "%scheckpoints/", L.prefix);
+        slm_s3_list l;
+        st = slm_s3_list_objects(s3, L.bucket, pre.data, NULL, &l);
+        for (int64_t i = 0; !st && i < l.n; i++) {
+            const char *k = l.obj[i].key + pre.len;
+            const char *sl = strchr(k, '/');
+            int64_t v;
+            if (sl && strcmp(sl, "/manifest.json") == 0 && parse_step(k, (size_t)(sl - k), &v) &&
+                v > s)
+                s = v;
+        }
+        if (!st) slm_s3_list_free(&l);
+        slm_buf_free(&pre);
+    }
+    if (!st && s >= 0) {
+        slm_buf b = {0};
+        slm_buf_appendf(&b, "s3://%s/%scheckpoints/step_%08" PRId64, L.bucket, L.prefix, s);
+        *step_uri = b.data;
+        *step = s;
+    }
+    free(data);
+    free(lk);
+    slm_s3_close(s3);
+    rlay_free(&L);
+    return st;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The uploader
+
+typedef struct up_file {
+    slm_map map;
+    char *key;
+} up_file;
+
+struct slm_ckpt_uploader {
+    rlay L;
+    char *uri;
+    char *root; // local RUN_DIR/checkpoints
+    int rank, world, keep;
+    bool leader;      // lowest world rank of its host: uploads the host's rank files
+    int n_local;      // ranks on this host (leader only)
+    int *local_ranks; // [n_local]
+    int *leader_of;   // [world] each rank's host leader (rank 0 builds s3_objects from it)
+    slm_s3 *s3;       // leaders only (used by the thread)
+    pthread_t th;
+    bool th_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    // jobs for the thread (under mu)
+    int64_t files_step; // -1: none
+    up_file *files;
+    int n_files;
+    int64_t final_step; // rank 0: manifest + latest + retention of this step (-1: none)
+    char *final_manifest;
+    size_t final_len;
+    bool quit, busy;
+    int64_t files_done; // step whose files finished (ok or not), -1
+    bool files_failed;
+    char files_msg[1024];
+    bool final_failed;
+    char final_msg[1024];
+    // training-thread state
+    int64_t pending;        // step handed off whose files are not known complete everywhere (-1)
+    char *pending_manifest; // rank 0: its manifest, read at the hand-off (retention may delete it)
+    size_t pending_len;
+    int64_t last_handed;
+    int64_t n_done, n_failed;
+    double stall_total_s, stall_max_s;
+};
+
+static void files_free(up_file *f, int n) {
+    for (int i = 0; i < n; i++) {
+        slm_map_free(&f[i].map);
+        free(f[i].key);
+    }
+    free(f);
+}
+
+// Retention: keeps the newest `keep` complete remote checkpoints, deleting every object of the
+// older steps (manifest first, so a half-deleted step never looks complete).
+static slm_status prune(slm_ckpt_uploader *u) {
+    if (u->keep <= 0) return SLM_OK;
+    slm_s3_list l;
+    slm_status st = slm_s3_list_objects(u->s3, u->L.bucket, u->L.prefix, NULL, &l);
+    if (st) return st;
+    int64_t *complete = NULL;
+    int nc = 0;
+    size_t pl = strlen(u->L.prefix);
+    // step of each key (or -1)
+    int64_t *ks = slm_xcalloc((size_t)(l.n ? l.n : 1), sizeof *ks);
+    for (int64_t i = 0; i < l.n; i++) {
+        ks[i] = -1;
+        const char *k = l.obj[i].key + pl, *c = strstr(k, "checkpoints/step_");
+        if (!c || (c != k && !(c - k == 4 && k[0] == 's' && k[3] == '/'))) continue;
+        c += strlen("checkpoints/");
+        const char *sl = strchr(c, '/');
+        int64_t v;
+        if (!sl || !parse_step(c, (size_t)(sl - c), &v)) continue;
+        ks[i] = v;
+        if (c - k == (int64_t)strlen("checkpoints/") && strcmp(sl, "/manifest.json") == 0) {
+            complete = slm_xrealloc(complete, (size_t)(nc + 1) * sizeof *complete);
+            complete[nc++] = v;
+        }
+    }
+    // the keep-th newest complete step is the oldest kept
+    int64_t oldest_kept = -1;
+    for (int r = 0; r < u->keep && r < nc; r++) {
+        int64_t best = -1;
+        for (int i = 0; i < nc; i++)
+            if (complete[i] > best && (oldest_kept < 0 || complete[i] < oldest_kept))
+                best = complete[i];
+        oldest_kept = best;
+    }
+    if (nc >= u->keep && oldest_kept >= 0) {
+        for (int pass = 0; pass < 2 && !st; pass++)
+            for (int64_t i = 0; i < l.n && !st; i++) {
+                if (ks[i] < 0 || ks[i] >= oldest_kept) continue;
+                bool is_manifest = strstr(l.obj[i].key, "/manifest.json") != NULL;
+                if (is_manifest != (pass == 0)) continue;
+                st = slm_s3_delete(u->s3, u->L.bucket, l.obj[i].key);
+            }
+    }
+    free(ks);
+    free(complete);
+    slm_s3_list_free(&l);
+    return st;
+}
+
+static slm_status do_final(slm_ckpt_uploader *u, int64_t step, const char *text, size_t len) {
+    cJSON *o = cJSON_ParseWithLength(text, len);
+    if (!o) return slm_fail(SLM_E_FORMAT, "step %" PRId64 ": local manifest is not JSON", step);
+    cJSON_AddNumberToObject(o, "s3_prefix_shards", u->L.shards);
+    // Where each rank file is: host objects hold their ranks' files in rank order (as the
+    // leaders sent them).
+    const cJSON *files = cJSON_GetObjectItemCaseSensitive(o, "files"), *fe;
+    int nf = cJSON_IsArray(files) ? cJSON_GetArraySize(files) : 0;
+    int64_t *fr = slm_xcalloc((size_t)(nf ? nf : 1), sizeof *fr),
+            *fb = slm_xcalloc((size_t)(nf ? nf : 1), sizeof *fb);
+    int k = 0;
+    cJSON_ArrayForEach(fe, files) {
+        const cJSON *rk = cJSON_GetObjectItemCaseSensitive(fe, "rank"),
+                    *by = cJSON_GetObjectItemCaseSensitive(fe, "bytes");
+        fr[k] = cJSON_IsNumber(rk) ? (int64_t)rk->valuedouble : -1;
+        fb[k] = cJSON_IsNumber(by) ? (int64_t)by->valuedouble : 0;
+        k++;
+    }
+    cJSON *objs = cJSON_AddArrayToObject(o, "s3_objects");
+    for (int lead = 0; lead < u->world; lead++) {
+        if (u->leader_of[lead] != lead) continue;
+        int64_t off = 0;
+        char *key = key_host(&u->L, step, lead);
+        for (int r = lead; r < u->world; r++) {
+            if (u->leader_of[r] != lead) continue;
+            for (int i = 0; i < nf; i++)
+                if (fr[i] == r) {
+                    cJSON *e = cJSON_CreateObject();
+                    cJSON_AddNumberToObject(e, "rank", r);
+                    cJSON_AddStringToObject(e, "key", key);
+                    cJSON_AddNumberToObject(e, "offset", (double)off);
+                    cJSON_AddItemToArray(objs, e);
+                    off += fb[i];
+                }
+        }
+        free(key);
+    }
+    free(fr);
+    free(fb);
+    char *js = cJSON_Print(o);
+    cJSON_Delete(o);
+    char *mk = key_step(&u->L, step, "manifest.json");
+    slm_status st = slm_s3_put(u->s3, u->L.bucket, mk, js, strlen(js));
+    free(js);
+    free(mk);
+    if (!st) {
+        char name[64];
+        int nl = snprintf(name, sizeof name, "step_%08" PRId64 "\n", step);
+        char *lk = key_latest(&u->L);
+        st = slm_s3_put(u->s3, u->L.bucket, lk, name, (size_t)nl);
+        free(lk);
+    }
+    if (!st) {
+        slm_status p = prune(u);
+        if (p) slm_warn("%s: remote retention (--ckpt-keep %d): %s", u->uri, u->keep, slm_errmsg());
+    }
+    return st;
+}
+
+static void *up_thread(void *arg) {
+    slm_ckpt_uploader *u = arg;
+    pthread_mutex_lock(&u->mu);
+    for (;;) {
+        while (!u->quit && u->final_step < 0 && u->files_step < 0)
+            pthread_cond_wait(&u->cv, &u->mu);
+        if (u->final_step >= 0) {
+            int64_t step = u->final_step;
+            char *text = u->final_manifest;
+            size_t len = u->final_len;
+            u->busy = true;
+            pthread_mutex_unlock(&u->mu);
+            slm_status st = do_final(u, step, text, len);
+            pthread_mutex_lock(&u->mu);
+            free(text);
+            u->final_manifest = NULL;
+            u->final_step = -1;
+            u->final_failed = st != SLM_OK;
+            if (st) snprintf(u->final_msg, sizeof u->final_msg, "%s", slm_errmsg());
+            u->busy = false;
+            pthread_cond_broadcast(&u->cv);
+            continue;
+        }
+        if (u->files_step >= 0) {
+            int64_t step = u->files_step;
+            up_file *f = u->files;
+            int n = u->n_files;
+            u->busy = true;
+            pthread_mutex_unlock(&u->mu);
+            // One object per host: the rank files back to back (no copy: segments of the maps).
+            slm_status st = SLM_OK;
+            if (n > 0) {
+                slm_s3_seg *sg = slm_xcalloc((size_t)n, sizeof *sg);
+                for (int i = 0; i < n; i++)
+                    sg[i] = (slm_s3_seg){f[i].map.data, f[i].map.len};
+                char *key = key_host(&u->L, step, u->rank);
+                st = slm_s3_put_segments(u->s3, u->L.bucket, key, sg, n);
+                free(key);
+                free(sg);
+            }
+            pthread_mutex_lock(&u->mu);
+            files_free(f, n);
+            u->files = NULL;
+            u->n_files = 0;
+            u->files_step = -1;
+            u->files_done = step;
+            u->files_failed = st != SLM_OK;
+            if (st) snprintf(u->files_msg, sizeof u->files_msg, "%s", slm_errmsg());
+            u->busy = false;
+            pthread_cond_broadcast(&u->cv);
+            continue;
+        }
+        if (u->quit) break;
+    }
+    pthread_mutex_unlock(&u->mu);
+    return NULL;
+}
+
+// FNV-1a of the host name (or SHARDLM_HOST_ID, for tests that fake several hosts on one).
+static int64_t host_id(void) {
+    char h[256] = "";
+    const char *env = getenv("SHARDLM_HOST_ID");
+    if (env && *env)
+        snprintf(h, sizeof h, "%s", env);
+    else
+        gethostname(h, sizeof h - 1);
+    uint64_t x = 1469598103934665603ull;
+    for (const char *p = h; *p; p++)
+        x = (x ^ (uint8_t)*p) * 1099511628211ull;
+    return (int64_t)(x >> 1);
+}
+
+// Rank 0: refuses a prefix whose newest checkpoint is another run's (model config or tokenizer).
+static slm_status check_identity(slm_ckpt_uploader *u, const slm_ckpt_meta *meta) {
+    char *lk = key_latest(&u->L), *data = NULL;
+    size_t n = 0;
+    bool found = false;
+    slm_status st = slm_s3_get(u->s3, u->L.bucket, lk, &data, &n, &found);
+    int64_t s;
+    if (st || !found || !parse_step(data, n, &s)) {
+        free(lk);
+        free(data);
+        return st;
+    }
+    free(data);
+    data = NULL;
+    char *mk = key_step(&u->L, s, "manifest.json");
+    st = slm_s3_get(u->s3, u->L.bucket, mk, &data, &n, &found);
+    if (!st && found) {
+        slm_buf where = {0};
+        slm_buf_appendf(&where, "s3://%s/%s", u->L.bucket, mk);
+        slm_ckpt *c = slm_ckpt_alloc(where.data);
+        st = slm_ckpt_parse_manifest(c, data, n);
+        if (!st) {
+            const slm_ckpt_meta *R = slm_ckpt_get_meta(c);
+            cJSON *a = cJSON_CreateObject(), *b = cJSON_CreateObject();
+            slm_llama_config_to_json(&R->cfg, false, a);
+            slm_llama_config_to_json(&meta->cfg, false, b);
+            char *ja = cJSON_PrintUnformatted(a), *jb = cJSON_PrintUnformatted(b);
+            if (strcmp(ja, jb) != 0)
+                st = slm_fail(SLM_E_ARG,
+                              "--ckpt-uri %s holds another run's checkpoints (%s: model_config "
+                              "%s, this run's %s); give another prefix",
+                              u->uri, where.data, ja, jb);
+            else if (R->has_tokenizer != meta->has_tokenizer ||
+                     (R->has_tokenizer && R->tokenizer_xxh64 != meta->tokenizer_xxh64)) {
+                char x[17] = "-", y[17] = "-";
+                if (R->has_tokenizer) slm_hex64(R->tokenizer_xxh64, x);
+                if (meta->has_tokenizer) slm_hex64(meta->tokenizer_xxh64, y);
+                st = slm_fail(SLM_E_ARG,
+                              "--ckpt-uri %s holds another run's checkpoints (%s: tokenizer "
+                              "xxh64 %s, this run's %s); give another prefix",
+                              u->uri, where.data, x, y);
+            }
+            free(ja);
+            free(jb);
+            cJSON_Delete(a);
+            cJSON_Delete(b);
+        } else {
+            st = slm_fail_wrap(st, "--ckpt-uri %s: the remote latest checkpoint", u->uri);
+        }
+        slm_ckpt_free(c);
+        slm_buf_free(&where);
+    }
+    free(data);
+    free(mk);
+    free(lk);
+    return st;
+}
+
+slm_status slm_ckpt_uploader_new(const slm_ckpt_upload_opts *o, slm_ckpt_uploader **out) {
+    *out = NULL;
+    slm_ckpt_uploader *u = slm_xcalloc(1, sizeof *u);
+    u->rank = o->rank;
+    u->world = o->world;
+    u->keep = o->keep;
+    u->root = slm_xstrdup(o->root);
+    u->uri = slm_xstrdup(o->uri);
+    u->files_step = u->final_step = u->files_done = u->pending = u->last_handed = -1;
+    pthread_mutex_init(&u->mu, NULL);
+    pthread_cond_init(&u->cv, NULL);
+    slm_status st = rlay_parse(o->uri, &u->L);
+    if (!st && (o->prefix_shards < 1 || o->prefix_shards > 100))
+        st = slm_fail(SLM_E_ARG, "--s3-prefix-shards %d: expected 1..100", o->prefix_shards);
+    if (!st) u->L.shards = o->prefix_shards;
+    // Hosts: every rank's host id; the lowest rank of each host leads it.
+    int64_t me = host_id();
+    int64_t *ids = slm_xcalloc((size_t)o->world, sizeof *ids);
+    if (o->world > 1)
+        slm_dist_allgather(&me, ids, 1, SLM_DT_I64, "checkpoint upload hosts");
+    else
+        ids[0] = me;
+    int lead = o->rank;
+    for (int r = 0; r < o->world; r++)
+        if (ids[r] == me && r < lead) lead = r;
+    u->leader = lead == o->rank;
+    if (u->leader) {
+        u->local_ranks = slm_xcalloc((size_t)o->world, sizeof(int));
+        for (int r = 0; r < o->world; r++)
+            if (ids[r] == me) u->local_ranks[u->n_local++] = r;
+    }
+    u->leader_of = slm_xcalloc((size_t)o->world, sizeof(int));
+    for (int r = 0; r < o->world; r++) {
+        u->leader_of[r] = r;
+        for (int q = 0; q < r; q++)
+            if (ids[q] == ids[r]) {
+                u->leader_of[r] = q;
+                break;
+            }
+    }
+    free(ids);
+    if (!st && u->leader) st = slm_s3_open_default(NULL, NULL, &u->s3);
+    if (!st && o->rank == 0 && o->meta) st = check_identity(u, o->meta);
+    if (!st && o->rank == 0 && o->meta && o->meta->tokenizer_file[0]) {
+        // The run's tokenizer copy (RUN_DIR/<file>), so `ckpt export s3://...` finds it.
+        char *run = slm_path_parent(o->root);
+        char *tp = slm_path_join(run, o->meta->tokenizer_file);
+        slm_buf key = {0};
+        slm_buf_appendf(&key, "%s%s", u->L.prefix, o->meta->tokenizer_file);
+        if (slm_is_file(tp)) st = slm_s3_put_file(u->s3, u->L.bucket, key.data, tp);
+        slm_buf_free(&key);
+        free(tp);
+        free(run);
+    }
+    if (!st && u->leader) {
+        if (pthread_create(&u->th, NULL, up_thread, u) != 0)
+            st = slm_fail(SLM_E_IO, "checkpoint upload: cannot start the uploader thread");
+        else
+            u->th_started = true;
+    }
+    st = o->world > 1 ? slm_dist_agree(st) : st;
+    if (st) {
+        slm_ckpt_uploader_free(u);
+        return st;
+    }
+    *out = u;
+    return SLM_OK;
+}
+
+// Collective: [files still running anywhere, failed anywhere] for the pending step.
+static void poll_pending(slm_ckpt_uploader *u, bool *done, bool *failed) {
+    int64_t v[2] = {0, 0};
+    if (u->leader) {
+        pthread_mutex_lock(&u->mu);
+        v[0] = u->files_done != u->pending;
+        v[1] = u->files_done == u->pending && u->files_failed;
+        pthread_mutex_unlock(&u->mu);
+    }
+    if (u->world > 1) slm_dist_allreduce(v, 2, SLM_DT_I64, SLM_OP_MAX, "checkpoint upload poll");
+    *done = v[0] == 0;
+    *failed = v[1] != 0;
+}
+
+// The pending step's files are uploaded everywhere: rank 0 queues the manifest + latest.
+static void settle_pending(slm_ckpt_uploader *u, bool failed) {
+    int64_t step = u->pending;
+    u->pending = -1;
+    if (failed) {
+        u->n_failed++;
+        if (u->leader) {
+            pthread_mutex_lock(&u->mu);
+            if (u->files_failed) slm_error("checkpoint upload: %s", u->files_msg);
+            pthread_mutex_unlock(&u->mu);
+        }
+        if (u->rank == 0)
+            slm_error("checkpoint step_%08" PRId64 " was not uploaded to %s (see the errors "
+                      "above); the remote latest still names the previous complete one; the next "
+                      "checkpoint is uploaded in full",
+                      step, u->uri);
+        return;
+    }
+    if (u->rank != 0) {
+        u->n_done++;
+        return;
+    }
+    char *text = u->pending_manifest;
+    size_t len = u->pending_len;
+    u->pending_manifest = NULL;
+    if (!text) {
+        slm_error("checkpoint upload of step %" PRId64 ": its manifest could not be read at the "
+                  "hand-off",
+                  step);
+        u->n_failed++;
+    } else {
+        u->n_done++;
+        pthread_mutex_lock(&u->mu);
+        while (u->final_step >= 0) // the previous final still running
+            pthread_cond_wait(&u->cv, &u->mu);
+        u->final_step = step;
+        u->final_manifest = text;
+        u->final_len = len;
+        pthread_cond_broadcast(&u->cv);
+        pthread_mutex_unlock(&u->mu);
+    }
+}
+
+static void wait_pending(slm_ckpt_uploader *u) {
+    while (u->pending >= 0) {
+        bool done, failed;
+        poll_pending(u, &done, &failed);
+        if (done) {
+            settle_pending(u, failed);
+            break;
+        }
+        usleep(2000);
+    }
+}
+
+slm_status slm_ckpt_uploader_step(slm_ckpt_uploader *u, int64_t committed) {
+    if (!u) return SLM_OK;
+    if (u->pending >= 0) {
+        bool done, failed;
+        poll_pending(u, &done, &failed);
+        if (done) settle_pending(u, failed);
+    }
+    if (committed < 0 || committed <= u->last_handed) return SLM_OK;
+    if (u->pending >= 0) {
+        // The next upload would overlap the previous one: training waits (the stall).
+        double t0 = slm_time_s();
+        wait_pending(u);
+        double w = slm_time_s() - t0;
+        u->stall_total_s += w;
+        if (w > u->stall_max_s) u->stall_max_s = w;
+        if (u->rank == 0)
+            slm_warn("checkpoint upload: step_%08" PRId64 " committed while the previous upload "
+                     "was running; training waited %.2f s for it",
+                     committed, w);
+    }
+    // Hand off: map this host's rank files now (a later local retention may delete them; the
+    // mappings keep the bytes).
+    u->last_handed = committed;
+    u->pending = committed;
+    slm_status st = SLM_OK;
+    if (u->rank == 0) {
+        char *dir = slm_ckpt_step_dir(u->root, committed, false);
+        char *mp = slm_path_join(dir, "manifest.json");
+        free(u->pending_manifest);
+        u->pending_manifest = NULL;
+        if (slm_file_read_all(mp, &u->pending_manifest, &u->pending_len))
+            slm_error("checkpoint upload: %s", slm_errmsg());
+        free(mp);
+        free(dir);
+    }
+    if (u->leader) {
+        char *dir = slm_ckpt_step_dir(u->root, committed, false);
+        up_file *f = slm_xcalloc((size_t)u->n_local, sizeof *f);
+        int n = 0;
+        for (int i = 0; i < u->n_local && !st; i++) {
+            char name[32];
+            snprintf(name, sizeof name, "rank_%05d.bin", u->local_ranks[i]);
+            char *p = slm_path_join(dir, name);
+            if (slm_is_file(p)) { // replicas write no file
+                st = slm_map_file(p, &f[n].map);
+                if (!st) n++;
+            }
+            free(p);
+        }
+        free(dir);
+        pthread_mutex_lock(&u->mu);
+        if (st) {
+            files_free(f, n);
+            u->files_done = committed;
+            u->files_failed = true;
+            snprintf(u->files_msg, sizeof u->files_msg, "%s", slm_errmsg());
+        } else {
+            u->files = f;
+            u->n_files = n;
+            u->files_step = committed;
+            pthread_cond_broadcast(&u->cv);
+        }
+        pthread_mutex_unlock(&u->mu);
+    }
+    return SLM_OK;
+}
+
+slm_status slm_ckpt_uploader_finish(slm_ckpt_uploader *u) {
+    if (!u) return SLM_OK;
+    double t0 = slm_time_s();
+    wait_pending(u);
+    slm_status st = SLM_OK;
+    if (u->rank == 0) {
+        pthread_mutex_lock(&u->mu);
+        while (u->final_step >= 0 || u->busy)
+            pthread_cond_wait(&u->cv, &u->mu);
+        if (u->final_failed) {
+            st = slm_fail(SLM_E_IO, "checkpoint upload to %s: %s", u->uri, u->final_msg);
+            u->final_failed = false;
+        }
+        pthread_mutex_unlock(&u->mu);
+    }
+    if (u->world > 1) st = slm_dist_agree(st);
+    double w = slm_time_s() - t0;
+    if (u->rank == 0) {
+        slm_s3_stats s = {0};
+        if (u->s3) slm_s3_get_stats(u->s3, &s);
+        slm_info("checkpoint uploads to %s: %lld complete, %lld failed; rank 0's host: %lld PUTs, "
+                 "%.1f MiB, %lld retries (%lld throttled); training waited %.2f s for overlaps, "
+                 "%.2f s at the end",
+                 u->uri, (long long)u->n_done, (long long)u->n_failed, (long long)s.puts,
+                 (double)s.bytes_up / (1 << 20), (long long)s.retries, (long long)s.throttled,
+                 u->stall_total_s, w);
+    }
+    if (!st && u->n_failed) st = SLM_OK; // failures were logged; the local run is complete
+    return st;
+}
+
+void slm_ckpt_uploader_stats(const slm_ckpt_uploader *u, int64_t *puts, int64_t *n_done,
+                             double *stall_s) {
+    slm_s3_stats s = {0};
+    if (u->s3) slm_s3_get_stats(u->s3, &s);
+    *puts = s.puts;
+    *n_done = u->n_done;
+    *stall_s = u->stall_total_s;
+}
+
+void slm_ckpt_uploader_free(slm_ckpt_uploader *u) {
+    if (!u) return;
+    if (u->th_started) {
+        pthread_mutex_lock(&u->mu);
+        u->quit = true;
+        pthread_cond_broadcast(&u->cv);
+        pthread_mutex_unlock(&u->mu);
+        pthread_join(u->th, NULL);
+    }
+    files_free(u->files, u->n_files);
+    free(u->final_manifest);
+    free(u->pending_manifest);
+    slm_s3_close(u->s3);
+    rlay_free(&u->L);
+    free(u->local_ranks);
+    free(u->leader_of);
+    free(u->root);
+    free(u->uri);
+    pthread_mutex_destroy(&u->mu);
+    pthread_cond_destroy(&u->cv);
+    free(u);
+}

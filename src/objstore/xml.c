@@ -1,0 +1,138 @@
+// S3's XML answers through libxml2 (no network access, no entity expansion beyond the five
+// predefined ones, no DTD loading): ListObjectsV2 pages, single element texts (UploadId, error
+// Code / Message).
+#include "objstore/objstore.h"
+
+#include <libxml/parser.h>
+#include <libxml/tree.h>
+#include <stdlib.h>
+#include <string.h>
+
+static xmlDocPtr parse(const char *xml, size_t len) {
+    if (len > (size_t)1 << 30) return NULL;
+    return xmlReadMemory(xml, (int)len, "s3.xml", NULL,
+                         XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING);
+}
+
+static bool is(const xmlNode *n, const char *name) {
+    return n->type == XML_ELEMENT_NODE && strcmp((const char *)n->name, name) == 0;
+}
+
+static char *text_of(const xmlNode *n) {
+    xmlChar *t = xmlNodeGetContent(n);
+    char *s = slm_xstrdup(t ? (const char *)t : "");
+    xmlFree(t);
+    return s;
+}
+
+static const xmlNode *find(const xmlNode *n, const char *name) {
+    for (; n; n = n->next) {
+        if (is(n, name)) return n;
+        const xmlNode *c = find(n->children, name);
+        if (c) return c;
+    }
+    return NULL;
+}
+
+slm_status slm_s3_xml_text(const char *xml, size_t len, const char *name, char **out) {
+    *out = NULL;
+    xmlDocPtr d = parse(xml, len);
+    if (!d) return slm_fail(SLM_E_FORMAT, "S3 answer is not XML (%zu bytes)", len);
+    const xmlNode *n = find(xmlDocGetRootElement(d), name);
+    if (n) *out = text_of(n);
+    xmlFreeDoc(d);
+    return SLM_OK;
+}
+
+void slm_s3_list_free(slm_s3_list *l) {
+    if (!l) return;
+    for (int64_t i = 0; i < l->n; i++)
+        free(l->obj[i].key);
+    free(l->obj);
+    for (int64_t i = 0; i < l->n_prefixes; i++)
+        free(l->prefixes[i]);
+    free(l->prefixes);
+    memset(l, 0, sizeof *l);
+}
+
+slm_status slm_s3_xml_list(const char *xml, size_t len, slm_s3_list *l, bool *truncated,
+                           char **next_token) {
+    *truncated = false;
+    *next_token = NULL;
+    xmlDocPtr d = parse(xml, len);
+    if (!d) return slm_fail(SLM_E_FORMAT, "ListObjectsV2 answer is not XML (%zu bytes)", len);
+    slm_status st = SLM_OK;
+    const xmlNode *root = xmlDocGetRootElement(d);
+    if (!root || !is(root, "ListBucketResult")) {
+        st = slm_fail(SLM_E_FORMAT,
+                      "ListObjectsV2 answer: root element is <%s>, expected "
+                      "<ListBucketResult>",
+                      root ? (const char *)root->name : "(none)");
+        goto out;
+    }
+    for (const xmlNode *n = root->children; n; n = n->next) {
+        if (is(n, "IsTruncated")) {
+            char *t = text_of(n);
+            *truncated = strcmp(t, "true") == 0;
+            free(t);
+        } else if (is(n, "NextContinuationToken")) {
+            free(*next_token);
+            *next_token = text_of(n);
+        } else if (is(n, "Contents")) {
+            slm_s3_object o = {0};
+            o.size = -1;
+            for (const xmlNode *c = n->children; c; c = c->next) {
+                if (is(c, "Key")) {
+                    free(o.key);
+                    o.key = text_of(c);
+                } else if (is(c, "Size")) {
+                    char *t = text_of(c), *e = NULL;
+                    long long v = strtoll(t, &e, 10);
+                    bool okv = *t && !*e && v >= 0;
+                    free(t);
+                    if (!okv) {
+                        free(o.key);
+                        st = slm_fail(SLM_E_FORMAT, "ListObjectsV2 answer: bad <Size>");
+                        goto out;
+                    }
+                    o.size = v;
+                } else if (is(c, "ETag")) {
+                    char *t = text_of(c);
+                    const char *s = t;
+                    if (*s == '"') s++;
+                    size_t k = strlen(s);
+                    if (k && s[k - 1] == '"') k--;
+                    if (k >= sizeof o.etag) k = sizeof o.etag - 1;
+                    memcpy(o.etag, s, k);
+                    o.etag[k] = 0;
+                    free(t);
+                }
+            }
+            if (!o.key || o.size < 0) {
+                free(o.key);
+                st = slm_fail(SLM_E_FORMAT, "ListObjectsV2 answer: <Contents> without <Key> or "
+                                            "<Size>");
+                goto out;
+            }
+            if (l->n == l->cap) {
+                l->cap = l->cap ? 2 * l->cap : 64;
+                l->obj = slm_xrealloc(l->obj, (size_t)l->cap * sizeof *l->obj);
+            }
+            l->obj[l->n++] = o;
+        } else if (is(n, "CommonPrefixes")) {
+            const xmlNode *p = find(n->children, "Prefix");
+            if (p) {
+                l->prefixes =
+                    slm_xrealloc(l->prefixes, (size_t)(l->n_prefixes + 1) * sizeof(char *));
+                l->prefixes[l->n_prefixes++] = text_of(p);
+            }
+        }
+    }
+out:
+    if (st) {
+        free(*next_token);
+        *next_token = NULL;
+    }
+    xmlFreeDoc(d);
+    return st;
+}

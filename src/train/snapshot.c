@@ -1,0 +1,203 @@
+// Node-local snapshots (--snapshot-every-steps N): the newest sharded state kept in shared
+// memory (/dev/shm) in checkpoint format, and the restart rule that prefers it to an older disk
+// checkpoint. Contract in train.h; docs/operations.md "Snapshots".
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ckpt/ckpt.h"
+#include "dist/dist.h"
+#include "train/train.h"
+#include "train/train_internal.h"
+
+char *slm_train_snapshot_root(const slm_train_opts *o) {
+    if (o->snapshot_dir) return slm_xstrdup(o->snapshot_dir);
+    char cwd[4096] = "", buf[4200];
+    if (o->out_dir && o->out_dir[0] != '/' && getcwd(cwd, sizeof cwd))
+        snprintf(buf, sizeof buf, "%s/%s", cwd, o->out_dir);
+    else
+        snprintf(buf, sizeof buf, "%s", o->out_dir ? o->out_dir : "");
+    char root[64];
+    snprintf(root, sizeof root, "/dev/shm/shardlm-%016llx",
+             (unsigned long long)slm_xxh64(buf, strlen(buf), 0x736e6170ull));
+    return slm_xstrdup(root);
+}
+
+// Removes ROOT's step_N directories (flat), its `latest` and ROOT itself; errors are ignored
+// (a snapshot is a cache).
+static void remove_root(const char *root) {
+    DIR *d = opendir(root);
+    if (!d) return;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (!strncmp(e->d_name, "step_", 5)) {
+            char *p = slm_path_join(root, e->d_name);
+            slm_rmdir_flat(p);
+            free(p);
+        } else if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+            char *p = slm_path_join(root, e->d_name);
+            unlink(p);
+            free(p);
+        }
+    }
+    closedir(d);
+    rmdir(root);
+}
+
+// One host for the whole world (snapshots are node-local: a world over several hosts cannot
+// resume from them, since no host holds every rank's file). Collective.
+static bool one_host(void) {
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    int64_t h = (int64_t)slm_xxh64(host, strlen(host), 0), lo = h, hi = h;
+    slm_dist_allreduce(&lo, 1, SLM_DT_I64, SLM_OP_MIN, "snapshot host check");
+    slm_dist_allreduce(&hi, 1, SLM_DT_I64, SLM_OP_MAX, "snapshot host check");
+    return lo == hi;
+}
+
+// Rank 0: the step of a snapshot under root that verifies in full (every file's XXH64) and fits
+// this run (world, model); -1 otherwise, with the reason logged.
+static int64_t usable_snapshot(const slm_trainer *tr, const char *root, int64_t disk_step) {
+    if (!slm_is_dir(root)) return -1;
+    char *dir = NULL;
+    int64_t s = -1;
+    if (slm_ckpt_pick_newest(root, true, "found snapshot", &dir, &s)) {
+        slm_warn("snapshots under %s: %s; resuming from the disk checkpoint", root, slm_errmsg());
+        return -1;
+    }
+    int64_t use = -1;
+    slm_ckpt *c = NULL;
+    if (s >= 0 && s <= disk_step) {
+        slm_info("snapshot step %lld is not newer than the disk checkpoint (step %lld): not used",
+                 (long long)s, (long long)disk_step);
+    } else if (s >= 0 && slm_ckpt_open(dir, &c) == SLM_OK) {
+        const slm_ckpt_meta *M = slm_ckpt_get_meta(c);
+        const slm_llama_config *a = &M->cfg, *b = &tr->cfg;
+        bool same_model = a->vocab_size == b->vocab_size && a->hidden_size == b->hidden_size &&
+                          a->intermediate_size == b->intermediate_size &&
+                          a->num_hidden_layers == b->num_hidden_layers &&
+                          a->num_attention_heads == b->num_attention_heads &&
+                          a->num_key_value_heads == b->num_key_value_heads;
+        if (M->world != tr->W || !same_model)
+            slm_warn("snapshot %s was saved by %s (%d ranks); this run has %d ranks: not used "
+                     "(resuming from the disk checkpoint)",
+                     dir, same_model ? "the same model" : "another model", M->world, tr->W);
+        else
+            use = s;
+        slm_ckpt_free(c);
+    }
+    free(dir);
+    return use;
+}
+
+slm_status slm_trainer_pick_snapshot(slm_trainer *tr) {
+    const slm_train_opts *o = tr->o;
+    if (!o->out_dir || o->snapshot_every_steps <= 0) return SLM_OK;
+    tr->snap_one_host = one_host();
+    if (!o->resume || strcmp(o->resume, "auto") || !tr->resume_path) return SLM_OK;
+    int64_t use = -1, disk = -1;
+    char *root = slm_train_snapshot_root(o);
+    if (tr->rank == 0 && tr->snap_one_host) {
+        slm_ckpt *c = NULL;
+        if (slm_ckpt_open(tr->resume_path, &c) == SLM_OK) disk = slm_ckpt_get_meta(c)->step;
+        slm_ckpt_free(c);
+        use = usable_snapshot(tr, root, disk);
+    }
+    slm_dist_bcast(&use, 1, SLM_DT_I64, 0, "snapshot pick");
+    if (use >= 0) {
+        char name[32];
+        snprintf(name, sizeof name, "step_%08lld", (long long)use);
+        free(tr->resume_path);
+        tr->resume_path = slm_path_join(root, name);
+        if (tr->rank == 0)
+            slm_info("resuming from the node-local snapshot %s (step %lld, newer than the disk "
+                     "checkpoint of step %lld)",
+                     tr->resume_path, (long long)use, (long long)disk);
+    }
+    free(root);
+    return SLM_OK;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The hook
+
+static slm_ckpt_sched *g_snap; // one run at a time per process (as the other library hooks)
+
+static slm_status snap_start(void *ctx, slm_trainer *tr) {
+    (void)ctx;
+    const slm_train_opts *o = tr->o;
+    g_snap = NULL;
+    if (!o->out_dir || o->snapshot_every_steps <= 0) return SLM_OK;
+    if (!tr->snap_one_host) {
+        if (tr->rank == 0)
+            slm_info("--snapshot-every-steps: the ranks run on several hosts; node-local "
+                     "snapshots cannot restore such a world, so none are taken");
+        return SLM_OK;
+    }
+    char *root = slm_train_snapshot_root(o);
+    if (!tr->resume_path && tr->rank == 0) remove_root(root); // an earlier run's, never resumed
+    slm_status st = slm_dist_agree(tr->rank == 0 ? slm_mkdir_p(root) : SLM_OK);
+    slm_ckpt_policy pol = {.root = root,
+                           .every_steps = o->snapshot_every_steps,
+                           .keep = 1,
+                           .sync = true,
+                           .abort_on_error = false};
+    if (!st)
+        st = slm_ckpt_sched_new(&pol, tr->rank, tr->W, slm_fsdp_is_replica(&tr->fsdp), &g_snap);
+    if (!st && tr->rank == 0)
+        slm_info("snapshots: every %lld steps into %s (node-local, newest kept)",
+                 (long long)o->snapshot_every_steps, root);
+    free(root);
+    return st;
+}
+
+static slm_status snap_step(void *ctx, slm_trainer *tr, const slm_step_metrics *m) {
+    (void)ctx;
+    if (!g_snap) return SLM_OK;
+    int NU = 0;
+    const slm_unit_layout *lay = slm_trainer_ckpt_layout(tr, &NU); // LoRA: the adapters
+    slm_ckpt_meta meta;
+    slm_ckpt_shard *sh = slm_xcalloc((size_t)NU, sizeof *sh);
+    slm_trainer_ckpt_state(tr, tr->step, &meta, sh);
+    slm_status st =
+        slm_ckpt_sched_step(g_snap, slm_ckpt_sched_due(g_snap, m->step, false), &meta, lay, NU, sh);
+    free(sh);
+    return st;
+}
+
+static slm_status snap_finish(void *ctx, slm_trainer *tr, slm_status st) {
+    (void)ctx;
+    if (!g_snap) return SLM_OK;
+    slm_status r = st ? SLM_OK : slm_ckpt_sched_finish(g_snap);
+    if (st) slm_ckpt_sched_settle(g_snap, tr->W == 1);
+    int64_t n;
+    double stall_total, stall_max;
+    slm_ckpt_sched_stats(g_snap, &n, &stall_total, &stall_max);
+    slm_ckpt_sched_free(g_snap);
+    g_snap = NULL;
+    if (tr->rank == 0)
+        slm_info("snapshots: %lld taken, %.1f ms max, %.1f ms total", (long long)n, stall_max * 1e3,
+                 stall_total * 1e3);
+    // A run that ended without an error and whose final checkpoint is committed on disk (as new
+    // as any snapshot): the shared memory goes back.
+    char name[64];
+    snprintf(name, sizeof name, "checkpoints/step_%08lld", (long long)tr->step);
+    char *final = slm_path_join(tr->o->out_dir, name);
+    if (!st && !r && tr->rank == 0 && slm_is_dir(final)) {
+        char *root = slm_train_snapshot_root(tr->o);
+        remove_root(root);
+        free(root);
+    }
+    free(final);
+    return r;
+}
+
+slm_status slm_train_add_snapshot_hook(slm_train_opts *o) {
+    if (o->snapshot_every_steps <= 0) return SLM_OK;
+    slm_train_hook k = {.name = "snapshots",
+                        .on_start = snap_start,
+                        .on_step = snap_step,
+                        .on_finish = snap_finish};
+    return slm_train_attach(o, &k);
+}

@@ -1,0 +1,90 @@
+// Test driver for the objstore client (not a test itself): one S3 operation per call, the
+// configuration from the environment (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...).
+//   s3_tool mb BUCKET | put BUCKET KEY FILE | get BUCKET KEY FILE | range BUCKET KEY OFF LEN FILE
+//   | head BUCKET KEY | ls BUCKET PREFIX | rm BUCKET KEY | wait BUCKET SECONDS | stats-put ...
+// Prints results on stdout; after put / get / ls also "stats requests=N retries=N throttled=N
+// puts=N gets=N". Exit 0 on success, 1 with the error message on stderr, 3 for a missing key.
+#include "objstore/objstore.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void stats(slm_s3 *s) {
+    slm_s3_stats st;
+    slm_s3_get_stats(s, &st);
+    printf("stats requests=%lld retries=%lld throttled=%lld puts=%lld gets=%lld\n",
+           (long long)st.requests, (long long)st.retries, (long long)st.throttled,
+           (long long)st.puts, (long long)st.gets);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 3) {
+        fprintf(stderr, "usage: s3_tool OP BUCKET ...\n");
+        return 2;
+    }
+    const char *op = argv[1], *bucket = argv[2];
+    slm_s3 *s = NULL;
+    slm_status st = slm_s3_open_default(NULL, NULL, &s);
+    if (st) {
+        fprintf(stderr, "s3_tool: %s\n", slm_errmsg());
+        return 1;
+    }
+    int rc = 0;
+    if (strcmp(op, "mb") == 0) {
+        st = slm_s3_create_bucket(s, bucket);
+    } else if (strcmp(op, "put") == 0 && argc == 5) {
+        st = slm_s3_put_file(s, bucket, argv[3], argv[4]);
+        if (!st) stats(s);
+    } else if (strcmp(op, "get") == 0 && argc == 5) {
+        st = slm_s3_get_file(s, bucket, argv[3], argv[4]);
+        if (!st) stats(s);
+    } else if (strcmp(op, "range") == 0 && argc == 7) {
+        int64_t off = atoll(argv[4]), len = atoll(argv[5]);
+        char *buf = malloc((size_t)len + 1);
+        slm_s3_range r = {.key = argv[3], .offset = off, .len = len, .dst = buf};
+        st = slm_s3_get_ranges(s, bucket, &r, 1);
+        if (!st) st = slm_file_write_atomic(argv[6], buf, (size_t)len);
+        free(buf);
+    } else if (strcmp(op, "head") == 0 && argc == 4) {
+        int64_t size;
+        bool found;
+        st = slm_s3_head(s, bucket, argv[3], &size, &found);
+        if (!st && !found) rc = 3;
+        if (!st && found) printf("%lld\n", (long long)size);
+    } else if (strcmp(op, "ls") == 0 && argc == 4) {
+        slm_s3_list l;
+        st = slm_s3_list_objects(s, bucket, argv[3], NULL, &l);
+        if (!st) {
+            for (int64_t i = 0; i < l.n; i++)
+                printf("%lld %s\n", (long long)l.obj[i].size, l.obj[i].key);
+            slm_s3_list_free(&l);
+            stats(s);
+        }
+    } else if (strcmp(op, "rm") == 0 && argc == 4) {
+        st = slm_s3_delete(s, bucket, argv[3]);
+    } else if (strcmp(op, "wait") == 0 && argc == 4) {
+        // Readiness: a signed ListObjectsV2 that answers 200, retried for up to SECONDS.
+        double until = slm_time_s() + atof(argv[3]);
+        for (;;) {
+            slm_s3_list l;
+            st = slm_s3_list_objects(s, bucket, "", NULL, &l);
+            if (!st) {
+                slm_s3_list_free(&l);
+                break;
+            }
+            if (slm_time_s() > until) break;
+            usleep(200000);
+        }
+    } else {
+        fprintf(stderr, "s3_tool: bad arguments for %s\n", op);
+        rc = 2;
+    }
+    if (st) {
+        fprintf(stderr, "s3_tool: %s\n", slm_errmsg());
+        rc = 1;
+    }
+    slm_s3_close(s);
+    return rc;
+}

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# The objstore client against a real S3 server (SeaweedFS `weed mini`, SigV4 checked): single and
+# multipart PUT (5 MiB parts, in parallel) + GET + range GET byte-equal to the local file, HEAD
+# of present / missing keys, ListObjectsV2 over several pages, DELETE; credentials from an
+# AWS_PROFILE in a credentials file; a wrong secret (403 naming bucket and key id, never the
+# secret); throttling (a proxy answering 503 SlowDown: retries succeed and are counted); the
+# server killed during a retry loop (the request succeeds once it is back).
+# Usage: test_s3_client.sh S3_TOOL
+. "$(dirname "$0")/../lib.sh"
+export S3TOOL=$1
+. "$(dirname "$0")/lib.sh"
+slm_s3_start "$W/s3"
+T=$S3TOOL B=$S3_BUCKET
+
+head -c 12345678 /dev/urandom > "$W/big"     # 3 parts of 5 MiB (multipart from 5 MiB)
+echo "hello s3" > "$W/small"
+export SHARDLM_S3_MULTIPART_MIB=5 SHARDLM_S3_PART_MIB=5
+"$T" put "$B" "t/small file+1.txt" "$W/small" > "$W/o1"
+check "put single" 0 $?
+"$T" put "$B" t/big "$W/big" > "$W/o2"
+has "multipart: 3 part PUTs" "$W/o2" "puts=3 "
+"$T" get "$B" t/big "$W/big.back" > /dev/null
+if cmp -s "$W/big" "$W/big.back"; then ok "multipart GET equal"; else bad "multipart GET differs"; fi
+"$T" get "$B" "t/small file+1.txt" "$W/small.back" > /dev/null
+if cmp -s "$W/small" "$W/small.back"; then ok "key with space and +"; else bad "odd key"; fi
+"$T" range "$B" t/big 5242870 20 "$W/r"
+if cmp -s <(tail -c +5242871 "$W/big" | head -c 20) "$W/r"; then ok "range GET across a part"
+else bad "range GET"; fi
+size=$("$T" head "$B" t/big)
+check "HEAD size" 12345678 "$size"
+set +e # rc of expected failures
+"$T" head "$B" t/missing; check "HEAD missing = 3" 3 $?
+set -e
+for i in 1 2 3 4 5; do "$T" put "$B" "p/k$i" "$W/small" > /dev/null; done
+SHARDLM_S3_LIST_PAGE=2 "$T" ls "$B" p/ > "$W/ls"
+check "list 5 keys in pages of 2" 5 "$(grep -c ' p/k' "$W/ls")"
+has "list took 3 pages" "$W/ls" "requests=3 "
+"$T" rm "$B" p/k3
+"$T" ls "$B" p/ > "$W/ls2"
+if grep -q "p/k3" "$W/ls2"; then bad "DELETE"; else ok "DELETE"; fi
+
+# Credentials from a profile (environment keys unset).
+cat > "$W/creds" <<INI
+[default]
+aws_access_key_id = WRONGDEFAULT
+aws_secret_access_key = nope
+[slm]
+aws_access_key_id = $AWS_ACCESS_KEY_ID
+aws_secret_access_key = $AWS_SECRET_ACCESS_KEY
+INI
+(unset AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY
+ AWS_SHARED_CREDENTIALS_FILE="$W/creds" AWS_PROFILE=slm "$T" head "$B" t/big > "$W/prof")
+check "profile credentials" 12345678 "$(cat "$W/prof")"
+
+# Wrong secret: a clear 403 naming the bucket and key id, never the secret.
+set +e
+AWS_SECRET_ACCESS_KEY="TheWrongSecret123" "$T" ls "$B" t/ 2> "$W/e403"
+check "wrong secret exit 1" 1 $?
+set -e
+has "403 named" "$W/e403" "HTTP 403 SignatureDoesNotMatch"
+has "403 names bucket and key id" "$W/e403" "bucket $B, access key id $AWS_ACCESS_KEY_ID"
+if grep -q "TheWrongSecret123" "$W/e403"; then bad "secret leaked"; else ok "secret not in message"; fi
+
+# Throttling: 4 answers of 503 SlowDown, then forwarded: the PUT and GET succeed, retries counted.
+"$PY" "$(dirname "$0")/throttle_proxy.py" "$S3_PORT" 4 "$W/pport" "$W/pcount" &
+ppid=$!
+slm_on_exit "kill $ppid"
+for i in $(seq 1 100); do [ -s "$W/pport" ] && break; sleep 0.1; done
+AWS_ENDPOINT_URL="http://127.0.0.1:$(cat "$W/pport")" "$T" put "$B" t/throttled "$W/small" > "$W/thr"
+check "PUT through throttling" 0 $?
+has "4 retries counted" "$W/thr" "retries=4 throttled=4"
+has "proxy answered 4 x 503" "$W/pcount" "throttled=4 forwarded=1"
+kill "$ppid"; wait "$ppid" 2>/dev/null || true
+
+# Server down: connection errors are retried (bounded); the server back within the budget wins.
+slm_s3_kill
+(SHARDLM_S3_MAX_ATTEMPTS=40 "$T" put "$B" t/after-restart "$W/small" > "$W/down" 2>&1; echo $? > "$W/down.rc") &
+cpid=$!
+sleep 2
+slm_s3_restart
+wait "$cpid"
+check "PUT retried across a restart" 0 "$(cat "$W/down.rc")"
+if grep -qE "retries=[1-9]" "$W/down"; then ok "connection retries counted"; else bad "no retries"; cat "$W/down"; fi
+set +e
+SHARDLM_S3_MAX_ATTEMPTS=2 AWS_ENDPOINT_URL="http://127.0.0.1:1" "$T" head "$B" x 2> "$W/econn"
+check "unreachable endpoint fails" 1 $?
+set -e
+has "connection error named" "$W/econn" "s3://$B/x: HEAD failed: Couldn't connect"
+has "attempts bounded" "$W/econn" "after 2 attempts"
+slm_finish
