@@ -21,4 +21,5 @@ mkdir -p bench/out
   echo; echo "== training step (vs PyTorch 2.x)";     SHARDLM="$BUILD/shardlm" bench/bench_train.sh
   echo; echo "== FSDP (memory per rank; 2x1 vs 1x2)";  bench/bench_fsdp.sh --build "$BUILD"
   echo; echo "== checkpoints (vs dd)";                bench/bench_ckpt.sh --build "$BUILD"
+  echo; echo "== launch: fault detection and recovery"; bench/bench_launch.sh --build "$BUILD"
 } 2>&1 | tee bench/out/all.txt

@@ -9,7 +9,7 @@ SUDO=""
 PKGS=(build-essential cmake pkg-config clang clang-format libclang-rt-14-dev libomp-dev
       libopenblas-dev libopenmpi-dev openmpi-bin libcjson-dev libpcre2-dev libxxhash-dev
       python3 python3-venv python3-numpy python3-torch sentencepiece python3-sentencepiece bible-kjv
-      iproute2
+      iproute2 procps
       prometheus slurm-wlm slurmd slurmctld munge chromium libmicrohttpd-dev libcurl4-openssl-dev
       curl procps
       libssl-dev libxml2-utils libpmix-dev libxml2-dev)

@@ -15,6 +15,7 @@ int slm_cmd_eval(int argc, char **argv);        // shardlm eval
 int slm_cmd_generate(int argc, char **argv);    // shardlm generate
 int slm_cmd_bench_peak(int argc, char **argv);  // shardlm bench-peak
 int slm_cmd_ckpt(int argc, char **argv);        // shardlm ckpt inspect|verify|export
+int slm_cmd_report(int argc, char **argv);      // shardlm report
 int slm_cmd_flight(int argc, char **argv);      // shardlm flight RUN_DIR
 int slm_cmd_healthcheck(int argc, char **argv); // shardlm healthcheck
 int slm_cmd_launch(int argc, char **argv);      // shardlm launch

@@ -15,6 +15,7 @@ typedef struct ckpt_args {
     const char *hf;
     slm_st_dtype dtype;
     size_t max_shard;
+    bool quiet;
     bool merge_lora;
     const char *lora_base;
 } ckpt_args;
@@ -45,6 +46,10 @@ static const slm_opt k_ckpt_opts[] = {
              "model.safetensors.index.json above SIZE: 5GB, 500MB, 10KB (decimal, as HF's "
              "max_shard_size), 2GiB, 3MiB or a whole number of bytes >= 1",
      .def = "5GB"},
+    {.name = "--quiet",
+     .type = SLM_OPT_FLAG,
+     .off = offsetof(ckpt_args, quiet),
+     .help = "no progress lines while the checkpoint loads and the export writes (stderr)"},
     {.name = "--merge-lora",
      .type = SLM_OPT_FLAG,
      .off = offsetof(ckpt_args, merge_lora),
@@ -67,7 +72,7 @@ static const slm_cli k_ckpt_cli = {
         "if bad\n"
         "       shardlm ckpt export PATH --hf OUT_DIR [--dtype fp32|bf16|fp16]\n"
         "                                      [--max-shard-size SIZE] [--merge-lora]\n"
-        "                                      [--lora-base DIR]\n"
+        "                                      [--lora-base DIR] [--quiet]\n"
         "PATH: a step directory, RUN_DIR/checkpoints or RUN_DIR (inspect / verify: the\n"
         "checkpoint `latest` names; export: the newest one that verifies); export also\n"
         "takes a Hugging Face directory (to change --dtype or --max-shard-size).\n"
@@ -104,6 +109,7 @@ int slm_cmd_ckpt(int argc, char **argv) {
     slm_opt_seen seen;
     int rc0 = slm_opt_parse(&k_ckpt_cli, argc - 1, argv + 1, &x, &seen);
     if (rc0 >= 0) return rc0;
+    if (x.quiet) slm_progress_enable(false);
     const char *path = seen.n_positional ? seen.positional[0] : NULL, *out = x.hf;
     slm_st_dtype dt = x.dtype;
     size_t max_shard = x.max_shard;

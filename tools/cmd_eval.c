@@ -14,7 +14,7 @@
 typedef struct eval_args {
     const char *model, *hf, *data, *split, *ids;
     int64_t B, T, max_batches, threads;
-    bool unigram;
+    bool unigram, quiet;
 } eval_args;
 
 #define A(f) offsetof(eval_args, f)
@@ -71,6 +71,10 @@ static const slm_opt k_eval_opts[] = {
      .ilo = 1,
      .ihi = 4096,
      .def = "environment"},
+    {.name = "--quiet",
+     .type = SLM_OPT_FLAG,
+     .off = A(quiet),
+     .help = "no progress line while a checkpoint loads (stderr)"},
     {.type = SLM_OPT_END},
 };
 #undef A
@@ -105,6 +109,7 @@ int slm_cmd_eval(int argc, char **argv) {
     slm_opt_seen seen;
     int rc = slm_opt_parse(&k_eval_cli, argc, argv, &x, &seen);
     if (rc >= 0) return rc;
+    if (x.quiet) slm_progress_enable(false);
     const char *run = x.model ? x.model : x.hf, *data = x.data, *split = x.split, *ids = x.ids;
     bool hf = x.hf != NULL; // --init-from-hf: an HF safetensors directory instead of a run
     int64_t B = x.B, T = x.T, max_batches = x.max_batches, threads = x.threads;

@@ -17,7 +17,7 @@ typedef struct generate_args {
     int max_new, top_k, threads;
     int64_t seed;
     float temperature, top_p;
-    bool no_bos, stop_at_eos, ids;
+    bool no_bos, stop_at_eos, ids, quiet;
 } generate_args;
 
 #define A(f) offsetof(generate_args, f)
@@ -100,6 +100,10 @@ static const slm_opt k_generate_opts[] = {
      .ilo = 1,
      .ihi = 4096,
      .def = "environment"},
+    {.name = "--quiet",
+     .type = SLM_OPT_FLAG,
+     .off = A(quiet),
+     .help = "no progress line while a checkpoint loads (stderr)"},
     {.type = SLM_OPT_END},
 };
 #undef A
@@ -145,6 +149,7 @@ int slm_cmd_generate(int argc, char **argv) {
         .max_new = 200, .temperature = 0.8f, .top_k = 0, .top_p = 0.95f, .seed = 1337};
     int rc = slm_opt_parse(&k_generate_cli, argc, argv, &x, NULL);
     if (rc >= 0) return rc;
+    if (x.quiet) slm_progress_enable(false);
     const char *run = x.model ? x.model : x.hf, *prompt = x.prompt;
     bool hf = x.hf != NULL; // --init-from-hf: an HF safetensors directory instead of a run
     slm_gen_opts o = {.max_new = x.max_new,

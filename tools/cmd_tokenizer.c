@@ -307,6 +307,7 @@ static int cmd_train(int argc, char **argv) {
             goto out;
         }
     }
+    if (quiet) slm_progress_enable(false);
     slm_bpe_train_opts o = {
         .inputs = inputs,
         .n_inputs = n_inputs,

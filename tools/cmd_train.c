@@ -19,6 +19,7 @@ typedef struct train_args {
     int on_nonfinite;  // index into k_nonfinite
     int64_t seed;
     double progress_us;
+    bool quiet;
     const char *s3_endpoint, *s3_region;
 } train_args;
 
@@ -233,6 +234,12 @@ static const slm_opt k_train_opts[] = {
      .help = "step line every K steps",
      .ilo = 0,
      .ihi = 1 << 30,
+     .flags = SLM_OPTF_PER_RANK},
+    {.name = "--quiet",
+     .type = SLM_OPT_FLAG,
+     .off = A(quiet),
+     .help = "no progress line (rank 0, stderr: step, tokens/s, ETA to the last step; "
+             "checkpoint load); step lines and logs stay",
      .flags = SLM_OPTF_PER_RANK},
     {.type = SLM_OPT_SECTION,
      .help = "  under mpirun -np N (data parallel, FSDP; docs/cluster.md, docs/scaling.md):"},
@@ -671,25 +678,64 @@ static int train_check(const train_args *t, const slm_opt_seen *seen) {
     return -1;
 }
 
+// What the step-line hook keeps: the options and rank 0's progress bar.
+typedef struct step_printer {
+    const slm_train_opts *o;
+    slm_progress pg;
+    bool begun;
+} step_printer;
+
+// Rank 0's progress line (stderr): step, tokens/s, loss, ETA to the last step at the mean step
+// rate of this process so far.
+static void progress_step(step_printer *sp, const slm_step_metrics *m) {
+    if (!sp->begun) {
+        slm_progress_begin(&sp->pg, "train", (double)m->step - 1, (double)m->total_steps);
+        sp->pg.t0 -= m->ms_per_step / 1e3; // the clock starts with the step just done
+        sp->begun = true;
+    }
+    char tps[32];
+    double dt = slm_time_s() - sp->pg.t0, n = (double)m->step - sp->pg.done0;
+    double rate = dt > 0 ? (double)m->tokens_seen / (double)m->step * n / dt : NAN;
+    snprintf(tps, sizeof tps, isfinite(rate) ? "%.0f" : "?", rate);
+    slm_progress_update(&sp->pg, (double)m->step, "step %lld/%lld, %s tok/s, loss %.4f",
+                        (long long)m->step, (long long)m->total_steps, tps, m->loss);
+}
+
 // The step line on stdout (rank 0, every log_every steps, the first and last, and any step with
 // a validation), and the validation of an early stop at the end.
 static void print_step(void *ctx, const slm_step_metrics *m) {
-    const slm_train_opts *o = ctx;
+    step_printer *sp = ctx;
+    const slm_train_opts *o = sp->o;
     bool last = m->step == o->steps;
-    if (slm_dist_rank() != 0 || o->log_every <= 0) return;
-    if (!(m->step % o->log_every == 0 || last || m->step == 1 || isfinite(m->val_loss))) return;
-    printf("step %6lld/%lld | loss %.4f | lr %.3e | grad norm %.3f | %.0f tok/s | MFU %.1f%% | "
-           "%.1f ms/step",
-           (long long)m->step, (long long)o->steps, m->loss, m->lr, m->grad_norm, m->tokens_per_s,
-           100.0 * m->mfu, m->ms_per_step);
-    if (isfinite(m->val_loss)) printf(" | val loss %.4f", m->val_loss);
-    if (m->skipped) printf(" | update skipped (non-finite)");
-    printf("\n");
+    if (slm_dist_rank() != 0) return;
+    if (o->log_every <= 0 ||
+        !(m->step % o->log_every == 0 || last || m->step == 1 || isfinite(m->val_loss))) {
+        progress_step(sp, m);
+        return;
+    }
+    char line[256], val[96] = "";
+    if (isfinite(m->val_loss)) snprintf(val, sizeof val, " | val loss %.4f", m->val_loss);
+    if (m->skipped)
+        snprintf(val + strlen(val), sizeof val - strlen(val), " | update skipped (non-finite)");
+    snprintf(line, sizeof line,
+             "step %6lld/%lld | loss %.4f | lr %.3e | grad norm %.3f | %.0f tok/s | MFU %.1f%% | "
+             "%.1f ms/step%s",
+             (long long)m->step, (long long)o->steps, m->loss, m->lr, m->grad_norm, m->tokens_per_s,
+             100.0 * m->mfu, m->ms_per_step, val);
+    slm_progress_clear_line(); // a terminal's progress line gives way to the step line
+    printf("%s\n", line);
     fflush(stdout);
+    slm_log_file_only(SLM_LOG_INFO, "%s", line); // rank 0's log has the step lines too
+    progress_step(sp, m);
 }
 
 static slm_status print_finish(void *ctx, slm_trainer *tr, slm_status st) {
-    (void)ctx;
+    step_printer *sp = ctx;
+    if (sp->begun && st)
+        slm_progress_abandon(&sp->pg);
+    else if (sp->begun)
+        slm_progress_end(&sp->pg, (double)slm_trainer_steps_done(tr), "%lld steps",
+                         (long long)slm_trainer_steps_done(tr));
     const slm_train_result *r = slm_trainer_result(tr);
     if (!st && r->stop_evaluated && slm_trainer_rank(tr) == 0) {
         printf("step %6lld | val loss %.4f\n", (long long)r->steps_done, r->final_val_loss);
@@ -699,13 +745,15 @@ static slm_status print_finish(void *ctx, slm_trainer *tr, slm_status st) {
 }
 
 // The hooks `shardlm train` attaches: stop flag, checkpoints, metrics.jsonl, the Prometheus
-// metrics (after the checkpoints, whose counters it reads), then the step line (the supervisor
-// heartbeat attaches here the same way).
-static slm_status install_hooks(slm_train_opts *o, slm_train_std_hooks *std, slm_train_prom *prom) {
+// metrics (after the checkpoints, whose counters it reads), then the step line and progress
+// (the supervisor heartbeat attaches here the same way).
+static slm_status install_hooks(slm_train_opts *o, slm_train_std_hooks *std, slm_train_prom *prom,
+                                step_printer *sp) {
     slm_status st = slm_train_add_std_hooks(o, std);
     if (!st) st = slm_train_add_prom_hook(o, prom, std);
+    sp->o = o;
     slm_train_hook print = {
-        .name = "step line", .ctx = o, .observe = print_step, .on_finish = print_finish};
+        .name = "step line", .ctx = sp, .observe = print_step, .on_finish = print_finish};
     return st ? st : slm_train_attach(o, &print);
 }
 
@@ -732,6 +780,7 @@ int slm_cmd_train(int argc, char **argv) {
     o.ckpt_abort_on_error = t.on_ckpt_error == 1;
     o.nonfinite_skip = t.on_nonfinite == 1;
     if (t.no_prefetch) o.fsdp.forward_prefetch = o.fsdp.backward_prefetch = false;
+    if (t.quiet) slm_progress_enable(false);
     slm_s3_set_defaults(t.s3_endpoint, t.s3_region);
     if (o.lora.rank > 0 && !slm_opt_given(&k_train_cli, &seen, "--lora-alpha"))
         o.lora.alpha = 2.0f * (float)o.lora.rank;
@@ -787,7 +836,8 @@ int slm_cmd_train(int argc, char **argv) {
     }
     slm_train_result res = {0};
     slm_train_std_hooks std = {0};
-    st = install_hooks(&o, &std, prom);
+    step_printer sp = {0};
+    st = install_hooks(&o, &std, prom, &sp);
     if (!st) st = slm_train_run(&o, &res);
     slm_train_prom_free(prom);
     if (st == SLM_E_INTERRUPTED && res.preempted) {

@@ -26,6 +26,7 @@ static const command commands[] = {
     {"launch", slm_cmd_launch,
      "run training under mpirun / srun, supervised, restarted on failure"},
     {"ckpt", slm_cmd_ckpt, "inspect / verify checkpoints; export to Hugging Face safetensors"},
+    {"report", slm_cmd_report, "a run as one HTML page with charts (-o), or a text summary"},
     {"flight", slm_cmd_flight, "name the hung rank from a run's flight-recorder dumps"},
     {NULL, NULL, NULL},
 };
@@ -68,6 +69,7 @@ static void install_early_signal_handlers(void) {
 
 int main(int argc, char **argv) {
     install_early_signal_handlers();
+    slm_progress_enable(true); // long work shows progress on stderr; --quiet turns it off
     if (argc < 2) {
         usage(stderr);
         return SLM_EXIT_USAGE;

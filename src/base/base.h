@@ -63,6 +63,82 @@ void slm_log(slm_log_level level, const char *fmt, ...) __attribute__((format(pr
 #define slm_warn(...) slm_log(SLM_LOG_WARN, __VA_ARGS__)
 #define slm_error(...) slm_log(SLM_LOG_ERROR, __VA_ARGS__)
 
+// Per-rank log files. Every slm_log line is also recorded as
+// "2026-12-01T12:34:56.789Z rank=R host=H level=L message" (UTC, millisecond) in the log file
+// opened with slm_log_open_file; lines before the open are kept (up to 64 KiB) and written first.
+// A rank > 0 of a world > 1 also queues its warnings and errors (up to 16 KiB; a count of the
+// lines that did not fit follows), which the trainer exchanges at step boundaries so rank 0
+// prints them with the rank named (slm_log_forwarded). All thread-safe.
+
+// Opens (appends to) the log file PATH, creating its directory. Errors: SLM_E_IO naming PATH.
+slm_status slm_log_open_file(const char *path);
+// Flushes and closes the log file (later lines are kept in memory again). Safe without one.
+void slm_log_close_file(void);
+// A line for the log file only (not stderr, not forwarded): rank 0's step lines.
+void slm_log_file_only(slm_log_level level, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+// Bytes queued for forwarding (an upper bound of what slm_log_forward_take returns).
+size_t slm_log_forward_pending(void);
+// Moves whole queued lines (at most cap bytes; each "D message\n" with D the level digit)
+// into buf and returns their length; not NUL-terminated.
+size_t slm_log_forward_take(char *buf, size_t cap);
+// Rank 0: prints lines taken on rank `from_rank` (running on `host`) to stderr as
+// "shardlm[rank R/W on H, forwarded] warning: ..." and records them in its log file.
+void slm_log_forwarded(int from_rank, const char *host, const char *lines, size_t len);
+// "debug" / "info" / "warning" / "error".
+const char *slm_log_level_name(slm_log_level level);
+// This host's name (gethostname; "?" if unknown); static storage.
+const char *slm_log_host(void);
+// The current UTC time as "2026-12-01T12:34:56.789Z" into out[32].
+void slm_utc_timestamp(char out[32]);
+// Wall-clock seconds since the Unix epoch (CLOCK_REALTIME).
+double slm_unix_time_s(void);
+// Internal to base (status.c -> logfile.c).
+void slm_logfile_set_rank_(int rank, int world);
+void slm_logfile_record_(slm_log_level level, const char *msg, bool forward);
+
+// The process's resource use now: resident set (/proc/self/statm), peak resident set
+// (getrusage ru_maxrss) and user + system CPU seconds; -1 where unknown.
+typedef struct slm_proc_usage_info {
+    double rss_bytes, peak_rss_bytes, cpu_s;
+} slm_proc_usage_info;
+void slm_proc_usage(slm_proc_usage_info *u);
+
+// Progress of long work (prep, train, tokenizer train, checkpoint export and load) on stderr:
+// on a terminal one line rewritten in place ("\r", at most 5 times a second: a bar, the
+// percentage, the caller's figures, the ETA); otherwise a plain line at every tenth of the work
+// and at least every 30 s, so logs stay readable. Nothing is shown for work done within
+// SHARDLM_PROGRESS_AFTER seconds (default 2) or while progress is disabled: the library's
+// default; `shardlm` enables it and --quiet turns it off. A log line clears the bar first.
+
+typedef struct slm_progress {
+    char what[48];       // "train", "prep", ... (the line's first word)
+    double total, done0; // units of work (steps, bytes); total <= 0: unknown
+    double t0, last;     // slm_time_s at begin and at the last line
+    int next_tenth;      // plain lines: the next tenth of total that prints one
+    bool on, tty, shown, printed;
+} slm_progress;
+
+// Enables / disables progress output for the process (default off).
+void slm_progress_enable(bool on);
+bool slm_progress_enabled(void);
+// Starts a bar for `what` whose work runs from done0 to total (rates count from done0).
+void slm_progress_begin(slm_progress *p, const char *what, double done0, double total);
+// Reports `done` units, with printf-style figures for the line ("12.3 MB/s"); prints only when
+// due (rate-limited). Call from one thread.
+void slm_progress_update(slm_progress *p, double done, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+// The last line (unless the work took less than SHARDLM_PROGRESS_AFTER s, or a plain 100% line
+// or, on a terminal, other output came last): the terminal line is completed with a newline.
+void slm_progress_end(slm_progress *p, double done, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+// Stops a bar without a final line (on errors), erasing it from the terminal.
+void slm_progress_abandon(slm_progress *p);
+// Erases the terminal line of the active bar, if any, before other output to the terminal.
+void slm_progress_clear_line(void);
+// "1:02:03" / "4:05" for seconds ("--:--" when unknown), into out[16].
+void slm_fmt_eta(double s, char out[16]);
+
 // Fatal programmer error: logs, flushes, calls the abort hook (default: abort()). Never returns.
 void slm_fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 // Replaces the abort hook; `hook(code)` must not return (dist/ installs MPI_Abort).

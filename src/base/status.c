@@ -79,6 +79,7 @@ const char *slm_status_name(slm_status st) {
 void slm_log_set_rank(int rank, int world) {
     g_rank = rank;
     g_world = world;
+    slm_logfile_set_rank_(rank, world);
 }
 
 void slm_log_set_level(slm_log_level min_level) {
@@ -89,6 +90,8 @@ static void vlog(slm_log_level level, const char *fmt, va_list ap) {
     static const char *names[] = {"debug", "info", "warning", "error"};
     char line[SLM_MSG_CAP + 128];
     int n;
+    va_list ap2;
+    va_copy(ap2, ap);
     if (g_world > 1)
         n = snprintf(line, sizeof line, "shardlm[rank %d/%d] %s: ", g_rank, g_world, names[level]);
     else
@@ -97,7 +100,13 @@ static void vlog(slm_log_level level, const char *fmt, va_list ap) {
     size_t len = strlen(line);
     line[len++] = '\n';
     // One fwrite per line keeps lines from different threads whole.
+    slm_progress_clear_line();
     fwrite(line, 1, len, stderr);
+    // The same message in the per-rank log file (and rank 0's queue for warnings / errors).
+    char msg[SLM_MSG_CAP];
+    vsnprintf(msg, sizeof msg, fmt, ap2);
+    va_end(ap2);
+    slm_logfile_record_(level, msg, true);
 }
 
 void slm_log(slm_log_level level, const char *fmt, ...) {

@@ -220,8 +220,9 @@ typedef struct st_item {
     int file; // shard index
 } st_item;
 
+// Writes shard `file` of the items; pg counts the bytes of tensor data written (*written).
 static slm_status write_st_file(const char *path, const st_item *items, int n, int file,
-                                slm_st_dtype dt) {
+                                slm_st_dtype dt, slm_progress *pg, double *written) {
     cJSON *h = cJSON_CreateObject();
     cJSON *md = cJSON_AddObjectToObject(h, "__metadata__");
     cJSON_AddStringToObject(md, "format", "pt");
@@ -280,6 +281,8 @@ static slm_status write_st_file(const char *path, const st_item *items, int n, i
                 }
             }
             ok = fwrite(buf, es, k, fp) == k;
+            *written += (double)(k * es);
+            slm_progress_update(pg, *written, "%.0f of %.0f MB", *written / 1e6, pg->total / 1e6);
         }
     }
     free(buf);
@@ -330,7 +333,16 @@ slm_status slm_peft_export(const slm_llama *m, const char *base_ref, const char 
             items[k] = (st_item){names[k], v, m->lora_params[l], 0};
         }
     char *p = slm_path_join(out_dir, "adapter_model.safetensors");
-    st = write_st_file(p, items, n, 0, dtype);
+    slm_progress pg; // adapters are small: the progress line shows only for slow disks
+    double written = 0, total = 0;
+    for (int i = 0; i < n; i++)
+        total += (double)items[i].v->numel * (double)slm_dtype_bytes(dtype);
+    slm_progress_begin(&pg, "ckpt export", 0, total);
+    st = write_st_file(p, items, n, 0, dtype, &pg, &written);
+    if (st)
+        slm_progress_abandon(&pg);
+    else
+        slm_progress_end(&pg, written, "%.0f MB of adapters", written / 1e6);
     free(p);
     free(items);
     free(names);
@@ -403,15 +415,23 @@ slm_status slm_hf_export(const slm_llama *m, const char *out_dir, slm_st_dtype d
         total += nb;
     }
     char name[96];
+    slm_progress pg;
+    double written = 0;
+    slm_progress_begin(&pg, "ckpt export", 0, (double)total);
     for (int f = 0; f < n_files && !st; f++) {
         if (n_files == 1)
             snprintf(name, sizeof name, "model.safetensors");
         else
             snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", f + 1, n_files);
         char *p = slm_path_join(out_dir, name);
-        st = write_st_file(p, items, n, f, dtype);
+        st = write_st_file(p, items, n, f, dtype, &pg, &written);
         free(p);
     }
+    if (st)
+        slm_progress_abandon(&pg);
+    else
+        slm_progress_end(&pg, written, "%.0f MB in %d file%s", written / 1e6, n_files,
+                         n_files == 1 ? "" : "s");
     if (!st && n_files > 1) {
         cJSON *o = cJSON_CreateObject();
         cJSON *md = cJSON_AddObjectToObject(o, "metadata");

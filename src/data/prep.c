@@ -561,38 +561,15 @@ static void *worker_main(void *arg) {
 
 // --- Progress -----------------------------------------------------------------------------
 
-static void fmt_eta(double s, char *out, size_t n) {
-    if (!(s >= 0) || s > 359999) {
-        snprintf(out, n, "--:--");
-        return;
-    }
-    int t = (int)(s + 0.5);
-    if (t >= 3600)
-        snprintf(out, n, "%d:%02d:%02d", t / 3600, t / 60 % 60, t % 60);
+// Bytes of input tokenized so far, MB/s and the ETA (base.h "Progress": a terminal line or plain
+// lines per tenth on stderr).
+static void progress(prep_ctx *c, slm_progress *pg, double t0, bool final) {
+    double mb = (double)atomic_load(&c->bytes_done) / 1e6, tot = pg->total / 1e6;
+    double dt = slm_time_s() - t0, rate = dt > 0 ? mb / dt : 0;
+    if (final)
+        slm_progress_end(pg, mb * 1e6, "%.1f / %.1f MB, %.2f MB/s", mb, tot, rate);
     else
-        snprintf(out, n, "%d:%02d", t / 60, t % 60);
-}
-
-static void progress(prep_ctx *c, uint64_t total, double t0, bool tty, bool final) {
-    double mb = (double)atomic_load(&c->bytes_done) / 1e6, tot = (double)total / 1e6;
-    double dt = slm_time_s() - t0;
-    double rate = dt > 0 ? mb / dt : 0;
-    char eta[32];
-    fmt_eta(rate > 0 ? (tot - mb) / rate : -1, eta, sizeof eta);
-    if (tty) {
-        int width = 30, fill = tot > 0 ? (int)(width * mb / tot) : width;
-        char bar[32];
-        for (int i = 0; i < width; i++)
-            bar[i] = i < fill ? '#' : '.';
-        bar[width] = 0;
-        fprintf(stderr, "\rprep [%s] %8.1f / %.1f MB  %7.2f MB/s  ETA %s ", bar, mb, tot, rate,
-                eta);
-        if (final) fprintf(stderr, "\n");
-        fflush(stderr);
-    } else {
-        slm_info("prep: %.1f of %.1f MB (%.0f%%), %.2f MB/s, ETA %s", mb, tot,
-                 tot > 0 ? 100 * mb / tot : 100.0, rate, eta);
-    }
+        slm_progress_update(pg, mb * 1e6, "%.1f / %.1f MB, %.2f MB/s", mb, tot, rate);
 }
 
 // --- Driver -------------------------------------------------------------------------------
@@ -923,24 +900,17 @@ slm_status slm_prep_run(const slm_prep_opts *o) {
         started++;
     }
     {
-        bool tty = o->progress && isatty(2) && c.rank == 0;
-        bool logs = o->progress && !tty;
-        double last = slm_time_s();
+        slm_progress pg;
+        slm_progress_begin(&pg, "prep", 0, (double)total);
+        pg.on = pg.on && o->progress && c.rank == 0;
         while (atomic_load(&c.done) < started) {
             struct timespec ts = {0, 100 * 1000 * 1000};
             nanosleep(&ts, NULL);
-            double now = slm_time_s();
-            if (tty && now - last >= 0.2) {
-                progress(&c, total, t0, true, false);
-                last = now;
-            } else if (logs && now - last >= 5.0) {
-                progress(&c, total, t0, false, false);
-                last = now;
-            }
+            progress(&c, &pg, t0, false);
         }
         for (int i = 0; i < started; i++)
             pthread_join(c.workers[i].thread, NULL);
-        if (tty) progress(&c, total, t0, true, true);
+        progress(&c, &pg, t0, true);
     }
     for (int i = 0; i < started && st == SLM_OK; i++)
         if (c.workers[i].st) {

@@ -882,6 +882,23 @@ static int stopped_rank(const hb_state *h, long *pid_out) {
     return -1;
 }
 
+// A rank of this host whose heartbeat says it runs (start / train) but whose process is gone
+// or a zombie: a crash seen before mpirun reports it. -1 when none.
+static int dead_rank(const hb_state *h, const char *myhost, long *pid_out) {
+    for (int rk = 0; rk < h->world; rk++) {
+        const slm_heartbeat *b = &h->last[rk];
+        if (b->step < 0 || b->pid <= 0 || strcmp(b->host, myhost) != 0) continue;
+        if (strcmp(b->phase, "start") != 0 && strcmp(b->phase, "train") != 0) continue;
+        long pp;
+        char st;
+        if (proc_stat(b->pid, &pp, &st) != 0 || st == 'Z' || st == 'X') {
+            *pid_out = b->pid;
+            return rk;
+        }
+    }
+    return -1;
+}
+
 // One training attempt: returns when the job has ended and none of its processes is left.
 static void run_attempt(run *r, attempt *at, int world) {
     const slm_launch_opts *o = r->o;
@@ -953,8 +970,10 @@ static void run_attempt(run *r, attempt *at, int world) {
     hb_state h;
     hb_init(&h, world, at->start);
     int64_t resume_hint = newest_checkpoint_step(r->run_dir);
-    double last_scan = 0, preempt_deadline = 0;
+    double last_scan = 0, preempt_deadline = 0, dead_time = 0, lp_detect = 0;
     bool preempting = false, hang = false;
+    char myhost[128] = "";
+    gethostname(myhost, sizeof myhost - 1);
     while (!j.exited) {
         job_drain(&j, 100);
         reap(&j);
@@ -962,6 +981,20 @@ static void run_attempt(run *r, attempt *at, int world) {
         double now = wall_now();
         if (now - last_scan >= (world <= 64 ? 0.1 : 1.0))
             hb_scan(&h, r->hb_dir, now), last_scan = now;
+        long dpid = 0;
+        int drank = dead_time || preempting ? -1 : dead_rank(&h, myhost, &dpid);
+        if (drank >= 0) { // a crash: mpirun will report it; it gets 3 s before the teardown
+            dead_time = now, lp_detect = h.last_progress;
+            at->culprit_rank = drank;
+            snprintf(at->culprit_host, sizeof at->culprit_host, "%s", myhost);
+            snprintf(at->reason, sizeof at->reason, "rank %d (pid %ld on %s) died", drank, dpid,
+                     myhost);
+            slm_error("launch: %s", at->reason);
+        }
+        if (dead_time && now - dead_time > 3.0) {
+            job_terminate(&j, o->kill_grace_s);
+            break;
+        }
         if (!preempting && (g_signal || (o->max_run_s > 0 && now - r->t0 >= o->max_run_s))) {
             preempting = true;
             preempt_deadline = now + o->preempt_grace_s;
@@ -985,9 +1018,9 @@ static void run_attempt(run *r, attempt *at, int world) {
             job_terminate(&j, o->kill_grace_s);
             break;
         }
-        if (!preempting && now - h.last_progress > o->hang_timeout_s) {
+        if (!preempting && !dead_time && now - h.last_progress > o->hang_timeout_s) {
             hang = true;
-            at->detected = now;
+            at->detected = now, lp_detect = h.last_progress;
             snprintf(at->result, sizeof at->result, "hang");
             long spid = 0;
             int srank = stopped_rank(&h, &spid);
@@ -1012,12 +1045,14 @@ static void run_attempt(run *r, attempt *at, int world) {
             break;
         }
     }
-    if (!at->detected) at->detected = j.evidence_time ? j.evidence_time : j.exit_time;
+    if (!at->detected) at->detected = dead_time ? dead_time : j.evidence_time;
+    if (!at->detected) at->detected = j.exit_time;
     if (!at->detected) at->detected = wall_now();
+    if (!lp_detect) lp_detect = h.last_progress; // before the teardown's records
     job_sweep(&j);
     hb_scan(&h, r->hb_dir, wall_now());
     at->end = wall_now();
-    at->last_progress = h.last_progress;
+    at->last_progress = lp_detect;
     at->first_step_time = h.first_step_time;
     // The start step: the trainer's resume line, else the heartbeat's start record, else 0 for
     // a run that had no checkpoint (a start record can be missed: it is replaced within ms).
@@ -1035,9 +1070,12 @@ static void run_attempt(run *r, attempt *at, int world) {
             snprintf(at->result, sizeof at->result, "preempted");
         else
             snprintf(at->result, sizeof at->result, "failed");
-        if (at->exit_status != 0) {
+        if (dead_time && at->exit_status == 0) snprintf(at->result, sizeof at->result, "failed");
+        if (at->exit_status != 0 || dead_time) {
             if (j.reason[0])
                 snprintf(at->reason, sizeof at->reason, "%s", j.reason);
+            else if (dead_time)
+                (void)0; // "rank R (pid P on H) died", set when it was seen
             else if (at->exit_signal)
                 snprintf(at->reason, sizeof at->reason, "the job ended on signal %d",
                          at->exit_signal);
@@ -1046,8 +1084,10 @@ static void run_attempt(run *r, attempt *at, int world) {
                          at->exit_status);
             if (at->exit_status == SLM_LAUNCH_PREEMPTED)
                 snprintf(at->reason, sizeof at->reason, "the ranks were preempted (exit 75)");
-            at->culprit_rank = j.culprit_rank;
-            snprintf(at->culprit_host, sizeof at->culprit_host, "%s", j.culprit_host);
+            if (j.culprit_rank >= 0 || !dead_time) {
+                at->culprit_rank = j.culprit_rank;
+                snprintf(at->culprit_host, sizeof at->culprit_host, "%s", j.culprit_host);
+            }
         }
     } else if (preempting && at->exit_status == 0) {
         snprintf(at->result, sizeof at->result, "success"); // finished before it could stop

@@ -628,6 +628,9 @@ slm_status slm_bpe_train(const slm_bpe_train_opts *o, slm_tokenizer **out) {
     T.n_touched = 0;
 
     const int32_t target = o->vocab_size - n_specials;
+    const int32_t n_first = T.n_tokens; // merges to do: target - n_first
+    slm_progress pg;
+    slm_progress_begin(&pg, "tokenizer train", 0, target - n_first);
     while (T.n_tokens < target) {
         heap_entry best = {0, -1};
         while (T.nh) {
@@ -675,10 +678,14 @@ slm_status slm_bpe_train(const slm_bpe_train_opts *o, slm_tokenizer **out) {
             if (c > 0) heap_push(&T, (heap_entry){c, T.touched[k]});
         }
         T.n_touched = 0;
-        if (o->verbose && n_merges % 2000 == 0)
+        if (o->verbose && slm_progress_enabled())
+            slm_progress_update(&pg, n_merges, "%d of %d merges, vocab %d", n_merges,
+                                target - n_first, T.n_tokens);
+        else if (o->verbose && n_merges % 2000 == 0)
             slm_info("tokenizer train: %d merges, vocab %d (last count %lld)", n_merges, T.n_tokens,
                      (long long)best.count);
     }
+    slm_progress_end(&pg, n_merges, "%d merges, vocab %d", n_merges, T.n_tokens);
     if (T.n_tokens < target)
         slm_warn("tokenizer train: the corpus has no pair left to merge after %d merges: the "
                  "tokenizer has %d ids, fewer than the %d asked for (a larger corpus gives more)",

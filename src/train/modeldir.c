@@ -341,8 +341,20 @@ slm_status slm_model_dir_read_weights(slm_model_dir *d, slm_llama *m) {
     if (!d->ckpt) return slm_hf_load(m, d->weights_dir);
     if (slm_model_dir_is_lora(d)) return read_lora(d, m);
     slm_status st = slm_ckpt_check_model(d->ckpt, m);
-    for (int u = 0; u < m->n_units && !st; u++)
+    double total = 0, done = 0;
+    for (int u = 0; u < m->n_units; u++)
+        total += 4.0 * (double)m->units[u].numel;
+    slm_progress pg;
+    slm_progress_begin(&pg, "checkpoint load", 0, total);
+    for (int u = 0; u < m->n_units && !st; u++) {
         st = slm_ckpt_read_range(d->ckpt, u, 0, m->units[u].numel, m->params[u], NULL, NULL);
+        done += 4.0 * (double)m->units[u].numel;
+        slm_progress_update(&pg, done, "unit %d of %d, %.0f MB", u + 1, m->n_units, done / 1e6);
+    }
+    if (st)
+        slm_progress_abandon(&pg);
+    else
+        slm_progress_end(&pg, done, "%d units, %.0f MB", m->n_units, done / 1e6);
     return st;
 }
 

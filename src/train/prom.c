@@ -387,6 +387,12 @@ static void gather(slm_train_prom *p, int64_t step, double ck_bytes_local) {
                      "steps (median of the ranks %.1f ms, factor %.3g) at step %lld",
                      r, 1e3 * p->busy[r], p->o.straggler_windows, p->o.every, 1e3 * med,
                      p->o.straggler_factor, (long long)step);
+            char fields[256]; // the same in metrics.jsonl (docs/formats.md)
+            snprintf(fields, sizeof fields,
+                     "\"rank\":%d,\"busy_ms\":%.3f,\"median_ms\":%.3f,\"factor\":%.6g,"
+                     "\"windows\":%d",
+                     r, 1e3 * p->busy[r], 1e3 * med, p->o.straggler_factor, p->o.straggler_windows);
+            slm_train_jsonl_event(p->std, "straggler", step, fields);
         }
     if (!p->serving) return;
     for (int r = 0; r < W; r++) {

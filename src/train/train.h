@@ -7,7 +7,8 @@
 //   config.json    HF LlamaConfig (model/ writes and reads it)
 //   tokenizer.json / tokenizer.model   copied from the dataset
 //   metrics.jsonl  one JSON object per line: {"event":"start",...}, {"event":"step",...},
-//                  {"event":"eval",...}, {"event":"end",...}
+//                  {"event":"eval",...}, {"event":"end",...} and more (docs/formats.md)
+//   logs/          rank_NNNNN.log: every rank's log lines (UTC time, rank, host, level)
 //   run.lock       flock'ed by rank 0 for the whole run; "pid P on host H" of the holder
 //   checkpoints/   step_N/ checkpoints and `latest` (src/ckpt/ckpt.h): the run's weights;
 //                  every run with a run directory ends with one (also when stopped)
@@ -232,7 +233,19 @@ slm_status slm_train_add_stop_hook(slm_train_opts *o);
 // Rank 0 with out_dir: metrics.jsonl (a "start" event at on_start, a "step" event per step, an
 // "end" event at on_finish of a run that did not fail), appended to (a fresh run's open phase
 // has emptied it). Flushed per line.
+// Every rank, each step: a non-blocking all-gather of its queued warnings' size (and, every 10th
+// step, its RSS, peak RSS, CPU utilisation, step / data / comm ms) started at the boundary and
+// completed at the next one; queued lines follow the same way and rank 0 prints them with the
+// rank named (slm_log_forwarded). With out_dir every rank also logs to out_dir/logs/rank_NNNNN.log.
+// Rank 0 writes "eval", "checkpoint", "ranks", "restart", "nonfinite" and "error" events too
+// (schema 2, docs/formats.md). Collective (every rank must install it).
 slm_status slm_train_add_metrics_hook(slm_train_opts *o, slm_train_std_hooks *h);
+// Appends {"event":EVENT,"step":STEP,"time":UNIX_S,FIELDS} to metrics.jsonl (rank 0 with
+// out_dir, while the metrics hook runs; otherwise a no-op). FIELDS: JSON members without the
+// surrounding braces ("\"rank\":3,\"ratio\":2.5"), or NULL. For other hooks' events (straggler,
+// skipped step). Errors: none (SLM_OK).
+slm_status slm_train_jsonl_event(const slm_train_std_hooks *h, const char *event, int64_t step,
+                                 const char *fields);
 // With out_dir: checkpoints under out_dir/checkpoints as opts' ckpt_* fields say (every N steps
 // / M minutes, async unless ckpt_sync, keep K), always one at on_finish of a run that did not
 // fail (end, --max-minutes, stop): the run's weights, so its failure fails the run whatever

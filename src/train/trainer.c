@@ -291,10 +291,18 @@ static slm_status resume_from(slm_trainer *tr, const char *path) {
     // loaded from --init-from-hf).
     int u0 = lora ? tr->model.n_units : 0;
     int nu = lora ? tr->cfg.num_hidden_layers : tr->model.n_units;
+    slm_progress pg; // rank 0's share of the reads (params, m, v)
+    slm_progress_begin(&pg, "checkpoint load", 0, (double)nu);
+    pg.on = pg.on && tr->rank == 0;
     for (int u = 0; !st && u < nu; u++) {
         slm_fsdp_shard x = slm_fsdp_unit_shard(&tr->fsdp, u0 + u);
         st = slm_ckpt_read_range(c, u, x.begin, x.end, x.master, x.m, x.v);
+        slm_progress_update(&pg, u + 1, "unit %d of %d", u + 1, nu);
     }
+    if (st)
+        slm_progress_abandon(&pg);
+    else
+        slm_progress_end(&pg, nu, "%d units", nu);
     slm_fsdp_release_all(&tr->fsdp);
     st = slm_dist_agree(st);
     if (!st && tr->ds_open) { // the token ids must mean what they meant when it was saved

@@ -61,7 +61,7 @@ rc=$?
 t1=$(date +%s.%N)
 check "chaos run: launch exits 0" 0 $rc
 J=$W/run/attempts.json
-echo "faults injected: ${#faults[@]}; attempts: $(aj "$J" 'len(a["attempts"])'); wall $(echo "$t1 - $t0" | bc) s (printed, not checked)"
+echo "faults injected: ${#faults[@]}; attempts: $(aj "$J" 'len(a["attempts"])'); wall $("$PY" -c "import sys; print(round(float(sys.argv[2]) - float(sys.argv[1]), 1))" "$t0" "$t1") s (printed, not checked)"
 aj "$J" '"\n".join("  attempt %d: %s %s" % (x["attempt"], x["result"], x["reason"]) for x in a["attempts"])'
 [ ${#faults[@]} -ge 2 ] && ok "at least 2 external faults injected" || bad "only ${#faults[@]} faults injected"
 n=$(aj "$J" 'len(a["attempts"])')

@@ -12,7 +12,7 @@ set +e # statuses are results
 SHARDLM_FAULT=slow:rank=1:ms=300 slm_mpirun 2 "$BIN" train --synthetic --model "$W/cfg.json" \
     --batch 2 --seq 16 --steps 40 --threads 1 --peak-gflops 10 --log-every 1000 \
     --metrics-addr 127.0.0.1:0 --metrics-every 1 --straggler-factor 1.5 --straggler-windows 3 \
-    > "$W/out" 2> "$W/err" &
+    --out "$W/run" > "$W/out" 2> "$W/err" &
 tpid=$!
 slm_on_exit "kill -TERM $tpid; wait $tpid"
 port=""
@@ -40,5 +40,12 @@ check "the job completes" 0 $?
 has "rank 0 logged it" "$W/err" "warning: straggler: rank 1 busy"
 [ "$(grep -c 'straggler: rank' "$W/err")" = 1 ] && ok "logged once (one episode)" ||
     bad "logged $(grep -c 'straggler: rank' "$W/err") times"
+"$PY" - "$W/run/metrics.jsonl" <<'PY' && ok "metrics.jsonl: one straggler event, rank 1" || bad "no straggler event in metrics.jsonl"
+import json, sys
+ev = [json.loads(l) for l in open(sys.argv[1])]
+s = [e for e in ev if e["event"] == "straggler"]
+assert len(s) == 1 and s[0]["rank"] == 1 and s[0]["busy_ms"] > 1.5 * s[0]["median_ms"], s
+assert s[0]["busy_ms"] >= 300 and s[0]["windows"] == 3, s  # it sleeps 300 ms per step
+PY
 set -e
 slm_finish

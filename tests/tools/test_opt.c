@@ -309,7 +309,7 @@ static void test_train_table_vs_agree(void) {
                       o->name);
         }
     }
-    CHECK(n_per_rank == 6);
+    CHECK(n_per_rank == 7);
     // every "--name" agree.c compares is a train option (not a stale one)
     for (const char *p = agree; (p = strstr(p, "add(l, \"--")) != NULL;) {
         p += strlen("add(l, \"");

@@ -1,0 +1,50 @@
+// What the HTML and text renderers share: one run directory read once (not public API).
+#ifndef SLM_REPORT_INTERNAL_H
+#define SLM_REPORT_INTERNAL_H
+
+#include <cjson/cJSON.h>
+
+#include "report/report.h"
+
+typedef struct report_ckpt {
+    char name[64]; // step_NNNNNNNN
+    int64_t step;
+    double bytes;    // sum of its files
+    double mtime;    // newest file's modification time, Unix seconds
+    double stall_ms; // from its "checkpoint" event (NaN if none)
+    bool latest;     // named by checkpoints/latest
+} report_ckpt;
+
+typedef struct report_run {
+    char *dir;
+    slm_run_log log;
+    cJSON *config;       // RUN_DIR/config.json (NULL if absent or unreadable)
+    cJSON *start;        // the newest "start" event (NULL if none); parsed from its json
+    cJSON *attempts;     // the array of attempts of RUN_DIR/attempts.json (NULL if absent)
+    char *attempts_note; // why attempts.json could not be read (NULL: fine or absent)
+    report_ckpt *ckpts;  // in step order
+    size_t n_ckpts;
+    // Derived figures
+    int64_t steps_planned, steps_done;
+    double final_loss, final_val, tokens, wall_s, mean_tps, mean_mfu;
+    const char *status; // "complete", "interrupted", "failed", "running or killed"
+    int world;
+} report_run;
+
+// Reads RUN_DIR (metrics.jsonl is required). Errors: SLM_E_IO naming the missing file,
+// those of slm_run_log_read.
+slm_status report_run_open(const char *run_dir, report_run *r);
+void report_run_close(report_run *r);
+// The start event and headline figures from r->log alone (report_run_open calls it; the fuzz
+// target fills r->log itself).
+void report_run_derive(report_run *r);
+// The page / the summary of an opened run, appended to *out.
+void report_render_html(const report_run *r, slm_buf *out);
+void report_render_text(const report_run *r, slm_buf *out);
+
+// Formats: "1.23M" style (k, M, G, T), "12m 34s" style durations, "585 MiB" style bytes.
+void report_fmt_si(double v, char out[32]);
+void report_fmt_duration(double s, char out[32]);
+void report_fmt_utc(double unix_s, char out[32]);
+
+#endif

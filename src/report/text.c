@@ -1,0 +1,119 @@
+// The text summary of a run for terminals (`shardlm report RUN_DIR` without -o).
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "report/report_internal.h"
+
+void report_render_text(const report_run *rp, slm_buf *out) {
+    const report_run r = *rp;
+    const char *run_dir = r.dir;
+    const slm_run_log *l = &r.log;
+    char a[32], c[32], d[32];
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(r.start, "model");
+    const cJSON *np = cJSON_GetObjectItemCaseSensitive(r.start, "n_params");
+    const cJSON *sh = cJSON_GetObjectItemCaseSensitive(r.start, "sharding");
+    report_fmt_si(cJSON_IsNumber(np) ? np->valuedouble : NAN, a);
+    char w[32];
+    if (r.world > 0)
+        snprintf(w, sizeof w, "%d rank%s", r.world, r.world == 1 ? "" : "s");
+    else
+        snprintf(w, sizeof w, "world size not recorded");
+    slm_buf_appendf(out, "run %s: model %s (%s parameters), %s%s%s\n", run_dir,
+                    cJSON_IsString(model) ? model->valuestring : "?", a, w,
+                    cJSON_IsString(sh) ? ", " : "", cJSON_IsString(sh) ? sh->valuestring : "");
+    if (r.steps_planned > 0)
+        slm_buf_appendf(out, "status: %s, %lld of %lld steps\n", r.status, (long long)r.steps_done,
+                        (long long)r.steps_planned);
+    else
+        slm_buf_appendf(out, "status: %s, %lld steps\n", r.status, (long long)r.steps_done);
+    if (l->n_steps) {
+        // %.4f for the usual range; a diverged loss in %.4g (no 300-digit numbers)
+        const char *f0 = fabs(l->steps[0].loss) < 1e6 ? "%.4f" : "%.4g";
+        const char *f1 = fabs(r.final_loss) < 1e6 ? "%.4f" : "%.4g";
+        char a0[48], a1[48];
+        snprintf(a0, sizeof a0, f0, l->steps[0].loss);
+        snprintf(a1, sizeof a1, f1, r.final_loss);
+        slm_buf_appendf(out, "loss: %s at step %lld -> %s at step %lld", a0,
+                        (long long)l->steps[0].step, a1, (long long)r.steps_done);
+        if (isfinite(r.final_val))
+            slm_buf_appendf(out,
+                            fabs(r.final_val) < 1e6 ? "; validation %.4f" : "; validation %.4g",
+                            r.final_val);
+        slm_buf_appendf(out, "\n");
+        report_fmt_si(r.tokens, a);
+        report_fmt_si(r.mean_tps, c);
+        report_fmt_duration(r.wall_s, d);
+        slm_buf_appendf(out, "throughput: %s tokens in %s, %s tok/s", a, d, c);
+        if (isfinite(r.mean_mfu)) slm_buf_appendf(out, ", MFU %.1f%%", 100 * r.mean_mfu);
+        slm_buf_appendf(out, "\n");
+        double tot = 0, data = 0, comm = 0, ck = 0;
+        bool split = false;
+        for (size_t i = 0; i < l->n_steps; i++) {
+            const slm_run_step *s = &l->steps[i];
+            if (!isfinite(s->ms_per_step) || !isfinite(s->data_ms) || !isfinite(s->comm_ms))
+                continue;
+            split = true;
+            tot += s->ms_per_step + (isfinite(s->ckpt_ms) ? s->ckpt_ms : 0);
+            data += s->data_ms, comm += s->comm_ms;
+            ck += isfinite(s->ckpt_ms) ? s->ckpt_ms : 0;
+        }
+        if (split && tot > 0 && isfinite(tot) && isfinite(data + comm + ck))
+            slm_buf_appendf(out,
+                            "step time: compute %.1f%%, exposed comm %.1f%%, data wait %.1f%%, "
+                            "checkpoint stall %.1f%%\n",
+                            100 * (tot - data - comm - ck) / tot, 100 * comm / tot,
+                            100 * data / tot, 100 * ck / tot);
+    }
+    if (l->n_ranks) {
+        const slm_run_ranks *rk = &l->ranks[l->n_ranks - 1];
+        double peak = -1;
+        int who = -1;
+        for (int k = 0; rk->peak_rss_bytes && k < rk->n_ranks; k++)
+            if (rk->peak_rss_bytes[k] > peak) peak = rk->peak_rss_bytes[k], who = k;
+        if (who >= 0)
+            slm_buf_appendf(out, "memory: peak RSS %s (rank %d, the highest of %d)\n",
+                            slm_fmt_bytes(peak, a), who, rk->n_ranks);
+    }
+    if (r.n_ckpts) {
+        const report_ckpt *last = &r.ckpts[r.n_ckpts - 1];
+        slm_buf_appendf(out, "checkpoints: %zu, newest %s (%s)%s\n", r.n_ckpts, last->name,
+                        slm_fmt_bytes(last->bytes, a), last->latest ? ", named by latest" : "");
+    } else {
+        slm_buf_appendf(out, "checkpoints: none committed\n");
+    }
+    if (r.attempts) {
+        int n = cJSON_GetArraySize(r.attempts);
+        const cJSON *last = cJSON_GetArrayItem(r.attempts, n - 1);
+        const cJSON *res = cJSON_GetObjectItemCaseSensitive(last, "result");
+        const cJSON *why = cJSON_GetObjectItemCaseSensitive(last, "reason");
+        slm_buf_appendf(out, "attempts: %d (attempts.json)", n);
+        if (cJSON_IsString(res))
+            slm_buf_appendf(out, ", the last: %s%s%s", res->valuestring,
+                            cJSON_IsString(why) && why->valuestring[0] ? ", " : "",
+                            cJSON_IsString(why) ? why->valuestring : "");
+        slm_buf_appendf(out, "\n");
+    }
+    int n_restart = 0, n_other = 0;
+    for (size_t i = 0; i < l->n_events; i++) {
+        const char *n = l->events[i].name;
+        if (!strcmp(n, "restart")) n_restart++;
+        if (!strcmp(n, "straggler") || !strcmp(n, "nonfinite") || !strcmp(n, "error")) n_other++;
+    }
+    if (n_restart || n_other)
+        slm_buf_appendf(out, "events: %d restart%s, %d straggler / non-finite / error\n", n_restart,
+                        n_restart == 1 ? "" : "s", n_other);
+    if (l->n_bad)
+        slm_buf_appendf(out,
+                        "note: %lld malformed metrics.jsonl line%s skipped (first: line %lld)\n",
+                        (long long)l->n_bad, l->n_bad == 1 ? "" : "s", (long long)l->first_bad);
+}
+
+slm_status slm_report_text(const char *run_dir, slm_buf *out) {
+    report_run r;
+    slm_status st = report_run_open(run_dir, &r);
+    if (st) return st;
+    report_render_text(&r, out);
+    report_run_close(&r);
+    return SLM_OK;
+}
