@@ -520,7 +520,8 @@ static const slm_opt k_train_opts[] = {
      .type = SLM_OPT_STRING,
      .off = A(o.snapshot_dir),
      .meta = "DIR",
-     .help = "where the snapshots go (a tmpfs)",
+     .help = "where the snapshots go (a tmpfs; a new or empty directory, or this run's own: "
+             "refused when it holds other files or another run's snapshots)",
      .def = "/dev/shm/shardlm-<XXH64 of the absolute --out>"},
     {.type = SLM_OPT_SECTION, .help = "  object storage (S3; docs/storage.md):"},
     {.name = "--ckpt-uri",

@@ -884,7 +884,9 @@ static int stopped_rank(const hb_state *h, long *pid_out) {
 
 // A rank of this host whose heartbeat says it runs (start / train) but whose process is gone
 // or a zombie: a crash seen before mpirun reports it. -1 when none.
-static int dead_rank(const hb_state *h, const char *myhost, long *pid_out) {
+static int dead_rank(const hb_state *h, const char *myhost, long *pid_out, int *n_dead) {
+    int first = -1;
+    *n_dead = 0;
     for (int rk = 0; rk < h->world; rk++) {
         const slm_heartbeat *b = &h->last[rk];
         if (b->step < 0 || b->pid <= 0 || strcmp(b->host, myhost) != 0) continue;
@@ -892,11 +894,11 @@ static int dead_rank(const hb_state *h, const char *myhost, long *pid_out) {
         long pp;
         char st;
         if (proc_stat(b->pid, &pp, &st) != 0 || st == 'Z' || st == 'X') {
-            *pid_out = b->pid;
-            return rk;
+            if (first < 0) first = rk, *pid_out = b->pid;
+            ++*n_dead;
         }
     }
-    return -1;
+    return first;
 }
 
 // One training attempt: returns when the job has ended and none of its processes is left.
@@ -982,13 +984,18 @@ static void run_attempt(run *r, attempt *at, int world) {
         if (now - last_scan >= (world <= 64 ? 0.1 : 1.0))
             hb_scan(&h, r->hb_dir, now), last_scan = now;
         long dpid = 0;
-        int drank = dead_time || preempting ? -1 : dead_rank(&h, myhost, &dpid);
+        int n_dead = 0;
+        int drank = dead_time || preempting ? -1 : dead_rank(&h, myhost, &dpid, &n_dead);
         if (drank >= 0) { // a crash: mpirun will report it; it gets 3 s before the teardown
             dead_time = now, lp_detect = h.last_progress;
-            at->culprit_rank = drank;
-            snprintf(at->culprit_host, sizeof at->culprit_host, "%s", myhost);
-            snprintf(at->reason, sizeof at->reason, "rank %d (pid %ld on %s) died", drank, dpid,
-                     myhost);
+            if (n_dead == 1) { // several gone at once: mpirun's report says which was first
+                at->culprit_rank = drank;
+                snprintf(at->culprit_host, sizeof at->culprit_host, "%s", myhost);
+                snprintf(at->reason, sizeof at->reason, "rank %d (pid %ld on %s) died", drank, dpid,
+                         myhost);
+            } else {
+                snprintf(at->reason, sizeof at->reason, "%d ranks on %s died", n_dead, myhost);
+            }
             slm_error("launch: %s", at->reason);
         }
         if (dead_time && now - dead_time > 3.0) {

@@ -2,6 +2,8 @@
 // fsdp, buffers, schedule, initial state), step (one optimizer step), finish, close. One path for
 // every world size: fsdp/ holds the parameters, gradients and AdamW state (a world of one is
 // NO_SHARD over one-rank communicators). Contract in train.h.
+#include <dirent.h>
+#include <errno.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -206,6 +208,31 @@ static slm_status open_rundir(slm_trainer *tr) {
     return st;
 }
 
+// Dumps of an earlier attempt in LOGS would mix with this attempt's in `shardlm flight` (a rank
+// that does not dump this time, the one that hangs, would be judged by its old dump): each rank
+// renames its own flight_rank_R.json to flight_rank_R.prev.json (which the reader skips), and
+// rank 0 those of ranks >= W (a larger earlier world).
+static void retire_flight_dumps(const char *logs, int rank, int W) {
+    DIR *d = opendir(logs);
+    if (!d) return;
+    for (struct dirent *e; (e = readdir(d));) {
+        int r;
+        char tail[8];
+        if (sscanf(e->d_name, "flight_rank_%d.jso%1[n]", &r, tail) != 2 ||
+            strlen(e->d_name) != strlen("flight_rank_00000.json"))
+            continue;
+        if (!(r == rank || (rank == 0 && r >= W))) continue;
+        char prev[64];
+        snprintf(prev, sizeof prev, "flight_rank_%05d.prev.json", r);
+        char *a = slm_path_join(logs, e->d_name), *b = slm_path_join(logs, prev);
+        if (rename(a, b) != 0)
+            slm_warn("%s: cannot move an earlier dump aside: %s", a, strerror(errno));
+        free(a);
+        free(b);
+    }
+    closedir(d);
+}
+
 // With a run directory, every rank's flight recorder dumps to RUN_DIR/logs/flight_rank_R.json
 // (dist.h): on a collective timeout, a fatal signal or SIGUSR2 (the handlers are the caller's:
 // slm_flight_install_signals).
@@ -218,6 +245,7 @@ static slm_status open_flight(slm_trainer *tr) {
     char *p = slm_path_join(logs, name);
     if (!st) slm_flight_set_dump_path(p, tr->rank, tr->W);
     free(p);
+    if (!st) retire_flight_dumps(logs, tr->rank, tr->W);
     free(logs);
     return slm_dist_agree(st);
 }
@@ -894,10 +922,20 @@ slm_status slm_train_finish(slm_trainer *tr, slm_status st) {
     slm_flight_set_where(tr->step, "finish (final checkpoint)");
     slm_status fin = st ? st : finish_ok(tr);
     const slm_train_opts *o = tr->o;
+    // The message of the first error is the run's: a hook that fails (or only logs a failure,
+    // like a heartbeat write) after it must not replace it.
+    char *msg = fin ? slm_xstrdup(slm_errmsg()) : NULL;
     for (int h = 0; h < o->n_hooks; h++) {
         if (!tr->hook_started[h] || !o->hooks[h].on_finish) continue;
         slm_status hs = o->hooks[h].on_finish(o->hooks[h].ctx, tr, st);
-        if (hs && !fin) fin = hs;
+        if (hs && !fin) {
+            fin = hs;
+            msg = slm_xstrdup(slm_errmsg());
+        }
+    }
+    if (msg) {
+        slm_set_errmsg(msg);
+        free(msg);
     }
     if (!fin && tr->interrupted && tr->preempted) {
         report_preemption(tr);

@@ -29,4 +29,5 @@ has "transport logged" "$W/err.log" 'MPI transport: pml'
 echo "detection: $(aj "$J" 'round(a["attempts"][0]["detected"] - a["attempts"][0]["last_progress"], 2)') s after the last heartbeat (printed, not checked)"
 same_weights "final weights equal the uninterrupted run" "$W/run" "$W/ref" 10
 no_orphans "no process of the job left"
+[ "$fails" = 0 ] || { cat "$J"; tail -30 "$W/err.log"; }
 slm_finish
