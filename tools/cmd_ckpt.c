@@ -142,8 +142,13 @@ int slm_cmd_ckpt(int argc, char **argv) {
             d.lora_base = x.lora_base;
             st = slm_model_dir_load_model(&d, &m);
             if (!st && peft) {
-                const char *base = x.lora_base ? x.lora_base : slm_ckpt_get_meta(d.ckpt)->lora_base;
+                // adapter_config's base_model_name_or_path: absolute, as train records it (a
+                // relative --lora-base would resolve against the loader's working directory)
+                char *abs = x.lora_base ? realpath(x.lora_base, NULL) : NULL;
+                const char *base =
+                    x.lora_base ? (abs ? abs : x.lora_base) : slm_ckpt_get_meta(d.ckpt)->lora_base;
                 st = slm_peft_export_dir(&m, d.weights_dir, base, out, dt);
+                free(abs);
                 slm_llama_free(&m);
             } else if (!st) {
                 st = slm_hf_export_dir(&m, d.weights_dir, d.tokenizer, out, dt, max_shard);

@@ -306,6 +306,18 @@ static const slm_opt k_train_opts[] = {
      .flags = SLM_OPTF_HI_OPEN | SLM_OPTF_F32 | SLM_OPTF_PER_RANK,
      .range = "in [0, 1e6) microseconds",
      .def = "0 = off"},
+    {.name = "--simulate-compute",
+     .type = SLM_OPT_DOUBLE,
+     .off = A(o.simulate_gflops),
+     .meta = "GFLOPS",
+     .help = "emulation (bench/scaling/, docs/scaling.md): every collective real, each unit's "
+             "forward / backward arithmetic replaced by a wait of its FLOPs / GFLOPS; losses are "
+             "meaningless and not printed, the step line shows step time, simulated compute and "
+             "exposed communication",
+     .dlo = 0,
+     .dhi = INF,
+     .flags = SLM_OPTF_LO_OPEN | SLM_OPTF_F32 | SLM_OPTF_NODEF,
+     .range = "> 0 GFLOP/s and finite"},
     {.type = SLM_OPT_SECTION, .help = "  Prometheus metrics (docs/observability.md):"},
     {.name = "--metrics-addr",
      .type = SLM_OPT_CUSTOM,
@@ -520,7 +532,8 @@ static const slm_opt k_train_opts[] = {
      .type = SLM_OPT_STRING,
      .off = A(o.snapshot_dir),
      .meta = "DIR",
-     .help = "where the snapshots go (a tmpfs)",
+     .help = "where the snapshots go (a tmpfs; a new or empty directory, or this run's own: "
+             "refused when it holds other files or another run's snapshots)",
      .def = "/dev/shm/shardlm-<XXH64 of the absolute --out>"},
     {.type = SLM_OPT_SECTION, .help = "  object storage (S3; docs/storage.md):"},
     {.name = "--ckpt-uri",
@@ -729,6 +742,25 @@ static void print_step(void *ctx, const slm_step_metrics *m) {
     progress_step(sp, m);
 }
 
+// --simulate-compute: the step line without loss values (they are meaningless): step time and
+// its split into simulated compute, exposed communication (collective waits) and the rest
+// (optimizer, hook polling, data).
+static slm_status print_sim_step(void *ctx, slm_trainer *tr, const slm_step_metrics *m) {
+    const slm_train_opts *o = ((const step_printer *)ctx)->o;
+    bool last = m->step == o->steps;
+    if (slm_trainer_rank(tr) != 0 || o->log_every <= 0) return SLM_OK;
+    if (!(m->step % o->log_every == 0 || last || m->step == 1)) return SLM_OK;
+    slm_step_timing t;
+    slm_trainer_step_timing(tr, &t);
+    double comp = t.sim_compute_s * 1e3, comm = t.comm_s * 1e3;
+    printf("step %6lld/%lld | simulated | %.1f ms/step | compute %.1f ms | exposed comm %.1f ms | "
+           "other %.1f ms | %.0f tok/s\n",
+           (long long)m->step, (long long)o->steps, m->ms_per_step, comp, comm,
+           m->ms_per_step - comp - comm, m->tokens_per_s);
+    fflush(stdout);
+    return SLM_OK;
+}
+
 static slm_status print_finish(void *ctx, slm_trainer *tr, slm_status st) {
     step_printer *sp = ctx;
     if (sp->begun && st)
@@ -754,6 +786,7 @@ static slm_status install_hooks(slm_train_opts *o, slm_train_std_hooks *std, slm
     sp->o = o;
     slm_train_hook print = {
         .name = "step line", .ctx = sp, .observe = print_step, .on_finish = print_finish};
+    if (o->simulate_gflops > 0) print.observe = NULL, print.on_step = print_sim_step;
     return st ? st : slm_train_attach(o, &print);
 }
 
@@ -852,7 +885,8 @@ int slm_cmd_train(int argc, char **argv) {
                (long long)res.steps_done, (long long)o.steps);
     } else if (slm_dist_rank() == 0) {
         printf("done: %lld steps", (long long)res.steps_done);
-        if (isfinite(res.final_loss)) printf(" | final loss %.4f", res.final_loss);
+        if (isfinite(res.final_loss) && !(o.simulate_gflops > 0))
+            printf(" | final loss %.4f", res.final_loss);
         if (isfinite(res.final_val_loss)) printf(" | val loss %.4f", res.final_val_loss);
         if (isfinite(res.tokens_per_s))
             printf(" | %.0f tok/s | MFU %.1f%%", res.tokens_per_s, 100.0 * res.mfu);

@@ -108,12 +108,16 @@ bool slm_sample_from_json(const struct cJSON *j, int format, slm_sample *s, char
 void slm_sample_free(slm_sample *s);
 
 // One piece of a rendered sample: text (owned; special tokens matched when `special`) or a
-// bare token id (id >= 0, text NULL). `target`: its tokens are loss targets.
+// bare token id (id >= 0, text NULL). `target`: its tokens are loss targets. `joined`: the text
+// starts with a space that joins it to the text before in the template's one string; a
+// SentencePiece tokenizer, which starts every encoded piece with its dummy-prefix "▁", encodes it
+// without that space (so both kinds give the template string's tokens).
 typedef struct slm_sample_seg {
     char *text;
     size_t len;
     int32_t id;
     bool target, special;
+    bool joined;
 } slm_sample_seg;
 
 typedef struct slm_sample_segs {

@@ -168,9 +168,13 @@ static void pack_samples(slm_loader *l, bool packing) {
 }
 
 // The samples of a masked split, from the start flags of every shard; lengths cut to T+1.
-static void find_samples(slm_loader *l) {
-    int64_t n = 0, cap = 0, cut = 0;
+// A sample whose target tokens all lie beyond its first T+1 tokens adds nothing to the loss
+// once cut: warned about (with the window that would keep one of each), and an error when that
+// is every sample of the split (training would silently step on a zero loss, eval report none).
+static slm_status find_samples(slm_loader *l) {
+    int64_t n = 0, cap = 0, cut = 0, blind = 0, need = 0;
     int64_t W = (int64_t)l->T + 1;
+    int s_cur = 0;
     for (int s = 0; s < l->n_shards; s++) {
         int64_t nt = l->cum[s + 1] - l->cum[s];
         const uint8_t *f = l->pay[s] + (size_t)nt * l->tb[s];
@@ -187,16 +191,40 @@ static void find_samples(slm_loader *l) {
     for (int64_t i = 0; i < n; i++) {
         int64_t end = i + 1 < n ? l->samp_off[i + 1] : l->n_tokens;
         l->samp_len[i] = end - l->samp_off[i];
+        // Samples never span shards (prep writes whole samples): the shard of sample i.
+        while (s_cur + 1 < l->n_shards && l->samp_off[i] >= l->cum[s_cur + 1])
+            s_cur++;
+        int64_t nt = l->cum[s_cur + 1] - l->cum[s_cur];
+        const uint8_t *f = l->pay[s_cur] + (size_t)nt * l->tb[s_cur];
+        int64_t j0 = l->samp_off[i] - l->cum[s_cur], first = -1;
+        for (int64_t k = 1; k < l->samp_len[i] && first < 0; k++) // token 0 is never predicted
+            if (f[j0 + k] & SLM_TOKF_TARGET) first = k;
+        if (first >= W) blind++;
+        if (first + 1 > need) need = first + 1;
         if (l->samp_len[i] > W) {
             l->samp_len[i] = W;
             cut++;
         }
     }
     l->n_samples = n;
+    const char *split = l->split == &l->ds.train ? "train" : "val";
+    if (n > 0 && blind == n)
+        return slm_fail(SLM_E_ARG,
+                        "%s: every one of the %" PRId64 " %s samples has its first target "
+                        "(completion / assistant) token beyond its first T+1 = %" PRId64
+                        " tokens, so the cut to T+1 leaves nothing to learn or score; raise "
+                        "--seq to at least %" PRId64 " (keeps one target of every sample)",
+                        l->ds.dir, n, split, W, need - 1);
     if (cut && l->rank == 0)
         slm_warn("%s: %" PRId64 " of %" PRId64 " %s samples are longer than T+1 = %" PRId64
                  " tokens and were cut to it",
-                 l->ds.dir, cut, n, l->split == &l->ds.train ? "train" : "val", W);
+                 l->ds.dir, cut, n, split, W);
+    if (blind && l->rank == 0)
+        slm_warn("%s: %" PRId64 " of %" PRId64 " %s samples keep no target token after the cut "
+                 "to T+1 = %" PRId64 " tokens (they add nothing to the loss); --seq %" PRId64
+                 " keeps one target of every sample",
+                 l->ds.dir, blind, n, split, W, need - 1);
+    return SLM_OK;
 }
 
 void slm_loader_free(slm_loader *l) {
@@ -278,7 +306,7 @@ slm_status slm_loader_open(const slm_loader_opts *o, slm_loader **out) {
     l->masked = l->ds.masked;
     l->pad_id = l->ds.eos_id >= 0 ? l->ds.eos_id : 0;
     if (l->masked) {
-        find_samples(l);
+        if ((st = find_samples(l))) goto fail;
         pack_samples(l, !o->no_packing);
     } else {
         l->n_windows = l->n_tokens > 0 ? (l->n_tokens - 1) / o->T : 0;

@@ -468,6 +468,16 @@ static slm_status do_jsonl_unit(worker *w, const source *src, const char *d, siz
             char esc[192];
             const char *rest = NULL;
             const char *why = jsonl_escapes(d + p, e - p, esc, sizeof esc);
+            // A raw NUL byte: cJSON would keep parsing but the C string it builds ends there,
+            // silently cutting the field ("a<NUL>b" read as "a").
+            const char *nul = memchr(d + p, 0, e - p);
+            if (!why && nul) {
+                snprintf(esc, sizeof esc,
+                         "raw NUL byte (0x00) at byte %zu of the line; prep does not store NUL "
+                         "characters (remove them from the input)",
+                         (size_t)(nul - (d + p)) + 1);
+                why = esc;
+            }
             cJSON *j = why ? NULL : cJSON_ParseWithLengthOpts(d + p, e - p, &rest, false);
             const cJSON *t = NULL;
             bool inst = w->ctx->o->format != SLM_PREP_TEXT;

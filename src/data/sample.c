@@ -54,14 +54,56 @@ const char *slm_chat_template_name(const slm_chat_template *t) {
     return t->name;
 }
 
-// Splits "PREFIX{content}SUFFIX" of role r into the template; exactly one "{content}".
+// A "{name}" placeholder in template text s other than the one {content} (which the caller has
+// cut out): only {content} is substituted, so "{role}" or Jinja's "{{ content }}" would be
+// written literally into every sample. Returns the first such "{" or NULL.
+static const char *other_placeholder(const char *s, size_t *len) {
+    for (const char *p = strchr(s, '{'); p; p = strchr(p + 1, '{')) {
+        const char *q = p + 1;
+        while (*q == '{' || *q == ' ')
+            q++;
+        const char *id = q;
+        while ((*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') || (*q >= '0' && *q <= '9') ||
+               *q == '_' || *q == '.' || *q == '[' || *q == ']' || *q == '\'')
+            q++;
+        if (q == id) continue;
+        while (*q == ' ')
+            q++;
+        if (*q == '}') {
+            while (q[1] == '}')
+                q++;
+            *len = (size_t)(q - p) + 1;
+            return p;
+        }
+    }
+    return NULL;
+}
+
+// Splits "PREFIX{content}SUFFIX" of role r into the template; exactly one "{content}", and no
+// other placeholder ("{role}", "{{content}}") around it.
 static slm_status split_role(slm_chat_template *t, int r, const char *s, const char *what) {
     const char *p = strstr(s, "{content}");
     if (!p || strstr(p + 9, "{content}"))
-        return slm_fail(SLM_E_FORMAT, "%s: field \"%s\": expected exactly one {content} in it",
+        return slm_fail(SLM_E_FORMAT,
+                        "%s: field \"%s\": expected exactly one {content} in it (the only "
+                        "placeholder; Jinja's {{ content }} is not one)",
+                        what, k_roles[r]);
+    if (p > s && p[-1] == '{' && p[9] == '}')
+        return slm_fail(SLM_E_FORMAT,
+                        "%s: field \"%s\": {{content}} would write the braces around every "
+                        "content; the placeholder is {content} (single braces)",
                         what, k_roles[r]);
     t->prefix[r] = slm_xstrndup(s, (size_t)(p - s));
     t->suffix[r] = slm_xstrdup(p + 9);
+    for (int k = 0; k < 2; k++) {
+        size_t n = 0;
+        const char *o = other_placeholder(k ? t->suffix[r] : t->prefix[r], &n);
+        if (o)
+            return slm_fail(SLM_E_FORMAT,
+                            "%s: field \"%s\": unknown placeholder \"%.*s\"; only {content} is "
+                            "substituted (write the role's text itself, e.g. \"%s: {content}\")",
+                            what, k_roles[r], (int)(n > 40 ? 40 : n), o, k_roles[r]);
+    }
     return SLM_OK;
 }
 
@@ -99,6 +141,13 @@ static slm_status parse_template_text(const char *path, const char *text, size_t
     if (!st) {
         it = cJSON_GetObjectItemCaseSensitive(root, "begin");
         t->begin = slm_xstrdup(it ? it->valuestring : "");
+        size_t n = 0;
+        const char *o = other_placeholder(t->begin, &n);
+        if (o)
+            st = slm_fail(SLM_E_FORMAT,
+                          "%s: field \"begin\": unknown placeholder \"%.*s\" (begin is written "
+                          "as is; no placeholder is substituted in it)",
+                          path, (int)(n > 40 ? 40 : n), o);
         t->trim = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(root, "trim"));
         for (int r = 0; r < 3 && !st; r++) {
             it = cJSON_GetObjectItemCaseSensitive(root, k_roles[r]);
@@ -135,7 +184,8 @@ slm_status slm_chat_template_load(const char *spec, slm_chat_template **out) {
     slm_status st = SLM_OK;
     if (!strcmp(spec, "llama2")) {
         // Meta's Llama-2 chat form (as transformers' llama-2 template): <s>[INST] <<SYS>>\n
-        // SYSTEM\n<</SYS>>\n\nUSER [/INST] ASSISTANT </s> per exchange (render_llama2).
+        // SYSTEM\n<</SYS>>\n\nUSER [/INST] ASSISTANT </s> per exchange, the reply between spaces
+        // (render_llama2).
         t->kind = TPL_LLAMA2;
         t->name = slm_xstrdup("llama2");
         t->trim = true;
@@ -271,7 +321,7 @@ bad:
 
 static void add_seg(slm_sample_segs *g, char *text, int32_t id, bool target, bool special) {
     g->segs = slm_xrealloc(g->segs, (size_t)(g->n + 1) * sizeof *g->segs);
-    g->segs[g->n++] = (slm_sample_seg){text, text ? strlen(text) : 0, id, target, special};
+    g->segs[g->n++] = (slm_sample_seg){text, text ? strlen(text) : 0, id, target, special, false};
 }
 
 void slm_sample_segs_free(slm_sample_segs *g) {
@@ -336,7 +386,12 @@ static bool render_llama2(const slm_sample *s, bool gen, int32_t bos, int32_t eo
             add_seg(g, concat3("[INST] ", content, " [/INST]"), -1, false, false);
             free(content);
         } else {
-            add_seg(g, content_copy(m->content, true), -1, true, false);
+            // transformers' Llama-2 template and Meta's chat_completion: " " + reply.strip() +
+            // " " then </s> (the trailing space is a token of its own before </s>)
+            char *content = content_copy(m->content, true);
+            add_seg(g, concat3(" ", content, " "), -1, true, false);
+            g->segs[g->n - 1].joined = true;
+            free(content);
             add_seg(g, NULL, eos, true, false);
         }
     }
@@ -428,7 +483,9 @@ slm_status slm_sample_encode(const slm_sample_segs *g, const slm_tokenizer *tok,
         if (sg->id >= 0) {
             slm_ivec_push(ids, sg->id);
         } else if (sg->len) {
-            slm_status st = slm_tokenizer_encode(tok, sg->text, sg->len,
+            bool drop =
+                sg->joined && sg->text[0] == ' ' && slm_tokenizer_type(tok) == SLM_TOK_SPM_BPE;
+            slm_status st = slm_tokenizer_encode(tok, sg->text + drop, sg->len - drop,
                                                  sg->special ? SLM_ENC_ALLOW_SPECIAL : 0, ids);
             if (st) return st;
         }

@@ -96,7 +96,9 @@ static int adapter_of(const slm_fsdp *f, int u) {
     return f->n_units > f->n_base && u >= 0 && u < f->n_base - 1 ? f->n_base + u : -1;
 }
 
-static void set_context(const slm_fsdp *f, const char *phase, int u) {
+static void set_context(slm_fsdp *f, const char *phase, int u) {
+    f->ctx_phase = phase;
+    f->ctx_unit = u;
     char ctx[96];
     snprintf(ctx, sizeof ctx, "step %lld, %s, FSDP unit %d", (long long)f->t + 1, phase, u);
     slm_dist_set_context(ctx);
@@ -243,8 +245,14 @@ static void reduce_progress(slm_fsdp *f, int must) {
             }
             if (f->R > 1) {
                 x->rstate = R_AR;
+                // Started from whichever hook polled the reduce-scatter's completion: the
+                // context names the unit it reduces, then the hook's own is put back.
+                const char *ph = f->ctx_phase;
+                int cu = f->ctx_unit;
+                set_context(f, "backward reduce (replica group)", f->rq[i]);
                 slm_dist_iallreduce(f->replica, x->rbuf_shard, x->shard_numel, red_dt(f),
                                     SLM_OP_SUM, "all-reduce (grads, replica group)", &x->rreq);
+                if (ph) set_context(f, ph, cu);
                 f->stats.bytes_reduced += x->shard_numel * (int64_t)red_elt(f);
             } else {
                 reduce_finish(f, f->rq[i]);

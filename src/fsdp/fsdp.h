@@ -120,6 +120,8 @@ typedef struct slm_fsdp {
     size_t transient_bytes;    // gathered params + full grads + staging, now
     size_t peak_transient_bytes;
     slm_fsdp_stats stats;
+    const char *ctx_phase; // the hook phase and unit of the dist context now (private)
+    int ctx_unit;
 } slm_fsdp;
 
 // Sets up sharding for `m` (initialised with alloc == false; slm_llama_set_shape may come before

@@ -472,6 +472,16 @@ slm_status slm_llama_config_parse(const char *text, size_t len, const char *path
         (st = check_unsupported(path, root, t.hidden_size, t.num_attention_heads)))
         goto out;
     if (t.num_key_value_heads == 0) t.num_key_value_heads = t.num_attention_heads;
+    // An explicit head_dim 0 is no head size (transformers builds zero-width projections from it
+    // and fails); 0 is only this struct's "absent", so it must not silently mean hidden / heads.
+    const cJSON *hd = cJSON_GetObjectItemCaseSensitive(root, "head_dim");
+    if (hd && cJSON_IsNumber(hd) && t.head_dim == 0) {
+        st = slm_fail(SLM_E_ARG,
+                      "%s: model config: head_dim must be even and in [2, 65536] (or absent / "
+                      "null: hidden_size / num_attention_heads), got 0",
+                      path);
+        goto out;
+    }
     // head_dim equal to hidden_size / heads is the implicit one (stored as 0, as presets do)
     if (t.head_dim > 0 && t.num_attention_heads > 0 &&
         (int64_t)t.head_dim * t.num_attention_heads == t.hidden_size)

@@ -29,7 +29,7 @@ slm_status slm_lora_parse_targets(const char *s, uint32_t *out) {
         return SLM_OK;
     }
     const char *p = s;
-    while (*p) {
+    for (;;) { // every comma-separated item, the empty one after a trailing comma included
         const char *e = strchr(p, ',');
         size_t n = e ? (size_t)(e - p) : strlen(p);
         int found = -1;
@@ -42,8 +42,8 @@ slm_status slm_lora_parse_targets(const char *s, uint32_t *out) {
                             "gate_proj, up_proj, down_proj (or all)",
                             found < 0 ? "unknown module" : "repeated module", (int)n, p, s);
         *out |= 1u << found;
-        p += n;
-        if (*p == ',') p++;
+        if (!e) break;
+        p = e + 1;
     }
     return SLM_OK;
 }

@@ -334,6 +334,10 @@ static slm_status start_req(slm_s3 *s, s3_req *r) {
     curl_easy_setopt(e, CURLOPT_ERRORBUFFER, r->errbuf);
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, 10000L);
     curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)(s->cfg.timeout_s * 1000));
+    // a stalled attempt (no byte either way for stall_s) ends as CURLE_OPERATION_TIMEDOUT and
+    // is retried
+    curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, (long)(s->cfg.stall_s > 0 ? s->cfg.stall_s : 30));
     curl_easy_setopt(e, CURLOPT_PRIVATE, r);
     if (strcmp(r->method, "PUT") == 0) {
         curl_easy_setopt(e, CURLOPT_UPLOAD, 1L);

@@ -285,6 +285,7 @@ slm_status slm_s3_config_load(slm_s3_config *c, const char *endpoint, const char
     c->backoff_base_s = 0.1;
     c->backoff_max_s = 10.0;
     c->timeout_s = 300.0;
+    c->stall_s = env_int("SHARDLM_S3_STALL_S", 30, 1, 3600);
     c->part_bytes = (size_t)env_int("SHARDLM_S3_PART_MIB", 16, 5, 4096) << 20;
     c->multipart_bytes = (size_t)env_int("SHARDLM_S3_MULTIPART_MIB", 64, 5, 1 << 20) << 20;
     c->list_page = env_int("SHARDLM_S3_LIST_PAGE", 1000, 1, 1000);

@@ -82,12 +82,15 @@ typedef struct slm_s3_config {
     char *profile;       // profile the credentials came from (NULL: environment)
     char *cred_source;   // "environment", "~/.aws/credentials [p]", ... (for messages)
     slm_s3_addressing addressing;
-    int max_conns;          // concurrent requests per client (default 16, env SHARDLM_S3_MAX_CONNS)
-    int max_attempts;       // attempts per request (default 8, env SHARDLM_S3_MAX_ATTEMPTS)
-    double retry_budget_s;  // total time one request may spend retrying (default 120)
-    double backoff_base_s;  // first backoff ceiling (default 0.1 s), doubled per attempt
-    double backoff_max_s;   // backoff ceiling (default 10 s)
-    double timeout_s;       // one attempt's timeout (default 300 s; 10 s to connect)
+    int max_conns;         // concurrent requests per client (default 16, env SHARDLM_S3_MAX_CONNS)
+    int max_attempts;      // attempts per request (default 8, env SHARDLM_S3_MAX_ATTEMPTS)
+    double retry_budget_s; // total time one request may spend retrying (default 120)
+    double backoff_base_s; // first backoff ceiling (default 0.1 s), doubled per attempt
+    double backoff_max_s;  // backoff ceiling (default 10 s)
+    double timeout_s;      // one attempt's timeout (default 300 s; 10 s to connect)
+    int stall_s; // an attempt that moves no byte for this long is aborted and retried (default
+                 // 30, env SHARDLM_S3_STALL_S): a server that accepts and never answers
+                 // costs stall_s per attempt, within retry_budget_s, not timeout_s
     size_t part_bytes;      // multipart part size (default 16 MiB, at least 5 MiB)
     size_t multipart_bytes; // objects at least this large go multipart (default 64 MiB)
     int list_page;          // ListObjectsV2 max-keys per page (default 1000)

@@ -149,6 +149,7 @@ slm_status slm_train_agree(const slm_train_opts *o) {
     add(l, "--no-prefetch", A, "forward prefetch %s, backward prefetch %s",
         on_off(o->fsdp.forward_prefetch), on_off(o->fsdp.backward_prefetch));
     add(l, "--collective-timeout", A, "%.17g", o->collective_timeout_s);
+    add(l, "--simulate-compute", A, "%.17g", o->simulate_gflops);
     add(l, "--metrics-every", A, "%d", o->metrics.every); // the gather is a collective
     add(l, "--straggler-factor", A, "%.17g", o->metrics.straggler_factor);
     add(l, "--straggler-windows", A, "%d", o->metrics.straggler_windows);

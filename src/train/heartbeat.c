@@ -74,11 +74,16 @@ static slm_status hb_start(void *ctx, slm_trainer *tr) {
     return st;
 }
 
+// A failed write is one warning.
 static void hb_put(slm_trainer *tr, int64_t step, double loss, const char *phase) {
     slm_status st = slm_heartbeat_write(slm_trainer_opts(tr)->heartbeat_dir, slm_trainer_rank(tr),
                                         step, loss, phase);
     if (st && !g_hb.warned) {
-        slm_warn("%s (training goes on; a supervisor may take this rank for hung)", slm_errmsg());
+        if (!strcmp(phase, "train"))
+            slm_warn("%s (training goes on; a supervisor may take this rank for hung)",
+                     slm_errmsg());
+        else
+            slm_warn("%s (the final heartbeat record, phase %s)", slm_errmsg(), phase);
         g_hb.warned = true;
     }
 }

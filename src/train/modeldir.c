@@ -315,6 +315,13 @@ static slm_status read_lora(slm_model_dir *d, slm_llama *m) {
     const char *base = d->lora_base ? d->lora_base : M->lora_base;
     uint64_t h = 0;
     slm_status st = slm_hf_dir_xxh64(base, &h);
+    if (st && !d->lora_base) // the recorded path: say how to name a moved base
+        return slm_fail_wrap(st,
+                             "%s: the LoRA checkpoint's base model %s (recorded at training; if "
+                             "it moved, `shardlm ckpt export RUN --hf OUT --lora-base NEW_DIR "
+                             "[--merge-lora]` takes the moved copy, its XXH64 checked, and eval "
+                             "/ generate read the merged OUT)",
+                             d->weights_dir, base);
     if (st)
         return slm_fail_wrap(st, "%s: the LoRA checkpoint's base model %s", d->weights_dir, base);
     if (h != M->lora_base_xxh64)

@@ -209,6 +209,11 @@ typedef struct slm_train_opts {
                                   // (slm_train_add_snapshot_hook); 0: off
     const char *snapshot_dir;     // their directory; NULL: slm_train_snapshot_root's default
     slm_train_metrics_opts metrics; // Prometheus (read by slm_train_prom_new and its hook)
+    double simulate_gflops;         // > 0: --simulate-compute: every unit's forward / backward
+                                    // arithmetic is replaced by a wait of its FLOPs / (this x 1e9)
+                                    // (slm_train_unit_flops); collectives, buffers, schedule,
+                                    // prefetch and the optimizer stay real; losses are 0 and
+                                    // meaningless (docs/scaling.md "Emulated cluster"). 0: off
 } slm_train_opts;
 
 // Fills the defaults: grad_accum 1, lr 3e-4, betas (0.9, 0.95), eps 1e-8, weight decay 0.1,
@@ -397,6 +402,7 @@ typedef struct slm_step_timing {
     double comm_s;          // blocked in collective waits (slm_dist_wait_seconds), s
     int64_t bytes_gathered; // all-gathered bytes received since the start (fsdp stats)
     int64_t bytes_reduced;  // bytes sent into reduce-scatters / all-reduces since the start
+    double sim_compute_s;   // --simulate-compute: the step's simulated compute waits, s (else 0)
 } slm_step_timing;
 void slm_trainer_step_timing(const slm_trainer *tr, slm_step_timing *t);
 
@@ -431,6 +437,24 @@ void slm_train_reset_stop(void);
 // FLOPs per trained token: 6 N + 12 L C T (Kaplan et al. 2020 / PaLM appendix B), N =
 // slm_llama_n_matmul_params (embedding excluded, lm_head included).
 double slm_train_flops_per_token(const slm_llama_config *c, int T);
+// FLOPs of one FSDP unit (0..L-1 blocks, L the root) for one micro-batch of B x T tokens, split
+// as the model spends them between the unit's hooks (model.h): *fwd between pre_forward and
+// post_forward, *bwd between pre_backward and post_backward. Same counting as
+// slm_train_flops_per_token (2 FLOPs per multiply-add, forward 1x, backward 2x the matmuls;
+// attention scores and values 4 C T per token forward, not halved for the causal mask): the
+// units' fwd + bwd sum to slm_train_flops_per_token x B x T. Block: 2 N P_b + 4 N T C forward,
+// twice that backward (plus the forward again under activation checkpointing, except for the
+// last block, whose activations are kept). Root: the lm_head's forward AND backward (6 N V C) in
+// *fwd, because the model runs the head's backward chunk by chunk inside the forward; *bwd 0
+// (the final norm and embedding gradients are not matmuls).
+void slm_train_unit_flops(const slm_llama_config *c, int B, int T, bool activation_checkpointing,
+                          int unit, double *fwd, double *bwd);
+// One micro-batch's forward + backward of `m` under --simulate-compute: calls m's unit hooks in
+// exactly the order slm_llama_forward / slm_llama_backward do (model.h), and between each pre and
+// post hook sleeps until FLOPs / (gflops x 1e9) seconds have passed since the pre hook returned
+// (clock_nanosleep: no CPU used). No arithmetic, the activations are untouched. Returns the
+// seconds slept in total.
+double slm_train_sim_forward_backward(slm_llama *m, int B, int T, double gflops);
 
 // ---------------------------------------------------------------------------------------------
 // Fault injection (tests of the supervisor; docs/operations.md "Fault injection")

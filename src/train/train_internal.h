@@ -38,6 +38,7 @@ struct slm_trainer {
     double sum_tok, sum_dt, last_loss, last_val; // sum_*: the steps counted in the rates
     int64_t n_rate;
     double step_wait0, step_data_s, step_comm_s; // the last step's timing (metrics)
+    double step_sim_s; // --simulate-compute: the last step's simulated compute, s
     bool done, started, interrupted;
     bool *hook_started; // [o->n_hooks]: on_start ran (so on_finish runs)
     slm_train_result res;

@@ -2,6 +2,8 @@
 // fsdp, buffers, schedule, initial state), step (one optimizer step), finish, close. One path for
 // every world size: fsdp/ holds the parameters, gradients and AdamW state (a world of one is
 // NO_SHARD over one-rank communicators). Contract in train.h.
+#include <dirent.h>
+#include <errno.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -31,6 +33,14 @@ static slm_status check_opts(const slm_train_opts *o) {
     if (!(o->adamw.weight_decay >= 0)) return slm_fail(SLM_E_ARG, "--weight-decay must be >= 0");
     if (!o->synthetic && !o->data_dir)
         return slm_fail(SLM_E_ARG, "no dataset given (--data DIR, or --synthetic)");
+    if (!(o->simulate_gflops >= 0) || !isfinite(o->simulate_gflops))
+        return slm_fail(SLM_E_ARG, "--simulate-compute must be a positive GFLOP/s rate");
+    if (o->simulate_gflops > 0 && o->eval_every > 0 && !o->synthetic)
+        return slm_fail(SLM_E_ARG, "--simulate-compute: validation losses would be meaningless (no "
+                                   "arithmetic runs); HINT: use --eval-every 0");
+    if (o->simulate_gflops > 0 && o->lora.rank > 0)
+        return slm_fail(SLM_E_ARG, "--simulate-compute: its FLOP count is that of full training, "
+                                   "not of LoRA adapters (--lora-rank); use one or the other");
     if (o->lora.rank > 0) {
         slm_status st = slm_lora_config_validate(&o->lora);
         if (st) return st;
@@ -206,6 +216,31 @@ static slm_status open_rundir(slm_trainer *tr) {
     return st;
 }
 
+// Dumps of an earlier attempt in LOGS would mix with this attempt's in `shardlm flight` (a rank
+// that does not dump this time, the one that hangs, would be judged by its old dump): each rank
+// renames its own flight_rank_R.json to flight_rank_R.prev.json (which the reader skips), and
+// rank 0 those of ranks >= W (a larger earlier world).
+static void retire_flight_dumps(const char *logs, int rank, int W) {
+    DIR *d = opendir(logs);
+    if (!d) return;
+    for (struct dirent *e; (e = readdir(d));) {
+        int r;
+        char tail[8];
+        if (sscanf(e->d_name, "flight_rank_%d.jso%1[n]", &r, tail) != 2 ||
+            strlen(e->d_name) != strlen("flight_rank_00000.json"))
+            continue;
+        if (!(r == rank || (rank == 0 && r >= W))) continue;
+        char prev[64];
+        snprintf(prev, sizeof prev, "flight_rank_%05d.prev.json", r);
+        char *a = slm_path_join(logs, e->d_name), *b = slm_path_join(logs, prev);
+        if (rename(a, b) != 0)
+            slm_warn("%s: cannot move an earlier dump aside: %s", a, strerror(errno));
+        free(a);
+        free(b);
+    }
+    closedir(d);
+}
+
 // With a run directory, every rank's flight recorder dumps to RUN_DIR/logs/flight_rank_R.json
 // (dist.h): on a collective timeout, a fatal signal or SIGUSR2 (the handlers are the caller's:
 // slm_flight_install_signals).
@@ -218,6 +253,7 @@ static slm_status open_flight(slm_trainer *tr) {
     char *p = slm_path_join(logs, name);
     if (!st) slm_flight_set_dump_path(p, tr->rank, tr->W);
     free(p);
+    if (!st) retire_flight_dumps(logs, tr->rank, tr->W);
     free(logs);
     return slm_dist_agree(st);
 }
@@ -608,9 +644,15 @@ static int forward_backward(slm_trainer *tr, int64_t n_total, double *loss_sum, 
         slm_warn("fault injection (SHARDLM_FAULT): nan-grad:step=%lld: NaN loss and gradients "
                  "on rank %d",
                  (long long)tr->step + 1, tr->rank);
+    tr->step_sim_s = 0;
     for (int k = 0; k < tr->K; k++) {
         int stop = k > 0 ? agree_stop(tr, "stop flags (micro-batch)") : 0;
         if (stop) return stop;
+        if (tr->o->simulate_gflops > 0) { // --simulate-compute: real collectives, no arithmetic
+            tr->step_sim_s +=
+                slm_train_sim_forward_backward(&tr->model, tr->B, tr->T, tr->o->simulate_gflops);
+            continue;
+        }
         // LoRA dropout masks: a function of (seed, step, micro-batch, rank) only, so a resume
         // replays them bitwise.
         tr->model.lora_dropout_key =
@@ -901,12 +943,27 @@ slm_status slm_train_finish(slm_trainer *tr, slm_status st) {
     // The hooks see the status of the training itself: an error in the final validation does
     // not cost the final checkpoint.
     slm_flight_set_where(tr->step, "finish (final checkpoint)");
+    // SHARDLM_FLIGHT_DUMP=end: every rank dumps its flight recorder once training ended (before
+    // the final checkpoint), e.g. to compare a --simulate-compute run's collectives with a real
+    // one's (docs/operations.md "Flight recorder").
+    const char *fd = getenv("SHARDLM_FLIGHT_DUMP");
+    if (fd && strcmp(fd, "end") == 0) slm_flight_dump("end of training (SHARDLM_FLIGHT_DUMP=end)");
     slm_status fin = st ? st : finish_ok(tr);
     const slm_train_opts *o = tr->o;
+    // The message of the first error is the run's: a hook that fails (or only logs a failure,
+    // like a heartbeat write) after it must not replace it.
+    char *msg = fin ? slm_xstrdup(slm_errmsg()) : NULL;
     for (int h = 0; h < o->n_hooks; h++) {
         if (!tr->hook_started[h] || !o->hooks[h].on_finish) continue;
         slm_status hs = o->hooks[h].on_finish(o->hooks[h].ctx, tr, st);
-        if (hs && !fin) fin = hs;
+        if (hs && !fin) {
+            fin = hs;
+            msg = slm_xstrdup(slm_errmsg());
+        }
+    }
+    if (msg) {
+        slm_set_errmsg(msg);
+        free(msg);
     }
     if (!fin && tr->interrupted && tr->preempted) {
         report_preemption(tr);
@@ -962,7 +1019,8 @@ void slm_trainer_step_timing(const slm_trainer *tr, slm_step_timing *t) {
     *t = (slm_step_timing){.data_s = tr->step_data_s,
                            .comm_s = tr->step_comm_s,
                            .bytes_gathered = tr->fsdp.stats.bytes_gathered,
-                           .bytes_reduced = tr->fsdp.stats.bytes_reduced};
+                           .bytes_reduced = tr->fsdp.stats.bytes_reduced,
+                           .sim_compute_s = tr->step_sim_s};
 }
 
 void slm_trainer_fault_after_ckpt(slm_trainer *tr) {

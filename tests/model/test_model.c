@@ -245,6 +245,9 @@ static void test_config_rope(void) {
         {"\"mlp_bias\": true}", "mlp_bias", SLM_E_UNSUPPORTED},
         {"\"head_dim\": 33}", "head_dim", SLM_E_ARG},
         {"\"head_dim\": \"32\"}", "head_dim", SLM_E_FORMAT},
+        // 0 is no head size (transformers fails on it), not the implicit hidden / heads
+        {"\"head_dim\": 0}", "head_dim must be even and in [2, 65536]", SLM_E_ARG},
+        {"\"head_dim\": 0.0}", "got 0", SLM_E_ARG},
     };
     char buf[512];
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -261,6 +264,9 @@ static void test_config_rope(void) {
     CHECK_EQ_INT(slm_llama_head_dim(&c), 32);
     snprintf(buf, sizeof buf, BASE "\"head_dim\": %d}", c.hidden_size / c.num_attention_heads);
     write_text(p, buf);
+    CHECK_OK(slm_llama_config_load(p, &c));
+    CHECK_EQ_INT(c.head_dim, 0);
+    write_text(p, BASE "\"head_dim\": null}"); // null: absent (as transformers' LlamaConfig)
     CHECK_OK(slm_llama_config_load(p, &c));
     CHECK_EQ_INT(c.head_dim, 0);
     // Irrelevant fields are accepted: attention_dropout 0, pretraining_tp, token ids, dtype.
@@ -314,6 +320,30 @@ static void test_config_rope(void) {
     CHECK_OK(slm_llama_config_load(p, &d));
     CHECK(cfg_equal(&c, &d));
     unlink(p);
+}
+
+// --lora-targets: PEFT module names, comma-separated; every item must be one (an empty item from
+// a leading, doubled or trailing comma is refused alike), each at most once.
+static void test_lora_targets(void) {
+    uint32_t m = 0;
+    CHECK_OK(slm_lora_parse_targets("q_proj,v_proj", &m));
+    CHECK_EQ_INT((int)m, (1 << 0) | (1 << 2));
+    CHECK_OK(slm_lora_parse_targets("all", &m));
+    CHECK_EQ_INT((int)m, (1 << SLM_LORA_N_TARGETS) - 1);
+    const char *bad[] = {"",
+                         ",",
+                         "q_proj,",
+                         ",q_proj",
+                         "q_proj,,v_proj",
+                         "q_proj, v_proj",
+                         "q_proj,q_proj",
+                         "all,q_proj",
+                         "lm_head",
+                         "Q_PROJ"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK_MSG(slm_lora_parse_targets(bad[i], &m) == SLM_E_ARG, "\"%s\" accepted", bad[i]);
+        CHECK_MSG(strstr(slm_errmsg(), "--lora-targets"), "%s", slm_errmsg());
+    }
 }
 
 static void test_layout(void) {
@@ -766,6 +796,7 @@ int main(void) {
     RUN(test_config_json);
     RUN(test_config_to_json);
     RUN(test_config_rope);
+    RUN(test_lora_targets);
     RUN(test_layout);
     RUN(test_init);
     RUN(test_hooks_order);

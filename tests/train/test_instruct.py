@@ -192,7 +192,7 @@ def main():
         print("[prep chat template file] equal to the built-in llama3 samples")
 
         # 1d. llama2 on a SentencePiece model (BOS 1, EOS 2): per exchange [BOS] "[INST] " user
-        # " [/INST]" (the system message folded into the first) then the reply and [EOS],
+        # " [/INST]" (the system message folded into the first) then " " reply " " and [EOS],
         # each piece encoded by the `sentencepiece` package itself
         import sentencepiece as spm
         subprocess.run(["spm_train", f"--input={CORPUS}", f"--model_prefix={w}/sp",
@@ -220,7 +220,9 @@ def main():
                     want += p
                     want_tg += [0] * len(p)
                 else:
-                    a = sp.encode(m["content"].strip()) + [sp.eos_id()]
+                    # transformers' template: " " + reply.strip() + " " + eos (the leading
+                    # space is the piece's dummy-prefix "▁", the trailing one a "▁" of its own)
+                    a = sp.encode(m["content"].strip() + " ") + [sp.eos_id()]
                     want += a
                     want_tg += [1] * len(a)
             n_eq += check(ids == want and tg == want_tg, f"llama2 chat {k}: {ids} vs {want}")
