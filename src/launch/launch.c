@@ -778,6 +778,32 @@ static void launcher_prefix(const run *r, argv_t *a, int world, bool all_slots) 
         av_add(a, o->mpi_args[i]);
 }
 
+// Under Slurm: the allocation's node names (`scontrol show hostnames`, which expands
+// SLURM_JOB_NODELIST's compressed form), each with an even share of --nproc, so attempts,
+// culprits and exclusions name hosts. Left empty (host names unknown, as before) when scontrol
+// cannot be run; srun still places the ranks.
+static void slurm_hosts(run *r) {
+    const char *nl = getenv("SLURM_JOB_NODELIST");
+    const char *nn = getenv("SLURM_JOB_NUM_NODES");
+    if (!nl || !*nl || strchr(nl, '\'') || strlen(nl) > 3000) return;
+    int nodes = nn ? atoi(nn) : 1;
+    if (nodes < 1) nodes = 1;
+    char cmd[3200];
+    snprintf(cmd, sizeof cmd, "scontrol show hostnames '%s' 2>/dev/null", nl);
+    FILE *f = popen(cmd, "r");
+    if (!f) return;
+    char line[256];
+    int per = (r->o->nproc + nodes - 1) / nodes;
+    while (r->n_hosts < MAX_HOSTS && fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\r\n")] = 0;
+        if (!line[0]) continue;
+        r->host[r->n_hosts] = strdup(line);
+        if (!r->host[r->n_hosts]) break;
+        r->slots[r->n_hosts++] = per;
+    }
+    pclose(f);
+}
+
 // The world of the next attempt: nproc when the usable slots allow, else the largest world in
 // [min_nproc, slots] that divides nproc x grad_accum (so the global batch is kept); 0: none.
 static int choose_world(const run *r) {
@@ -1467,6 +1493,7 @@ int slm_launch_run(const slm_launch_opts *o, char **summary) {
         }
     } else {
         r->local = !r->slurm;
+        if (r->slurm) slurm_hosts(r);
     }
     // The metrics server first: a port in use fails before anything is created or started.
     if (lm_start(o->metrics_addr) != SLM_OK) {

@@ -41,8 +41,10 @@ a = json.load(open(sys.argv[1]))
 att = a["attempts"] if isinstance(a, dict) else a
 assert len(att) == 1, att
 assert att[0]["result"] == "success" and att[0]["world"] == 2, att[0]
+# the hosts come from the allocation (SLURM_JOB_NODELIST through scontrol): the node slm1
+assert "slm1" in str(att[0].get("hosts", "")), att[0]
 PYEOF
-    ok "attempts.json: one attempt, success, world 2"
+    ok "attempts.json: one attempt, success, world 2, on the allocation's node slm1"
 else
     bad "attempts.json"
 fi
