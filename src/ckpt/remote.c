@@ -18,6 +18,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -565,6 +567,10 @@ static slm_status do_final(slm_ckpt_uploader *u, int64_t step, const char *text,
 
 static void *up_thread(void *arg) {
     slm_ckpt_uploader *u = arg;
+    // Uploads need no hurry: the lowest CPU priority for this thread (nice applies per thread on
+    // Linux), as the saver's writer thread, so the payload SHA-256 and curl's copies never take
+    // a core from the training threads at a step boundary. Best effort.
+    (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
     pthread_mutex_lock(&u->mu);
     for (;;) {
         while (!u->quit && u->final_step < 0 && u->files_step < 0)
