@@ -446,6 +446,9 @@ struct slm_ckpt_uploader {
     double deadline;    // finish: slm_time_s() at which uploads are abandoned (0: none)
     int64_t n_done, n_failed;
     double stall_total_s, stall_max_s;
+    int64_t calls, poll_base; // slm_ckpt_uploader_step calls; the call of the last hand-off
+    double handoff_s;         // of boundary_s: hand-offs (manifest read, rank files mapped)
+    double boundary_s; // slm_ckpt_uploader_step's own time besides overlap waits (polls, hand-offs)
 };
 
 static void files_free(up_file *f, int n) {
@@ -860,6 +863,7 @@ static void settle_pending(slm_ckpt_uploader *u, bool failed) {
             delay *= 2;
         if (delay > RETRY_LAST_S) delay = RETRY_LAST_S;
         u->retry_at = slm_time_s() + delay;
+        u->poll_base = u->calls;
         bool give_up = u->retry_n >= RETRY_MAX;
         if (give_up) u->retry_step = -1;
         if (u->rank == 0) {
@@ -938,8 +942,10 @@ static bool wait_pending(slm_ckpt_uploader *u, wait_mode mode) {
 // Hands `step` (committed locally) to the uploader: rank 0 reads its manifest, each leader maps
 // its host's rank files (a later local retention may delete them; the mappings keep the bytes).
 static void hand_off(slm_ckpt_uploader *u, int64_t step, bool retry) {
+    double t0 = slm_time_s();
     if (step > u->last_handed) u->last_handed = step;
     u->pending = step;
+    u->poll_base = u->calls;
     u->pending_retry = retry;
     if (u->retry_step >= 0 && step > u->retry_step) u->retry_step = -1; // superseded
     slm_status st = SLM_OK;
@@ -982,20 +988,37 @@ static void hand_off(slm_ckpt_uploader *u, int64_t step, bool retry) {
         }
         pthread_mutex_unlock(&u->mu);
     }
+    u->handoff_s += slm_time_s() - t0;
 }
+
+static slm_status uploader_step(slm_ckpt_uploader *u, int64_t committed);
 
 slm_status slm_ckpt_uploader_step(slm_ckpt_uploader *u, int64_t committed) {
     if (!u) return SLM_OK;
+    double t0 = slm_time_s(), w0 = u->stall_total_s;
+    slm_status st = uploader_step(u, committed);
+    u->boundary_s += slm_time_s() - t0 - (u->stall_total_s - w0);
+    return st;
+}
+
+static slm_status uploader_step(slm_ckpt_uploader *u, int64_t committed) {
     if (committed < u->catchup) committed = u->catchup; // uploaded at the first boundary
     if (committed > u->newest) u->newest = committed;
-    if (u->pending >= 0) {
+    // Each poll is a collective, so a rank waits there for the slowest one: with several ranks,
+    // look only at boundaries 1, 2, 4, 8, ... after the hand-off (or failure), and whenever a
+    // newer checkpoint committed (the same boundaries on every rank: no extra agreement).
+    u->calls++;
+    bool newer = committed >= 0 && committed > u->last_handed;
+    int64_t k = u->calls - u->poll_base;
+    bool look = u->world == 1 || newer || (k & (k - 1)) == 0;
+    if (u->pending >= 0 && look) {
         bool done, failed, any;
         poll_pending(u, false, &done, &failed, &any);
         if (done) settle_pending(u, failed);
     }
-    if (committed < 0 || committed <= u->last_handed) {
+    if (!newer) {
         // Nothing newer: a failed upload is retried once its delay passed (rank 0's clock).
-        if (u->pending >= 0 || u->retry_step < 0 || slm_stop_requested()) return SLM_OK;
+        if (u->pending >= 0 || u->retry_step < 0 || !look) return SLM_OK;
         int64_t due = u->rank == 0 && slm_time_s() >= u->retry_at;
         if (u->world > 1) slm_dist_bcast(&due, 1, SLM_DT_I64, 0, "checkpoint upload retry");
         if (!due) return SLM_OK;
@@ -1101,10 +1124,10 @@ slm_status slm_ckpt_uploader_finish(slm_ckpt_uploader *u) {
         if (u->s3) slm_s3_get_stats(u->s3, &s);
         slm_info("checkpoint uploads to %s: %lld complete, %lld failed; rank 0's host: %lld PUTs, "
                  "%.1f MiB, %lld retries (%lld throttled); training waited %.2f s for overlaps, "
-                 "%.2f s at the end",
+                 "%.2f s at the end, %.2f ms at step boundaries (polls, hand-offs %.2f ms)",
                  u->uri, (long long)u->n_done, (long long)u->n_failed, (long long)s.puts,
                  (double)s.bytes_up / (1 << 20), (long long)s.retries, (long long)s.throttled,
-                 u->stall_total_s, w);
+                 u->stall_total_s, w, 1000 * u->boundary_s, 1000 * u->handoff_s);
         if (u->deadline > 0 && u->newest > u->last_handed)
             slm_warn("checkpoint step_%08" PRId64 " (committed locally) not uploaded before the "
                      "preemption deadline; the next run with --resume auto and --ckpt-uri "
