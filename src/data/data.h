@@ -329,6 +329,10 @@ int slm_loader_next_val(slm_loader *l, int32_t *tokens);
 // except at each sample's first token.
 void slm_loader_next_ex(slm_loader *l, int32_t *tokens, uint8_t *target, int32_t *pos);
 int slm_loader_next_val_ex(slm_loader *l, int32_t *tokens, uint8_t *target, int32_t *pos);
+// Real (non-padding) input tokens, summed over the windows the last slm_loader_next* /
+// next_val* call wrote (this rank's slice): per window the sample tokens among its first T (the
+// model's inputs). Plain datasets: T per window; masked datasets: T minus the padding there.
+int64_t slm_loader_last_real_tokens(const slm_loader *l);
 // Whether the split is instruction data (manifest format_version 2): per-token targets.
 bool slm_loader_masked(const slm_loader *l);
 int64_t slm_loader_n_windows(const slm_loader *l);

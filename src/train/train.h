@@ -49,11 +49,12 @@ typedef struct slm_step_metrics {
     double loss;             // mean training loss over all the step's target tokens, nats/token
     double lr;               // learning rate used by this step
     double grad_norm;        // global L2 norm of the gradient before clipping
-    double tokens_per_s;     // target tokens of this step / its wall time
+    double tokens_per_s;     // tokens of this step / its wall time: every input position for
+                             // plain data, the real (non-padding) ones for instruction data
     double mfu;              // model FLOPs utilisation, fraction (0..1) of the measured sgemm peak
     double ms_per_step;      // wall time of the step in milliseconds (eval excluded)
     double val_loss;         // validation loss if evaluated after this step, else NaN
-    int64_t tokens_seen;     // target tokens trained on so far
+    int64_t tokens_seen;     // tokens trained on so far (counted as tokens_per_s)
     double elapsed_s;        // wall seconds since training started
     bool skipped;            // --on-nonfinite skip: the loss or gradient norm was non-finite and no
                              // rank updated the weights or AdamW moments in this step

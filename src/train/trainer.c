@@ -590,6 +590,7 @@ static void spike_check(slm_trainer *tr, double loss, slm_step_metrics *m) {
 // keeps its slice) and returns the GLOBAL count of target tokens (>= 1).
 static int64_t draw_batch(slm_trainer *tr) {
     int64_t per_win = (int64_t)tr->B * (tr->T + 1);
+    int64_t real = 0;
     double t_data = slm_time_s();
     for (int k = 0; k < tr->K; k++) {
         int32_t *w = tr->win + k * per_win;
@@ -599,21 +600,26 @@ static int64_t draw_batch(slm_trainer *tr) {
                     int32_t tok = (int32_t)slm_rng_below(&tr->synth, (uint64_t)tr->cfg.vocab_size);
                     if (q == tr->rank) w[i] = tok;
                 }
-        else if (tr->masked)
+        else if (tr->masked) {
             slm_loader_next_ex(tr->train_l, w, tr->wtgt + k * per_win, tr->wpos + k * per_win);
-        else
+            real += slm_loader_last_real_tokens(tr->train_l);
+        } else
             slm_loader_next(tr->train_l, w);
     }
     tr->step_data_s = slm_time_s() - t_data; // the data wait (metrics; no effect on the math)
-    int64_t n_total = 0;
+    // [0] targets, [1] real (non-padding) input tokens: one all-reduce for both
+    int64_t n[2] = {0, real};
     if (tr->masked) // instruction data: the completion / assistant tokens (loader's target flags)
         for (int64_t i = 0; i < tr->K * per_win; i++)
-            n_total += tr->wtgt[i] != 0;
+            n[0] += tr->wtgt[i] != 0;
     else
         for (int64_t i = 0; i < tr->K * per_win; i++)
-            n_total += (i % (tr->T + 1)) != 0 && tr->win[i] != -1; // all tokens but the first
-    slm_dist_allreduce(&n_total, 1, SLM_DT_I64, SLM_OP_SUM, "target token count");
-    return n_total ? n_total : 1;
+            n[0] += (i % (tr->T + 1)) != 0 && tr->win[i] != -1; // all tokens but the first
+    slm_dist_allreduce(n, 2, SLM_DT_I64, SLM_OP_SUM, "target token count");
+    // Plain data keeps counting every input position (B T K W), as before; instruction data
+    // counts the real tokens, so padding inflates neither tokens_seen nor tokens/s nor MFU.
+    tr->step_tokens = tr->masked ? n[1] : (int64_t)tr->B * tr->T * tr->K * tr->W;
+    return n[0] ? n[0] : 1;
 }
 
 // Forward and backward of the K micro-batches, each loss scaled by its share of the global
@@ -725,8 +731,8 @@ static slm_status update_clipped(slm_trainer *tr, double loss, double gnorm, dou
         if (o->hooks[h].before_update) o->hooks[h].before_update(o->hooks[h].ctx, tr);
     slm_fsdp_optimizer_step(&tr->fsdp, &o->adamw, lr); // AdamW on this rank's shards
     double dt = slm_time_s() - t0;
-    tr->step_comm_s = slm_dist_wait_seconds() - tr->step_wait0;   // exposed communication
-    int64_t step_tokens = (int64_t)tr->B * tr->T * tr->K * tr->W; // global
+    tr->step_comm_s = slm_dist_wait_seconds() - tr->step_wait0; // exposed communication
+    int64_t step_tokens = tr->step_tokens;                      // global (draw_batch)
     tr->tokens_seen += step_tokens;
     tr->step++;
     *m = (slm_step_metrics){.step = tr->step,
@@ -790,7 +796,7 @@ static slm_status skip_step(slm_trainer *tr, double loss, double gnorm, double t
                  (long long)tr->step + 1, isfinite(loss) ? "gradient norm" : "loss", loss, gnorm,
                  (long long)tr->skip_run, (long long)tr->n_skipped);
     double dt = slm_time_s() - t0;
-    int64_t step_tokens = (int64_t)tr->B * tr->T * tr->K * tr->W;
+    int64_t step_tokens = tr->step_tokens;
     tr->tokens_seen += step_tokens;
     tr->step++;
     *m = (slm_step_metrics){.step = tr->step,
