@@ -435,15 +435,19 @@ bool slm_train_stop_requested(void);
 // Clears the stop flag (tests, or a caller that starts another run in the same process).
 void slm_train_reset_stop(void);
 
-// FLOPs per trained token: 6 N + 12 L C T (Kaplan et al. 2020 / PaLM appendix B), N =
-// slm_llama_n_matmul_params (embedding excluded, lm_head included).
+// FLOPs per trained token: 6 N + 12 L A T (Kaplan et al. 2020 / PaLM appendix B), N =
+// slm_llama_n_matmul_params (embedding excluded, lm_head included; with an explicit head_dim
+// the q/k/v/o shapes use heads x head_dim), A = slm_train_attn_width.
 double slm_train_flops_per_token(const slm_llama_config *c, int T);
+// The width A of the attention score and value products per token: heads x head_dim with an
+// explicit head_dim (HF config field), else hidden_size C (the count without head_dim).
+double slm_train_attn_width(const slm_llama_config *c);
 // FLOPs of one FSDP unit (0..L-1 blocks, L the root) for one micro-batch of B x T tokens, split
 // as the model spends them between the unit's hooks (model.h): *fwd between pre_forward and
 // post_forward, *bwd between pre_backward and post_backward. Same counting as
 // slm_train_flops_per_token (2 FLOPs per multiply-add, forward 1x, backward 2x the matmuls;
-// attention scores and values 4 C T per token forward, not halved for the causal mask): the
-// units' fwd + bwd sum to slm_train_flops_per_token x B x T. Block: 2 N P_b + 4 N T C forward,
+// attention scores and values 4 A T per token forward, not halved for the causal mask): the
+// units' fwd + bwd sum to slm_train_flops_per_token x B x T. Block: 2 N P_b + 4 N T A forward,
 // twice that backward (plus the forward again under activation checkpointing, except for the
 // last block, whose activations are kept). Root: the lm_head's forward AND backward (6 N V C) in
 // *fwd, because the model runs the head's backward chunk by chunk inside the forward; *bwd 0
