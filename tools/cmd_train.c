@@ -729,7 +729,8 @@ static void print_step(void *ctx, const slm_step_metrics *m) {
     char line[256], val[96] = "";
     if (isfinite(m->val_loss)) snprintf(val, sizeof val, " | val loss %.4f", m->val_loss);
     if (m->skipped)
-        snprintf(val + strlen(val), sizeof val - strlen(val), " | update skipped (non-finite)");
+        snprintf(val + strlen(val), sizeof val - strlen(val), " | update skipped (%s)",
+                 m->no_target ? "no target token" : "non-finite");
     snprintf(line, sizeof line,
              "step %6lld/%lld | loss %.4f | lr %.3e | grad norm %.3f | %.0f tok/s | MFU %.1f%% | "
              "%.1f ms/step%s",

@@ -448,6 +448,7 @@ static slm_status prom_step(void *ctx, slm_trainer *tr, const slm_step_metrics *
         slm_metric_set(p->gnorm, m->grad_norm);
         slm_metric_set(p->tps, m->tokens_per_s);
         slm_metric_set(p->mfu, m->mfu);
+        if (m->skipped) slm_metric_inc(p->skipped, 1);
         slm_metric_observe(p->step_s, step_s);
         slm_metric_observe(p->phase[PH_COMPUTE], compute);
         slm_metric_observe(p->phase[PH_COMM], t.comm_s);

@@ -59,6 +59,9 @@ typedef struct slm_step_metrics {
     bool skipped;            // --on-nonfinite skip: the loss or gradient norm was non-finite and no
                              // rank updated the weights or AdamW moments in this step
     int64_t nonfinite_skips; // steps skipped so far in this run
+    bool no_target;          // skipped because the global batch held no target token (instruction
+                             // data: every window's targets cut off or padding); loss NaN
+    int64_t empty_skips;     // steps skipped so far in this run for that reason
     bool loss_spike;         // the loss-spike detector flagged this step (slm_train_opts)
     double loss_z;           // its z-score against the preceding window (NaN until warm)
 } slm_step_metrics;

@@ -619,6 +619,7 @@ static int64_t draw_batch(slm_trainer *tr) {
     // Plain data keeps counting every input position (B T K W), as before; instruction data
     // counts the real tokens, so padding inflates neither tokens_seen nor tokens/s nor MFU.
     tr->step_tokens = tr->masked ? n[1] : (int64_t)tr->B * tr->T * tr->K * tr->W;
+    tr->step_targets = n[0];
     return n[0] ? n[0] : 1;
 }
 
@@ -816,6 +817,45 @@ static slm_status skip_step(slm_trainer *tr, double loss, double gnorm, double t
     return SLM_OK;
 }
 
+// A step whose global batch holds no target token (instruction data with --no-packing and
+// samples whose targets lie beyond the window, or all-padding windows): the target count is
+// all-reduced, so every rank sees 0 and skips alike. Nothing to learn from: no update (weights,
+// AdamW m / v / t unchanged; the zero gradients are dropped), warned and counted like an
+// --on-nonfinite skip; the batch is consumed and the step counter and LR schedule advance.
+static slm_status empty_step(slm_trainer *tr, double t0, slm_step_metrics *m) {
+    const slm_train_opts *o = tr->o;
+    slm_flight_set_where(tr->step + 1, "optimizer");
+    float lr = step_lr(tr); // collective under --time-schedule: every rank calls it alike
+    slm_fsdp_sync_grads(&tr->fsdp);
+    slm_fsdp_release_all(&tr->fsdp);
+    tr->n_empty++;
+    if (tr->rank == 0)
+        slm_warn("step %lld: no target (completion / assistant) token in the global batch of %d "
+                 "window(s): update skipped on every rank (%lld such steps in this run); HINT: "
+                 "raise --seq or drop --no-packing",
+                 (long long)tr->step + 1, tr->B * tr->K * tr->W, (long long)tr->n_empty);
+    double dt = slm_time_s() - t0;
+    int64_t step_tokens = tr->step_tokens;
+    tr->tokens_seen += step_tokens;
+    tr->step++;
+    *m = (slm_step_metrics){.step = tr->step,
+                            .total_steps = o->steps,
+                            .loss = NAN,
+                            .lr = lr,
+                            .grad_norm = 0,
+                            .tokens_per_s = (double)step_tokens / dt,
+                            .ms_per_step = dt * 1e3,
+                            .val_loss = NAN,
+                            .tokens_seen = tr->tokens_seen,
+                            .skipped = true,
+                            .nonfinite_skips = tr->n_skipped,
+                            .no_target = true,
+                            .empty_skips = tr->n_empty,
+                            .loss_z = NAN};
+    m->mfu = m->tokens_per_s * tr->fpt / (tr->peak * 1e9 * tr->W);
+    return SLM_OK;
+}
+
 // Validation when due, then the on_step / observe hooks.
 static slm_status after_step(slm_trainer *tr, slm_step_metrics *m) {
     const slm_train_opts *o = tr->o;
@@ -866,6 +906,10 @@ slm_status slm_train_step(slm_trainer *tr, slm_step_metrics *m) {
     if (stop) return discard_step(tr, stop, pos, synth);
     slm_dist_allreduce(&loss_sum, 1, SLM_DT_F64, SLM_OP_SUM, "step loss");
     double loss = loss_sum / (double)n_total;
+    if (tr->step_targets == 0) {
+        slm_status st = empty_step(tr, t0, m);
+        return st ? st : after_step(tr, m);
+    }
     if (o->nonfinite_skip) {
         slm_flight_set_where(tr->step + 1, "optimizer");
         double gnorm = slm_fsdp_clip_grad_norm(&tr->fsdp, o->grad_clip); // collective
