@@ -412,7 +412,8 @@ static const slm_opt k_train_opts[] = {
      .off = A(o.no_packing),
      .help = "instruction data (prep --format prompt-completion|chat): one sample per window, "
              "padded, instead of packing several per window (each attends only to itself "
-             "either way; loss on completion / assistant tokens only)"},
+             "either way; loss on completion / assistant tokens only); on a plain dataset it "
+             "has no effect and is warned about"},
     {.name = "--verify-on-resume",
      .type = SLM_OPT_FLAG,
      .off = A(o.verify_on_resume),

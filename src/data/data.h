@@ -88,6 +88,9 @@ typedef struct slm_chat_template slm_chat_template;
 // Loads `spec` ("llama2", "llama3" or a file path). Errors: SLM_E_ARG (neither), SLM_E_IO /
 // SLM_E_FORMAT naming the file and field.
 slm_status slm_chat_template_load(const char *spec, slm_chat_template **out);
+// slm_chat_template_load for a command whose option is not --chat-template (generate's --chat):
+// its messages name `opt` instead.
+slm_status slm_chat_template_load_opt(const char *spec, const char *opt, slm_chat_template **out);
 // A template file's JSON text [len bytes]; `name` (its path) names it in messages and gives the
 // template's name (its base name). Errors: SLM_E_FORMAT naming the field.
 slm_status slm_chat_template_parse(const char *text, size_t len, const char *name,

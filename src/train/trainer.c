@@ -127,6 +127,11 @@ static slm_status open_loaders(slm_trainer *tr) {
                         "prepare more data",
                         o->data_dir, (unsigned long long)n_win, T + 1, (long long)B * W, B,
                         W > 1 ? " x the ranks" : "");
+    if (o->no_packing && !tr->ds.masked && tr->rank == 0)
+        slm_warn("--no-packing has no effect on dataset %s: it is plain (text) data, whose "
+                 "windows are fixed slices of the token stream; the option applies to "
+                 "instruction data (prep --format prompt-completion|chat)",
+                 o->data_dir);
     slm_loader_opts lo = {.dir = o->data_dir,
                           .split = "train",
                           .T = T,
