@@ -100,9 +100,11 @@ static const slm_cli k_hc_cli = {
 static void print_report(const slm_health_report *rep) {
     for (int i = 0; i < rep->world; i++) {
         const slm_health_rank *r = &rep->ranks[i];
-        printf("health rank %d host %s: %s | gemm err %.2e <= %.2e | model err %.2e <= %.2e",
-               r->rank, r->host, r->failed ? "FAILED" : "ok", r->gemm_err, r->gemm_bound,
-               r->model_err, r->model_bound);
+        /* the comparison printed is the one that holds, so a failed bound reads "err > bound" */
+        printf("health rank %d host %s: %s | gemm err %.2e %s %.2e | model err %.2e %s %.2e",
+               r->rank, r->host, r->failed ? "FAILED" : "ok", r->gemm_err,
+               r->gemm_err <= r->gemm_bound ? "<=" : ">", r->gemm_bound, r->model_err,
+               r->model_err <= r->model_bound ? "<=" : ">", r->model_bound);
         if (r->free_bytes >= 0) {
             char b[32];
             printf(" | free %s", slm_fmt_bytes(r->free_bytes, b));

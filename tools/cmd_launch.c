@@ -11,6 +11,7 @@
 #include "base/base.h"
 #include "cmd.h"
 #include "launch/launch.h"
+#include "metrics/metrics.h"
 
 typedef struct launch_args {
     slm_launch_opts o;
@@ -38,6 +39,16 @@ static slm_status parse_duration(const char *opt, const char *v, void *dst) {
         return slm_fail(SLM_E_ARG, "%s \"%s\": expected a duration > 0 such as 90, 90s, 30m, 2h",
                         opt, v);
     *(double *)dst = x * mul;
+    return SLM_OK;
+}
+
+// --metrics-addr: checked when parsed (a bad address is a usage error), kept as given.
+static slm_status parse_metrics_addr(const char *opt, const char *v, void *dst) {
+    char host[256];
+    int port;
+    slm_status st = slm_metrics_parse_addr(v, host, sizeof host, &port);
+    if (st) return slm_fail(st, "%s: %s", opt, slm_errmsg());
+    *(const char **)dst = v;
     return SLM_OK;
 }
 
@@ -160,6 +171,23 @@ static const slm_opt k_launch_opts[] = {
      .help = "extra launcher arguments, split at spaces (\"--mca btl tcp,self -x "
              "OMP_NUM_THREADS\")",
      .flags = SLM_OPTF_NODEF},
+    {.name = "--metrics-addr",
+     .type = SLM_OPT_CUSTOM,
+     .off = A(o.metrics_addr),
+     .meta = "HOST:PORT",
+     .help = "the launcher serves its own /metrics (shardlm_launch_*: restarts, attempts, world "
+             "size, health checks, excluded hosts, state, last heartbeat) on HOST:PORT; :PORT "
+             "listens on 127.0.0.1, PORT 0 picks a free port (logged)",
+     .parse = parse_metrics_addr,
+     .def = "off"},
+    {.name = "--metrics-linger",
+     .type = SLM_OPT_DOUBLE,
+     .off = A(o.metrics_linger_s),
+     .meta = "S",
+     .help = "with --metrics-addr: keep serving /metrics S seconds after the job ended, so the "
+             "last scrapes see the final state (done); SIGTERM ends the wait",
+     .dlo = 0,
+     .dhi = 1e6},
     {.type = SLM_OPT_END},
 };
 #undef A
@@ -178,7 +206,8 @@ static const slm_cli k_launch_cli = {
     .usage =
         "usage: shardlm launch --nproc N [--hostfile F | --hosts h1:s,h2:s] [--min-nproc M]\n"
         "                      [--max-restarts R] [--max-run DURATION] [--hang-timeout S]\n"
-        "                      [--preempt-grace S] [--no-health-check] -- <train arguments>\n"
+        "                      [--preempt-grace S] [--no-health-check] [--metrics-addr H:P]\n"
+        "                      -- <train arguments>\n"
         "Runs `shardlm train <train arguments> --resume auto --heartbeat-dir RUN_DIR/heartbeat`\n"
         "under mpirun (srun --mpi=pmix inside a Slurm allocation) after a preflight health\n"
         "check, supervises its exit status and heartbeats, restarts it from the newest valid\n"

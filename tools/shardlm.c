@@ -36,7 +36,7 @@ static void usage(FILE *f) {
                "commands:\n");
     for (size_t i = 0; commands[i].name; i++)
         fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].help);
-    fprintf(f, "  version     print the version\n");
+    fprintf(f, "  %-12s %s\n", "version", "print the version");
 }
 
 // SIGINT / SIGTERM before a subcommand installs its own handling (train stops at a step

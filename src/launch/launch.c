@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "base/json.h"
+#include "metrics/metrics.h"
 
 #define MAX_HOSTS 256
 #define MAX_ATTEMPTS 256
@@ -75,6 +76,126 @@ static const char *sig_name(int sig) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// The launcher's own metrics (--metrics-addr; docs/observability.md "Launcher metrics"). Every
+// handle is NULL without a registry, and the registry's updates ignore NULL handles, so the code
+// below updates them unconditionally.
+
+enum { ST_HEALTH, ST_RUNNING, ST_BACKOFF, ST_DONE, N_STATES };
+static const char *const k_state_names[N_STATES] = {"health_check", "running", "backing_off",
+                                                    "done"};
+
+typedef struct launch_metrics {
+    slm_metrics *reg;
+    slm_metrics_server *srv;
+    slm_metric *restarts, *attempts, *attempt, *world, *nproc, *max_restarts, *health_fail;
+    slm_metric *excluded, *hb_time, *hb_step, *start_time, *state[N_STATES];
+    slm_metric_family *host_excluded, *exit_info;
+    slm_metric *exit_cur; // the series of exit_info now at 1
+} launch_metrics;
+
+static launch_metrics g_m;
+
+static slm_status lm_start(const char *addr) {
+    memset(&g_m, 0, sizeof g_m);
+    if (!addr) return SLM_OK;
+    launch_metrics *m = &g_m;
+    m->reg = slm_metrics_new();
+    m->restarts = slm_metrics_counter(m->reg, "shardlm_launch_restarts_total",
+                                      "Restarts of the job after a failed or hung attempt (counted "
+                                      "for the whole job, at most --max-restarts)");
+    m->attempts = slm_metrics_counter(m->reg, "shardlm_launch_attempts_started_total",
+                                      "Training attempts started (mpirun / srun of shardlm train)");
+    m->attempt = slm_metrics_gauge(m->reg, "shardlm_launch_attempt",
+                                   "Number of the current (or last) attempt, 1-based; 0 before "
+                                   "the first");
+    m->world = slm_metrics_gauge(m->reg, "shardlm_launch_world_size",
+                                 "Ranks of the current (or last) attempt; 0 before the first");
+    m->nproc =
+        slm_metrics_gauge(m->reg, "shardlm_launch_nproc", "Ranks of a full-size attempt (--nproc)");
+    m->max_restarts = slm_metrics_gauge(m->reg, "shardlm_launch_max_restarts",
+                                        "Restarts allowed (--max-restarts)");
+    m->health_fail = slm_metrics_counter(m->reg, "shardlm_launch_health_check_failures_total",
+                                         "Preflight health checks that failed");
+    m->excluded = slm_metrics_gauge(m->reg, "shardlm_launch_excluded_hosts",
+                                    "Hosts excluded (failed a health check or named in two "
+                                    "failures)");
+    const char *host_label[] = {"host"};
+    slm_status st =
+        slm_metrics_family(m->reg, SLM_METRIC_GAUGE, "shardlm_launch_host_excluded",
+                           "1 for each excluded host (series appear when a host is excluded)", 1,
+                           host_label, 0, NULL, &m->host_excluded);
+    const char *exit_labels[] = {"result", "reason"};
+    if (!st)
+        st = slm_metrics_family(m->reg, SLM_METRIC_GAUGE, "shardlm_launch_last_exit_info",
+                                "The last ended attempt: 1 on the series with its result "
+                                "(success, failed, hang, preempted, max-run) and reason, 0 on "
+                                "those of earlier attempts",
+                                2, exit_labels, 0, NULL, &m->exit_info);
+    const char *state_label[] = {"state"};
+    slm_metric_family *sf = NULL;
+    if (!st)
+        st = slm_metrics_family(m->reg, SLM_METRIC_GAUGE, "shardlm_launch_state",
+                                "1 on the launcher's current state (health_check, running, "
+                                "backing_off, done), 0 on the others",
+                                1, state_label, 0, NULL, &sf);
+    for (int i = 0; !st && i < N_STATES; i++)
+        st = slm_metrics_series(sf, &k_state_names[i], &m->state[i]);
+    m->hb_time = slm_metrics_gauge(m->reg, "shardlm_launch_last_heartbeat_timestamp_seconds",
+                                   "Unix time in the newest heartbeat record of the current "
+                                   "attempt (written by every rank each step); 0 before the "
+                                   "first");
+    m->hb_step = slm_metrics_gauge(m->reg, "shardlm_launch_heartbeat_step",
+                                   "Highest step in the heartbeat records of the current "
+                                   "attempt");
+    m->start_time = slm_metrics_gauge(m->reg, "shardlm_launch_start_time_seconds",
+                                      "Unix time the launcher started");
+    if (!st && (!m->restarts || !m->attempts || !m->attempt || !m->world || !m->nproc ||
+                !m->max_restarts || !m->health_fail || !m->excluded || !m->hb_time || !m->hb_step ||
+                !m->start_time))
+        st = slm_fail(SLM_E_ARG, "launch metrics: %s", slm_errmsg());
+    if (!st) st = slm_metrics_server_start(addr, m->reg, &m->srv);
+    if (st) {
+        slm_metrics_free(m->reg);
+        memset(m, 0, sizeof *m);
+        return st;
+    }
+    slm_info("launch: metrics: serving http://%s/metrics", slm_metrics_server_addr(m->srv));
+    return SLM_OK;
+}
+
+static void lm_stop(void) {
+    slm_metrics_server_stop(g_m.srv);
+    slm_metrics_free(g_m.reg);
+    memset(&g_m, 0, sizeof g_m);
+}
+
+static void lm_state(int s) {
+    for (int i = 0; i < N_STATES; i++)
+        slm_metric_set(g_m.state[i], i == s ? 1 : 0);
+}
+
+static void lm_host_excluded(const char *host, int n_excluded) {
+    slm_metric_set(g_m.excluded, n_excluded);
+    slm_metric *s = NULL;
+    if (g_m.host_excluded && slm_metrics_series(g_m.host_excluded, &host, &s) == SLM_OK)
+        slm_metric_set(s, 1);
+}
+
+// The attempt that ended: its series of shardlm_launch_last_exit_info goes to 1, the previous
+// one to 0 (reasons are bounded to 160 bytes; one series per distinct result + reason).
+static void lm_exit(const char *result, const char *reason) {
+    if (!g_m.exit_info) return;
+    char why[161];
+    snprintf(why, sizeof why, "%s", reason);
+    const char *v[] = {result, why};
+    slm_metric *s = NULL;
+    if (slm_metrics_series(g_m.exit_info, v, &s) != SLM_OK) return;
+    if (g_m.exit_cur && g_m.exit_cur != s) slm_metric_set(g_m.exit_cur, 0);
+    slm_metric_set(s, 1);
+    g_m.exit_cur = s;
+}
+
+// ---------------------------------------------------------------------------------------------
 // Heartbeats
 
 slm_status slm_launch_parse_heartbeat(const char *text, size_t len, slm_heartbeat *hb) {
@@ -109,6 +230,8 @@ typedef struct hb_state {
     int64_t start_step;     // from the first "start" record (-1: none)
     int64_t max_step;       // highest "train" step
     double first_step_time; // launcher time of the first "train" record (0: none)
+    double newest_time;     // the newest "time" of any record (0: none)
+    int64_t newest_step;    // the highest step of any record (-1: none)
     bool any_train;
 } hb_state;
 
@@ -122,6 +245,7 @@ static void hb_init(hb_state *h, int world, double now) {
     h->last_progress = now;
     h->start_step = -1;
     h->max_step = -1;
+    h->newest_step = -1;
 }
 
 static void hb_scan(hb_state *h, const char *dir, double now) {
@@ -142,6 +266,10 @@ static void hb_scan(hb_state *h, const char *dir, double now) {
             if (trained && !h->any_train) h->first_step_time = now;
             h->any_train |= trained;
             if (strcmp(hb.phase, "start") != 0 && hb.step > h->max_step) h->max_step = hb.step;
+            if (hb.time > h->newest_time) h->newest_time = hb.time;
+            if (hb.step > h->newest_step) h->newest_step = hb.step;
+            slm_metric_set(g_m.hb_time, h->newest_time);
+            slm_metric_set(g_m.hb_step, (double)h->newest_step);
         }
         free(text);
     }
@@ -573,6 +701,13 @@ static int host_index(run *r, const char *name) {
     return -1;
 }
 
+static int n_excluded(const run *r) {
+    int n = 0;
+    for (int i = 0; i < r->n_hosts; i++)
+        n += r->excluded[i];
+    return n;
+}
+
 static int usable_slots(const run *r) {
     int s = 0;
     for (int i = 0; i < r->n_hosts; i++)
@@ -643,6 +778,32 @@ static void launcher_prefix(const run *r, argv_t *a, int world, bool all_slots) 
         av_add(a, o->mpi_args[i]);
 }
 
+// Under Slurm: the allocation's node names (`scontrol show hostnames`, which expands
+// SLURM_JOB_NODELIST's compressed form), each with an even share of --nproc, so attempts,
+// culprits and exclusions name hosts. Left empty (host names unknown, as before) when scontrol
+// cannot be run; srun still places the ranks.
+static void slurm_hosts(run *r) {
+    const char *nl = getenv("SLURM_JOB_NODELIST");
+    const char *nn = getenv("SLURM_JOB_NUM_NODES");
+    if (!nl || !*nl || strchr(nl, '\'') || strlen(nl) > 3000) return;
+    int nodes = nn ? atoi(nn) : 1;
+    if (nodes < 1) nodes = 1;
+    char cmd[3200];
+    snprintf(cmd, sizeof cmd, "scontrol show hostnames '%s' 2>/dev/null", nl);
+    FILE *f = popen(cmd, "r");
+    if (!f) return;
+    char line[256];
+    int per = (r->o->nproc + nodes - 1) / nodes;
+    while (r->n_hosts < MAX_HOSTS && fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\r\n")] = 0;
+        if (!line[0]) continue;
+        r->host[r->n_hosts] = strdup(line);
+        if (!r->host[r->n_hosts]) break;
+        r->slots[r->n_hosts++] = per;
+    }
+    pclose(f);
+}
+
 // The world of the next attempt: nproc when the usable slots allow, else the largest world in
 // [min_nproc, slots] that divides nproc x grad_accum (so the global batch is kept); 0: none.
 static int choose_world(const run *r) {
@@ -670,6 +831,7 @@ static void record_health(run *r, int world, bool ok, const char *failed) {
     health_rec *h = &r->health[r->n_health++];
     h->time = wall_now(), h->world = world, h->ok = ok;
     snprintf(h->failed, sizeof h->failed, "%s", failed);
+    if (!ok) slm_metric_inc(g_m.health_fail, 1);
 }
 
 // Runs the health check on every usable slot. Returns 0 when it passed (or the failing hosts
@@ -785,6 +947,7 @@ static int run_health(run *r) {
         if (hi >= 0 && !r->local && !r->excluded[hi]) {
             r->excluded[hi] = true;
             slm_warn("launch: host %s excluded: it failed the health check", r->host[hi]);
+            lm_host_excluded(r->host[hi], n_excluded(r));
         }
     }
     cJSON_Delete(rep);
@@ -961,6 +1124,10 @@ static void run_attempt(run *r, attempt *at, int world) {
     bool probe = o->no_health_check && !r->transport[0];
     job j;
     at->start = wall_now();
+    slm_metric_inc(g_m.attempts, 1);
+    slm_metric_set(g_m.attempt, at->n);
+    slm_metric_set(g_m.world, world);
+    lm_state(ST_RUNNING);
     if (job_start(&j, a.v, probe ? env_verbose : NULL) != 0) {
         snprintf(at->result, sizeof at->result, "failed");
         snprintf(at->reason, sizeof at->reason, "cannot start %s: %s", a.v[0], strerror(errno));
@@ -1233,6 +1400,17 @@ static int finish(run *r, int code, const char *result, char **summary) {
     *summary = summary_text(r, result);
     for (int i = 0; i < r->n_hosts; i++)
         free(r->host[i]);
+    lm_state(ST_DONE);
+    if (g_m.srv && r->o->metrics_linger_s > 0) { // the final state, for the last scrapes
+        slm_info("launch: done (%s, exit %d); /metrics stays up %.0f s (--metrics-linger; "
+                 "SIGTERM / SIGINT ends it)",
+                 result, code, r->o->metrics_linger_s);
+        g_signal = 0;
+        double t1 = wall_now();
+        while (wall_now() - t1 < r->o->metrics_linger_s && !g_signal)
+            sleep_s(0.05);
+    }
+    lm_stop();
     return code;
 }
 
@@ -1315,9 +1493,23 @@ int slm_launch_run(const slm_launch_opts *o, char **summary) {
         }
     } else {
         r->local = !r->slurm;
+        if (r->slurm) slurm_hosts(r);
     }
+    // The metrics server first: a port in use fails before anything is created or started.
+    if (lm_start(o->metrics_addr) != SLM_OK) {
+        slm_error("launch: --metrics-addr: %s", slm_errmsg());
+        for (int i = 0; i < r->n_hosts; i++)
+            free(r->host[i]);
+        free(r);
+        return SLM_LAUNCH_FAILED;
+    }
+    slm_metric_set(g_m.nproc, o->nproc);
+    slm_metric_set(g_m.max_restarts, o->max_restarts);
+    slm_metric_set(g_m.start_time, wall_now());
+    lm_state(o->no_health_check ? ST_RUNNING : ST_HEALTH);
     if (slm_mkdir_p(r->run_dir) != SLM_OK || slm_mkdir_p(r->hb_dir) != SLM_OK) {
         slm_error("launch: %s", slm_errmsg());
+        lm_stop();
         free(r);
         return SLM_LAUNCH_FAILED;
     }
@@ -1331,6 +1523,7 @@ int slm_launch_run(const slm_launch_opts *o, char **summary) {
              o->hang_timeout_s, r->slurm ? "srun --mpi=pmix (Slurm allocation)" : "mpirun");
     for (;;) {
         if (!o->no_health_check) {
+            lm_state(ST_HEALTH);
             int hc = run_health(r);
             if (!r->transport[0] && r->n_health == 1)
                 snprintf(r->transport, sizeof r->transport, "not reported by the MPI launcher");
@@ -1367,6 +1560,7 @@ int slm_launch_run(const slm_launch_opts *o, char **summary) {
         attempt *at = &r->att[r->n_att];
         run_attempt(r, at, world);
         r->n_att++;
+        lm_exit(at->result, at->reason);
         if (r->n_att >= 2) { // the previous attempt's lost steps: it reached X, this one began at Y
             attempt *pv = &r->att[r->n_att - 2];
             int64_t resumed = at->start_step;
@@ -1410,9 +1604,12 @@ int slm_launch_run(const slm_launch_opts *o, char **summary) {
                 r->excluded[hi] = true;
                 slm_warn("launch: host %s excluded: named in %d failures", r->host[hi],
                          r->failures[hi]);
+                lm_host_excluded(r->host[hi], n_excluded(r));
             }
         }
         r->restarts++;
+        slm_metric_inc(g_m.restarts, 1);
+        lm_state(ST_BACKOFF);
         double wait = o->backoff_s * pow(2.0, r->restarts - 1);
         if (wait > o->backoff_max_s) wait = o->backoff_max_s;
         slm_warn("launch: restart %d of %d in %.1f s (from the newest checkpoint that verifies)",

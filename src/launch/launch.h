@@ -50,9 +50,11 @@ typedef struct slm_launch_opts {
     const char *mpirun;          // the MPI launcher program (NULL: $MPIEXEC or "mpirun")
     const char *const *mpi_args; // extra arguments for mpirun (--mca ..., -x VAR)
     int n_mpi_args;
-    const char *health_mem; // healthcheck --mem value (NULL: its default)
-    const char *exe;        // the shardlm binary the ranks run
-    int train_argc;         // train arguments (after "--"; a leading "train" is skipped)
+    const char *health_mem;   // healthcheck --mem value (NULL: its default)
+    const char *exe;          // the shardlm binary the ranks run
+    const char *metrics_addr; // HOST:PORT the launcher serves its own /metrics on (NULL: off)
+    double metrics_linger_s;  // after the end: keep serving /metrics this long (the "done" state)
+    int train_argc;           // train arguments (after "--"; a leading "train" is skipped)
     char **train_argv;
 } slm_launch_opts;
 
@@ -60,6 +62,14 @@ typedef struct slm_launch_opts {
 // 10 s, backoff 1 s .. 30 s, health timeout 300 s.
 void slm_launch_opts_default(slm_launch_opts *o);
 
+// Metrics: with metrics_addr the launcher serves /metrics itself (src/metrics, its own registry,
+// no MPI) from before the first health check to its exit: the shardlm_launch_* families of
+// docs/observability.md (restarts, attempts, world size, health-check failures, excluded hosts,
+// the last attempt's result, the job state, the newest heartbeat). A port in use fails before
+// anything starts (SLM_LAUNCH_FAILED, the address and the reason printed). With
+// metrics_linger_s > 0 the server stays up that long after the end (state "done"; a SIGTERM or
+// SIGINT ends the wait) before slm_launch_run returns.
+//
 // Runs the job to its end as described above. Progress lines go to stderr (slm_log, "launch:"),
 // the job's own output passes through. *summary (owned, free()) receives the attempts table
 // that is also written to RUN_DIR/attempts.json. Returns the process exit code (SLM_LAUNCH_*);

@@ -237,10 +237,9 @@ slm_status slm_rundir_prepare(const slm_train_opts *o, slm_rundir **out, char **
             if (st) {
                 st = slm_fail_wrap(st, "--resume auto with --ckpt-uri %s", o->ckpt_uri);
             } else if (rs > rd->resume_step) {
-                slm_info("--resume auto: %s (step %" PRId64 ") is newer than %s; resuming from "
-                         "S3",
-                         ru, rs,
-                         rd->resume_step >= 0 ? "the newest local checkpoint" : "none local");
+                slm_info("--resume auto: %s (step %" PRId64 ") %s; resuming from S3", ru, rs,
+                         rd->resume_step >= 0 ? "is newer than the newest local checkpoint"
+                                              : "found, no local checkpoint");
                 free(*resume_path);
                 *resume_path = ru;
                 rd->resume_step = rs;

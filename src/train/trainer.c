@@ -281,9 +281,18 @@ slm_status slm_train_open(const slm_train_opts *o, slm_trainer **out) {
         slm_train_close(tr);
         return st;
     }
-    if (tr->faults.n && tr->rank == 0)
-        slm_warn("fault injection active: SHARDLM_FAULT=%s (attempt %d)", getenv("SHARDLM_FAULT"),
-                 tr->faults.attempt);
+    if (tr->faults.n && tr->rank == 0) {
+        int armed = 0; // faults without :always are inert after the first attempt
+        for (int i = 0; i < tr->faults.n; i++)
+            armed += slm_fault_armed(&tr->faults, &tr->faults.f[i]);
+        if (armed)
+            slm_warn("fault injection active: SHARDLM_FAULT=%s (attempt %d)",
+                     getenv("SHARDLM_FAULT"), tr->faults.attempt);
+        else
+            slm_info("fault injection inert: SHARDLM_FAULT=%s fires on attempt 1 only (this is "
+                     "attempt %d; append :always to fire on every attempt)",
+                     getenv("SHARDLM_FAULT"), tr->faults.attempt);
+    }
     // kernels/ splits GEMMs over the OpenMP threads itself (OpenBLAS stays single-threaded).
     if (o->threads > 0) omp_set_num_threads(o->threads);
     st = slm_train_resolve_config(o->model, o->vocab_size, o->T, &tr->cfg);

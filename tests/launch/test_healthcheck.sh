@@ -43,6 +43,8 @@ SHARDLM_FAULT=fail-health:rank=1 slm_mpirun 3 "$BIN" "${HC[@]}" > "$W/all.log" 2
 check "fail-health without check=: exit 3" 3 $?
 [ "$(aj 'len(a["ranks"][1]["failed"]) >= 7 and a["ranks"][0]["ok"] and a["ranks"][2]["ok"]')" = True ] &&
     ok "every check of rank 1 failed, ranks 0 and 2 ok" || { bad "report"; cat "$R"; }
+has "a bound exceeded prints err > bound" "$W/all.log" 'health rank 1 host .*: FAILED | gemm err [0-9.e+-]* > '
+has "a bound kept prints err <= bound" "$W/all.log" 'health rank 0 host .*: ok | gemm err [0-9.e+-]* <= '
 slm_mpirun 3 "$BIN" "${HC[@]}" --ckpt-bytes 1000000000000000000 > "$W/space.log" 2>&1
 check "checkpoint larger than the free space: exit 3" 3 $?
 has "names the directory and the sizes" "$W/space.log" "dir: $W/run has .* free, the estimated checkpoint needs"

@@ -26,6 +26,8 @@ has "reason names signal 9 (mpirun) or the dead pid (launcher)" "$J" 'exited on 
     bad "start step of attempt 2"
 has "summary printed" "$W/out.log" 'launch summary: success'
 has "transport logged" "$W/err.log" 'MPI transport: pml'
+has "attempt 1 warns that the fault is active" "$W/err.log" 'fault injection active: SHARDLM_FAULT=kill:rank=1:step=5 (attempt 1)'
+has "attempt 2 says the first-attempt fault is inert" "$W/err.log" 'fault injection inert: SHARDLM_FAULT=kill:rank=1:step=5 fires on attempt 1 only (this is attempt 2'
 echo "detection: $(aj "$J" 'round(a["attempts"][0]["detected"] - a["attempts"][0]["last_progress"], 2)') s after the last heartbeat (printed, not checked)"
 same_weights "final weights equal the uninterrupted run" "$W/run" "$W/ref" 10
 no_orphans "no process of the job left"

@@ -6,7 +6,8 @@
 #  1. spare host: --nproc 2 on h1:2,h2:2: h1 is excluded, training runs at full size (2 ranks)
 #     on h2 only, exits 0 with the weights of an uninterrupted 2-rank run;
 #  2. no spare: --nproc 2 --min-nproc 1 on h1:1,h2:1: h1 excluded, training runs on h2 at world
-#     1 with --grad-accum 2 (the global batch kept) and finishes.
+#     1 with --grad-accum 2 (the global batch kept) and finishes; the launcher's /metrics
+#     (--metrics-addr, --metrics-linger) counts the health-check failure and the excluded host.
 # Skips (77) only when network namespaces cannot be created. Usage: test_launch_netns.sh MPIEXEC.
 . "$(dirname "$0")/../lib.sh"
 MPIEXEC=${1:-$MPIEXEC}
@@ -67,10 +68,29 @@ else
 fi
 same_weights "final weights equal an uninterrupted 2-rank run" "$W/a" "$W/ref" 10
 
+# (with the launcher's /metrics, kept up after the end by --metrics-linger until a SIGTERM)
 SHARDLM_FAULT=fail-health:rank=0 timeout 240 "$BIN" launch --nproc 2 --min-nproc 1 \
-    --hosts "$net.1:1,$net.2:1" "${LA[@]}" --hang-timeout 60 --mpi-args "$MPIA" -- "${TR[@]}" \
-    --steps 10 --out "$W/b" > "$W/b.log" 2>&1
+    --hosts "$net.1:1,$net.2:1" "${LA[@]}" --hang-timeout 60 --mpi-args "$MPIA" \
+    --metrics-addr 127.0.0.1:0 --metrics-linger 120 -- "${TR[@]}" \
+    --steps 10 --out "$W/b" > "$W/b.log" 2>&1 &
+lpid=$!
+slm_on_exit "kill -TERM $lpid 2> /dev/null; wait $lpid"
+for _ in $(seq 480); do
+    grep -q "metrics stays up" "$W/b.log" && break
+    kill -0 $lpid 2> /dev/null || break
+    sleep 0.5
+done
+mport=$(grep -o 'metrics: serving http://127.0.0.1:[0-9]*' "$W/b.log" | grep -o '[0-9]*$')
+curl -s --max-time 10 "http://127.0.0.1:$mport/metrics" > "$W/b.prom"
+kill -TERM $lpid
+wait $lpid
 check "no spare: launch exits 0" 0 $?
+for l in 'shardlm_launch_health_check_failures_total 1' 'shardlm_launch_excluded_hosts 1' \
+    "shardlm_launch_host_excluded{host=\"$net.1\"} 1" 'shardlm_launch_world_size 1' \
+    'shardlm_launch_nproc 2' 'shardlm_launch_restarts_total 0' 'shardlm_launch_state{state="done"} 1' \
+    'shardlm_launch_last_exit_info{result="success",reason=""} 1'; do
+    grep -qxF "$l" "$W/b.prom" && ok "launcher /metrics: $l" || { bad "launcher /metrics: no '$l'"; cat "$W/b.prom"; }
+done
 J=$W/b/attempts.json
 [ "$(aj "$J" 'a["attempts"][0]["world"]')" = 1 ] && [ "$(aj "$J" 'a["attempts"][0]["grad_accum"]')" = 2 ] &&
     [ "$(aj "$J" 'a["attempts"][0]["hosts"]')" = "$net.2:1" ] &&

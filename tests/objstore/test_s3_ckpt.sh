@@ -64,6 +64,7 @@ rm -rf "$W/a"
 if run 2 "$W/a" --steps 12 --ckpt-uri "$U" --s3-prefix-shards 2 --resume auto; then ok "resume 2 ranks from S3 alone"
 else head -40 "$W/a.log"; bad "resume from S3"; fi
 has "resumed from S3" "$W/a.log" "resuming from S3"
+has "empty disk: says no local checkpoint" "$W/a.log" "(step 8) found, no local checkpoint; resuming from S3"
 # One host now: step 12 is one object holding rank 0's then rank 1's file.
 "$S3TOOL" get "$B" runs/a/s00/checkpoints/step_00000012/host_00000.bin "$W/host.bin" > /dev/null
 if cat "$W"/a/checkpoints/step_00000012/rank_0000{0,1}.bin | cmp -s - "$W/host.bin"; then
