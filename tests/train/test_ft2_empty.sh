@@ -5,7 +5,12 @@
 # metrics.jsonl, loss NaN (null) instead of 0.0000. Which windows are empty is computed here from
 # the shard files (docs/formats.md: flag bit 0 target, bit 1 sample start; a window = a
 # sample's first T+1 tokens, its first token never a target).
+# 2. mpirun -np 2, one window per rank and step, 6 of 8 windows empty: a step is empty only
+#    when both ranks' windows are; every marked step leaves both ranks' files unchanged, every
+#    other step changes them, and the marked count is within what the data allows (2..3).
+# Usage: test_ft2_empty.sh [MPIEXEC]
 . "$(dirname "$0")/../lib.sh"
+MPIEXEC=${1:-$MPIEXEC}
 fails=0
 set +e
 slm_corpus "$W/corpus.txt" 20000
@@ -13,18 +18,21 @@ slm_corpus "$W/corpus.txt" 20000
 V=$("$BIN" tokenizer info --tokenizer "$W/tok.json" | sed -n 's/^vocab_size: //p')
 slm_tiny_config "$W/config.json" vocab_size="$V" max_position_embeddings=64
 T=8
-"$PY" - "$W" <<'PY'
+mkdata() { # mkdata NAME K: 8 samples, those with i % K != 0 with long prompts (targets cut off)
+    "$PY" - "$W" "$1" "$2" <<'PY'
 import json, sys
-w = sys.argv[1]
+w, name, k = sys.argv[1], sys.argv[2], int(sys.argv[3])
 L = [l for l in open(w + "/corpus.txt", encoding="utf-8").read().split("\n") if l.strip()]
-with open(w + "/s.jsonl", "w") as f:
+with open(w + "/" + name + ".jsonl", "w") as f:
     for i in range(8):  # long prompts (targets beyond T+1) and short samples, interleaved
-        p = " ".join(L[i * 4:i * 4 + 3]) if i % 2 else "Q" + str(i)
+        p = " ".join(L[i * 4:i * 4 + 3]) if i % k else "Q" + str(i)
         f.write(json.dumps({"prompt": p, "completion": " " + L[40 + i][:6]}) + "\n")
 PY
-"$BIN" prep --tokenizer "$W/tok.json" --input "$W/s.jsonl" --out "$W/d" \
-    --format prompt-completion --val-fraction 0 --workers 1 --quiet || bad "prep failed"
-n_empty=$("$PY" - "$W/d" "$T" <<'PY'
+    "$BIN" prep --tokenizer "$W/tok.json" --input "$W/$1.jsonl" --out "$W/$1" \
+        --format prompt-completion --val-fraction 0 --workers 1 --quiet || bad "prep $1 failed"
+}
+count_empty() { # count_empty DATASET: windows (samples) with no target among their first T+1
+    "$PY" - "$1" "$T" <<'PY'
 import json, struct, sys
 d, T = sys.argv[1], int(sys.argv[2])
 man = json.load(open(d + "/manifest.json"))
@@ -37,7 +45,9 @@ for sh in [s for s in man["shards"] if s["split"] == "train"]:
         samples[-1].append(f & 1)
 print(sum(1 for s in samples if not any(s[1:T + 1])))
 PY
-)
+}
+mkdata d 2
+n_empty=$(count_empty "$W/d")
 echo "empty windows: $n_empty of 8"
 [ "$n_empty" -ge 2 ] && [ "$n_empty" -le 6 ] && ok "the data has $n_empty target-less windows" ||
     bad "test data: $n_empty empty windows"
@@ -80,4 +90,39 @@ for s in 2 3 4 5 6 7 8; do
     same $((s - 1)) "$s" && bad "step $s (with targets) did not update" || ok "step $s (with targets) updated"
     break
 done
+
+# --- 2. two ranks
+mkdata d4 4
+n4=$(count_empty "$W/d4")
+[ "$n4" = 6 ] && ok "d4: 6 of 8 windows without a target" || bad "d4: $n4 empty windows"
+OMP_NUM_THREADS=1 slm_mpirun 2 "$BIN" train --data "$W/d4" --model "$W/config.json" --batch 1 \
+    --seq $T --steps 4 --threads 1 --no-packing --eval-every 0 --log-every 1 --ckpt-every-steps 1 \
+    --ckpt-sync --collective-timeout 120 --out "$W/m" > "$W/m.log" 2>&1
+check "np 2: trains" 0 $?
+mapfile -t E2 < <("$PY" -c '
+import json, sys
+for l in open(sys.argv[1]):
+    e = json.loads(l)
+    if e.get("event") == "step": print(e["step"], 1 if e.get("no_target") else 0)
+' "$W/m/metrics.jsonl")
+ne=0
+for e in "${E2[@]}"; do
+    s=${e% *}
+    [ "$s" -gt 1 ] || { ne=$((ne + ${e#* })); continue; }
+    a=$(printf '%s/checkpoints/step_%08d' "$W/m" $((s - 1)))
+    b=$(printf '%s/checkpoints/step_%08d' "$W/m" "$s")
+    same2=1
+    for r in 00000 00001; do cmp -s -i 64 "$a/rank_$r.bin" "$b/rank_$r.bin" || same2=0; done
+    if [ "${e#* }" = 1 ]; then
+        ne=$((ne + 1))
+        [ $same2 = 1 ] && ok "np 2, step $s (no target): both ranks' state unchanged" ||
+            bad "np 2, step $s (no target): a rank's state changed"
+    else
+        [ $same2 = 0 ] && ok "np 2, step $s (targets): updated" || bad "np 2, step $s: no update"
+    fi
+done
+[ "${#E2[@]}" = 4 ] && [ $ne -ge 2 ] && [ $ne -le 3 ] && ok "np 2: $ne of 4 steps skipped (2..3 possible)" ||
+    bad "np 2: ${#E2[@]} steps, $ne skipped"
+[ "$(grep -c 'update skipped on every rank' "$W/m.log")" = "$ne" ] && ok "np 2: warned once per skipped step (rank 0)" ||
+    bad "np 2: $(grep -c 'update skipped on every rank' "$W/m.log") warnings for $ne skips"
 slm_finish
