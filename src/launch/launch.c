@@ -957,7 +957,7 @@ static int run_health(run *r) {
     record_health(r, world, false, failed);
     slm_error("launch: health check FAILED: %s", failed);
     if (r->local || choose_world(r) == 0) {
-        snprintf(r->message, sizeof r->message, "health check failed: %s", failed);
+        snprintf(r->message, sizeof r->message, "health check failed: %.1000s", failed);
         return SLM_LAUNCH_HEALTH;
     }
     return 0;
