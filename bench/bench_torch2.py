@@ -69,10 +69,11 @@ def flops_per_token(c, T):
     """6 N + 12 L C T with N every matmul weight (lm_head counted once even when tied)."""
     C, L, V = c["hidden_size"], c["num_hidden_layers"], c["vocab_size"]
     H, KV, Fd = c["num_attention_heads"], c["num_key_value_heads"], c["intermediate_size"]
-    D = C // H
+    D = c.get("head_dim") or C // H
     per_layer = C * H * D + 2 * C * KV * D + H * D * C + 3 * C * Fd
     n = L * per_layer + V * C
-    return 6 * n + 12 * L * C * T
+    A = H * D if c.get("head_dim") else C  # attention width (explicit head_dim: heads x head_dim)
+    return 6 * n + 12 * L * A * T
 
 
 def build(cfg, attn):

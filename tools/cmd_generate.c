@@ -181,7 +181,7 @@ int slm_cmd_generate(int argc, char **argv) {
         st = SLM_E_ARG;
     } else if (x.chat) { // the template's prompt ids; the reply ends at its end-of-turn id
         slm_chat_template *tpl = NULL;
-        st = slm_chat_template_load(x.chat, &tpl);
+        st = slm_chat_template_load_opt(x.chat, "--chat", &tpl);
         if (!st) st = slm_chat_prompt_ids(tpl, tok, x.system, prompt, &chat_ids, &o.stop_id);
         o.stop_at_id = !st && o.stop_id >= 0;
         slm_chat_template_free(tpl);

@@ -412,7 +412,8 @@ static const slm_opt k_train_opts[] = {
      .off = A(o.no_packing),
      .help = "instruction data (prep --format prompt-completion|chat): one sample per window, "
              "padded, instead of packing several per window (each attends only to itself "
-             "either way; loss on completion / assistant tokens only)"},
+             "either way; loss on completion / assistant tokens only); on a plain dataset it "
+             "has no effect and is warned about"},
     {.name = "--verify-on-resume",
      .type = SLM_OPT_FLAG,
      .off = A(o.verify_on_resume),
@@ -729,7 +730,8 @@ static void print_step(void *ctx, const slm_step_metrics *m) {
     char line[256], val[96] = "";
     if (isfinite(m->val_loss)) snprintf(val, sizeof val, " | val loss %.4f", m->val_loss);
     if (m->skipped)
-        snprintf(val + strlen(val), sizeof val - strlen(val), " | update skipped (non-finite)");
+        snprintf(val + strlen(val), sizeof val - strlen(val), " | update skipped (%s)",
+                 m->no_target ? "no target token" : "non-finite");
     snprintf(line, sizeof line,
              "step %6lld/%lld | loss %.4f | lr %.3e | grad norm %.3f | %.0f tok/s | MFU %.1f%% | "
              "%.1f ms/step%s",

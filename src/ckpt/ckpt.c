@@ -1314,9 +1314,11 @@ void slm_ckpt_print_summary(const slm_ckpt *c, void *file) {
             M->opt_step, M->lr_step);
     fprintf(f, "tokens_seen  %" PRId64 "\n", M->tokens_seen);
     fprintf(f,
-            "model        L=%d C=%d F=%d H=%d KV=%d V=%d tie=%d, %" PRId64 " params in %d units\n",
+            "model        L=%d C=%d F=%d H=%d KV=%d D=%d%s V=%d tie=%d, %" PRId64
+            " params in %d units\n",
             M->cfg.num_hidden_layers, M->cfg.hidden_size, M->cfg.intermediate_size,
-            M->cfg.num_attention_heads, M->cfg.num_key_value_heads, M->cfg.vocab_size,
+            M->cfg.num_attention_heads, M->cfg.num_key_value_heads, slm_llama_head_dim(&M->cfg),
+            M->cfg.head_dim > 0 ? " (head_dim)" : "", M->cfg.vocab_size,
             (int)M->cfg.tie_word_embeddings, total, c->n_units);
     fprintf(f, "sharding     %s, world %d, shard group %d\n", M->strategy, M->world,
             M->shard_group_size);

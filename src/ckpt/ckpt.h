@@ -43,7 +43,7 @@
 // Everything a checkpoint records besides the shards (all of it restored by resume).
 typedef struct slm_ckpt_meta {
     int64_t step;             // optimizer steps completed
-    int64_t tokens_seen;      // target tokens trained on so far
+    int64_t tokens_seen;      // tokens trained on so far (docs/training.md "Token counts")
     slm_llama_config cfg;     // model config (checked on load)
     bool has_tokenizer;       // tokenizer_xxh64 is meaningful
     uint64_t tokenizer_xxh64; // XXH64 of the tokenizer file's bytes

@@ -88,6 +88,9 @@ typedef struct slm_chat_template slm_chat_template;
 // Loads `spec` ("llama2", "llama3" or a file path). Errors: SLM_E_ARG (neither), SLM_E_IO /
 // SLM_E_FORMAT naming the file and field.
 slm_status slm_chat_template_load(const char *spec, slm_chat_template **out);
+// slm_chat_template_load for a command whose option is not --chat-template (generate's --chat):
+// its messages name `opt` instead.
+slm_status slm_chat_template_load_opt(const char *spec, const char *opt, slm_chat_template **out);
 // A template file's JSON text [len bytes]; `name` (its path) names it in messages and gives the
 // template's name (its base name). Errors: SLM_E_FORMAT naming the field.
 slm_status slm_chat_template_parse(const char *text, size_t len, const char *name,
@@ -329,6 +332,10 @@ int slm_loader_next_val(slm_loader *l, int32_t *tokens);
 // except at each sample's first token.
 void slm_loader_next_ex(slm_loader *l, int32_t *tokens, uint8_t *target, int32_t *pos);
 int slm_loader_next_val_ex(slm_loader *l, int32_t *tokens, uint8_t *target, int32_t *pos);
+// Real (non-padding) input tokens, summed over the windows the last slm_loader_next* /
+// next_val* call wrote (this rank's slice): per window the sample tokens among its first T (the
+// model's inputs). Plain datasets: T per window; masked datasets: T minus the padding there.
+int64_t slm_loader_last_real_tokens(const slm_loader *l);
 // Whether the split is instruction data (manifest format_version 2): per-token targets.
 bool slm_loader_masked(const slm_loader *l);
 int64_t slm_loader_n_windows(const slm_loader *l);

@@ -47,6 +47,7 @@ struct slm_loader {
     int64_t *samp_len;  // [n_samples] tokens (cut to T+1)
     int64_t *win_first; // [n_windows + 1] first sample of each window (windows are runs of samples)
     int32_t pad_id;     // padding token: EOS, or 0 without one
+    int64_t last_real;  // real (non-padding) input tokens of the last next / next_val call
 };
 
 static void feistel_keys(uint64_t seed, int64_t epoch, uint64_t keys[FEISTEL_ROUNDS]) {
@@ -129,9 +130,10 @@ static void copy_window(const slm_loader *l, int64_t k, int32_t *out) {
 // Window k of a masked dataset: its samples back to back, then padding; target[t] = 1 iff
 // token t is predicted (t > 0 inside a sample and the token's target flag set); pos[t] = t's
 // position in its sample (the padding run counts as one more sample). target / pos may be NULL.
-static void copy_packed(const slm_loader *l, int64_t k, int32_t *out, uint8_t *target,
-                        int32_t *pos) {
-    int W = l->T + 1, t = 0;
+// Returns the number of sample (non-padding) tokens, 0..T+1.
+static int copy_packed(const slm_loader *l, int64_t k, int32_t *out, uint8_t *target,
+                       int32_t *pos) {
+    int W = l->T + 1, t = 0, used;
     for (int64_t i = l->win_first[k]; i < l->win_first[k + 1]; i++) {
         int64_t n = l->samp_len[i];
         uint8_t *f = target ? target + t : slm_xmalloc((size_t)n);
@@ -143,11 +145,13 @@ static void copy_packed(const slm_loader *l, int64_t k, int32_t *out, uint8_t *t
         if (!target) free(f);
         t += (int)n;
     }
+    used = t;
     for (int j = 0; t < W; t++, j++) {
         out[t] = l->pad_id;
         if (target) target[t] = 0;
         if (pos) pos[t] = j;
     }
+    return used;
 }
 
 // Greedy packing in stream order: a window takes whole samples while they fit in T+1 tokens
@@ -340,17 +344,19 @@ fail:
     return st;
 }
 
-static void fill_window(const slm_loader *l, int64_t k, int32_t *tokens, uint8_t *target,
-                        int32_t *pos) {
+// Fills window k; returns its real (non-padding) input tokens: those among its first T.
+static int fill_window(const slm_loader *l, int64_t k, int32_t *tokens, uint8_t *target,
+                       int32_t *pos) {
     if (l->masked) {
-        copy_packed(l, k, tokens, target, pos);
-        return;
+        int used = copy_packed(l, k, tokens, target, pos);
+        return used < l->T ? used : l->T;
     }
     copy_window(l, k, tokens);
     for (int t = 0; t <= l->T; t++) {
         if (target) target[t] = t > 0;
         if (pos) pos[t] = t;
     }
+    return l->T;
 }
 
 void slm_loader_next(slm_loader *l, int32_t *tokens) {
@@ -361,11 +367,13 @@ void slm_loader_next_ex(slm_loader *l, int32_t *tokens, uint8_t *target, int32_t
     int64_t n = l->n_windows;
     int64_t W = (int64_t)l->T + 1;
     int64_t g0 = l->st.pos + (int64_t)l->rank * l->B_local;
+    l->last_real = 0;
     for (int i = 0; i < l->B_local; i++) {
         int64_t g = g0 + i;
         int64_t e = l->st.epoch + g / n;
         int64_t k = permute(l, e, g % n);
-        fill_window(l, k, tokens + i * W, target ? target + i * W : NULL, pos ? pos + i * W : NULL);
+        l->last_real += fill_window(l, k, tokens + i * W, target ? target + i * W : NULL,
+                                    pos ? pos + i * W : NULL);
     }
     l->st.pos += l->B_global;
     while (l->st.pos >= n) {
@@ -382,14 +390,19 @@ int slm_loader_next_val_ex(slm_loader *l, int32_t *tokens, uint8_t *target, int3
     int64_t g0 = l->st.pos + (int64_t)l->rank * l->B_local;
     int64_t W = (int64_t)l->T + 1;
     int cnt = 0;
+    l->last_real = 0;
     for (int i = 0; i < l->B_local && g0 + i < l->n_windows; i++) {
-        fill_window(l, g0 + i, tokens + i * W, target ? target + i * W : NULL,
-                    pos ? pos + i * W : NULL);
+        l->last_real += fill_window(l, g0 + i, tokens + i * W, target ? target + i * W : NULL,
+                                    pos ? pos + i * W : NULL);
         cnt++;
     }
     if (l->st.pos < l->n_windows) l->st.pos += l->B_global;
     if (l->st.pos > l->n_windows) l->st.pos = l->n_windows;
     return cnt;
+}
+
+int64_t slm_loader_last_real_tokens(const slm_loader *l) {
+    return l->last_real;
 }
 
 bool slm_loader_masked(const slm_loader *l) {

@@ -178,6 +178,16 @@ slm_status slm_chat_template_parse(const char *text, size_t len, const char *nam
     return SLM_OK;
 }
 
+slm_status slm_chat_template_load_opt(const char *spec, const char *opt, slm_chat_template **out) {
+    slm_status st = slm_chat_template_load(spec, out);
+    const char *ours = "--chat-template";
+    if (!st || strncmp(slm_errmsg(), ours, strlen(ours))) return st;
+    char *msg = slm_xstrdup(slm_errmsg() + strlen(ours)); // the message after the option name
+    st = slm_fail(st, "%s%s", opt, msg);
+    free(msg);
+    return st;
+}
+
 slm_status slm_chat_template_load(const char *spec, slm_chat_template **out) {
     *out = NULL;
     slm_chat_template *t = slm_xcalloc(1, sizeof *t);

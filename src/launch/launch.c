@@ -233,6 +233,7 @@ typedef struct hb_state {
     double newest_time;     // the newest "time" of any record (0: none)
     int64_t newest_step;    // the highest step of any record (-1: none)
     bool any_train;
+    bool any_record; // some rank wrote a record in this attempt (start-up is over)
 } hb_state;
 
 static void hb_init(hb_state *h, int world, double now) {
@@ -261,6 +262,7 @@ static void hb_scan(hb_state *h, const char *dir, double now) {
             if (hb.step != p->step || strcmp(hb.phase, p->phase) != 0 || hb.pid != p->pid)
                 h->last_progress = now;
             *p = hb;
+            h->any_record = true;
             if (!strcmp(hb.phase, "start") && h->start_step < 0) h->start_step = hb.step;
             bool trained = !strcmp(hb.phase, "train");
             if (trained && !h->any_train) h->first_step_time = now;
@@ -955,7 +957,7 @@ static int run_health(run *r) {
     record_health(r, world, false, failed);
     slm_error("launch: health check FAILED: %s", failed);
     if (r->local || choose_world(r) == 0) {
-        snprintf(r->message, sizeof r->message, "health check failed: %s", failed);
+        snprintf(r->message, sizeof r->message, "health check failed: %.1000s", failed);
         return SLM_LAUNCH_HEALTH;
     }
     return 0;
@@ -1192,7 +1194,12 @@ static void run_attempt(run *r, attempt *at, int world) {
             job_terminate(&j, o->kill_grace_s);
             break;
         }
-        if (!preempting && !dead_time && now - h.last_progress > o->hang_timeout_s) {
+        // Until the first record the ranks are starting (MPI, model init, checkpoint load): a
+        // slow start-up on a loaded host is not a hang.
+        double limit = o->hang_timeout_s;
+        if (!h.any_record)
+            limit = o->startup_timeout_s > 0 ? o->startup_timeout_s : fmax(limit, 120.0);
+        if (!preempting && !dead_time && now - h.last_progress > limit) {
             hang = true;
             at->detected = now, lp_detect = h.last_progress;
             snprintf(at->result, sizeof at->result, "hang");
@@ -1202,13 +1209,15 @@ static void run_attempt(run *r, attempt *at, int world) {
                 at->culprit_rank = srank;
                 snprintf(at->culprit_host, sizeof at->culprit_host, "%s", h.last[srank].host);
                 snprintf(at->reason, sizeof at->reason,
-                         "no heartbeat progress for %.0f s (--hang-timeout); rank %d (pid %ld on "
-                         "%s) is stopped",
-                         now - h.last_progress, srank, spid, h.last[srank].host);
+                         "no heartbeat progress for %.0f s (%s); rank %d (pid %ld on %s) is "
+                         "stopped",
+                         now - h.last_progress,
+                         h.any_record ? "--hang-timeout" : "--startup-timeout", srank, spid,
+                         h.last[srank].host);
             } else {
-                snprintf(at->reason, sizeof at->reason,
-                         "no heartbeat progress for %.0f s (--hang-timeout)",
-                         now - h.last_progress);
+                snprintf(at->reason, sizeof at->reason, "no heartbeat progress for %.0f s (%s)",
+                         now - h.last_progress,
+                         h.any_record ? "--hang-timeout" : "--startup-timeout: no rank started");
             }
             slm_error("launch: hang: %s; SIGUSR2 to the ranks (flight recorder dumps)", at->reason);
             kill(j.pid, SIGUSR2);

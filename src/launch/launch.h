@@ -37,13 +37,16 @@ typedef struct slm_launch_opts {
     int nproc;     // ranks of a full-size attempt (>= 1)
     int min_nproc; // smallest world allowed after exclusions (1..nproc)
     int max_restarts;
-    const char *hostfile;   // "host slots=N" / "host:N" / "host" lines, '#' comments (or NULL)
-    const char *hosts;      // "h1:2,h2:2" (or NULL); neither: this host, nproc slots
-    double max_run_s;       // > 0: stop (preempted) after this long
-    double hang_timeout_s;  // no heartbeat progress for this long is a hang
-    double preempt_grace_s; // after forwarding a preemption: time for the checkpoint
-    double kill_grace_s;    // SIGTERM -> SIGKILL
-    double backoff_s;       // first wait before a restart (doubles, at most backoff_max_s)
+    const char *hostfile;     // "host slots=N" / "host:N" / "host" lines, '#' comments (or NULL)
+    const char *hosts;        // "h1:2,h2:2" (or NULL); neither: this host, nproc slots
+    double max_run_s;         // > 0: stop (preempted) after this long
+    double hang_timeout_s;    // no heartbeat progress for this long is a hang
+    double startup_timeout_s; // before an attempt's first heartbeat record (start-up: MPI, model
+                              // init, checkpoint load) the allowance instead of hang_timeout_s;
+                              // 0: max(hang_timeout_s, 120 s)
+    double preempt_grace_s;   // after forwarding a preemption: time for the checkpoint
+    double kill_grace_s;      // SIGTERM -> SIGKILL
+    double backoff_s;         // first wait before a restart (doubles, at most backoff_max_s)
     double backoff_max_s;
     double health_timeout_s; // bound on the health-check job
     bool no_health_check;

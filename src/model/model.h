@@ -96,7 +96,7 @@ slm_status slm_llama_config_save(const slm_llama_config *c, const char *path);
 struct cJSON;
 void slm_llama_config_to_json(const slm_llama_config *c, bool hf, struct cJSON *o);
 // Parameter counts: all parameters / matmul parameters (incl. lm_head; embedding excluded),
-// the N of the MFU formula 6N + 12 L C T.
+// the N of the MFU formula 6N + 12 L A T (slm_train_flops_per_token).
 int64_t slm_llama_n_params(const slm_llama_config *c);
 int64_t slm_llama_n_matmul_params(const slm_llama_config *c);
 

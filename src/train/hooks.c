@@ -396,7 +396,10 @@ static slm_status metrics_step(void *ctx, slm_trainer *tr, const slm_step_metric
     jsonl_num(&b, "val_loss", s->val_loss);
     slm_buf_appendf(&b, ",\"tokens\":%lld", (long long)s->tokens_seen);
     jsonl_num(&b, "elapsed_s", s->elapsed_s);
-    if (s->skipped) // --on-nonfinite skip
+    if (s->skipped && s->no_target) // no target token in the global batch
+        slm_buf_appendf(&b, ",\"skipped\":true,\"no_target\":true,\"empty_skips\":%lld",
+                        (long long)s->empty_skips);
+    else if (s->skipped) // --on-nonfinite skip
         slm_buf_appendf(&b, ",\"skipped\":true,\"nonfinite_skips\":%lld",
                         (long long)s->nonfinite_skips);
     if (s->loss_spike) jsonl_num(&b, "loss_spike_z", s->loss_z);

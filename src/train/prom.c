@@ -179,11 +179,13 @@ static slm_status register_all(slm_train_prom *p) {
     if (!(p->field = slm_metrics_counter(r, name, help))) return SLM_E_ARG
     G(step, "shardlm_step", "Last completed optimizer step (resumed steps included).");
     G(steps_planned, "shardlm_steps_planned", "Planned optimizer steps (--steps).");
-    C(tokens, "shardlm_tokens_total", "Target tokens trained on so far, all ranks.");
+    C(tokens, "shardlm_tokens_total",
+      "Tokens trained on so far, all ranks (instruction data: non-padding).");
     G(loss, "shardlm_train_loss", "Training loss of the last step, nats per target token.");
     G(lr, "shardlm_learning_rate", "Learning rate of the last step.");
     G(gnorm, "shardlm_grad_norm", "Global L2 norm of the last step's gradient before clipping.");
-    G(tps, "shardlm_tokens_per_second", "Target tokens per second of the last step, all ranks.");
+    G(tps, "shardlm_tokens_per_second",
+      "Tokens per second of the last step, all ranks (instruction data: non-padding).");
     G(mfu, "shardlm_mfu_ratio", "Model FLOPs utilisation of the last step (0..1 of the peak).");
     G(last_ts, "shardlm_last_step_timestamp_seconds",
       "Unix time when the last optimizer step completed.");
@@ -446,6 +448,7 @@ static slm_status prom_step(void *ctx, slm_trainer *tr, const slm_step_metrics *
         slm_metric_set(p->gnorm, m->grad_norm);
         slm_metric_set(p->tps, m->tokens_per_s);
         slm_metric_set(p->mfu, m->mfu);
+        if (m->skipped) slm_metric_inc(p->skipped, 1);
         slm_metric_observe(p->step_s, step_s);
         slm_metric_observe(p->phase[PH_COMPUTE], compute);
         slm_metric_observe(p->phase[PH_COMM], t.comm_s);

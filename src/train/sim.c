@@ -17,7 +17,7 @@ void slm_train_unit_flops(const slm_llama_config *c, int B, int T, bool activati
         return;
     }
     double per_block = ((double)slm_llama_n_matmul_params(c) - V * C) / (double)L;
-    double f = 2.0 * N * per_block + 4.0 * N * (double)T * C;
+    double f = 2.0 * N * per_block + 4.0 * N * (double)T * slm_train_attn_width(c);
     *fwd = f;
     *bwd = 2.0 * f + (activation_checkpointing && unit != L - 1 ? f : 0.0);
 }

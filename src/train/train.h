@@ -49,15 +49,19 @@ typedef struct slm_step_metrics {
     double loss;             // mean training loss over all the step's target tokens, nats/token
     double lr;               // learning rate used by this step
     double grad_norm;        // global L2 norm of the gradient before clipping
-    double tokens_per_s;     // target tokens of this step / its wall time
+    double tokens_per_s;     // tokens of this step / its wall time: every input position for
+                             // plain data, the real (non-padding) ones for instruction data
     double mfu;              // model FLOPs utilisation, fraction (0..1) of the measured sgemm peak
     double ms_per_step;      // wall time of the step in milliseconds (eval excluded)
     double val_loss;         // validation loss if evaluated after this step, else NaN
-    int64_t tokens_seen;     // target tokens trained on so far
+    int64_t tokens_seen;     // tokens trained on so far (counted as tokens_per_s)
     double elapsed_s;        // wall seconds since training started
     bool skipped;            // --on-nonfinite skip: the loss or gradient norm was non-finite and no
                              // rank updated the weights or AdamW moments in this step
     int64_t nonfinite_skips; // steps skipped so far in this run
+    bool no_target;          // skipped because the global batch held no target token (instruction
+                             // data: every window's targets cut off or padding); loss NaN
+    int64_t empty_skips;     // steps skipped so far in this run for that reason
     bool loss_spike;         // the loss-spike detector flagged this step (slm_train_opts)
     double loss_z;           // its z-score against the preceding window (NaN until warm)
 } slm_step_metrics;
@@ -434,15 +438,19 @@ bool slm_train_stop_requested(void);
 // Clears the stop flag (tests, or a caller that starts another run in the same process).
 void slm_train_reset_stop(void);
 
-// FLOPs per trained token: 6 N + 12 L C T (Kaplan et al. 2020 / PaLM appendix B), N =
-// slm_llama_n_matmul_params (embedding excluded, lm_head included).
+// FLOPs per trained token: 6 N + 12 L A T (Kaplan et al. 2020 / PaLM appendix B), N =
+// slm_llama_n_matmul_params (embedding excluded, lm_head included; with an explicit head_dim
+// the q/k/v/o shapes use heads x head_dim), A = slm_train_attn_width.
 double slm_train_flops_per_token(const slm_llama_config *c, int T);
+// The width A of the attention score and value products per token: heads x head_dim with an
+// explicit head_dim (HF config field), else hidden_size C (the count without head_dim).
+double slm_train_attn_width(const slm_llama_config *c);
 // FLOPs of one FSDP unit (0..L-1 blocks, L the root) for one micro-batch of B x T tokens, split
 // as the model spends them between the unit's hooks (model.h): *fwd between pre_forward and
 // post_forward, *bwd between pre_backward and post_backward. Same counting as
 // slm_train_flops_per_token (2 FLOPs per multiply-add, forward 1x, backward 2x the matmuls;
-// attention scores and values 4 C T per token forward, not halved for the causal mask): the
-// units' fwd + bwd sum to slm_train_flops_per_token x B x T. Block: 2 N P_b + 4 N T C forward,
+// attention scores and values 4 A T per token forward, not halved for the causal mask): the
+// units' fwd + bwd sum to slm_train_flops_per_token x B x T. Block: 2 N P_b + 4 N T A forward,
 // twice that backward (plus the forward again under activation checkpointing, except for the
 // last block, whose activations are kept). Root: the lm_head's forward AND backward (6 N V C) in
 // *fwd, because the model runs the head's backward chunk by chunk inside the forward; *bwd 0

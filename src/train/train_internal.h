@@ -35,6 +35,10 @@ struct slm_trainer {
     slm_rng synth;       // synthetic tokens (and saved in checkpoints)
     double peak, fpt, t_start;
     int64_t step, tokens_seen;
+    int64_t step_tokens;  // global tokens the step being trained counts (plain: B T K W; masked:
+                          // real, non-padding input tokens; draw_batch)
+    int64_t step_targets; // global target tokens of that step (draw_batch; 0: skipped)
+    int64_t n_empty;      // steps skipped for want of a target token
     double sum_tok, sum_dt, last_loss, last_val; // sum_*: the steps counted in the rates
     int64_t n_rate;
     double step_wait0, step_data_s, step_comm_s; // the last step's timing (metrics)

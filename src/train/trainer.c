@@ -127,6 +127,11 @@ static slm_status open_loaders(slm_trainer *tr) {
                         "prepare more data",
                         o->data_dir, (unsigned long long)n_win, T + 1, (long long)B * W, B,
                         W > 1 ? " x the ranks" : "");
+    if (o->no_packing && !tr->ds.masked && tr->rank == 0)
+        slm_warn("--no-packing has no effect on dataset %s: it is plain (text) data, whose "
+                 "windows are fixed slices of the token stream; the option applies to "
+                 "instruction data (prep --format prompt-completion|chat)",
+                 o->data_dir);
     slm_loader_opts lo = {.dir = o->data_dir,
                           .split = "train",
                           .T = T,
@@ -599,6 +604,7 @@ static void spike_check(slm_trainer *tr, double loss, slm_step_metrics *m) {
 // keeps its slice) and returns the GLOBAL count of target tokens (>= 1).
 static int64_t draw_batch(slm_trainer *tr) {
     int64_t per_win = (int64_t)tr->B * (tr->T + 1);
+    int64_t real = 0;
     double t_data = slm_time_s();
     for (int k = 0; k < tr->K; k++) {
         int32_t *w = tr->win + k * per_win;
@@ -608,21 +614,27 @@ static int64_t draw_batch(slm_trainer *tr) {
                     int32_t tok = (int32_t)slm_rng_below(&tr->synth, (uint64_t)tr->cfg.vocab_size);
                     if (q == tr->rank) w[i] = tok;
                 }
-        else if (tr->masked)
+        else if (tr->masked) {
             slm_loader_next_ex(tr->train_l, w, tr->wtgt + k * per_win, tr->wpos + k * per_win);
-        else
+            real += slm_loader_last_real_tokens(tr->train_l);
+        } else
             slm_loader_next(tr->train_l, w);
     }
     tr->step_data_s = slm_time_s() - t_data; // the data wait (metrics; no effect on the math)
-    int64_t n_total = 0;
+    // [0] targets, [1] real (non-padding) input tokens: one all-reduce for both
+    int64_t n[2] = {0, real};
     if (tr->masked) // instruction data: the completion / assistant tokens (loader's target flags)
         for (int64_t i = 0; i < tr->K * per_win; i++)
-            n_total += tr->wtgt[i] != 0;
+            n[0] += tr->wtgt[i] != 0;
     else
         for (int64_t i = 0; i < tr->K * per_win; i++)
-            n_total += (i % (tr->T + 1)) != 0 && tr->win[i] != -1; // all tokens but the first
-    slm_dist_allreduce(&n_total, 1, SLM_DT_I64, SLM_OP_SUM, "target token count");
-    return n_total ? n_total : 1;
+            n[0] += (i % (tr->T + 1)) != 0 && tr->win[i] != -1; // all tokens but the first
+    slm_dist_allreduce(n, 2, SLM_DT_I64, SLM_OP_SUM, "target token count");
+    // Plain data keeps counting every input position (B T K W), as before; instruction data
+    // counts the real tokens, so padding inflates neither tokens_seen nor tokens/s nor MFU.
+    tr->step_tokens = tr->masked ? n[1] : (int64_t)tr->B * tr->T * tr->K * tr->W;
+    tr->step_targets = n[0];
+    return n[0] ? n[0] : 1;
 }
 
 // Forward and backward of the K micro-batches, each loss scaled by its share of the global
@@ -734,8 +746,8 @@ static slm_status update_clipped(slm_trainer *tr, double loss, double gnorm, dou
         if (o->hooks[h].before_update) o->hooks[h].before_update(o->hooks[h].ctx, tr);
     slm_fsdp_optimizer_step(&tr->fsdp, &o->adamw, lr); // AdamW on this rank's shards
     double dt = slm_time_s() - t0;
-    tr->step_comm_s = slm_dist_wait_seconds() - tr->step_wait0;   // exposed communication
-    int64_t step_tokens = (int64_t)tr->B * tr->T * tr->K * tr->W; // global
+    tr->step_comm_s = slm_dist_wait_seconds() - tr->step_wait0; // exposed communication
+    int64_t step_tokens = tr->step_tokens;                      // global (draw_batch)
     tr->tokens_seen += step_tokens;
     tr->step++;
     *m = (slm_step_metrics){.step = tr->step,
@@ -799,7 +811,7 @@ static slm_status skip_step(slm_trainer *tr, double loss, double gnorm, double t
                  (long long)tr->step + 1, isfinite(loss) ? "gradient norm" : "loss", loss, gnorm,
                  (long long)tr->skip_run, (long long)tr->n_skipped);
     double dt = slm_time_s() - t0;
-    int64_t step_tokens = (int64_t)tr->B * tr->T * tr->K * tr->W;
+    int64_t step_tokens = tr->step_tokens;
     tr->tokens_seen += step_tokens;
     tr->step++;
     *m = (slm_step_metrics){.step = tr->step,
@@ -816,6 +828,45 @@ static slm_status skip_step(slm_trainer *tr, double loss, double gnorm, double t
                             .loss_z = NAN};
     m->mfu = m->tokens_per_s * tr->fpt / (tr->peak * 1e9 * tr->W);
     tr->last_loss = loss;
+    return SLM_OK;
+}
+
+// A step whose global batch holds no target token (instruction data with --no-packing and
+// samples whose targets lie beyond the window, or all-padding windows): the target count is
+// all-reduced, so every rank sees 0 and skips alike. Nothing to learn from: no update (weights,
+// AdamW m / v / t unchanged; the zero gradients are dropped), warned and counted like an
+// --on-nonfinite skip; the batch is consumed and the step counter and LR schedule advance.
+static slm_status empty_step(slm_trainer *tr, double t0, slm_step_metrics *m) {
+    const slm_train_opts *o = tr->o;
+    slm_flight_set_where(tr->step + 1, "optimizer");
+    float lr = step_lr(tr); // collective under --time-schedule: every rank calls it alike
+    slm_fsdp_sync_grads(&tr->fsdp);
+    slm_fsdp_release_all(&tr->fsdp);
+    tr->n_empty++;
+    if (tr->rank == 0)
+        slm_warn("step %lld: no target (completion / assistant) token in the global batch of %d "
+                 "window(s): update skipped on every rank (%lld such steps in this run); HINT: "
+                 "raise --seq or drop --no-packing",
+                 (long long)tr->step + 1, tr->B * tr->K * tr->W, (long long)tr->n_empty);
+    double dt = slm_time_s() - t0;
+    int64_t step_tokens = tr->step_tokens;
+    tr->tokens_seen += step_tokens;
+    tr->step++;
+    *m = (slm_step_metrics){.step = tr->step,
+                            .total_steps = o->steps,
+                            .loss = NAN,
+                            .lr = lr,
+                            .grad_norm = 0,
+                            .tokens_per_s = (double)step_tokens / dt,
+                            .ms_per_step = dt * 1e3,
+                            .val_loss = NAN,
+                            .tokens_seen = tr->tokens_seen,
+                            .skipped = true,
+                            .nonfinite_skips = tr->n_skipped,
+                            .no_target = true,
+                            .empty_skips = tr->n_empty,
+                            .loss_z = NAN};
+    m->mfu = m->tokens_per_s * tr->fpt / (tr->peak * 1e9 * tr->W);
     return SLM_OK;
 }
 
@@ -869,6 +920,10 @@ slm_status slm_train_step(slm_trainer *tr, slm_step_metrics *m) {
     if (stop) return discard_step(tr, stop, pos, synth);
     slm_dist_allreduce(&loss_sum, 1, SLM_DT_F64, SLM_OP_SUM, "step loss");
     double loss = loss_sum / (double)n_total;
+    if (tr->step_targets == 0) {
+        slm_status st = empty_step(tr, t0, m);
+        return st ? st : after_step(tr, m);
+    }
     if (o->nonfinite_skip) {
         slm_flight_set_where(tr->step + 1, "optimizer");
         double gnorm = slm_fsdp_clip_grad_norm(&tr->fsdp, o->grad_clip); // collective

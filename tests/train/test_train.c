@@ -317,6 +317,23 @@ static void test_flops_formula(void) {
     // Per layer: q 32*32 + k 16*32 + v 16*32 + o 32*32 + gate/up/down 3*64*32; lm_head 97*32.
     double n = 2.0 * (1024 + 512 + 512 + 1024 + 3 * 2048) + 97 * 32;
     CHECK_CLOSE(slm_train_flops_per_token(&c, 16), 6 * n + 12.0 * 2 * 32 * 16, 1e-12, 0);
+    // Explicit head_dim 16 != hidden 32 / heads 4 (ft2 item 2), counted by hand: per layer q
+    // [4*16, 32] = 2048, k and v [2*16, 32] = 1024 each, o [32, 4*16] = 2048, MLP 3*2048; the
+    // attention products over 4*16 = 64 wide queries: 12 L (H D) T = 12 * 2 * 64 * 16.
+    c.head_dim = 16;
+    double nh = 2.0 * (2048 + 1024 + 1024 + 2048 + 3 * 2048) + 97 * 32;
+    double fpt = 6 * nh + 12.0 * 2 * 64 * 16;
+    CHECK_CLOSE(slm_train_flops_per_token(&c, 16), fpt, 1e-12, 0);
+    // the units' split adds up to it (no activation checkpointing): B 3, T 16
+    double sum = 0, f, b;
+    for (int u = 0; u <= c.num_hidden_layers; u++) {
+        slm_train_unit_flops(&c, 3, 16, false, u, &f, &b);
+        sum += f + b;
+    }
+    CHECK_CLOSE(sum, fpt * 3 * 16, 1e-12, 0);
+    // head_dim equal to hidden / heads, given explicitly: the same count as without it
+    c.head_dim = 8;
+    CHECK_CLOSE(slm_train_flops_per_token(&c, 16), 6 * n + 12.0 * 2 * 32 * 16, 1e-12, 0);
 }
 
 static void test_sampler_greedy_and_topk(void) {

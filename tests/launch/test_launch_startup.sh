@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# `shardlm launch --startup-timeout` (issue 10): before an attempt's first heartbeat record the
+# ranks are starting (MPI, model init, checkpoint load), which on a loaded host can take longer
+# than a --hang-timeout chosen for steps. A start delayed by 12 s (an mpirun wrapper that sleeps
+# first) with --hang-timeout 8: one attempt, success (it was declared a hang at step 0 and
+# restarted before --startup-timeout existed). With --startup-timeout 1 the same start is a
+# hang whose reason names --startup-timeout. Functional assertions only.
+# Usage: test_launch_startup.sh MPIEXEC.
+. "$(dirname "$0")/../lib.sh"
+MPIEXEC=${1:-$MPIEXEC}
+. "$(dirname "$0")/launch_lib.sh"
+set +e
+cat > "$W/slow_mpirun" <<SH
+#!/usr/bin/env bash
+sleep 12
+exec "$MPIEXEC" "\$@"
+SH
+chmod +x "$W/slow_mpirun"
+SLOW=(--health-mem 8MiB --kill-grace 3 --backoff 0.2 --mpirun "$W/slow_mpirun" --no-health-check)
+"$BIN" launch --nproc 2 "${SLOW[@]}" --hang-timeout 8 --startup-timeout 120 -- \
+    "${TR[@]}" --steps 4 --out "$W/run" > "$W/out.log" 2> "$W/err.log"
+check "slow start-up, --hang-timeout 8, --startup-timeout 120: exit 0" 0 $?
+J=$W/run/attempts.json
+[ "$(aj "$J" 'len(a["attempts"])')" = 1 ] && ok "one attempt (the start-up was not a hang)" ||
+    { bad "attempts:"; cat "$J"; }
+"$BIN" launch --nproc 2 "${SLOW[@]}" --hang-timeout 8 --startup-timeout 1 --max-restarts 0 -- \
+    "${TR[@]}" --steps 4 --out "$W/run2" > "$W/out2.log" 2> "$W/err2.log"
+check "--startup-timeout 1: restarts exhausted, exit 1" 1 $?
+J=$W/run2/attempts.json
+[ "$(aj "$J" 'a["attempts"][0]["result"]')" = hang ] && ok "attempt 1 is a hang" ||
+    { bad "attempt 1 result"; cat "$J"; }
+has "its reason names --startup-timeout" "$J" 'startup-timeout'
+no_orphans "no process of the job left"
+[ "$fails" = 0 ] || { tail -30 "$W/err.log" "$W/err2.log"; }
+slm_finish
