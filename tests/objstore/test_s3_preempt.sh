@@ -90,23 +90,23 @@ else cat "$W/pv2.log"; bad "uploaded $final does not verify"; fi
 # --- 3. a failed upload is retried once the server is back (not only the next checkpoint)
 U3="s3://$B/runs/r/"
 export SHARDLM_S3_MAX_ATTEMPTS=2 SHARDLM_S3_RETRY_BUDGET_S=2 SHARDLM_S3_STALL_S=2
-SHARDLM_FAULT=slow:rank=0:ms=50 "$BIN" "${COMMON[@]}" --steps 100000 --ckpt-every-steps 200 \
+SHARDLM_FAULT=slow:rank=0:ms=150 "$BIN" "${COMMON[@]}" --steps 100000 --ckpt-every-steps 100 \
     --out "$W/r" --ckpt-uri "$U3" > "$W/r.log" 2>&1 &
 rpid=$!
 slm_on_exit "kill -9 $rpid 2>/dev/null"
 wait_for 'grep -q "uploading\|^step\|tok/s" "$W/r.log" || [ -d "$W/r/checkpoints" ]' 60
 sleep 1
 slm_s3_kill
-wait_for '[ "$(latest "$W/r")" = step_00000200 ]' 120 || bad "no local step 200"
-wait_for 'grep -q "step_00000200 was not uploaded" "$W/r.log"' 30 &&
-    ok "upload of step 200 failed with the server down" || bad "no failed upload logged"
+wait_for '[ "$(latest "$W/r")" = step_00000100 ]' 120 || bad "no local step 100"
+wait_for 'grep -q "step_00000100 was not uploaded" "$W/r.log"' 30 &&
+    ok "upload of step 100 failed with the server down" || bad "no failed upload logged"
 slm_s3_restart
-wait_for '"$S3TOOL" ls "$B" runs/r/checkpoints/step_00000200/ 2>/dev/null | grep -q manifest.json' 120
+wait_for '"$S3TOOL" ls "$B" runs/r/checkpoints/step_00000100/ 2>/dev/null | grep -q manifest.json' 120
 still=$(latest "$W/r")
-"$S3TOOL" ls "$B" runs/r/checkpoints/step_00000200/ > "$W/rls" 2>&1
-has "failed step 200 uploaded after the server came back" "$W/rls" "step_00000200/manifest.json"
-has "by a retry" "$W/r.log" "retrying step_00000200"
-[ "$still" = step_00000200 ] && ok "retried before the next checkpoint" || echo "note: local latest $still by then"
+"$S3TOOL" ls "$B" runs/r/checkpoints/step_00000100/ > "$W/rls" 2>&1
+has "failed step 100 uploaded after the server came back" "$W/rls" "step_00000100/manifest.json"
+has "by a retry" "$W/r.log" "retrying step_00000100" || tail -20 "$W/r.log"
+[ "$still" = step_00000100 ] && ok "retried before the next checkpoint" || echo "note: local latest $still by then"
 kill -TERM $rpid
 wait_for '! kill -0 $rpid 2>/dev/null' 60
 wait $rpid
