@@ -6,7 +6,7 @@
 #     (--mib, default 512 MiB);
 #  2. training stall per checkpoint: the same run with and without --ckpt-uri (2 ranks, a
 #     checkpoint every 10 steps; stall = the "training stall" of the checkpoint summary plus the
-#     seconds the uploader made training wait, and wall ms/step);
+#     seconds the uploader made training wait and its own time at step boundaries; wall);
 #  3. PUT requests per checkpoint for 2 hosts x 2 ranks (hosts faked with SHARDLM_HOST_ID, one
 #     machine): with the per-host leader vs every rank its own leader (PUTs counted by a
 #     loopback proxy in front of the server).
@@ -68,10 +68,13 @@ for mode in local s3; do
     stall=$(grep -m1 "rank 0/2.*checkpoints:.*saved" "$W/$mode.log" | sed -E 's/.*training stall ([0-9.]+) ms max, ([0-9.]+) ms total.*/\2/')
     wait_s=$(grep -m1 "checkpoint uploads to" "$W/$mode.log" | sed -E 's/.*training waited ([0-9.]+) s for overlaps.*/\1/' || true)
     [ -n "$wait_s" ] || wait_s=0
+    # the uploader's own time at step boundaries (polls, hand-offs), rank 0
+    bnd=$(grep -m1 "checkpoint uploads to" "$W/$mode.log" | sed -E 's/.* ([0-9.]+) ms at step boundaries.*/\1/' || true)
+    [ -n "$bnd" ] || bnd=0
     n=$(grep -m1 "rank 0/2.*checkpoints:.*saved" "$W/$mode.log" | sed -E 's/.*checkpoints: ([0-9]+) saved.*/\1/')
-    per=$(awk -v s="$stall" -v w="$wait_s" -v n="$n" 'BEGIN { printf "%.1f", (s + 1000 * w) / n }')
-    printf "  %-6s %2s checkpoints: stall %6s ms per checkpoint (save+fence %s ms total, upload overlap waits %s s); wall %.1f s\n" \
-        "$mode" "$n" "$per" "$stall" "$wait_s" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')"
+    per=$(awk -v s="$stall" -v w="$wait_s" -v b="$bnd" -v n="$n" 'BEGIN { printf "%.1f", (s + 1000 * w + b) / n }')
+    printf "  %-6s %2s checkpoints: stall %6s ms per checkpoint (save+fence %s ms total, upload overlap waits %s s, uploader at boundaries %s ms); wall %.1f s\n" \
+        "$mode" "$n" "$per" "$stall" "$wait_s" "$bnd" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')"
     [ $mode = s3 ] && grep -m1 "checkpoint uploads to" "$W/$mode.log" | sed 's/^/    /'
 done
 fi

@@ -170,6 +170,7 @@ typedef struct slm_ckpt_policy {
     const char *remote_uri;    // --ckpt-uri s3://...: upload committed checkpoints (NULL: off)
     int remote_prefix_shards;  // --s3-prefix-shards (0 or 1: one prefix)
     const slm_ckpt_meta *meta; // with remote_uri: this run's config / tokenizer (identity check)
+    double preempt_grace_s;    // --preempt-grace (slm_ckpt_upload_opts)
 } slm_ckpt_policy;
 
 typedef struct slm_ckpt_sched slm_ckpt_sched;
@@ -260,6 +261,9 @@ typedef struct slm_ckpt_upload_opts {
     int prefix_shards;         // --s3-prefix-shards K (1..100): rank files over K prefixes
     const slm_ckpt_meta *meta; // this run's model config + tokenizer: a prefix whose latest
                                // checkpoint has others is refused (NULL: no check)
+    double preempt_grace_s;    // --preempt-grace: after SIGTERM / SIGUSR1, finish abandons the
+                               // uploads still running this long after the signal, less a
+                               // margin (0: finish waits for them)
 } slm_ckpt_upload_opts;
 
 // Creates the uploader (collective: host discovery, status agreed). Errors: SLM_E_ARG for a bad
@@ -269,12 +273,22 @@ slm_status slm_ckpt_uploader_new(const slm_ckpt_upload_opts *o, slm_ckpt_uploade
 // At a step boundary, after the checkpoint schedule's poll (collective; cheap: one small
 // all-reduce while an upload runs): settles a finished upload and, when `committed` (the newest
 // locally committed step, -1: none) is newer than the last one handed over, starts its upload;
-// if the previous upload is still running it first waits for it (the stall, logged and counted).
-// Upload failures are logged (the remote `latest` keeps naming the previous complete checkpoint)
-// and never stop training. Returns SLM_OK.
+// if the previous upload is still running it first waits for it (the stall, logged and counted)
+// unless a stop (slm_stop_requested) reaches any rank meanwhile (then it returns and
+// slm_ckpt_uploader_finish takes over). Upload failures are logged (the remote `latest` keeps
+// naming the previous complete checkpoint) and never stop training; a failed upload is retried
+// at later boundaries (at most 8 times, 2 s doubling to 60 s apart) until a newer checkpoint
+// commits, which replaces it (a retry still running is cancelled for it). At the first call, a
+// local checkpoint newer than the remote latest (an earlier run's unfinished upload) is
+// uploaded. Returns SLM_OK.
 slm_status slm_ckpt_uploader_step(slm_ckpt_uploader *u, int64_t committed);
-// Waits for every upload (collective). Returns SLM_E_IO if the final manifest / latest could not
-// be written (agreed); logs a summary (uploads, PUTs, bytes, retries, stall).
+// Uploads the newest committed step if not yet handed over and waits for every upload
+// (collective). After a preemption signal (slm_stop_preempted) it waits only until
+// --preempt-grace after the signal, less min(3 s, grace / 4), agreed over the ranks; then the
+// uploads still running are cancelled (abandoned: the remote `latest` stays on the previous
+// complete checkpoint; a later run catches up). Returns SLM_E_IO if the final manifest / latest
+// could not be written (agreed; not for an abandoned one); logs a summary (uploads, PUTs, bytes,
+// retries, stall).
 slm_status slm_ckpt_uploader_finish(slm_ckpt_uploader *u);
 // This rank's PUT requests, uploads completed, seconds training waited for overlaps.
 void slm_ckpt_uploader_stats(const slm_ckpt_uploader *u, int64_t *puts, int64_t *n_done,

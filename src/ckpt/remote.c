@@ -18,6 +18,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/json.h"
@@ -425,15 +428,27 @@ struct slm_ckpt_uploader {
     int64_t files_done; // step whose files finished (ok or not), -1
     bool files_failed;
     char files_msg[1024];
-    bool final_failed;
+    bool final_failed, final_cancelled;
     char final_msg[1024];
     // training-thread state
     int64_t pending;        // step handed off whose files are not known complete everywhere (-1)
     char *pending_manifest; // rank 0: its manifest, read at the hand-off (retention may delete it)
     size_t pending_len;
     int64_t last_handed;
+    int64_t newest;     // newest committed step the training loop reported (or the catch-up)
+    int64_t catchup;    // local checkpoint newer than the remote latest at start (-1: none)
+    int64_t retry_step; // failed upload to retry when the server is back (-1: none)
+    int retry_n;        // retries of retry_step so far
+    double retry_at;    // rank 0's slm_time_s() of the next retry
+    bool pending_retry; // the pending upload is such a retry (given up for a newer checkpoint)
+    bool cancelling;    // the training thread cancelled the pending upload (abandoned)
+    double grace_s;     // --preempt-grace (0: finish waits for every upload)
+    double deadline;    // finish: slm_time_s() at which uploads are abandoned (0: none)
     int64_t n_done, n_failed;
     double stall_total_s, stall_max_s;
+    int64_t calls, poll_base; // slm_ckpt_uploader_step calls; the call of the last hand-off
+    double handoff_s;         // of boundary_s: hand-offs (manifest read, rank files mapped)
+    double boundary_s; // slm_ckpt_uploader_step's own time besides overlap waits (polls, hand-offs)
 };
 
 static void files_free(up_file *f, int n) {
@@ -555,6 +570,10 @@ static slm_status do_final(slm_ckpt_uploader *u, int64_t step, const char *text,
 
 static void *up_thread(void *arg) {
     slm_ckpt_uploader *u = arg;
+    // Uploads need no hurry: the lowest CPU priority for this thread (nice applies per thread on
+    // Linux), as the saver's writer thread, so the payload SHA-256 and curl's copies never take
+    // a core from the training threads at a step boundary. Best effort.
+    (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
     pthread_mutex_lock(&u->mu);
     for (;;) {
         while (!u->quit && u->final_step < 0 && u->files_step < 0)
@@ -571,6 +590,7 @@ static void *up_thread(void *arg) {
             u->final_manifest = NULL;
             u->final_step = -1;
             u->final_failed = st != SLM_OK;
+            u->final_cancelled = st == SLM_E_INTERRUPTED; // slm_s3_cancel
             if (st) snprintf(u->final_msg, sizeof u->final_msg, "%s", slm_errmsg());
             u->busy = false;
             pthread_cond_broadcast(&u->cv);
@@ -683,6 +703,38 @@ static slm_status check_identity(slm_ckpt_uploader *u, const slm_ckpt_meta *meta
     return st;
 }
 
+// Rank 0, at start: the step of RUN_DIR/checkpoints/latest if it is newer than the remote latest
+// (a previous run stopped or failed before its upload completed), else -1: uploaded at the first
+// step boundary, so the remote copy catches up.
+static int64_t catchup_step(slm_ckpt_uploader *u) {
+    char *lp = slm_path_join(u->root, "latest"), *txt = NULL;
+    size_t n = 0;
+    int64_t loc = -1, rem = -1;
+    if (slm_is_file(lp) && slm_file_read_all(lp, &txt, &n) == SLM_OK && !parse_step(txt, n, &loc))
+        loc = -1;
+    free(txt);
+    free(lp);
+    if (loc < 0) return -1;
+    char *lk = key_latest(&u->L), *data = NULL;
+    bool found = false;
+    slm_status st = slm_s3_get(u->s3, u->L.bucket, lk, &data, &n, &found);
+    free(lk);
+    if (!st && found && !parse_step(data, n, &rem)) rem = -1;
+    free(data);
+    if (st) return -1; // the server is unreachable: the first checkpoint of this run goes up
+    if (loc <= rem) return -1;
+    char *dir = slm_ckpt_step_dir(u->root, loc, false);
+    char *mp = slm_path_join(dir, "manifest.json");
+    bool have = slm_is_file(mp);
+    free(mp);
+    free(dir);
+    if (!have) return -1;
+    slm_info("checkpoint upload: local step_%08" PRId64 " is newer than the remote latest "
+             "(step %" PRId64 ", -1: none); uploading it",
+             loc, rem);
+    return loc;
+}
+
 slm_status slm_ckpt_uploader_new(const slm_ckpt_upload_opts *o, slm_ckpt_uploader **out) {
     *out = NULL;
     slm_ckpt_uploader *u = slm_xcalloc(1, sizeof *u);
@@ -692,6 +744,8 @@ slm_status slm_ckpt_uploader_new(const slm_ckpt_upload_opts *o, slm_ckpt_uploade
     u->root = slm_xstrdup(o->root);
     u->uri = slm_xstrdup(o->uri);
     u->files_step = u->final_step = u->files_done = u->pending = u->last_handed = -1;
+    u->newest = u->catchup = u->retry_step = -1;
+    u->grace_s = o->preempt_grace_s;
     pthread_mutex_init(&u->mu, NULL);
     pthread_cond_init(&u->cv, NULL);
     slm_status st = rlay_parse(o->uri, &u->L);
@@ -737,6 +791,8 @@ slm_status slm_ckpt_uploader_new(const slm_ckpt_upload_opts *o, slm_ckpt_uploade
         free(tp);
         free(run);
     }
+    if (!st && o->rank == 0) u->catchup = catchup_step(u);
+    if (o->world > 1) slm_dist_bcast(&u->catchup, 1, SLM_DT_I64, 0, "checkpoint upload catch-up");
     if (!st && u->leader) {
         if (pthread_create(&u->th, NULL, up_thread, u) != 0)
             st = slm_fail(SLM_E_IO, "checkpoint upload: cannot start the uploader thread");
@@ -752,38 +808,79 @@ slm_status slm_ckpt_uploader_new(const slm_ckpt_upload_opts *o, slm_ckpt_uploade
     return SLM_OK;
 }
 
-// Collective: [files still running anywhere, failed anywhere] for the pending step.
-static void poll_pending(slm_ckpt_uploader *u, bool *done, bool *failed) {
-    int64_t v[2] = {0, 0};
+// Collective: [files still running anywhere, failed anywhere, `flag` anywhere] for the pending
+// step.
+static void poll_pending(slm_ckpt_uploader *u, bool flag, bool *done, bool *failed,
+                         bool *any_flag) {
+    int64_t v[3] = {0, 0, flag};
     if (u->leader) {
         pthread_mutex_lock(&u->mu);
         v[0] = u->files_done != u->pending;
         v[1] = u->files_done == u->pending && u->files_failed;
         pthread_mutex_unlock(&u->mu);
     }
-    if (u->world > 1) slm_dist_allreduce(v, 2, SLM_DT_I64, SLM_OP_MAX, "checkpoint upload poll");
+    if (u->world > 1) slm_dist_allreduce(v, 3, SLM_DT_I64, SLM_OP_MAX, "checkpoint upload poll");
     *done = v[0] == 0;
     *failed = v[1] != 0;
+    *any_flag = v[2] != 0;
 }
+
+#define RETRY_MAX 8       // retries of one failed checkpoint upload
+#define RETRY_FIRST_S 2.0 // first retry this long after the failure, doubling...
+#define RETRY_LAST_S 60.0 // ... up to this
 
 // The pending step's files are uploaded everywhere: rank 0 queues the manifest + latest.
 static void settle_pending(slm_ckpt_uploader *u, bool failed) {
     int64_t step = u->pending;
+    bool retry = u->pending_retry, cancelled = u->cancelling;
     u->pending = -1;
+    u->pending_retry = false;
+    if (cancelled) {
+        u->cancelling = false;
+        if (u->s3) slm_s3_cancel(u->s3, false);
+    }
     if (failed) {
-        u->n_failed++;
+        if (cancelled) {
+            if (u->rank == 0)
+                slm_warn("checkpoint upload of step_%08" PRId64 " to %s abandoned (%s); the "
+                         "remote latest still names the previous complete checkpoint",
+                         step, u->uri,
+                         u->deadline > 0 ? "preemption: --preempt-grace" : "a newer checkpoint");
+            if (!retry) u->n_failed++;
+            return;
+        }
+        if (!retry) u->n_failed++;
         if (u->leader) {
             pthread_mutex_lock(&u->mu);
             if (u->files_failed) slm_error("checkpoint upload: %s", u->files_msg);
             pthread_mutex_unlock(&u->mu);
         }
-        if (u->rank == 0)
-            slm_error("checkpoint step_%08" PRId64 " was not uploaded to %s (see the errors "
-                      "above); the remote latest still names the previous complete one; the next "
-                      "checkpoint is uploaded in full",
-                      step, u->uri);
+        // Retried (bounded) at later step boundaries until a newer checkpoint supersedes it.
+        if (u->retry_step != step) u->retry_n = 0;
+        u->retry_step = step;
+        double delay = RETRY_FIRST_S;
+        for (int i = 0; i < u->retry_n && delay < RETRY_LAST_S; i++)
+            delay *= 2;
+        if (delay > RETRY_LAST_S) delay = RETRY_LAST_S;
+        u->retry_at = slm_time_s() + delay;
+        u->poll_base = u->calls;
+        bool give_up = u->retry_n >= RETRY_MAX;
+        if (give_up) u->retry_step = -1;
+        if (u->rank == 0) {
+            if (give_up)
+                slm_error("checkpoint step_%08" PRId64 " was not uploaded to %s after %d retries "
+                          "(see the errors above); the remote latest still names the previous "
+                          "complete one; the next checkpoint is uploaded in full",
+                          step, u->uri, u->retry_n);
+            else
+                slm_error("checkpoint step_%08" PRId64 " was not uploaded to %s (see the errors "
+                          "above); the remote latest still names the previous complete one; "
+                          "retry %d of %d in %.0f s (or the next checkpoint, whichever first)",
+                          step, u->uri, u->retry_n + 1, RETRY_MAX, delay);
+        }
         return;
     }
+    if (u->retry_step == step) u->retry_step = -1;
     if (u->rank != 0) {
         u->n_done++;
         return;
@@ -798,6 +895,7 @@ static void settle_pending(slm_ckpt_uploader *u, bool failed) {
         u->n_failed++;
     } else {
         u->n_done++;
+        if (retry) u->n_failed--; // counted as failed before, complete now
         pthread_mutex_lock(&u->mu);
         while (u->final_step >= 0) // the previous final still running
             pthread_cond_wait(&u->cv, &u->mu);
@@ -809,45 +907,50 @@ static void settle_pending(slm_ckpt_uploader *u, bool failed) {
     }
 }
 
-static void wait_pending(slm_ckpt_uploader *u) {
-    while (u->pending >= 0) {
-        bool done, failed;
-        poll_pending(u, &done, &failed);
-        if (done) {
-            settle_pending(u, failed);
-            break;
-        }
-        usleep(2000);
-    }
+// Cancels the pending upload on every leader (collective callers only: every rank calls it at
+// the same point); the wait that follows settles it as abandoned.
+static void cancel_pending(slm_ckpt_uploader *u) {
+    u->cancelling = true;
+    if (u->s3) slm_s3_cancel(u->s3, true);
 }
 
-slm_status slm_ckpt_uploader_step(slm_ckpt_uploader *u, int64_t committed) {
-    if (!u) return SLM_OK;
-    if (u->pending >= 0) {
-        bool done, failed;
-        poll_pending(u, &done, &failed);
-        if (done) settle_pending(u, failed);
+typedef enum {
+    WAIT_ALL,      // until the pending upload ends
+    WAIT_STOP,     // ... or a stop (SIGINT / SIGTERM / SIGUSR1) reached any rank: returns false
+    WAIT_DEADLINE, // ... or u->deadline passed on any rank: the upload is cancelled (abandoned)
+} wait_mode;
+
+// Waits for the pending upload (collective). Returns whether it settled.
+static bool wait_pending(slm_ckpt_uploader *u, wait_mode mode) {
+    while (u->pending >= 0) {
+        bool flag = false;
+        if (mode == WAIT_STOP) flag = slm_stop_requested();
+        if (mode == WAIT_DEADLINE) flag = u->deadline > 0 && slm_time_s() >= u->deadline;
+        bool done, failed, any;
+        poll_pending(u, flag, &done, &failed, &any);
+        if (done) {
+            settle_pending(u, failed);
+            return true;
+        }
+        if (any && mode == WAIT_STOP) return false;
+        if (any && mode == WAIT_DEADLINE && !u->cancelling) cancel_pending(u);
+        usleep(2000);
     }
-    if (committed < 0 || committed <= u->last_handed) return SLM_OK;
-    if (u->pending >= 0) {
-        // The next upload would overlap the previous one: training waits (the stall).
-        double t0 = slm_time_s();
-        wait_pending(u);
-        double w = slm_time_s() - t0;
-        u->stall_total_s += w;
-        if (w > u->stall_max_s) u->stall_max_s = w;
-        if (u->rank == 0)
-            slm_warn("checkpoint upload: step_%08" PRId64 " committed while the previous upload "
-                     "was running; training waited %.2f s for it",
-                     committed, w);
-    }
-    // Hand off: map this host's rank files now (a later local retention may delete them; the
-    // mappings keep the bytes).
-    u->last_handed = committed;
-    u->pending = committed;
+    return true;
+}
+
+// Hands `step` (committed locally) to the uploader: rank 0 reads its manifest, each leader maps
+// its host's rank files (a later local retention may delete them; the mappings keep the bytes).
+static void hand_off(slm_ckpt_uploader *u, int64_t step, bool retry) {
+    double t0 = slm_time_s();
+    if (step > u->last_handed) u->last_handed = step;
+    u->pending = step;
+    u->poll_base = u->calls;
+    u->pending_retry = retry;
+    if (u->retry_step >= 0 && step > u->retry_step) u->retry_step = -1; // superseded
     slm_status st = SLM_OK;
     if (u->rank == 0) {
-        char *dir = slm_ckpt_step_dir(u->root, committed, false);
+        char *dir = slm_ckpt_step_dir(u->root, step, false);
         char *mp = slm_path_join(dir, "manifest.json");
         free(u->pending_manifest);
         u->pending_manifest = NULL;
@@ -857,7 +960,7 @@ slm_status slm_ckpt_uploader_step(slm_ckpt_uploader *u, int64_t committed) {
         free(dir);
     }
     if (u->leader) {
-        char *dir = slm_ckpt_step_dir(u->root, committed, false);
+        char *dir = slm_ckpt_step_dir(u->root, step, false);
         up_file *f = slm_xcalloc((size_t)u->n_local, sizeof *f);
         int n = 0;
         for (int i = 0; i < u->n_local && !st; i++) {
@@ -874,31 +977,142 @@ slm_status slm_ckpt_uploader_step(slm_ckpt_uploader *u, int64_t committed) {
         pthread_mutex_lock(&u->mu);
         if (st) {
             files_free(f, n);
-            u->files_done = committed;
+            u->files_done = step;
             u->files_failed = true;
             snprintf(u->files_msg, sizeof u->files_msg, "%s", slm_errmsg());
         } else {
             u->files = f;
             u->n_files = n;
-            u->files_step = committed;
+            u->files_step = step;
             pthread_cond_broadcast(&u->cv);
         }
         pthread_mutex_unlock(&u->mu);
     }
+    u->handoff_s += slm_time_s() - t0;
+}
+
+static slm_status uploader_step(slm_ckpt_uploader *u, int64_t committed);
+
+slm_status slm_ckpt_uploader_step(slm_ckpt_uploader *u, int64_t committed) {
+    if (!u) return SLM_OK;
+    double t0 = slm_time_s(), w0 = u->stall_total_s;
+    slm_status st = uploader_step(u, committed);
+    u->boundary_s += slm_time_s() - t0 - (u->stall_total_s - w0);
+    return st;
+}
+
+static slm_status uploader_step(slm_ckpt_uploader *u, int64_t committed) {
+    if (committed < u->catchup) committed = u->catchup; // uploaded at the first boundary
+    if (committed > u->newest) u->newest = committed;
+    // Each poll is a collective, so a rank waits there for the slowest one: with several ranks,
+    // look only at boundaries 1, 2, 4, 8, ... after the hand-off (or failure), and whenever a
+    // newer checkpoint committed (the same boundaries on every rank: no extra agreement).
+    u->calls++;
+    bool newer = committed >= 0 && committed > u->last_handed;
+    int64_t k = u->calls - u->poll_base;
+    bool look = u->world == 1 || newer || (k & (k - 1)) == 0;
+    if (u->pending >= 0 && look) {
+        bool done, failed, any;
+        poll_pending(u, false, &done, &failed, &any);
+        if (done) settle_pending(u, failed);
+    }
+    if (!newer) {
+        // Nothing newer: a failed upload is retried once its delay passed (rank 0's clock).
+        if (u->pending >= 0 || u->retry_step < 0 || !look) return SLM_OK;
+        int64_t due = u->rank == 0 && slm_time_s() >= u->retry_at;
+        if (u->world > 1) slm_dist_bcast(&due, 1, SLM_DT_I64, 0, "checkpoint upload retry");
+        if (!due) return SLM_OK;
+        u->retry_n++;
+        if (u->rank == 0)
+            slm_info("checkpoint upload: retrying step_%08" PRId64 " (%d of %d)", u->retry_step,
+                     u->retry_n, RETRY_MAX);
+        hand_off(u, u->retry_step, true);
+        return SLM_OK;
+    }
+    if (u->pending >= 0 && u->pending_retry) {
+        // A retry still running when a newer checkpoint commits: give it up for the newer one
+        // (training never waits for a retry).
+        cancel_pending(u);
+        wait_pending(u, WAIT_ALL);
+    }
+    if (u->pending >= 0) {
+        // The next upload would overlap the previous one: training waits (the stall), unless a
+        // stop arrives meanwhile (then slm_ckpt_uploader_finish decides, within its deadline).
+        double t0 = slm_time_s();
+        bool settled = wait_pending(u, WAIT_STOP);
+        double w = slm_time_s() - t0;
+        u->stall_total_s += w;
+        if (w > u->stall_max_s) u->stall_max_s = w;
+        if (u->rank == 0 && (settled || w > 0.01))
+            slm_warn("checkpoint upload: step_%08" PRId64 " committed while the previous upload "
+                     "was running; training waited %.2f s for it%s",
+                     committed, w, settled ? "" : " (stop requested: waiting no longer)");
+        if (!settled) return SLM_OK;
+    }
+    hand_off(u, committed, false);
     return SLM_OK;
+}
+
+// Preemption: the seconds left of --preempt-grace for uploads, agreed (the smallest over the
+// ranks a signal reached; clocks are not compared across hosts), or < 0 for no deadline.
+static double grace_left(slm_ckpt_uploader *u) {
+    double left = 1e300;
+    double sig = slm_stop_signal_time();
+    if (u->grace_s > 0 && slm_stop_preempted() && sig > 0) {
+        // keep a margin for settling, the summary and the exit
+        double margin = u->grace_s * 0.25 < 3.0 ? u->grace_s * 0.25 : 3.0;
+        left = sig + u->grace_s - margin - slm_time_s();
+        if (left < 0) left = 0;
+    }
+    if (u->world > 1) slm_dist_allreduce(&left, 1, SLM_DT_F64, SLM_OP_MIN, "upload deadline");
+    return left < 1e299 ? left : -1;
 }
 
 slm_status slm_ckpt_uploader_finish(slm_ckpt_uploader *u) {
     if (!u) return SLM_OK;
     double t0 = slm_time_s();
-    wait_pending(u);
+    double left = grace_left(u);
+    u->deadline = left >= 0 ? t0 + (left > 0 ? left : 1e-9) : 0;
+    wait_pending(u, WAIT_DEADLINE);
+    // The newest committed step (a stop at a stall left it unhanded), or one more try of a failed
+    // upload; not past the deadline (agreed: the deadline is rank-independent up to the clocks'
+    // progress, so rank 0 decides).
+    int64_t go = -1;
+    if (u->newest > u->last_handed)
+        go = u->newest;
+    else if (u->retry_step >= 0 && u->deadline == 0)
+        go = u->retry_step;
+    int64_t ok = u->rank == 0 && (u->deadline == 0 || slm_time_s() < u->deadline);
+    if (u->world > 1) slm_dist_bcast(&ok, 1, SLM_DT_I64, 0, "checkpoint upload at the end");
+    if (go >= 0 && ok) {
+        hand_off(u, go, go == u->retry_step);
+        wait_pending(u, WAIT_DEADLINE);
+    }
     slm_status st = SLM_OK;
+    bool abandoned = false;
     if (u->rank == 0) {
         pthread_mutex_lock(&u->mu);
-        while (u->final_step >= 0 || u->busy)
-            pthread_cond_wait(&u->cv, &u->mu);
+        while (u->final_step >= 0 || u->busy) {
+            if (u->deadline > 0 && slm_time_s() >= u->deadline && !abandoned) {
+                abandoned = true; // the manifest / latest of the last one: given up
+                if (u->s3) slm_s3_cancel(u->s3, true);
+            }
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 50 * 1000 * 1000;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&u->cv, &u->mu, &ts);
+        }
         if (u->final_failed) {
-            st = slm_fail(SLM_E_IO, "checkpoint upload to %s: %s", u->uri, u->final_msg);
+            if (abandoned || u->final_cancelled)
+                slm_warn("checkpoint upload to %s: the final manifest / latest abandoned at the "
+                         "preemption deadline: %s",
+                         u->uri, u->final_msg);
+            else
+                st = slm_fail(SLM_E_IO, "checkpoint upload to %s: %s", u->uri, u->final_msg);
             u->final_failed = false;
         }
         pthread_mutex_unlock(&u->mu);
@@ -910,10 +1124,15 @@ slm_status slm_ckpt_uploader_finish(slm_ckpt_uploader *u) {
         if (u->s3) slm_s3_get_stats(u->s3, &s);
         slm_info("checkpoint uploads to %s: %lld complete, %lld failed; rank 0's host: %lld PUTs, "
                  "%.1f MiB, %lld retries (%lld throttled); training waited %.2f s for overlaps, "
-                 "%.2f s at the end",
+                 "%.2f s at the end, %.2f ms at step boundaries (polls, hand-offs %.2f ms)",
                  u->uri, (long long)u->n_done, (long long)u->n_failed, (long long)s.puts,
                  (double)s.bytes_up / (1 << 20), (long long)s.retries, (long long)s.throttled,
-                 u->stall_total_s, w);
+                 u->stall_total_s, w, 1000 * u->boundary_s, 1000 * u->handoff_s);
+        if (u->deadline > 0 && u->newest > u->last_handed)
+            slm_warn("checkpoint step_%08" PRId64 " (committed locally) not uploaded before the "
+                     "preemption deadline; the next run with --resume auto and --ckpt-uri "
+                     "uploads it",
+                     u->newest);
     }
     if (!st && u->n_failed) st = SLM_OK; // failures were logged; the local run is complete
     return st;
@@ -931,6 +1150,9 @@ void slm_ckpt_uploader_stats(const slm_ckpt_uploader *u, int64_t *puts, int64_t 
 void slm_ckpt_uploader_free(slm_ckpt_uploader *u) {
     if (!u) return;
     if (u->th_started) {
+        // An upload still running (an error path, a preemption past its deadline) is abandoned
+        // rather than waited for: the remote `latest` still names the previous complete one.
+        slm_s3_cancel(u->s3, true);
         pthread_mutex_lock(&u->mu);
         u->quit = true;
         pthread_cond_broadcast(&u->cv);

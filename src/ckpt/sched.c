@@ -40,7 +40,8 @@ slm_status slm_ckpt_sched_new(const slm_ckpt_policy *p, int rank, int world, boo
                                    .keep = p->keep,
                                    .prefix_shards =
                                        p->remote_prefix_shards > 0 ? p->remote_prefix_shards : 1,
-                                   .meta = p->meta};
+                                   .meta = p->meta,
+                                   .preempt_grace_s = p->preempt_grace_s};
         st = slm_ckpt_uploader_new(&uo, &up);
         if (st) {
             slm_ckpt_saver_free(sv);

@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdatomic.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -23,9 +24,10 @@ struct slm_s3 {
     slm_s3_config cfg;
     CURLM *multi;
     slm_s3_stats stats;
-    char *scheme; // "http" / "https"
-    char *host;   // "host[:port]" of the endpoint
-    slm_rng rng;  // backoff jitter only
+    char *scheme;       // "http" / "https"
+    char *host;         // "host[:port]" of the endpoint
+    slm_rng rng;        // backoff jitter only
+    atomic_bool cancel; // slm_s3_cancel: every running and later request ends at once
 };
 
 typedef struct s3_req {
@@ -116,6 +118,10 @@ slm_status slm_s3_open(const slm_s3_config *c, slm_s3 **out) {
     slm_rng_seed(&s->rng, (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(size_t)s);
     *out = s;
     return SLM_OK;
+}
+
+void slm_s3_cancel(slm_s3 *s, bool on) {
+    if (s) atomic_store(&s->cancel, on);
 }
 
 slm_status slm_s3_open_default(const char *endpoint, const char *region, slm_s3 **out) {
@@ -474,6 +480,25 @@ static slm_status run_reqs(slm_s3 *s, s3_req *rq, int n) {
     int left = n, in_flight = 0;
     slm_status st = SLM_OK;
     while (left > 0) {
+        if (atomic_load(&s->cancel)) {
+            // Cancelled (slm_s3_cancel, from another thread): every request not yet done ends
+            // with SLM_E_INTERRUPTED now, running transfers dropped.
+            for (int i = 0; i < n; i++) {
+                s3_req *r = &rq[i];
+                if (r->done) continue;
+                if (r->running) {
+                    curl_multi_remove_handle(s->multi, r->easy);
+                    r->running = false;
+                }
+                r->done = true;
+                r->st = SLM_E_INTERRUPTED;
+                slm_buf m = {0};
+                slm_buf_appendf(&m, "%s s3://%s/%s: cancelled (upload abandoned)", r->method,
+                                r->bucket, r->key);
+                r->msg = m.data;
+            }
+            break;
+        }
         double now = slm_time_s(), next_wake = now + 0.5;
         for (int i = 0; i < n && in_flight < s->cfg.max_conns; i++) {
             s3_req *r = &rq[i];
@@ -684,7 +709,7 @@ static slm_status put_multipart(slm_s3 *s, const char *bucket, const char *key, 
         req_free(&r);
     }
     slm_buf_free(&xml);
-    if (st) {
+    if (st && !atomic_load(&s->cancel)) { // cancelled: no abort either (documented)
         char *keep = slm_xstrdup(slm_errmsg());
         slm_status ab = abort_upload(s, bucket, key, upload_id);
         if (ab)

@@ -170,6 +170,11 @@ slm_status slm_s3_open(const slm_s3_config *c, slm_s3 **out);
 // Resolves the configuration (slm_s3_config_load) and opens. Errors: those of both.
 slm_status slm_s3_open_default(const char *endpoint, const char *region, slm_s3 **out);
 void slm_s3_close(slm_s3 *s);
+// Cancel switch, safe to call from any thread: while on, every request of `s` (running ones
+// within ~0.2 s, the request loop's poll interval) ends with SLM_E_INTERRUPTED "cancelled"
+// instead of waiting out its retries; a multipart upload so cut short may leave its parts (its
+// abort is cancelled too: S3 lifecycle rules clean those). Off again: requests run as before.
+void slm_s3_cancel(slm_s3 *s, bool on);
 void slm_s3_get_stats(const slm_s3 *s, slm_s3_stats *out);
 // The configuration in use (borrowed).
 const slm_s3_config *slm_s3_get_config(const slm_s3 *s);

@@ -504,7 +504,8 @@ static slm_status ckpt_start(void *ctx, slm_trainer *tr) {
                            .abort_on_error = o->ckpt_abort_on_error,
                            .remote_uri = o->ckpt_uri,
                            .remote_prefix_shards = o->s3_prefix_shards,
-                           .meta = &meta};
+                           .meta = &meta,
+                           .preempt_grace_s = o->preempt_grace_s};
     slm_status st = slm_ckpt_sched_new(&pol, tr->rank, tr->W, slm_fsdp_is_replica(&tr->fsdp), cs);
     free(root);
     return st;
