@@ -199,7 +199,11 @@ static slm_status write_rundir(slm_trainer *tr) {
     }
     if (st) return st;
     p = slm_path_join(o->out_dir, "metrics.jsonl");
-    FILE *f = fopen(p, tr->resume_path ? "a" : "w"); // a resumed run appends (hooks.c)
+    // A resumed run appends (hooks.c), and so does a later attempt of `shardlm launch` that
+    // found no checkpoint to resume: the earlier attempts' records are the same run's history.
+    const char *att = getenv("SHARDLM_ATTEMPT");
+    bool later_attempt = att && strtol(att, NULL, 10) > 1;
+    FILE *f = fopen(p, tr->resume_path || later_attempt ? "a" : "w");
     if (!f)
         st = slm_fail(SLM_E_IO, "%s: cannot open for writing", p);
     else
