@@ -54,4 +54,7 @@ for f in "$W"/leader/checkpoints/step_00000006/*; do
     cmp -s "$f" "$W/per-rank/checkpoints/step_00000006/$(basename "$f")" || same=0
 done
 [ $same = 1 ] && ok "same final checkpoint files either way" || bad "final checkpoints differ"
+slm_s3_stop
+slm_netns_down
+[ -z "$(slm_netns_leftovers)" ] && ok "no namespace or link left" || bad "left behind: $(slm_netns_leftovers)"
 slm_finish
