@@ -32,7 +32,7 @@ JSON
 echo "== PUTs per checkpoint, 2 hosts x 2 ranks (network namespaces h1, h2; Open MPI over TCP), $NCK checkpoints"
 declare -A data total
 for how in leader per-rank; do
-    slm_s3_netns_train $how 2 "$W/$how" --synthetic --model "$W/config.json" --batch 4 --seq 64 \
+    slm_s3_netns_train $how 2 2 "$W/$how" --synthetic --model "$W/config.json" --batch 4 --seq 64 \
         --steps $((2 * NCK)) --seed 1 --threads 1 --log-every 0 --ckpt-every-steps 2 ||
         { echo "training ($how) failed:"; tail -20 "$W/$how.log"; exit 1; }
     slm_s3_puts "$how" > "$W/$how.puts"

@@ -12,7 +12,8 @@
 #                          octets), SLM_NETNS (array, host i's namespace at index i-1),
 #                          SLM_NET_AGENT (the rsh agent), SLM_NET_MPI (array: the mpirun options
 #                          for the agent and TCP on the virtual network)
-#   slm_netns_hosts SLOTS  prints Open MPI's host list "NET.1:SLOTS,NET.2:SLOTS,..."
+#   slm_netns_hosts SLOTS [N]  prints Open MPI's host list "NET.1:SLOTS,NET.2:SLOTS,..." of the
+#                          first N hosts (default: all)
 #   slm_netns_exec I CMD...  runs CMD on host I (its namespace and hostname)
 #   slm_netns_down         stops what still runs in the hosts (by pid: `ip netns pids`), removes
 #                          the namespaces, links and the agent; idempotent; run on EXIT (also
@@ -97,7 +98,7 @@ slm_netns_up() {
 }
 slm_netns_hosts() {
     local i out="" sep=""
-    for i in $(seq 1 "$SLM_NET_H"); do
+    for i in $(seq 1 "${2:-$SLM_NET_H}"); do
         out+="$sep$SLM_NET.$i:$1"
         sep=","
     done

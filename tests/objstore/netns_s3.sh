@@ -3,9 +3,9 @@
 # bridge in the machine's own namespace, with the server's request log on, so PUTs are counted
 # by the server itself. Source after tests/lib.sh (and export S3TOOL). Gives:
 #   slm_s3_netns_up H        H hosts, the server on NET.254 (exit 77 where netns is not possible)
-#   slm_s3_netns_train MODE RANKS_PER_HOST OUT TRAIN_ARGS...
+#   slm_s3_netns_train MODE HOSTS RANKS_PER_HOST OUT TRAIN_ARGS...
 #                            `shardlm train ... --out OUT --ckpt-uri s3://$S3_BUCKET/${OUT##*/}/`
-#                            under mpirun over TCP on the hosts; MODE leader: the hosts as they
+#                            under mpirun over TCP on hosts 1..HOSTS; MODE leader: the hosts as they
 #                            are (gethostname), one uploader per host; MODE per-rank: every rank
 #                            its own "host" (SHARDLM_HOST_ID=rankR), the no-leader baseline.
 #                            Output in OUT.log; returns mpirun's status
@@ -25,17 +25,16 @@ slm_s3_netns_up() {
     set -e
     [ "$rc" = 0 ] || exit "$rc"
     S3_IP=$SLM_NET.254 S3_LOG_REQUESTS=1 slm_s3_start "$W/s3"
-    S3_NET_HOSTS=$1
 }
 slm_s3_netns_train() {
-    local mode=$1 per=$2 out=$3 wrap=()
-    shift 3
+    local mode=$1 hosts=$2 per=$3 out=$4 wrap=()
+    shift 4
     if [ "$mode" = per-rank ]; then
         printf '#!/bin/sh\nSHARDLM_HOST_ID=rank$OMPI_COMM_WORLD_RANK exec "$@"\n' > "$W/per-rank.sh"
         chmod +x "$W/per-rank.sh"
         wrap=("$W/per-rank.sh")
     fi
-    timeout 300 "$MPIEXEC" --host "$(slm_netns_hosts "$per")" -np $((S3_NET_HOSTS * per)) \
+    timeout 300 "$MPIEXEC" --host "$(slm_netns_hosts "$per" "$hosts")" -np $((hosts * per)) \
         "${SLM_NET_MPI[@]}" -x OMP_NUM_THREADS=1 -x AWS_ENDPOINT_URL -x AWS_ACCESS_KEY_ID \
         -x AWS_SECRET_ACCESS_KEY -x AWS_REGION -x AWS_SHARED_CREDENTIALS_FILE -x AWS_CONFIG_FILE \
         "${wrap[@]}" "$BIN" train "$@" --out "$out" --ckpt-uri "s3://$S3_BUCKET/${out##*/}/" \
