@@ -28,12 +28,12 @@ export SLM_PYTHON="${SLM_PYTHON:-$PWD/.venv/bin/python}" S3TOOL="$PWD/$BUILD/tes
 [ -x "$S3TOOL" ] || cmake --build "$BUILD" --target s3_tool shardlm > /dev/null
 . tests/lib.sh
 . tests/objstore/lib.sh
-slm_s3_start "$W/s3" > /dev/null
+want() { [ -z "$ONLY" ] || [ "$ONLY" = "$1" ]; }
+if want 1 || want 2; then slm_s3_start "$W/s3" > /dev/null; fi
 B=$S3_BUCKET
 now() { date +%s.%N; }
 mbps() { awk -v b="$1" -v a="$2" -v c="$3" 'BEGIN { printf "%.0f", b / 1048576 / (c - a) }'; }
 
-want() { [ -z "$ONLY" ] || [ "$ONLY" = "$1" ]; }
 if want 1; then
 echo "== 1. throughput, $MIB MiB, loopback SeaweedFS"
 head -c $((MIB << 20)) /dev/urandom > "$W/blob"
