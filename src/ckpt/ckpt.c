@@ -459,15 +459,18 @@ slm_status slm_ckpt_write_pending(const char *root, const slm_ckpt_meta *meta,
 
 // The commit's second half: O (the manifest without "files", consumed) gets the sidecars of
 // TMP merged in, is written as TMP/manifest.json, and TMP becomes FIN; `latest`, retention.
-static slm_status commit_manifest(const char *root, int64_t step, int world, cJSON *o, int keep);
+// validate: the merged manifest must parse (slm_ckpt_parse_manifest) before anything is renamed.
+static slm_status commit_manifest(const char *root, int64_t step, int world, cJSON *o, int keep,
+                                  bool validate);
 
 slm_status slm_ckpt_commit(const char *root, const slm_ckpt_meta *meta,
                            const slm_unit_layout *layout, int n_units, int keep) {
     return commit_manifest(root, meta->step, meta->world, manifest_json(meta, layout, n_units),
-                           keep);
+                           keep, false);
 }
 
-static slm_status commit_manifest(const char *root, int64_t step, int world, cJSON *o, int keep) {
+static slm_status commit_manifest(const char *root, int64_t step, int world, cJSON *o, int keep,
+                                  bool validate) {
     char *tmp = slm_ckpt_step_dir(root, step, true);
     char *fin = slm_ckpt_step_dir(root, step, false);
     char *mpath = slm_path_join(tmp, "manifest.json");
@@ -493,6 +496,15 @@ static slm_status commit_manifest(const char *root, int64_t step, int world, cJS
         cJSON_AddItemToArray(files, so);
     }
     txt = cJSON_Print(o);
+    if (validate) { // a recovered pending.json: the manifest it makes must be a valid one
+        slm_ckpt *c = slm_ckpt_alloc(tmp);
+        st = slm_ckpt_parse_manifest(c, txt, strlen(txt));
+        if (!st && slm_ckpt_get_meta(c)->step != step)
+            st = slm_fail(SLM_E_FORMAT, "%s: names step %lld, not %lld", PENDING_NAME,
+                          (long long)slm_ckpt_get_meta(c)->step, (long long)step);
+        slm_ckpt_free(c);
+        if (st) goto out;
+    }
     st = slm_file_write_atomic(mpath, txt, strlen(txt));
     if (st) goto out;
     for (int r = 0; r < world; r++) {
@@ -667,9 +679,11 @@ slm_status slm_ckpt_recover_pending(const char *root, int keep, int64_t *recover
             free(tmp);
             continue;
         }
-        slm_status st = commit_manifest(root, cand[i], world, o, keep);
-        if (st) {
-            st = slm_fail_wrap(st, "recovering the interrupted checkpoint %s", tmp);
+        slm_status st = commit_manifest(root, cand[i], world, o, keep, true);
+        if (st) { // `latest` is unchanged: the committed checkpoints are resumed as before
+            slm_warn("%s: an interrupted save, not recovered: %s", tmp, slm_errmsg());
+            free(tmp);
+            continue;
         } else {
             slm_warn("checkpoint step %lld recovered: every rank had written and fsynced its "
                      "shard into %s (sizes and XXH64 match), but the job ended before the commit "

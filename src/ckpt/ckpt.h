@@ -108,8 +108,9 @@ slm_status slm_ckpt_write_pending(const char *root, const slm_ckpt_meta *meta,
 // checkpoint whose pending.json exists and whose every writing rank's sidecar matches its rank
 // file (size and whole-file XXH64) is committed as slm_ckpt_commit would have (manifest from
 // pending.json + sidecars, rename, `latest`, retention `keep`); a warning says so. An older or
-// incomplete one is left for the next commit's sweep (an info line says why). *recovered: the
-// step, -1 if none. Errors: those of the commit, naming the directory.
+// incomplete one is left for the next commit's sweep (an info line says why), and so is one
+// whose merged manifest does not parse or whose commit fails (a warning; `latest` unchanged).
+// *recovered: the step, -1 if none. Returns SLM_OK (a failed recovery never blocks a resume).
 slm_status slm_ckpt_recover_pending(const char *root, int keep, int64_t *recovered);
 
 // "ROOT/step_NNNNNNNN" (caller frees); with tmp, the ".tmp" staging name.
