@@ -20,7 +20,7 @@
 #   TAP devices, in the switch namespace): each host's eth0 is a TAP whose other end is the
 #   switch process (no veth, no bridge), which holds every frame DELAY ms (one-way host-to-host
 #   latency DELAY, ping RTT 2 DELAY) and serializes each output port at RATE (what the host
-#   receives, as the switch-side tbf does on the veth path); tbf at RATE stays on the host's
+#   receives, as the switch-side tbf does on the veth path, with the same burst); tbf at RATE stays on the host's
 #   eth0 (what it sends). MTU CL_MTU (default 65000: frames as large as the veth path's GSO
 #   segments, so the switch handles ~2k frames/s per Gbit/s). CL_DELAY_BY=netem uses netem on
 #   the veth path instead where the kernel has it. DELAY 0: the veth path, unchanged.
@@ -157,14 +157,18 @@ cl_switch_bin() {
 
 # The hosts' eth0 as TAP ports of a delayswitch in the switch namespace (the DELAY > 0 path).
 cl_links_switch() { # cl_links_switch RATE DELAY_MS
-    local rate=$1 d=$2 bin bits us i ports=() mtu=${CL_MTU:-65000}
+    local rate=$1 d=$2 bin bits us i ports=() mtu=${CL_MTU:-65000} burst
     bin=$(cl_switch_bin) || return 1
     bits=$(tc_rate_bits "$rate") || return 1
+    burst=$((bits / 8 / 250)) # as the tbf's (cl_shape_dev)
+    [ "$burst" -lt 131072 ] && burst=131072
     us=$(awk -v d="$d" 'BEGIN { printf "%.0f", d * 1000 }')
     for ((i = 1; i <= CL_H; i++)); do ports+=(--port "${CL_PREFIX}t$i=/run/netns/$(cl_ns $i)"); done
     # --exit-with-parent: should this shell die without its trap, the switch and its TAPs go too.
     : > "$CL_WORK/switch.log"
-    ip netns exec "$(cl_sw)" "$bin" --delay-us "$us" --rate "$bits" \
+    # nice -n -10: a frame's hold time is only as exact as the switch's wake-ups; on a loaded
+    # machine a late wake-up also bunches frames (CL_SWITCH_NICE=0 to run it as any process).
+    ip netns exec "$(cl_sw)" nice -n "${CL_SWITCH_NICE:--10}" "$bin" --delay-us "$us" --rate "$bits" --burst-bytes "$burst" \
         --queue-us $((${CL_QUEUE_MS:-20} * 1000)) --exit-with-parent "${ports[@]}" \
         > "$CL_WORK/switch.log" 2>&1 &
     CL_SWITCH_PID=$!

@@ -13,19 +13,23 @@
 // unicast) is flooded to every other port.
 //
 // Timing, per output port: a FIFO that models the port's transmitter and the wire behind it.
-// A frame of L bytes arriving at time t starts serialization at s = max(t, port busy until),
-// is on the wire for L * 8 / RATE (RATE 0: no serialization time), and is written to the
-// output TAP at s + L * 8 / RATE + DELAY. So one hop adds DELAY of propagation delay, and a
-// port fed faster than RATE queues (like a switch buffer). Bounded: a frame whose serialization
-// would start more than --queue-us after its arrival, or that would make the port's queued bytes
-// exceed --queue-bytes, is dropped and counted (a tail drop, which TCP reacts to).
+// The transmitter is a token-bucket shaper at RATE with a bucket of --burst-bytes (tc tbf's
+// rate / burst), written as the GCRA virtual-scheduling recurrence (ITU-T I.371): with TAT the
+// theoretical finish time of the port's previous frame, a frame of L bytes arriving at time t
+// gets X = max(TAT, t), TAT = X + L * 8 / RATE, and leaves the transmitter at
+// d = max(t, TAT - BURST * 8 / RATE) (BURST 0: plain serialization; RATE 0: d = t). It is
+// written to the output TAP at d + DELAY: one hop adds DELAY of propagation delay, a port fed
+// faster than RATE queues (like a switch buffer), and the burst absorbs the bunching of frames
+// read late when this process was not scheduled for a while. Bounded: a frame that would wait
+// more than --queue-us for the transmitter, or that would make the port's queued bytes exceed
+// --queue-bytes, is dropped and counted (a tail drop, which TCP reacts to).
 //
 // Event loop: ppoll(2) over the TAP descriptors with a nanosecond timeout until the earliest
 // due frame; SIGTERM / SIGINT (blocked except inside ppoll, so never lost) end the loop cleanly,
 // SIGUSR1 prints the counters. Counters and CPU time (getrusage) are printed on exit.
 //
-// Usage: delayswitch [--delay-us US] [--rate BITS] [--queue-us US] [--queue-bytes B]
-//                    [--exit-with-parent] --port NAME[=NETNS_FILE] [--port ...]
+// Usage: delayswitch [--delay-us US] [--rate BITS] [--burst-bytes B] [--queue-us US]
+//                    [--queue-bytes B] [--exit-with-parent] --port NAME[=NETNS_FILE] [--port ...]
 //   RATE: bit/s, with an optional suffix as tc writes it (kbit, mbit, gbit), 0 = unlimited.
 //   Prints "delayswitch: ready ..." on stdout once every port exists (and has moved).
 // Needs CAP_NET_ADMIN and /dev/net/tun. Exit status: 0 after SIGTERM / SIGINT, 1 on a set-up
@@ -70,7 +74,7 @@ typedef struct {
     int fd;
     frame *head, *tail;
     size_t q_bytes;
-    int64_t busy_until_ns; // the transmitter is serializing until then
+    int64_t tat_ns; // GCRA theoretical finish time of the last frame accepted
     uint64_t rx_frames, rx_bytes, tx_frames, tx_bytes, drops, tx_errors;
 } port;
 
@@ -83,7 +87,7 @@ static port ports[MAX_PORTS];
 static int n_ports;
 static mac_entry macs[MAX_MACS];
 static int n_macs;
-static int64_t delay_ns, queue_ns = 20000000, rate_bps;
+static int64_t delay_ns, queue_ns = 20000000, rate_bps, burst_bytes;
 static size_t queue_bytes = 64u << 20;
 static uint64_t floods, unlearnt;
 static volatile sig_atomic_t stop_sig, stats_sig;
@@ -202,8 +206,13 @@ static void mac_learn(const unsigned char *mac, int p) {
 // Queues a copy of the frame on output port `o` (or drops it, counted).
 static void enqueue(int o, const unsigned char *data, uint32_t len, int64_t t) {
     port *p = &ports[o];
-    int64_t start = p->busy_until_ns > t ? p->busy_until_ns : t;
-    if (start - t > queue_ns || p->q_bytes + len > queue_bytes) {
+    int64_t x = p->tat_ns > t ? p->tat_ns : t, tat = x, d = t;
+    if (rate_bps > 0) {
+        tat = x + (int64_t)((double)len * 8e9 / (double)rate_bps);
+        int64_t early = tat - (int64_t)((double)burst_bytes * 8e9 / (double)rate_bps);
+        if (early > d) d = early;
+    }
+    if (d - t > queue_ns || p->q_bytes + len > queue_bytes) {
         p->drops++;
         return;
     }
@@ -212,9 +221,8 @@ static void enqueue(int o, const unsigned char *data, uint32_t len, int64_t t) {
         p->drops++;
         return;
     }
-    int64_t tx = rate_bps > 0 ? (int64_t)((double)len * 8e9 / (double)rate_bps) : 0;
-    p->busy_until_ns = start + tx;
-    f->due_ns = start + tx + delay_ns;
+    p->tat_ns = tat;
+    f->due_ns = d + delay_ns;
     f->len = len;
     f->next = NULL;
     memcpy(f->data, data, len);
@@ -298,7 +306,7 @@ static int64_t parse_num(const char *s, const char *const *suffixes, const doubl
 
 static void usage(void) {
     fprintf(stderr, "usage: delayswitch [--delay-us US] [--rate BITS[kbit|mbit|gbit]] "
-                    "[--queue-us US] [--queue-bytes B] [--exit-with-parent] "
+                    "[--burst-bytes B] [--queue-us US] [--queue-bytes B] [--exit-with-parent] "
                     "--port NAME[=NETNS_FILE] [--port ...]\n");
 }
 
@@ -328,6 +336,8 @@ int main(int argc, char **argv) {
             queue_ns = x * 1000;
         else if (strcmp(a, "--queue-bytes") == 0 && (x = parse_num(v, none_sfx, none_mul)) > 0)
             queue_bytes = (size_t)x;
+        else if (strcmp(a, "--burst-bytes") == 0 && (x = parse_num(v, none_sfx, none_mul)) >= 0)
+            burst_bytes = x;
         else if (strcmp(a, "--rate") == 0 && (x = parse_num(v, rate_sfx, rate_mul)) >= 0)
             rate_bps = x;
         else if (strcmp(a, "--port") == 0) {
@@ -394,8 +404,8 @@ int main(int argc, char **argv) {
     struct pollfd pfd[MAX_PORTS];
     if (rc == 0) {
         printf("delayswitch: ready (%d ports, delay %" PRId64 " us, rate %" PRId64
-               " bit/s, queue %" PRId64 " us / %zu bytes per port)\n",
-               n_ports, delay_ns / 1000, rate_bps, queue_ns / 1000, queue_bytes);
+               " bit/s, burst %" PRId64 " bytes, queue %" PRId64 " us / %zu bytes per port)\n",
+               n_ports, delay_ns / 1000, rate_bps, burst_bytes, queue_ns / 1000, queue_bytes);
         fflush(stdout);
         for (int i = 0; i < n_ports; i++)
             pfd[i] = (struct pollfd){.fd = ports[i].fd, .events = POLLIN};
