@@ -76,6 +76,7 @@ typedef struct {
     size_t q_bytes;
     int64_t tat_ns; // GCRA theoretical finish time of the last frame accepted
     uint64_t rx_frames, rx_bytes, tx_frames, tx_bytes, drops, tx_errors;
+    int64_t late_sum_ns, late_max_ns; // how long after its due time a frame was written
 } port;
 
 typedef struct {
@@ -254,6 +255,9 @@ static void deliver(int o, int64_t t) {
     port *p = &ports[o];
     while (p->head && p->head->due_ns <= t) {
         frame *f = p->head;
+        int64_t late = now_ns() - f->due_ns;
+        p->late_sum_ns += late;
+        if (late > p->late_max_ns) p->late_max_ns = late;
         if (write(p->fd, f->data, f->len) == (ssize_t)f->len) {
             p->tx_frames++;
             p->tx_bytes += f->len;
@@ -279,9 +283,14 @@ static void print_stats(const char *when) {
         port *p = &ports[i];
         fprintf(stderr,
                 "delayswitch:   port %s: rx %" PRIu64 " frames %" PRIu64 " bytes, tx %" PRIu64
-                " frames %" PRIu64 " bytes, dropped %" PRIu64 ", write errors %" PRIu64 "\n",
+                " frames %" PRIu64 " bytes, dropped %" PRIu64 ", write errors %" PRIu64
+                ", late mean %.0f us max %.0f us\n",
                 p->name, p->rx_frames, p->rx_bytes, p->tx_frames, p->tx_bytes, p->drops,
-                p->tx_errors);
+                p->tx_errors,
+                p->tx_frames + p->tx_errors
+                    ? (double)p->late_sum_ns / 1e3 / (double)(p->tx_frames + p->tx_errors)
+                    : 0.0,
+                (double)p->late_max_ns / 1e3);
     }
 }
 
