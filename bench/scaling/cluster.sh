@@ -28,7 +28,8 @@
 #   from 0. The switch binary: $CL_SWITCH, else build/bench/delayswitch when not older than its
 #   source, else compiled with cc into the cluster's work directory.
 # As a command: cluster.sh measure H RATE DELAY: builds H hosts, prints ping RTT h1 -> hI,
-#   iperf3 throughput h1 -> h2 and all hosts at once (hI -> hI+1), and the switch's CPU time.
+#   iperf3 throughput h1 -> h2 and all hosts at once (hI -> hI+1), the switch's CPU time and
+#   counters, the hosts' drops (tbf, TAP queue) and TCP retransmits (CL_NSTAT=1: loss detail).
 # Needs root, ip, tc, unshare; exits 77 (skip) without them.
 CL_ID=${CL_ID:-$$}
 CL_PREFIX="slmc${CL_ID}"
@@ -430,6 +431,10 @@ cluster_measure() { # cluster_measure H RATE DELAY: RTT, throughput, switch CPU 
         echo " all hosts at once (hI -> hI+1), $secs s:"
         cl_iperf "$secs" "${pairs[@]}"
     fi
+    for ((i = 1; i <= h; i++)); do # drops on the hosts' side: the tbf, the TAP's own queue
+        echo "  h$i eth0: tbf $(ip netns exec "$(cl_ns $i)" tc -s qdisc show dev eth0 | grep -o 'dropped [0-9]*' | head -1), tx_dropped $(ip netns exec "$(cl_ns $i)" cat /sys/class/net/eth0/statistics/tx_dropped), TCP retransmits $(ip netns exec "$(cl_ns $i)" awk '/^Tcp:/ { if (h) print $13; h = 1 }' /proc/net/snmp)"
+    done
+    [ -n "${CL_NSTAT:-}" ] && for ((i = 1; i <= h; i++)); do echo "  h$i: $(ip netns exec "$(cl_ns $i)" nstat -as 2>/dev/null | awk '$1 ~ /Retrans|Loss|Drop|Prune|Collapse|OFO|Timeout|Recovery|SACK|TLP|Spurious/ { printf "%s=%s ", $1, $2 }')"; done
     [ "$CL_MODE" = switch ] && cluster_switch_stats | grep -E 'dropped|cpu'
     cluster_down
     return 0
