@@ -20,13 +20,17 @@
 #   TAP devices, in the switch namespace): each host's eth0 is a TAP whose other end is the
 #   switch process (no veth, no bridge), which holds every frame DELAY ms (one-way host-to-host
 #   latency DELAY, ping RTT 2 DELAY) and serializes each output port at RATE (what the host
-#   receives, as the switch-side tbf does on the veth path, with the same burst); tbf at RATE stays on the host's
-#   eth0 (what it sends). MTU CL_MTU (default 65000: frames as large as the veth path's GSO
+#   receives, as the switch-side tbf does on the veth path, with the same burst); tbf at RATE
+#   stays on the host's eth0 (what it sends). MTU CL_MTU (default 65000: frames as large as the veth path's GSO
 #   segments, so the switch handles ~2k frames/s per Gbit/s). CL_DELAY_BY=netem uses netem on
 #   the veth path instead where the kernel has it. DELAY 0: the veth path, unchanged.
 #   cluster_shape switches between the two (rebuilding the links) when DELAY changes to or
 #   from 0. The switch binary: $CL_SWITCH, else build/bench/delayswitch when not older than its
-#   source, else compiled with cc into the cluster's work directory.
+#   source, else compiled with cc into the cluster's work directory. After cluster_up,
+#   CL_LATENCY=1 says DELAY > 0 is emulated (run.sh skips latency points otherwise), CL_MODE
+#   says which links exist (veth | switch). `check H RATE DELAY` with DELAY > 0 also checks the
+#   TAP ports, ping RTT (>= 2 DELAY, <= 2 DELAY + CL_RTT_SLACK_MS, default 100) and the switch's
+#   clean exit on SIGTERM.
 # As a command: cluster.sh measure H RATE DELAY: builds H hosts, prints ping RTT h1 -> hI,
 #   iperf3 throughput h1 -> h2 and all hosts at once (hI -> hI+1), the switch's CPU time and
 #   counters, the hosts' drops (tbf, TAP queue) and TCP retransmits (CL_NSTAT=1: loss detail).
