@@ -13,7 +13,7 @@
 # As a library (source it): cluster_up H RATE DELAY; cluster_shape RATE DELAY;
 #   cluster_mpirun RANKS_PER_HOST [mpirun options] -- COMMAND...; cluster_down (also on EXIT,
 #   INT, TERM once cluster_up ran). RATE as tc spells it (100mbit, 1gbit), DELAY in ms (0: none).
-# As a command: cluster.sh check H [RATE DELAY]: builds H hosts, checks rank placement and the
+# As a command: cluster.sh check H [RATE DELAY] (default 200mbit 0): builds H hosts, checks rank placement and the
 #   shaping, tears down, and verifies nothing was left behind (the CTest test).
 # Latency (DELAY > 0): this project's kernels may lack sch_netem, so by default a delayed
 #   cluster does not use netem but bench/scaling/delayswitch (a userspace learning switch over
