@@ -43,7 +43,8 @@ for case in "TERM 0" "error 0" "TERM 2" "error 2" "KILL 2"; do
     if [ "$how" = error ]; then
         CL_ID=$id bash -c ". '$C'; cluster_up 2 100mbit $d || exit 1; echo up; sleep 1; false; exit 3" > "$log" 2>&1 &
     elif [ "$how" = KILL ]; then # the shell becomes the sleep: killing it leaves no child
-        CL_ID=$id bash -c ". '$C'; cluster_up 2 100mbit $d || exit 1; echo up; exec sleep 120" > "$log" 2>&1 &
+        kill_tmp=$(mktemp -d) # its work directory (no trap removes it)
+        TMPDIR=$kill_tmp CL_ID=$id bash -c ". '$C'; cluster_up 2 100mbit $d || exit 1; echo up; exec sleep 120" > "$log" 2>&1 &
     else
         CL_ID=$id bash -c ". '$C'; cluster_up 2 100mbit $d || exit 1; echo up; sleep 120 & wait \$!" > "$log" 2>&1 &
     fi
@@ -65,6 +66,7 @@ for case in "TERM 0" "error 0" "TERM 2" "error 2" "KILL 2"; do
         for ns in $(ip netns list | awk '{print $1}' | grep "^$prefix"); do ip netns del "$ns"; done
         pkill_pid=$(leftovers "$id" | awk '/switch process/ {print $3}')
         [ -n "$pkill_pid" ] && kill -KILL $pkill_pid
+        rm -rf "$kill_tmp"
         [ -z "$left" ] && echo "[ ok ] KILL delay $d: the switch and its TAP devices went with the script" ||
             { echo "[FAIL] KILL delay $d: left behind: $left"; fails=$((fails + 1)); }
         rm -f "$log"
