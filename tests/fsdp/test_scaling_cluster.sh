@@ -46,7 +46,7 @@ for case in "TERM 0" "error 0" "TERM 2" "error 2" "KILL 2"; do
         kill_tmp=$(mktemp -d) # its work directory (no trap removes it)
         TMPDIR=$kill_tmp CL_ID=$id bash -c ". '$C'; cluster_up 2 100mbit $d || exit 1; echo up; exec sleep 120" > "$log" 2>&1 &
     else
-        CL_ID=$id bash -c ". '$C'; cluster_up 2 100mbit $d || exit 1; echo up; sleep 120 & wait \$!" > "$log" 2>&1 &
+        CL_ID=$id bash -c ". '$C'; cluster_up 2 100mbit $d || exit 1; echo up; sleep 120 & echo \"sleep \$!\"; wait \$!" > "$log" 2>&1 &
     fi
     pid=$!
     for _ in $(seq 1 100); do grep -q '^up' "$log" && break; sleep 0.1; done
@@ -56,6 +56,8 @@ for case in "TERM 0" "error 0" "TERM 2" "error 2" "KILL 2"; do
         { echo "[FAIL] $how delay $d: h1's eth0 is not a TAP"; fails=$((fails + 1)); }; }
     [ "$how" != error ] && kill -"$how" "$pid"
     wait "$pid"
+    sp=$(awk '/^sleep [0-9]+$/ { print $2 }' "$log") # the killed script's child (the trap left it)
+    [ -n "$sp" ] && kill "$sp" 2>/dev/null
     if [ "$how" = KILL ]; then
         # no trap ran: the namespaces stay (removed here), the switch and its TAPs must not
         for _ in $(seq 1 100); do [ -z "$(leftovers "$id" | grep 'switch process')" ] && break; sleep 0.1; done
