@@ -477,6 +477,16 @@ static slm_status commit_manifest(const char *root, int64_t step, int world, cJS
     char *txt = NULL;
     cJSON *files = cJSON_AddArrayToObject(o, "files");
     slm_status st = SLM_OK;
+    // Before anything in TMP changes: a recovered save whose pending.json and sidecars were
+    // already merged away could not be recovered again once the entry is moved.
+    const char *odd = step_entry_kind(fin);
+    if (odd) { // never replaced (that would delete it) nor written through
+        st = slm_fail(SLM_E_IO,
+                      "%s is %s where checkpoint step %" PRId64 " goes: it is neither "
+                      "followed nor replaced; move it away",
+                      fin, odd, step);
+        goto out;
+    }
     for (int r = 0; r < world; r++) {
         char bin[32], side[32];
         rank_names(r, bin, side);
@@ -520,14 +530,6 @@ static slm_status commit_manifest(const char *root, int64_t step, int world, cJS
         free(pp);
     }
     if ((st = slm_fsync_dir(tmp))) goto out;
-    const char *odd = step_entry_kind(fin);
-    if (odd) { // never replaced (that would delete it) nor written through
-        st = slm_fail(SLM_E_IO,
-                      "%s is %s where checkpoint step %" PRId64 " goes: it is neither "
-                      "followed nor replaced; move it away",
-                      fin, odd, step);
-        goto out;
-    }
     if (slm_is_dir(fin)) { // an earlier (complete or partial) save of this step: replace it
         if ((st = replace_step_dir(root, tmp, fin, step))) goto out;
     } else if (rename(tmp, fin) != 0) {
@@ -646,7 +648,9 @@ static bool pending_complete(const char *tmp, cJSON **pending, int *world, char 
     return true;
 }
 
-slm_status slm_ckpt_recover_pending(const char *root, int keep, int64_t *recovered) {
+// The scan of slm_ckpt_recover_pending; with commit false nothing is written or logged and
+// *recovered is the step that would be committed.
+static slm_status scan_pending(const char *root, int keep, bool commit, int64_t *recovered) {
     *recovered = -1;
     int64_t *steps = NULL;
     int n = list_steps(root, &steps);
@@ -674,10 +678,17 @@ slm_status slm_ckpt_recover_pending(const char *root, int keep, int64_t *recover
         cJSON *o = NULL;
         int world = 0;
         if (step_entry_kind(tmp) || !pending_complete(tmp, &o, &world, why, sizeof why)) {
-            slm_info("%s: an interrupted save, not recoverable: %s", tmp,
-                     why[0] ? why : "not a directory");
+            if (commit)
+                slm_info("%s: an interrupted save, not recoverable: %s", tmp,
+                         why[0] ? why : "not a directory");
             free(tmp);
             continue;
+        }
+        if (!commit) {
+            cJSON_Delete(o);
+            free(tmp);
+            *recovered = cand[i];
+            return SLM_OK;
         }
         slm_status st = commit_manifest(root, cand[i], world, o, keep, true);
         if (st) { // `latest` is unchanged: the committed checkpoints are resumed as before
@@ -695,6 +706,16 @@ slm_status slm_ckpt_recover_pending(const char *root, int keep, int64_t *recover
         return st;
     }
     return SLM_OK;
+}
+
+slm_status slm_ckpt_recover_pending(const char *root, int keep, int64_t *recovered) {
+    return scan_pending(root, keep, true, recovered);
+}
+
+int64_t slm_ckpt_find_pending(const char *root) {
+    int64_t step = -1;
+    scan_pending(root, 0, false, &step);
+    return step;
 }
 
 // ---------------------------------------------------------------------------------------------
