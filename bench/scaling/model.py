@@ -22,7 +22,23 @@ inter-host, per host link of `rate` bytes/s each way and one-way latency `alpha`
       iallreduce in place (HYBRID's replica all-reduce): binomial reduce + binomial broadcast
           (in-place requests always take it); the n replica groups all root on host 1, so each
           of the 2 log2 H rounds moves n shards of X / n through one link
-          -> 2 log2(H) X / rate + 2 log2(H) alpha
+          -> 2 log2(H) X / rate + 2 log2(H) alpha   (one all-reduce alone: "libnbc-serial")
+      HYBRID's replica all-reduces of a step pipeline ("libnbc", the correction of 250 Mbit/s,
+          docs/scaling.md): fsdp/ starts one per unit at its post-backward hook and waits for
+          none of them before the optimizer step (slm_fsdp_sync_grads), so all of them are in
+          flight when the rank blocks; while it waits, Open MPI progresses every outstanding
+          schedule, and the reduce phase of unit k+1 (into host 1: log2 H X through its ingress)
+          runs while the broadcast phase of unit k (out of host 1: log2 H X through its egress)
+          does, the two directions of a full-duplex link. Host 1's ingress carries log2 H X of
+          every unit back to back; its egress starts after the first unit's reduce and ends
+          after the last unit's broadcast:
+          -> log2(H) (sum_u X_u + max(X_first, X_last)) / rate + 2 log2(H) alpha
+          instead of the serial 2 log2(H) sum_u X_u / rate. No progress during compute (the
+          ranks sleep outside MPI; what the kernel's socket buffers carry meanwhile is not
+          counted). FULL_SHARD's reduce-scatters get no such credit: the next unit's all-gather
+          wait queues behind them on the same TCP connection (first in, first out), so their
+          bytes are paid inside the backward's gather waits, unit by unit (the per-unit check,
+          units.py, shows it).
 """
 import json
 import math
@@ -66,18 +82,51 @@ def inter_host_s(cfg, strategy, H, n, rate_bytes, alpha_s, p=4, g=4, K=1, algo="
             X = u * g
             if algo == "ring":
                 t += (N - 1) / N * X / (rate_bytes / n) + (N - 1) * alpha_s
-            else:
+            else:  # libnbc and libnbc-serial alike
                 t += (lg + (H - 1) / H) * X / rate_bytes + (lg + 1) * alpha_s
     elif strategy == "HYBRID_SHARD":  # shard group = host: only the replica all-reduce crosses
-        for u in [root] + blocks:
+        order = blocks[::-1] + [root]  # started in backward order: L-1, ..., 0, then the root
+        for u in order:
             Xs = u * g / n
             if algo == "ring":
                 t += 2 * (H - 1) / H * Xs / (rate_bytes / n) + 2 * (H - 1) * alpha_s
-            else:
+            elif algo == "libnbc-serial":
                 t += 2 * lg * n * Xs / rate_bytes + 2 * lg * alpha_s
+            else:  # pipelined: reduce of unit k+1 into host 1 while unit k's broadcast leaves it
+                t += lg * n * Xs / rate_bytes + 2 * lg * alpha_s
+        if algo == "libnbc":
+            t += lg * max(order[0], order[-1]) * g / rate_bytes
     else:
         raise ValueError(strategy)
     return K * t
+
+
+def unit_collectives(cfg, strategy, H, n, rate_bytes, alpha_s, p=4, g=4):
+    """The inter-host collectives of one micro-batch in the order fsdp/ starts them, each with
+    its own libnbc time alone (what the no-overlap assumption says it exposes):
+    [(phase, unit, op, seconds)]; unit L is the root (embedding + final norm + lm_head), as in
+    src/fsdp/. HYBRID_SHARD's all-reduces are listed one by one ("libnbc-serial"); their
+    pipelined sum is inter_host_s(..., algo="libnbc")."""
+    blocks, root = unit_numels(cfg)
+    L = len(blocks)
+    if H <= 1:
+        return []
+    lg = math.log2(H)
+    size = [*blocks, root]
+    out = []
+    if strategy == "FULL_SHARD":
+        ag = lambda u: n * (H - 1) / H * size[u] * p / rate_bytes + alpha_s
+        rs = lambda u: (lg + (H - 1) / H) * size[u] * g / rate_bytes + (lg + 1) * alpha_s
+        out += [("forward", L, "all-gather", ag(L))]
+        out += [("forward", u, "all-gather", ag(u)) for u in range(L)]
+        for u in range(L - 1, -1, -1):
+            out += [("backward", u, "all-gather", ag(u)), ("backward", u, "reduce-scatter", rs(u))]
+        out += [("backward", L, "reduce-scatter", rs(L))]
+    elif strategy == "HYBRID_SHARD":
+        ar = lambda u: 2 * lg * size[u] * g / rate_bytes + 2 * lg * alpha_s
+        out += [("backward", u, "all-reduce", ar(u)) for u in range(L - 1, -1, -1)]
+        out += [("backward", L, "all-reduce", ar(L))]
+    return out
 
 
 def predict(cfg, strategy, H, n, rate_bits, delay_ms, gflops, B, T, K, local_s, algo="libnbc"):

@@ -62,28 +62,34 @@ STRATS="FULL_SHARD HYBRID_SHARD"
 # Development overrides (a subset of the sweep): SCALING_HS, SCALING_NS, SCALING_RATES, SCALING_STEPS.
 HS=${SCALING_HS:-$HS} NS=${SCALING_NS:-$NS} RATES=${SCALING_RATES:-$RATES} STEPS=${SCALING_STEPS:-$STEPS}
 RES=$OUT/results.tsv
-printf 'strategy\thosts\tranks_per_host\trate\tdelay_ms\tmeasured_ms\tcompute_ms\texposed_comm_ms\n' > "$RES"
+printf 'strategy\thosts\tranks_per_host\trate\tdelay_ms\tmeasured_ms\tcompute_ms\texposed_comm_ms\tload1\n' > "$RES"
 
 # one_run STRATEGY N RATE DELAY: appends a result row.
 one_run() {
     local s=$1 n=$2 rate=$3 delay=$4 log extra=()
     log=$OUT/run_${s}_H${CL_H}_n${n}_${rate}_${delay}.log
+    # The run directory keeps every rank's flight recorder (SHARDLM_FLIGHT_DUMP=end, dumped
+    # before the final checkpoint): units.py reads the per-collective wait times from it.
+    local rd=$OUT/rd_${s}_H${CL_H}_n${n}_${rate}_${delay}
+    rm -rf "$rd"
     [ "$s" = HYBRID_SHARD ] && extra=(--shard-group-size "$n")
-    timeout 300 bash -c "$(declare -f cluster_mpirun cl_addr cl_ns); CL_H=$CL_H CL_NET=$CL_NET CL_WORK=$CL_WORK CL_PREFIX=$CL_PREFIX; cluster_mpirun $n -x OMP_NUM_THREADS=1 -- $BIN train --model $CFG --synthetic --seq $T --batch $B --grad-accum $K --steps $STEPS --threads 1 --peak-gflops 100 --log-every 1 --collective-timeout 240 --simulate-compute $GF --sharding $s ${extra[*]}" > "$log" 2>&1
+    timeout 300 bash -c "$(declare -f cluster_mpirun cl_addr cl_ns); CL_H=$CL_H CL_NET=$CL_NET CL_WORK=$CL_WORK CL_PREFIX=$CL_PREFIX; cluster_mpirun $n -x OMP_NUM_THREADS=1 -x SHARDLM_FLIGHT_DUMP=end -- $BIN train --model $CFG --synthetic --seq $T --batch $B --grad-accum $K --steps $STEPS --threads 1 --peak-gflops 100 --log-every 1 --collective-timeout 240 --simulate-compute $GF --sharding $s ${extra[*]} --out $rd" > "$log" 2>&1
+    rm -rf "$rd/checkpoints"
     local rc=$?
     if [ "$rc" != 0 ]; then
         echo "run failed (exit $rc): $s H=$CL_H n=$n $rate ${delay}ms; see $log" >&2
         return 1
     fi
-    "$PY" - "$log" "$s" "$CL_H" "$n" "$rate" "$delay" >> "$RES" <<'PY'
+    # load1: the machine's 1-minute load average right after the run (it is shared).
+    "$PY" - "$log" "$s" "$CL_H" "$n" "$rate" "$delay" "$(cut -d' ' -f1 /proc/loadavg)" >> "$RES" <<'PY'
 import re, sys
-log, s, H, n, rate, delay = sys.argv[1:]
+log, s, H, n, rate, delay, load = sys.argv[1:]
 rows = re.findall(r"step +(\d+)/\d+ \| simulated \| ([0-9.]+) ms/step \| compute ([0-9.]+) ms \| exposed comm ([0-9.]+) ms", open(log).read())
 rows = [r for r in rows if int(r[0]) > 1] or rows
 m = [sum(float(r[i]) for r in rows) / len(rows) for i in (1, 2, 3)]
-print(f"{s}\t{H}\t{n}\t{rate}\t{delay}\t{m[0]:.1f}\t{m[1]:.1f}\t{m[2]:.1f}")
+print(f"{s}\t{H}\t{n}\t{rate}\t{delay}\t{m[0]:.1f}\t{m[1]:.1f}\t{m[2]:.1f}\t{load}")
 PY
-    tail -1 "$RES" | awk -F'\t' '{printf "  %-13s H=%s n=%s %-8s %3s ms: %8.1f ms/step (compute %.1f, exposed comm %.1f)\n", $1, $2, $3, $4, $5, $6, $7, $8}'
+    tail -1 "$RES" | awk -F'\t' '{printf "  %-13s H=%s n=%s %-8s %3s ms: %8.1f ms/step (compute %.1f, exposed comm %.1f; load %s)\n", $1, $2, $3, $4, $5, $6, $7, $8, $9}'
 }
 
 t0=$(date +%s)
@@ -136,8 +142,8 @@ for r in rows:
             best[k] = r
 base = {(r["strategy"], r["ranks_per_host"]): best[r["ranks_per_host"]] for r in rows if r["hosts"] == "1"}
 print()
-print(f"{'config':<13} {'hosts':>5} {'rph':>3} {'link':>8} {'lat ms':>6} {'measured ms':>11} {'predicted ms':>12} {'error %':>8} {'eff meas':>8} {'eff pred':>8} {'docs ring ms':>12}")
-errs, ring_errs, pts = [], [], []
+print(f"{'config':<13} {'hosts':>5} {'rph':>3} {'link':>8} {'lat ms':>6} {'measured ms':>11} {'predicted ms':>12} {'error %':>8} {'eff meas':>8} {'eff pred':>8} {'serial ms':>9} {'docs ring ms':>12} {'load':>5}")
+errs, ring_errs, serial_errs, pts = [], [], [], []
 for r in rows:
     s, H, n = r["strategy"], int(r["hosts"]), int(r["ranks_per_host"])
     b = base.get((s, r["ranks_per_host"]))
@@ -147,14 +153,16 @@ for r in rows:
     local = float(b["measured_ms"]) / 1e3 - compute
     pred, _, comm = model.predict(cfg, s, H, n, model_rate(r["rate"]), float(r["delay_ms"]), GF, B, T, K, local)
     ring, _, _ = model.predict(cfg, s, H, n, model_rate(r["rate"]), float(r["delay_ms"]), GF, B, T, K, local, algo="ring")
+    serial, _, _ = model.predict(cfg, s, H, n, model_rate(r["rate"]), float(r["delay_ms"]), GF, B, T, K, local, algo="libnbc-serial")
     err = 100 * (pred - meas) / meas
     e_m = float(b["measured_ms"]) / 1e3 / meas
     e_p = float(b["measured_ms"]) / 1e3 / pred
     if H > 1:
         errs.append(abs(err))
         ring_errs.append(abs(100 * (ring - meas) / meas))
+        serial_errs.append(abs(100 * (serial - meas) / meas))
     pts.append((s, n, r["rate"], r["delay_ms"], H, e_m, e_p))
-    print(f"{s:<13} {H:>5} {n:>3} {r['rate']:>8} {r['delay_ms']:>6} {meas*1e3:>11.1f} {pred*1e3:>12.1f} {err:>+8.1f} {100*e_m:>7.1f}% {100*e_p:>7.1f}% {ring*1e3:>12.1f}")
+    print(f"{s:<13} {H:>5} {n:>3} {r['rate']:>8} {r['delay_ms']:>6} {meas*1e3:>11.1f} {pred*1e3:>12.1f} {err:>+8.1f} {100*e_m:>7.1f}% {100*e_p:>7.1f}% {serial*1e3:>9.1f} {ring*1e3:>12.1f} {r.get('load1') or '-':>5}")
 # SVG: efficiency vs hosts, one colour per (strategy, ranks per host, link); dots measured,
 # lines predicted.
 W, Hh, L, R, Tp, Bt = 720, 420, 60, 230, 30, 50
@@ -189,6 +197,8 @@ print(f"chart: {svg}")
 if errs:
     print(f"(the earlier docs ring model, per-rank ring bytes at link / ranks per host: max "
           f"{max(ring_errs):.1f}% over the same points)")
+    print(f"(libnbc with HYBRID's replica all-reduces charged one after the other, \"serial\": max "
+          f"{max(serial_errs):.1f}% over the same points)")
     print(f"scaling model error: max {max(errs):.1f}% over {len(errs)} points")
 else:
     print("scaling model error: no multi-host points measured")
