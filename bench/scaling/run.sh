@@ -59,23 +59,32 @@ else
 fi
 NS="1 2"
 STRATS="FULL_SHARD HYBRID_SHARD"
-# Development overrides (a subset of the sweep): SCALING_HS, SCALING_NS, SCALING_RATES, SCALING_STEPS.
+# Repeats per point (the full sweep: 2): the machine is shared, a neighbour's burst only ever
+# adds time, so the analysis takes each point's fastest repeat.
+REPEAT=1
+[ "$QUICK" = 1 ] || REPEAT=2
+# Development overrides (a subset of the sweep): SCALING_HS, SCALING_NS, SCALING_RATES,
+# SCALING_STEPS, SCALING_REPEAT.
 HS=${SCALING_HS:-$HS} NS=${SCALING_NS:-$NS} RATES=${SCALING_RATES:-$RATES} STEPS=${SCALING_STEPS:-$STEPS}
+REPEAT=${SCALING_REPEAT:-$REPEAT}
 RES=$OUT/results.tsv
 printf 'strategy\thosts\tranks_per_host\trate\tdelay_ms\tmeasured_ms\tcompute_ms\texposed_comm_ms\tload1\n' > "$RES"
 
-# one_run STRATEGY N RATE DELAY: appends a result row.
+# one_run STRATEGY N RATE DELAY: appends a result row (one per repeat); the log and run directory
+# of the fastest repeat so far keep the point's names (run_*.log, rd_*: units.py reads those).
+declare -A BEST_MS
 one_run() {
-    local s=$1 n=$2 rate=$3 delay=$4 log extra=()
-    log=$OUT/run_${s}_H${CL_H}_n${n}_${rate}_${delay}.log
+    local s=$1 n=$2 rate=$3 delay=$4 extra=() key log rd
+    key=${s}_H${CL_H}_n${n}_${rate}_${delay}
+    log=$OUT/run_$key.log.try
     # The run directory keeps every rank's flight recorder (SHARDLM_FLIGHT_DUMP=end, dumped
     # before the final checkpoint): units.py reads the per-collective wait times from it.
-    local rd=$OUT/rd_${s}_H${CL_H}_n${n}_${rate}_${delay}
+    rd=$OUT/rd_$key.try
     rm -rf "$rd"
     [ "$s" = HYBRID_SHARD ] && extra=(--shard-group-size "$n")
     timeout 300 bash -c "$(declare -f cluster_mpirun cl_addr cl_ns); CL_H=$CL_H CL_NET=$CL_NET CL_WORK=$CL_WORK CL_PREFIX=$CL_PREFIX; cluster_mpirun $n -x OMP_NUM_THREADS=1 -x SHARDLM_FLIGHT_DUMP=end -- $BIN train --model $CFG --synthetic --seq $T --batch $B --grad-accum $K --steps $STEPS --threads 1 --peak-gflops 100 --log-every 1 --collective-timeout 240 --simulate-compute $GF --sharding $s ${extra[*]} --out $rd" > "$log" 2>&1
-    rm -rf "$rd/checkpoints"
     local rc=$?
+    rm -rf "$rd/checkpoints"
     if [ "$rc" != 0 ]; then
         echo "run failed (exit $rc): $s H=$CL_H n=$n $rate ${delay}ms; see $log" >&2
         return 1
@@ -89,6 +98,15 @@ rows = [r for r in rows if int(r[0]) > 1] or rows
 m = [sum(float(r[i]) for r in rows) / len(rows) for i in (1, 2, 3)]
 print(f"{s}\t{H}\t{n}\t{rate}\t{delay}\t{m[0]:.1f}\t{m[1]:.1f}\t{m[2]:.1f}\t{load}")
 PY
+    local ms
+    ms=$(tail -1 "$RES" | cut -f6)
+    if [ -z "${BEST_MS[$key]:-}" ] || awk -v a="$ms" -v b="${BEST_MS[$key]}" 'BEGIN { exit !(a < b) }'; then
+        BEST_MS[$key]=$ms
+        rm -rf "$OUT/rd_$key"
+        mv "$rd" "$OUT/rd_$key" && mv "$log" "$OUT/run_$key.log"
+    else
+        rm -rf "$rd" "$log"
+    fi
     tail -1 "$RES" | awk -F'\t' '{printf "  %-13s H=%s n=%s %-8s %3s ms: %8.1f ms/step (compute %.1f, exposed comm %.1f; load %s)\n", $1, $2, $3, $4, $5, $6, $7, $8, $9}'
 }
 
@@ -104,8 +122,10 @@ for H in $HS; do
                 continue
             fi
             cluster_shape "$rate" "$delay" || exit 1
-            for n in $NS; do
-                for s in $STRATS; do one_run "$s" "$n" "$rate" "$delay"; done
+            for ((rep = 1; rep <= REPEAT; rep++)); do
+                for n in $NS; do
+                    for s in $STRATS; do one_run "$s" "$n" "$rate" "$delay"; done
+                done
             done
         done
     done
@@ -123,6 +143,13 @@ import model
 cfg = json.load(open(cfgp))
 B, T, K, GF = int(B), int(T), int(K), float(GF)
 rows = list(csv.DictReader(open(res), delimiter="\t"))
+# Repeats of a point: the fastest one (the machine is shared; a neighbour only adds time).
+fast = {}
+for r in rows:
+    k = (r["strategy"], r["hosts"], r["ranks_per_host"], r["rate"], r["delay_ms"])
+    if k not in fast or float(r["measured_ms"]) < float(fast[k]["measured_ms"]):
+        fast[k] = r
+rows = list(fast.values())
 def bits(r):
     return model_rate(r)
 def model_rate(r):
