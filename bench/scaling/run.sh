@@ -68,7 +68,7 @@ REPEAT=1
 HS=${SCALING_HS:-$HS} NS=${SCALING_NS:-$NS} RATES=${SCALING_RATES:-$RATES} STEPS=${SCALING_STEPS:-$STEPS}
 REPEAT=${SCALING_REPEAT:-$REPEAT}
 RES=$OUT/results.tsv
-printf 'strategy\thosts\tranks_per_host\trate\tdelay_ms\tmeasured_ms\tcompute_ms\texposed_comm_ms\tload1\n' > "$RES"
+printf 'strategy\thosts\tranks_per_host\trate\tdelay_ms\tmeasured_ms\tcompute_ms\texposed_comm_ms\tload1\trunq_ms\tsys_pct\n' > "$RES"
 
 # one_run STRATEGY N RATE DELAY: appends a result row (one per repeat); the log and run directory
 # of the fastest repeat so far keep the point's names (run_*.log, rd_*: units.py reads those).
@@ -82,21 +82,30 @@ one_run() {
     rd=$OUT/rd_$key.try
     rm -rf "$rd"
     [ "$s" = HYBRID_SHARD ] && extra=(--shard-group-size "$n")
+    "$PY" "$HERE/runq.py" "$rd" "$rd.runq" &
+    local rq=$!
     timeout 300 bash -c "$(declare -f cluster_mpirun cl_addr cl_ns); CL_H=$CL_H CL_NET=$CL_NET CL_WORK=$CL_WORK CL_PREFIX=$CL_PREFIX; cluster_mpirun $n -x OMP_NUM_THREADS=1 -x SHARDLM_FLIGHT_DUMP=end -- $BIN train --model $CFG --synthetic --seq $T --batch $B --grad-accum $K --steps $STEPS --threads 1 --peak-gflops 100 --log-every 1 --collective-timeout 240 --simulate-compute $GF --sharding $s ${extra[*]} --out $rd" > "$log" 2>&1
     local rc=$?
+    kill -TERM "$rq" 2>/dev/null
+    wait "$rq" 2>/dev/null
     rm -rf "$rd/checkpoints"
     if [ "$rc" != 0 ]; then
         echo "run failed (exit $rc): $s H=$CL_H n=$n $rate ${delay}ms; see $log" >&2
         return 1
     fi
     # load1: the machine's 1-minute load average right after the run (it is shared).
-    "$PY" - "$log" "$s" "$CL_H" "$n" "$rate" "$delay" "$(cut -d' ' -f1 /proc/loadavg)" >> "$RES" <<'PY'
+    # runq_ms: the ranks' run-queue delay (runq.py) per rank and step (start-up included).
+    "$PY" - "$log" "$s" "$CL_H" "$n" "$rate" "$delay" "$(cut -d' ' -f1 /proc/loadavg)" "$(cat "$rd.runq" 2>/dev/null)" "$STEPS" >> "$RES" <<'PY'
 import re, sys
-log, s, H, n, rate, delay, load = sys.argv[1:]
+log, s, H, n, rate, delay, load, rq, steps = sys.argv[1:]
+rq = rq.split()
+runq = f"{1e3 * float(rq[2]) / int(rq[0]) / int(steps):.1f}" if len(rq) >= 3 and int(rq[0]) > 0 else "-"
+# sys_pct: the machine's system + softirq CPU share during the run (2 cores = 200%)
+sys_pct = f"{100 * (float(rq[3]) + float(rq[4])) / float(rq[5]):.0f}" if len(rq) == 6 and float(rq[5]) > 0 else "-"
 rows = re.findall(r"step +(\d+)/\d+ \| simulated \| ([0-9.]+) ms/step \| compute ([0-9.]+) ms \| exposed comm ([0-9.]+) ms", open(log).read())
 rows = [r for r in rows if int(r[0]) > 1] or rows
 m = [sum(float(r[i]) for r in rows) / len(rows) for i in (1, 2, 3)]
-print(f"{s}\t{H}\t{n}\t{rate}\t{delay}\t{m[0]:.1f}\t{m[1]:.1f}\t{m[2]:.1f}\t{load}")
+print(f"{s}\t{H}\t{n}\t{rate}\t{delay}\t{m[0]:.1f}\t{m[1]:.1f}\t{m[2]:.1f}\t{load}\t{runq}\t{sys_pct}")
 PY
     local ms
     ms=$(tail -1 "$RES" | cut -f6)
@@ -107,7 +116,8 @@ PY
     else
         rm -rf "$rd" "$log"
     fi
-    tail -1 "$RES" | awk -F'\t' '{printf "  %-13s H=%s n=%s %-8s %3s ms: %8.1f ms/step (compute %.1f, exposed comm %.1f; load %s)\n", $1, $2, $3, $4, $5, $6, $7, $8, $9}'
+    rm -f "$rd.runq"
+    tail -1 "$RES" | awk -F'\t' '{printf "  %-13s H=%s n=%s %-8s %3s ms: %8.1f ms/step (compute %.1f, exposed comm %.1f; load %s, run queue %s ms/rank/step, system+softirq CPU %s%%)\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11}'
 }
 
 t0=$(date +%s)
@@ -169,8 +179,8 @@ for r in rows:
             best[k] = r
 base = {(r["strategy"], r["ranks_per_host"]): best[r["ranks_per_host"]] for r in rows if r["hosts"] == "1"}
 print()
-print(f"{'config':<13} {'hosts':>5} {'rph':>3} {'link':>8} {'lat ms':>6} {'measured ms':>11} {'predicted ms':>12} {'error %':>8} {'eff meas':>8} {'eff pred':>8} {'serial ms':>9} {'docs ring ms':>12} {'load':>5}")
-errs, ring_errs, serial_errs, pts = [], [], [], []
+print(f"{'config':<13} {'hosts':>5} {'rph':>3} {'link':>8} {'lat ms':>6} {'measured ms':>11} {'predicted ms':>12} {'error %':>8} {'eff meas':>8} {'eff pred':>8} {'serial ms':>9} {'docs ring ms':>12} {'load':>5} {'runq ms':>7} {'sys %':>5}")
+errs, ring_errs, serial_errs, pts, by_h = [], [], [], [], {}
 for r in rows:
     s, H, n = r["strategy"], int(r["hosts"]), int(r["ranks_per_host"])
     b = base.get((s, r["ranks_per_host"]))
@@ -186,10 +196,11 @@ for r in rows:
     e_p = float(b["measured_ms"]) / 1e3 / pred
     if H > 1:
         errs.append(abs(err))
+        by_h.setdefault(H, []).append(abs(err))
         ring_errs.append(abs(100 * (ring - meas) / meas))
         serial_errs.append(abs(100 * (serial - meas) / meas))
     pts.append((s, n, r["rate"], r["delay_ms"], H, e_m, e_p))
-    print(f"{s:<13} {H:>5} {n:>3} {r['rate']:>8} {r['delay_ms']:>6} {meas*1e3:>11.1f} {pred*1e3:>12.1f} {err:>+8.1f} {100*e_m:>7.1f}% {100*e_p:>7.1f}% {serial*1e3:>9.1f} {ring*1e3:>12.1f} {r.get('load1') or '-':>5}")
+    print(f"{s:<13} {H:>5} {n:>3} {r['rate']:>8} {r['delay_ms']:>6} {meas*1e3:>11.1f} {pred*1e3:>12.1f} {err:>+8.1f} {100*e_m:>7.1f}% {100*e_p:>7.1f}% {serial*1e3:>9.1f} {ring*1e3:>12.1f} {r.get('load1') or '-':>5} {r.get('runq_ms') or '-':>7} {r.get('sys_pct') or '-':>5}")
 # SVG: efficiency vs hosts, one colour per (strategy, ranks per host, link); dots measured,
 # lines predicted.
 W, Hh, L, R, Tp, Bt = 720, 420, 60, 230, 30, 50
@@ -226,6 +237,7 @@ if errs:
           f"{max(ring_errs):.1f}% over the same points)")
     print(f"(libnbc with HYBRID's replica all-reduces charged one after the other, \"serial\": max "
           f"{max(serial_errs):.1f}% over the same points)")
+    print("by hosts: " + ", ".join(f"H = {h}: max {max(v):.1f}% over {len(v)}" for h, v in sorted(by_h.items())))
     print(f"scaling model error: max {max(errs):.1f}% over {len(errs)} points")
 else:
     print("scaling model error: no multi-host points measured")

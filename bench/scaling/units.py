@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Per-unit exposed communication, measured vs the model (issue 14, docs/scaling.md).
 
-usage: units.py OUT_DIR [RUN ...]   (OUT_DIR: a bench/scaling/run.sh --out folder; RUN: names of
+usage: units.py [--md] OUT_DIR [RUN ...]   (--md: markdown tables; OUT_DIR: a bench/scaling/run.sh --out folder; RUN: names of
 its rd_* run directories, default: every multi-host one)
 
 For every inter-host collective of a step (the forward and backward all-gather and the backward
@@ -57,6 +57,15 @@ def label_step(entries, L):
     return out
 
 
+MD = False
+
+
+def row(cells, widths):
+    if MD:
+        return "| " + " | ".join(str(c) for c in cells) + " |"
+    return " ".join(f"{c:<{-w}}" if w < 0 else f"{c:>{w}}" for c, w in zip(cells, widths))
+
+
 def analyze(rd, cfg, B, T, K):
     m = re.match(r"rd_(\w+?_SHARD)_H(\d+)_n(\d+)_(\w+?)_(\d+)$", os.path.basename(rd))
     if not m:
@@ -90,13 +99,16 @@ def analyze(rd, cfg, B, T, K):
         rows = [float(r[1]) for r in rows if int(r[0]) > 1]
         exposed = sum(rows) / len(rows) if rows else None
     print(f"\n{s} H={H} n={n} {rate} {m.group(5)} ms ({len(dumps)} ranks; ms per step, mean of steps 2..)")
-    print(f"{'phase':<9} {'unit':>4} {'collective':<15} {'group':<6} {'model alone':>11} {'measured wait':>13} {'max rank':>8}")
+    W = (-9, 4, -15, -6, 11, 13, 8)
+    print(row(("phase", "unit", "collective", "group", "model alone", "measured wait", "max rank"), W))
+    if MD:
+        print("|---|---:|---|---|---:|---:|---:|")
     keys = []
     for k in per_rank[0]:
         if k not in keys:
             keys.append(k)
-    order = {"forward": 0, "backward": 1}
     tot_m = tot_p = 0.0
+    res = {"keys": keys, "mean": {}, "pred": {}}
     for k in keys:
         ph, u, op, kind = k
         vals = [r.get(k, 0.0) for r in per_rank]
@@ -104,20 +116,26 @@ def analyze(rd, cfg, B, T, K):
         p = pred.get((ph, u, op), 0.0) if kind == "inter" else 0.0
         tot_m += mean
         tot_p += p
+        res["mean"][k], res["pred"][k] = mean, p
         name = "root" if u == L else str(u)
-        print(f"{ph:<9} {name:>4} {op:<15} {kind:<6} {1e3 * p:>11.1f} {1e3 * mean:>13.1f} {1e3 * max(vals):>8.1f}")
+        print(row((ph, name, op, kind, f"{1e3 * p:.1f}", f"{1e3 * mean:.1f}", f"{1e3 * max(vals):.1f}"), W))
     inter = model.inter_host_s(cfg, s, H, n, rate_bits(rate) / 8, delay / 1e3, K=K)
-    print(f"{'sum of the waits':<36} {1e3 * tot_p:>11.1f} {1e3 * tot_m:>13.1f}")
+    print(row(("sum of the waits", "", "", "", f"{1e3 * tot_p:.1f}", f"{1e3 * tot_m:.1f}", ""), W))
     if exposed is not None:
-        print(f"{'trainer exposed comm (all waits, polls)':<36} {'':>11} {exposed:>13.1f}")
-    print(f"{'model inter-host time (libnbc)':<36} {1e3 * inter:>11.1f}")
-    return keys
+        print(row(("trainer's exposed comm (waits + polls)", "", "", "", "", f"{exposed:.1f}", ""), W))
+    print(row(("model's inter-host time (libnbc)", "", "", "", f"{1e3 * inter:.1f}", "", ""), W))
+    res.update(tot_m=tot_m, tot_p=tot_p, exposed=exposed, inter=inter)
+    return res
 
 
 def main():
     if len(sys.argv) < 2:
         print(__doc__.split("\n\n")[1], file=sys.stderr)
         sys.exit(2)
+    global MD
+    if sys.argv[1] == "--md":
+        MD = True
+        del sys.argv[1]
     out = sys.argv[1]
     cfg = json.load(open(os.path.join(out, "config.json")))
     B, T, K = 4, 128, 1  # run.sh's workload
