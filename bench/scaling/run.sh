@@ -7,7 +7,8 @@
 # prediction (compute + the H = 1 run's intra-host time + the inter-host collectives, no
 # overlap), error, scaling efficiency (step time at 1 host / at H hosts: throughput per rank,
 # same per-rank batch). Prints the table, then `scaling model error: max X% over N points`
-# (H > 1 points: H = 1 is where the intra-host term is measured), and writes an SVG chart
+# (H > 1 points: H = 1 is where the intra-host term is measured), the per-unit exposed
+# communication of the H = 2, one-rank-per-host runs (units.py), and writes an SVG chart
 # (efficiency vs hosts: measured points, predicted lines) and results.tsv under --out.
 # Usage: run.sh [--quick] [--out DIR] [--bin SHARDLM]  (root: network namespaces)
 #   --analyze: no measurement, only the table / chart / error line of --out's results.tsv
@@ -242,3 +243,9 @@ if errs:
 else:
     print("scaling model error: no multi-host points measured")
 PY
+# The per-unit check of the overlap assumption (units.py) for H = 2, one rank per host.
+for rate in $(awk -F'\t' 'NR > 1 && $2 == 2 && $3 == 1 && $5 == 0 { print $4 }' "$RES" | sort -u); do
+    for s in FULL_SHARD HYBRID_SHARD; do
+        [ -d "$OUT/rd_${s}_H2_n1_${rate}_0" ] && "$PY" "$HERE/units.py" "$OUT" "rd_${s}_H2_n1_${rate}_0"
+    done
+done

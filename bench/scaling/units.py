@@ -63,6 +63,9 @@ MD = False
 def row(cells, widths):
     if MD:
         return "| " + " | ".join(str(c) for c in cells) + " |"
+    if cells[1] == "" and cells[2] == "":  # a summary row: the label spans the first four columns
+        head = f"{cells[0]:<{sum(abs(w) for w in widths[:4]) + 3}}"
+        return head + " " + " ".join(f"{c:>{w}}" for c, w in zip(cells[4:], widths[4:]))
     return " ".join(f"{c:<{-w}}" if w < 0 else f"{c:>{w}}" for c, w in zip(cells, widths))
 
 
