@@ -9,7 +9,9 @@ compute: the model's FLOPs per unit (the same count as `shardlm train --simulate
 local:   the intra-host part (shared memory copies and reductions, hook polling, the optimizer on
   the shards); the bench takes it from the same configuration at H = 1 (measured), so only the
   inter-host part is predicted.
-inter-host, per host link of `rate` bytes/s each way and one-way latency `alpha`:
+inter-host, per host link of `rate` bytes/s each way and one-way latency `alpha` (the libnbc
+variants charge each message round RNDV_TRIPS = 3 alpha: rendezvous request, acknowledgement,
+data):
   "ring" (docs/scaling.md as written, NCCL-like ring algorithms, per-rank bandwidth = link / n):
       all-gather / reduce-scatter of X over S ranks: (S-1)/S X / (rate / n)
       all-reduce of X over R ranks:                   2 (R-1)/R X / (rate / n)
@@ -62,10 +64,19 @@ def flops_per_token(cfg, T):
     return 6 * n_mm + 12 * L * C * T
 
 
+# One-way latencies per message round of libnbc's schedules: every FSDP unit is far above the
+# TCP BTL's eager limit (64 KiB), so each message goes by Open MPI's rendezvous protocol (ob1):
+# the request to send, the receiver's acknowledgement, then the data: 3 one-way trips.
+RNDV_TRIPS = 3
+
+
 def inter_host_s(cfg, strategy, H, n, rate_bytes, alpha_s, p=4, g=4, K=1, algo="libnbc"):
-    """Seconds of inter-host communication per optimizer step (K micro-batches)."""
+    """Seconds of inter-host communication per optimizer step (K micro-batches). alpha_s: the
+    one-way host-to-host latency; the libnbc variants charge RNDV_TRIPS of it per round."""
     if H <= 1:
         return 0.0
+    if algo != "ring":
+        alpha_s *= RNDV_TRIPS
     blocks, root = unit_numels(cfg)
     lg = math.log2(H)
     t = 0.0
@@ -111,6 +122,7 @@ def unit_collectives(cfg, strategy, H, n, rate_bytes, alpha_s, p=4, g=4):
     L = len(blocks)
     if H <= 1:
         return []
+    alpha_s *= RNDV_TRIPS
     lg = math.log2(H)
     size = [*blocks, root]
     out = []
