@@ -209,7 +209,8 @@ W, Hh, L, R, Tp, Bt = 720, 420, 60, 230, 30, 50
 xs = sorted({p[4] for p in pts}) or [1]
 def X(h): return L + (W - L - R) * (xs.index(h) / max(1, len(xs) - 1))
 def Y(e): return Tp + (Hh - Tp - Bt) * (1 - max(0.0, min(1.05, e)) / 1.05)
-cols = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf", "#7f7f7f"]
+cols = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf", "#7f7f7f",
+        "#aec7e8", "#ff9896", "#98df8a", "#c5b0d5", "#ffbb78", "#c49c94", "#9edae5", "#bcbd22"]
 o = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{Hh}" font-family="sans-serif" font-size="12">',
      f'<rect width="{W}" height="{Hh}" fill="white"/>',
      f'<text x="{L}" y="18" font-size="14">Scaling efficiency on the emulated cluster: measured (dots) vs model (lines)</text>']
@@ -223,7 +224,8 @@ series = sorted({(p[0], p[1], p[2], p[3]) for p in pts})
 for i, key in enumerate(series):
     c = cols[i % len(cols)]
     ps = sorted([p for p in pts if (p[0], p[1], p[2], p[3]) == key], key=lambda p: p[4])
-    o.append('<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>' % (c, " ".join(f"{X(p[4]):.1f},{Y(p[6]):.1f}" for p in ps)))
+    dash = ' stroke-dasharray="6,3"' if key[3] != "0" else ""  # the latency series dashed
+    o.append('<polyline fill="none" stroke="%s" stroke-width="2"%s points="%s"/>' % (c, dash, " ".join(f"{X(p[4]):.1f},{Y(p[6]):.1f}" for p in ps)))
     for p in ps:
         o.append(f'<circle cx="{X(p[4]):.1f}" cy="{Y(p[5]):.1f}" r="4" fill="{c}"/>')
     ly = Tp + 16 * i
@@ -247,6 +249,6 @@ PY
 # The per-unit check of the overlap assumption (units.py) for H = 2, one rank per host.
 for rate in $(awk -F'\t' 'NR > 1 && $2 == 2 && $3 == 1 && $5 == 0 { print $4 }' "$RES" | sort -u); do
     for s in FULL_SHARD HYBRID_SHARD; do
-        [ -d "$OUT/rd_${s}_H2_n1_${rate}_0" ] && "$PY" "$HERE/units.py" "$OUT" "rd_${s}_H2_n1_${rate}_0"
+        if [ -d "$OUT/rd_${s}_H2_n1_${rate}_0" ]; then "$PY" "$HERE/units.py" "$OUT" "rd_${s}_H2_n1_${rate}_0"; fi
     done
 done
