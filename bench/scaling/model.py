@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """The communication model of docs/scaling.md, as a function (issue 14).
 
-step time = compute + local + sum over the step's inter-host collectives of their time
-(no overlap: docs/scaling.md measured exposed communication ~= the bare transfer time).
+step time = compute + local + the step's inter-host collectives (no overlap with compute: a
+rendezvous transfer moves only while the ranks are inside MPI; HYBRID's replica all-reduces,
+all in flight at the optimizer's wait, pipelined with each other; docs/scaling.md "Emulated
+cluster" for the measurements behind both).
 
 compute: the model's FLOPs per unit (the same count as `shardlm train --simulate-compute`,
   6 N + 12 L C T per token) / rate.
