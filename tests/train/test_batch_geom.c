@@ -3,8 +3,14 @@
 // (SLM_E_ARG) and the fix each message names, worked out by hand from G = B x W x K:
 //   --grad-accum G / (B x W) when B x W divides G; else --batch b --grad-accum (G / W) / b for
 //   the divisors b <= B of G / W (largest first); else the nearest world sizes dividing G.
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
+#include "base/base.h"
+#include "ckpt/ckpt_internal.h"
 #include "test.h"
 #include "train/train_internal.h"
 
@@ -84,8 +90,78 @@ static void test_describe(void) {
                  (int64_t)1 << 40);
 }
 
+// The manifest's "batch" record: tests/fuzz/corpus/ckpt_manifest/small.json (world_size 1, no
+// record: has_batch false) with a record BATCH (JSON text) added. Returns the parse status.
+static slm_status parse_with(const char *batch, slm_ckpt_meta *out) {
+    const char *src = getenv("SLM_SOURCE_DIR");
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tests/fuzz/corpus/ckpt_manifest/small.json", src ? src : ".");
+    char *text = NULL;
+    size_t len = 0;
+    if (slm_file_read_all(path, &text, &len) != SLM_OK) {
+        fprintf(stderr, "cannot read %s\n", path);
+        return SLM_E_IO; // the callers' checks of the status fail
+    }
+    cJSON *o = cJSON_ParseWithLength(text, len);
+    free(text);
+    if (batch) cJSON_AddItemToObject(o, "batch", cJSON_Parse(batch));
+    char *t = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    slm_ckpt *c = slm_ckpt_alloc("/nonexistent/step_00000003");
+    slm_status st = slm_ckpt_parse_manifest(c, t, strlen(t));
+    if (!st) *out = *slm_ckpt_get_meta(c);
+    slm_ckpt_free(c);
+    free(t);
+    return st;
+}
+
+static void test_manifest(void) {
+    slm_ckpt_meta m;
+    CHECK_OK(parse_with(NULL, &m)); // an older manifest: no record
+    CHECK(!m.has_batch);
+    // 2 x 1 x 3 = 6 sequences, x 16 = 96 tokens
+    CHECK_OK(parse_with("{\"micro_batch\": 2, \"seq\": 16, \"grad_accum\": 3, \"world\": 1, "
+                        "\"global_sequences\": 6, \"global_tokens\": 96}",
+                        &m));
+    CHECK(m.has_batch);
+    CHECK_EQ_INT(m.batch, 2);
+    CHECK_EQ_INT(m.seq, 16);
+    CHECK_EQ_INT(m.grad_accum, 3);
+    CHECK_EQ_INT(m.world, 1);
+    struct {
+        const char *batch, *want;
+    } bad[] = {
+        {"[1]", "\"batch\" is not an object"},
+        {"{\"micro_batch\": 2, \"seq\": 16, \"grad_accum\": 3, \"world\": 2, "
+         "\"global_sequences\": 12, \"global_tokens\": 192}",
+         "batch.world 2, but world_size is 1"},
+        {"{\"micro_batch\": 2, \"seq\": 16, \"grad_accum\": 3, \"world\": 1, "
+         "\"global_sequences\": 7, \"global_tokens\": 112}",
+         "global_sequences 7 and global_tokens 112, expected micro_batch 2 x world 1 x grad_accum "
+         "3"},
+        {"{\"micro_batch\": 2, \"seq\": 16, \"grad_accum\": 3, \"world\": 1, "
+         "\"global_sequences\": 6, \"global_tokens\": 97}",
+         "and that x seq 16"},
+        {"{\"micro_batch\": 0, \"seq\": 16, \"grad_accum\": 3, \"world\": 1, "
+         "\"global_sequences\": 0, \"global_tokens\": 0}",
+         "micro_batch"},
+        {"{\"micro_batch\": 2, \"grad_accum\": 3, \"world\": 1, \"global_sequences\": 6, "
+         "\"global_tokens\": 96}",
+         "seq"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        slm_status st = parse_with(bad[i].batch, &m);
+        CHECK_EQ_INT(st, SLM_E_FORMAT);
+        CHECK_MSG(strstr(slm_errmsg(), bad[i].want) != NULL, "\"%s\" not in \"%s\"", bad[i].want,
+                  slm_errmsg());
+        CHECK_MSG(strstr(slm_errmsg(), "/nonexistent/step_00000003/manifest.json") != NULL,
+                  "the file is not named: %s", slm_errmsg());
+    }
+}
+
 int main(void) {
     RUN(test_accepted);
+    RUN(test_manifest);
     RUN(test_refused);
     RUN(test_describe);
     return TEST_SUMMARY();
