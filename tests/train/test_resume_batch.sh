@@ -2,7 +2,8 @@
 # A resume keeps the run's batch geometry (docs/formats.md "Batch geometry"):
 #   the manifest records --batch / --seq / --grad-accum / world and the global counts;
 #   a 2-rank checkpoint (--batch 2 --grad-accum 3: 12 sequences per step) resumed at 3 ranks with
-#   the same options (18 per step) is refused (exit 2) before any step, naming the checkpoint,
+#   the same options (18 per step; --resume PATH, and auto with --verify-on-resume; tests/objstore/
+#   test_s3_ckpt.sh does s3://) is refused (exit 2) before any step, naming the checkpoint,
 #   both geometries and --grad-accum 2; with --grad-accum 2 it runs (resharding) and its losses
 #   are the straight run's within the FSDP tolerance; at 4 ranks the message gives --batch 1
 #   --grad-accum 3, which runs; --allow-batch-change runs at 18 with the warning and a
@@ -56,6 +57,18 @@ if grep -q '"event":"step"' "$W/r3/metrics.jsonl" 2> /dev/null ||
     ls "$W/r3/checkpoints" 2> /dev/null | grep -q step_; then
     bad "refused run trained or saved"
 else ok "refused before any step (no step event, no checkpoint)"; fi
+
+# --resume auto --verify-on-resume in the run directory itself: the same refusal (its newest
+# checkpoint, step 4), and the run's checkpoints are left as they were
+before=$(ls "$A/checkpoints")
+set +e
+run 3 "$A" --batch 2 --grad-accum 3 --resume auto --verify-on-resume
+check "--resume auto --verify-on-resume at 18 sequences: usage error" 2 $?
+set -e
+has "--resume auto: the newest checkpoint named" "$A.log" \
+    "checkpoint $A/checkpoints/step_00000004 was saved with a global batch of 12 sequences"
+[ "$(ls "$A/checkpoints")" = "$before" ] && ok "the run's checkpoints untouched" ||
+    bad "checkpoints changed: $(ls "$A/checkpoints")"
 
 # 3. the suggested fix: 3 ranks x --grad-accum 2 keeps 12 -> runs, steps 3-4 equal the straight
 # run's within the FSDP-vs-FSDP tolerance of tests/ckpt/test_ckpt_mpi_resume.sh (1e-5 relative:
