@@ -1370,6 +1370,14 @@ void slm_ckpt_print_summary(const slm_ckpt *c, void *file) {
     fprintf(f, "optimizer    AdamW lr %g betas (%g, %g) eps %g wd %g\n", M->adamw.lr_peak,
             M->adamw.beta1, M->adamw.beta2, M->adamw.eps, M->adamw.weight_decay);
     fprintf(f, "loader       epoch %" PRId64 " pos %" PRId64 "\n", M->loader.epoch, M->loader.pos);
+    if (M->has_batch) {
+        int64_t g = (int64_t)M->batch * M->world * M->grad_accum;
+        fprintf(f,
+                "batch        --batch %d x %d rank%s x --grad-accum %d = %" PRId64
+                " sequences of %d tokens per step (a resume must keep both)\n",
+                M->batch, M->world, M->world == 1 ? "" : "s", M->grad_accum, g, M->seq);
+    } else
+        fprintf(f, "batch        not recorded (an older checkpoint: a resume cannot check it)\n");
     if (M->lora.rank > 0) { // the units above are the adapters
         char h[17];
         slm_hex64(M->lora_base_xxh64, h);

@@ -38,6 +38,9 @@ want = {"micro_batch": 2, "seq": 16, "grad_accum": 3, "world": 2, "global_sequen
 assert b == want, b
 EOF
 then ok "manifest batch record"; else bad "manifest batch record"; fi
+"$BIN" ckpt inspect "$C" > "$W/inspect.txt" 2>&1 || true
+has "ckpt inspect shows the batch" "$W/inspect.txt" \
+    "batch        --batch 2 x 2 ranks x --grad-accum 3 = 12 sequences of 16 tokens per step"
 
 # 2. 3 ranks, same --batch / --grad-accum: 18 sequences per step -> refused before any step
 set +e # the exit codes are the checks
