@@ -12,8 +12,8 @@ int64_t slm_batch_global(slm_batch_geom g) {
 }
 
 void slm_batch_geom_describe(slm_batch_geom g, char *buf, size_t n) {
-    snprintf(buf, n, "%" PRId64 " sequences (--batch %d x %d rank%s x --grad-accum %d)",
-             slm_batch_global(g), g.B, g.W, g.W == 1 ? "" : "s", g.K);
+    snprintf(buf, n, "--batch %d x %d rank%s x --grad-accum %d = %" PRId64 " sequences", g.B, g.W,
+             g.W == 1 ? "" : "s", g.K, slm_batch_global(g));
 }
 
 // How to keep `G` sequences per step at world W with per-rank batch B: the --grad-accum when

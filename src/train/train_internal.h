@@ -154,7 +154,7 @@ slm_status slm_train_check_ckpt_tokenizer(bool has_tokenizer, uint64_t xxh64, co
 // (slm_train_check_ckpt_tokenizer) and RUN_DIR's own tokenizer copy must both match the dataset.
 // B x W x K (sequences per optimizer step).
 int64_t slm_batch_global(slm_batch_geom g);
-// "G sequences (--batch B x W ranks x --grad-accum K)" into buf[n].
+// "--batch B x W ranks x --grad-accum K = G sequences" into buf[n].
 void slm_batch_geom_describe(slm_batch_geom g, char *buf, size_t n);
 // Resuming checkpoint `ckpt_dir` (its meta M) at geometry `now`: the global batch and T must be
 // the checkpoint's. Another world (or --batch / --grad-accum split) with the same global batch

@@ -52,9 +52,10 @@ static void test_accepted(void) {
 
 static void test_refused(void) {
     // 2 ranks x B 1 x K 3 = 6 at 3 ranks, same B, K (9): --grad-accum 2 keeps 6
-    refused(meta(1, 16, 3, 2), (slm_batch_geom){1, 16, 3, 3}, false,
-            "checkpoint CK was saved with a global batch of 6 sequences (--batch 1 x 2 ranks x "
-            "--grad-accum 3); this run's is 9 sequences (--batch 1 x 3 ranks x --grad-accum 3)");
+    refused(
+        meta(1, 16, 3, 2), (slm_batch_geom){1, 16, 3, 3}, false,
+        "checkpoint CK was saved with a global batch of --batch 1 x 2 ranks x --grad-accum 3 = 6 "
+        "sequences; this run's is --batch 1 x 3 ranks x --grad-accum 3 = 9 sequences");
     refused(meta(1, 16, 3, 2), (slm_batch_geom){1, 16, 3, 3}, false,
             "To keep 6 sequences at 3 ranks: --grad-accum 2 (with --batch 1); or pass "
             "--allow-batch-change");
@@ -85,7 +86,7 @@ static void test_refused(void) {
 static void test_describe(void) {
     char buf[128];
     slm_batch_geom_describe((slm_batch_geom){3, 64, 5, 1}, buf, sizeof buf);
-    CHECK_EQ_STR(buf, "15 sequences (--batch 3 x 1 rank x --grad-accum 5)");
+    CHECK_EQ_STR(buf, "--batch 3 x 1 rank x --grad-accum 5 = 15 sequences");
     CHECK_EQ_INT(slm_batch_global((slm_batch_geom){1 << 20, 8, 1 << 10, 1 << 10}),
                  (int64_t)1 << 40);
 }

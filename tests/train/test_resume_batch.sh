@@ -48,12 +48,12 @@ run 3 "$W/r3" --batch 2 --grad-accum 3 --resume "$C"
 check "3 ranks at 18 sequences: usage error" 2 $?
 set -e
 has "message names the checkpoint and both batches" "$W/r3.log" \
-    "checkpoint $C was saved with a global batch of 12 sequences (--batch 2 x 2 ranks x --grad-accum 3); this run's is 18 sequences (--batch 2 x 3 ranks x --grad-accum 3)"
+    "checkpoint $C was saved with a global batch of --batch 2 x 2 ranks x --grad-accum 3 = 12 sequences; this run's is --batch 2 x 3 ranks x --grad-accum 3 = 18 sequences"
 has "message gives the --grad-accum that keeps 12" "$W/r3.log" \
     "To keep 12 sequences at 3 ranks: --grad-accum 2 (with --batch 2); or pass --allow-batch-change"
 # rank 0 decides; the others stop with its message (slm_dist_agree)
-if [ "$(grep -c 'rank 0/3\] error: train: --resume .*global batch of 12' "$W/r3.log")" = 1 ] &&
-    [ "$(grep -c 'error: train: rank 0 failed: --resume .*global batch of 12' "$W/r3.log")" = 2 ]
+if [ "$(grep -c 'rank 0/3\] error: train: --resume .*= 12 sequences; this' "$W/r3.log")" = 1 ] &&
+    [ "$(grep -c 'error: train: rank 0 failed: --resume .*= 12 sequences; this' "$W/r3.log")" = 2 ]
 then ok "rank 0 decides, every rank stops with its message"
 else cat "$W/r3.log"; bad "rank 0 decides, every rank stops with its message"; fi
 if grep -q '"event":"step"' "$W/r3/metrics.jsonl" 2> /dev/null ||
@@ -69,7 +69,7 @@ run 3 "$A" --batch 2 --grad-accum 3 --resume auto --verify-on-resume
 check "--resume auto --verify-on-resume at 18 sequences: usage error" 2 $?
 set -e
 has "--resume auto: the newest checkpoint named" "$A.log" \
-    "checkpoint $A/checkpoints/step_00000004 was saved with a global batch of 12 sequences"
+    "checkpoint $A/checkpoints/step_00000004 was saved with a global batch of --batch 2 x 2 ranks x --grad-accum 3 = 12 sequences"
 [ "$(ls "$A/checkpoints")" = "$before" ] && ok "the run's checkpoints untouched" ||
     bad "checkpoints changed: $(ls "$A/checkpoints")"
 
@@ -111,7 +111,7 @@ if run 3 "$W/allow" --batch 2 --grad-accum 3 --resume "$C" --allow-batch-change;
     ok "--allow-batch-change runs"
 else tail -5 "$W/allow.log"; bad "--allow-batch-change runs"; fi
 has "--allow-batch-change warning with both values" "$W/allow.log" \
-    "warning: --allow-batch-change: the global batch changes from 12 sequences (--batch 2 x 2 ranks x --grad-accum 3) (checkpoint $C, step 2) to 18 sequences (--batch 2 x 3 ranks x --grad-accum 3)"
+    "warning: --allow-batch-change: the global batch changes from --batch 2 x 2 ranks x --grad-accum 3 = 12 sequences (checkpoint $C, step 2) to --batch 2 x 3 ranks x --grad-accum 3 = 18 sequences"
 if "$PY" - "$W/allow/metrics.jsonl" <<'EOF'
 import json, sys
 ev = [j for j in map(json.loads, open(sys.argv[1])) if j.get("event") == "batch_change"]
