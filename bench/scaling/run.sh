@@ -12,7 +12,7 @@
 # Usage: run.sh [--quick] [--out DIR] [--bin SHARDLM]  (root: network namespaces)
 #   --analyze: no measurement, only the table / chart / error line of --out's results.tsv
 #   --quick: H = 1, 2, 4, one link speed, no latency sweep (under 10 minutes here);
-#   full: H = 1, 2, 4, 8, two link speeds, two latencies (when the kernel has netem).
+#   full: H = 1, 2, 4, 8, two link speeds, two latencies (one-way host-to-host delay: cluster.sh).
 # A benchmark, not a test (it prints timings); needs an idle-ish machine.
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -59,8 +59,10 @@ else
 fi
 NS="1 2"
 STRATS="FULL_SHARD HYBRID_SHARD"
-# Development overrides (a subset of the sweep): SCALING_HS, SCALING_NS, SCALING_RATES, SCALING_STEPS.
+# Development overrides (a subset of the sweep): SCALING_HS, SCALING_NS, SCALING_RATES, SCALING_STEPS,
+# SCALING_DELAYS (one-way host-to-host ms, e.g. "0 5").
 HS=${SCALING_HS:-$HS} NS=${SCALING_NS:-$NS} RATES=${SCALING_RATES:-$RATES} STEPS=${SCALING_STEPS:-$STEPS}
+DELAYS=${SCALING_DELAYS:-$DELAYS}
 RES=$OUT/results.tsv
 printf 'strategy\thosts\tranks_per_host\trate\tdelay_ms\tmeasured_ms\tcompute_ms\texposed_comm_ms\n' > "$RES"
 
@@ -93,8 +95,8 @@ for H in $HS; do
     for rate in $RATES; do
         for delay in $DELAYS; do
             [ "$H" = 1 ] && { [ "$rate" != "${RATES%% *}" ] || [ "$delay" != 0 ]; } && continue
-            if [ "$delay" != 0 ] && [ "$CL_NETEM" != 1 ]; then
-                echo "  (no netem in this kernel: latency ${delay} ms skipped)"
+            if [ "$delay" != 0 ] && [ "$CL_LATENCY" != 1 ]; then # cluster.sh: delayswitch or netem
+                echo "  (no latency emulation here: latency ${delay} ms skipped)"
                 continue
             fi
             cluster_shape "$rate" "$delay" || exit 1

@@ -28,6 +28,11 @@ static slm_status check_opts(const slm_train_opts *o) {
     if (o->steps < 1)
         return slm_fail(SLM_E_ARG, "--steps must be >= 1 (got %lld)", (long long)o->steps);
     if (o->warmup < 0) return slm_fail(SLM_E_ARG, "--warmup must be >= 0");
+    if (o->spike_window != 0 && o->spike_window < SLM_SPIKE_WINDOW_MIN)
+        return slm_fail(SLM_E_ARG,
+                        "--loss-spike-window %d: must be 0 (off) or at least %d (fewer losses "
+                        "give a standard deviation too noisy to judge a spike by)",
+                        o->spike_window, SLM_SPIKE_WINDOW_MIN);
     if (!(o->adamw.lr_peak > 0) || !isfinite(o->adamw.lr_peak))
         return slm_fail(SLM_E_ARG, "--lr must be a positive number");
     if (!(o->adamw.weight_decay >= 0)) return slm_fail(SLM_E_ARG, "--weight-decay must be >= 0");
@@ -199,7 +204,11 @@ static slm_status write_rundir(slm_trainer *tr) {
     }
     if (st) return st;
     p = slm_path_join(o->out_dir, "metrics.jsonl");
-    FILE *f = fopen(p, tr->resume_path ? "a" : "w"); // a resumed run appends (hooks.c)
+    // A resumed run appends (hooks.c), and so does a later attempt of `shardlm launch` that
+    // found no checkpoint to resume: the earlier attempts' records are the same run's history.
+    const char *att = getenv("SHARDLM_ATTEMPT");
+    bool later_attempt = att && strtol(att, NULL, 10) > 1;
+    FILE *f = fopen(p, tr->resume_path || later_attempt ? "a" : "w");
     if (!f)
         st = slm_fail(SLM_E_IO, "%s: cannot open for writing", p);
     else
