@@ -409,6 +409,13 @@ static const slm_opt k_train_opts[] = {
      .off = A(o.verify_on_resume),
      .help = "also check every checkpoint file's XXH64 before resuming (default: manifest and "
              "file sizes)"},
+    {.name = "--allow-batch-change",
+     .type = SLM_OPT_FLAG,
+     .off = A(o.allow_batch_change),
+     .help = "resume at another global batch (--batch x ranks x --grad-accum) than the "
+             "checkpoint's, with a warning (default: refused, exit 2, naming the --grad-accum "
+             "that keeps it; another world size with the same global batch needs no flag; "
+             "--seq must always match)"},
     {.name = "--train-from-scratch",
      .type = SLM_OPT_FLAG,
      .off = A(o.train_from_scratch),

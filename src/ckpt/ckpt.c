@@ -261,6 +261,16 @@ static cJSON *manifest_json(const slm_ckpt_meta *meta, const slm_unit_layout *la
     cJSON *sh = cJSON_AddObjectToObject(o, "sharding");
     cJSON_AddStringToObject(sh, "strategy", meta->strategy);
     cJSON_AddNumberToObject(sh, "shard_group_size", meta->shard_group_size);
+    if (meta->has_batch) {
+        int64_t g = (int64_t)meta->batch * meta->world * meta->grad_accum;
+        cJSON *bt = cJSON_AddObjectToObject(o, "batch");
+        cJSON_AddNumberToObject(bt, "micro_batch", meta->batch);
+        cJSON_AddNumberToObject(bt, "seq", meta->seq);
+        cJSON_AddNumberToObject(bt, "grad_accum", meta->grad_accum);
+        cJSON_AddNumberToObject(bt, "world", meta->world);
+        cJSON_AddNumberToObject(bt, "global_sequences", (double)g);
+        cJSON_AddNumberToObject(bt, "global_tokens", (double)(g * meta->seq));
+    }
     if (meta->lora.rank > 0) {
         cJSON *lo = cJSON_AddObjectToObject(o, "lora");
         cJSON_AddNumberToObject(lo, "r", meta->lora.rank);
@@ -959,6 +969,40 @@ static slm_status parse_files(slm_ckpt *c, const char *mp, const cJSON *arr) {
 }
 
 // The optional "lora" object of a manifest (a LoRA checkpoint).
+// The optional "batch" object (docs/formats.md): every field an integer >= 1, `world` equal to
+// world_size and the two global counts the products of the others (a hand-edited or foreign
+// manifest whose figures disagree is refused rather than one of them trusted).
+static slm_status parse_batch(const char *mp, const cJSON *o, slm_ckpt_meta *M) {
+    const cJSON *bt = cJSON_GetObjectItemCaseSensitive(o, "batch");
+    if (!bt) return SLM_OK;
+    if (!cJSON_IsObject(bt)) return slm_fail(SLM_E_FORMAT, "%s: \"batch\" is not an object", mp);
+    char what[1100];
+    snprintf(what, sizeof what, "%s: batch", mp);
+    int64_t b, t, k, w, gs, gt;
+    slm_status st;
+    if ((st = slm_json_i64(what, bt, "micro_batch", 1, INT32_MAX, &b)) ||
+        (st = slm_json_i64(what, bt, "seq", 1, INT32_MAX, &t)) ||
+        (st = slm_json_i64(what, bt, "grad_accum", 1, INT32_MAX, &k)) ||
+        (st = slm_json_i64(what, bt, "world", 1, INT32_MAX, &w)) ||
+        (st = slm_json_i64(what, bt, "global_sequences", 1, INT64_MAX, &gs)) ||
+        (st = slm_json_i64(what, bt, "global_tokens", 1, INT64_MAX, &gt)))
+        return st;
+    if (w != M->world)
+        return slm_fail(SLM_E_FORMAT, "%s: batch.world %lld, but world_size is %d", mp,
+                        (long long)w, M->world);
+    // compared by exact division (b x w < 2^62 fits; the full products may not)
+    int64_t bw = b * w;
+    if (gs % bw || gs / bw != k || gt % t || gt / t != gs)
+        return slm_fail(SLM_E_FORMAT,
+                        "%s: batch: global_sequences %lld and global_tokens %lld, expected "
+                        "micro_batch %lld x world %lld x grad_accum %lld and that x seq %lld",
+                        mp, (long long)gs, (long long)gt, (long long)b, (long long)w, (long long)k,
+                        (long long)t);
+    M->has_batch = true;
+    M->batch = (int)b, M->seq = (int)t, M->grad_accum = (int)k;
+    return SLM_OK;
+}
+
 static slm_status parse_lora(const char *mp, const cJSON *o, slm_ckpt_meta *M) {
     const cJSON *lo = cJSON_GetObjectItemCaseSensitive(o, "lora");
     if (!lo || cJSON_IsNull(lo)) return SLM_OK;
@@ -1088,6 +1132,7 @@ slm_status slm_ckpt_parse_manifest(slm_ckpt *c, const char *text, size_t len) {
         M->shard_group_size = (int)d;
     }
     if ((st = parse_lora(mp, o, M))) goto out;
+    if ((st = parse_batch(mp, o, M))) goto out;
     const cJSON *op = slm_json_obj(o, "optimizer"), *lr = slm_json_obj(o, "lr_schedule"),
                 *ld = slm_json_obj(o, "loader");
     const cJSON *rng = slm_json_arr(o, "rng_state");
@@ -1508,6 +1553,14 @@ void slm_ckpt_print_summary(const slm_ckpt *c, void *file) {
     fprintf(f, "optimizer    AdamW lr %g betas (%g, %g) eps %g wd %g\n", M->adamw.lr_peak,
             M->adamw.beta1, M->adamw.beta2, M->adamw.eps, M->adamw.weight_decay);
     fprintf(f, "loader       epoch %" PRId64 " pos %" PRId64 "\n", M->loader.epoch, M->loader.pos);
+    if (M->has_batch) {
+        int64_t g = (int64_t)M->batch * M->world * M->grad_accum;
+        fprintf(f,
+                "batch        --batch %d x %d rank%s x --grad-accum %d = %" PRId64
+                " sequences of %d tokens per step (a resume must keep both)\n",
+                M->batch, M->world, M->world == 1 ? "" : "s", M->grad_accum, g, M->seq);
+    } else
+        fprintf(f, "batch        not recorded (an older checkpoint: a resume cannot check it)\n");
     if (M->lora.rank > 0) { // the units above are the adapters
         char h[17];
         slm_hex64(M->lora_base_xxh64, h);

@@ -58,6 +58,13 @@ typedef struct slm_ckpt_meta {
     int world;               // ranks that saved
     char strategy[24];       // "NO_SHARD", "FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD"
     int shard_group_size;    // ranks per shard group (world for FULL_SHARD, 1 for NO_SHARD)
+    // Batch geometry of the run that saved (manifest "batch"; false in manifests written before
+    // it was recorded, and in checkpoints not written by the trainer): per-rank micro-batch
+    // (--batch), sequence length (--seq, tokens per window) and gradient accumulation
+    // (--grad-accum); with `world`, a step's global batch is batch x world x grad_accum
+    // sequences of seq tokens. The trainer refuses to resume at another global batch or seq.
+    bool has_batch;
+    int batch, seq, grad_accum;
     // LoRA checkpoint (lora.rank > 0): the units are the L adapter units (model.h's
     // lora_units), not the base's; the frozen base is referred to by the Hugging Face
     // directory it was loaded from and its slm_hf_dir_xxh64 (manifest "lora" object).

@@ -175,6 +175,8 @@ typedef struct slm_train_opts {
                                // seen, loader position and RNG; the run continues bitwise
     bool verify_on_resume;     // check every rank file's XXH64 before resuming (auto falls back
                                // to an older checkpoint); default: manifest and sizes only
+    bool allow_batch_change;   // resume at another global batch (B x world x grad_accum) than
+                               // the checkpoint's, with a warning (default: refused, SLM_E_ARG)
     bool train_from_scratch;   // out_dir holds checkpoints: move them aside to
                                // checkpoints.replaced-DATE and train from a seeded init (without
                                // it such a run is refused); excludes resume
