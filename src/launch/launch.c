@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -684,6 +685,7 @@ typedef struct run {
     int failures[MAX_HOSTS];
     bool local;                     // no host list: this machine
     int grad_accum, grad_accum_idx; // the user's --grad-accum and its argv index (-1: none)
+    int shard_group;                // HYBRID_SHARD's --shard-group-size (a world divides by it); 1
     bool add_resume, add_heartbeat, has_verify, has_grace;
     const char *model;
     char transport[1024];
@@ -824,7 +826,7 @@ static int choose_world(const run *r) {
     if (slots >= o->nproc) return o->nproc;
     int64_t total = (int64_t)o->nproc * r->grad_accum;
     for (int m = slots; m >= o->min_nproc && m >= 1; m--)
-        if (total % m == 0) return m;
+        if (total % m == 0 && m % r->shard_group == 0) return m;
     return 0;
 }
 
@@ -1460,6 +1462,13 @@ int slm_launch_run(const slm_launch_opts *o, char **summary) {
         }
         r->grad_accum = (int)v;
     }
+    r->shard_group = 1; // a shrunk world must keep whole HYBRID_SHARD groups (fsdp refuses)
+    const char *shs = find_arg(o, "--sharding", &idx),
+               *sgs = find_arg(o, "--shard-group-size", &idx);
+    int64_t sg = 1;
+    if (shs && sgs && !strcasecmp(shs, "HYBRID_SHARD") &&
+        slm_parse_i64("--shard-group-size", sgs, 1, 1 << 20, &sg) == SLM_OK)
+        r->shard_group = (int)sg;
     r->model = find_arg(o, "--model", &idx);
     find_arg(o, "--verify-on-resume", &idx);
     r->has_verify = idx >= 0;
@@ -1553,8 +1562,9 @@ int slm_launch_run(const slm_launch_opts *o, char **summary) {
             code = SLM_LAUNCH_FAILED, result = "failed";
             snprintf(r->message, sizeof r->message,
                      "%d usable slot(s) left: no world in [--min-nproc %d, %d] divides the "
-                     "global batch (%d ranks x --grad-accum %d)",
-                     usable_slots(r), oo.min_nproc, o->nproc, o->nproc, r->grad_accum);
+                     "global batch (%d ranks x --grad-accum %d)%s",
+                     usable_slots(r), oo.min_nproc, o->nproc, o->nproc, r->grad_accum,
+                     r->shard_group > 1 ? " and is a multiple of --shard-group-size" : "");
             break;
         }
         if (world != o->nproc)
