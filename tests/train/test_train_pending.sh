@@ -24,8 +24,9 @@ S=(train --synthetic --model "$W/config.json" --batch 2 --seq 16 --threads 1 --p
 R=$W/run T=$W/run/checkpoints/step_00000002.tmp
 SHARDLM_FAULT=slow:rank=0:ms=600000:step=3 "$BIN" "${S[@]}" --out "$R" > "$W/int.log" 2>&1 &
 bg=$!
-for _ in $(seq 600); do [ -f "$T/rank_00000.json" ] && break; sleep 0.2; done
-sleep 0.5 # the sidecar is written last (after the rank file's fsync); let its write complete
+# the sidecar is written last (after the rank file's fsync): wait until it is whole JSON
+side_done() { "$PY" -c 'import json,sys; json.load(open(sys.argv[1]))["xxh64"]' "$T/rank_00000.json" 2>/dev/null; }
+for _ in $(seq 600); do side_done && break; sleep 0.2; done
 kill -9 "$bg"
 wait "$bg" 2>/dev/null
 [ -f "$T/pending.json" ] && [ -f "$T/rank_00000.bin" ] && [ -f "$T/rank_00000.json" ] &&
