@@ -268,6 +268,12 @@ slm_status slm_rundir_prepare(const slm_train_opts *o, slm_rundir **out, char **
         }
     } else {
         *resume_path = slm_xstrdup(o->resume);
+        int64_t pend = slm_ckpt_find_pending(root);
+        if (pend >= 0)
+            slm_warn("--resume %s: %s/step_%08" PRId64 ".tmp holds a save of step %" PRId64
+                     " every rank wrote but the job did not commit; --resume auto would commit and "
+                     "resume it; this run's first checkpoint removes it",
+                     o->resume, root, pend, pend);
         if (o->verify_on_resume) {
             slm_ckpt *c = NULL;
             st = slm_ckpt_open(o->resume, &c);

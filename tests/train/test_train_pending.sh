@@ -8,6 +8,7 @@
 #  3  --train-from-scratch moves it aside (byte-equal) instead of sweeping it at the first commit.
 #  4  --resume auto whose recovery fails (pending.json names another step) with no committed
 #     checkpoint is refused (exit 1) naming the .tmp, which is left as it was.
+#  4b an explicit --resume PATH warns that this run's first checkpoint removes it.
 #  5  --resume auto commits it: the recovered step_00000002 and the resumed run's step_00000004
 #     are byte-equal (every file, manifest included) to an uninterrupted run's.
 # Env (CTest): SHARDLM_BIN, SLM_SHARED_DIR, SLM_PYTHON.
@@ -69,6 +70,14 @@ rc=$?
     cmp -s "$P4" "$W/p4" && [ ! -e "$W/r4/checkpoints/step_00000004" ] &&
     ok "failed recovery with no committed checkpoint: refused (exit 1), .tmp kept" ||
     { bad "failed recovery: rc $rc"; cat "$W/l4"; ls -R "$W/r4/checkpoints"; }
+
+# 4b: an explicit --resume PATH is obeyed, with a warning that the interrupted save goes
+cp -a "$W/orig" "$W/r6"
+"$BIN" "${S[@]}" --out "$W/r6" --resume "$W/ref/checkpoints/step_00000002" > "$W/l6" 2>&1
+rc=$?
+[ $rc = 0 ] && grep -q "step_00000002.tmp holds a save of step 2 every rank wrote.*--resume auto would commit" "$W/l6" &&
+    ok "explicit --resume PATH: warned that the interrupted save is removed" ||
+    { bad "explicit --resume: rc $rc"; cat "$W/l6"; }
 
 # 5: --resume auto recovers it, bitwise as the uninterrupted run
 "$BIN" "${S[@]}" --out "$R" --resume auto > "$W/l5" 2>&1
