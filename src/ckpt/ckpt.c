@@ -1231,6 +1231,26 @@ static slm_status resolve_dir(const char *path, char **out) {
         free(txt);
         free(lp);
     }
+    // No `latest` (a job killed between a commit's rename and its `latest` update, or one with
+    // only an interrupted save): name what is there rather than "no checkpoint".
+    for (int i = 0; i < 2; i++) {
+        int64_t *steps = NULL, pend = slm_ckpt_find_pending(roots[i]);
+        int n = list_steps(roots[i], &steps);
+        int64_t newest = n ? steps[n - 1] : -1;
+        free(steps);
+        if (n == 0 && pend < 0) continue;
+        char *d = slm_ckpt_step_dir(roots[i], n ? newest : pend, n == 0);
+        slm_status st =
+            slm_fail(SLM_E_IO, "%s: no latest, but %s %s (%s); %s", path,
+                     n ? "it holds committed checkpoints, the newest"
+                       : "an interrupted save every rank wrote is in",
+                     d, n ? "`latest` missing: a job ended during a commit" : "not yet committed",
+                     n ? "name a step directory, or let `train --resume auto` repair latest"
+                       : "`train --resume auto` commits it");
+        free(d);
+        free(sub);
+        return st;
+    }
     free(sub);
     return slm_fail(SLM_E_IO,
                     "%s: no checkpoint here (neither manifest.json, latest nor checkpoints/latest)",

@@ -4,6 +4,7 @@
 #  1  a real interruption: the process sleeps before step 3 (SHARDLM_FAULT=slow) after step 2's
 #     asynchronous save was written, and is SIGKILLed: step_00000002.tmp holds pending.json,
 #     rank_00000.bin and its sidecar; nothing is committed.
+#  1b `ckpt inspect|verify RUN_DIR` without `latest` name the interrupted save / newest step_N.
 #  2  without --resume the run is refused (exit 2) naming the uncommitted save; nothing touched.
 #  3  --train-from-scratch moves it aside (byte-equal) instead of sweeping it at the first commit.
 #  4  --resume auto whose recovery fails (pending.json names another step) with no committed
@@ -41,6 +42,18 @@ same_tmp() { # same_tmp NAME DIR: DIR holds the interrupted save's three files, 
     done
     [ "$d" = 0 ] && ok "$1" || { bad "$1"; ls -l "$2"; }
 }
+
+# 1b: `ckpt inspect` names the interrupted save (no `latest` yet), and a committed step_N when
+#     `latest` is missing, instead of "no checkpoint here"
+"$BIN" ckpt inspect "$W/orig" > "$W/l1b" 2>&1
+rc=$?
+[ $rc = 1 ] && grep -q "an interrupted save every rank wrote is in $W/orig/checkpoints/step_00000002.tmp" "$W/l1b" &&
+    ok "ckpt inspect names the interrupted save" || { bad "ckpt inspect: rc $rc"; cat "$W/l1b"; }
+cp -a "$W/ref" "$W/nolatest" && rm "$W/nolatest/checkpoints/latest"
+"$BIN" ckpt verify "$W/nolatest" > "$W/l1c" 2>&1
+rc=$?
+[ $rc = 1 ] && grep -q "the newest $W/nolatest/checkpoints/step_00000004 (.latest. missing" "$W/l1c" &&
+    ok "ckpt verify without latest names the newest step_N" || { bad "ckpt verify: rc $rc"; cat "$W/l1c"; }
 
 # 2: no --resume
 "$BIN" "${S[@]}" --out "$R" > "$W/l2" 2>&1
