@@ -444,11 +444,20 @@ struct slm_ckpt_uploader {
     bool cancelling;    // the training thread cancelled the pending upload (abandoned)
     double grace_s;     // --preempt-grace (0: finish waits for every upload)
     double deadline;    // finish: slm_time_s() at which uploads are abandoned (0: none)
-    int64_t n_done, n_failed;
+    int64_t n_done, n_failed, n_abandoned; // abandoned: cancelled (preemption, newer one)
     double stall_total_s, stall_max_s;
-    int64_t calls, poll_base; // slm_ckpt_uploader_step calls; the call of the last hand-off
-    double handoff_s;         // of boundary_s: hand-offs (manifest read, rank files mapped)
+    int64_t calls;     // slm_ckpt_uploader_step calls
+    double handoff_s;  // of boundary_s: hand-offs (manifest read, rank files mapped)
     double boundary_s; // slm_ckpt_uploader_step's own time besides overlap waits (polls, hand-offs)
+    // The boundary poll, off the critical path: a non-blocking all-reduce (MAX) started at one
+    // step boundary and completed at the next, so no rank waits there for the slowest one (the
+    // step's own collectives between the two boundaries already brought every rank past the
+    // start). Decisions use the completed result only, so every rank takes them alike.
+    slm_dist_req poll_req;
+    int64_t *poll_v;   // [3]: files running anywhere, failed anywhere, retry due (rank 0); heap:
+                       // leaked rather than freed under a request that never completed
+    int64_t poll_step; // u->pending when the poll started (-1: a retry-due poll)
+    bool poll_started; // a poll was started and not yet completed with poll_end
 };
 
 static void files_free(up_file *f, int n) {
@@ -748,6 +757,8 @@ slm_status slm_ckpt_uploader_new(const slm_ckpt_upload_opts *o, slm_ckpt_uploade
     u->grace_s = o->preempt_grace_s;
     pthread_mutex_init(&u->mu, NULL);
     pthread_cond_init(&u->cv, NULL);
+    u->poll_v = slm_xcalloc(3, sizeof *u->poll_v);
+    u->poll_step = -1;
     slm_status st = rlay_parse(o->uri, &u->L);
     if (!st && (o->prefix_shards < 1 || o->prefix_shards > 100))
         st = slm_fail(SLM_E_ARG, "--s3-prefix-shards %d: expected 1..100", o->prefix_shards);
@@ -825,6 +836,40 @@ static void poll_pending(slm_ckpt_uploader *u, bool flag, bool *done, bool *fail
     *any_flag = v[2] != 0;
 }
 
+// Starts the boundary poll (collective: every rank at the same boundary, in the same state):
+// about the pending upload, or (none pending) whether rank 0's retry delay passed.
+static void poll_start(slm_ckpt_uploader *u) {
+    int64_t *v = u->poll_v;
+    v[0] = v[1] = v[2] = 0;
+    if (u->pending >= 0 && u->leader) {
+        pthread_mutex_lock(&u->mu);
+        v[0] = u->files_done != u->pending;
+        v[1] = u->files_done == u->pending && u->files_failed;
+        pthread_mutex_unlock(&u->mu);
+    }
+    if (u->pending < 0 && u->rank == 0) v[2] = slm_time_s() >= u->retry_at;
+    u->poll_step = u->pending;
+    slm_dist_iallreduce(slm_comm_world(), v, 3, SLM_DT_I64, SLM_OP_MAX, "checkpoint upload poll",
+                        &u->poll_req);
+    u->poll_started = true;
+}
+
+// The next boundary's poll, started now (every rank is here in the same state); a world of one
+// polls at the boundary itself instead (fresh, no MPI).
+static void poll_next(slm_ckpt_uploader *u) {
+    if (u->world > 1) poll_start(u);
+}
+
+// Completes the poll started at an earlier boundary (collective; by now every rank started it,
+// so this hardly waits). Returns false when none was started; else v[3] as in poll_start.
+static bool poll_end(slm_ckpt_uploader *u, int64_t v[3]) {
+    if (!u->poll_req.active && !u->poll_started) return false;
+    slm_dist_wait(&u->poll_req);
+    u->poll_started = false;
+    memcpy(v, u->poll_v, 3 * sizeof *v);
+    return true;
+}
+
 #define RETRY_MAX 8       // retries of one failed checkpoint upload
 #define RETRY_FIRST_S 2.0 // first retry this long after the failure, doubling...
 #define RETRY_LAST_S 60.0 // ... up to this
@@ -846,7 +891,9 @@ static void settle_pending(slm_ckpt_uploader *u, bool failed) {
                          "remote latest still names the previous complete checkpoint",
                          step, u->uri,
                          u->deadline > 0 ? "preemption: --preempt-grace" : "a newer checkpoint");
-            if (!retry) u->n_failed++;
+            // its final fate: abandoned (a retry was counted failed at its first attempt)
+            if (retry) u->n_failed--;
+            u->n_abandoned++;
             return;
         }
         if (!retry) u->n_failed++;
@@ -863,7 +910,6 @@ static void settle_pending(slm_ckpt_uploader *u, bool failed) {
             delay *= 2;
         if (delay > RETRY_LAST_S) delay = RETRY_LAST_S;
         u->retry_at = slm_time_s() + delay;
-        u->poll_base = u->calls;
         bool give_up = u->retry_n >= RETRY_MAX;
         if (give_up) u->retry_step = -1;
         if (u->rank == 0) {
@@ -920,8 +966,20 @@ typedef enum {
     WAIT_DEADLINE, // ... or u->deadline passed on any rank: the upload is cancelled (abandoned)
 } wait_mode;
 
+// Completes the boundary poll in flight (if any) and acts on it (collective): settles the
+// pending upload when it was done everywhere. Returns whether rank 0 found a failed upload's
+// retry due (only for a poll started with nothing pending).
+static bool poll_take(slm_ckpt_uploader *u) {
+    int64_t v[3];
+    if (!poll_end(u, v)) return false;
+    if (u->poll_step < 0) return v[2] != 0 && u->pending < 0;
+    if (u->poll_step == u->pending && v[0] == 0) settle_pending(u, v[1] != 0);
+    return false;
+}
+
 // Waits for the pending upload (collective). Returns whether it settled.
 static bool wait_pending(slm_ckpt_uploader *u, wait_mode mode) {
+    (void)poll_take(u); // the boundary poll in flight, if any (it may have settled it)
     while (u->pending >= 0) {
         bool flag = false;
         if (mode == WAIT_STOP) flag = slm_stop_requested();
@@ -945,7 +1003,6 @@ static void hand_off(slm_ckpt_uploader *u, int64_t step, bool retry) {
     double t0 = slm_time_s();
     if (step > u->last_handed) u->last_handed = step;
     u->pending = step;
-    u->poll_base = u->calls;
     u->pending_retry = retry;
     if (u->retry_step >= 0 && step > u->retry_step) u->retry_step = -1; // superseded
     slm_status st = SLM_OK;
@@ -1004,29 +1061,21 @@ slm_status slm_ckpt_uploader_step(slm_ckpt_uploader *u, int64_t committed) {
 static slm_status uploader_step(slm_ckpt_uploader *u, int64_t committed) {
     if (committed < u->catchup) committed = u->catchup; // uploaded at the first boundary
     if (committed > u->newest) u->newest = committed;
-    // Each poll is a collective, so a rank waits there for the slowest one: with several ranks,
-    // look only at boundaries 1, 2, 4, 8, ... after the hand-off (or failure), and whenever a
-    // newer checkpoint committed (the same boundaries on every rank: no extra agreement).
     u->calls++;
     bool newer = committed >= 0 && committed > u->last_handed;
-    int64_t k = u->calls - u->poll_base;
-    bool look = u->world == 1 || newer || (k & (k - 1)) == 0;
-    if (u->pending >= 0 && look) {
-        bool done, failed, any;
-        poll_pending(u, false, &done, &failed, &any);
-        if (done) settle_pending(u, failed);
-    }
+    // The poll started at the previous boundary (a world of one: started now, no MPI): settles a
+    // finished upload, or says a failed one's retry is due (rank 0's clock).
+    if (u->world == 1 && !u->poll_started && (u->pending >= 0 || u->retry_step >= 0)) poll_start(u);
+    bool due = poll_take(u);
     if (!newer) {
-        // Nothing newer: a failed upload is retried once its delay passed (rank 0's clock).
-        if (u->pending >= 0 || u->retry_step < 0 || !look) return SLM_OK;
-        int64_t due = u->rank == 0 && slm_time_s() >= u->retry_at;
-        if (u->world > 1) slm_dist_bcast(&due, 1, SLM_DT_I64, 0, "checkpoint upload retry");
-        if (!due) return SLM_OK;
-        u->retry_n++;
-        if (u->rank == 0)
-            slm_info("checkpoint upload: retrying step_%08" PRId64 " (%d of %d)", u->retry_step,
-                     u->retry_n, RETRY_MAX);
-        hand_off(u, u->retry_step, true);
+        if (due && u->pending < 0 && u->retry_step >= 0) {
+            u->retry_n++;
+            if (u->rank == 0)
+                slm_info("checkpoint upload: retrying step_%08" PRId64 " (%d of %d)", u->retry_step,
+                         u->retry_n, RETRY_MAX);
+            hand_off(u, u->retry_step, true);
+        }
+        if (u->pending >= 0 || u->retry_step >= 0) poll_next(u);
         return SLM_OK;
     }
     if (u->pending >= 0 && u->pending_retry) {
@@ -1043,13 +1092,14 @@ static slm_status uploader_step(slm_ckpt_uploader *u, int64_t committed) {
         double w = slm_time_s() - t0;
         u->stall_total_s += w;
         if (w > u->stall_max_s) u->stall_max_s = w;
-        if (u->rank == 0 && (settled || w > 0.01))
+        if (u->rank == 0 && w > 0.01) // (under 10 ms: it had just finished)
             slm_warn("checkpoint upload: step_%08" PRId64 " committed while the previous upload "
                      "was running; training waited %.2f s for it%s",
                      committed, w, settled ? "" : " (stop requested: waiting no longer)");
         if (!settled) return SLM_OK;
     }
     hand_off(u, committed, false);
+    poll_next(u);
     return SLM_OK;
 }
 
@@ -1107,12 +1157,15 @@ slm_status slm_ckpt_uploader_finish(slm_ckpt_uploader *u) {
             pthread_cond_timedwait(&u->cv, &u->mu, &ts);
         }
         if (u->final_failed) {
-            if (abandoned || u->final_cancelled)
+            if (abandoned || u->final_cancelled) {
+                u->n_done--; // counted at the hand-over of its manifest
+                u->n_abandoned++;
                 slm_warn("checkpoint upload to %s: the final manifest / latest abandoned at the "
                          "preemption deadline: %s",
                          u->uri, u->final_msg);
-            else
+            } else {
                 st = slm_fail(SLM_E_IO, "checkpoint upload to %s: %s", u->uri, u->final_msg);
+            }
             u->final_failed = false;
         }
         pthread_mutex_unlock(&u->mu);
@@ -1122,12 +1175,14 @@ slm_status slm_ckpt_uploader_finish(slm_ckpt_uploader *u) {
     if (u->rank == 0) {
         slm_s3_stats s = {0};
         if (u->s3) slm_s3_get_stats(u->s3, &s);
-        slm_info("checkpoint uploads to %s: %lld complete, %lld failed; rank 0's host: %lld PUTs, "
+        slm_info("checkpoint uploads to %s: %lld complete, %lld failed, %lld abandoned; rank 0's "
+                 "host: %lld PUTs, "
                  "%.1f MiB, %lld retries (%lld throttled); training waited %.2f s for overlaps, "
                  "%.2f s at the end, %.2f ms at step boundaries (polls, hand-offs %.2f ms)",
-                 u->uri, (long long)u->n_done, (long long)u->n_failed, (long long)s.puts,
-                 (double)s.bytes_up / (1 << 20), (long long)s.retries, (long long)s.throttled,
-                 u->stall_total_s, w, 1000 * u->boundary_s, 1000 * u->handoff_s);
+                 u->uri, (long long)u->n_done, (long long)u->n_failed, (long long)u->n_abandoned,
+                 (long long)s.puts, (double)s.bytes_up / (1 << 20), (long long)s.retries,
+                 (long long)s.throttled, u->stall_total_s, w, 1000 * u->boundary_s,
+                 1000 * u->handoff_s);
         if (u->deadline > 0 && u->newest > u->last_handed)
             slm_warn("checkpoint step_%08" PRId64 " (committed locally) not uploaded before the "
                      "preemption deadline; the next run with --resume auto and --ckpt-uri "
@@ -1159,6 +1214,9 @@ void slm_ckpt_uploader_free(slm_ckpt_uploader *u) {
         pthread_mutex_unlock(&u->mu);
         pthread_join(u->th, NULL);
     }
+    // A boundary poll still in flight (an error path where the ranks did not finish together):
+    // MPI may yet write its buffer, so it is left allocated unless the poll completed.
+    if (!u->poll_started || slm_dist_test(&u->poll_req)) free(u->poll_v);
     files_free(u->files, u->n_files);
     free(u->final_manifest);
     free(u->pending_manifest);
