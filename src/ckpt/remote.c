@@ -418,9 +418,7 @@ struct slm_ckpt_uploader {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     // jobs for the thread (under mu)
-    int64_t files_step; // -1: none
-    up_file *files;
-    int n_files;
+    int64_t files_step; // step whose files to map and upload (-1: none)
     int64_t final_step; // rank 0: manifest + latest + retention of this step (-1: none)
     char *final_manifest;
     size_t final_len;
@@ -432,7 +430,7 @@ struct slm_ckpt_uploader {
     char final_msg[1024];
     // training-thread state
     int64_t pending;        // step handed off whose files are not known complete everywhere (-1)
-    char *pending_manifest; // rank 0: its manifest, read at the hand-off (retention may delete it)
+    char *pending_manifest; // rank 0: its manifest, read by the thread (under mu)
     size_t pending_len;
     int64_t last_handed;
     int64_t newest;     // newest committed step the training loop reported (or the catch-up)
@@ -446,8 +444,8 @@ struct slm_ckpt_uploader {
     double deadline;    // finish: slm_time_s() at which uploads are abandoned (0: none)
     int64_t n_done, n_failed, n_abandoned; // abandoned: cancelled (preemption, newer one)
     double stall_total_s, stall_max_s;
-    int64_t calls;     // slm_ckpt_uploader_step calls
-    double handoff_s;  // of boundary_s: hand-offs (manifest read, rank files mapped)
+    int64_t calls, poll_base; // slm_ckpt_uploader_step calls; the call of the last hand-off
+    double handoff_s;         // of boundary_s: hand-offs (manifest read, rank files mapped)
     double boundary_s; // slm_ckpt_uploader_step's own time besides overlap waits (polls, hand-offs)
     // The boundary poll, off the critical path: a non-blocking all-reduce (MAX) started at one
     // step boundary and completed at the next, so no rank waits there for the slowest one (the
@@ -577,6 +575,47 @@ static slm_status do_final(slm_ckpt_uploader *u, int64_t step, const char *text,
     return st;
 }
 
+// The uploader thread, at the start of a step's job: maps the host's rank files of committed
+// step `step` (*f [*n], owned; replicas write none) and, on rank 0, reads its manifest (*man,
+// owned). Done here rather than at the hand-off, off the training thread, and at once: a local
+// retention deletes the step only after newer ones commit, and the mappings keep the bytes.
+static slm_status map_step(slm_ckpt_uploader *u, int64_t step, up_file **f, int *n, char **man,
+                           size_t *man_len) {
+    *f = NULL;
+    *n = 0;
+    *man = NULL;
+    *man_len = 0;
+    char *dir = slm_ckpt_step_dir(u->root, step, false);
+    slm_status st = SLM_OK;
+    if (u->rank == 0) {
+        char *mp = slm_path_join(dir, "manifest.json");
+        st = slm_file_read_all(mp, man, man_len);
+        free(mp);
+    }
+    up_file *fs = slm_xcalloc((size_t)u->n_local, sizeof *fs);
+    int k = 0;
+    for (int i = 0; i < u->n_local && !st; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "rank_%05d.bin", u->local_ranks[i]);
+        char *p = slm_path_join(dir, name);
+        if (slm_is_file(p)) { // replicas write no file
+            st = slm_map_file(p, &fs[k].map);
+            if (!st) k++;
+        }
+        free(p);
+    }
+    free(dir);
+    if (st) {
+        files_free(fs, k);
+        free(*man);
+        *man = NULL;
+        return st;
+    }
+    *f = fs;
+    *n = k;
+    return SLM_OK;
+}
+
 static void *up_thread(void *arg) {
     slm_ckpt_uploader *u = arg;
     // Uploads need no hurry: the lowest CPU priority for this thread (nice applies per thread on
@@ -607,13 +646,22 @@ static void *up_thread(void *arg) {
         }
         if (u->files_step >= 0) {
             int64_t step = u->files_step;
-            up_file *f = u->files;
-            int n = u->n_files;
             u->busy = true;
             pthread_mutex_unlock(&u->mu);
+            up_file *f = NULL;
+            int n = 0;
+            char *man = NULL;
+            size_t man_len = 0;
+            slm_status st = map_step(u, step, &f, &n, &man, &man_len);
+            if (man) {
+                pthread_mutex_lock(&u->mu);
+                free(u->pending_manifest);
+                u->pending_manifest = man;
+                u->pending_len = man_len;
+                pthread_mutex_unlock(&u->mu);
+            }
             // One object per host: the rank files back to back (no copy: segments of the maps).
-            slm_status st = SLM_OK;
-            if (n > 0) {
+            if (!st && n > 0) {
                 slm_s3_seg *sg = slm_xcalloc((size_t)n, sizeof *sg);
                 for (int i = 0; i < n; i++)
                     sg[i] = (slm_s3_seg){f[i].map.data, f[i].map.len};
@@ -624,8 +672,6 @@ static void *up_thread(void *arg) {
             }
             pthread_mutex_lock(&u->mu);
             files_free(f, n);
-            u->files = NULL;
-            u->n_files = 0;
             u->files_step = -1;
             u->files_done = step;
             u->files_failed = st != SLM_OK;
@@ -854,10 +900,13 @@ static void poll_start(slm_ckpt_uploader *u) {
     u->poll_started = true;
 }
 
-// The next boundary's poll, started now (every rank is here in the same state); a world of one
-// polls at the boundary itself instead (fresh, no MPI).
+// The next boundary's poll, started now (every rank is here in the same state) at boundaries 0,
+// 1, 2, 4, 8, 16, then every 16th after the hand-off (or the failure): most boundaries cost
+// nothing, and an upload is seen done at most 16 boundaries (or twice its time) late. A world of
+// one polls at every boundary itself instead (fresh, no MPI).
 static void poll_next(slm_ckpt_uploader *u) {
-    if (u->world > 1) poll_start(u);
+    int64_t k = u->calls - u->poll_base;
+    if (u->world > 1 && ((k & (k - 1)) == 0 || k % 16 == 0)) poll_start(u);
 }
 
 // Completes the poll started at an earlier boundary (collective; by now every rank started it,
@@ -910,6 +959,7 @@ static void settle_pending(slm_ckpt_uploader *u, bool failed) {
             delay *= 2;
         if (delay > RETRY_LAST_S) delay = RETRY_LAST_S;
         u->retry_at = slm_time_s() + delay;
+        u->poll_base = u->calls;
         bool give_up = u->retry_n >= RETRY_MAX;
         if (give_up) u->retry_step = -1;
         if (u->rank == 0) {
@@ -931,13 +981,13 @@ static void settle_pending(slm_ckpt_uploader *u, bool failed) {
         u->n_done++;
         return;
     }
-    char *text = u->pending_manifest;
+    pthread_mutex_lock(&u->mu);
+    char *text = u->pending_manifest; // read by the thread (map_step)
     size_t len = u->pending_len;
     u->pending_manifest = NULL;
+    pthread_mutex_unlock(&u->mu);
     if (!text) {
-        slm_error("checkpoint upload of step %" PRId64 ": its manifest could not be read at the "
-                  "hand-off",
-                  step);
+        slm_error("checkpoint upload of step %" PRId64 ": its manifest was not read", step);
         u->n_failed++;
     } else {
         u->n_done++;
@@ -997,52 +1047,23 @@ static bool wait_pending(slm_ckpt_uploader *u, wait_mode mode) {
     return true;
 }
 
-// Hands `step` (committed locally) to the uploader: rank 0 reads its manifest, each leader maps
-// its host's rank files (a later local retention may delete them; the mappings keep the bytes).
+// Hands `step` (committed locally) to the uploader: each leader's thread maps its host's rank
+// files and rank 0's reads the manifest (map_step), so the training thread only queues the job.
 static void hand_off(slm_ckpt_uploader *u, int64_t step, bool retry) {
     double t0 = slm_time_s();
     if (step > u->last_handed) u->last_handed = step;
     u->pending = step;
+    u->poll_base = u->calls;
     u->pending_retry = retry;
     if (u->retry_step >= 0 && step > u->retry_step) u->retry_step = -1; // superseded
-    slm_status st = SLM_OK;
-    if (u->rank == 0) {
-        char *dir = slm_ckpt_step_dir(u->root, step, false);
-        char *mp = slm_path_join(dir, "manifest.json");
-        free(u->pending_manifest);
-        u->pending_manifest = NULL;
-        if (slm_file_read_all(mp, &u->pending_manifest, &u->pending_len))
-            slm_error("checkpoint upload: %s", slm_errmsg());
-        free(mp);
-        free(dir);
-    }
     if (u->leader) {
-        char *dir = slm_ckpt_step_dir(u->root, step, false);
-        up_file *f = slm_xcalloc((size_t)u->n_local, sizeof *f);
-        int n = 0;
-        for (int i = 0; i < u->n_local && !st; i++) {
-            char name[32];
-            snprintf(name, sizeof name, "rank_%05d.bin", u->local_ranks[i]);
-            char *p = slm_path_join(dir, name);
-            if (slm_is_file(p)) { // replicas write no file
-                st = slm_map_file(p, &f[n].map);
-                if (!st) n++;
-            }
-            free(p);
-        }
-        free(dir);
         pthread_mutex_lock(&u->mu);
-        if (st) {
-            files_free(f, n);
-            u->files_done = step;
-            u->files_failed = true;
-            snprintf(u->files_msg, sizeof u->files_msg, "%s", slm_errmsg());
-        } else {
-            u->files = f;
-            u->n_files = n;
-            u->files_step = step;
-            pthread_cond_broadcast(&u->cv);
+        if (u->rank == 0) {
+            free(u->pending_manifest);
+            u->pending_manifest = NULL;
         }
+        u->files_step = step;
+        pthread_cond_broadcast(&u->cv);
         pthread_mutex_unlock(&u->mu);
     }
     u->handoff_s += slm_time_s() - t0;
@@ -1217,7 +1238,6 @@ void slm_ckpt_uploader_free(slm_ckpt_uploader *u) {
     // A boundary poll still in flight (an error path where the ranks did not finish together):
     // MPI may yet write its buffer, so it is left allocated unless the poll completed.
     if (!u->poll_started || slm_dist_test(&u->poll_req)) free(u->poll_v);
-    files_free(u->files, u->n_files);
     free(u->final_manifest);
     free(u->pending_manifest);
     slm_s3_close(u->s3);
