@@ -444,8 +444,11 @@ struct slm_ckpt_uploader {
     double deadline;    // finish: slm_time_s() at which uploads are abandoned (0: none)
     int64_t n_done, n_failed, n_abandoned; // abandoned: cancelled (preemption, newer one)
     double stall_total_s, stall_max_s;
-    int64_t calls, poll_base; // slm_ckpt_uploader_step calls; the call of the last hand-off
-    double handoff_s;         // of boundary_s: hand-offs (manifest read, rank files mapped)
+    int64_t calls, poll_base;  // slm_ckpt_uploader_step calls; the call of the last hand-off
+    double handoff_s;          // of boundary_s: hand-offs (queueing the job)
+    double poll_s, poll_max_s; // of boundary_s: boundary polls started / completed (their sum, max)
+    int64_t n_polls;
+    double settle_s;   // of boundary_s: settling finished uploads (rank 0 queues the manifest)
     double boundary_s; // slm_ckpt_uploader_step's own time besides overlap waits (polls, hand-offs)
     // The boundary poll, off the critical path: a non-blocking all-reduce (MAX) started at one
     // step boundary and completed at the next, so no rank waits there for the slowest one (the
@@ -895,8 +898,11 @@ static void poll_start(slm_ckpt_uploader *u) {
     }
     if (u->pending < 0 && u->rank == 0) v[2] = slm_time_s() >= u->retry_at;
     u->poll_step = u->pending;
+    u->n_polls++;
+    double t0 = slm_time_s();
     slm_dist_iallreduce(slm_comm_world(), v, 3, SLM_DT_I64, SLM_OP_MAX, "checkpoint upload poll",
                         &u->poll_req);
+    u->poll_s += slm_time_s() - t0;
     u->poll_started = true;
 }
 
@@ -913,7 +919,11 @@ static void poll_next(slm_ckpt_uploader *u) {
 // so this hardly waits). Returns false when none was started; else v[3] as in poll_start.
 static bool poll_end(slm_ckpt_uploader *u, int64_t v[3]) {
     if (!u->poll_req.active && !u->poll_started) return false;
+    double t0 = slm_time_s();
     slm_dist_wait(&u->poll_req);
+    double w = slm_time_s() - t0;
+    u->poll_s += w;
+    if (w > u->poll_max_s) u->poll_max_s = w;
     u->poll_started = false;
     memcpy(v, u->poll_v, 3 * sizeof *v);
     return true;
@@ -1023,7 +1033,11 @@ static bool poll_take(slm_ckpt_uploader *u) {
     int64_t v[3];
     if (!poll_end(u, v)) return false;
     if (u->poll_step < 0) return v[2] != 0 && u->pending < 0;
-    if (u->poll_step == u->pending && v[0] == 0) settle_pending(u, v[1] != 0);
+    if (u->poll_step == u->pending && v[0] == 0) {
+        double t0 = slm_time_s();
+        settle_pending(u, v[1] != 0);
+        u->settle_s += slm_time_s() - t0;
+    }
     return false;
 }
 
@@ -1199,11 +1213,13 @@ slm_status slm_ckpt_uploader_finish(slm_ckpt_uploader *u) {
         slm_info("checkpoint uploads to %s: %lld complete, %lld failed, %lld abandoned; rank 0's "
                  "host: %lld PUTs, "
                  "%.1f MiB, %lld retries (%lld throttled); training waited %.2f s for overlaps, "
-                 "%.2f s at the end, %.2f ms at step boundaries (polls, hand-offs %.2f ms)",
+                 "%.2f s at the end, %.2f ms at step boundaries (%lld polls %.2f ms, max %.2f ms; "
+                 "hand-offs %.2f ms, settling %.2f ms)",
                  u->uri, (long long)u->n_done, (long long)u->n_failed, (long long)u->n_abandoned,
                  (long long)s.puts, (double)s.bytes_up / (1 << 20), (long long)s.retries,
                  (long long)s.throttled, u->stall_total_s, w, 1000 * u->boundary_s,
-                 1000 * u->handoff_s);
+                 (long long)u->n_polls, 1000 * u->poll_s, 1000 * u->poll_max_s, 1000 * u->handoff_s,
+                 1000 * u->settle_s);
         if (u->deadline > 0 && u->newest > u->last_handed)
             slm_warn("checkpoint step_%08" PRId64 " (committed locally) not uploaded before the "
                      "preemption deadline; the next run with --resume auto and --ckpt-uri "
