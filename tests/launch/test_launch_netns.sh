@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fault test 5 (issue 10): node replacement on two "hosts" (network namespaces h1, h2 with their
 # own hostnames, joined by a bridge; Open MPI over TCP, its daemons started through an rsh
-# agent that enters the namespace, as tests/fsdp/netns_hybrid.sh builds them). The health check
+# agent that enters the namespace: tests/netns_lib.sh). The health check
 # fails on h1 (SHARDLM_FAULT=fail-health:rank=0, rank 0 of the check runs on h1):
 #  1. spare host: --nproc 2 on h1:2,h2:2: h1 is excluded, training runs at full size (2 ranks)
 #     on h2 only, exits 0 with the weights of an uninterrupted 2-rank run;
@@ -11,42 +11,15 @@
 # Skips (77) only when network namespaces cannot be created. Usage: test_launch_netns.sh MPIEXEC.
 . "$(dirname "$0")/../lib.sh"
 MPIEXEC=${1:-$MPIEXEC}
-command -v ip >/dev/null && command -v unshare >/dev/null || { echo "SKIP: no ip/unshare"; exit 77; }
-[ "$(id -u)" = 0 ] || { echo "SKIP: needs root"; exit 77; }
-id=$$ net="10.$((100 + id % 100)).$(( (id / 100) % 250 ))"
-br="slmlb$id" ns1="slmlh1_$id" ns2="slmlh2_$id"
-netns_cleanup() {
-    ip netns del "$ns1" 2>/dev/null; ip netns del "$ns2" 2>/dev/null
-    ip link del "slmlv1_$id" 2>/dev/null; ip link del "slmlv2_$id" 2>/dev/null
-    ip link del "$br" 2>/dev/null
-}
-slm_on_exit netns_cleanup
-ip netns add "$ns1" 2>/dev/null || { echo "SKIP: cannot create network namespaces"; exit 77; }
-ip netns add "$ns2" || exit 1
-ip link add "$br" type bridge && ip addr add "$net.254/24" dev "$br" && ip link set "$br" up || exit 1
-i=0
-for ns in "$ns1" "$ns2"; do
-    i=$((i + 1))
-    ip link add "slmlv${i}_$id" type veth peer name eth0 netns "$ns" || exit 1
-    ip link set "slmlv${i}_$id" master "$br" up
-    ip netns exec "$ns" ip addr add "$net.$i/24" dev eth0
-    ip netns exec "$ns" ip link set eth0 up
-    ip netns exec "$ns" ip link set lo up
-done
+. "$(dirname "$0")/../netns_lib.sh"
+set +e
+slm_netns_up 2
+rc=$?
+set -e
+[ "$rc" = 0 ] || exit "$rc"
+net=$SLM_NET
 . "$(dirname "$0")/launch_lib.sh"
-cat > "$W/agent.sh" <<AGENT
-#!/bin/sh
-host=\$1; shift
-case "\$host" in
-  $net.1) ns=$ns1; hn=h1 ;;
-  $net.2) ns=$ns2; hn=h2 ;;
-  *) echo "agent: unknown host \$host" >&2; exit 1 ;;
-esac
-exec ip netns exec "\$ns" unshare --uts /bin/sh -c "hostname \$hn; \$*"
-AGENT
-chmod +x "$W/agent.sh"
-MPIA="--mca routed direct --mca plm_rsh_agent $W/agent.sh --mca btl tcp,self"
-MPIA+=" --mca btl_tcp_if_include $net.0/24 --mca oob_tcp_if_include $net.0/24 -x OMP_NUM_THREADS"
+MPIA="${SLM_NET_MPI[*]} -x OMP_NUM_THREADS"
 set +e
 slm_ref 2 10 "$W/ref"
 
@@ -98,4 +71,6 @@ J=$W/b/attempts.json
 has "the trainer ran with grad accumulation 2" "$W/b/metrics.jsonl" '"event":"start".*"grad_accum":2'
 [ -d "$W/b/checkpoints/step_00000010" ] && ok "finished: step 10 checkpoint" || bad "no final checkpoint"
 no_orphans "no process left"
+slm_netns_down
+[ -z "$(slm_netns_leftovers)" ] && ok "no namespace or link left" || bad "left behind: $(slm_netns_leftovers)"
 slm_finish

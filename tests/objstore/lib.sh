@@ -8,6 +8,10 @@
 #   slm_s3_kill          SIGKILL (a crash)
 #   slm_s3_restart       starts it again on the same ports and data
 #   S3TOOL               the client driver (tests/objstore/s3_tool.c), passed as $S3TOOL
+#   S3_IP                the address it listens on (default 127.0.0.1; a netns bridge's address
+#                        makes it reachable from tests/netns_lib.sh hosts)
+#   S3_LOG_REQUESTS=1    weed logs every request it answers (IDENTITY METHOD "/BUCKET/KEY"
+#                        CODE TIME", glog level 3) to $S3_DIR/weed.log: the server's own count
 # Skips (exit 77) only when the weed binary is missing.
 WEED="${WEED:-$(dirname "$PY")/weed}"
 [ -x "$WEED" ] || WEED=$(command -v weed || true)
@@ -18,12 +22,13 @@ fi
 S3TOOL="${S3TOOL:?set S3TOOL to the s3_tool driver}"
 S3_BUCKET="${S3_BUCKET:-slm-test}"
 S3_PID=""
+S3_IP="${S3_IP:-127.0.0.1}"
 S3_AK="SLMTESTKEY0000000001"
 S3_SK="slm/test+secret0000000000000000000000001"
-slm_free_ports_() { # prints N free loopback TCP ports below 50000 (grpc ports are port + 10000)
-    "$PY" - "$1" <<'PY'
+slm_free_ports_() { # prints N free TCP ports of $S3_IP below 50000 (grpc ports are port + 10000)
+    "$PY" - "$1" "$S3_IP" <<'PY'
 import random, socket, sys
-n, got, tried = int(sys.argv[1]), [], 0
+n, ip, got, tried = int(sys.argv[1]), sys.argv[2], [], 0
 while len(got) < n and tried < 2000:
     tried += 1
     p = random.randint(20000, 49999)
@@ -33,7 +38,7 @@ while len(got) < n and tried < 2000:
     for q in (p, p + 10000):
         s = socket.socket()
         try:
-            s.bind(("127.0.0.1", q))
+            s.bind((ip, q))
         except OSError:
             ok = False
         finally:
@@ -44,7 +49,9 @@ print(" ".join(map(str, got)))
 PY
 }
 slm_s3_launch_() {
-    "$WEED" mini -dir="$S3_DIR/data" -ip=127.0.0.1 -ip.bind=127.0.0.1 \
+    local v=()
+    [ "${S3_LOG_REQUESTS:-0}" = 1 ] && v=(-v=3)
+    "$WEED" "${v[@]}" mini -dir="$S3_DIR/data" -ip="$S3_IP" -ip.bind="$S3_IP" \
         -master.port="${S3_PORTS[0]}" -master.port.grpc=$((S3_PORTS[0] + 10000)) \
         -volume.port="${S3_PORTS[1]}" -volume.port.grpc=$((S3_PORTS[1] + 10000)) \
         -filer.port="${S3_PORTS[2]}" -filer.port.grpc=$((S3_PORTS[2] + 10000)) \
@@ -73,7 +80,7 @@ slm_s3_start() {
 JSON
     read -r -a S3_PORTS <<< "$(slm_free_ports_ 6)"
     S3_PORT=${S3_PORTS[3]}
-    S3_ENDPOINT="http://127.0.0.1:$S3_PORT"
+    S3_ENDPOINT="http://$S3_IP:$S3_PORT"
     export AWS_ENDPOINT_URL="$S3_ENDPOINT" AWS_ACCESS_KEY_ID="$S3_AK"
     export AWS_SECRET_ACCESS_KEY="$S3_SK" AWS_REGION=us-east-1
     unset AWS_PROFILE AWS_SESSION_TOKEN AWS_ENDPOINT_URL_S3 || true
