@@ -15,6 +15,7 @@
 #include <cjson/cJSON.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -625,6 +626,11 @@ static void *up_thread(void *arg) {
     // Linux), as the saver's writer thread, so the payload SHA-256 and curl's copies never take
     // a core from the training threads at a step boundary. Best effort.
     (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
+    // SCHED_IDLE besides: a waking SCHED_OTHER thread, even at nice 19, may preempt the thread
+    // that woke it (the scheduler's sleeper credit), so a hand-off at a step boundary cost the
+    // training thread milliseconds on a loaded machine; an idle-policy thread never preempts it.
+    struct sched_param sp = {0};
+    (void)pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp);
     pthread_mutex_lock(&u->mu);
     for (;;) {
         while (!u->quit && u->final_step < 0 && u->files_step < 0)
@@ -636,8 +642,11 @@ static void *up_thread(void *arg) {
             u->busy = true;
             pthread_mutex_unlock(&u->mu);
             slm_status st = do_final(u, step, text, len);
-            pthread_mutex_lock(&u->mu);
             free(text);
+            // Short critical sections only (no unmapping, freeing or I/O under mu): the training
+            // thread takes mu at step boundaries, and this thread, at nice 19 on a busy machine,
+            // may wait long for a core while holding it.
+            pthread_mutex_lock(&u->mu);
             u->final_manifest = NULL;
             u->final_step = -1;
             u->final_failed = st != SLM_OK;
@@ -658,10 +667,11 @@ static void *up_thread(void *arg) {
             slm_status st = map_step(u, step, &f, &n, &man, &man_len);
             if (man) {
                 pthread_mutex_lock(&u->mu);
-                free(u->pending_manifest);
+                char *old = u->pending_manifest;
                 u->pending_manifest = man;
                 u->pending_len = man_len;
                 pthread_mutex_unlock(&u->mu);
+                free(old);
             }
             // One object per host: the rank files back to back (no copy: segments of the maps).
             if (!st && n > 0) {
@@ -673,8 +683,8 @@ static void *up_thread(void *arg) {
                 free(key);
                 free(sg);
             }
-            pthread_mutex_lock(&u->mu);
             files_free(f, n);
+            pthread_mutex_lock(&u->mu);
             u->files_step = -1;
             u->files_done = step;
             u->files_failed = st != SLM_OK;
