@@ -15,7 +15,6 @@
 #include <cjson/cJSON.h>
 #include <inttypes.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -419,7 +418,9 @@ struct slm_ckpt_uploader {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     // jobs for the thread (under mu)
-    int64_t files_step; // step whose files to map and upload (-1: none)
+    int64_t files_step; // step whose files to upload (-1: none)
+    up_file *files;     // its mapped rank files [n_files]
+    int n_files;
     int64_t final_step; // rank 0: manifest + latest + retention of this step (-1: none)
     char *final_manifest;
     size_t final_len;
@@ -431,7 +432,7 @@ struct slm_ckpt_uploader {
     char final_msg[1024];
     // training-thread state
     int64_t pending;        // step handed off whose files are not known complete everywhere (-1)
-    char *pending_manifest; // rank 0: its manifest, read by the thread (under mu)
+    char *pending_manifest; // rank 0: its manifest, read at the hand-off (retention may delete it)
     size_t pending_len;
     int64_t last_handed;
     int64_t newest;     // newest committed step the training loop reported (or the catch-up)
@@ -460,6 +461,17 @@ struct slm_ckpt_uploader {
                        // leaked rather than freed under a request that never completed
     int64_t poll_step; // u->pending when the poll started (-1: a retry-due poll)
     bool poll_started; // a poll was started and not yet completed with poll_end
+    // Jobs not yet handed to the thread (its mutex was busy: flush_jobs retries at later
+    // boundaries, without waiting)
+    int64_t defer_files; // a hand-off (-1: none), its mapped files or the mapping's failure:
+    up_file *defer_f;
+    int defer_n;
+    bool defer_failed;
+    char defer_msg[1024];
+    int64_t defer_final; // rank 0: a settled step whose manifest + latest are to go up (-1),
+    bool defer_final_retry, defer_final_ok; // a retry's; its manifest was read; the text:
+    char *defer_text;
+    size_t defer_len;
 };
 
 static void files_free(up_file *f, int n) {
@@ -579,62 +591,28 @@ static slm_status do_final(slm_ckpt_uploader *u, int64_t step, const char *text,
     return st;
 }
 
-// The uploader thread, at the start of a step's job: maps the host's rank files of committed
-// step `step` (*f [*n], owned; replicas write none) and, on rank 0, reads its manifest (*man,
-// owned). Done here rather than at the hand-off, off the training thread, and at once: a local
-// retention deletes the step only after newer ones commit, and the mappings keep the bytes.
-static slm_status map_step(slm_ckpt_uploader *u, int64_t step, up_file **f, int *n, char **man,
-                           size_t *man_len) {
-    *f = NULL;
-    *n = 0;
-    *man = NULL;
-    *man_len = 0;
-    char *dir = slm_ckpt_step_dir(u->root, step, false);
-    slm_status st = SLM_OK;
-    if (u->rank == 0) {
-        char *mp = slm_path_join(dir, "manifest.json");
-        st = slm_file_read_all(mp, man, man_len);
-        free(mp);
-    }
-    up_file *fs = slm_xcalloc((size_t)u->n_local, sizeof *fs);
-    int k = 0;
-    for (int i = 0; i < u->n_local && !st; i++) {
-        char name[32];
-        snprintf(name, sizeof name, "rank_%05d.bin", u->local_ranks[i]);
-        char *p = slm_path_join(dir, name);
-        if (slm_is_file(p)) { // replicas write no file
-            st = slm_map_file(p, &fs[k].map);
-            if (!st) k++;
-        }
-        free(p);
-    }
-    free(dir);
-    if (st) {
-        files_free(fs, k);
-        free(*man);
-        *man = NULL;
-        return st;
-    }
-    *f = fs;
-    *n = k;
-    return SLM_OK;
-}
-
 static void *up_thread(void *arg) {
     slm_ckpt_uploader *u = arg;
     // Uploads need no hurry: the lowest CPU priority for this thread (nice applies per thread on
     // Linux), as the saver's writer thread, so the payload SHA-256 and curl's copies never take
     // a core from the training threads at a step boundary. Best effort.
     (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
-    // SCHED_IDLE besides: a waking SCHED_OTHER thread, even at nice 19, may preempt the thread
-    // that woke it (the scheduler's sleeper credit), so a hand-off at a step boundary cost the
-    // training thread milliseconds on a loaded machine; an idle-policy thread never preempts it.
-    struct sched_param sp = {0};
-    (void)pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp);
+    // The training thread neither wakes this one nor waits for its mutex at a step boundary
+    // (a woken thread, even at nice 19, may preempt its waker, and one holding the mutex may wait
+    // long for a core on a busy machine: both cost the boundary milliseconds): it queues jobs
+    // with a trylock (flush_jobs) and this thread looks for them every 20 ms.
     pthread_mutex_lock(&u->mu);
     for (;;) {
-        while (!u->quit && u->final_step < 0 && u->files_step < 0)
-            pthread_cond_wait(&u->cv, &u->mu);
+        while (!u->quit && u->final_step < 0 && u->files_step < 0) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 20 * 1000 * 1000;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&u->cv, &u->mu, &ts);
+        }
         if (u->final_step >= 0) {
             int64_t step = u->final_step;
             char *text = u->final_manifest;
@@ -643,9 +621,7 @@ static void *up_thread(void *arg) {
             pthread_mutex_unlock(&u->mu);
             slm_status st = do_final(u, step, text, len);
             free(text);
-            // Short critical sections only (no unmapping, freeing or I/O under mu): the training
-            // thread takes mu at step boundaries, and this thread, at nice 19 on a busy machine,
-            // may wait long for a core while holding it.
+            // Short critical sections only (no unmapping, freeing or I/O under mu).
             pthread_mutex_lock(&u->mu);
             u->final_manifest = NULL;
             u->final_step = -1;
@@ -659,20 +635,12 @@ static void *up_thread(void *arg) {
         if (u->files_step >= 0) {
             int64_t step = u->files_step;
             u->busy = true;
+            up_file *f = u->files;
+            int n = u->n_files;
+            u->files = NULL;
+            u->n_files = 0;
             pthread_mutex_unlock(&u->mu);
-            up_file *f = NULL;
-            int n = 0;
-            char *man = NULL;
-            size_t man_len = 0;
-            slm_status st = map_step(u, step, &f, &n, &man, &man_len);
-            if (man) {
-                pthread_mutex_lock(&u->mu);
-                char *old = u->pending_manifest;
-                u->pending_manifest = man;
-                u->pending_len = man_len;
-                pthread_mutex_unlock(&u->mu);
-                free(old);
-            }
+            slm_status st = SLM_OK;
             // One object per host: the rank files back to back (no copy: segments of the maps).
             if (!st && n > 0) {
                 slm_s3_seg *sg = slm_xcalloc((size_t)n, sizeof *sg);
@@ -817,7 +785,7 @@ slm_status slm_ckpt_uploader_new(const slm_ckpt_upload_opts *o, slm_ckpt_uploade
     pthread_mutex_init(&u->mu, NULL);
     pthread_cond_init(&u->cv, NULL);
     u->poll_v = slm_xcalloc(3, sizeof *u->poll_v);
-    u->poll_step = -1;
+    u->poll_step = u->defer_files = u->defer_final = -1;
     slm_status st = rlay_parse(o->uri, &u->L);
     if (!st && (o->prefix_shards < 1 || o->prefix_shards > 100))
         st = slm_fail(SLM_E_ARG, "--s3-prefix-shards %d: expected 1..100", o->prefix_shards);
@@ -901,10 +869,13 @@ static void poll_start(slm_ckpt_uploader *u) {
     int64_t *v = u->poll_v;
     v[0] = v[1] = v[2] = 0;
     if (u->pending >= 0 && u->leader) {
-        pthread_mutex_lock(&u->mu);
-        v[0] = u->files_done != u->pending;
-        v[1] = u->files_done == u->pending && u->files_failed;
-        pthread_mutex_unlock(&u->mu);
+        if (pthread_mutex_trylock(&u->mu) == 0) {
+            v[0] = u->files_done != u->pending;
+            v[1] = u->files_done == u->pending && u->files_failed;
+            pthread_mutex_unlock(&u->mu);
+        } else {
+            v[0] = 1; // the thread holds its mutex: not known done, ask again later
+        }
     }
     if (u->pending < 0 && u->rank == 0) v[2] = slm_time_s() >= u->retry_at;
     u->poll_step = u->pending;
@@ -937,6 +908,57 @@ static bool poll_end(slm_ckpt_uploader *u, int64_t v[3]) {
     u->poll_started = false;
     memcpy(v, u->poll_v, 3 * sizeof *v);
     return true;
+}
+
+// Hands the deferred jobs to the thread: without waiting (a trylock; what cannot go now stays
+// deferred for the next boundary), or, with `block`, waiting for its mutex and for the previous
+// manifest + latest to finish.
+static void flush_jobs(slm_ckpt_uploader *u, bool block) {
+    if (u->defer_files < 0 && u->defer_final < 0) return;
+    if (block)
+        pthread_mutex_lock(&u->mu);
+    else if (pthread_mutex_trylock(&u->mu) != 0)
+        return;
+    while (block && u->defer_final >= 0 && u->final_step >= 0) // the previous one still running
+        pthread_cond_wait(&u->cv, &u->mu);
+    bool final_went = false;
+    if (u->defer_final >= 0 && u->final_step < 0) {
+        final_went = true;
+        if (u->defer_text) {
+            u->final_step = u->defer_final;
+            u->final_manifest = u->defer_text;
+            u->final_len = u->defer_len;
+            u->defer_text = NULL;
+        }
+    }
+    if (u->defer_files >= 0 && u->files_step < 0) {
+        if (u->defer_failed) { // the mapping failed: done, failed
+            u->files_done = u->defer_files;
+            u->files_failed = true;
+            snprintf(u->files_msg, sizeof u->files_msg, "%s", u->defer_msg);
+        } else {
+            u->files = u->defer_f;
+            u->n_files = u->defer_n;
+            u->files_step = u->defer_files;
+            u->defer_f = NULL;
+            u->defer_n = 0;
+        }
+        u->defer_files = -1;
+    }
+    if (block) pthread_cond_broadcast(&u->cv);
+    pthread_mutex_unlock(&u->mu);
+    if (final_went) {
+        if (!u->defer_final_ok) {
+            slm_error("checkpoint upload of step %" PRId64 ": its manifest could not be read at "
+                      "the hand-off",
+                      u->defer_final);
+            u->n_failed++;
+        } else {
+            u->n_done++;
+            if (u->defer_final_retry) u->n_failed--; // counted as failed before, complete now
+        }
+        u->defer_final = -1;
+    }
 }
 
 #define RETRY_MAX 8       // retries of one failed checkpoint upload
@@ -1001,26 +1023,14 @@ static void settle_pending(slm_ckpt_uploader *u, bool failed) {
         u->n_done++;
         return;
     }
-    pthread_mutex_lock(&u->mu);
-    char *text = u->pending_manifest; // read by the thread (map_step)
-    size_t len = u->pending_len;
+    if (u->defer_final >= 0) flush_jobs(u, true); // the previous one still waits (rare)
+    u->defer_final = step;
+    u->defer_final_retry = retry;
+    u->defer_text = u->pending_manifest;
+    u->defer_len = u->pending_len;
+    u->defer_final_ok = u->defer_text != NULL;
     u->pending_manifest = NULL;
-    pthread_mutex_unlock(&u->mu);
-    if (!text) {
-        slm_error("checkpoint upload of step %" PRId64 ": its manifest was not read", step);
-        u->n_failed++;
-    } else {
-        u->n_done++;
-        if (retry) u->n_failed--; // counted as failed before, complete now
-        pthread_mutex_lock(&u->mu);
-        while (u->final_step >= 0) // the previous final still running
-            pthread_cond_wait(&u->cv, &u->mu);
-        u->final_step = step;
-        u->final_manifest = text;
-        u->final_len = len;
-        pthread_cond_broadcast(&u->cv);
-        pthread_mutex_unlock(&u->mu);
-    }
+    flush_jobs(u, false);
 }
 
 // Cancels the pending upload on every leader (collective callers only: every rank calls it at
@@ -1053,7 +1063,8 @@ static bool poll_take(slm_ckpt_uploader *u) {
 
 // Waits for the pending upload (collective). Returns whether it settled.
 static bool wait_pending(slm_ckpt_uploader *u, wait_mode mode) {
-    (void)poll_take(u); // the boundary poll in flight, if any (it may have settled it)
+    flush_jobs(u, true); // a deferred hand-off must reach the thread before it can finish
+    (void)poll_take(u);  // the boundary poll in flight, if any (it may have settled it)
     while (u->pending >= 0) {
         bool flag = false;
         if (mode == WAIT_STOP) flag = slm_stop_requested();
@@ -1071,8 +1082,9 @@ static bool wait_pending(slm_ckpt_uploader *u, wait_mode mode) {
     return true;
 }
 
-// Hands `step` (committed locally) to the uploader: each leader's thread maps its host's rank
-// files and rank 0's reads the manifest (map_step), so the training thread only queues the job.
+// Hands `step` (committed locally) to the uploader: rank 0 reads its manifest, each leader maps
+// its host's rank files (a later local retention may delete them; the mappings keep the bytes)
+// and queues the job for its thread (flush_jobs: never waiting for the thread's mutex).
 static void hand_off(slm_ckpt_uploader *u, int64_t step, bool retry) {
     double t0 = slm_time_s();
     if (step > u->last_handed) u->last_handed = step;
@@ -1080,15 +1092,45 @@ static void hand_off(slm_ckpt_uploader *u, int64_t step, bool retry) {
     u->poll_base = u->calls;
     u->pending_retry = retry;
     if (u->retry_step >= 0 && step > u->retry_step) u->retry_step = -1; // superseded
+    slm_status st = SLM_OK;
+    if (u->rank == 0) {
+        char *dir = slm_ckpt_step_dir(u->root, step, false);
+        char *mp = slm_path_join(dir, "manifest.json");
+        free(u->pending_manifest);
+        u->pending_manifest = NULL;
+        if (slm_file_read_all(mp, &u->pending_manifest, &u->pending_len))
+            slm_error("checkpoint upload: %s", slm_errmsg());
+        free(mp);
+        free(dir);
+    }
     if (u->leader) {
-        pthread_mutex_lock(&u->mu);
-        if (u->rank == 0) {
-            free(u->pending_manifest);
-            u->pending_manifest = NULL;
+        char *dir = slm_ckpt_step_dir(u->root, step, false);
+        up_file *f = slm_xcalloc((size_t)u->n_local, sizeof *f);
+        int n = 0;
+        for (int i = 0; i < u->n_local && !st; i++) {
+            char name[32];
+            snprintf(name, sizeof name, "rank_%05d.bin", u->local_ranks[i]);
+            char *p = slm_path_join(dir, name);
+            if (slm_is_file(p)) { // replicas write no file
+                st = slm_map_file(p, &f[n].map);
+                if (!st) n++;
+            }
+            free(p);
         }
-        u->files_step = step;
-        pthread_cond_broadcast(&u->cv);
-        pthread_mutex_unlock(&u->mu);
+        free(dir);
+        files_free(u->defer_f, u->defer_n); // (none: a hand-off follows a settled one)
+        u->defer_f = NULL;
+        u->defer_n = 0;
+        u->defer_failed = st != SLM_OK;
+        if (st) {
+            files_free(f, n);
+            snprintf(u->defer_msg, sizeof u->defer_msg, "%s", slm_errmsg());
+        } else {
+            u->defer_f = f;
+            u->defer_n = n;
+        }
+        u->defer_files = step;
+        flush_jobs(u, false);
     }
     u->handoff_s += slm_time_s() - t0;
 }
@@ -1107,6 +1149,7 @@ static slm_status uploader_step(slm_ckpt_uploader *u, int64_t committed) {
     if (committed < u->catchup) committed = u->catchup; // uploaded at the first boundary
     if (committed > u->newest) u->newest = committed;
     u->calls++;
+    flush_jobs(u, false); // what the thread's mutex kept from it at an earlier boundary
     bool newer = committed >= 0 && committed > u->last_handed;
     // The poll started at the previous boundary (a world of one: started now, no MPI): settles a
     // finished upload, or says a failed one's retry is due (rank 0's clock).
@@ -1186,6 +1229,7 @@ slm_status slm_ckpt_uploader_finish(slm_ckpt_uploader *u) {
     slm_status st = SLM_OK;
     bool abandoned = false;
     if (u->rank == 0) {
+        flush_jobs(u, true); // the last manifest + latest, if still deferred
         pthread_mutex_lock(&u->mu);
         while (u->final_step >= 0 || u->busy) {
             if (u->deadline > 0 && slm_time_s() >= u->deadline && !abandoned) {
@@ -1266,6 +1310,9 @@ void slm_ckpt_uploader_free(slm_ckpt_uploader *u) {
     if (!u->poll_started || slm_dist_test(&u->poll_req)) free(u->poll_v);
     free(u->final_manifest);
     free(u->pending_manifest);
+    free(u->defer_text);
+    files_free(u->files, u->n_files);
+    files_free(u->defer_f, u->defer_n);
     slm_s3_close(u->s3);
     rlay_free(&u->L);
     free(u->local_ranks);
