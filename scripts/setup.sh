@@ -10,6 +10,7 @@ PKGS=(build-essential cmake pkg-config clang clang-format libclang-rt-14-dev lib
       libopenblas-dev libopenmpi-dev openmpi-bin libcjson-dev libpcre2-dev libxxhash-dev
       python3 python3-venv python3-numpy python3-torch sentencepiece python3-sentencepiece bible-kjv
       iproute2 procps
+      iputils-ping iperf3
       prometheus slurm-wlm slurmd slurmctld munge chromium libmicrohttpd-dev libcurl4-openssl-dev
       curl procps
       libssl-dev libxml2-utils libpmix-dev libxml2-dev)

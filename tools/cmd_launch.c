@@ -12,6 +12,7 @@
 #include "cmd.h"
 #include "launch/launch.h"
 #include "metrics/metrics.h"
+#include "train/train.h"
 
 typedef struct launch_args {
     slm_launch_opts o;
@@ -39,16 +40,6 @@ static slm_status parse_duration(const char *opt, const char *v, void *dst) {
         return slm_fail(SLM_E_ARG, "%s \"%s\": expected a duration > 0 such as 90, 90s, 30m, 2h",
                         opt, v);
     *(double *)dst = x * mul;
-    return SLM_OK;
-}
-
-// --metrics-addr: checked when parsed (a bad address is a usage error), kept as given.
-static slm_status parse_metrics_addr(const char *opt, const char *v, void *dst) {
-    char host[256];
-    int port;
-    slm_status st = slm_metrics_parse_addr(v, host, sizeof host, &port);
-    if (st) return slm_fail(st, "%s: %s", opt, slm_errmsg());
-    *(const char **)dst = v;
     return SLM_OK;
 }
 
@@ -188,7 +179,7 @@ static const slm_opt k_launch_opts[] = {
      .help = "the launcher serves its own /metrics (shardlm_launch_*: restarts, attempts, world "
              "size, health checks, excluded hosts, state, last heartbeat) on HOST:PORT; :PORT "
              "listens on 127.0.0.1, PORT 0 picks a free port (logged)",
-     .parse = parse_metrics_addr,
+     .parse = slm_opt_parse_metrics_addr,
      .def = "off"},
     {.name = "--metrics-linger",
      .type = SLM_OPT_DOUBLE,
@@ -248,6 +239,15 @@ int slm_cmd_launch(int argc, char **argv) {
     if (dd >= argc - 1) {
         fprintf(stderr, "launch: give the train arguments after \"--\" (-- --data D --model M "
                         "--batch B --seq T --steps N --out RUN_DIR ...)\n");
+        return SLM_EXIT_USAGE;
+    }
+    // SHARDLM_FAULT is the job's (exported to every rank): a bad value, or a fault naming a rank
+    // beyond --nproc (it would never fire), is a usage error before anything starts.
+    slm_fault_plan faults;
+    slm_status fst = slm_fault_plan_from_env(&faults);
+    if (!fst) fst = slm_fault_check_world(&faults, a.o.nproc);
+    if (fst) {
+        slm_error("launch: --nproc %d: %s", a.o.nproc, slm_errmsg());
         return SLM_EXIT_USAGE;
     }
     a.o.train_argc = argc - dd - 1;

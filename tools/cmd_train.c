@@ -37,16 +37,6 @@ static slm_status parse_lora_targets(const char *opt, const char *v, void *dst) 
     return slm_lora_parse_targets(v, dst);
 }
 
-// --metrics-addr: checked when parsed (a bad address is a usage error), kept as given.
-static slm_status parse_metrics_addr(const char *opt, const char *v, void *dst) {
-    char host[256];
-    int port;
-    slm_status st = slm_metrics_parse_addr(v, host, sizeof host, &port);
-    if (st) return slm_fail(st, "%s: %s", opt, slm_errmsg());
-    *(const char **)dst = v;
-    return SLM_OK;
-}
-
 static const char *const k_ckpt_error[] = {"continue", "abort", NULL};
 static const char *const k_nonfinite[] = {"abort", "skip", NULL};
 
@@ -325,7 +315,7 @@ static const slm_opt k_train_opts[] = {
      .meta = "HOST:PORT",
      .help = "rank 0 serves /metrics (Prometheus text format) on HOST:PORT; :PORT listens on "
              "127.0.0.1, PORT 0 picks a free port (logged)",
-     .parse = parse_metrics_addr,
+     .parse = slm_opt_parse_metrics_addr,
      .def = "off",
      .flags = SLM_OPTF_PER_RANK},
     {.name = "--metrics-all-ranks",
@@ -419,6 +409,13 @@ static const slm_opt k_train_opts[] = {
      .off = A(o.verify_on_resume),
      .help = "also check every checkpoint file's XXH64 before resuming (default: manifest and "
              "file sizes)"},
+    {.name = "--allow-batch-change",
+     .type = SLM_OPT_FLAG,
+     .off = A(o.allow_batch_change),
+     .help = "resume at another global batch (--batch x ranks x --grad-accum) than the "
+             "checkpoint's, with a warning (default: refused, exit 2, naming the --grad-accum "
+             "that keeps it; another world size with the same global batch needs no flag; "
+             "--seq must always match)"},
     {.name = "--train-from-scratch",
      .type = SLM_OPT_FLAG,
      .off = A(o.train_from_scratch),
@@ -507,7 +504,7 @@ static const slm_opt k_train_opts[] = {
      .off = A(o.spike_window),
      .meta = "N",
      .help = "loss-spike detector: z-score of each step's loss against the previous N steps' "
-             "losses (0 = off)",
+             "losses (0 = off; else N >= 8: a smaller window flags ordinary noise)",
      .ilo = 0,
      .ihi = 1 << 20},
     {.name = "--loss-spike-z",
@@ -659,6 +656,12 @@ static int train_check(const train_args *t, const slm_opt_seen *seen) {
     if ((o->train_from_scratch || o->verify_on_resume) && !o->out_dir) {
         slm_error("train: %s needs --out RUN_DIR",
                   o->train_from_scratch ? "--train-from-scratch" : "--verify-on-resume");
+        return SLM_EXIT_USAGE;
+    }
+    if (o->spike_window != 0 && o->spike_window < SLM_SPIKE_WINDOW_MIN) {
+        slm_error("train: --loss-spike-window %d: must be 0 (off) or at least %d (fewer losses "
+                  "give a standard deviation too noisy to judge a spike by)",
+                  o->spike_window, SLM_SPIKE_WINDOW_MIN);
         return SLM_EXIT_USAGE;
     }
     bool lora_opt = slm_opt_given(cli, seen, "--lora-alpha") ||
@@ -826,6 +829,15 @@ int slm_cmd_train(int argc, char **argv) {
     if (st) {
         slm_error("train: %s", slm_errmsg());
         return SLM_EXIT_ERROR;
+    }
+    // A fault naming a rank beyond the world would never fire: a usage error, now that the
+    // world size is known (every rank checks the same environment; agreed, rank 0 reports).
+    slm_status fst = slm_fault_check_world(&faults, slm_dist_world());
+    if (slm_dist_agree(fst)) {
+        if (slm_dist_rank() == 0)
+            slm_error("train: %s", fst ? slm_errmsg() : "SHARDLM_FAULT differs across ranks");
+        slm_dist_finalize();
+        return SLM_EXIT_USAGE;
     }
     slm_train_install_signal_handlers();
     slm_flight_install_signals(); // SIGUSR2 and fatal signals dump the flight recorder

@@ -2,6 +2,8 @@
 // --help, all from one slm_opt table per subcommand.
 #include "opt.h"
 
+#include "metrics/metrics.h"
+
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -372,4 +374,13 @@ void slm_opt_help(FILE *f, const slm_cli *cli, const void *defaults) {
     fwrite(buf, 1, len, f);
     fflush(f);
     free(buf);
+}
+
+slm_status slm_opt_parse_metrics_addr(const char *opt, const char *v, void *dst) {
+    char host[256];
+    int port;
+    slm_status st = slm_metrics_parse_addr(v, host, sizeof host, &port);
+    if (st) return slm_fail_wrap(st, "%s", opt);
+    *(const char **)dst = v;
+    return SLM_OK;
 }

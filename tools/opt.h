@@ -124,6 +124,11 @@ void slm_opt_range_text(const slm_opt *o, char *buf, size_t cap);
 // Parses a byte count as SLM_OPT_SIZE does. SLM_E_ARG naming `opt` on a bad value.
 slm_status slm_opt_parse_size(const char *opt, const char *s, size_t *out);
 
+// A CUSTOM option's parser for a metrics address (--metrics-addr of train and launch): checks
+// `v` with slm_metrics_parse_addr (HOST:PORT, :PORT, [IPV6]:PORT) and stores the string as given
+// into *(const char **)dst. SLM_E_ARG naming `opt` and the address on a bad one.
+slm_status slm_opt_parse_metrics_addr(const char *opt, const char *v, void *dst);
+
 // The process exit code of a status: 0 for SLM_OK, 2 for SLM_E_ARG (usage), 1 otherwise.
 int slm_exit_code(slm_status st);
 

@@ -1,15 +1,19 @@
 #!/usr/bin/env python3
 """The communication model of docs/scaling.md, as a function (issue 14).
 
-step time = compute + local + sum over the step's inter-host collectives of their time
-(no overlap: docs/scaling.md measured exposed communication ~= the bare transfer time).
+step time = compute + local + the step's inter-host collectives (no overlap with compute: a
+rendezvous transfer moves only while the ranks are inside MPI; HYBRID's replica all-reduces,
+all in flight at the optimizer's wait, pipelined with each other; docs/scaling.md "Emulated
+cluster" for the measurements behind both).
 
 compute: the model's FLOPs per unit (the same count as `shardlm train --simulate-compute`,
   6 N + 12 L C T per token) / rate.
 local:   the intra-host part (shared memory copies and reductions, hook polling, the optimizer on
   the shards); the bench takes it from the same configuration at H = 1 (measured), so only the
   inter-host part is predicted.
-inter-host, per host link of `rate` bytes/s each way and one-way latency `alpha`:
+inter-host, per host link of `rate` bytes/s each way and one-way latency `alpha` (the libnbc
+variants charge each message round RNDV_TRIPS = 3 alpha: rendezvous request, acknowledgement,
+data):
   "ring" (docs/scaling.md as written, NCCL-like ring algorithms, per-rank bandwidth = link / n):
       all-gather / reduce-scatter of X over S ranks: (S-1)/S X / (rate / n)
       all-reduce of X over R ranks:                   2 (R-1)/R X / (rate / n)
@@ -22,7 +26,23 @@ inter-host, per host link of `rate` bytes/s each way and one-way latency `alpha`
       iallreduce in place (HYBRID's replica all-reduce): binomial reduce + binomial broadcast
           (in-place requests always take it); the n replica groups all root on host 1, so each
           of the 2 log2 H rounds moves n shards of X / n through one link
-          -> 2 log2(H) X / rate + 2 log2(H) alpha
+          -> 2 log2(H) X / rate + 2 log2(H) alpha   (one all-reduce alone: "libnbc-serial")
+      HYBRID's replica all-reduces of a step pipeline ("libnbc", the correction of 250 Mbit/s,
+          docs/scaling.md): fsdp/ starts one per unit at its post-backward hook and waits for
+          none of them before the optimizer step (slm_fsdp_sync_grads), so all of them are in
+          flight when the rank blocks; while it waits, Open MPI progresses every outstanding
+          schedule, and the reduce phase of unit k+1 (into host 1: log2 H X through its ingress)
+          runs while the broadcast phase of unit k (out of host 1: log2 H X through its egress)
+          does, the two directions of a full-duplex link. Host 1's ingress carries log2 H X of
+          every unit back to back; its egress starts after the first unit's reduce and ends
+          after the last unit's broadcast:
+          -> log2(H) (sum_u X_u + max(X_first, X_last)) / rate + 2 log2(H) alpha
+          instead of the serial 2 log2(H) sum_u X_u / rate. No progress during compute (the
+          ranks sleep outside MPI; what the kernel's socket buffers carry meanwhile is not
+          counted). FULL_SHARD's reduce-scatters get no such credit: the next unit's all-gather
+          wait queues behind them on the same TCP connection (first in, first out), so their
+          bytes are paid inside the backward's gather waits, unit by unit (the per-unit check,
+          units.py, shows it).
 """
 import json
 import math
@@ -46,10 +66,19 @@ def flops_per_token(cfg, T):
     return 6 * n_mm + 12 * L * C * T
 
 
+# One-way latencies per message round of libnbc's schedules: every FSDP unit is far above the
+# TCP BTL's eager limit (64 KiB), so each message goes by Open MPI's rendezvous protocol (ob1):
+# the request to send, the receiver's acknowledgement, then the data: 3 one-way trips.
+RNDV_TRIPS = 3
+
+
 def inter_host_s(cfg, strategy, H, n, rate_bytes, alpha_s, p=4, g=4, K=1, algo="libnbc"):
-    """Seconds of inter-host communication per optimizer step (K micro-batches)."""
+    """Seconds of inter-host communication per optimizer step (K micro-batches). alpha_s: the
+    one-way host-to-host latency; the libnbc variants charge RNDV_TRIPS of it per round."""
     if H <= 1:
         return 0.0
+    if algo != "ring":
+        alpha_s *= RNDV_TRIPS
     blocks, root = unit_numels(cfg)
     lg = math.log2(H)
     t = 0.0
@@ -66,18 +95,52 @@ def inter_host_s(cfg, strategy, H, n, rate_bytes, alpha_s, p=4, g=4, K=1, algo="
             X = u * g
             if algo == "ring":
                 t += (N - 1) / N * X / (rate_bytes / n) + (N - 1) * alpha_s
-            else:
+            else:  # libnbc and libnbc-serial alike
                 t += (lg + (H - 1) / H) * X / rate_bytes + (lg + 1) * alpha_s
     elif strategy == "HYBRID_SHARD":  # shard group = host: only the replica all-reduce crosses
-        for u in [root] + blocks:
+        order = blocks[::-1] + [root]  # started in backward order: L-1, ..., 0, then the root
+        for u in order:
             Xs = u * g / n
             if algo == "ring":
                 t += 2 * (H - 1) / H * Xs / (rate_bytes / n) + 2 * (H - 1) * alpha_s
-            else:
+            elif algo == "libnbc-serial":
                 t += 2 * lg * n * Xs / rate_bytes + 2 * lg * alpha_s
+            else:  # pipelined: reduce of unit k+1 into host 1 while unit k's broadcast leaves it
+                t += lg * n * Xs / rate_bytes + 2 * lg * alpha_s
+        if algo == "libnbc":
+            t += lg * max(order[0], order[-1]) * g / rate_bytes
     else:
         raise ValueError(strategy)
     return K * t
+
+
+def unit_collectives(cfg, strategy, H, n, rate_bytes, alpha_s, p=4, g=4):
+    """The inter-host collectives of one micro-batch in the order fsdp/ starts them, each with
+    its own libnbc time alone (what the no-overlap assumption says it exposes):
+    [(phase, unit, op, seconds)]; unit L is the root (embedding + final norm + lm_head), as in
+    src/fsdp/. HYBRID_SHARD's all-reduces are listed one by one ("libnbc-serial"); their
+    pipelined sum is inter_host_s(..., algo="libnbc")."""
+    blocks, root = unit_numels(cfg)
+    L = len(blocks)
+    if H <= 1:
+        return []
+    alpha_s *= RNDV_TRIPS
+    lg = math.log2(H)
+    size = [*blocks, root]
+    out = []
+    if strategy == "FULL_SHARD":
+        ag = lambda u: n * (H - 1) / H * size[u] * p / rate_bytes + alpha_s
+        rs = lambda u: (lg + (H - 1) / H) * size[u] * g / rate_bytes + (lg + 1) * alpha_s
+        out += [("forward", L, "all-gather", ag(L))]
+        out += [("forward", u, "all-gather", ag(u)) for u in range(L)]
+        for u in range(L - 1, -1, -1):
+            out += [("backward", u, "all-gather", ag(u)), ("backward", u, "reduce-scatter", rs(u))]
+        out += [("backward", L, "reduce-scatter", rs(L))]
+    elif strategy == "HYBRID_SHARD":
+        ar = lambda u: 2 * lg * size[u] * g / rate_bytes + 2 * lg * alpha_s
+        out += [("backward", u, "all-reduce", ar(u)) for u in range(L - 1, -1, -1)]
+        out += [("backward", L, "all-reduce", ar(L))]
+    return out
 
 
 def predict(cfg, strategy, H, n, rate_bits, delay_ms, gflops, B, T, K, local_s, algo="libnbc"):

@@ -14,10 +14,13 @@ static slm_log_level g_level = SLM_LOG_INFO;
 static void (*g_abort_hook)(int) = NULL;
 
 slm_status slm_fail(slm_status code, const char *fmt, ...) {
+    // Formatted aside first: an argument may be slm_errmsg() itself (the thread's buffer).
+    char msg[SLM_MSG_CAP];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(tl_msg, sizeof tl_msg, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    memcpy(tl_msg, msg, sizeof tl_msg);
     return code;
 }
 

@@ -261,6 +261,16 @@ static cJSON *manifest_json(const slm_ckpt_meta *meta, const slm_unit_layout *la
     cJSON *sh = cJSON_AddObjectToObject(o, "sharding");
     cJSON_AddStringToObject(sh, "strategy", meta->strategy);
     cJSON_AddNumberToObject(sh, "shard_group_size", meta->shard_group_size);
+    if (meta->has_batch) {
+        int64_t g = (int64_t)meta->batch * meta->world * meta->grad_accum;
+        cJSON *bt = cJSON_AddObjectToObject(o, "batch");
+        cJSON_AddNumberToObject(bt, "micro_batch", meta->batch);
+        cJSON_AddNumberToObject(bt, "seq", meta->seq);
+        cJSON_AddNumberToObject(bt, "grad_accum", meta->grad_accum);
+        cJSON_AddNumberToObject(bt, "world", meta->world);
+        cJSON_AddNumberToObject(bt, "global_sequences", (double)g);
+        cJSON_AddNumberToObject(bt, "global_tokens", (double)(g * meta->seq));
+    }
     if (meta->lora.rank > 0) {
         cJSON *lo = cJSON_AddObjectToObject(o, "lora");
         cJSON_AddNumberToObject(lo, "r", meta->lora.rank);
@@ -441,16 +451,43 @@ static slm_status replace_step_dir(const char *root, const char *tmp, const char
     return st;
 }
 
+#define PENDING_NAME "pending.json"
+
+slm_status slm_ckpt_write_pending(const char *root, const slm_ckpt_meta *meta,
+                                  const slm_unit_layout *layout, int n_units) {
+    char *tmp = slm_ckpt_step_dir(root, meta->step, true);
+    char *p = slm_path_join(tmp, PENDING_NAME);
+    cJSON *o = manifest_json(meta, layout, n_units);
+    char *txt = cJSON_PrintUnformatted(o);
+    slm_status st = slm_file_write_durable(p, txt, strlen(txt));
+    free(txt);
+    cJSON_Delete(o);
+    free(p);
+    free(tmp);
+    return st;
+}
+
+// The commit's second half: O (the manifest without "files", consumed) gets the sidecars of
+// TMP merged in, is written as TMP/manifest.json, and TMP becomes FIN; `latest`, retention.
+// validate: the merged manifest must parse (slm_ckpt_parse_manifest) before anything is renamed.
+static slm_status commit_manifest(const char *root, int64_t step, int world, cJSON *o, int keep,
+                                  bool validate);
+
 slm_status slm_ckpt_commit(const char *root, const slm_ckpt_meta *meta,
                            const slm_unit_layout *layout, int n_units, int keep) {
-    char *tmp = slm_ckpt_step_dir(root, meta->step, true);
-    char *fin = slm_ckpt_step_dir(root, meta->step, false);
+    return commit_manifest(root, meta->step, meta->world, manifest_json(meta, layout, n_units),
+                           keep, false);
+}
+
+static slm_status commit_manifest(const char *root, int64_t step, int world, cJSON *o, int keep,
+                                  bool validate) {
+    char *tmp = slm_ckpt_step_dir(root, step, true);
+    char *fin = slm_ckpt_step_dir(root, step, false);
     char *mpath = slm_path_join(tmp, "manifest.json");
     char *txt = NULL;
-    cJSON *o = manifest_json(meta, layout, n_units);
     cJSON *files = cJSON_AddArrayToObject(o, "files");
     slm_status st = SLM_OK;
-    for (int r = 0; r < meta->world; r++) {
+    for (int r = 0; r < world; r++) {
         char bin[32], side[32];
         rank_names(r, bin, side);
         char *sp = slm_path_join(tmp, side);
@@ -469,14 +506,28 @@ slm_status slm_ckpt_commit(const char *root, const slm_ckpt_meta *meta,
         cJSON_AddItemToArray(files, so);
     }
     txt = cJSON_Print(o);
+    if (validate) { // a recovered pending.json: the manifest it makes must be a valid one
+        slm_ckpt *c = slm_ckpt_alloc(tmp);
+        st = slm_ckpt_parse_manifest(c, txt, strlen(txt));
+        if (!st && slm_ckpt_get_meta(c)->step != step)
+            st = slm_fail(SLM_E_FORMAT, "%s: names step %lld, not %lld", PENDING_NAME,
+                          (long long)slm_ckpt_get_meta(c)->step, (long long)step);
+        slm_ckpt_free(c);
+        if (st) goto out;
+    }
     st = slm_file_write_atomic(mpath, txt, strlen(txt));
     if (st) goto out;
-    for (int r = 0; r < meta->world; r++) {
+    for (int r = 0; r < world; r++) {
         char bin[32], side[32];
         rank_names(r, bin, side);
         char *sp = slm_path_join(tmp, side);
         unlink(sp); // merged into the manifest
         free(sp);
+    }
+    {
+        char *pp = slm_path_join(tmp, PENDING_NAME); // its content is the manifest now
+        unlink(pp);
+        free(pp);
     }
     if ((st = slm_fsync_dir(tmp))) goto out;
     const char *odd = step_entry_kind(fin);
@@ -484,11 +535,11 @@ slm_status slm_ckpt_commit(const char *root, const slm_ckpt_meta *meta,
         st = slm_fail(SLM_E_IO,
                       "%s is %s where checkpoint step %" PRId64 " goes: it is neither "
                       "followed nor replaced; move it away",
-                      fin, odd, meta->step);
+                      fin, odd, step);
         goto out;
     }
     if (slm_is_dir(fin)) { // an earlier (complete or partial) save of this step: replace it
-        if ((st = replace_step_dir(root, tmp, fin, meta->step))) goto out;
+        if ((st = replace_step_dir(root, tmp, fin, step))) goto out;
     } else if (rename(tmp, fin) != 0) {
         st = slm_fail(SLM_E_IO, "rename %s -> %s failed: %s", tmp, fin, strerror(errno));
         goto out;
@@ -496,7 +547,7 @@ slm_status slm_ckpt_commit(const char *root, const slm_ckpt_meta *meta,
     if ((st = slm_fsync_dir(root))) goto out;
     {
         char name[64];
-        int nl = snprintf(name, sizeof name, "step_%08" PRId64 "\n", meta->step);
+        int nl = snprintf(name, sizeof name, "step_%08" PRId64 "\n", step);
         char *lp = slm_path_join(root, "latest");
         st = slm_file_write_atomic(lp, name, (size_t)nl);
         free(lp);
@@ -507,7 +558,7 @@ slm_status slm_ckpt_commit(const char *root, const slm_ckpt_meta *meta,
         int64_t *steps;
         int n = list_steps(root, &steps);
         for (int i = 0; keep > 0 && i < n - keep; i++) {
-            if (steps[i] == meta->step) continue;
+            if (steps[i] == step) continue;
             char *d = slm_ckpt_step_dir(root, steps[i], false);
             // a symlink / non-directory step entry: slm_ckpt_rmdir warns and leaves it
             if (slm_ckpt_rmdir(d)) slm_warn("%s", slm_errmsg());
@@ -533,6 +584,127 @@ out:
     free(tmp);
     free(fin);
     return st;
+}
+
+// Whether ROOT/step_STEP.tmp holds a save that every writing rank finished: rank 0's
+// pending.json and, for each writing rank, a sidecar whose file exists with the sidecar's size
+// and XXH64. On true, *pending is the parsed pending.json (caller owns) and *world its world.
+static bool pending_complete(const char *tmp, cJSON **pending, int *world, char *why, size_t cap) {
+    *pending = NULL;
+    char *pp = slm_path_join(tmp, PENDING_NAME), *text = NULL;
+    size_t len = 0;
+    bool have = slm_is_file(pp) && slm_file_read_all(pp, &text, &len) == SLM_OK;
+    free(pp);
+    if (!have) {
+        snprintf(why, cap, "no %s (rank 0 had not started the save)", PENDING_NAME);
+        return false;
+    }
+    cJSON *o = cJSON_ParseWithLength(text, len);
+    free(text);
+    const cJSON *w = o ? cJSON_GetObjectItemCaseSensitive(o, "world_size") : NULL;
+    const cJSON *sh = o ? cJSON_GetObjectItemCaseSensitive(o, "sharding") : NULL;
+    const cJSON *sg = sh ? cJSON_GetObjectItemCaseSensitive(sh, "shard_group_size") : NULL;
+    if (!cJSON_IsNumber(w) || w->valuedouble < 1 || w->valuedouble > 1 << 24) {
+        snprintf(why, cap, "%s has no valid world_size", PENDING_NAME);
+        cJSON_Delete(o);
+        return false;
+    }
+    int W = (int)w->valuedouble;
+    // The ranks that write a file: those of shard group 0 (slm_fsdp_is_replica), all without one.
+    int writers = cJSON_IsNumber(sg) && sg->valuedouble >= 1 && sg->valuedouble <= W
+                      ? (int)sg->valuedouble
+                      : W;
+    for (int r = 0; r < W; r++) {
+        char bin[32], side[32];
+        rank_names(r, bin, side);
+        char *sp = slm_path_join(tmp, side), *bp = slm_path_join(tmp, bin), *st_text = NULL;
+        size_t sl = 0;
+        bool ok = true;
+        if (!slm_is_file(sp)) {
+            if (r < writers) snprintf(why, cap, "rank %d had not finished writing %s", r, bin);
+            ok = r >= writers;
+        } else if (slm_file_read_all(sp, &st_text, &sl) != SLM_OK) {
+            snprintf(why, cap, "%s: unreadable", side), ok = false;
+        } else {
+            cJSON *so = cJSON_ParseWithLength(st_text, sl);
+            const cJSON *b = so ? cJSON_GetObjectItemCaseSensitive(so, "bytes") : NULL;
+            const cJSON *h = so ? cJSON_GetObjectItemCaseSensitive(so, "xxh64") : NULL;
+            struct stat sb;
+            uint64_t got = 0;
+            char hex[17] = "";
+            if (!cJSON_IsNumber(b) || !cJSON_IsString(h) || stat(bp, &sb) != 0 ||
+                (double)sb.st_size != b->valuedouble) {
+                snprintf(why, cap, "%s does not match its sidecar %s (size)", bin, side),
+                    ok = false;
+            } else if (slm_file_xxh64(bp, &got) != SLM_OK ||
+                       (slm_hex64(got, hex), strcmp(hex, h->valuestring) != 0)) {
+                snprintf(why, cap, "%s does not match its sidecar %s (XXH64)", bin, side),
+                    ok = false;
+            }
+            cJSON_Delete(so);
+        }
+        free(st_text);
+        free(sp);
+        free(bp);
+        if (!ok) {
+            cJSON_Delete(o);
+            return false;
+        }
+    }
+    *pending = o;
+    *world = W;
+    return true;
+}
+
+slm_status slm_ckpt_recover_pending(const char *root, int keep, int64_t *recovered) {
+    *recovered = -1;
+    int64_t *steps = NULL;
+    int n = list_steps(root, &steps);
+    int64_t newest = n ? steps[n - 1] : -1;
+    free(steps);
+    DIR *d = opendir(root);
+    if (!d) return SLM_OK;
+    enum { MAXC = 64 };
+    int64_t cand[MAXC];
+    int nc = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        size_t l = strlen(e->d_name);
+        char name[64];
+        int64_t s;
+        if (l < 9 || l - 4 >= sizeof name || strcmp(e->d_name + l - 4, ".tmp") != 0) continue;
+        memcpy(name, e->d_name, l - 4);
+        name[l - 4] = 0;
+        if (parse_step_name(name, &s) && s > newest && nc < MAXC) cand[nc++] = s;
+    }
+    closedir(d);
+    if (nc) qsort(cand, (size_t)nc, sizeof *cand, cmp_i64);
+    for (int i = nc - 1; i >= 0; i--) {
+        char *tmp = slm_ckpt_step_dir(root, cand[i], true);
+        char why[512] = "";
+        cJSON *o = NULL;
+        int world = 0;
+        if (step_entry_kind(tmp) || !pending_complete(tmp, &o, &world, why, sizeof why)) {
+            slm_info("%s: an interrupted save, not recoverable: %s", tmp,
+                     why[0] ? why : "not a directory");
+            free(tmp);
+            continue;
+        }
+        slm_status st = commit_manifest(root, cand[i], world, o, keep, true);
+        if (st) { // `latest` is unchanged: the committed checkpoints are resumed as before
+            slm_warn("%s: an interrupted save, not recovered: %s", tmp, slm_errmsg());
+            free(tmp);
+            continue;
+        } else {
+            slm_warn("checkpoint step %lld recovered: every rank had written and fsynced its "
+                     "shard into %s (sizes and XXH64 match), but the job ended before the commit "
+                     "(a rank hung or died before the commit barrier); committed now",
+                     (long long)cand[i], tmp);
+            *recovered = cand[i];
+        }
+        free(tmp);
+        return st;
+    }
+    return SLM_OK;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -776,6 +948,40 @@ static slm_status parse_files(slm_ckpt *c, const char *mp, const cJSON *arr) {
 }
 
 // The optional "lora" object of a manifest (a LoRA checkpoint).
+// The optional "batch" object (docs/formats.md): every field an integer >= 1, `world` equal to
+// world_size and the two global counts the products of the others (a hand-edited or foreign
+// manifest whose figures disagree is refused rather than one of them trusted).
+static slm_status parse_batch(const char *mp, const cJSON *o, slm_ckpt_meta *M) {
+    const cJSON *bt = cJSON_GetObjectItemCaseSensitive(o, "batch");
+    if (!bt) return SLM_OK;
+    if (!cJSON_IsObject(bt)) return slm_fail(SLM_E_FORMAT, "%s: \"batch\" is not an object", mp);
+    char what[1100];
+    snprintf(what, sizeof what, "%s: batch", mp);
+    int64_t b, t, k, w, gs, gt;
+    slm_status st;
+    if ((st = slm_json_i64(what, bt, "micro_batch", 1, INT32_MAX, &b)) ||
+        (st = slm_json_i64(what, bt, "seq", 1, INT32_MAX, &t)) ||
+        (st = slm_json_i64(what, bt, "grad_accum", 1, INT32_MAX, &k)) ||
+        (st = slm_json_i64(what, bt, "world", 1, INT32_MAX, &w)) ||
+        (st = slm_json_i64(what, bt, "global_sequences", 1, INT64_MAX, &gs)) ||
+        (st = slm_json_i64(what, bt, "global_tokens", 1, INT64_MAX, &gt)))
+        return st;
+    if (w != M->world)
+        return slm_fail(SLM_E_FORMAT, "%s: batch.world %lld, but world_size is %d", mp,
+                        (long long)w, M->world);
+    // compared by exact division (b x w < 2^62 fits; the full products may not)
+    int64_t bw = b * w;
+    if (gs % bw || gs / bw != k || gt % t || gt / t != gs)
+        return slm_fail(SLM_E_FORMAT,
+                        "%s: batch: global_sequences %lld and global_tokens %lld, expected "
+                        "micro_batch %lld x world %lld x grad_accum %lld and that x seq %lld",
+                        mp, (long long)gs, (long long)gt, (long long)b, (long long)w, (long long)k,
+                        (long long)t);
+    M->has_batch = true;
+    M->batch = (int)b, M->seq = (int)t, M->grad_accum = (int)k;
+    return SLM_OK;
+}
+
 static slm_status parse_lora(const char *mp, const cJSON *o, slm_ckpt_meta *M) {
     const cJSON *lo = cJSON_GetObjectItemCaseSensitive(o, "lora");
     if (!lo || cJSON_IsNull(lo)) return SLM_OK;
@@ -905,6 +1111,7 @@ slm_status slm_ckpt_parse_manifest(slm_ckpt *c, const char *text, size_t len) {
         M->shard_group_size = (int)d;
     }
     if ((st = parse_lora(mp, o, M))) goto out;
+    if ((st = parse_batch(mp, o, M))) goto out;
     const cJSON *op = slm_json_obj(o, "optimizer"), *lr = slm_json_obj(o, "lr_schedule"),
                 *ld = slm_json_obj(o, "loader");
     const cJSON *rng = slm_json_arr(o, "rng_state");
@@ -1325,6 +1532,14 @@ void slm_ckpt_print_summary(const slm_ckpt *c, void *file) {
     fprintf(f, "optimizer    AdamW lr %g betas (%g, %g) eps %g wd %g\n", M->adamw.lr_peak,
             M->adamw.beta1, M->adamw.beta2, M->adamw.eps, M->adamw.weight_decay);
     fprintf(f, "loader       epoch %" PRId64 " pos %" PRId64 "\n", M->loader.epoch, M->loader.pos);
+    if (M->has_batch) {
+        int64_t g = (int64_t)M->batch * M->world * M->grad_accum;
+        fprintf(f,
+                "batch        --batch %d x %d rank%s x --grad-accum %d = %" PRId64
+                " sequences of %d tokens per step (a resume must keep both)\n",
+                M->batch, M->world, M->world == 1 ? "" : "s", M->grad_accum, g, M->seq);
+    } else
+        fprintf(f, "batch        not recorded (an older checkpoint: a resume cannot check it)\n");
     if (M->lora.rank > 0) { // the units above are the adapters
         char h[17];
         slm_hex64(M->lora_base_xxh64, h);

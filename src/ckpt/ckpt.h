@@ -58,6 +58,13 @@ typedef struct slm_ckpt_meta {
     int world;               // ranks that saved
     char strategy[24];       // "NO_SHARD", "FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD"
     int shard_group_size;    // ranks per shard group (world for FULL_SHARD, 1 for NO_SHARD)
+    // Batch geometry of the run that saved (manifest "batch"; false in manifests written before
+    // it was recorded, and in checkpoints not written by the trainer): per-rank micro-batch
+    // (--batch), sequence length (--seq, tokens per window) and gradient accumulation
+    // (--grad-accum); with `world`, a step's global batch is batch x world x grad_accum
+    // sequences of seq tokens. The trainer refuses to resume at another global batch or seq.
+    bool has_batch;
+    int batch, seq, grad_accum;
     // LoRA checkpoint (lora.rank > 0): the units are the L adapter units (model.h's
     // lora_units), not the base's; the frozen base is referred to by the Hugging Face
     // directory it was loaded from and its slm_hf_dir_xxh64 (manifest "lora" object).
@@ -96,6 +103,22 @@ slm_status slm_ckpt_write_rank(const char *dir, int rank, int world, int64_t ste
 // the file; on error `latest` is unchanged.
 slm_status slm_ckpt_commit(const char *root, const slm_ckpt_meta *meta,
                            const slm_unit_layout *layout, int n_units, int keep);
+
+// Rank 0, when a save starts (before any rank writes): ROOT/step_N.tmp/pending.json, the
+// manifest without its "files" (fsynced), so that a save every rank finished writing can be
+// committed later even if the job ends before the commit barrier (slm_ckpt_recover_pending).
+// Removed by the commit. Errors: SLM_E_IO naming the file.
+slm_status slm_ckpt_write_pending(const char *root, const slm_ckpt_meta *meta,
+                                  const slm_unit_layout *layout, int n_units);
+
+// Rank 0 before a resume (no MPI): the newest ROOT/step_N.tmp newer than every committed
+// checkpoint whose pending.json exists and whose every writing rank's sidecar matches its rank
+// file (size and whole-file XXH64) is committed as slm_ckpt_commit would have (manifest from
+// pending.json + sidecars, rename, `latest`, retention `keep`); a warning says so. An older or
+// incomplete one is left for the next commit's sweep (an info line says why), and so is one
+// whose merged manifest does not parse or whose commit fails (a warning; `latest` unchanged).
+// *recovered: the step, -1 if none. Returns SLM_OK (a failed recovery never blocks a resume).
+slm_status slm_ckpt_recover_pending(const char *root, int keep, int64_t *recovered);
 
 // "ROOT/step_NNNNNNNN" (caller frees); with tmp, the ".tmp" staging name.
 char *slm_ckpt_step_dir(const char *root, int64_t step, bool tmp);

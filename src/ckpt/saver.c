@@ -204,6 +204,8 @@ slm_status slm_ckpt_saver_save(slm_ckpt_saver *s, const slm_ckpt_meta *meta,
         slm_ckpt_rmdir(s->tmp_dir);
         if (mkdir(s->tmp_dir, 0755) != 0)
             st = slm_fail(SLM_E_IO, "%s: mkdir failed: %s", s->tmp_dir, strerror(errno));
+        else if (!s->o.no_write) // a fully written save survives a job ended before its commit
+            st = slm_ckpt_write_pending(s->root, &s->meta, s->layout, s->n_units);
     }
     st = slm_dist_agree(st);
     if (st) {

@@ -170,7 +170,9 @@ void slm_comm_barrier(slm_comm *c, const char *what);
 //    "groups":[{"id":0,"name":"world","size":W,"seq":N,"ranks":[0,1,...]}, ...],
 //    "entries":[{"seq":N,"group":"world","op":"allreduce","what":"stop flags","bytes":24,
 //                "step":S,"phase":"...","context":"...","t_start":T0,"t_end":T1|null,
-//                "state":"done"|"waiting"|"started"}, ...]}   (oldest first)
+//                "t_wait":TW|null,"state":"done"|"waiting"|"started"}, ...]}   (oldest first)
+// t_wait: when this rank began waiting for it (slm_dist_wait), null when it completed in a
+// poll (slm_dist_test) without a wait: t_end - t_wait is the time the rank was blocked on it.
 // It is written on a collective timeout (before the job is aborted), on SIGUSR2 and on a fatal
 // signal (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT) once slm_flight_install_signals ran; the
 // dump path is async-signal-safe (formatted into a static buffer, open / write / rename).

@@ -25,6 +25,7 @@ typedef struct flight_entry {
     const char *phase; // string literal
     char ctx[80];
     double t_start, t_end;
+    double t_wait; // when a wait for it began (0: completed without a wait)
 } flight_entry;
 
 typedef struct flight_group {
@@ -42,7 +43,7 @@ static volatile int64_t g_step = 0;
 static const char *volatile g_phase = "start";
 static char g_dump_path[4096], g_dump_tmp[4200], g_host[128];
 static int g_rank = 0, g_world = 1;
-static char g_buf[SLM_FLIGHT_RING * 420 + 65536]; // the dump's text
+static char g_buf[SLM_FLIGHT_RING * 450 + 65536]; // the dump's text
 static const char *g_ctx_src = NULL;              // dist.c's context string (slm_dist_set_context)
 
 static double now_unix(void) {
@@ -98,6 +99,7 @@ uint64_t slm_flight_begin(int gid, uint64_t seq, const char *op, const char *wha
         e->ctx[0] = 0;
     e->t_start = now_unix();
     e->t_end = 0;
+    e->t_wait = 0;
     if (gid >= 0 && gid < SLM_FLIGHT_MAX_GROUPS) g_groups[gid].last_seq = seq;
     e->id = id;
     return id;
@@ -108,6 +110,7 @@ void slm_flight_mark(uint64_t id, int state) {
     flight_entry *e = &g_ring[(id - 1) % SLM_FLIGHT_RING];
     if (e->id != id) return;
     if (state == SLM_FLIGHT_DONE) e->t_end = now_unix();
+    if (state == SLM_FLIGHT_WAITING && !(e->t_wait > 0)) e->t_wait = now_unix();
     e->state = state;
 }
 
@@ -252,6 +255,8 @@ static size_t format_dump(const char *reason) {
         put_time(&w, e->t_start);
         puts_(&w, ",\"t_end\":");
         put_time(&w, e->state == SLM_FLIGHT_DONE ? e->t_end : 0);
+        puts_(&w, ",\"t_wait\":");
+        put_time(&w, e->t_wait);
         puts_(&w, ",\"state\":");
         put_jstr(&w, state_name(e->state), 16);
         puts_(&w, "}");

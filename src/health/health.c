@@ -55,10 +55,11 @@ static double gamma_n(double n, double u) {
 
 // The checks SHARDLM_FAULT's armed fail-health faults corrupt on this rank (SLM_HEALTH_* bits;
 // no check= names every check). SLM_E_ARG for a bad SHARDLM_FAULT or an unknown check name.
-static slm_status injected_faults(int rank, uint32_t *bits) {
+static slm_status injected_faults(int rank, int world, uint32_t *bits) {
     *bits = 0;
     slm_fault_plan plan;
     slm_status st = slm_fault_plan_from_env(&plan);
+    if (!st) st = slm_fault_check_world(&plan, world);
     if (st) return st;
     for (int i = 0; i < plan.n; i++) {
         const slm_fault *f = &plan.f[i];
@@ -522,7 +523,7 @@ slm_status slm_health_run(const slm_health_opts *o, slm_health_report *rep) {
     if (gethostname(me.host, sizeof me.host - 1) != 0) snprintf(me.host, sizeof me.host, "?");
     cpu_model(me.cpu, sizeof me.cpu);
     uint32_t inject = 0;
-    slm_status st = injected_faults(rank, &inject);
+    slm_status st = injected_faults(rank, world, &inject);
     if (st) return st;
     uint64_t hash = 0;
     check_gemm(&me, inject, &hash);

@@ -572,6 +572,10 @@ static const char k_css[] =
     "th{background:#f9fafb;font-weight:600;color:#374151}"
     "td.n{text-align:right;font-variant-numeric:tabular-nums}"
     "tr:last-child td{border-bottom:none}"
+    "#attempts th,#attempts td{padding:5px 6px}"
+    "#attempts td.t{white-space:nowrap}#attempts td.w{overflow-wrap:anywhere}"
+    "#attempts tr.d td{font-size:12px;color:#4b5563;padding-top:0}"
+    "#attempts tr:has(+tr.d) td{border-bottom:none}"
     ".cols{display:flex;flex-wrap:wrap;gap:18px;align-items:flex-start}"
     "code{font:12px ui-monospace,'DejaVu Sans Mono',monospace;word-break:break-all}"
     "footer{color:#6b7280;font-size:12px;margin-top:28px}";
@@ -633,6 +637,12 @@ static void json_value_text(slm_buf *b, const cJSON *x) {
         esc(b, x->valuestring);
         return;
     }
+    if (cJSON_IsNumber(x)) { // no float32 noise: lr 0.0003, not 0.000300000014
+        char t[40];
+        report_fmt_num(x->valuedouble, t);
+        esc(b, t);
+        return;
+    }
     char *t = cJSON_PrintUnformatted(x);
     esc(b, t ? t : "");
     free(t);
@@ -674,6 +684,16 @@ static const char *const k_attempt_cols[] = {
     "culprit_host", "start_step", "steps_reached", "steps_lost",  "flight_verdict",
     "error",        NULL};
 
+// Free-text keys of an attempt: shown in a row of their own under the attempt's row (spanning
+// the table), so that the table of figures fits a 1280 px wide window.
+static const char *const k_attempt_text[] = {"reason", "flight_verdict", "error", NULL};
+
+static bool is_attempt_text(const char *key) {
+    for (int i = 0; k_attempt_text[i]; i++)
+        if (!strcmp(key, k_attempt_text[i])) return true;
+    return false;
+}
+
 static void attempts_table(slm_buf *b, const report_run *r) {
     slm_buf_appendf(b, "<h2>Attempts</h2>\n");
     if (!r->attempts) {
@@ -687,6 +707,7 @@ static void attempts_table(slm_buf *b, const report_run *r) {
     int nc = 0;
     const cJSON *a, *x;
     for (int k = 0; k_attempt_cols[k]; k++) {
+        if (is_attempt_text(k_attempt_cols[k])) continue;
         bool any = false;
         cJSON_ArrayForEach(a, r->attempts) any |=
             cJSON_GetObjectItemCaseSensitive(a, k_attempt_cols[k]) != NULL;
@@ -694,7 +715,7 @@ static void attempts_table(slm_buf *b, const report_run *r) {
     }
     cJSON_ArrayForEach(a, r->attempts) {
         cJSON_ArrayForEach(x, a) {
-            if (!x->string) continue;
+            if (!x->string || is_attempt_text(x->string)) continue;
             bool have = false;
             for (int i = 0; i < nc; i++)
                 have |= !strcmp(cols[i], x->string);
@@ -702,19 +723,37 @@ static void attempts_table(slm_buf *b, const report_run *r) {
         }
     }
     slm_buf_appendf(b, "<table id=\"attempts\"><tr>");
-    for (int i = 0; i < nc; i++) {
+    for (int i = 0; i < nc; i++) { // long key names may break after their underscores
         slm_buf_appendf(b, "<th>");
-        esc(b, cols[i]);
+        for (const char *p = cols[i]; *p; p++) {
+            char one[2] = {*p, 0};
+            esc(b, one);
+            if (*p == '_' && p[1]) slm_buf_appendf(b, "<wbr>");
+        }
         slm_buf_appendf(b, "</th>");
     }
     slm_buf_appendf(b, "</tr>\n");
     cJSON_ArrayForEach(a, r->attempts) {
         slm_buf_appendf(b, "<tr>");
+        const cJSON *t0 = cJSON_IsObject(a) ? cJSON_GetObjectItemCaseSensitive(a, "start") : NULL;
         for (int i = 0; i < nc; i++) {
             const cJSON *v =
                 cJSON_IsObject(a) ? cJSON_GetObjectItemCaseSensitive(a, cols[i]) : NULL;
-            slm_buf_appendf(b, "<td%s>", cJSON_IsNumber(v) ? " class=\"n\"" : "");
-            if (v && looks_like_time(cols[i], v)) {
+            bool when = v && looks_like_time(cols[i], v);
+            // start in UTC on one line; the attempt's other times (end, detected, ...) as
+            // seconds after its start (narrow columns: the table fits a 1280 px window)
+            bool rel = when && strcmp(cols[i], "start") != 0 && t0 && looks_like_time("start", t0);
+            bool wrap = cJSON_IsString(v) && strstr(cols[i], "host");
+            slm_buf_appendf(b, "<td%s>",
+                            when                ? " class=\"n t\""
+                            : cJSON_IsNumber(v) ? " class=\"n\""
+                            : wrap              ? " class=\"w\""
+                                                : "");
+            if (rel) {
+                char t[48];
+                snprintf(t, sizeof t, "+%.1f s", v->valuedouble - t0->valuedouble);
+                esc(b, t);
+            } else if (when) {
                 char t[32];
                 report_fmt_utc(v->valuedouble, t);
                 esc(b, t);
@@ -724,6 +763,20 @@ static void attempts_table(slm_buf *b, const report_run *r) {
             slm_buf_appendf(b, "</td>");
         }
         slm_buf_appendf(b, "</tr>\n");
+        bool text = false;
+        for (int k = 0; k_attempt_text[k]; k++) {
+            const cJSON *v =
+                cJSON_IsObject(a) ? cJSON_GetObjectItemCaseSensitive(a, k_attempt_text[k]) : NULL;
+            if (!v || cJSON_IsNull(v) || (cJSON_IsString(v) && !v->valuestring[0])) continue;
+            if (text)
+                slm_buf_appendf(b, "<br>");
+            else
+                slm_buf_appendf(b, "<tr class=\"d\"><td colspan=\"%d\">", nc);
+            slm_buf_appendf(b, "<b>%s</b> ", k_attempt_text[k]);
+            text = true;
+            json_value_text(b, v);
+        }
+        if (text) slm_buf_appendf(b, "</td></tr>\n");
     }
     slm_buf_appendf(b, "</table>\n");
 }

@@ -46,5 +46,10 @@ void report_render_text(const report_run *r, slm_buf *out);
 void report_fmt_si(double v, char out[32]);
 void report_fmt_duration(double s, char out[32]);
 void report_fmt_utc(double unix_s, char out[32]);
+// A JSON number for a table cell: an integer as such; a value within 1e-8 (relative) of a
+// float32 (a float the trainer wrote with %.9g, e.g. --lr 3e-4 read back as 0.000300000014) as
+// the shortest decimal that reads back as that float32 ("0.0003"); any other value as the
+// shortest decimal (at most 17 digits) that reads back as the same double.
+void report_fmt_num(double v, char out[40]);
 
 #endif

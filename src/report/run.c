@@ -34,6 +34,28 @@ void report_fmt_si(double v, char out[32]) {
     snprintf(out, 32, "%s%s", num, suf[k]);
 }
 
+void report_fmt_num(double v, char out[40]) {
+    if (!isfinite(v)) {
+        snprintf(out, 40, "%s", isnan(v) ? "nan" : v > 0 ? "inf" : "-inf");
+        return;
+    }
+    if (v == floor(v) && fabs(v) < 9007199254740992.0) { // 2^53
+        snprintf(out, 40, "%.0f", v);
+        return;
+    }
+    float f = (float)v;
+    if (isfinite(f) && f != 0 && fabs((double)f - v) <= 1e-8 * fabs(v)) {
+        for (int p = 1; p <= 9; p++) { // FLT_DECIMAL_DIG = 9 digits always round-trip
+            snprintf(out, 40, "%.*g", p, (double)f);
+            if (strtof(out, NULL) == f) return;
+        }
+    }
+    for (int p = 1; p <= 17; p++) { // DBL_DECIMAL_DIG = 17
+        snprintf(out, 40, "%.*g", p, v);
+        if (strtod(out, NULL) == v) return;
+    }
+}
+
 void report_fmt_duration(double s, char out[32]) {
     if (!isfinite(s) || s < 0) {
         snprintf(out, 32, "n/a");

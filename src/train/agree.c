@@ -163,6 +163,7 @@ slm_status slm_train_agree(const slm_train_opts *o) {
     add(l, "--resume", A, "%s", str_or_unset(o->resume));
     add(l, "--init-from-hf", A, "%s", str_or_unset(o->init_from_hf));
     add(l, "--verify-on-resume", A, "%s", on_off(o->verify_on_resume));
+    add(l, "--allow-batch-change", A, "%s", on_off(o->allow_batch_change));
     add(l, "--no-packing", A, "%s", on_off(o->no_packing));
     add(l, "--train-from-scratch", A, "%s", on_off(o->train_from_scratch));
     add(l, "--lora-rank", A, "%d", o->lora.rank);

@@ -62,6 +62,7 @@ static slm_status parse_item(const char *s, const char *e, int idx, slm_fault *f
     const char *kend = colon ? colon : e;
     memset(f, 0, sizeof *f);
     f->rank = -1;
+    snprintf(f->item, sizeof f->item, "%.*s", len, s);
     int kind = -1;
     for (int k = 0; k < N_KINDS; k++)
         if ((size_t)(kend - s) == strlen(k_kind_names[k]) &&
@@ -188,6 +189,18 @@ slm_status slm_fault_plan_from_env(slm_fault_plan *plan) {
         return st;
     }
     plan->attempt = attempt;
+    return SLM_OK;
+}
+
+slm_status slm_fault_check_world(const slm_fault_plan *p, int world) {
+    for (int i = 0; p && i < p->n; i++) {
+        const slm_fault *f = &p->f[i];
+        if (f->rank < world || !slm_fault_armed(p, f)) continue;
+        return slm_fail(SLM_E_ARG,
+                        "SHARDLM_FAULT item %d \"%s\": rank=%d is not a rank of this world of %d "
+                        "rank%s (0..%d): the fault would never fire",
+                        i + 1, f->item, f->rank, world, world == 1 ? "" : "s", world - 1);
+    }
     return SLM_OK;
 }
 

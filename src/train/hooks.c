@@ -183,6 +183,22 @@ static slm_status metrics_start(void *ctx, slm_trainer *tr) {
         jsonl_str(&b, "from", tr->resume_path);
         slm_train_jsonl_event(h, "restart", tr->step, b.data);
         slm_buf_free(&b);
+    } else if (attempt_number() > 1) { // a launcher restart with no checkpoint: from step 0
+        slm_buf_appendf(&b, "\"attempt\":%ld,\"from\":null", attempt_number());
+        slm_train_jsonl_event(h, "restart", tr->step, b.data);
+        slm_buf_free(&b);
+    }
+    if (tr->batch_changed) { // --allow-batch-change accepted another global batch (trainer.c)
+        const slm_batch_geom g[2] = {tr->batch_saved, {tr->B, tr->T, tr->K, tr->W}};
+        const char *key[2] = {"from", "to"};
+        for (int i = 0; i < 2; i++)
+            slm_buf_appendf(&b,
+                            "%s\"%s\":{\"batch\":%d,\"world\":%d,\"grad_accum\":%d,\"seq\":%d,"
+                            "\"global_batch\":%lld}",
+                            i ? "," : "", key[i], g[i].B, g[i].W, g[i].K, g[i].T,
+                            (long long)slm_batch_global(g[i]));
+        slm_train_jsonl_event(h, "batch_change", tr->step, b.data);
+        slm_buf_free(&b);
     }
     return SLM_OK;
 }

@@ -220,7 +220,12 @@ slm_status slm_rundir_prepare(const slm_train_opts *o, slm_rundir **out, char **
                           "checkpoints.replaced-DATE; nothing is deleted), or give another --out",
                           root, n, n == 1 ? "" : "s", newest);
     } else if (!strcmp(o->resume, "auto")) {
-        st = slm_ckpt_pick_resume(root, o->verify_on_resume, resume_path, &rd->resume_step);
+        // A save every rank had written but the job did not live to commit (a rank hung or died
+        // before the commit barrier, the job torn down) is committed first: it is the newest.
+        int64_t rec = -1;
+        st = slm_ckpt_recover_pending(root, o->ckpt_keep, &rec);
+        if (!st)
+            st = slm_ckpt_pick_resume(root, o->verify_on_resume, resume_path, &rd->resume_step);
         if (!st && rd->resume_step >= 0) // `latest` names what is resumed, even if this run
             st = slm_ckpt_repair_latest(root, rd->resume_step); // fails before its first save
         else if (st)

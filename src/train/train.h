@@ -126,6 +126,12 @@ typedef struct slm_train_metrics_opts {
 // ---------------------------------------------------------------------------------------------
 // Training
 
+// The smallest --loss-spike-window besides 0 (off): the standard deviation of fewer losses is
+// itself so noisy that ordinary step-to-step noise reads as a spike: for i.i.d. Gaussian losses
+// z * sqrt((N-1)/(N+1)) is Student-t with N-1 degrees of freedom, so z > 5 happens about once in
+// 9 steps with N = 2, once in 640 with N = 8 and once in 600,000 with N = 100.
+#define SLM_SPIKE_WINDOW_MIN 8
+
 typedef struct slm_train_opts {
     const char *data_dir;    // prepared dataset (manifest.json); ignored when synthetic
     bool synthetic;          // uniform random tokens over the model's vocab (benchmarks), no eval:
@@ -169,6 +175,8 @@ typedef struct slm_train_opts {
                                // seen, loader position and RNG; the run continues bitwise
     bool verify_on_resume;     // check every rank file's XXH64 before resuming (auto falls back
                                // to an older checkpoint); default: manifest and sizes only
+    bool allow_batch_change;   // resume at another global batch (B x world x grad_accum) than
+                               // the checkpoint's, with a warning (default: refused, SLM_E_ARG)
     bool train_from_scratch;   // out_dir holds checkpoints: move them aside to
                                // checkpoints.replaced-DATE and train from a seeded init (without
                                // it such a run is refused); excludes resume
@@ -206,7 +214,8 @@ typedef struct slm_train_opts {
     int max_nonfinite_skips;      // with skip: more than this many skipped steps in a row is
                                   // SLM_E_NUMERIC (default 5)
     int spike_window;             // loss-spike detector: z-score of each loss against the previous
-                                  // spike_window losses (default 100; 0: off)
+                                  // spike_window losses (default 100; 0: off; else at least
+                                  // SLM_SPIKE_WINDOW_MIN)
     double spike_z;               // a loss more than spike_z standard deviations above the window's
                                   // mean is logged as a warning (default 5)
     int64_t snapshot_every_steps; // > 0 (with out_dir): node-local snapshots every N steps
@@ -497,6 +506,7 @@ typedef struct slm_fault {
     int64_t ms;     // slow: milliseconds per step
     char check[32]; // fail-health: the check's name ("" = every check)
     bool always;    // fires on every attempt, not only the first
+    char item[64];  // the item as written (truncated), for messages
 } slm_fault;
 
 #define SLM_FAULT_MAX 16
@@ -520,6 +530,9 @@ slm_status slm_fault_parse_attempt(const char *text, int *attempt);
 // Both from the environment (SHARDLM_FAULT, SHARDLM_ATTEMPT). Errors: as the two parsers (a
 // usage error: exit 2); *plan then holds no fault.
 slm_status slm_fault_plan_from_env(slm_fault_plan *plan);
+// Once the world size is known: SLM_E_ARG (a usage error) naming SHARDLM_FAULT, the item and
+// the world size if an armed fault names a rank >= world (it would never fire).
+slm_status slm_fault_check_world(const slm_fault_plan *p, int world);
 // True if f fires on the plan's attempt (the first, or f->always).
 bool slm_fault_armed(const slm_fault_plan *p, const slm_fault *f);
 // The first armed fault of `kind` at `step` (any step when step < 0), or NULL. p may be NULL.

@@ -8,6 +8,12 @@
 
 typedef struct slm_rundir slm_rundir;
 
+// A run's batch geometry: per-rank micro-batch B (--batch), sequence length T (--seq), gradient
+// accumulation K (--grad-accum), world size W. A step's global batch is B x W x K sequences.
+typedef struct slm_batch_geom {
+    int B, T, K, W;
+} slm_batch_geom;
+
 // ---------------------------------------------------------------------------------------------
 // One run's state (trainer.c; the library hooks in hooks.c read it). Everything it owns is
 // released by slm_train_close.
@@ -55,6 +61,10 @@ struct slm_trainer {
     double *spike_hist;          // [o->spike_window] the last losses (ring), NULL when off
     int64_t spike_n;             // losses seen by the detector
     bool snap_one_host;          // snapshots: every rank on one host (snapshot.c)
+    slm_ckpt *resume_ckpt;       // rank 0: the checkpoint opened for check_resume_batch, read by
+                                 // resume_from (the batch checked is the one loaded)
+    bool batch_changed;          // --allow-batch-change accepted another global batch
+    slm_batch_geom batch_saved;  // then: the checkpoint's geometry (metrics "batch_change")
 };
 
 // Fills a checkpoint's meta and this rank's shards for the state after `step` steps
@@ -142,6 +152,21 @@ slm_status slm_train_check_ckpt_tokenizer(bool has_tokenizer, uint64_t xxh64, co
                                           const slm_dataset *ds);
 // Before a resumed run copies the dataset's tokenizer into RUN_DIR: the checkpoint to resume
 // (slm_train_check_ckpt_tokenizer) and RUN_DIR's own tokenizer copy must both match the dataset.
+// B x W x K (sequences per optimizer step).
+int64_t slm_batch_global(slm_batch_geom g);
+// "--batch B x W ranks x --grad-accum K = G sequences" into buf[n].
+void slm_batch_geom_describe(slm_batch_geom g, char *buf, size_t n);
+// Resuming checkpoint `ckpt_dir` (its meta M) at geometry `now`: the global batch and T must be
+// the checkpoint's. Another world (or --batch / --grad-accum split) with the same global batch
+// is resharding: fine. A different global batch is refused unless allow_change
+// (--allow-batch-change), which sets *changed (the caller warns and logs it). A different T is
+// always refused (the loader position counts windows of T tokens). A manifest without a batch
+// record (M->has_batch false) is not checked (SLM_OK; the caller says so).
+// Errors: SLM_E_ARG naming the checkpoint, saved and current geometry (B x W x K = G) and the
+// fix: the --grad-accum that keeps G at this world, else --batch / --grad-accum pairs, else
+// world sizes that divide G; and --allow-batch-change.
+slm_status slm_train_check_resume_batch(const slm_ckpt_meta *M, const char *ckpt_dir,
+                                        slm_batch_geom now, bool allow_change, bool *changed);
 slm_status slm_train_check_resume_tokenizer(const char *run_dir, const char *resume_path,
                                             const slm_dataset *ds);
 

@@ -28,6 +28,11 @@ static slm_status check_opts(const slm_train_opts *o) {
     if (o->steps < 1)
         return slm_fail(SLM_E_ARG, "--steps must be >= 1 (got %lld)", (long long)o->steps);
     if (o->warmup < 0) return slm_fail(SLM_E_ARG, "--warmup must be >= 0");
+    if (o->spike_window != 0 && o->spike_window < SLM_SPIKE_WINDOW_MIN)
+        return slm_fail(SLM_E_ARG,
+                        "--loss-spike-window %d: must be 0 (off) or at least %d (fewer losses "
+                        "give a standard deviation too noisy to judge a spike by)",
+                        o->spike_window, SLM_SPIKE_WINDOW_MIN);
     if (!(o->adamw.lr_peak > 0) || !isfinite(o->adamw.lr_peak))
         return slm_fail(SLM_E_ARG, "--lr must be a positive number");
     if (!(o->adamw.weight_decay >= 0)) return slm_fail(SLM_E_ARG, "--weight-decay must be >= 0");
@@ -199,7 +204,11 @@ static slm_status write_rundir(slm_trainer *tr) {
     }
     if (st) return st;
     p = slm_path_join(o->out_dir, "metrics.jsonl");
-    FILE *f = fopen(p, tr->resume_path ? "a" : "w"); // a resumed run appends (hooks.c)
+    // A resumed run appends (hooks.c), and so does a later attempt of `shardlm launch` that
+    // found no checkpoint to resume: the earlier attempts' records are the same run's history.
+    const char *att = getenv("SHARDLM_ATTEMPT");
+    bool later_attempt = att && strtol(att, NULL, 10) > 1;
+    FILE *f = fopen(p, tr->resume_path || later_attempt ? "a" : "w");
     if (!f)
         st = slm_fail(SLM_E_IO, "%s: cannot open for writing", p);
     else
@@ -263,6 +272,40 @@ static slm_status open_flight(slm_trainer *tr) {
     return slm_dist_agree(st);
 }
 
+// Rank 0, before the model is built: the checkpoint to resume keeps the run's global batch and
+// --seq (slm_train_check_resume_batch); --allow-batch-change accepts another global batch with a
+// warning (and a metrics.jsonl "batch_change" event, hooks.c). Agreed by every rank. The opened
+// checkpoint is kept for resume_from.
+static slm_status check_resume_batch(slm_trainer *tr) {
+    slm_status st = SLM_OK;
+    if (tr->resume_path && tr->rank == 0) {
+        st = slm_ckpt_open(tr->resume_path, &tr->resume_ckpt);
+        slm_batch_geom now = {tr->B, tr->T, tr->K, tr->W};
+        const slm_ckpt_meta *M = st ? NULL : slm_ckpt_get_meta(tr->resume_ckpt);
+        if (M && !M->has_batch)
+            slm_warn("checkpoint %s records no batch geometry (written before shardlm recorded "
+                     "it): the global batch and --seq of this run (--batch %d x %d rank%s x "
+                     "--grad-accum %d, --seq %d) are not checked against the run that saved it",
+                     slm_ckpt_dir(tr->resume_ckpt), tr->B, tr->W, tr->W == 1 ? "" : "s", tr->K,
+                     tr->T);
+        if (M)
+            st = slm_train_check_resume_batch(M, slm_ckpt_dir(tr->resume_ckpt), now,
+                                              tr->o->allow_batch_change, &tr->batch_changed);
+        if (M && tr->batch_changed) {
+            tr->batch_saved = (slm_batch_geom){M->batch, M->seq, M->grad_accum, M->world};
+            char a[128], b[128];
+            slm_batch_geom_describe(tr->batch_saved, a, sizeof a);
+            slm_batch_geom_describe(now, b, sizeof b);
+            slm_warn("--allow-batch-change: the global batch changes from %s (checkpoint %s, "
+                     "step %lld) to %s: the optimisation from here differs from the run that "
+                     "saved it",
+                     a, slm_ckpt_dir(tr->resume_ckpt), (long long)M->step, b);
+        }
+        if (st) st = slm_fail_wrap(st, "--resume %s", tr->resume_path);
+    }
+    return slm_dist_agree(st);
+}
+
 slm_status slm_train_open(const slm_train_opts *o, slm_trainer **out) {
     *out = NULL;
     slm_status st = check_opts(o);
@@ -304,6 +347,7 @@ slm_status slm_train_open(const slm_train_opts *o, slm_trainer **out) {
     if (!st) st = open_data(tr);
     if (!st) st = open_rundir(tr);
     if (!st) st = slm_trainer_pick_snapshot(tr);
+    if (!st) st = check_resume_batch(tr);
     if (!st) st = open_flight(tr);
     if (st) {
         slm_train_close(tr);
@@ -320,8 +364,9 @@ slm_status slm_train_open(const slm_train_opts *o, slm_trainer **out) {
 // the train loader position and the synthetic-data RNG from a checkpoint (src/ckpt). Each rank
 // reads only its own shard's bytes, whatever world size / strategy saved them.
 static slm_status resume_from(slm_trainer *tr, const char *path) {
-    slm_ckpt *c = NULL;
-    slm_status st = slm_ckpt_open(path, &c);
+    slm_ckpt *c = tr->resume_ckpt; // rank 0: opened by check_resume_batch
+    tr->resume_ckpt = NULL;
+    slm_status st = c ? SLM_OK : slm_ckpt_open(path, &c);
     bool lora = tr->model.lora.rank > 0;
     if (!st && lora != (slm_ckpt_get_meta(c)->lora.rank > 0))
         st = slm_fail(SLM_E_ARG,
@@ -1041,6 +1086,7 @@ slm_status slm_train_finish(slm_trainer *tr, slm_status st) {
 void slm_train_close(slm_trainer *tr) {
     if (!tr) return;
     free(tr->resume_path);
+    slm_ckpt_free(tr->resume_ckpt); // NULL once resume_from took it
     free(tr->win), free(tr->inp), free(tr->tgt);
     free(tr->wtgt), free(tr->wpos), free(tr->pos);
     free(tr->hook_started);
@@ -1107,6 +1153,8 @@ void slm_trainer_ckpt_state(const slm_trainer *tr, int64_t step, slm_ckpt_meta *
     meta->lr_min = tr->min_lr;
     if (tr->train_l) meta->loader = slm_loader_get_state(tr->train_l);
     meta->rng = tr->synth;
+    meta->has_batch = true; // the run's geometry, checked by a resume (check_resume_batch)
+    meta->batch = tr->B, meta->seq = tr->T, meta->grad_accum = tr->K;
     if (tr->tok && tr->ds_open) {
         meta->has_tokenizer = true;
         meta->tokenizer_xxh64 = tr->ds.tokenizer_xxh64;

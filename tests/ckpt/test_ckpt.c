@@ -549,6 +549,20 @@ static const char *read_latest(const char *root, char buf[64]) {
     return buf;
 }
 
+// Flips the middle byte of PATH in place.
+static slm_status flip_middle_byte(const char *path) {
+    char *txt = NULL;
+    size_t len = 0;
+    slm_status st = slm_file_read_all(path, &txt, &len);
+    if (st) return st;
+    txt[len / 2] ^= 0xff;
+    FILE *f = fopen(path, "wb");
+    bool ok = f && fwrite(txt, 1, len, f) == len;
+    if (f) fclose(f);
+    free(txt);
+    return ok ? SLM_OK : slm_fail(SLM_E_IO, "%s: cannot rewrite", path);
+}
+
 static void overwrite_file(const char *path, const char *data, size_t len) {
     FILE *f = fopen(path, "wb");
     SLM_ASSERT(f && fwrite(data, 1, len, f) == len);
@@ -694,6 +708,108 @@ static void test_settle(void) {
     free(root);
 }
 
+// Rank r of N's padded FULL_SHARD shard of s, written into DIR (as the saver's writer does).
+static slm_status write_rank_of(const char *dir, state *s, int r, int N, int64_t step) {
+    int U = s->model.n_units;
+    SLM_ASSERT(U <= 8);
+    slm_ckpt_shard sh[8] = {{0}};
+    for (int u = 0; u < U; u++) {
+        int64_t n = s->model.units[u].numel, per = (n + N - 1) / N, b = r * per, e = b + per;
+        float *bufs[3], *src[3] = {s->model.params[u], s->m[u], s->v[u]};
+        for (int k = 0; k < 3; k++) {
+            bufs[k] = slm_xcalloc((size_t)per, 4);
+            for (int64_t i = b; i < e && i < n; i++)
+                bufs[k][i - b] = src[k][i];
+        }
+        sh[u] = (slm_ckpt_shard){b, e, bufs[0], bufs[1], bufs[2]};
+    }
+    slm_status st = slm_ckpt_write_rank(dir, r, N, step, s->model.units, U, sh);
+    for (int u = 0; u < U; u++) {
+        free(sh[u].params);
+        free(sh[u].m);
+        free(sh[u].v);
+    }
+    return st;
+}
+
+// A save every rank wrote but nobody committed (the job ended before the commit barrier) is
+// committed by slm_ckpt_recover_pending; one with a rank file missing or not matching its
+// sidecar is not; neither is one older than the newest committed checkpoint.
+static void test_recover_pending(void) {
+    char *root = root_dir("recover");
+    state s;
+    state_init(&s, 11);
+    int U = s.model.n_units;
+    CHECK_OK(save_one(root, &s, 5, true, 0)); // committed: step 5
+    const int N = 2;
+    slm_ckpt_meta meta;
+    meta_for(&meta, &s, 7);
+    meta.world = N;
+    snprintf(meta.strategy, sizeof meta.strategy, "FULL_SHARD");
+    meta.shard_group_size = N;
+    char *tmp = slm_ckpt_step_dir(root, 7, true), *fin = slm_ckpt_step_dir(root, 7, false);
+    slm_mkdir_p(tmp);
+    CHECK_OK(slm_ckpt_write_pending(root, &meta, s.model.units, U));
+    CHECK_OK(write_rank_of(tmp, &s, 0, N, 7));
+    int64_t rec = 0;
+    char buf[64];
+    CHECK_OK(slm_ckpt_recover_pending(root, 0, &rec)); // rank 1 has not written
+    CHECK_EQ_INT(rec, -1);
+    CHECK(!slm_is_dir(fin));
+    CHECK_EQ_STR(read_latest(root, buf), "step_00000005\n");
+    CHECK_OK(write_rank_of(tmp, &s, 1, N, 7));
+    char *b1 = slm_path_join(tmp, "rank_00001.bin");
+    CHECK_OK(flip_middle_byte(b1));
+    CHECK_OK(slm_ckpt_recover_pending(root, 0, &rec)); // rank 1's file != its sidecar
+    CHECK_EQ_INT(rec, -1);
+    CHECK(!slm_is_dir(fin));
+    CHECK_OK(write_rank_of(tmp, &s, 1, N, 7)); // rewritten: complete now
+    CHECK_OK(slm_ckpt_recover_pending(root, 0, &rec));
+    CHECK_EQ_INT(rec, 7);
+    CHECK(slm_is_dir(fin) && !slm_is_dir(tmp));
+    CHECK_EQ_STR(read_latest(root, buf), "step_00000007\n");
+    char *pend = slm_path_join(fin, "pending.json"), *side = slm_path_join(fin, "rank_00000.json");
+    CHECK(!slm_is_file(pend) && !slm_is_file(side)); // merged into manifest.json
+    slm_ckpt *c = NULL;
+    CHECK_OK(slm_ckpt_open(root, &c));
+    CHECK_OK(slm_ckpt_verify(c));
+    CHECK_EQ_INT(slm_ckpt_get_meta(c)->step, 7);
+    CHECK_EQ_INT(slm_ckpt_get_meta(c)->world, N);
+    CHECK_EQ_INT(slm_ckpt_get_meta(c)->loader.pos, 12345);
+    for (int u = 0; u < U; u++) {
+        int64_t n = s.model.units[u].numel;
+        float *p = slm_xmalloc((size_t)n * 4), *m = slm_xmalloc((size_t)n * 4),
+              *v = slm_xmalloc((size_t)n * 4);
+        CHECK_OK(slm_ckpt_read_range(c, u, 0, n, p, m, v));
+        CHECK(!cmp_bits(p, s.model.params[u], n) && !cmp_bits(m, s.m[u], n) &&
+              !cmp_bits(v, s.v[u], n));
+        free(p);
+        free(m);
+        free(v);
+    }
+    slm_ckpt_free(c);
+    // an interrupted save older than the newest committed one is never recovered
+    char *old = slm_ckpt_step_dir(root, 6, true), *oldfin = slm_ckpt_step_dir(root, 6, false);
+    slm_mkdir_p(old);
+    meta_for(&meta, &s, 6);
+    meta.world = 1;
+    CHECK_OK(slm_ckpt_write_pending(root, &meta, s.model.units, U));
+    CHECK_OK(write_rank_of(old, &s, 0, 1, 6));
+    CHECK_OK(slm_ckpt_recover_pending(root, 0, &rec));
+    CHECK_EQ_INT(rec, -1);
+    CHECK(!slm_is_dir(oldfin));
+    CHECK_EQ_STR(read_latest(root, buf), "step_00000007\n");
+    free(old);
+    free(oldfin);
+    free(pend);
+    free(side);
+    free(b1);
+    free(tmp);
+    free(fin);
+    state_free(&s);
+    free(root);
+}
+
 int main(void) {
     const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
     snprintf(g_tmp, sizeof g_tmp, "%s/slm_test_ckpt_%d", base, (int)getpid());
@@ -709,6 +825,7 @@ int main(void) {
     RUN(test_resave_existing_step);
     RUN(test_pick_resume);
     RUN(test_settle);
+    RUN(test_recover_pending);
     char cmd[512];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_tmp);

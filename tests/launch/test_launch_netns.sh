@@ -7,7 +7,10 @@
 #     on h2 only, exits 0 with the weights of an uninterrupted 2-rank run;
 #  2. no spare: --nproc 2 --min-nproc 1 on h1:1,h2:1: h1 excluded, training runs on h2 at world
 #     1 with --grad-accum 2 (the global batch kept) and finishes; the launcher's /metrics
-#     (--metrics-addr, --metrics-linger) counts the health-check failure and the excluded host.
+#     (--metrics-addr, --metrics-linger) counts the health-check failure and the excluded host;
+#  3. a 2-rank launch killed after a checkpoint, then a launch with only h1:1 (--min-nproc 1):
+#     world 1 with --grad-accum 2 resumes the 2-rank checkpoint (no --allow-batch-change
+#     needed: the global batch is kept) and matches the 2-rank run.
 # Skips (77) only when network namespaces cannot be created. Usage: test_launch_netns.sh MPIEXEC.
 . "$(dirname "$0")/../lib.sh"
 MPIEXEC=${1:-$MPIEXEC}
@@ -70,6 +73,47 @@ J=$W/b/attempts.json
     ok "ran at world 1 on $net.2 with --grad-accum 2" || { bad "attempt"; cat "$J"; cat "$W/b.log"; }
 has "the trainer ran with grad accumulation 2" "$W/b/metrics.jsonl" '"event":"start".*"grad_accum":2'
 [ -d "$W/b/checkpoints/step_00000010" ] && ok "finished: step 10 checkpoint" || bad "no final checkpoint"
+# 3. shrink after a checkpoint: a 2-rank launch on h1:1,h2:1 is killed (rank 1 before step 5, no
+#    restart) after its first checkpoints; the next launch has only h1:1 (--min-nproc 1), so it
+#    runs at world 1 with --grad-accum 2 and resumes the 2-rank checkpoint (step 4, or 2): the
+#    global batch is kept, so the trainer's batch check passes without --allow-batch-change
+#    (never passed by the launcher) and its steps match the uninterrupted 2-rank run within the
+#    resharding tolerance
+SHARDLM_FAULT=kill:rank=1:step=5 timeout 240 "$BIN" launch --nproc 2 --max-restarts 0 \
+    --hosts "$net.1:1,$net.2:1" "${LA[@]}" --hang-timeout 60 --mpi-args "$MPIA" \
+    -- "${TR[@]}" --steps 10 --out "$W/c" > "$W/c1.log" 2>&1
+rc=$?
+[ "$rc" != 0 ] && ls "$W/c/checkpoints" | grep -q '^step_' && ok "2-rank launch killed after a checkpoint (exit $rc)" ||
+    { bad "2-rank launch killed after a checkpoint: exit $rc"; cat "$W/c1.log"; }
+timeout 240 "$BIN" launch --nproc 2 --min-nproc 1 --hosts "$net.1:1" "${LA[@]}" --hang-timeout 60 \
+    --mpi-args "$MPIA" -- "${TR[@]}" --steps 10 --out "$W/c" > "$W/c.log" 2>&1
+check "shrink after a checkpoint: launch exits 0" 0 $?
+J=$W/c/attempts.json
+[ "$(aj "$J" '[(x["world"], x["grad_accum"], x["result"]) for x in a["attempts"]][-1]')" = "(1, 2, 'success')" ] &&
+    ok "the next launch ran at world 1 with --grad-accum 2" || { bad "shrink attempts"; cat "$J"; cat "$W/c.log"; }
+if grep -q -e "allow-batch-change" -e "global batch of" -e "batch geometry" "$W/c.log" "$W/c/attempts.json" ||
+    grep -q '"event":"batch_change"' "$W/c/metrics.jsonl"; then
+    bad "the shrunk resume needed or reported a batch change"; cat "$W/c.log"
+else ok "the shrunk resume keeps the global batch (no --allow-batch-change, no batch_change)"; fi
+if "$PY" - "$W/ref/metrics.jsonl" "$W/c/metrics.jsonl" <<'PYEOF'
+import json, sys
+def last(p):
+    ev = [json.loads(l) for l in open(p)]
+    i = max(k for k, e in enumerate(ev) if e.get("event") == "start")
+    return ev[i], {e["step"]: e["loss"] for e in ev[i:] if e.get("event") == "step"}
+_, a = last(sys.argv[1])
+start, b = last(sys.argv[2])
+# the newest committed 2-rank checkpoint: step 4, or step 2 when the kill came before step 4's
+# asynchronous save was committed
+assert (start["world"], start["grad_accum"]) == (1, 2) and start["start_step"] in (2, 4), start
+assert sorted(b) == list(range(start["start_step"] + 1, 11)), b
+# 1e-5 relative: another world, the same sequences per step (tests/ckpt/test_ckpt_mpi_resume.sh)
+for s in b:
+    assert abs(a[s] - b[s]) <= 1e-5 * abs(a[s]), (s, a[s], b[s])
+print("  from step %d: max rel diff %.2g" % (start["start_step"], max(abs(a[s] - b[s]) / abs(a[s]) for s in b)))
+PYEOF
+then ok "world-1 attempt resumed a 2-rank checkpoint; its steps == the 2-rank run's"
+else bad "world-1 attempt's losses"; cat "$W/c/metrics.jsonl"; fi
 no_orphans "no process left"
 slm_netns_down
 [ -z "$(slm_netns_leftovers)" ] && ok "no namespace or link left" || bad "left behind: $(slm_netns_leftovers)"

@@ -88,6 +88,11 @@ for s in b:
 PY
 then ok "3 ranks reshard from S3 (within 1e-5 of the 2-rank continuation)"
 else tail -20 "$W/r3.log"; bad "3-rank reshard from S3"; fi
+# 3 ranks of --batch 2 (6 sequences per step, not 12): refused before any step (exit 2)
+slm_mpirun 3 -x OMP_NUM_THREADS=1 "$BIN" "${COMMON[@]}" --model "$W/config.json" --batch 2 --steps 12 \
+    --out "$W/r3b" --resume "s3://$B/runs/a/checkpoints/step_00000008" > "$W/r3b.log" 2>&1 && rc=0 || rc=$?
+check "3 ranks at another global batch from S3: refused" 2 $rc
+has "the refusal names the --grad-accum that keeps 12" "$W/r3b.log" "To keep 12 sequences at 3 ranks: --grad-accum 2 (with --batch 2)"
 
 # Another run's prefix (other model config) is refused.
 cat > "$W/config2.json" <<JSON

@@ -21,13 +21,17 @@ cat > "$W/run/attempts.json" <<'JSON'
 {"health": [],
  "attempts": [
   {"attempt": 1, "start": 1796100000.0, "end": 1796100060.5, "detected": 1796100060.2,
-   "world": 2, "hosts": "node6,node7", "result": "failed", "reason": "rank 1 killed by signal 9",
+   "last_progress": 1796100050.1, "first_step_time": 1796100004.2,
+   "world": 2, "hosts": "node6,node7", "grad_accum": 1, "result": "hang",
+   "reason": "no heartbeat progress for 10 s (--hang-timeout); rank 1 (pid 4242 on node7) is stopped",
    "exit_status": null, "exit_signal": 9, "culprit_rank": 1, "culprit_host": "node7",
-   "start_step": 0, "steps_reached": 60, "steps_lost": 0},
+   "flight_verdict": "flight recorder: rank 1 never entered collective #36 of group world (allreduce \"stop flags\" at step 61, phase step start; last dist context: step 60, backward reduce, FSDP unit 1) that ranks 0 and 1 wait in",
+   "error": "", "start_step": 0, "steps_reached": 60, "steps_lost": 0},
   {"attempt": 2, "start": 1796100070.0, "end": 1796100100.0, "detected": 1796100100.0,
-   "world": 2, "hosts": "node6,node8", "result": "success", "reason": "",
+   "last_progress": 1796100099.5, "first_step_time": 1796100075.0,
+   "world": 2, "hosts": "node6,node8", "grad_accum": 1, "result": "success", "reason": "",
    "exit_status": 0, "exit_signal": null, "culprit_rank": null, "culprit_host": null,
-   "start_step": 60, "steps_reached": 80, "steps_lost": 0}]}
+   "flight_verdict": "", "error": "", "start_step": 60, "steps_reached": 80, "steps_lost": 0}]}
 JSON
 before=$(cd "$W/run" && find . -type f | sort | xargs sha256sum)
 
@@ -99,6 +103,11 @@ assert 'id="attempts"' in h and h.count("<tr>", h.index('id="attempts"'), h.inde
 a = h[h.index('id="attempts"'):h.index("</table>", h.index('id="attempts"'))]
 assert "<th>attempt</th><th>start</th><th>end</th>" in a and "node7" in a
 assert "2026-12-01 04:40:00 UTC" in a  # 1796100000 in UTC
+assert "+60.5 s" in a and "+50.1 s" in a  # end, last_progress: seconds after the start
+# free text in a row of its own under its attempt (the table of figures stays narrow)
+assert '<tr class="d"><td colspan=' in a and "is stopped" in a and "never entered collective #36" in a
+# options as the user gave them: --lr 3e-3 (written as float32 %.9g) reads 0.003, not 0.00300000003
+assert "<td>lr</td><td><code>0.003</code>" in h, re.findall(r"<td>lr</td><td><code>[^<]*", h)
 PY
 
 # --- headless Chromium: its DOM and its pixels
@@ -114,6 +123,18 @@ for s in svgs:
     ds = [d for d in re.findall(r'<path [^>]*\bd="([^"]+)"', s) if d.count("L") >= 1]
     assert ds, s[:200]
 PY
+# layout in a 1280 px window: the attempts table (every column, steps_lost included) fits the
+# page and nothing scrolls sideways. A copy with a measuring script (the report has none).
+sed 's#</body>#<script>var t=document.getElementById("attempts"),c=t.rows[0].cells,s=null;for(var i=0;i<c.length;i++)if(c[i].textContent=="steps_lost")s=c[i];document.body.setAttribute("data-m",[document.documentElement.clientWidth,document.documentElement.scrollWidth,Math.ceil(t.getBoundingClientRect().right),s?Math.ceil(s.getBoundingClientRect().right):-1].join(" "))</script></body>#' \
+    "$W/report.html" > "$W/measure.html"
+"$CHROME" --headless --no-sandbox --disable-gpu --user-data-dir="$W/chrome" --window-size=1280,900 \
+    --dump-dom "file://$W/measure.html" > "$W/measure.dom" 2> "$W/chrome3.err"
+read -r vw sw tr sl <<< "$(sed -n 's/.*data-m="\([0-9 -]*\)".*/\1/p' "$W/measure.dom")"
+if [ -n "$sl" ] && [ "$sw" -le "$vw" ] && [ "$tr" -le "$vw" ] && [ "$sl" -gt 0 ] && [ "$sl" -le "$vw" ]; then
+    ok "1280 px window: attempts table fits (right edge $tr, steps_lost at $sl, page $sw of $vw px)"
+else
+    bad "1280 px window: attempts table right edge '$tr', steps_lost '$sl', page '$sw' of '$vw' px"
+fi
 "$CHROME" --headless --no-sandbox --disable-gpu --hide-scrollbars --user-data-dir="$W/chrome" \
     --window-size=1400,1500 --screenshot="$W/report.png" "file://$W/report.html" > /dev/null 2> "$W/chrome2.err"
 check "chromium --screenshot" 0 $?

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "report/report.h"
+#include "report/report_internal.h"
 #include "test.h"
 
 // Schema 1 (before issue 11): start / step / end only, val_loss inside the step records.
@@ -155,7 +156,33 @@ static void test_text_summary(void) {
     CHECK_EQ_INT(system(cmd), 0);
 }
 
+// Table numbers: integers as such, float32 values written with %.9g as the float's shortest
+// decimal, other doubles as their own shortest round-trip decimal (expected strings by hand).
+static void test_fmt_num(void) {
+    static const struct {
+        double v;
+        const char *want;
+    } k[] = {
+        {0.000300000014, "0.0003"}, // --lr 3e-4 as the trainer writes it (%.9g of 3e-4f)
+        {0.00300000003, "0.003"},   // --lr 3e-3
+        {(double)0.1f, "0.1"},      // a float32 widened exactly
+        {0.1, "0.1"},               // a double
+        {0.30000000000000004, "0.30000000000000004"}, // not near a float32: all 17 digits
+        {1796139463.823, "1796139463.823"},           // a Unix time (not a float32)
+        {29536, "29536"},
+        {-4, "-4"},
+        {1e-05, "1e-05"},
+        {1.25e5, "125000"},
+    };
+    for (size_t i = 0; i < sizeof k / sizeof *k; i++) {
+        char out[40];
+        report_fmt_num(k[i].v, out);
+        CHECK_EQ_STR(out, k[i].want);
+    }
+}
+
 int main(void) {
+    RUN(test_fmt_num);
     RUN(test_schema1);
     RUN(test_schema2_restart);
     RUN(test_bad_files);

@@ -109,8 +109,27 @@ static void test_attempt(void) {
     CHECK(!slm_fault_health_fails(&p, 1, "gemm"));
 }
 
+// A rank beyond the world never fires: slm_fault_check_world names the item and the world.
+static void test_world(void) {
+    slm_fault_plan p;
+    CHECK_OK(slm_fault_parse("slow:rank=1:ms=5,corrupt-ckpt:step=2:rank=3,nan-grad:step=1", &p));
+    CHECK_OK(slm_fault_check_world(&p, 4));
+    CHECK(slm_fault_check_world(&p, 3) == SLM_E_ARG);
+    CHECK_EQ_STR(slm_errmsg(),
+                 "SHARDLM_FAULT item 2 \"corrupt-ckpt:step=2:rank=3\": rank=3 is not "
+                 "a rank of this world of 3 ranks (0..2): the fault would never fire");
+    CHECK(slm_fault_check_world(&p, 1) == SLM_E_ARG); // item 1 first
+    CHECK(strstr(slm_errmsg(), "item 1 \"slow:rank=1:ms=5\"") != NULL);
+    p.attempt = 2; // inert on a later attempt: not an error
+    CHECK_OK(slm_fault_check_world(&p, 1));
+    CHECK_OK(slm_fault_parse("kill:rank=2:step=1:always", &p));
+    p.attempt = 2;
+    CHECK(slm_fault_check_world(&p, 2) == SLM_E_ARG);
+}
+
 int main(void) {
     RUN(test_kinds);
+    RUN(test_world);
     RUN(test_errors);
     RUN(test_attempt);
     return TEST_SUMMARY();

@@ -5,7 +5,8 @@
 #     RUN_DIR/logs/flight_rank_0000{0,2}.json (read back with Python's json module: rank,
 #     world, reason, a waiting entry whose sequence number is the world group's last) and the
 #     job aborts; `shardlm flight RUN_DIR` names rank 1 (exit 0), says it wrote no record, and
-#     quotes its heartbeat (step 2);
+#     quotes its heartbeat (step 2); every entry carries t_wait (the timed-out wait's spans the
+#     timeout);
 #  2. mpirun -np 2, the same stop with a long timeout: SIGUSR2 to mpirun (forwarded to every
 #     rank) makes the live rank 0 dump while the job keeps waiting; `shardlm flight` names
 #     rank 1 (the stopped rank cannot dump: that is what names it);
@@ -49,6 +50,16 @@ for r in 0 2; do
         ok "rank $r dumped: waiting in the world's last collective, at step 3"
     else
         bad "rank $r dump:"; cat "$f"; echo "$w"
+    fi
+    # t_wait: when the wait began. The timed-out wait started after the collective and lasted
+    # the whole --collective-timeout (8 s, measured from the wait's start) before the dump;
+    # every done entry that was waited for ended after its wait began.
+    if [ "$(field "$f" '[(e["t_wait"] >= e["t_start"], d["time"] - e["t_wait"] >= 7.9) for e in d["entries"] if e["state"]=="waiting"][-1]')" = "(True, True)" ] &&
+        [ "$(field "$f" 'all(e["t_end"] >= e["t_wait"] >= e["t_start"] for e in d["entries"] if e["state"]=="done" and e.get("t_wait") is not None)')" = True ] &&
+        [ "$(field "$f" 'all("t_wait" in e for e in d["entries"])')" = True ]; then
+        ok "rank $r: t_wait of the timed-out wait >= 8 s before the dump, t_start <= t_wait <= t_end"
+    else
+        bad "rank $r: t_wait fields"; cat "$f"
     fi
 done
 [ ! -e "$W/a/logs/flight_rank_00001.json" ] && ok "the stopped rank 1 wrote no dump" || bad "rank 1 dumped"

@@ -75,7 +75,7 @@ check "--max-nonfinite-skips 0: the first non-finite step stops the run" 1 $?
 
 # --- 5. loss spikes against Python's z-scores
 "$BIN" train --data "$W/data" --model "$W/config.json" --batch 2 --seq 16 --steps 40 --threads 1 \
-    --peak-gflops 10 --lr 3e-3 --loss-spike-window 4 --loss-spike-z 0.5 --out "$W/s" > "$W/s.log" 2>&1
+    --peak-gflops 10 --lr 3e-3 --loss-spike-window 8 --loss-spike-z 0.5 --out "$W/s" > "$W/s.log" 2>&1
 check "spike run" 0 $?
 "$PY" - "$W/s/metrics.jsonl" "$W/s.log" > "$W/s.cmp" 2>&1 <<'PYEOF'
 import json, math, re, sys
@@ -83,7 +83,7 @@ steps = [json.loads(l) for l in open(sys.argv[1]) if '"event":"step"' in l]
 loss = [s["loss"] for s in steps]
 flag_trainer = {s["step"] for s in steps if "loss_spike_z" in s}
 flag_log = {int(m) for m in re.findall(r"loss spike at step (\d+)", open(sys.argv[2]).read())}
-w, z0, expect, unsure = 4, 0.5, set(), set()
+w, z0, expect, unsure = 8, 0.5, set(), set()
 for i in range(w, len(loss)):
     win = loss[i - w:i]
     mu = sum(win) / w
