@@ -86,7 +86,7 @@ awk -v l="${PER[local]}" -v s="${PER[s3]}" -v o="$OWN" 'BEGIN {
     printf "  stall per checkpoint --ckpt-uri / local: %.1f / %.1f ms = %.2fx (%+.0f%%); target (issue 12): at most 1.10x: %s\n",
         s, l, r, 100 * (r - 1), r <= 1.10 ? "met" : "MISSED"
     printf "  of it the uploader itself (overlap waits + step boundaries): %.2f ms per checkpoint = %.0f%% of the local stall\n",
-        o, l > 0 ? 100 * o / l : 0 }'
+        o, (l > 0 ? 100 * o / l : 0) }'
 echo "  load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 fi
 
