@@ -687,6 +687,11 @@ typedef struct run {
     int grad_accum, grad_accum_idx; // the user's --grad-accum and its argv index (-1: none)
     int shard_group;                // HYBRID_SHARD's --shard-group-size (a world divides by it); 1
     bool add_resume, add_heartbeat, has_verify, has_grace;
+    // --train-from-scratch (argv index, -1: none): passed to the first attempt only while the
+    // earlier run's checkpoints/ (inode scratch_ino, holding saves: scratch_had) is still in place
+    int scratch_idx;
+    bool scratch_had;
+    ino_t scratch_ino;
     const char *model;
     char transport[1024];
     attempt att[MAX_ATTEMPTS];
@@ -965,6 +970,32 @@ static int run_health(run *r) {
     return 0;
 }
 
+// Whether RUN_DIR/checkpoints holds saves the trainer's --train-from-scratch moves aside
+// (committed step_N, or a step_N.tmp with its pending.json); *ino: the directory's inode (0: none).
+static bool scratch_state(const char *run_dir, ino_t *ino) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/checkpoints", run_dir);
+    struct stat sb;
+    *ino = stat(path, &sb) == 0 ? sb.st_ino : 0;
+    DIR *d = opendir(path);
+    if (!d) return false;
+    bool had = false;
+    struct dirent *e;
+    while (!had && (e = readdir(d))) {
+        long long s;
+        char tail[8] = "";
+        int k = sscanf(e->d_name, "step_%lld%7s", &s, tail);
+        if (k == 1) had = true;
+        if (k == 2 && !strcmp(tail, ".tmp")) {
+            char p[8192];
+            snprintf(p, sizeof p, "%s/%s/pending.json", path, e->d_name);
+            had = access(p, F_OK) == 0;
+        }
+    }
+    closedir(d);
+    return had;
+}
+
 static int64_t newest_checkpoint_step(const char *run_dir) {
     char path[4096];
     snprintf(path, sizeof path, "%s/checkpoints", run_dir);
@@ -1097,7 +1128,16 @@ static void run_attempt(run *r, attempt *at, int world) {
     av_add(&a, o->exe);
     av_add(&a, "train");
     int first = o->train_argc > 0 && !strcmp(o->train_argv[0], "train") ? 1 : 0;
+    // --train-from-scratch moves the earlier run's checkpoints aside once: a restart resumes this
+    // launch's own checkpoints (--resume auto), unless that move has not happened yet.
+    bool scratch = false;
+    if (r->scratch_idx >= 0) {
+        ino_t ino;
+        (void)scratch_state(r->run_dir, &ino);
+        scratch = at->n == 1 || (r->scratch_had && ino == r->scratch_ino);
+    }
     for (int i = first; i < o->train_argc; i++) {
+        if (i == r->scratch_idx && !scratch) continue;
         if (i == r->grad_accum_idx + 1 && r->grad_accum_idx >= 0) {
             snprintf(num, sizeof num, "%d", at->grad_accum);
             av_add(&a, num);
@@ -1110,7 +1150,7 @@ static void run_attempt(run *r, attempt *at, int world) {
         av_add(&a, "--grad-accum");
         av_add(&a, num);
     }
-    if (r->add_resume) av_add(&a, "--resume"), av_add(&a, "auto");
+    if (r->add_resume && !scratch) av_add(&a, "--resume"), av_add(&a, "auto");
     // A restart verifies every file of the checkpoint it resumes (--resume auto then falls back
     // to the newest one that verifies), so a corrupt checkpoint cannot cause a restart loop.
     if (at->n > 1 && !r->has_verify) av_add(&a, "--verify-on-resume");
@@ -1447,6 +1487,8 @@ int slm_launch_run(const slm_launch_opts *o, char **summary) {
         return SLM_LAUNCH_USAGE;
     }
     r->add_resume = idx < 0;
+    find_arg(o, "--train-from-scratch", &r->scratch_idx);
+    if (r->scratch_idx >= 0) r->scratch_had = scratch_state(r->run_dir, &r->scratch_ino);
     const char *hb = find_arg(o, "--heartbeat-dir", &idx);
     r->add_heartbeat = idx < 0;
     snprintf(r->hb_dir, sizeof r->hb_dir, "%s", hb ? hb : "");
