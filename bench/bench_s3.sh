@@ -59,6 +59,8 @@ if want 2; then
 echo "== 2. training stall per checkpoint, 2 ranks, checkpoint every 10 steps"
 TR=(train --synthetic --model "$W/config.json" --batch 4 --seq 128 --steps 60 --seed 1 --threads 1
     --log-every 0 --ckpt-every-steps 10)
+echo "  load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+declare -A PER
 for mode in local s3; do
     extra=()
     [ $mode = s3 ] && extra=(--ckpt-uri "s3://$B/bench/run-$mode/")
@@ -75,8 +77,17 @@ for mode in local s3; do
     per=$(awk -v s="$stall" -v w="$wait_s" -v b="$bnd" -v n="$n" 'BEGIN { printf "%.1f", (s + 1000 * w + b) / n }')
     printf "  %-6s %2s checkpoints: stall %6s ms per checkpoint (save+fence %s ms total, upload overlap waits %s s, uploader at boundaries %s ms); wall %.1f s\n" \
         "$mode" "$n" "$per" "$stall" "$wait_s" "$bnd" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')"
+    PER[$mode]=$per
+    OWN=$(awk -v w="$wait_s" -v b="$bnd" -v n="$n" 'BEGIN { printf "%.2f", (1000 * w + b) / n }')
     [ $mode = s3 ] && grep -m1 "checkpoint uploads to" "$W/$mode.log" | sed 's/^/    /'
 done
+awk -v l="${PER[local]}" -v s="${PER[s3]}" -v o="$OWN" 'BEGIN {
+    r = l > 0 ? s / l : 0
+    printf "  stall per checkpoint --ckpt-uri / local: %.1f / %.1f ms = %.2fx (%+.0f%%); target (issue 12): at most 1.10x: %s\n",
+        s, l, r, 100 * (r - 1), r <= 1.10 ? "met" : "MISSED"
+    printf "  of it the uploader itself (overlap waits + step boundaries): %.2f ms per checkpoint = %.0f%% of the local stall\n",
+        o, (l > 0 ? 100 * o / l : 0) }'
+echo "  load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 fi
 
 want 3 || exit 0

@@ -293,9 +293,11 @@ typedef struct slm_ckpt_upload_opts {
 // URI / shard count or another run's prefix (naming both configs or tokenizer hashes), the S3
 // client's errors.
 slm_status slm_ckpt_uploader_new(const slm_ckpt_upload_opts *o, slm_ckpt_uploader **out);
-// At a step boundary, after the checkpoint schedule's poll (collective; cheap: one small
-// all-reduce while an upload runs): settles a finished upload and, when `committed` (the newest
-// locally committed step, -1: none) is newer than the last one handed over, starts its upload;
+// At a step boundary, after the checkpoint schedule's poll (collective; cheap: a non-blocking
+// all-reduce of 3 integers, started at one boundary and completed at the next, at boundaries 0,
+// 1, 2, 4, 8, 16, then every 16th after a hand-off): settles a finished upload and, when
+// `committed` (the newest locally committed step, -1: none) is newer than the last one handed
+// over, starts its upload;
 // if the previous upload is still running it first waits for it (the stall, logged and counted)
 // unless a stop (slm_stop_requested) reaches any rank meanwhile (then it returns and
 // slm_ckpt_uploader_finish takes over). Upload failures are logged (the remote `latest` keeps
@@ -310,8 +312,8 @@ slm_status slm_ckpt_uploader_step(slm_ckpt_uploader *u, int64_t committed);
 // --preempt-grace after the signal, less min(3 s, grace / 4), agreed over the ranks; then the
 // uploads still running are cancelled (abandoned: the remote `latest` stays on the previous
 // complete checkpoint; a later run catches up). Returns SLM_E_IO if the final manifest / latest
-// could not be written (agreed; not for an abandoned one); logs a summary (uploads, PUTs, bytes,
-// retries, stall).
+// could not be written (agreed; not for an abandoned one); logs a summary (uploads complete /
+// failed / abandoned, PUTs, bytes, retries, stall, time at step boundaries).
 slm_status slm_ckpt_uploader_finish(slm_ckpt_uploader *u);
 // This rank's PUT requests, uploads completed, seconds training waited for overlaps.
 void slm_ckpt_uploader_stats(const slm_ckpt_uploader *u, int64_t *puts, int64_t *n_done,

@@ -418,8 +418,8 @@ struct slm_ckpt_uploader {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     // jobs for the thread (under mu)
-    int64_t files_step; // -1: none
-    up_file *files;
+    int64_t files_step; // step whose files to upload (-1: none)
+    up_file *files;     // its mapped rank files [n_files]
     int n_files;
     int64_t final_step; // rank 0: manifest + latest + retention of this step (-1: none)
     char *final_manifest;
@@ -444,11 +444,34 @@ struct slm_ckpt_uploader {
     bool cancelling;    // the training thread cancelled the pending upload (abandoned)
     double grace_s;     // --preempt-grace (0: finish waits for every upload)
     double deadline;    // finish: slm_time_s() at which uploads are abandoned (0: none)
-    int64_t n_done, n_failed;
+    int64_t n_done, n_failed, n_abandoned; // abandoned: cancelled (preemption, newer one)
     double stall_total_s, stall_max_s;
-    int64_t calls, poll_base; // slm_ckpt_uploader_step calls; the call of the last hand-off
-    double handoff_s;         // of boundary_s: hand-offs (manifest read, rank files mapped)
+    int64_t calls, poll_base;  // slm_ckpt_uploader_step calls; the call of the last hand-off
+    double handoff_s;          // of boundary_s: hand-offs (queueing the job)
+    double poll_s, poll_max_s; // of boundary_s: boundary polls started / completed (their sum, max)
+    int64_t n_polls;
+    double settle_s;   // of boundary_s: settling finished uploads (rank 0 queues the manifest)
     double boundary_s; // slm_ckpt_uploader_step's own time besides overlap waits (polls, hand-offs)
+    // The boundary poll, off the critical path: a non-blocking all-reduce (MAX) started at one
+    // step boundary and completed at the next, so no rank waits there for the slowest one (the
+    // step's own collectives between the two boundaries already brought every rank past the
+    // start). Decisions use the completed result only, so every rank takes them alike.
+    slm_dist_req poll_req;
+    int64_t *poll_v;   // [3]: files running anywhere, failed anywhere, retry due (rank 0); heap:
+                       // leaked rather than freed under a request that never completed
+    int64_t poll_step; // u->pending when the poll started (-1: a retry-due poll)
+    bool poll_started; // a poll was started and not yet completed with poll_end
+    // Jobs not yet handed to the thread (its mutex was busy: flush_jobs retries at later
+    // boundaries, without waiting)
+    int64_t defer_files; // a hand-off (-1: none), its mapped files or the mapping's failure:
+    up_file *defer_f;
+    int defer_n;
+    bool defer_failed;
+    char defer_msg[1024];
+    int64_t defer_final; // rank 0: a settled step whose manifest + latest are to go up (-1),
+    bool defer_final_retry, defer_final_ok; // a retry's; its manifest was read; the text:
+    char *defer_text;
+    size_t defer_len;
 };
 
 static void files_free(up_file *f, int n) {
@@ -574,10 +597,22 @@ static void *up_thread(void *arg) {
     // Linux), as the saver's writer thread, so the payload SHA-256 and curl's copies never take
     // a core from the training threads at a step boundary. Best effort.
     (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
+    // The training thread neither wakes this one nor waits for its mutex at a step boundary
+    // (a woken thread, even at nice 19, may preempt its waker, and one holding the mutex may wait
+    // long for a core on a busy machine: both cost the boundary milliseconds): it queues jobs
+    // with a trylock (flush_jobs) and this thread looks for them every 20 ms.
     pthread_mutex_lock(&u->mu);
     for (;;) {
-        while (!u->quit && u->final_step < 0 && u->files_step < 0)
-            pthread_cond_wait(&u->cv, &u->mu);
+        while (!u->quit && u->final_step < 0 && u->files_step < 0) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 20 * 1000 * 1000;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&u->cv, &u->mu, &ts);
+        }
         if (u->final_step >= 0) {
             int64_t step = u->final_step;
             char *text = u->final_manifest;
@@ -585,8 +620,9 @@ static void *up_thread(void *arg) {
             u->busy = true;
             pthread_mutex_unlock(&u->mu);
             slm_status st = do_final(u, step, text, len);
-            pthread_mutex_lock(&u->mu);
             free(text);
+            // Short critical sections only (no unmapping, freeing or I/O under mu).
+            pthread_mutex_lock(&u->mu);
             u->final_manifest = NULL;
             u->final_step = -1;
             u->final_failed = st != SLM_OK;
@@ -598,13 +634,15 @@ static void *up_thread(void *arg) {
         }
         if (u->files_step >= 0) {
             int64_t step = u->files_step;
+            u->busy = true;
             up_file *f = u->files;
             int n = u->n_files;
-            u->busy = true;
+            u->files = NULL;
+            u->n_files = 0;
             pthread_mutex_unlock(&u->mu);
-            // One object per host: the rank files back to back (no copy: segments of the maps).
             slm_status st = SLM_OK;
-            if (n > 0) {
+            // One object per host: the rank files back to back (no copy: segments of the maps).
+            if (!st && n > 0) {
                 slm_s3_seg *sg = slm_xcalloc((size_t)n, sizeof *sg);
                 for (int i = 0; i < n; i++)
                     sg[i] = (slm_s3_seg){f[i].map.data, f[i].map.len};
@@ -613,10 +651,8 @@ static void *up_thread(void *arg) {
                 free(key);
                 free(sg);
             }
-            pthread_mutex_lock(&u->mu);
             files_free(f, n);
-            u->files = NULL;
-            u->n_files = 0;
+            pthread_mutex_lock(&u->mu);
             u->files_step = -1;
             u->files_done = step;
             u->files_failed = st != SLM_OK;
@@ -748,6 +784,8 @@ slm_status slm_ckpt_uploader_new(const slm_ckpt_upload_opts *o, slm_ckpt_uploade
     u->grace_s = o->preempt_grace_s;
     pthread_mutex_init(&u->mu, NULL);
     pthread_cond_init(&u->cv, NULL);
+    u->poll_v = slm_xcalloc(3, sizeof *u->poll_v);
+    u->poll_step = u->defer_files = u->defer_final = -1;
     slm_status st = rlay_parse(o->uri, &u->L);
     if (!st && (o->prefix_shards < 1 || o->prefix_shards > 100))
         st = slm_fail(SLM_E_ARG, "--s3-prefix-shards %d: expected 1..100", o->prefix_shards);
@@ -825,6 +863,104 @@ static void poll_pending(slm_ckpt_uploader *u, bool flag, bool *done, bool *fail
     *any_flag = v[2] != 0;
 }
 
+// Starts the boundary poll (collective: every rank at the same boundary, in the same state):
+// about the pending upload, or (none pending) whether rank 0's retry delay passed.
+static void poll_start(slm_ckpt_uploader *u) {
+    int64_t *v = u->poll_v;
+    v[0] = v[1] = v[2] = 0;
+    if (u->pending >= 0 && u->leader) {
+        if (pthread_mutex_trylock(&u->mu) == 0) {
+            v[0] = u->files_done != u->pending;
+            v[1] = u->files_done == u->pending && u->files_failed;
+            pthread_mutex_unlock(&u->mu);
+        } else {
+            v[0] = 1; // the thread holds its mutex: not known done, ask again later
+        }
+    }
+    if (u->pending < 0 && u->rank == 0) v[2] = slm_time_s() >= u->retry_at;
+    u->poll_step = u->pending;
+    u->n_polls++;
+    double t0 = slm_time_s();
+    slm_dist_iallreduce(slm_comm_world(), v, 3, SLM_DT_I64, SLM_OP_MAX, "checkpoint upload poll",
+                        &u->poll_req);
+    u->poll_s += slm_time_s() - t0;
+    u->poll_started = true;
+}
+
+// The next boundary's poll, started now (every rank is here in the same state) at boundaries 0,
+// 1, 2, 4, 8, 16, then every 16th after the hand-off (or the failure): most boundaries cost
+// nothing, and an upload is seen done at most 16 boundaries (or twice its time) late. A world of
+// one polls at every boundary itself instead (fresh, no MPI).
+static void poll_next(slm_ckpt_uploader *u) {
+    int64_t k = u->calls - u->poll_base;
+    if (u->world > 1 && ((k & (k - 1)) == 0 || k % 16 == 0)) poll_start(u);
+}
+
+// Completes the poll started at an earlier boundary (collective; by now every rank started it,
+// so this hardly waits). Returns false when none was started; else v[3] as in poll_start.
+static bool poll_end(slm_ckpt_uploader *u, int64_t v[3]) {
+    if (!u->poll_req.active && !u->poll_started) return false;
+    double t0 = slm_time_s();
+    slm_dist_wait(&u->poll_req);
+    double w = slm_time_s() - t0;
+    u->poll_s += w;
+    if (w > u->poll_max_s) u->poll_max_s = w;
+    u->poll_started = false;
+    memcpy(v, u->poll_v, 3 * sizeof *v);
+    return true;
+}
+
+// Hands the deferred jobs to the thread: without waiting (a trylock; what cannot go now stays
+// deferred for the next boundary), or, with `block`, waiting for its mutex and for the previous
+// manifest + latest to finish.
+static void flush_jobs(slm_ckpt_uploader *u, bool block) {
+    if (u->defer_files < 0 && u->defer_final < 0) return;
+    if (block)
+        pthread_mutex_lock(&u->mu);
+    else if (pthread_mutex_trylock(&u->mu) != 0)
+        return;
+    while (block && u->defer_final >= 0 && u->final_step >= 0) // the previous one still running
+        pthread_cond_wait(&u->cv, &u->mu);
+    bool final_went = false;
+    if (u->defer_final >= 0 && u->final_step < 0) {
+        final_went = true;
+        if (u->defer_text) {
+            u->final_step = u->defer_final;
+            u->final_manifest = u->defer_text;
+            u->final_len = u->defer_len;
+            u->defer_text = NULL;
+        }
+    }
+    if (u->defer_files >= 0 && u->files_step < 0) {
+        if (u->defer_failed) { // the mapping failed: done, failed
+            u->files_done = u->defer_files;
+            u->files_failed = true;
+            snprintf(u->files_msg, sizeof u->files_msg, "%s", u->defer_msg);
+        } else {
+            u->files = u->defer_f;
+            u->n_files = u->defer_n;
+            u->files_step = u->defer_files;
+            u->defer_f = NULL;
+            u->defer_n = 0;
+        }
+        u->defer_files = -1;
+    }
+    if (block) pthread_cond_broadcast(&u->cv);
+    pthread_mutex_unlock(&u->mu);
+    if (final_went) {
+        if (!u->defer_final_ok) {
+            slm_error("checkpoint upload of step %" PRId64 ": its manifest could not be read at "
+                      "the hand-off",
+                      u->defer_final);
+            u->n_failed++;
+        } else {
+            u->n_done++;
+            if (u->defer_final_retry) u->n_failed--; // counted as failed before, complete now
+        }
+        u->defer_final = -1;
+    }
+}
+
 #define RETRY_MAX 8       // retries of one failed checkpoint upload
 #define RETRY_FIRST_S 2.0 // first retry this long after the failure, doubling...
 #define RETRY_LAST_S 60.0 // ... up to this
@@ -846,7 +982,9 @@ static void settle_pending(slm_ckpt_uploader *u, bool failed) {
                          "remote latest still names the previous complete checkpoint",
                          step, u->uri,
                          u->deadline > 0 ? "preemption: --preempt-grace" : "a newer checkpoint");
-            if (!retry) u->n_failed++;
+            // its final fate: abandoned (a retry was counted failed at its first attempt)
+            if (retry) u->n_failed--;
+            u->n_abandoned++;
             return;
         }
         if (!retry) u->n_failed++;
@@ -885,26 +1023,14 @@ static void settle_pending(slm_ckpt_uploader *u, bool failed) {
         u->n_done++;
         return;
     }
-    char *text = u->pending_manifest;
-    size_t len = u->pending_len;
+    if (u->defer_final >= 0) flush_jobs(u, true); // the previous one still waits (rare)
+    u->defer_final = step;
+    u->defer_final_retry = retry;
+    u->defer_text = u->pending_manifest;
+    u->defer_len = u->pending_len;
+    u->defer_final_ok = u->defer_text != NULL;
     u->pending_manifest = NULL;
-    if (!text) {
-        slm_error("checkpoint upload of step %" PRId64 ": its manifest could not be read at the "
-                  "hand-off",
-                  step);
-        u->n_failed++;
-    } else {
-        u->n_done++;
-        if (retry) u->n_failed--; // counted as failed before, complete now
-        pthread_mutex_lock(&u->mu);
-        while (u->final_step >= 0) // the previous final still running
-            pthread_cond_wait(&u->cv, &u->mu);
-        u->final_step = step;
-        u->final_manifest = text;
-        u->final_len = len;
-        pthread_cond_broadcast(&u->cv);
-        pthread_mutex_unlock(&u->mu);
-    }
+    flush_jobs(u, false);
 }
 
 // Cancels the pending upload on every leader (collective callers only: every rank calls it at
@@ -920,8 +1046,25 @@ typedef enum {
     WAIT_DEADLINE, // ... or u->deadline passed on any rank: the upload is cancelled (abandoned)
 } wait_mode;
 
+// Completes the boundary poll in flight (if any) and acts on it (collective): settles the
+// pending upload when it was done everywhere. Returns whether rank 0 found a failed upload's
+// retry due (only for a poll started with nothing pending).
+static bool poll_take(slm_ckpt_uploader *u) {
+    int64_t v[3];
+    if (!poll_end(u, v)) return false;
+    if (u->poll_step < 0) return v[2] != 0 && u->pending < 0;
+    if (u->poll_step == u->pending && v[0] == 0) {
+        double t0 = slm_time_s();
+        settle_pending(u, v[1] != 0);
+        u->settle_s += slm_time_s() - t0;
+    }
+    return false;
+}
+
 // Waits for the pending upload (collective). Returns whether it settled.
 static bool wait_pending(slm_ckpt_uploader *u, wait_mode mode) {
+    flush_jobs(u, true); // a deferred hand-off must reach the thread before it can finish
+    (void)poll_take(u);  // the boundary poll in flight, if any (it may have settled it)
     while (u->pending >= 0) {
         bool flag = false;
         if (mode == WAIT_STOP) flag = slm_stop_requested();
@@ -940,7 +1083,8 @@ static bool wait_pending(slm_ckpt_uploader *u, wait_mode mode) {
 }
 
 // Hands `step` (committed locally) to the uploader: rank 0 reads its manifest, each leader maps
-// its host's rank files (a later local retention may delete them; the mappings keep the bytes).
+// its host's rank files (a later local retention may delete them; the mappings keep the bytes)
+// and queues the job for its thread (flush_jobs: never waiting for the thread's mutex).
 static void hand_off(slm_ckpt_uploader *u, int64_t step, bool retry) {
     double t0 = slm_time_s();
     if (step > u->last_handed) u->last_handed = step;
@@ -974,19 +1118,19 @@ static void hand_off(slm_ckpt_uploader *u, int64_t step, bool retry) {
             free(p);
         }
         free(dir);
-        pthread_mutex_lock(&u->mu);
+        files_free(u->defer_f, u->defer_n); // (none: a hand-off follows a settled one)
+        u->defer_f = NULL;
+        u->defer_n = 0;
+        u->defer_failed = st != SLM_OK;
         if (st) {
             files_free(f, n);
-            u->files_done = step;
-            u->files_failed = true;
-            snprintf(u->files_msg, sizeof u->files_msg, "%s", slm_errmsg());
+            snprintf(u->defer_msg, sizeof u->defer_msg, "%s", slm_errmsg());
         } else {
-            u->files = f;
-            u->n_files = n;
-            u->files_step = step;
-            pthread_cond_broadcast(&u->cv);
+            u->defer_f = f;
+            u->defer_n = n;
         }
-        pthread_mutex_unlock(&u->mu);
+        u->defer_files = step;
+        flush_jobs(u, false);
     }
     u->handoff_s += slm_time_s() - t0;
 }
@@ -1004,29 +1148,22 @@ slm_status slm_ckpt_uploader_step(slm_ckpt_uploader *u, int64_t committed) {
 static slm_status uploader_step(slm_ckpt_uploader *u, int64_t committed) {
     if (committed < u->catchup) committed = u->catchup; // uploaded at the first boundary
     if (committed > u->newest) u->newest = committed;
-    // Each poll is a collective, so a rank waits there for the slowest one: with several ranks,
-    // look only at boundaries 1, 2, 4, 8, ... after the hand-off (or failure), and whenever a
-    // newer checkpoint committed (the same boundaries on every rank: no extra agreement).
     u->calls++;
+    flush_jobs(u, false); // what the thread's mutex kept from it at an earlier boundary
     bool newer = committed >= 0 && committed > u->last_handed;
-    int64_t k = u->calls - u->poll_base;
-    bool look = u->world == 1 || newer || (k & (k - 1)) == 0;
-    if (u->pending >= 0 && look) {
-        bool done, failed, any;
-        poll_pending(u, false, &done, &failed, &any);
-        if (done) settle_pending(u, failed);
-    }
+    // The poll started at the previous boundary (a world of one: started now, no MPI): settles a
+    // finished upload, or says a failed one's retry is due (rank 0's clock).
+    if (u->world == 1 && !u->poll_started && (u->pending >= 0 || u->retry_step >= 0)) poll_start(u);
+    bool due = poll_take(u);
     if (!newer) {
-        // Nothing newer: a failed upload is retried once its delay passed (rank 0's clock).
-        if (u->pending >= 0 || u->retry_step < 0 || !look) return SLM_OK;
-        int64_t due = u->rank == 0 && slm_time_s() >= u->retry_at;
-        if (u->world > 1) slm_dist_bcast(&due, 1, SLM_DT_I64, 0, "checkpoint upload retry");
-        if (!due) return SLM_OK;
-        u->retry_n++;
-        if (u->rank == 0)
-            slm_info("checkpoint upload: retrying step_%08" PRId64 " (%d of %d)", u->retry_step,
-                     u->retry_n, RETRY_MAX);
-        hand_off(u, u->retry_step, true);
+        if (due && u->pending < 0 && u->retry_step >= 0) {
+            u->retry_n++;
+            if (u->rank == 0)
+                slm_info("checkpoint upload: retrying step_%08" PRId64 " (%d of %d)", u->retry_step,
+                         u->retry_n, RETRY_MAX);
+            hand_off(u, u->retry_step, true);
+        }
+        if (u->pending >= 0 || u->retry_step >= 0) poll_next(u);
         return SLM_OK;
     }
     if (u->pending >= 0 && u->pending_retry) {
@@ -1043,13 +1180,14 @@ static slm_status uploader_step(slm_ckpt_uploader *u, int64_t committed) {
         double w = slm_time_s() - t0;
         u->stall_total_s += w;
         if (w > u->stall_max_s) u->stall_max_s = w;
-        if (u->rank == 0 && (settled || w > 0.01))
+        if (u->rank == 0 && w > 0.01) // (under 10 ms: it had just finished)
             slm_warn("checkpoint upload: step_%08" PRId64 " committed while the previous upload "
                      "was running; training waited %.2f s for it%s",
                      committed, w, settled ? "" : " (stop requested: waiting no longer)");
         if (!settled) return SLM_OK;
     }
     hand_off(u, committed, false);
+    poll_next(u);
     return SLM_OK;
 }
 
@@ -1091,6 +1229,7 @@ slm_status slm_ckpt_uploader_finish(slm_ckpt_uploader *u) {
     slm_status st = SLM_OK;
     bool abandoned = false;
     if (u->rank == 0) {
+        flush_jobs(u, true); // the last manifest + latest, if still deferred
         pthread_mutex_lock(&u->mu);
         while (u->final_step >= 0 || u->busy) {
             if (u->deadline > 0 && slm_time_s() >= u->deadline && !abandoned) {
@@ -1107,12 +1246,15 @@ slm_status slm_ckpt_uploader_finish(slm_ckpt_uploader *u) {
             pthread_cond_timedwait(&u->cv, &u->mu, &ts);
         }
         if (u->final_failed) {
-            if (abandoned || u->final_cancelled)
+            if (abandoned || u->final_cancelled) {
+                u->n_done--; // counted at the hand-over of its manifest
+                u->n_abandoned++;
                 slm_warn("checkpoint upload to %s: the final manifest / latest abandoned at the "
                          "preemption deadline: %s",
                          u->uri, u->final_msg);
-            else
+            } else {
                 st = slm_fail(SLM_E_IO, "checkpoint upload to %s: %s", u->uri, u->final_msg);
+            }
             u->final_failed = false;
         }
         pthread_mutex_unlock(&u->mu);
@@ -1122,12 +1264,16 @@ slm_status slm_ckpt_uploader_finish(slm_ckpt_uploader *u) {
     if (u->rank == 0) {
         slm_s3_stats s = {0};
         if (u->s3) slm_s3_get_stats(u->s3, &s);
-        slm_info("checkpoint uploads to %s: %lld complete, %lld failed; rank 0's host: %lld PUTs, "
+        slm_info("checkpoint uploads to %s: %lld complete, %lld failed, %lld abandoned; rank 0's "
+                 "host: %lld PUTs, "
                  "%.1f MiB, %lld retries (%lld throttled); training waited %.2f s for overlaps, "
-                 "%.2f s at the end, %.2f ms at step boundaries (polls, hand-offs %.2f ms)",
-                 u->uri, (long long)u->n_done, (long long)u->n_failed, (long long)s.puts,
-                 (double)s.bytes_up / (1 << 20), (long long)s.retries, (long long)s.throttled,
-                 u->stall_total_s, w, 1000 * u->boundary_s, 1000 * u->handoff_s);
+                 "%.2f s at the end, %.2f ms at step boundaries (%lld polls %.2f ms, max %.2f ms; "
+                 "hand-offs %.2f ms, settling %.2f ms)",
+                 u->uri, (long long)u->n_done, (long long)u->n_failed, (long long)u->n_abandoned,
+                 (long long)s.puts, (double)s.bytes_up / (1 << 20), (long long)s.retries,
+                 (long long)s.throttled, u->stall_total_s, w, 1000 * u->boundary_s,
+                 (long long)u->n_polls, 1000 * u->poll_s, 1000 * u->poll_max_s, 1000 * u->handoff_s,
+                 1000 * u->settle_s);
         if (u->deadline > 0 && u->newest > u->last_handed)
             slm_warn("checkpoint step_%08" PRId64 " (committed locally) not uploaded before the "
                      "preemption deadline; the next run with --resume auto and --ckpt-uri "
@@ -1159,9 +1305,14 @@ void slm_ckpt_uploader_free(slm_ckpt_uploader *u) {
         pthread_mutex_unlock(&u->mu);
         pthread_join(u->th, NULL);
     }
-    files_free(u->files, u->n_files);
+    // A boundary poll still in flight (an error path where the ranks did not finish together):
+    // MPI may yet write its buffer, so it is left allocated unless the poll completed.
+    if (!u->poll_started || slm_dist_test(&u->poll_req)) free(u->poll_v);
     free(u->final_manifest);
     free(u->pending_manifest);
+    free(u->defer_text);
+    files_free(u->files, u->n_files);
+    files_free(u->defer_f, u->defer_n);
     slm_s3_close(u->s3);
     rlay_free(&u->L);
     free(u->local_ranks);

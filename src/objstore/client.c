@@ -19,6 +19,7 @@
 #define MAX_Q 8 // query parameters per request
 #define MAX_H 4 // extra signed headers per request
 #define ERR_BODY_MAX (64u << 10)
+#define ABORT_S 2 // seconds for the AbortMultipartUpload of a cancelled upload (one attempt)
 
 struct slm_s3 {
     slm_s3_config cfg;
@@ -45,8 +46,10 @@ typedef struct s3_req {
     uint64_t win_off;
     void *dst; // fixed destination (range GET), else the answer goes to `resp`
     size_t dst_cap;
-    bool allow_404; // 404 is an answer, not an error
-    int64_t offset; // range GET: first byte (for messages)
+    bool allow_404;    // 404 is an answer, not an error
+    int64_t offset;    // range GET: first byte (for messages)
+    bool after_cancel; // runs while the client is cancelled (the abort of a cut-short upload):
+                       // one attempt, bounded by ABORT_S
     // state
     char payload_hash[65];
     slm_buf resp;
@@ -338,8 +341,9 @@ static slm_status start_req(slm_s3 *s, s3_req *r) {
     curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(e, CURLOPT_HEADERDATA, r);
     curl_easy_setopt(e, CURLOPT_ERRORBUFFER, r->errbuf);
-    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, 10000L);
-    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)(s->cfg.timeout_s * 1000));
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, r->after_cancel ? ABORT_S * 1000L : 10000L);
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS,
+                     r->after_cancel ? ABORT_S * 1000L : (long)(s->cfg.timeout_s * 1000));
     // a stalled attempt (no byte either way for stall_s) ends as CURLE_OPERATION_TIMEDOUT and
     // is retried
     curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
@@ -409,6 +413,9 @@ static void set_error(slm_s3 *s, s3_req *r, CURLcode cc) {
         }
         slm_buf_appendf(&b, "HTTP %ld%s%s%s%s", r->http, code ? " " : "", code ? code : "",
                         msg ? ": " : "", msg ? msg : "");
+        if (r->http == 404 && code && strcmp(code, "NoSuchBucket") == 0)
+            slm_buf_appendf(&b, " (the bucket %s does not exist at %s)", r->bucket,
+                            s->cfg.endpoint);
         free(code);
         free(msg);
         if (r->http == 403 || r->http == 401)
@@ -441,7 +448,11 @@ static void finish_one(slm_s3 *s, s3_req *r, CURLcode cc) {
         ok = false;
         r->http = 500;
     }
-    if (ok || (cc == CURLE_OK && r->http == 404 && r->allow_404)) {
+    // A 404 "no such key" is an answer where allowed; a 404 NoSuchBucket never is: the bucket
+    // itself is missing (a typo, another endpoint), named as such by set_error.
+    bool no_bucket = cc == CURLE_OK && r->http == 404 && r->resp.len &&
+                     memmem(r->resp.data, r->resp.len, "NoSuchBucket", 12);
+    if (ok || (cc == CURLE_OK && r->http == 404 && r->allow_404 && !no_bucket)) {
         r->done = true;
         r->st = SLM_OK;
         if (strcmp(r->method, "PUT") == 0)
@@ -459,7 +470,7 @@ static void finish_one(slm_s3 *s, s3_req *r, CURLcode cc) {
     if (slowdown) s->stats.throttled++;
     double now = slm_time_s();
     double wait = backoff_s(s, r->attempts);
-    if (retry && r->attempts < s->cfg.max_attempts &&
+    if (retry && !r->after_cancel && r->attempts < s->cfg.max_attempts &&
         now + wait - r->first_t <= s->cfg.retry_budget_s) {
         s->stats.retries++;
         r->next_t = now + wait;
@@ -480,7 +491,7 @@ static slm_status run_reqs(slm_s3 *s, s3_req *rq, int n) {
     int left = n, in_flight = 0;
     slm_status st = SLM_OK;
     while (left > 0) {
-        if (atomic_load(&s->cancel)) {
+        if (atomic_load(&s->cancel) && !rq[0].after_cancel) {
             // Cancelled (slm_s3_cancel, from another thread): every request not yet done ends
             // with SLM_E_INTERRUPTED now, running transfers dropped.
             for (int i = 0; i < n; i++) {
@@ -599,11 +610,15 @@ slm_status slm_s3_create_bucket(slm_s3 *s, const char *bucket) {
     return st;
 }
 
+// AbortMultipartUpload. After a cancel (slm_s3_cancel) it still runs, as one attempt of at most
+// ABORT_S seconds, so a cut-short upload leaves no parts on a reachable server and a frozen one
+// costs the canceller little.
 static slm_status abort_upload(slm_s3 *s, const char *bucket, const char *key, const char *id) {
     s3_req r;
     req_init(&r, "DELETE", bucket, key);
     req_query(&r, "uploadId", id);
     r.allow_404 = true;
+    r.after_cancel = atomic_load(&s->cancel);
     slm_status st = run_reqs(s, &r, 1);
     req_free(&r);
     return st;
@@ -709,7 +724,7 @@ static slm_status put_multipart(slm_s3 *s, const char *bucket, const char *key, 
         req_free(&r);
     }
     slm_buf_free(&xml);
-    if (st && !atomic_load(&s->cancel)) { // cancelled: no abort either (documented)
+    if (st) { // failed or cancelled: no parts left behind
         char *keep = slm_xstrdup(slm_errmsg());
         slm_status ab = abort_upload(s, bucket, key, upload_id);
         if (ab)
@@ -840,6 +855,45 @@ slm_status slm_s3_list_objects(slm_s3 *s, const char *bucket, const char *prefix
         }
     }
     free(token);
+    if (st) slm_s3_list_free(out);
+    return st;
+}
+
+slm_status slm_s3_list_uploads(slm_s3 *s, const char *bucket, const char *prefix,
+                               slm_s3_list *out) {
+    memset(out, 0, sizeof *out);
+    char *km = NULL, *um = NULL;
+    slm_status st = SLM_OK;
+    for (int page = 0; page < 100000; page++) {
+        s3_req r;
+        req_init(&r, "GET", bucket, "");
+        req_query(&r, "uploads", "");
+        if (prefix && *prefix) req_query(&r, "prefix", prefix);
+        if (km) req_query(&r, "key-marker", km);
+        if (um) req_query(&r, "upload-id-marker", um);
+        st = run_reqs(s, &r, 1);
+        bool trunc = false;
+        char *nk = NULL, *nu = NULL;
+        if (!st) st = slm_s3_xml_uploads(r.resp.data, r.resp.len, out, &trunc, &nk, &nu);
+        if (st)
+            st = slm_fail_wrap(st, "listing multipart uploads of s3://%s/%s", bucket,
+                               prefix ? prefix : "");
+        req_free(&r);
+        free(km);
+        free(um);
+        km = nk;
+        um = nu;
+        if (st || !trunc) break;
+        if (!km) {
+            st = slm_fail(SLM_E_FORMAT,
+                          "listing multipart uploads of s3://%s/%s: truncated page without a "
+                          "NextKeyMarker",
+                          bucket, prefix ? prefix : "");
+            break;
+        }
+    }
+    free(km);
+    free(um);
     if (st) slm_s3_list_free(out);
     return st;
 }

@@ -128,9 +128,10 @@ void slm_s3_config_free(slm_s3_config *c);
 // XML responses (libxml2)
 
 typedef struct slm_s3_object {
-    char *key;     // owned
-    int64_t size;  // bytes
-    char etag[72]; // as sent, quotes removed
+    char *key;       // owned
+    int64_t size;    // bytes (-1 in a ListMultipartUploads result)
+    char etag[72];   // as sent, quotes removed
+    char *upload_id; // ListMultipartUploads: the upload's UploadId (owned); else NULL
 } slm_s3_object;
 
 typedef struct slm_s3_list {
@@ -146,6 +147,12 @@ void slm_s3_list_free(slm_s3_list *l);
 // Errors: SLM_E_FORMAT (not XML, not a ListBucketResult, a bad Size).
 slm_status slm_s3_xml_list(const char *xml, size_t len, slm_s3_list *l, bool *truncated,
                            char **next_token);
+// Appends a ListMultipartUploads result page's <Upload> entries (key + upload_id; size -1) to
+// `l`; *truncated, *next_key and *next_upload_id (owned, NULL when absent) give the pagination
+// state (NextKeyMarker / NextUploadIdMarker). Errors: SLM_E_FORMAT (not XML, not a
+// ListMultipartUploadsResult, an <Upload> without <Key> or <UploadId>).
+slm_status slm_s3_xml_uploads(const char *xml, size_t len, slm_s3_list *l, bool *truncated,
+                              char **next_key, char **next_upload_id);
 // Extracts the text of the first element named `name` (anywhere) into *out (owned; NULL if
 // absent). Errors: SLM_E_FORMAT for text that is not XML.
 slm_status slm_s3_xml_text(const char *xml, size_t len, const char *name, char **out);
@@ -172,8 +179,10 @@ slm_status slm_s3_open_default(const char *endpoint, const char *region, slm_s3 
 void slm_s3_close(slm_s3 *s);
 // Cancel switch, safe to call from any thread: while on, every request of `s` (running ones
 // within ~0.2 s, the request loop's poll interval) ends with SLM_E_INTERRUPTED "cancelled"
-// instead of waiting out its retries; a multipart upload so cut short may leave its parts (its
-// abort is cancelled too: S3 lifecycle rules clean those). Off again: requests run as before.
+// instead of waiting out its retries; a multipart upload so cut short is then aborted
+// (AbortMultipartUpload: one attempt of at most 2 s, so no parts are left on a reachable
+// server; a frozen one keeps them until a lifecycle rule cleans them). Off again: requests run
+// as before.
 void slm_s3_cancel(slm_s3 *s, bool on);
 void slm_s3_get_stats(const slm_s3 *s, slm_s3_stats *out);
 // The configuration in use (borrowed).
@@ -218,6 +227,9 @@ slm_status slm_s3_head(slm_s3 *s, const char *bucket, const char *key, int64_t *
 // slm_s3_list_free). `delimiter` NULL for a flat listing.
 slm_status slm_s3_list_objects(slm_s3 *s, const char *bucket, const char *prefix,
                                const char *delimiter, slm_s3_list *out);
+// ListMultipartUploads (GET BUCKET?uploads) of every in-progress multipart upload under
+// `prefix` (all pages), into *out: obj[i].key and obj[i].upload_id. For tests and clean-up.
+slm_status slm_s3_list_uploads(slm_s3 *s, const char *bucket, const char *prefix, slm_s3_list *out);
 // DELETE (a missing key is not an error, as in S3).
 slm_status slm_s3_delete(slm_s3 *s, const char *bucket, const char *key);
 // PUT of a bucket (CreateBucket; "already owned by you" is fine). For tests and set-up.

@@ -1,6 +1,6 @@
 // S3's XML answers through libxml2 (no network access, no entity expansion beyond the five
-// predefined ones, no DTD loading): ListObjectsV2 pages, single element texts (UploadId, error
-// Code / Message).
+// predefined ones, no DTD loading): ListObjectsV2 and ListMultipartUploads pages, single element
+// texts (UploadId, error Code / Message).
 #include "objstore/objstore.h"
 
 #include <libxml/parser.h>
@@ -46,8 +46,10 @@ slm_status slm_s3_xml_text(const char *xml, size_t len, const char *name, char *
 
 void slm_s3_list_free(slm_s3_list *l) {
     if (!l) return;
-    for (int64_t i = 0; i < l->n; i++)
+    for (int64_t i = 0; i < l->n; i++) {
         free(l->obj[i].key);
+        free(l->obj[i].upload_id);
+    }
     free(l->obj);
     for (int64_t i = 0; i < l->n_prefixes; i++)
         free(l->prefixes[i]);
@@ -132,6 +134,69 @@ out:
     if (st) {
         free(*next_token);
         *next_token = NULL;
+    }
+    xmlFreeDoc(d);
+    return st;
+}
+
+slm_status slm_s3_xml_uploads(const char *xml, size_t len, slm_s3_list *l, bool *truncated,
+                              char **next_key, char **next_upload_id) {
+    *truncated = false;
+    *next_key = *next_upload_id = NULL;
+    xmlDocPtr d = parse(xml, len);
+    if (!d)
+        return slm_fail(SLM_E_FORMAT, "ListMultipartUploads answer is not XML (%zu bytes)", len);
+    slm_status st = SLM_OK;
+    const xmlNode *root = xmlDocGetRootElement(d);
+    if (!root || !is(root, "ListMultipartUploadsResult")) {
+        st = slm_fail(SLM_E_FORMAT,
+                      "ListMultipartUploads answer: root element is <%s>, expected "
+                      "<ListMultipartUploadsResult>",
+                      root ? (const char *)root->name : "(none)");
+        goto out;
+    }
+    for (const xmlNode *n = root->children; n; n = n->next) {
+        if (is(n, "IsTruncated")) {
+            char *t = text_of(n);
+            *truncated = strcmp(t, "true") == 0;
+            free(t);
+        } else if (is(n, "NextKeyMarker")) {
+            free(*next_key);
+            *next_key = text_of(n);
+        } else if (is(n, "NextUploadIdMarker")) {
+            free(*next_upload_id);
+            *next_upload_id = text_of(n);
+        } else if (is(n, "Upload")) {
+            slm_s3_object o = {0};
+            o.size = -1;
+            for (const xmlNode *c = n->children; c; c = c->next) {
+                if (is(c, "Key")) {
+                    free(o.key);
+                    o.key = text_of(c);
+                } else if (is(c, "UploadId")) {
+                    free(o.upload_id);
+                    o.upload_id = text_of(c);
+                }
+            }
+            if (!o.key || !o.upload_id) {
+                free(o.key);
+                free(o.upload_id);
+                st = slm_fail(SLM_E_FORMAT,
+                              "ListMultipartUploads answer: <Upload> without <Key> or <UploadId>");
+                goto out;
+            }
+            if (l->n == l->cap) {
+                l->cap = l->cap ? 2 * l->cap : 64;
+                l->obj = slm_xrealloc(l->obj, (size_t)l->cap * sizeof *l->obj);
+            }
+            l->obj[l->n++] = o;
+        }
+    }
+out:
+    if (st) {
+        free(*next_key);
+        free(*next_upload_id);
+        *next_key = *next_upload_id = NULL;
     }
     xmlFreeDoc(d);
     return st;

@@ -1,6 +1,7 @@
 // libFuzzer target: the objstore parsers of outside data. The first byte picks one:
 // 0 ListObjectsV2 page (slm_s3_xml_list), 1 element text (slm_s3_xml_text, as for error Code /
-// UploadId), 2 ~/.aws/credentials profile, 3 ~/.aws/config profile (slm_aws_ini_parse).
+// UploadId), 2 ~/.aws/credentials profile, 3 ~/.aws/config profile (slm_aws_ini_parse); with
+// bit 2 set, a ListMultipartUploads page (slm_s3_xml_uploads).
 #include "objstore/objstore.h"
 
 #include <stddef.h>
@@ -14,6 +15,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
     const char *p = (const char *)data + 1;
     size_t n = size - 1;
+    if (data[0] & 4) {
+        slm_s3_list l = {0};
+        bool trunc;
+        char *k = NULL, *u = NULL;
+        if (slm_s3_xml_uploads(p, n, &l, &trunc, &k, &u) == SLM_OK) {
+            for (int64_t i = 0; i < l.n; i++)
+                if (!l.obj[i].key || !l.obj[i].upload_id) __builtin_trap();
+        }
+        free(k);
+        free(u);
+        slm_s3_list_free(&l);
+        return 0;
+    }
     switch (data[0] & 3) {
     case 0: {
         slm_s3_list l = {0};

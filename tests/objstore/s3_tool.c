@@ -2,14 +2,46 @@
 // configuration from the environment (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...).
 //   s3_tool mb BUCKET | put BUCKET KEY FILE | get BUCKET KEY FILE | range BUCKET KEY OFF LEN FILE
 //   | head BUCKET KEY | ls BUCKET PREFIX | rm BUCKET KEY | wait BUCKET SECONDS | stats-put ...
+//   | uploads BUCKET PREFIX (in-progress multipart uploads: "KEY UPLOAD_ID" lines)
+//   | put-cancel BUCKET KEY FILE PARTS (a multipart PUT cancelled with slm_s3_cancel once PARTS
+//     part PUTs were sent; prints "uploads before cancel: N" as another client lists them,
+//     then the put's status; exit 0 when the put ended cancelled)
 // Prints results on stdout; after put / get / ls also "stats requests=N retries=N throttled=N
 // puts=N gets=N". Exit 0 on success, 1 with the error message on stderr, 3 for a missing key.
 #include "objstore/objstore.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+typedef struct put_job {
+    slm_s3 *s;
+    const char *bucket, *key, *path;
+    slm_status st;
+    char msg[512];
+} put_job;
+
+static void *put_thread(void *arg) {
+    put_job *j = arg;
+    j->st = slm_s3_put_file(j->s, j->bucket, j->key, j->path);
+    if (j->st) snprintf(j->msg, sizeof j->msg, "%s", slm_errmsg());
+    return NULL;
+}
+
+static slm_status count_uploads(const char *bucket, const char *prefix, int64_t *n) {
+    slm_s3 *s2 = NULL;
+    slm_s3_list l;
+    slm_status st = slm_s3_open_default(NULL, NULL, &s2);
+    if (!st) st = slm_s3_list_uploads(s2, bucket, prefix, &l);
+    if (!st) {
+        *n = l.n;
+        slm_s3_list_free(&l);
+    }
+    slm_s3_close(s2);
+    return st;
+}
 
 static void stats(slm_s3 *s) {
     slm_s3_stats st;
@@ -62,6 +94,32 @@ int main(int argc, char **argv) {
             slm_s3_list_free(&l);
             stats(s);
         }
+    } else if (strcmp(op, "uploads") == 0 && argc == 4) {
+        slm_s3_list l;
+        st = slm_s3_list_uploads(s, bucket, argv[3], &l);
+        if (!st) {
+            for (int64_t i = 0; i < l.n; i++)
+                printf("%s %s\n", l.obj[i].key, l.obj[i].upload_id);
+            slm_s3_list_free(&l);
+        }
+    } else if (strcmp(op, "put-cancel") == 0 && argc == 6) {
+        put_job j = {.s = s, .bucket = bucket, .key = argv[3], .path = argv[4]};
+        int64_t parts = atoll(argv[5]);
+        pthread_t th;
+        pthread_create(&th, NULL, put_thread, &j);
+        double until = slm_time_s() + 120;
+        slm_s3_stats ss;
+        do { // the stats are the other thread's counters: a racy read is good enough here
+            usleep(20000);
+            slm_s3_get_stats(s, &ss);
+        } while (ss.puts < parts && slm_time_s() < until);
+        int64_t before = -1;
+        st = count_uploads(bucket, argv[3], &before);
+        if (!st) printf("uploads before cancel: %lld\n", (long long)before);
+        slm_s3_cancel(s, true);
+        pthread_join(th, NULL);
+        printf("put: %s\n", j.st ? j.msg : "completed");
+        if (!st && j.st != SLM_E_INTERRUPTED) rc = 4;
     } else if (strcmp(op, "rm") == 0 && argc == 4) {
         st = slm_s3_delete(s, bucket, argv[3]);
     } else if (strcmp(op, "wait") == 0 && argc == 4) {

@@ -72,6 +72,42 @@ has "4 retries counted" "$W/thr" "retries=4 throttled=4"
 has "proxy answered 4 x 503" "$W/pcount" "throttled=4 forwarded=1"
 kill "$ppid"; wait "$ppid" 2>/dev/null || true
 
+# A multipart upload cut short by slm_s3_cancel (an abandoned checkpoint upload) is aborted: the
+# server's ListMultipartUploads lists it while it runs and not after (no parts left behind).
+head -c $((60 << 20)) /dev/urandom > "$W/cancel.bin"
+set +e
+SHARDLM_S3_MAX_CONNS=2 "$T" put-cancel "$B" t/cancelled "$W/cancel.bin" 3 > "$W/pc" 2>&1
+check "cancelled multipart PUT ends cancelled" 0 $?
+set -e
+has "the put was cancelled" "$W/pc" "put: .*cancelled"
+has "ListMultipartUploads saw it in progress" "$W/pc" "uploads before cancel: 1"
+"$T" uploads "$B" t/cancelled > "$W/pc.after"
+check "no multipart upload left after the cancel (AbortMultipartUpload)" 0 "$(wc -l < "$W/pc.after")"
+"$T" head "$B" t/cancelled > /dev/null 2>&1 && bad "the cancelled object exists" ||
+    ok "no object for the cancelled upload"
+rm -f "$W/cancel.bin"
+
+# A bucket that does not exist: named as such (NoSuchBucket, bucket and endpoint), not "no
+# checkpoint here", by ckpt inspect and train --resume.
+set +e
+"$BIN" ckpt inspect "s3://slm-missing-bucket/x/" > "$W/nb" 2>&1
+rc=$?
+set -e
+[ $rc -ne 0 ] && ok "inspect of a missing bucket fails (exit $rc)" || bad "inspect of a missing bucket: exit 0"
+has "inspect: NoSuchBucket named" "$W/nb" "the bucket slm-missing-bucket does not exist at $S3_ENDPOINT"
+if grep -q "no checkpoint here" "$W/nb"; then bad "inspect says no checkpoint here"; else ok "inspect does not say no checkpoint here"; fi
+cat > "$W/nbcfg.json" <<JSON
+{"vocab_size": 64, "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1,
+ "num_attention_heads": 2, "num_key_value_heads": 2, "max_position_embeddings": 16}
+JSON
+set +e
+"$BIN" train --synthetic --model "$W/nbcfg.json" --seq 8 --batch 2 --steps 2 --threads 1 \
+    --log-every 0 --out "$W/nbrun" --resume "s3://slm-missing-bucket/run/checkpoints/step_00000002" > "$W/nbr" 2>&1
+rc=$?
+set -e
+[ $rc -ne 0 ] && ok "--resume from a missing bucket fails (exit $rc)" || bad "--resume from a missing bucket: exit 0"
+has "--resume: NoSuchBucket named" "$W/nbr" "the bucket slm-missing-bucket does not exist at $S3_ENDPOINT"
+
 # Server down: connection errors are retried (bounded); the server back within the budget wins.
 slm_s3_kill
 (SHARDLM_S3_MAX_ATTEMPTS=40 "$T" put "$B" t/after-restart "$W/small" > "$W/down" 2>&1; echo $? > "$W/down.rc") &
