@@ -65,10 +65,14 @@ STRATS="FULL_SHARD HYBRID_SHARD"
 REPEAT=1
 [ "$QUICK" = 1 ] || REPEAT=2
 # Development overrides (a subset of the sweep): SCALING_HS, SCALING_NS, SCALING_RATES,
-# SCALING_STEPS, SCALING_REPEAT, SCALING_DELAYS (one-way host-to-host ms, e.g. "0 5").
+# SCALING_STEPS, SCALING_REPEAT, SCALING_DELAYS (one-way host-to-host ms, e.g. "0 5"),
+# SCALING_STRATS (e.g. FULL_SHARD), SCALING_MPI_OPTS (extra mpirun options, e.g.
+# "--mca mpi_yield_when_idle 1").
 HS=${SCALING_HS:-$HS} NS=${SCALING_NS:-$NS} RATES=${SCALING_RATES:-$RATES} STEPS=${SCALING_STEPS:-$STEPS}
 REPEAT=${SCALING_REPEAT:-$REPEAT}
 DELAYS=${SCALING_DELAYS:-$DELAYS}
+STRATS=${SCALING_STRATS:-$STRATS}
+MPI_OPTS=${SCALING_MPI_OPTS:-}
 RES=$OUT/results.tsv
 printf 'strategy\thosts\tranks_per_host\trate\tdelay_ms\tmeasured_ms\tcompute_ms\texposed_comm_ms\tload1\trunq_ms\tsys_pct\n' > "$RES"
 
@@ -86,7 +90,7 @@ one_run() {
     [ "$s" = HYBRID_SHARD ] && extra=(--shard-group-size "$n")
     "$PY" "$HERE/runq.py" "$rd" "$rd.runq" &
     local rq=$!
-    timeout 300 bash -c "$(declare -f cluster_mpirun cl_addr cl_ns); CL_H=$CL_H CL_NET=$CL_NET CL_WORK=$CL_WORK CL_PREFIX=$CL_PREFIX; cluster_mpirun $n -x OMP_NUM_THREADS=1 -x SHARDLM_FLIGHT_DUMP=end -- $BIN train --model $CFG --synthetic --seq $T --batch $B --grad-accum $K --steps $STEPS --threads 1 --peak-gflops 100 --log-every 1 --collective-timeout 240 --simulate-compute $GF --sharding $s ${extra[*]} --out $rd" > "$log" 2>&1
+    timeout 300 bash -c "$(declare -f cluster_mpirun cl_addr cl_ns); CL_H=$CL_H CL_NET=$CL_NET CL_WORK=$CL_WORK CL_PREFIX=$CL_PREFIX; cluster_mpirun $n $MPI_OPTS -x OMP_NUM_THREADS=1 -x SHARDLM_FLIGHT_DUMP=end -- $BIN train --model $CFG --synthetic --seq $T --batch $B --grad-accum $K --steps $STEPS --threads 1 --peak-gflops 100 --log-every 1 --collective-timeout 240 --simulate-compute $GF --sharding $s ${extra[*]} --out $rd" > "$log" 2>&1
     local rc=$?
     kill -TERM "$rq" 2>/dev/null
     wait "$rq" 2>/dev/null

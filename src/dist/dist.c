@@ -13,6 +13,9 @@
 static int g_started_mpi = 0; // we called MPI_Init (so we finalize)
 static int g_rank = 0, g_world = 1;
 static double g_timeout_s = 600.0;
+// Idle polling of wait_bounded (slm_dist_set_lazy_poll): 0 = spin 1000 MPI_Test, then one
+// every 50 us (training); 1 = 10 spins, then the interval doubles from 50 us up to 1 ms.
+static int g_lazy_poll = 0;
 static char g_ctx[256] = "";
 static double g_wait_s = 0.0; // exposed communication time (slm_dist_wait_seconds)
 
@@ -132,6 +135,12 @@ int slm_dist_world(void) {
 void slm_dist_set_timeout(double seconds) {
     g_timeout_s = seconds;
 }
+void slm_dist_set_lazy_poll(bool lazy) {
+    g_lazy_poll = lazy ? 1 : 0;
+}
+bool slm_dist_lazy_poll(void) {
+    return g_lazy_poll != 0;
+}
 void slm_dist_set_context(const char *ctx) {
     snprintf(g_ctx, sizeof g_ctx, "%s", ctx ? ctx : "");
 }
@@ -195,7 +204,8 @@ static void timed_out(const char *what, const slm_comm *c) {
 static void wait_bounded(MPI_Request *req, const char *what, const slm_comm *c, uint64_t fl) {
     double t0 = MPI_Wtime();
     int done = 0;
-    long spins = 0;
+    long spins = 0, spin_max = g_lazy_poll ? 10 : 1000;
+    long sleep_ns = 50000, sleep_max_ns = g_lazy_poll ? 1000000 : 50000; // 50 us (1 ms)
     slm_flight_mark(fl, SLM_FLIGHT_WAITING);
     for (;;) {
         MPI_Test(req, &done, MPI_STATUS_IGNORE);
@@ -204,9 +214,11 @@ static void wait_bounded(MPI_Request *req, const char *what, const slm_comm *c, 
             slm_flight_mark(fl, SLM_FLIGHT_DONE);
             return;
         }
-        if (++spins > 1000) {
-            struct timespec ts = {0, 50000}; // 50 us
+        if (++spins > spin_max) {
+            struct timespec ts = {0, sleep_ns};
             nanosleep(&ts, NULL);
+            if (sleep_ns < sleep_max_ns)
+                sleep_ns = sleep_ns * 2 < sleep_max_ns ? sleep_ns * 2 : sleep_max_ns;
         }
         if (g_timeout_s > 0 && MPI_Wtime() - t0 > g_timeout_s) timed_out(what, c);
     }

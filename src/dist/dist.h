@@ -46,6 +46,13 @@ int slm_dist_world(void);
 // Deadline for every wait, in seconds (default 600; <= 0 disables; the command lines refuse
 // values <= 0 or non-finite, so only library callers can disable it).
 void slm_dist_set_timeout(double seconds);
+// Idle polling of every wait (default off: 1000 MPI_Test spins, then one every 50 us). On:
+// 10 spins, then the sleep between MPI_Test doubles from 50 us to 1 ms, so a completed
+// collective is seen up to ~1 ms late but many oversubscribed waiting ranks leave the cores
+// to the ones progressing. For --simulate-compute only (the emulated cluster of
+// bench/scaling/, 16 ranks on 2 cores); real training keeps the default.
+void slm_dist_set_lazy_poll(bool lazy);
+bool slm_dist_lazy_poll(void);
 // Context shown when a collective times out ("step 120, unit 3"); copied.
 void slm_dist_set_context(const char *ctx);
 

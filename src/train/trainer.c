@@ -319,6 +319,7 @@ slm_status slm_train_open(const slm_train_opts *o, slm_trainer **out) {
     tr->min_lr = o->min_lr >= 0 ? o->min_lr : o->adamw.lr_peak / 10.0f;
     tr->last_loss = tr->last_val = NAN;
     slm_dist_set_timeout(o->collective_timeout_s);
+    slm_dist_set_lazy_poll(o->simulate_gflops > 0); // emulated cluster: ranks share few cores
     st = slm_fault_plan_from_env(&tr->faults);
     if (st) {
         slm_train_close(tr);

@@ -14,6 +14,7 @@
 #include "test.h"
 #include "ckpt/ckpt.h"
 #include "data/data.h"
+#include "dist/dist.h"
 #include "train/train.h"
 
 static char g_dir[256];
@@ -633,6 +634,25 @@ static void test_phases_and_hooks(void) {
     free(lat), free(out_a), free(out_b), free(out_c);
 }
 
+// The waits' lazy idle polling (slm_dist_set_lazy_poll) is on under --simulate-compute only:
+// opening a trainer sets it from the options, so a real run after a simulated one polls as
+// before.
+static void test_lazy_poll_only_simulated(void) {
+    slm_train_opts o;
+    char *out = slm_path_join(g_dir, "lazy");
+    double rates[3] = {0.0, 20.0, 0.0};
+    for (int i = 0; i < 3; i++) {
+        base_opts(&o, out);
+        o.simulate_gflops = rates[i];
+        slm_trainer *tr = NULL;
+        CHECK_OK(slm_train_open(&o, &tr));
+        CHECK_MSG(slm_dist_lazy_poll() == (rates[i] > 0), "simulate %g: lazy poll %d", rates[i],
+                  (int)slm_dist_lazy_poll());
+        slm_train_close(tr);
+    }
+    free(out);
+}
+
 // The library prints nothing on stdout (step lines belong to tools/): a run with log_every 1 and
 // every library hook writes no byte to fd 1.
 static void test_library_silent_on_stdout(void) {
@@ -670,6 +690,7 @@ int main(void) {
     RUN(test_forward_loss_leaves_flag);
     RUN(test_init_from_hf_world_of_one);
     RUN(test_library_silent_on_stdout);
+    RUN(test_lazy_poll_only_simulated);
     RUN(test_model_dir_errors);
     RUN(test_option_errors);
     RUN(test_run_check_dataset);
