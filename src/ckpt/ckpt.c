@@ -487,6 +487,16 @@ static slm_status commit_manifest(const char *root, int64_t step, int world, cJS
     char *txt = NULL;
     cJSON *files = cJSON_AddArrayToObject(o, "files");
     slm_status st = SLM_OK;
+    // Before anything in TMP changes: a recovered save whose pending.json and sidecars were
+    // already merged away could not be recovered again once the entry is moved.
+    const char *odd = step_entry_kind(fin);
+    if (odd) { // never replaced (that would delete it) nor written through
+        st = slm_fail(SLM_E_IO,
+                      "%s is %s where checkpoint step %" PRId64 " goes: it is neither "
+                      "followed nor replaced; move it away",
+                      fin, odd, step);
+        goto out;
+    }
     for (int r = 0; r < world; r++) {
         char bin[32], side[32];
         rank_names(r, bin, side);
@@ -530,14 +540,6 @@ static slm_status commit_manifest(const char *root, int64_t step, int world, cJS
         free(pp);
     }
     if ((st = slm_fsync_dir(tmp))) goto out;
-    const char *odd = step_entry_kind(fin);
-    if (odd) { // never replaced (that would delete it) nor written through
-        st = slm_fail(SLM_E_IO,
-                      "%s is %s where checkpoint step %" PRId64 " goes: it is neither "
-                      "followed nor replaced; move it away",
-                      fin, odd, step);
-        goto out;
-    }
     if (slm_is_dir(fin)) { // an earlier (complete or partial) save of this step: replace it
         if ((st = replace_step_dir(root, tmp, fin, step))) goto out;
     } else if (rename(tmp, fin) != 0) {
@@ -656,7 +658,9 @@ static bool pending_complete(const char *tmp, cJSON **pending, int *world, char 
     return true;
 }
 
-slm_status slm_ckpt_recover_pending(const char *root, int keep, int64_t *recovered) {
+// The scan of slm_ckpt_recover_pending; with commit false nothing is written or logged and
+// *recovered is the step that would be committed.
+static slm_status scan_pending(const char *root, int keep, bool commit, int64_t *recovered) {
     *recovered = -1;
     int64_t *steps = NULL;
     int n = list_steps(root, &steps);
@@ -684,10 +688,17 @@ slm_status slm_ckpt_recover_pending(const char *root, int keep, int64_t *recover
         cJSON *o = NULL;
         int world = 0;
         if (step_entry_kind(tmp) || !pending_complete(tmp, &o, &world, why, sizeof why)) {
-            slm_info("%s: an interrupted save, not recoverable: %s", tmp,
-                     why[0] ? why : "not a directory");
+            if (commit)
+                slm_info("%s: an interrupted save, not recoverable: %s", tmp,
+                         why[0] ? why : "not a directory");
             free(tmp);
             continue;
+        }
+        if (!commit) {
+            cJSON_Delete(o);
+            free(tmp);
+            *recovered = cand[i];
+            return SLM_OK;
         }
         slm_status st = commit_manifest(root, cand[i], world, o, keep, true);
         if (st) { // `latest` is unchanged: the committed checkpoints are resumed as before
@@ -705,6 +716,16 @@ slm_status slm_ckpt_recover_pending(const char *root, int keep, int64_t *recover
         return st;
     }
     return SLM_OK;
+}
+
+slm_status slm_ckpt_recover_pending(const char *root, int keep, int64_t *recovered) {
+    return scan_pending(root, keep, true, recovered);
+}
+
+int64_t slm_ckpt_find_pending(const char *root) {
+    int64_t step = -1;
+    scan_pending(root, 0, false, &step);
+    return step;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1209,6 +1230,26 @@ static slm_status resolve_dir(const char *path, char **out) {
         }
         free(txt);
         free(lp);
+    }
+    // No `latest` (a job killed between a commit's rename and its `latest` update, or one with
+    // only an interrupted save): name what is there rather than "no checkpoint".
+    for (int i = 0; i < 2; i++) {
+        int64_t *steps = NULL, pend = slm_ckpt_find_pending(roots[i]);
+        int n = list_steps(roots[i], &steps);
+        int64_t newest = n ? steps[n - 1] : -1;
+        free(steps);
+        if (n == 0 && pend < 0) continue;
+        char *d = slm_ckpt_step_dir(roots[i], n ? newest : pend, n == 0);
+        slm_status st =
+            slm_fail(SLM_E_IO, "%s: no latest, but %s %s (%s); %s", path,
+                     n ? "it holds committed checkpoints, the newest"
+                       : "an interrupted save every rank wrote is in",
+                     d, n ? "`latest` missing: a job ended during a commit" : "not yet committed",
+                     n ? "name a step directory, or let `train --resume auto` repair latest"
+                       : "`train --resume auto` commits it");
+        free(d);
+        free(sub);
+        return st;
     }
     free(sub);
     return slm_fail(SLM_E_IO,

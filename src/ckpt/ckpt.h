@@ -120,6 +120,10 @@ slm_status slm_ckpt_write_pending(const char *root, const slm_ckpt_meta *meta,
 // *recovered: the step, -1 if none. Returns SLM_OK (a failed recovery never blocks a resume).
 slm_status slm_ckpt_recover_pending(const char *root, int keep, int64_t *recovered);
 
+// The step slm_ckpt_recover_pending would commit (the newest complete interrupted save newer
+// than every committed checkpoint), -1 if none; reads only (no file written, nothing logged).
+int64_t slm_ckpt_find_pending(const char *root);
+
 // "ROOT/step_NNNNNNNN" (caller frees); with tmp, the ".tmp" staging name.
 char *slm_ckpt_step_dir(const char *root, int64_t step, bool tmp);
 

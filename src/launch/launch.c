@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -684,7 +685,13 @@ typedef struct run {
     int failures[MAX_HOSTS];
     bool local;                     // no host list: this machine
     int grad_accum, grad_accum_idx; // the user's --grad-accum and its argv index (-1: none)
+    int shard_group;                // HYBRID_SHARD's --shard-group-size (a world divides by it); 1
     bool add_resume, add_heartbeat, has_verify, has_grace;
+    // --train-from-scratch (argv index, -1: none): passed to the first attempt only while the
+    // earlier run's checkpoints/ (inode scratch_ino, holding saves: scratch_had) is still in place
+    int scratch_idx;
+    bool scratch_had;
+    ino_t scratch_ino;
     const char *model;
     char transport[1024];
     attempt att[MAX_ATTEMPTS];
@@ -824,7 +831,7 @@ static int choose_world(const run *r) {
     if (slots >= o->nproc) return o->nproc;
     int64_t total = (int64_t)o->nproc * r->grad_accum;
     for (int m = slots; m >= o->min_nproc && m >= 1; m--)
-        if (total % m == 0) return m;
+        if (total % m == 0 && m % r->shard_group == 0) return m;
     return 0;
 }
 
@@ -963,6 +970,32 @@ static int run_health(run *r) {
     return 0;
 }
 
+// Whether RUN_DIR/checkpoints holds saves the trainer's --train-from-scratch moves aside
+// (committed step_N, or a step_N.tmp with its pending.json); *ino: the directory's inode (0: none).
+static bool scratch_state(const char *run_dir, ino_t *ino) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/checkpoints", run_dir);
+    struct stat sb;
+    *ino = stat(path, &sb) == 0 ? sb.st_ino : 0;
+    DIR *d = opendir(path);
+    if (!d) return false;
+    bool had = false;
+    struct dirent *e;
+    while (!had && (e = readdir(d))) {
+        long long s;
+        char tail[8] = "";
+        int k = sscanf(e->d_name, "step_%lld%7s", &s, tail);
+        if (k == 1) had = true;
+        if (k == 2 && !strcmp(tail, ".tmp")) {
+            char p[8192];
+            snprintf(p, sizeof p, "%s/%s/pending.json", path, e->d_name);
+            had = access(p, F_OK) == 0;
+        }
+    }
+    closedir(d);
+    return had;
+}
+
 static int64_t newest_checkpoint_step(const char *run_dir) {
     char path[4096];
     snprintf(path, sizeof path, "%s/checkpoints", run_dir);
@@ -1095,7 +1128,16 @@ static void run_attempt(run *r, attempt *at, int world) {
     av_add(&a, o->exe);
     av_add(&a, "train");
     int first = o->train_argc > 0 && !strcmp(o->train_argv[0], "train") ? 1 : 0;
+    // --train-from-scratch moves the earlier run's checkpoints aside once: a restart resumes this
+    // launch's own checkpoints (--resume auto), unless that move has not happened yet.
+    bool scratch = false;
+    if (r->scratch_idx >= 0) {
+        ino_t ino;
+        (void)scratch_state(r->run_dir, &ino);
+        scratch = at->n == 1 || (r->scratch_had && ino == r->scratch_ino);
+    }
     for (int i = first; i < o->train_argc; i++) {
+        if (i == r->scratch_idx && !scratch) continue;
         if (i == r->grad_accum_idx + 1 && r->grad_accum_idx >= 0) {
             snprintf(num, sizeof num, "%d", at->grad_accum);
             av_add(&a, num);
@@ -1108,7 +1150,7 @@ static void run_attempt(run *r, attempt *at, int world) {
         av_add(&a, "--grad-accum");
         av_add(&a, num);
     }
-    if (r->add_resume) av_add(&a, "--resume"), av_add(&a, "auto");
+    if (r->add_resume && !scratch) av_add(&a, "--resume"), av_add(&a, "auto");
     // A restart verifies every file of the checkpoint it resumes (--resume auto then falls back
     // to the newest one that verifies), so a corrupt checkpoint cannot cause a restart loop.
     if (at->n > 1 && !r->has_verify) av_add(&a, "--verify-on-resume");
@@ -1445,6 +1487,8 @@ int slm_launch_run(const slm_launch_opts *o, char **summary) {
         return SLM_LAUNCH_USAGE;
     }
     r->add_resume = idx < 0;
+    find_arg(o, "--train-from-scratch", &r->scratch_idx);
+    if (r->scratch_idx >= 0) r->scratch_had = scratch_state(r->run_dir, &r->scratch_ino);
     const char *hb = find_arg(o, "--heartbeat-dir", &idx);
     r->add_heartbeat = idx < 0;
     snprintf(r->hb_dir, sizeof r->hb_dir, "%s", hb ? hb : "");
@@ -1460,6 +1504,13 @@ int slm_launch_run(const slm_launch_opts *o, char **summary) {
         }
         r->grad_accum = (int)v;
     }
+    r->shard_group = 1; // a shrunk world must keep whole HYBRID_SHARD groups (fsdp refuses)
+    const char *shs = find_arg(o, "--sharding", &idx),
+               *sgs = find_arg(o, "--shard-group-size", &idx);
+    int64_t sg = 1;
+    if (shs && sgs && !strcasecmp(shs, "HYBRID_SHARD") &&
+        slm_parse_i64("--shard-group-size", sgs, 1, 1 << 20, &sg) == SLM_OK)
+        r->shard_group = (int)sg;
     r->model = find_arg(o, "--model", &idx);
     find_arg(o, "--verify-on-resume", &idx);
     r->has_verify = idx >= 0;
@@ -1553,8 +1604,9 @@ int slm_launch_run(const slm_launch_opts *o, char **summary) {
             code = SLM_LAUNCH_FAILED, result = "failed";
             snprintf(r->message, sizeof r->message,
                      "%d usable slot(s) left: no world in [--min-nproc %d, %d] divides the "
-                     "global batch (%d ranks x --grad-accum %d)",
-                     usable_slots(r), oo.min_nproc, o->nproc, o->nproc, r->grad_accum);
+                     "global batch (%d ranks x --grad-accum %d)%s",
+                     usable_slots(r), oo.min_nproc, o->nproc, o->nproc, r->grad_accum,
+                     r->shard_group > 1 ? " and is a multiple of --shard-group-size" : "");
             break;
         }
         if (world != o->nproc)

@@ -209,16 +209,23 @@ slm_status slm_rundir_prepare(const slm_train_opts *o, slm_rundir **out, char **
     int n = slm_ckpt_list_steps(root, &steps); // an empty checkpoints/ holds none
     int64_t newest = n ? steps[n - 1] : -1;
     free(steps);
+    // A save every rank wrote but nobody committed is a checkpoint too (--resume auto commits
+    // it): never trained over from scratch, nor swept by this run's first commit.
+    int64_t pending = o->resume ? -1 : slm_ckpt_find_pending(root);
     if (o->train_from_scratch) {
-        if (n > 0) st = move_checkpoints_aside(dir, root, n);
+        if (n > 0 || pending >= 0) st = move_checkpoints_aside(dir, root, n + (pending >= 0));
     } else if (!o->resume) {
-        if (n > 0)
+        if (n > 0 || pending >= 0)
             st = slm_fail(SLM_E_ARG,
                           "%s holds %d checkpoint%s of an earlier run (the newest: step "
-                          "%" PRId64 "); continue it with --resume auto, or train from a seeded "
-                          "init with --train-from-scratch (moves them to "
+                          "%" PRId64 "%s); continue it with --resume auto, or train from a "
+                          "seeded init with --train-from-scratch (moves them to "
                           "checkpoints.replaced-DATE; nothing is deleted), or give another --out",
-                          root, n, n == 1 ? "" : "s", newest);
+                          root, n + (pending >= 0), n + (pending >= 0) == 1 ? "" : "s",
+                          pending >= 0 ? pending : newest,
+                          pending >= 0 ? ", a save every rank wrote before the job ended, not "
+                                         "yet committed: --resume auto commits it"
+                                       : "");
     } else if (!strcmp(o->resume, "auto")) {
         // A save every rank had written but the job did not live to commit (a rank hung or died
         // before the commit barrier, the job torn down) is committed first: it is the newest.
@@ -226,6 +233,12 @@ slm_status slm_rundir_prepare(const slm_train_opts *o, slm_rundir **out, char **
         st = slm_ckpt_recover_pending(root, o->ckpt_keep, &rec);
         if (!st)
             st = slm_ckpt_pick_resume(root, o->verify_on_resume, resume_path, &rd->resume_step);
+        if (!st && rd->resume_step < 0 && (rec = slm_ckpt_find_pending(root)) >= 0)
+            st = slm_fail(SLM_E_IO,
+                          "%s/step_%08" PRId64 ".tmp holds a save every rank wrote that could "
+                          "not be committed (see the warning above) and there is no committed "
+                          "checkpoint: training from step 0 would sweep it away",
+                          root, rec);
         if (!st && rd->resume_step >= 0) // `latest` names what is resumed, even if this run
             st = slm_ckpt_repair_latest(root, rd->resume_step); // fails before its first save
         else if (st)
@@ -255,6 +268,12 @@ slm_status slm_rundir_prepare(const slm_train_opts *o, slm_rundir **out, char **
         }
     } else {
         *resume_path = slm_xstrdup(o->resume);
+        int64_t pend = slm_ckpt_find_pending(root);
+        if (pend >= 0)
+            slm_warn("--resume %s: %s/step_%08" PRId64 ".tmp holds a save of step %" PRId64
+                     " every rank wrote but the job did not commit; --resume auto would commit and "
+                     "resume it; this run's first checkpoint removes it",
+                     o->resume, root, pend, pend);
         if (o->verify_on_resume) {
             slm_ckpt *c = NULL;
             st = slm_ckpt_open(o->resume, &c);

@@ -11,6 +11,8 @@
 #  3. a 2-rank launch killed after a checkpoint, then a launch with only h1:1 (--min-nproc 1):
 #     world 1 with --grad-accum 2 resumes the 2-rank checkpoint (no --allow-batch-change
 #     needed: the global batch is kept) and matches the 2-rank run.
+#  4. --nproc 6 HYBRID_SHARD --shard-group-size 2 on h1:2,h2:4, h1 excluded: world 2 (whole shard
+#     groups), not 3, with --grad-accum 3.
 # Skips (77) only when network namespaces cannot be created. Usage: test_launch_netns.sh MPIEXEC.
 . "$(dirname "$0")/../lib.sh"
 MPIEXEC=${1:-$MPIEXEC}
@@ -114,6 +116,18 @@ print("  from step %d: max rel diff %.2g" % (start["start_step"], max(abs(a[s] -
 PYEOF
 then ok "world-1 attempt resumed a 2-rank checkpoint; its steps == the 2-rank run's"
 else bad "world-1 attempt's losses"; cat "$W/c/metrics.jsonl"; fi
+# 4. HYBRID_SHARD shrink (adversarial tester break3): --nproc 6 --sharding HYBRID_SHARD
+#    --shard-group-size 2 on h1:2,h2:4 with h1 excluded: 4 slots; 3 ranks would divide the global
+#    batch but split a shard group (the trainer refuses it: a deterministic failure), so the
+#    world is 2 with --grad-accum 3, and the run finishes.
+SHARDLM_FAULT=fail-health:rank=0 timeout 240 "$BIN" launch --nproc 6 --min-nproc 1 \
+    --hosts "$net.1:2,$net.2:4" "${LA[@]}" --hang-timeout 60 --mpi-args "$MPIA" -- "${TR[@]}" \
+    --sharding HYBRID_SHARD --shard-group-size 2 --steps 2 --out "$W/d" > "$W/d.log" 2>&1
+check "HYBRID_SHARD shrink: launch exits 0" 0 $?
+J=$W/d/attempts.json
+[ "$(aj "$J" '[(x["world"], x["grad_accum"], x["result"]) for x in a["attempts"]]')" = "[(2, 3, 'success')]" ] &&
+    ok "HYBRID_SHARD group 2: shrunk to world 2 (not 3) with --grad-accum 3" ||
+    { bad "HYBRID_SHARD shrink attempts"; cat "$J"; tail -5 "$W/d.log"; }
 no_orphans "no process left"
 slm_netns_down
 [ -z "$(slm_netns_leftovers)" ] && ok "no namespace or link left" || bad "left behind: $(slm_netns_leftovers)"
