@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fault test 7 (issue 10): chaos. A 2-rank run of 300 steps (slowed to ~0.1 s a step by
 # SHARDLM_FAULT=slow, which does not change the numbers) under `shardlm launch` is hit every
-# 10-20 s by a random fault: SIGKILL of a rank, SIGSTOP of a rank (a hang: --hang-timeout 6),
+# 5-10 s by a random fault: SIGKILL of a rank, SIGSTOP of a rank (a hang: --hang-timeout 6),
 # or the newest checkpoint corrupted (a byte flipped in a rank file) followed by a SIGKILL so
 # the restart must skip it; the first attempt also ends by a rank's exit 1 (SHARDLM_FAULT exit
 # at step 40). The launcher must finish with exit 0 and the final weights of the uninterrupted
@@ -25,8 +25,8 @@ P=$!
 slm_on_exit "kill -TERM $P"
 faults=()
 step_of() { sed -n 's/.*"step":\([0-9]*\).*"phase":"train".*/\1/p' "$W/run/heartbeat/rank_00000.json" 2>/dev/null; }
-while kill -0 $P 2>/dev/null && [ ${#faults[@]} -lt 6 ]; do
-    wait_s=$((10 + RANDOM % 11))
+while kill -0 $P 2>/dev/null && [ ${#faults[@]} -lt 4 ]; do
+    wait_s=$((5 + RANDOM % 6)) # 5-10 s: two faults land before step STEPS - 30 at worst
     for _ in $(seq 1 $((wait_s * 10))); do kill -0 $P 2>/dev/null || break; sleep 0.1; done
     kill -0 $P 2>/dev/null || break
     s=$(step_of)
