@@ -24,13 +24,28 @@ SHARDLM_FAULT=slow:rank=0:ms=100:always,exit:rank=1:step=40 "$BIN" launch --npro
 P=$!
 slm_on_exit "kill -TERM $P"
 faults=()
+# Each fault hits its own attempt, never attempt 1 (it ends by the exit fault at step 40): the
+# pids of attempt 1 and of every attempt a fault hit are skipped.
+used=" "
+for _ in $(seq 1 300); do
+    p0=$(hb_pid "$W/run" 0) p1=$(hb_pid "$W/run" 1)
+    [ -n "$p0" ] && [ -n "$p1" ] && break
+    kill -0 $P 2>/dev/null || break
+    sleep 0.1
+done
+used+="$p0 $p1 "
 step_of() { sed -n 's/.*"step":\([0-9]*\).*"phase":"train".*/\1/p' "$W/run/heartbeat/rank_00000.json" 2>/dev/null; }
 while kill -0 $P 2>/dev/null && [ ${#faults[@]} -lt 4 ]; do
-    wait_s=$((5 + RANDOM % 6)) # 5-10 s: two faults land before step STEPS - 30 at worst
+    # 5-10 s after a fault (two land before step STEPS - 30 at worst), 1 s after a skip
+    if [ "${skip:-0}" = 1 ]; then wait_s=1; else wait_s=$((5 + RANDOM % 6)); fi
+    skip=1
     for _ in $(seq 1 $((wait_s * 10))); do kill -0 $P 2>/dev/null || break; sleep 0.1; done
     kill -0 $P 2>/dev/null || break
     s=$(step_of)
     [ -n "$s" ] && [ "$s" -lt $((STEPS - 30)) ] || continue # training, and not about to finish
+    p0=$(hb_pid "$W/run" 0) p1=$(hb_pid "$W/run" 1)
+    [ -n "$p0" ] && [ -n "$p1" ] && [[ "$used" != *" $p0 "* ]] && [[ "$used" != *" $p1 "* ]] ||
+        continue # an attempt already hit (or attempt 1), or the next one not fully started
     r=$((RANDOM % 2))
     pid=$(hb_pid "$W/run" $r)
     [ -n "$pid" ] && [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" != T ] &&
@@ -54,6 +69,8 @@ PY
            kill -KILL "$pid"; faults+=("corrupt $latest + kill rank $r at step $s")
        fi ;;
     esac
+    used+="$p0 $p1 "
+    skip=0
     echo "chaos: ${faults[-1]}"
 done
 wait $P
