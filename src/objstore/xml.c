@@ -34,6 +34,38 @@ static const xmlNode *find(const xmlNode *n, const char *name) {
     return NULL;
 }
 
+// Parses an S3 answer of operation `op` whose root element must be <root_name>; on success *d
+// owns the document (xmlFreeDoc). Errors name the operation and what came instead.
+static slm_status open_answer(const char *xml, size_t len, const char *op, const char *root_name,
+                              xmlDocPtr *d, const xmlNode **root) {
+    *d = parse(xml, len);
+    if (!*d) return slm_fail(SLM_E_FORMAT, "%s answer is not XML (%zu bytes)", op, len);
+    *root = xmlDocGetRootElement(*d);
+    if (*root && is(*root, root_name)) return SLM_OK;
+    slm_status st = slm_fail(SLM_E_FORMAT, "%s answer: root element is <%s>, expected <%s>", op,
+                             *root ? (const char *)(*root)->name : "(none)", root_name);
+    xmlFreeDoc(*d);
+    *d = NULL;
+    return st;
+}
+
+// <IsTruncated>true</IsTruncated>
+static bool is_true(const xmlNode *n) {
+    char *t = text_of(n);
+    bool v = strcmp(t, "true") == 0;
+    free(t);
+    return v;
+}
+
+// Appends `o` to l->obj (takes ownership of its strings).
+static void list_push(slm_s3_list *l, slm_s3_object o) {
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 64;
+        l->obj = slm_xrealloc(l->obj, (size_t)l->cap * sizeof *l->obj);
+    }
+    l->obj[l->n++] = o;
+}
+
 slm_status slm_s3_xml_text(const char *xml, size_t len, const char *name, char **out) {
     *out = NULL;
     xmlDocPtr d = parse(xml, len);
@@ -61,22 +93,13 @@ slm_status slm_s3_xml_list(const char *xml, size_t len, slm_s3_list *l, bool *tr
                            char **next_token) {
     *truncated = false;
     *next_token = NULL;
-    xmlDocPtr d = parse(xml, len);
-    if (!d) return slm_fail(SLM_E_FORMAT, "ListObjectsV2 answer is not XML (%zu bytes)", len);
-    slm_status st = SLM_OK;
-    const xmlNode *root = xmlDocGetRootElement(d);
-    if (!root || !is(root, "ListBucketResult")) {
-        st = slm_fail(SLM_E_FORMAT,
-                      "ListObjectsV2 answer: root element is <%s>, expected "
-                      "<ListBucketResult>",
-                      root ? (const char *)root->name : "(none)");
-        goto out;
-    }
+    xmlDocPtr d;
+    const xmlNode *root;
+    slm_status st = open_answer(xml, len, "ListObjectsV2", "ListBucketResult", &d, &root);
+    if (st) return st;
     for (const xmlNode *n = root->children; n; n = n->next) {
         if (is(n, "IsTruncated")) {
-            char *t = text_of(n);
-            *truncated = strcmp(t, "true") == 0;
-            free(t);
+            *truncated = is_true(n);
         } else if (is(n, "NextContinuationToken")) {
             free(*next_token);
             *next_token = text_of(n);
@@ -116,11 +139,7 @@ slm_status slm_s3_xml_list(const char *xml, size_t len, slm_s3_list *l, bool *tr
                                             "<Size>");
                 goto out;
             }
-            if (l->n == l->cap) {
-                l->cap = l->cap ? 2 * l->cap : 64;
-                l->obj = slm_xrealloc(l->obj, (size_t)l->cap * sizeof *l->obj);
-            }
-            l->obj[l->n++] = o;
+            list_push(l, o);
         } else if (is(n, "CommonPrefixes")) {
             const xmlNode *p = find(n->children, "Prefix");
             if (p) {
@@ -143,23 +162,14 @@ slm_status slm_s3_xml_uploads(const char *xml, size_t len, slm_s3_list *l, bool 
                               char **next_key, char **next_upload_id) {
     *truncated = false;
     *next_key = *next_upload_id = NULL;
-    xmlDocPtr d = parse(xml, len);
-    if (!d)
-        return slm_fail(SLM_E_FORMAT, "ListMultipartUploads answer is not XML (%zu bytes)", len);
-    slm_status st = SLM_OK;
-    const xmlNode *root = xmlDocGetRootElement(d);
-    if (!root || !is(root, "ListMultipartUploadsResult")) {
-        st = slm_fail(SLM_E_FORMAT,
-                      "ListMultipartUploads answer: root element is <%s>, expected "
-                      "<ListMultipartUploadsResult>",
-                      root ? (const char *)root->name : "(none)");
-        goto out;
-    }
+    xmlDocPtr d;
+    const xmlNode *root;
+    slm_status st =
+        open_answer(xml, len, "ListMultipartUploads", "ListMultipartUploadsResult", &d, &root);
+    if (st) return st;
     for (const xmlNode *n = root->children; n; n = n->next) {
         if (is(n, "IsTruncated")) {
-            char *t = text_of(n);
-            *truncated = strcmp(t, "true") == 0;
-            free(t);
+            *truncated = is_true(n);
         } else if (is(n, "NextKeyMarker")) {
             free(*next_key);
             *next_key = text_of(n);
@@ -185,11 +195,7 @@ slm_status slm_s3_xml_uploads(const char *xml, size_t len, slm_s3_list *l, bool 
                               "ListMultipartUploads answer: <Upload> without <Key> or <UploadId>");
                 goto out;
             }
-            if (l->n == l->cap) {
-                l->cap = l->cap ? 2 * l->cap : 64;
-                l->obj = slm_xrealloc(l->obj, (size_t)l->cap * sizeof *l->obj);
-            }
-            l->obj[l->n++] = o;
+            list_push(l, o);
         }
     }
 out:
