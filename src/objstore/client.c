@@ -29,6 +29,7 @@ struct slm_s3 {
     char *host;         // "host[:port]" of the endpoint
     slm_rng rng;        // backoff jitter only
     atomic_bool cancel; // slm_s3_cancel: every running and later request ends at once
+    char *bucket_seen;  // the last bucket a HEAD 404 probe found to exist (bucket_missing)
 };
 
 typedef struct s3_req {
@@ -142,6 +143,7 @@ void slm_s3_close(slm_s3 *s) {
     slm_s3_config_free(&s->cfg);
     free(s->scheme);
     free(s->host);
+    free(s->bucket_seen);
     free(s);
 }
 
@@ -796,6 +798,31 @@ slm_status slm_s3_get_ranges(slm_s3 *s, const char *bucket, const slm_s3_range *
     return st;
 }
 
+// A HEAD answers 404 without a body for a missing key and a missing bucket alike; a
+// ListObjectsV2 (at most one key) answers 404 NoSuchBucket for the latter. Returns SLM_E_IO
+// naming the bucket and the endpoint (set_error) when the bucket is missing, SLM_E_INTERRUPTED
+// when cancelled, else SLM_OK: any other answer (200; 403 for a principal allowed to read
+// objects but not to list) leaves the HEAD's plain "not found". A bucket seen to exist is
+// remembered (one probe per client and bucket, however many keys are missing).
+static slm_status bucket_missing(slm_s3 *s, const char *bucket, const char *key) {
+    if (s->bucket_seen && strcmp(s->bucket_seen, bucket) == 0) return SLM_OK;
+    s3_req r;
+    req_init(&r, "GET", bucket, "");
+    req_query(&r, "list-type", "2");
+    req_query(&r, "max-keys", "1");
+    if (*key) req_query(&r, "prefix", key);
+    slm_status st = run_reqs(s, &r, 1);
+    bool missing = st == SLM_E_IO && r.http == 404 && r.resp.len &&
+                   memmem(r.resp.data, r.resp.len, "NoSuchBucket", 12);
+    if (!st) {
+        free(s->bucket_seen);
+        s->bucket_seen = slm_xstrdup(bucket);
+    }
+    req_free(&r);
+    if (missing) return slm_fail_wrap(st, "s3://%s/%s: HEAD answered 404", bucket, key);
+    return st == SLM_E_INTERRUPTED ? st : SLM_OK;
+}
+
 slm_status slm_s3_head(slm_s3 *s, const char *bucket, const char *key, int64_t *size, bool *found) {
     *size = -1;
     *found = false;
@@ -809,7 +836,9 @@ slm_status slm_s3_head(slm_s3 *s, const char *bucket, const char *key, int64_t *
         *size = (int64_t)cl;
         *found = true;
     }
+    bool not_found = !st && r.http == 404;
     req_free(&r);
+    if (not_found) st = bucket_missing(s, bucket, key);
     return st;
 }
 

@@ -221,7 +221,9 @@ typedef struct slm_s3_range {
 slm_status slm_s3_get_ranges(slm_s3 *s, const char *bucket, const slm_s3_range *r, int n);
 // GET of a whole object into a local file (written to PATH.tmp.PID, fsynced, renamed).
 slm_status slm_s3_get_file(slm_s3 *s, const char *bucket, const char *key, const char *path);
-// HEAD: *size (bytes) and *found (false for 404, SLM_OK).
+// HEAD: *size (bytes) and *found (false for 404, SLM_OK). A 404 HEAD has no body, so it is
+// followed by one ListObjectsV2 of the bucket (once per client and bucket): a missing bucket
+// is an error (SLM_E_IO, NoSuchBucket naming the bucket and the endpoint), not *found false.
 slm_status slm_s3_head(slm_s3 *s, const char *bucket, const char *key, int64_t *size, bool *found);
 // ListObjectsV2 of every key under `prefix` (all pages), into *out (caller frees with
 // slm_s3_list_free). `delimiter` NULL for a flat listing.

@@ -107,6 +107,25 @@ rc=$?
 set -e
 [ $rc -ne 0 ] && ok "--resume from a missing bucket fails (exit $rc)" || bad "--resume from a missing bucket: exit 0"
 has "--resume: NoSuchBucket named" "$W/nbr" "the bucket slm-missing-bucket does not exist at $S3_ENDPOINT"
+set +e
+"$BIN" ckpt verify "s3://slm-missing-bucket/x/" > "$W/nbv" 2>&1
+check "verify of a missing bucket fails" 1 $?
+"$BIN" train --synthetic --model "$W/nbcfg.json" --seq 8 --batch 2 --steps 2 --threads 1 \
+    --log-every 0 --out "$W/nbrun2" --ckpt-every-steps 1 --ckpt-uri "s3://slm-missing-bucket/run/" > "$W/nbu" 2>&1
+check "--ckpt-uri to a missing bucket fails" 1 $?
+# HEAD answers a bare 404 for a missing bucket and a missing key alike: the client asks the
+# bucket (ListObjectsV2 answers NoSuchBucket) before reporting "not found" (s3_tool head: 3).
+"$T" head slm-missing-bucket x > "$W/nbh" 2>&1
+check "HEAD in a missing bucket is an error, not 'missing' (3)" 1 $?
+"$T" get slm-missing-bucket x "$W/nbg.out" > "$W/nbg" 2>&1
+check "get_file (HEAD first) from a missing bucket fails" 1 $?
+set -e
+for f in nbv nbu nbh nbg; do
+    has "$f: NoSuchBucket named" "$W/$f" "the bucket slm-missing-bucket does not exist at $S3_ENDPOINT"
+    if grep -qE "no checkpoint here|no such object" "$W/$f"; then bad "$f: reported as not found"; cat "$W/$f"
+    else ok "$f: not reported as a missing key"; fi
+done
+has "HEAD names the object it asked for" "$W/nbh" "s3://slm-missing-bucket/x: HEAD answered 404"
 
 # Server down: connection errors are retried (bounded); the server back within the budget wins.
 slm_s3_kill
