@@ -20,6 +20,10 @@
 #define MAX_H 4 // extra signed headers per request
 #define ERR_BODY_MAX (64u << 10)
 #define ABORT_S 2 // seconds for the AbortMultipartUpload of a cancelled upload (one attempt)
+// Seconds a CreateMultipartUpload already sent may still take to answer after a cancel: the
+// server may have created the upload, and only its UploadId lets us abort it. With ABORT_S this
+// keeps a cancelled upload's clean-up within 3 s (the preemption margin, docs/storage.md).
+#define CREATE_AFTER_CANCEL_S 1.0
 
 struct slm_s3 {
     slm_s3_config cfg;
@@ -51,6 +55,11 @@ typedef struct s3_req {
     int64_t offset;    // range GET: first byte (for messages)
     bool after_cancel; // runs while the client is cancelled (the abort of a cut-short upload):
                        // one attempt, bounded by ABORT_S
+    // A cancel does not drop it while its attempt runs: its answer is awaited for
+    // CREATE_AFTER_CANCEL_S more, no retry after (CreateMultipartUpload); cancel_until is that
+    // deadline (0: no cancel seen yet).
+    bool answer_on_cancel;
+    double cancel_until;
     // state
     char payload_hash[65];
     slm_buf resp;
@@ -493,15 +502,23 @@ static slm_status run_reqs(slm_s3 *s, s3_req *rq, int n) {
     int left = n, in_flight = 0;
     slm_status st = SLM_OK;
     while (left > 0) {
-        if (atomic_load(&s->cancel) && !rq[0].after_cancel) {
+        bool cancelled = atomic_load(&s->cancel) && !rq[0].after_cancel;
+        if (cancelled) {
             // Cancelled (slm_s3_cancel, from another thread): every request not yet done ends
-            // with SLM_E_INTERRUPTED now, running transfers dropped.
+            // with SLM_E_INTERRUPTED now, running transfers dropped; a running one marked
+            // answer_on_cancel first gets CREATE_AFTER_CANCEL_S to answer (no retry after).
+            double now = slm_time_s();
             for (int i = 0; i < n; i++) {
                 s3_req *r = &rq[i];
                 if (r->done) continue;
+                if (r->running && r->answer_on_cancel) {
+                    if (r->cancel_until == 0) r->cancel_until = now + CREATE_AFTER_CANCEL_S;
+                    if (now < r->cancel_until) continue;
+                }
                 if (r->running) {
                     curl_multi_remove_handle(s->multi, r->easy);
                     r->running = false;
+                    in_flight--;
                 }
                 r->done = true;
                 r->st = SLM_E_INTERRUPTED;
@@ -509,13 +526,14 @@ static slm_status run_reqs(slm_s3 *s, s3_req *rq, int n) {
                 slm_buf_appendf(&m, "%s s3://%s/%s: cancelled (upload abandoned)", r->method,
                                 r->bucket, r->key);
                 r->msg = m.data;
+                left--;
             }
-            break;
+            if (left == 0) break;
         }
         double now = slm_time_s(), next_wake = now + 0.5;
         for (int i = 0; i < n && in_flight < s->cfg.max_conns; i++) {
             s3_req *r = &rq[i];
-            if (r->done || r->running) continue;
+            if (r->done || r->running || cancelled) continue;
             if (r->next_t > now) {
                 if (r->next_t < next_wake) next_wake = r->next_t;
                 continue;
@@ -668,6 +686,7 @@ static slm_status put_multipart(slm_s3 *s, const char *bucket, const char *key, 
     s3_req r;
     req_init(&r, "POST", bucket, key);
     req_query(&r, "uploads", "");
+    r.answer_on_cancel = true; // its UploadId, even after a cancel, so the upload can be aborted
     char *upload_id = NULL;
     st = run_reqs(s, &r, 1);
     if (!st) st = slm_s3_xml_text(r.resp.data, r.resp.len, "UploadId", &upload_id);

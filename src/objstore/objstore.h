@@ -181,8 +181,9 @@ void slm_s3_close(slm_s3 *s);
 // within ~0.2 s, the request loop's poll interval) ends with SLM_E_INTERRUPTED "cancelled"
 // instead of waiting out its retries; a multipart upload so cut short is then aborted
 // (AbortMultipartUpload: one attempt of at most 2 s, so no parts are left on a reachable
-// server; a frozen one keeps them until a lifecycle rule cleans them). Off again: requests run
-// as before.
+// server; a frozen one keeps them until a lifecycle rule cleans them). A CreateMultipartUpload
+// already sent is given 1 s more to answer, so an upload the server created is aborted too.
+// Off again: requests run as before.
 void slm_s3_cancel(slm_s3 *s, bool on);
 void slm_s3_get_stats(const slm_s3 *s, slm_s3_stats *out);
 // The configuration in use (borrowed).

@@ -4,7 +4,9 @@
 # of present / missing keys, ListObjectsV2 over several pages, DELETE; credentials from an
 # AWS_PROFILE in a credentials file; a wrong secret (403 naming bucket and key id, never the
 # secret); throttling (a proxy answering 503 SlowDown: retries succeed and are counted); the
-# server killed during a retry loop (the request succeeds once it is back).
+# server killed during a retry loop (the request succeeds once it is back); a multipart upload
+# cancelled while its parts or its CreateMultipartUpload are in flight leaves no upload behind;
+# a missing bucket is named as such (HEAD included).
 # Usage: test_s3_client.sh S3_TOOL
 . "$(dirname "$0")/../lib.sh"
 export S3TOOL=$1
@@ -86,6 +88,28 @@ check "no multipart upload left after the cancel (AbortMultipartUpload)" 0 "$(wc
 "$T" head "$B" t/cancelled > /dev/null 2>&1 && bad "the cancelled object exists" ||
     ok "no object for the cancelled upload"
 rm -f "$W/cancel.bin"
+
+# A cancel that lands while CreateMultipartUpload is in flight: the server has created the
+# upload (the proxy forwarded the POST and holds its answer); the client still awaits the
+# UploadId (CREATE_AFTER_CANCEL_S) and aborts the upload, so none is left behind.
+head -c $((6 << 20)) /dev/urandom > "$W/create.bin"
+"$PY" "$(dirname "$0")/throttle_proxy.py" "$S3_PORT" 0 "$W/hport" "$W/hcount" "$W/held" "$W/release" &
+hpid=$!
+slm_on_exit "kill $hpid"
+for i in $(seq 1 100); do [ -s "$W/hport" ] && break; sleep 0.1; done
+set +e
+AWS_ENDPOINT_URL="http://127.0.0.1:$(cat "$W/hport")" SHARDLM_S3_MULTIPART_MIB=5 \
+    "$T" put-cancel-create "$B" t/create-cancelled "$W/create.bin" "$W/held" "$W/release" > "$W/cc" 2>&1
+check "put cancelled during CreateMultipartUpload ends cancelled" 0 $?
+set -e
+has "the proxy held the create's answer" "$W/held" "^200 .*uploads"
+has "the server created the upload before the cancel" "$W/cc" "uploads before cancel: 1"
+has "the put awaited the create's answer after the cancel" "$W/cc" "put ended before the answer: no"
+has "the put was cancelled" "$W/cc" "put: .*cancelled"
+"$T" uploads "$B" t/create-cancelled > "$W/cc.after"
+check "no multipart upload left after a cancel during the create" 0 "$(wc -l < "$W/cc.after")"
+kill "$hpid"; wait "$hpid" 2>/dev/null || true
+rm -f "$W/create.bin"
 
 # A bucket that does not exist: named as such (NoSuchBucket, bucket and endpoint), not "no
 # checkpoint here", by ckpt inspect and train --resume.
