@@ -46,7 +46,11 @@ data):
 """
 import json
 import math
+import os
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import flowsim  # noqa: E402
 
 
 def unit_numels(cfg):
@@ -97,6 +101,11 @@ def inter_host_s(cfg, strategy, H, n, rate_bytes, alpha_s, p=4, g=4, K=1, algo="
                 t += (N - 1) / N * X / (rate_bytes / n) + (N - 1) * alpha_s
             else:  # libnbc and libnbc-serial alike
                 t += (lg + (H - 1) / H) * X / rate_bytes + (lg + 1) * alpha_s
+    elif strategy == "HYBRID_SHARD" and algo == "libnbc":
+        # The replica all-reduces, all in flight at the optimizer's wait: flowsim.py runs
+        # libnbc's binomial schedules over the links (third correction, docs/scaling.md).
+        order = blocks[::-1] + [root]  # started in backward order: L-1, ..., 0, then the root
+        t = flowsim.hybrid_allreduce_s([u * g for u in order], H, n, rate_bytes, alpha_s)
     elif strategy == "HYBRID_SHARD":  # shard group = host: only the replica all-reduce crosses
         order = blocks[::-1] + [root]  # started in backward order: L-1, ..., 0, then the root
         for u in order:
@@ -107,7 +116,7 @@ def inter_host_s(cfg, strategy, H, n, rate_bytes, alpha_s, p=4, g=4, K=1, algo="
                 t += 2 * lg * n * Xs / rate_bytes + 2 * lg * alpha_s
             else:  # pipelined: reduce of unit k+1 into host 1 while unit k's broadcast leaves it
                 t += lg * n * Xs / rate_bytes + 2 * lg * alpha_s
-        if algo == "libnbc":
+        if algo == "libnbc-pipelined":
             t += lg * max(order[0], order[-1]) * g / rate_bytes
     else:
         raise ValueError(strategy)
