@@ -20,10 +20,6 @@
 #define MAX_H 4 // extra signed headers per request
 #define ERR_BODY_MAX (64u << 10)
 #define ABORT_S 2 // seconds for the AbortMultipartUpload of a cancelled upload (one attempt)
-// Seconds a CreateMultipartUpload already sent may still take to answer after a cancel: the
-// server may have created the upload, and only its UploadId lets us abort it. With ABORT_S this
-// keeps a cancelled upload's clean-up within 3 s (the preemption margin, docs/storage.md).
-#define CREATE_AFTER_CANCEL_S 1.0
 
 struct slm_s3 {
     slm_s3_config cfg;
@@ -55,9 +51,11 @@ typedef struct s3_req {
     int64_t offset;    // range GET: first byte (for messages)
     bool after_cancel; // runs while the client is cancelled (the abort of a cut-short upload):
                        // one attempt, bounded by ABORT_S
-    // A cancel does not drop it while its attempt runs: its answer is awaited for
-    // CREATE_AFTER_CANCEL_S more, no retry after (CreateMultipartUpload); cancel_until is that
-    // deadline (0: no cancel seen yet).
+    // A cancel does not drop it while its attempt runs: its answer is awaited for cfg.create_wait_s
+    // more, no retry after (CreateMultipartUpload: the server may have created the upload, and
+    // only its UploadId lets us abort it; 1 s + ABORT_S keeps a cancelled upload's clean-up
+    // within the 3 s preemption margin, docs/storage.md); cancel_until is that deadline (0: no
+    // cancel seen yet).
     bool answer_on_cancel;
     double cancel_until;
     // state
@@ -506,13 +504,13 @@ static slm_status run_reqs(slm_s3 *s, s3_req *rq, int n) {
         if (cancelled) {
             // Cancelled (slm_s3_cancel, from another thread): every request not yet done ends
             // with SLM_E_INTERRUPTED now, running transfers dropped; a running one marked
-            // answer_on_cancel first gets CREATE_AFTER_CANCEL_S to answer (no retry after).
+            // answer_on_cancel first gets cfg.create_wait_s to answer (no retry after).
             double now = slm_time_s();
             for (int i = 0; i < n; i++) {
                 s3_req *r = &rq[i];
                 if (r->done) continue;
                 if (r->running && r->answer_on_cancel) {
-                    if (r->cancel_until == 0) r->cancel_until = now + CREATE_AFTER_CANCEL_S;
+                    if (r->cancel_until == 0) r->cancel_until = now + s->cfg.create_wait_s;
                     if (now < r->cancel_until) continue;
                 }
                 if (r->running) {

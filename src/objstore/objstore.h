@@ -94,6 +94,9 @@ typedef struct slm_s3_config {
     size_t part_bytes;      // multipart part size (default 16 MiB, at least 5 MiB)
     size_t multipart_bytes; // objects at least this large go multipart (default 64 MiB)
     int list_page;          // ListObjectsV2 max-keys per page (default 1000)
+    int create_wait_s; // after a cancel, the seconds a CreateMultipartUpload already sent may still
+                       // take to return its UploadId, so that upload can be aborted (default 1,
+                       // env SHARDLM_S3_CREATE_WAIT_S; 0: dropped at once)
 } slm_s3_config;
 
 // Parsed ~/.aws INI data for one profile (the fuzzed parser). Fields NULL when absent.
@@ -182,7 +185,8 @@ void slm_s3_close(slm_s3 *s);
 // instead of waiting out its retries; a multipart upload so cut short is then aborted
 // (AbortMultipartUpload: one attempt of at most 2 s, so no parts are left on a reachable
 // server; a frozen one keeps them until a lifecycle rule cleans them). A CreateMultipartUpload
-// already sent is given 1 s more to answer, so an upload the server created is aborted too.
+// already sent is given create_wait_s (1 s) more to answer, so an upload the server created is
+// aborted too.
 // Off again: requests run as before.
 void slm_s3_cancel(slm_s3 *s, bool on);
 void slm_s3_get_stats(const slm_s3 *s, slm_s3_stats *out);

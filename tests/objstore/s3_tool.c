@@ -8,7 +8,7 @@
 //     then the put's status; exit 0 when the put ended cancelled)
 //   | put-cancel-create BUCKET KEY FILE HELD RELEASE (a multipart PUT cancelled while its
 //     CreateMultipartUpload is in flight: once the file HELD exists (throttle_proxy.py holds the
-//     answer) it prints "uploads before cancel: N", cancels, waits up to 0.3 s for the put to
+//     answer) it prints "uploads before cancel: N", cancels, waits up to 1 s for the put to
 //     end ("put ended before the answer: yes|no"), creates RELEASE (the answer goes out) and
 //     prints the put's status; exit 0 when the put ended cancelled)
 // Prints results on stdout; after put / get / ls also "stats requests=N retries=N throttled=N
@@ -139,7 +139,7 @@ int main(int argc, char **argv) {
         st = count_uploads(bucket, argv[3], &before);
         if (!st) printf("uploads before cancel: %lld\n", (long long)before);
         slm_s3_cancel(s, true);
-        until = slm_time_s() + 0.3;
+        until = slm_time_s() + 1.0;
         while (!atomic_load(&j.done) && slm_time_s() < until)
             usleep(10000);
         printf("put ended before the answer: %s\n", atomic_load(&j.done) ? "yes" : "no");

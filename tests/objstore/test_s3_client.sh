@@ -90,8 +90,9 @@ check "no multipart upload left after the cancel (AbortMultipartUpload)" 0 "$(wc
 rm -f "$W/cancel.bin"
 
 # A cancel that lands while CreateMultipartUpload is in flight: the server has created the
-# upload (the proxy forwarded the POST and holds its answer); the client still awaits the
-# UploadId (CREATE_AFTER_CANCEL_S) and aborts the upload, so none is left behind.
+# upload (the proxy forwarded the POST and holds its answer until 1 s after the cancel); the
+# client still awaits the UploadId (SHARDLM_S3_CREATE_WAIT_S, 30 s here so that a loaded machine
+# cannot make it give up first) and aborts the upload, so none is left behind.
 head -c $((6 << 20)) /dev/urandom > "$W/create.bin"
 "$PY" "$(dirname "$0")/throttle_proxy.py" "$S3_PORT" 0 "$W/hport" "$W/hcount" "$W/held" "$W/release" &
 hpid=$!
@@ -99,7 +100,7 @@ slm_on_exit "kill $hpid"
 for i in $(seq 1 100); do [ -s "$W/hport" ] && break; sleep 0.1; done
 set +e
 AWS_ENDPOINT_URL="http://127.0.0.1:$(cat "$W/hport")" SHARDLM_S3_MULTIPART_MIB=5 \
-    "$T" put-cancel-create "$B" t/create-cancelled "$W/create.bin" "$W/held" "$W/release" > "$W/cc" 2>&1
+    SHARDLM_S3_PART_MIB=5 SHARDLM_S3_CREATE_WAIT_S=30 "$T" put-cancel-create "$B" t/create-cancelled "$W/create.bin" "$W/held" "$W/release" > "$W/cc" 2>&1
 check "put cancelled during CreateMultipartUpload ends cancelled" 0 $?
 set -e
 has "the proxy held the create's answer" "$W/held" "^200 .*uploads"
