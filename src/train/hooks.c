@@ -467,6 +467,8 @@ static slm_status metrics_finish(void *ctx, slm_trainer *tr, slm_status st) {
             jsonl_num(&b, "tokens_per_s", r->tokens_per_s);
             jsonl_num(&b, "mfu", r->mfu);
             slm_buf_appendf(&b, ",\"interrupted\":%s", r->interrupted ? "true" : "false");
+            slm_buf_appendf(&b, ",\"nonfinite_skips\":%lld,\"empty_skips\":%lld",
+                            (long long)r->nonfinite_skips, (long long)r->empty_skips);
             slm_buf_appendf(&b, ",\"time\":%.3f", slm_unix_time_s());
             slm_buf_appendf(&b, "}\n");
             put_line(js->f, &b);

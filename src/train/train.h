@@ -58,7 +58,7 @@ typedef struct slm_step_metrics {
     double elapsed_s;        // wall seconds since training started
     bool skipped;            // --on-nonfinite skip: the loss or gradient norm was non-finite and no
                              // rank updated the weights or AdamW moments in this step
-    int64_t nonfinite_skips; // steps skipped so far in this run
+    int64_t nonfinite_skips; // steps skipped so far in this run (counted on across resumes)
     bool no_target;          // skipped because the global batch held no target token (instruction
                              // data: every window's targets cut off or padding); loss NaN
     int64_t empty_skips;     // steps skipped so far in this run for that reason
@@ -339,6 +339,9 @@ typedef struct slm_train_result {
                               // `shardlm train` exits 75 once the checkpoint is committed)
     bool stop_evaluated;      // stopped before --steps (not interrupted): final_val_loss is the
                               // validation of the weights it stopped with
+    int64_t nonfinite_skips;  // steps --on-nonfinite skip skipped in the whole run (resumed
+                              // attempts included: checkpoints carry the count)
+    int64_t empty_skips;      // steps skipped for want of a target token, likewise
 } slm_train_result;
 
 // Trains a model from a seeded init (slm_llama_init_weights) as described in the module comment:
