@@ -98,6 +98,9 @@ void slm_ckpt_describe(slm_ckpt_image *im, int rank, int world, int64_t step,
 static void par_copy(uint8_t *dst, const float *src, size_t nb, bool parallel) {
     const size_t piece = (size_t)1 << 20;
     int64_t n = (int64_t)((nb + piece - 1) / piece);
+#ifndef _OPENMP
+    (void)parallel; // read only by the OpenMP if clause: a build without OpenMP copies serially
+#endif
 #pragma omp parallel for schedule(static) if (parallel)
     for (int64_t i = 0; i < n; i++) {
         size_t off = (size_t)i * piece, len = nb - off < piece ? nb - off : piece;
