@@ -355,7 +355,7 @@ static void scan_checkpoints(jsonl_state *js, const slm_train_opts *o, double st
         steps[n++] = step;
     }
     if (d) closedir(d);
-    qsort(steps, n, sizeof *steps, cmp_i64);
+    if (n) qsort(steps, n, sizeof *steps, cmp_i64); // qsort(NULL, 0, ...) is undefined
     for (size_t i = 0; i < n; i++) {
         char name[64];
         snprintf(name, sizeof name, "step_%08lld", (long long)steps[i]);
