@@ -45,6 +45,13 @@ CL_SWITCH_PID=""
 CL_LAST_SWITCH_PID=""
 CL_LATENCY=0       # 1: DELAY > 0 is emulated (set by cluster_up)
 CL_DELAY_BY=${CL_DELAY_BY:-switch} # switch | netem (netem only where the kernel has it)
+# Queue bound of every shaped link direction (tbf latency, the delayswitch's --queue-us), in ms
+# of backlog at RATE. 100 ms: deep enough that the linear all-gather's incast (H - 1 senders
+# into one host's port) drops nothing at H = 8 (with 20 ms, each host's ports dropped 20-380
+# 64 KiB segments per 5 steps at 250 Mbit/s and TCP's loss recovery added 10-20% to the step;
+# docs/scaling.md "Third correction"), as the lossless fabrics the model stands for (InfiniBand,
+# EFA) never drop.
+CL_QUEUE_MS=${CL_QUEUE_MS:-100}
 CL_HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CL_NET="10.$((150 + CL_ID % 100)).$(((CL_ID / 100) % 250))"
 
@@ -83,9 +90,9 @@ cl_shape_dev() { # cl_shape_dev NS DEV RATE DELAY_MS
         half=$(awk -v d="$d" 'BEGIN { printf "%.3fms", d / 2 }')
         ip netns exec "$ns" tc qdisc add dev "$dev" root handle 1: netem delay "$half" limit 100000 &&
             ip netns exec "$ns" tc qdisc add dev "$dev" parent 1: handle 2: tbf rate "$rate" \
-                burst "$burst" latency "${CL_QUEUE_MS:-20}ms"
+                burst "$burst" latency "${CL_QUEUE_MS}ms"
     else
-        ip netns exec "$ns" tc qdisc add dev "$dev" root tbf rate "$rate" burst "$burst" latency "${CL_QUEUE_MS:-20}ms"
+        ip netns exec "$ns" tc qdisc add dev "$dev" root tbf rate "$rate" burst "$burst" latency "${CL_QUEUE_MS}ms"
     fi
 }
 
@@ -183,7 +190,7 @@ cl_links_switch() { # cl_links_switch RATE DELAY_MS
     nice) sched=(nice -n -10) ;;
     esac
     ip netns exec "$(cl_sw)" "${sched[@]}" "$bin" --delay-us "$us" --rate "$bits" --burst-bytes "$burst" \
-        --queue-us $((${CL_QUEUE_MS:-20} * 1000)) --exit-with-parent "${ports[@]}" \
+        --queue-us $((CL_QUEUE_MS * 1000)) --exit-with-parent "${ports[@]}" \
         > "$CL_WORK/switch.log" 2>&1 &
     CL_SWITCH_PID=$!
     CL_LAST_SWITCH_PID=$CL_SWITCH_PID

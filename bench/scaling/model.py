@@ -3,8 +3,9 @@
 
 step time = compute + local + the step's inter-host collectives (no overlap with compute: a
 rendezvous transfer moves only while the ranks are inside MPI; HYBRID's replica all-reduces,
-all in flight at the optimizer's wait, pipelined with each other; docs/scaling.md "Emulated
-cluster" for the measurements behind both).
+all in flight at the optimizer's wait, simulated together by flowsim.py; FULL_SHARD's latency
+counted where it is on the critical path; docs/scaling.md "Emulated cluster" for the
+measurements behind each).
 
 compute: the model's FLOPs per unit (the same count as `shardlm train --simulate-compute`,
   6 N + 12 L C T per token) / rate.
@@ -37,7 +38,15 @@ data):
           every unit back to back; its egress starts after the first unit's reduce and ends
           after the last unit's broadcast:
           -> log2(H) (sum_u X_u + max(X_first, X_last)) / rate + 2 log2(H) alpha
-          instead of the serial 2 log2(H) sum_u X_u / rate. No progress during compute (the
+          ("libnbc-pipelined") instead of the serial 2 log2(H) sum_u X_u / rate. Exact at
+          H = 2 only: the binomial broadcast sends to all of a rank's children at once, and
+          units meet in the middle of the tree, so "libnbc" (the model) runs the schedules
+          through flowsim.py instead.
+      FULL_SHARD's latency ("libnbc"): 3 trips for the root's forward all-gather (started at
+          its wait), 2 for every prefetched all-gather (request across during the previous
+          unit's compute, acknowledged at the hook's poll), (log2 H + 1) rounds of 3 for the
+          last two reduce-scatters (side by side at the optimizer's wait); the other
+          reduce-scatters' handshakes overlap the all-gather transfers they are paid inside. No progress during compute (the
           ranks sleep outside MPI; what the kernel's socket buffers carry meanwhile is not
           counted). FULL_SHARD's reduce-scatters get no such credit: the next unit's all-gather
           wait queues behind them on the same TCP connection (first in, first out), so their
@@ -46,7 +55,11 @@ data):
 """
 import json
 import math
+import os
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import flowsim  # noqa: E402
 
 
 def unit_numels(cfg):
@@ -77,6 +90,7 @@ def inter_host_s(cfg, strategy, H, n, rate_bytes, alpha_s, p=4, g=4, K=1, algo="
     one-way host-to-host latency; the libnbc variants charge RNDV_TRIPS of it per round."""
     if H <= 1:
         return 0.0
+    one_way = alpha_s
     if algo != "ring":
         alpha_s *= RNDV_TRIPS
     blocks, root = unit_numels(cfg)
@@ -89,14 +103,33 @@ def inter_host_s(cfg, strategy, H, n, rate_bytes, alpha_s, p=4, g=4, K=1, algo="
             X = u * p
             if algo == "ring":
                 t += (N - 1) / N * X / (rate_bytes / n) + (N - 1) * alpha_s
+            elif algo == "libnbc":
+                t += n * (H - 1) / H * X / rate_bytes
             else:
                 t += n * (H - 1) / H * X / rate_bytes + alpha_s
         for u in [root] + blocks:
             X = u * g
             if algo == "ring":
                 t += (N - 1) / N * X / (rate_bytes / n) + (N - 1) * alpha_s
-            else:  # libnbc and libnbc-serial alike
+            elif algo == "libnbc":
+                t += (lg + (H - 1) / H) * X / rate_bytes
+            else:  # libnbc-serial and -pipelined
                 t += (lg + (H - 1) / H) * X / rate_bytes + (lg + 1) * alpha_s
+        if algo == "libnbc":
+            # Latency on the step's critical path (fourth correction, docs/scaling.md): the
+            # root's forward all-gather is started at its wait (request, acknowledgement, data:
+            # RNDV_TRIPS one-way trips); every other all-gather was prefetched a unit earlier,
+            # its request crossed during that unit's compute and was acknowledged at the hook's
+            # poll before the wait, so the wait pays 2 trips; the blocks' reduce-scatters move
+            # inside later all-gathers' waits, their handshakes overlapping those transfers,
+            # except the last two (unit 0's and the root's), which the optimizer waits for with
+            # nothing else in flight: their log2 H + 1 rounds of RNDV_TRIPS, side by side.
+            t += RNDV_TRIPS * one_way + 2 * one_way * 2 * len(blocks) + (lg + 1) * alpha_s
+    elif strategy == "HYBRID_SHARD" and algo == "libnbc":
+        # The replica all-reduces, all in flight at the optimizer's wait: flowsim.py runs
+        # libnbc's binomial schedules over the links (third correction, docs/scaling.md).
+        order = blocks[::-1] + [root]  # started in backward order: L-1, ..., 0, then the root
+        t = flowsim.hybrid_allreduce_s([u * g for u in order], H, n, rate_bytes, alpha_s)
     elif strategy == "HYBRID_SHARD":  # shard group = host: only the replica all-reduce crosses
         order = blocks[::-1] + [root]  # started in backward order: L-1, ..., 0, then the root
         for u in order:
@@ -107,7 +140,7 @@ def inter_host_s(cfg, strategy, H, n, rate_bytes, alpha_s, p=4, g=4, K=1, algo="
                 t += 2 * lg * n * Xs / rate_bytes + 2 * lg * alpha_s
             else:  # pipelined: reduce of unit k+1 into host 1 while unit k's broadcast leaves it
                 t += lg * n * Xs / rate_bytes + 2 * lg * alpha_s
-        if algo == "libnbc":
+        if algo == "libnbc-pipelined":
             t += lg * max(order[0], order[-1]) * g / rate_bytes
     else:
         raise ValueError(strategy)

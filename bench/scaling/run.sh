@@ -186,7 +186,7 @@ for r in rows:
 base = {(r["strategy"], r["ranks_per_host"]): best[r["ranks_per_host"]] for r in rows if r["hosts"] == "1"}
 print()
 print(f"{'config':<13} {'hosts':>5} {'rph':>3} {'link':>8} {'lat ms':>6} {'measured ms':>11} {'predicted ms':>12} {'error %':>8} {'eff meas':>8} {'eff pred':>8} {'serial ms':>9} {'docs ring ms':>12} {'load':>5} {'runq ms':>7} {'sys %':>5}")
-errs, ring_errs, serial_errs, pts, by_h = [], [], [], [], {}
+errs, ring_errs, serial_errs, pipe_errs, pts, by_h = [], [], [], [], [], {}
 for r in rows:
     s, H, n = r["strategy"], int(r["hosts"]), int(r["ranks_per_host"])
     b = base.get((s, r["ranks_per_host"]))
@@ -197,6 +197,7 @@ for r in rows:
     pred, _, comm = model.predict(cfg, s, H, n, model_rate(r["rate"]), float(r["delay_ms"]), GF, B, T, K, local)
     ring, _, _ = model.predict(cfg, s, H, n, model_rate(r["rate"]), float(r["delay_ms"]), GF, B, T, K, local, algo="ring")
     serial, _, _ = model.predict(cfg, s, H, n, model_rate(r["rate"]), float(r["delay_ms"]), GF, B, T, K, local, algo="libnbc-serial")
+    pipe, _, _ = model.predict(cfg, s, H, n, model_rate(r["rate"]), float(r["delay_ms"]), GF, B, T, K, local, algo="libnbc-pipelined")
     err = 100 * (pred - meas) / meas
     e_m = float(b["measured_ms"]) / 1e3 / meas
     e_p = float(b["measured_ms"]) / 1e3 / pred
@@ -205,6 +206,7 @@ for r in rows:
         by_h.setdefault(H, []).append(abs(err))
         ring_errs.append(abs(100 * (ring - meas) / meas))
         serial_errs.append(abs(100 * (serial - meas) / meas))
+        pipe_errs.append(abs(100 * (pipe - meas) / meas))
     pts.append((s, n, r["rate"], r["delay_ms"], H, e_m, e_p))
     print(f"{s:<13} {H:>5} {n:>3} {r['rate']:>8} {r['delay_ms']:>6} {meas*1e3:>11.1f} {pred*1e3:>12.1f} {err:>+8.1f} {100*e_m:>7.1f}% {100*e_p:>7.1f}% {serial*1e3:>9.1f} {ring*1e3:>12.1f} {r.get('load1') or '-':>5} {r.get('runq_ms') or '-':>7} {r.get('sys_pct') or '-':>5}")
 # SVG: efficiency vs hosts, one colour per (strategy, ranks per host, link); dots measured,
@@ -245,6 +247,8 @@ if errs:
           f"{max(ring_errs):.1f}% over the same points)")
     print(f"(libnbc with HYBRID's replica all-reduces charged one after the other, \"serial\": max "
           f"{max(serial_errs):.1f}% over the same points)")
+    print(f"(libnbc with HYBRID's replica all-reduces in the closed-form pipeline, \"pipelined\": max "
+          f"{max(pipe_errs):.1f}% over the same points)")
     print("by hosts: " + ", ".join(f"H = {h}: max {max(v):.1f}% over {len(v)}" for h, v in sorted(by_h.items())))
     print(f"scaling model error: max {max(errs):.1f}% over {len(errs)} points")
 else:

@@ -343,6 +343,11 @@ typedef struct job {
     char reason[256];
     bool coll_timeout;
     int pending_rank; // "Process name: [[J,1],R]" seen, waiting for "Exit code"
+    // The text of Open MPI's first help banner (between two lines of dashes), space-joined: what
+    // mpirun says when it fails before any rank runs (a bad MCA setting, no slots, a missing
+    // executable), where no line carries "error:".
+    char banner[460];
+    int banner_state; // 0: none seen yet, 1: inside the first, 2: done
     // transport (Open MPI verbose selection lines)
     char pml[64];
     char btl[512];
@@ -393,6 +398,33 @@ static bool is_verbose_mca(const char *line) {
                               strstr(line, "] btl: ") || strstr(line, "] pml: "));
 }
 
+// Collects the first Open MPI help banner (job.banner): a line of dashes opens it, the next
+// closes it; blank lines are skipped, runs of spaces kept as one; cut at the buffer's size.
+static void banner_line(job *j, const char *line) {
+    if (j->banner_state == 2) return;
+    size_t d = strspn(line, "-");
+    if (d >= 20 && line[d] == 0) {
+        j->banner_state = j->banner_state == 0 ? 1 : 2;
+        return;
+    }
+    if (j->banner_state != 1) return;
+    size_t len = strlen(j->banner);
+    if (len > 0 && line[0] && len + 4 < sizeof j->banner) j->banner[len++] = ' ';
+    for (const char *c = line; *c && len + 4 < sizeof j->banner; c++) {
+        bool space = *c == ' ' || *c == '\t';
+        if (space && (len == 0 || j->banner[len - 1] == ' ')) continue;
+        j->banner[len++] = space ? ' ' : *c;
+    }
+    if (len + 4 >= sizeof j->banner) {
+        memcpy(j->banner + sizeof j->banner - 4, "...", 4);
+        j->banner_state = 2;
+        return;
+    }
+    while (len > 0 && j->banner[len - 1] == ' ')
+        len--;
+    j->banner[len] = 0;
+}
+
 static void job_line(job *j, char *line) {
     if (is_verbose_mca(line)) {
         note_transport(j, line);
@@ -407,6 +439,7 @@ static void job_line(job *j, char *line) {
     if (!e && !strncmp(line, "error: ", 7)) e = line - 1;
     if (e && !j->first_error[0]) snprintf(j->first_error, sizeof j->first_error, "%s", e + 1);
     if (strstr(line, "timed out after") && strstr(line, "collective")) j->coll_timeout = true;
+    banner_line(j, line);
     const char *rs = strstr(line, "resumed from ");
     if (rs && (rs = strstr(rs, "(step ")) && j->resumed_step < 0) j->resumed_step = atoll(rs + 6);
     long r = 0, pid = 0;
@@ -914,7 +947,10 @@ static int run_health(run *r) {
         cJSON_Delete(rep);
         char why[600];
         snprintf(why, sizeof why, "the health-check job %s without a report (%s)",
-                 timed_out ? "timed out" : "ended", j.first_error[0] ? j.first_error : j.reason);
+                 timed_out ? "timed out" : "ended",
+                 j.first_error[0] ? j.first_error
+                 : j.reason[0]    ? j.reason
+                                  : j.banner);
         record_health(r, world, false, why);
         snprintf(r->message, sizeof r->message, "health check failed: %s", why);
         return SLM_LAUNCH_HEALTH;
@@ -1304,6 +1340,9 @@ static void run_attempt(run *r, attempt *at, int world) {
             else if (at->exit_signal)
                 snprintf(at->reason, sizeof at->reason, "the job ended on signal %d",
                          at->exit_signal);
+            else if (j.banner[0] && !j.first_error[0])
+                snprintf(at->reason, sizeof at->reason,
+                         "the job exited with status %d; Open MPI: %s", at->exit_status, j.banner);
             else
                 snprintf(at->reason, sizeof at->reason, "the job exited with status %d",
                          at->exit_status);

@@ -4,7 +4,8 @@
 # than a --hang-timeout chosen for steps. A start delayed by 12 s (an mpirun wrapper that sleeps
 # first) with --hang-timeout 8: one attempt, success (it was declared a hang at step 0 and
 # restarted before --startup-timeout existed). With --startup-timeout 1 the same start is a
-# hang whose reason names --startup-timeout. Functional assertions only.
+# hang whose reason names --startup-timeout. An mpirun that cannot start (a bogus launcher
+# component) reports Open MPI's own banner. Functional assertions only.
 # Usage: test_launch_startup.sh MPIEXEC.
 . "$(dirname "$0")/../lib.sh"
 MPIEXEC=${1:-$MPIEXEC}
@@ -30,6 +31,23 @@ J=$W/run2/attempts.json
 [ "$(aj "$J" 'a["attempts"][0]["result"]')" = hang ] && ok "attempt 1 is a hang" ||
     { bad "attempt 1 result"; cat "$J"; }
 has "its reason names --startup-timeout" "$J" 'startup-timeout'
+# mpirun failing before any rank runs (an unknown launcher component): its help banner, not
+# just "exited with status 1", in the attempt's reason and the deterministic-failure message
+# (with the health check: in the health check's failure).
+OMPI_MCA_plm=bogus "$BIN" launch --nproc 2 "${LA[@]}" --no-health-check --max-restarts 1 -- \
+    "${TR[@]}" --steps 2 --out "$W/run3" > "$W/out3.log" 2> "$W/err3.log"
+check "mpirun cannot start (plm bogus): deterministic start-up failure, exit 4" 4 $?
+J=$W/run3/attempts.json
+r=$(aj "$J" 'a["attempts"][0]["reason"]')
+case "$r" in *"Framework: plm"*"Component: bogus"*) ok "attempt 1's reason carries Open MPI's banner" ;;
+*) bad "attempt 1's reason: $r" ;; esac
+has "the summary names the component" "$W/err3.log" 'Component: bogus'
+OMPI_MCA_plm=bogus "$BIN" launch --nproc 2 "${LA[@]}" --max-restarts 1 -- \
+    "${TR[@]}" --steps 2 --out "$W/run4" > "$W/out4.log" 2> "$W/err4.log"
+check "the same with the health check: health check failed, exit 3" 3 $?
+m=$(aj "$W/run4/attempts.json" 'a["message"]')
+case "$m" in *"Component: bogus"*) ok "the health-check failure carries Open MPI's banner" ;;
+*) bad "message: $m" ;; esac
 no_orphans "no process of the job left"
 [ "$fails" = 0 ] || { tail -30 "$W/err.log" "$W/err2.log"; }
 slm_finish
