@@ -12,7 +12,7 @@
 #include "cmd.h"
 #include "launch/launch.h"
 #include "metrics/metrics.h"
-#include "train/train.h"
+#include "base/fault.h"
 
 typedef struct launch_args {
     slm_launch_opts o;

@@ -904,6 +904,10 @@ int slm_cmd_train(int argc, char **argv) {
         if (isfinite(res.final_val_loss)) printf(" | val loss %.4f", res.final_val_loss);
         if (isfinite(res.tokens_per_s))
             printf(" | %.0f tok/s | MFU %.1f%%", res.tokens_per_s, 100.0 * res.mfu);
+        if (res.nonfinite_skips)
+            printf(" | %lld skipped (non-finite)", (long long)res.nonfinite_skips);
+        if (res.empty_skips)
+            printf(" | %lld skipped (no target token)", (long long)res.empty_skips);
         printf("\n");
     }
     free(cache);

@@ -98,6 +98,9 @@ void slm_ckpt_describe(slm_ckpt_image *im, int rank, int world, int64_t step,
 static void par_copy(uint8_t *dst, const float *src, size_t nb, bool parallel) {
     const size_t piece = (size_t)1 << 20;
     int64_t n = (int64_t)((nb + piece - 1) / piece);
+#ifndef _OPENMP
+    (void)parallel; // read only by the OpenMP if clause: a build without OpenMP copies serially
+#endif
 #pragma omp parallel for schedule(static) if (parallel)
     for (int64_t i = 0; i < n; i++) {
         size_t off = (size_t)i * piece, len = nb - off < piece ? nb - off : piece;
@@ -271,6 +274,10 @@ static cJSON *manifest_json(const slm_ckpt_meta *meta, const slm_unit_layout *la
         cJSON_AddNumberToObject(bt, "global_sequences", (double)g);
         cJSON_AddNumberToObject(bt, "global_tokens", (double)(g * meta->seq));
     }
+    cJSON *sk = cJSON_AddObjectToObject(o, "skips");
+    cJSON_AddNumberToObject(sk, "nonfinite", (double)meta->nonfinite_skips);
+    cJSON_AddNumberToObject(sk, "nonfinite_in_a_row", (double)meta->nonfinite_in_a_row);
+    cJSON_AddNumberToObject(sk, "no_target", (double)meta->empty_skips);
     if (meta->lora.rank > 0) {
         cJSON *lo = cJSON_AddObjectToObject(o, "lora");
         cJSON_AddNumberToObject(lo, "r", meta->lora.rank);
@@ -1003,6 +1010,31 @@ static slm_status parse_batch(const char *mp, const cJSON *o, slm_ckpt_meta *M) 
     return SLM_OK;
 }
 
+// The optional "skips" object (docs/formats.md; absent in manifests written before it: all 0):
+// integers >= 0, the steps in a row no more than the non-finite skips, and the skips together no
+// more than the steps.
+static slm_status parse_skips(const char *mp, const cJSON *o, slm_ckpt_meta *M) {
+    const cJSON *sk = cJSON_GetObjectItemCaseSensitive(o, "skips");
+    if (!sk) return SLM_OK;
+    if (!cJSON_IsObject(sk)) return slm_fail(SLM_E_FORMAT, "%s: \"skips\" is not an object", mp);
+    char what[1100];
+    snprintf(what, sizeof what, "%s: skips", mp);
+    int64_t n, r, e;
+    slm_status st;
+    if ((st = slm_json_i64(what, sk, "nonfinite", 0, INT64_MAX, &n)) ||
+        (st = slm_json_i64(what, sk, "nonfinite_in_a_row", 0, INT64_MAX, &r)) ||
+        (st = slm_json_i64(what, sk, "no_target", 0, INT64_MAX, &e)))
+        return st;
+    if (r > n || n > M->step || e > M->step - n)
+        return slm_fail(SLM_E_FORMAT,
+                        "%s: skips: nonfinite %lld, nonfinite_in_a_row %lld, no_target %lld: "
+                        "expected nonfinite_in_a_row <= nonfinite and nonfinite + no_target <= "
+                        "step %lld",
+                        mp, (long long)n, (long long)r, (long long)e, (long long)M->step);
+    M->nonfinite_skips = n, M->nonfinite_in_a_row = r, M->empty_skips = e;
+    return SLM_OK;
+}
+
 static slm_status parse_lora(const char *mp, const cJSON *o, slm_ckpt_meta *M) {
     const cJSON *lo = cJSON_GetObjectItemCaseSensitive(o, "lora");
     if (!lo || cJSON_IsNull(lo)) return SLM_OK;
@@ -1133,6 +1165,7 @@ slm_status slm_ckpt_parse_manifest(slm_ckpt *c, const char *text, size_t len) {
     }
     if ((st = parse_lora(mp, o, M))) goto out;
     if ((st = parse_batch(mp, o, M))) goto out;
+    if ((st = parse_skips(mp, o, M))) goto out;
     const cJSON *op = slm_json_obj(o, "optimizer"), *lr = slm_json_obj(o, "lr_schedule"),
                 *ld = slm_json_obj(o, "loader");
     const cJSON *rng = slm_json_arr(o, "rng_state");
@@ -1581,6 +1614,11 @@ void slm_ckpt_print_summary(const slm_ckpt *c, void *file) {
                 M->batch, M->world, M->world == 1 ? "" : "s", M->grad_accum, g, M->seq);
     } else
         fprintf(f, "batch        not recorded (an older checkpoint: a resume cannot check it)\n");
+    if (M->nonfinite_skips || M->empty_skips)
+        fprintf(f,
+                "skips        %" PRId64 " non-finite (%" PRId64 " in a row at the end), %" PRId64
+                " without a target token\n",
+                M->nonfinite_skips, M->nonfinite_in_a_row, M->empty_skips);
     if (M->lora.rank > 0) { // the units above are the adapters
         char h[17];
         slm_hex64(M->lora_base_xxh64, h);

@@ -65,6 +65,12 @@ typedef struct slm_ckpt_meta {
     // sequences of seq tokens. The trainer refuses to resume at another global batch or seq.
     bool has_batch;
     int batch, seq, grad_accum;
+    // Per-run skip counters at `step` (manifest "skips"; all 0 when absent, as in manifests
+    // written before they were recorded): steps whose update --on-nonfinite skip dropped, how
+    // many of those came last in a row (--max-nonfinite-skips counts on from it), and steps
+    // skipped because the global batch held no target token. The same on every rank (they
+    // follow all-reduced values); a resume continues counting from them.
+    int64_t nonfinite_skips, nonfinite_in_a_row, empty_skips;
     // LoRA checkpoint (lora.rank > 0): the units are the L adapter units (model.h's
     // lora_units), not the base's; the frozen base is referred to by the Hugging Face
     // directory it was loaded from and its slm_hf_dir_xxh64 (manifest "lora" object).

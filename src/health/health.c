@@ -22,10 +22,10 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "base/fault.h"
 #include "base/json.h"
 #include "dist/dist.h"
 #include "kernels/kernels.h"
-#include "train/train.h"
 
 #define U32 (1.0 / 16777216.0)
 #define U64 (1.0 / 9007199254740992.0)

@@ -21,7 +21,7 @@
 //             rank of each pair of hosts (and two ranks of one host) in GB/s (bus bandwidth as
 //             nccl-tests defines it: for two ranks, bytes / time), so a slow link is named.
 // Fault injection (tests): SHARDLM_FAULT=fail-health:rank=R[:check=NAME][:always] (parsed by
-// train/'s slm_fault_*) corrupts check NAME (every check without check=) on world rank R: the
+// base/fault.h's slm_fault_*) corrupts check NAME (every check without check=) on world rank R: the
 // data or result is altered, so the check's own comparison catches it; like every fault it
 // fires only when SHARDLM_ATTEMPT is unset or 1, unless :always is appended.
 #ifndef SLM_HEALTH_H

@@ -1233,6 +1233,12 @@ static void run_attempt(run *r, attempt *at, int world) {
         long dpid = 0;
         int n_dead = 0;
         int drank = dead_time || preempting ? -1 : dead_rank(&h, myhost, &dpid, &n_dead);
+        if (drank >= 0) { // read the heartbeats again: a rank that finished wrote its final
+            // record ("end", "stopped", "error") before it exited, maybe after the last scan,
+            // and is no crash (seen under load: a completed attempt taken for 4 dead ranks)
+            hb_scan(&h, r->hb_dir, now), last_scan = now;
+            drank = dead_rank(&h, myhost, &dpid, &n_dead);
+        }
         if (drank >= 0) { // a crash: mpirun will report it; it gets 3 s before the teardown
             dead_time = now, lp_detect = h.last_progress;
             if (n_dead == 1) { // several gone at once: mpirun's report says which was first

@@ -355,7 +355,7 @@ static void scan_checkpoints(jsonl_state *js, const slm_train_opts *o, double st
         steps[n++] = step;
     }
     if (d) closedir(d);
-    if (n) qsort(steps, n, sizeof *steps, cmp_i64); // steps is NULL when n == 0
+    if (n) qsort(steps, n, sizeof *steps, cmp_i64); // qsort(NULL, 0, ...) is undefined
     for (size_t i = 0; i < n; i++) {
         char name[64];
         snprintf(name, sizeof name, "step_%08lld", (long long)steps[i]);
@@ -467,6 +467,8 @@ static slm_status metrics_finish(void *ctx, slm_trainer *tr, slm_status st) {
             jsonl_num(&b, "tokens_per_s", r->tokens_per_s);
             jsonl_num(&b, "mfu", r->mfu);
             slm_buf_appendf(&b, ",\"interrupted\":%s", r->interrupted ? "true" : "false");
+            slm_buf_appendf(&b, ",\"nonfinite_skips\":%lld,\"empty_skips\":%lld",
+                            (long long)r->nonfinite_skips, (long long)r->empty_skips);
             slm_buf_appendf(&b, ",\"time\":%.3f", slm_unix_time_s());
             slm_buf_appendf(&b, "}\n");
             put_line(js->f, &b);

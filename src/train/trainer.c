@@ -411,6 +411,9 @@ static slm_status resume_from(slm_trainer *tr, const char *path) {
         slm_fsdp_set_steps_done(&tr->fsdp, M->opt_step);
         tr->step = M->step;
         tr->tokens_seen = M->tokens_seen;
+        tr->n_skipped = M->nonfinite_skips; // 0 from a manifest without "skips"
+        tr->skip_run = M->nonfinite_in_a_row;
+        tr->n_empty = M->empty_skips;
         tr->synth = M->rng;
         if (tr->train_l) st = slm_loader_set_state(tr->train_l, M->loader);
         if (!st) slm_info("resumed from %s (step %lld)", slm_ckpt_dir(c), (long long)M->step);
@@ -436,6 +439,7 @@ static slm_status already_complete(slm_trainer *tr) {
     tr->res.steps_done = tr->step;
     tr->res.final_loss = tr->res.final_val_loss = tr->res.tokens_per_s = tr->res.mfu = NAN;
     tr->res.already_complete = true;
+    tr->res.nonfinite_skips = tr->n_skipped, tr->res.empty_skips = tr->n_empty;
     return SLM_OK;
 }
 
@@ -1017,6 +1021,8 @@ static slm_status finish_ok(slm_trainer *tr) {
     r->flops_per_token = tr->fpt;
     r->interrupted = tr->interrupted;
     r->preempted = tr->interrupted && tr->preempted;
+    r->nonfinite_skips = tr->n_skipped;
+    r->empty_skips = tr->n_empty;
     return st;
 }
 
@@ -1156,6 +1162,9 @@ void slm_trainer_ckpt_state(const slm_trainer *tr, int64_t step, slm_ckpt_meta *
     meta->rng = tr->synth;
     meta->has_batch = true; // the run's geometry, checked by a resume (check_resume_batch)
     meta->batch = tr->B, meta->seq = tr->T, meta->grad_accum = tr->K;
+    meta->nonfinite_skips = tr->n_skipped; // counted on after a resume (resume_from)
+    meta->nonfinite_in_a_row = tr->skip_run;
+    meta->empty_skips = tr->n_empty;
     if (tr->tok && tr->ds_open) {
         meta->has_tokenizer = true;
         meta->tokenizer_xxh64 = tr->ds.tokenizer_xxh64;

@@ -77,10 +77,13 @@ close(flowsim.hybrid_allreduce_s([1.0], 8, 2, 1.0), 3 + 6, "one all-reduce, H = 
 
 # 5. H = 2, a step's all-reduces all in flight (fsdp/'s order): one connection per direction,
 #    in order, so host 2 -> 1 carries every unit's reduce back to back while 1 -> 2 carries each
-#    broadcast once its reduce is in: (sum X + X_last) / rate (the closed-form "pipelined" of the
-#    second correction, which is exact at H = 2).
+#    broadcast once its reduce is in: a two-stage pipeline, (sum X + max X) / rate (the
+#    closed-form "pipelined" of the second correction, exact at H = 2 when the largest unit is
+#    first or last, as fsdp/'s root is).
 xs = [3.0, 3.0, 3.0, 3.0, 4.0]
-close(flowsim.hybrid_allreduce_s(xs, 2, 1, 1.0), sum(xs) + 4.0, "H = 2 pipeline (sum X + X_last)")
+close(flowsim.hybrid_allreduce_s(xs, 2, 1, 1.0), sum(xs) + 4.0, "H = 2 pipeline (sum X + max X)")
+xs = [3.0, 5.0, 3.0, 3.0, 4.0]  # the largest in the middle: max X, not max(X_first, X_last)
+close(flowsim.hybrid_allreduce_s(xs, 2, 1, 1.0), sum(xs) + 5.0, "H = 2 pipeline, largest unit inside")
 
 # 6. Latency: every message waits the round latency after both ends posted it. H = 2, one
 #    all-reduce: reduce (alpha + X) then broadcast (alpha + X).

@@ -16,6 +16,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             for (int i = 0; i < L->n_views; i++)
                 if (L->views[i].offset + L->views[i].numel > L->numel) __builtin_trap();
         }
+        // ... and its skip counters fit its step.
+        const slm_ckpt_meta *M = slm_ckpt_get_meta(c);
+        if (M->nonfinite_in_a_row > M->nonfinite_skips ||
+            M->nonfinite_skips + M->empty_skips > M->step)
+            __builtin_trap();
     }
     slm_ckpt_free(c);
     return 0;
