@@ -28,10 +28,7 @@ while [ $# -gt 0 ]; do
         *) echo "usage: $0 [--build DIR] [--mib N] [--only 1|2|3] [--reps N] [--ranks N] [--every STEPS]" >&2; exit 2 ;;
     esac
 done
-export SHARDLM_BIN="$PWD/$BUILD/shardlm" SLM_SHARED_DIR="${SLM_SHARED_DIR:-$PWD/../shared}"
-export SLM_PYTHON="${SLM_PYTHON:-$PWD/.venv/bin/python}" S3TOOL="$PWD/$BUILD/tests/objstore/s3_tool"
-[ -x "$S3TOOL" ] || cmake --build "$BUILD" --target s3_tool shardlm > /dev/null
-. tests/lib.sh
+. bench/s3_env.sh
 . tests/objstore/lib.sh
 want() { [ -z "$ONLY" ] || [ "$ONLY" = "$1" ]; }
 if want 1 || want 2; then slm_s3_start "$W/s3" > /dev/null; fi

@@ -19,10 +19,7 @@ while [ $# -gt 0 ]; do
         *) echo "usage: $0 [--build DIR] [--checkpoints N]" >&2; exit 2 ;;
     esac
 done
-export SHARDLM_BIN="$PWD/$BUILD/shardlm" SLM_SHARED_DIR="${SLM_SHARED_DIR:-$PWD/../shared}"
-export SLM_PYTHON="${SLM_PYTHON:-$PWD/.venv/bin/python}" S3TOOL="$PWD/$BUILD/tests/objstore/s3_tool"
-[ -x "$S3TOOL" ] || cmake --build "$BUILD" --target s3_tool shardlm > /dev/null
-. tests/lib.sh
+. bench/s3_env.sh
 . tests/objstore/netns_s3.sh
 slm_s3_netns_up 2
 cat > "$W/config.json" <<JSON

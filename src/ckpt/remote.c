@@ -591,6 +591,20 @@ static slm_status do_final(slm_ckpt_uploader *u, int64_t step, const char *text,
     return st;
 }
 
+// pthread_cond_timedwait on `cond` (with `mutex` held) for at most `ms` milliseconds from now:
+// the deadline is absolute CLOCK_REALTIME, the condition variable's default clock.
+static void timed_wait_ms(pthread_cond_t *cond, pthread_mutex_t *mutex, long ms) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (ms % 1000) * 1000 * 1000;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(cond, mutex, &ts);
+}
+
 static void *up_thread(void *arg) {
     slm_ckpt_uploader *u = arg;
     // Uploads need no hurry: the lowest CPU priority for this thread (nice applies per thread on
@@ -604,14 +618,7 @@ static void *up_thread(void *arg) {
     pthread_mutex_lock(&u->mu);
     for (;;) {
         while (!u->quit && u->final_step < 0 && u->files_step < 0) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 20 * 1000 * 1000;
-            if (ts.tv_nsec >= 1000000000L) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000L;
-            }
-            pthread_cond_timedwait(&u->cv, &u->mu, &ts);
+            timed_wait_ms(&u->cv, &u->mu, 20);
         }
         if (u->final_step >= 0) {
             int64_t step = u->final_step;
@@ -1236,14 +1243,7 @@ slm_status slm_ckpt_uploader_finish(slm_ckpt_uploader *u) {
                 abandoned = true; // the manifest / latest of the last one: given up
                 if (u->s3) slm_s3_cancel(u->s3, true);
             }
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 50 * 1000 * 1000;
-            if (ts.tv_nsec >= 1000000000L) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000L;
-            }
-            pthread_cond_timedwait(&u->cv, &u->mu, &ts);
+            timed_wait_ms(&u->cv, &u->mu, 50);
         }
         if (u->final_failed) {
             if (abandoned || u->final_cancelled) {

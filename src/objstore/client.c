@@ -29,6 +29,7 @@ struct slm_s3 {
     char *host;         // "host[:port]" of the endpoint
     slm_rng rng;        // backoff jitter only
     atomic_bool cancel; // slm_s3_cancel: every running and later request ends at once
+    char *bucket_seen;  // the last bucket a HEAD 404 probe found to exist (bucket_missing)
 };
 
 typedef struct s3_req {
@@ -50,6 +51,13 @@ typedef struct s3_req {
     int64_t offset;    // range GET: first byte (for messages)
     bool after_cancel; // runs while the client is cancelled (the abort of a cut-short upload):
                        // one attempt, bounded by ABORT_S
+    // A cancel does not drop it while its attempt runs: its answer is awaited for cfg.create_wait_s
+    // more, no retry after (CreateMultipartUpload: the server may have created the upload, and
+    // only its UploadId lets us abort it; 1 s + ABORT_S keeps a cancelled upload's clean-up
+    // within the 3 s preemption margin, docs/storage.md); cancel_until is that deadline (0: no
+    // cancel seen yet).
+    bool answer_on_cancel;
+    double cancel_until;
     // state
     char payload_hash[65];
     slm_buf resp;
@@ -142,6 +150,7 @@ void slm_s3_close(slm_s3 *s) {
     slm_s3_config_free(&s->cfg);
     free(s->scheme);
     free(s->host);
+    free(s->bucket_seen);
     free(s);
 }
 
@@ -491,15 +500,23 @@ static slm_status run_reqs(slm_s3 *s, s3_req *rq, int n) {
     int left = n, in_flight = 0;
     slm_status st = SLM_OK;
     while (left > 0) {
-        if (atomic_load(&s->cancel) && !rq[0].after_cancel) {
+        bool cancelled = atomic_load(&s->cancel) && !rq[0].after_cancel;
+        if (cancelled) {
             // Cancelled (slm_s3_cancel, from another thread): every request not yet done ends
-            // with SLM_E_INTERRUPTED now, running transfers dropped.
+            // with SLM_E_INTERRUPTED now, running transfers dropped; a running one marked
+            // answer_on_cancel first gets cfg.create_wait_s to answer (no retry after).
+            double now = slm_time_s();
             for (int i = 0; i < n; i++) {
                 s3_req *r = &rq[i];
                 if (r->done) continue;
+                if (r->running && r->answer_on_cancel) {
+                    if (r->cancel_until == 0) r->cancel_until = now + s->cfg.create_wait_s;
+                    if (now < r->cancel_until) continue;
+                }
                 if (r->running) {
                     curl_multi_remove_handle(s->multi, r->easy);
                     r->running = false;
+                    in_flight--;
                 }
                 r->done = true;
                 r->st = SLM_E_INTERRUPTED;
@@ -507,13 +524,14 @@ static slm_status run_reqs(slm_s3 *s, s3_req *rq, int n) {
                 slm_buf_appendf(&m, "%s s3://%s/%s: cancelled (upload abandoned)", r->method,
                                 r->bucket, r->key);
                 r->msg = m.data;
+                left--;
             }
-            break;
+            if (left == 0) break;
         }
         double now = slm_time_s(), next_wake = now + 0.5;
         for (int i = 0; i < n && in_flight < s->cfg.max_conns; i++) {
             s3_req *r = &rq[i];
-            if (r->done || r->running) continue;
+            if (r->done || r->running || cancelled) continue;
             if (r->next_t > now) {
                 if (r->next_t < next_wake) next_wake = r->next_t;
                 continue;
@@ -666,6 +684,7 @@ static slm_status put_multipart(slm_s3 *s, const char *bucket, const char *key, 
     s3_req r;
     req_init(&r, "POST", bucket, key);
     req_query(&r, "uploads", "");
+    r.answer_on_cancel = true; // its UploadId, even after a cancel, so the upload can be aborted
     char *upload_id = NULL;
     st = run_reqs(s, &r, 1);
     if (!st) st = slm_s3_xml_text(r.resp.data, r.resp.len, "UploadId", &upload_id);
@@ -796,6 +815,31 @@ slm_status slm_s3_get_ranges(slm_s3 *s, const char *bucket, const slm_s3_range *
     return st;
 }
 
+// A HEAD answers 404 without a body for a missing key and a missing bucket alike; a
+// ListObjectsV2 (at most one key) answers 404 NoSuchBucket for the latter. Returns SLM_E_IO
+// naming the bucket and the endpoint (set_error) when the bucket is missing, SLM_E_INTERRUPTED
+// when cancelled, else SLM_OK: any other answer (200; 403 for a principal allowed to read
+// objects but not to list) leaves the HEAD's plain "not found". A bucket seen to exist is
+// remembered (one probe per client and bucket, however many keys are missing).
+static slm_status bucket_missing(slm_s3 *s, const char *bucket, const char *key) {
+    if (s->bucket_seen && strcmp(s->bucket_seen, bucket) == 0) return SLM_OK;
+    s3_req r;
+    req_init(&r, "GET", bucket, "");
+    req_query(&r, "list-type", "2");
+    req_query(&r, "max-keys", "1");
+    if (*key) req_query(&r, "prefix", key);
+    slm_status st = run_reqs(s, &r, 1);
+    bool missing = st == SLM_E_IO && r.http == 404 && r.resp.len &&
+                   memmem(r.resp.data, r.resp.len, "NoSuchBucket", 12);
+    if (!st) {
+        free(s->bucket_seen);
+        s->bucket_seen = slm_xstrdup(bucket);
+    }
+    req_free(&r);
+    if (missing) return slm_fail_wrap(st, "s3://%s/%s: HEAD answered 404", bucket, key);
+    return st == SLM_E_INTERRUPTED ? st : SLM_OK;
+}
+
 slm_status slm_s3_head(slm_s3 *s, const char *bucket, const char *key, int64_t *size, bool *found) {
     *size = -1;
     *found = false;
@@ -809,7 +853,9 @@ slm_status slm_s3_head(slm_s3 *s, const char *bucket, const char *key, int64_t *
         *size = (int64_t)cl;
         *found = true;
     }
+    bool not_found = !st && r.http == 404;
     req_free(&r);
+    if (not_found) st = bucket_missing(s, bucket, key);
     return st;
 }
 

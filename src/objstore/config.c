@@ -289,6 +289,7 @@ slm_status slm_s3_config_load(slm_s3_config *c, const char *endpoint, const char
     c->part_bytes = (size_t)env_int("SHARDLM_S3_PART_MIB", 16, 5, 4096) << 20;
     c->multipart_bytes = (size_t)env_int("SHARDLM_S3_MULTIPART_MIB", 64, 5, 1 << 20) << 20;
     c->list_page = env_int("SHARDLM_S3_LIST_PAGE", 1000, 1, 1000);
+    c->create_wait_s = env_int("SHARDLM_S3_CREATE_WAIT_S", 1, 0, 600);
 out:
     slm_aws_profile_free(&cp);
     slm_aws_profile_free(&fp);

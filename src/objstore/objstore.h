@@ -94,6 +94,9 @@ typedef struct slm_s3_config {
     size_t part_bytes;      // multipart part size (default 16 MiB, at least 5 MiB)
     size_t multipart_bytes; // objects at least this large go multipart (default 64 MiB)
     int list_page;          // ListObjectsV2 max-keys per page (default 1000)
+    int create_wait_s; // after a cancel, the seconds a CreateMultipartUpload already sent may still
+                       // take to return its UploadId, so that upload can be aborted (default 1,
+                       // env SHARDLM_S3_CREATE_WAIT_S; 0: dropped at once)
 } slm_s3_config;
 
 // Parsed ~/.aws INI data for one profile (the fuzzed parser). Fields NULL when absent.
@@ -181,8 +184,10 @@ void slm_s3_close(slm_s3 *s);
 // within ~0.2 s, the request loop's poll interval) ends with SLM_E_INTERRUPTED "cancelled"
 // instead of waiting out its retries; a multipart upload so cut short is then aborted
 // (AbortMultipartUpload: one attempt of at most 2 s, so no parts are left on a reachable
-// server; a frozen one keeps them until a lifecycle rule cleans them). Off again: requests run
-// as before.
+// server; a frozen one keeps them until a lifecycle rule cleans them). A CreateMultipartUpload
+// already sent is given create_wait_s (1 s) more to answer, so an upload the server created is
+// aborted too.
+// Off again: requests run as before.
 void slm_s3_cancel(slm_s3 *s, bool on);
 void slm_s3_get_stats(const slm_s3 *s, slm_s3_stats *out);
 // The configuration in use (borrowed).
@@ -221,7 +226,9 @@ typedef struct slm_s3_range {
 slm_status slm_s3_get_ranges(slm_s3 *s, const char *bucket, const slm_s3_range *r, int n);
 // GET of a whole object into a local file (written to PATH.tmp.PID, fsynced, renamed).
 slm_status slm_s3_get_file(slm_s3 *s, const char *bucket, const char *key, const char *path);
-// HEAD: *size (bytes) and *found (false for 404, SLM_OK).
+// HEAD: *size (bytes) and *found (false for 404, SLM_OK). A 404 HEAD has no body, so it is
+// followed by one ListObjectsV2 of the bucket (once per client and bucket): a missing bucket
+// is an error (SLM_E_IO, NoSuchBucket naming the bucket and the endpoint), not *found false.
 slm_status slm_s3_head(slm_s3 *s, const char *bucket, const char *key, int64_t *size, bool *found);
 // ListObjectsV2 of every key under `prefix` (all pages), into *out (caller frees with
 // slm_s3_list_free). `delimiter` NULL for a flat listing.

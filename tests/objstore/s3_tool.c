@@ -6,11 +6,17 @@
 //   | put-cancel BUCKET KEY FILE PARTS (a multipart PUT cancelled with slm_s3_cancel once PARTS
 //     part PUTs were sent; prints "uploads before cancel: N" as another client lists them,
 //     then the put's status; exit 0 when the put ended cancelled)
+//   | put-cancel-create BUCKET KEY FILE HELD RELEASE (a multipart PUT cancelled while its
+//     CreateMultipartUpload is in flight: once the file HELD exists (throttle_proxy.py holds the
+//     answer) it prints "uploads before cancel: N", cancels, waits up to 1 s for the put to
+//     end ("put ended before the answer: yes|no"), creates RELEASE (the answer goes out) and
+//     prints the put's status; exit 0 when the put ended cancelled)
 // Prints results on stdout; after put / get / ls also "stats requests=N retries=N throttled=N
 // puts=N gets=N". Exit 0 on success, 1 with the error message on stderr, 3 for a missing key.
 #include "objstore/objstore.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,12 +27,14 @@ typedef struct put_job {
     const char *bucket, *key, *path;
     slm_status st;
     char msg[512];
+    atomic_bool done;
 } put_job;
 
 static void *put_thread(void *arg) {
     put_job *j = arg;
     j->st = slm_s3_put_file(j->s, j->bucket, j->key, j->path);
     if (j->st) snprintf(j->msg, sizeof j->msg, "%s", slm_errmsg());
+    atomic_store(&j->done, true);
     return NULL;
 }
 
@@ -117,6 +125,26 @@ int main(int argc, char **argv) {
         st = count_uploads(bucket, argv[3], &before);
         if (!st) printf("uploads before cancel: %lld\n", (long long)before);
         slm_s3_cancel(s, true);
+        pthread_join(th, NULL);
+        printf("put: %s\n", j.st ? j.msg : "completed");
+        if (!st && j.st != SLM_E_INTERRUPTED) rc = 4;
+    } else if (strcmp(op, "put-cancel-create") == 0 && argc == 7) {
+        put_job j = {.s = s, .bucket = bucket, .key = argv[3], .path = argv[4]};
+        pthread_t th;
+        pthread_create(&th, NULL, put_thread, &j);
+        double until = slm_time_s() + 60;
+        while (access(argv[5], F_OK) != 0 && !atomic_load(&j.done) && slm_time_s() < until)
+            usleep(10000);
+        int64_t before = -1;
+        st = count_uploads(bucket, argv[3], &before);
+        if (!st) printf("uploads before cancel: %lld\n", (long long)before);
+        slm_s3_cancel(s, true);
+        until = slm_time_s() + 1.0;
+        while (!atomic_load(&j.done) && slm_time_s() < until)
+            usleep(10000);
+        printf("put ended before the answer: %s\n", atomic_load(&j.done) ? "yes" : "no");
+        FILE *f = fopen(argv[6], "w");
+        if (f) fclose(f);
         pthread_join(th, NULL);
         printf("put: %s\n", j.st ? j.msg : "completed");
         if (!st && j.st != SLM_E_INTERRUPTED) rc = 4;

@@ -4,7 +4,9 @@
 # of present / missing keys, ListObjectsV2 over several pages, DELETE; credentials from an
 # AWS_PROFILE in a credentials file; a wrong secret (403 naming bucket and key id, never the
 # secret); throttling (a proxy answering 503 SlowDown: retries succeed and are counted); the
-# server killed during a retry loop (the request succeeds once it is back).
+# server killed during a retry loop (the request succeeds once it is back); a multipart upload
+# cancelled while its parts or its CreateMultipartUpload are in flight leaves no upload behind;
+# a missing bucket is named as such (HEAD included).
 # Usage: test_s3_client.sh S3_TOOL
 . "$(dirname "$0")/../lib.sh"
 export S3TOOL=$1
@@ -87,6 +89,29 @@ check "no multipart upload left after the cancel (AbortMultipartUpload)" 0 "$(wc
     ok "no object for the cancelled upload"
 rm -f "$W/cancel.bin"
 
+# A cancel that lands while CreateMultipartUpload is in flight: the server has created the
+# upload (the proxy forwarded the POST and holds its answer until 1 s after the cancel); the
+# client still awaits the UploadId (SHARDLM_S3_CREATE_WAIT_S, 30 s here so that a loaded machine
+# cannot make it give up first) and aborts the upload, so none is left behind.
+head -c $((6 << 20)) /dev/urandom > "$W/create.bin"
+"$PY" "$(dirname "$0")/throttle_proxy.py" "$S3_PORT" 0 "$W/hport" "$W/hcount" "$W/held" "$W/release" &
+hpid=$!
+slm_on_exit "kill $hpid"
+for i in $(seq 1 100); do [ -s "$W/hport" ] && break; sleep 0.1; done
+set +e
+AWS_ENDPOINT_URL="http://127.0.0.1:$(cat "$W/hport")" SHARDLM_S3_MULTIPART_MIB=5 \
+    SHARDLM_S3_PART_MIB=5 SHARDLM_S3_CREATE_WAIT_S=30 "$T" put-cancel-create "$B" t/create-cancelled "$W/create.bin" "$W/held" "$W/release" > "$W/cc" 2>&1
+check "put cancelled during CreateMultipartUpload ends cancelled" 0 $?
+set -e
+has "the proxy held the create's answer" "$W/held" "^200 .*uploads"
+has "the server created the upload before the cancel" "$W/cc" "uploads before cancel: 1"
+has "the put awaited the create's answer after the cancel" "$W/cc" "put ended before the answer: no"
+has "the put was cancelled" "$W/cc" "put: .*cancelled"
+"$T" uploads "$B" t/create-cancelled > "$W/cc.after"
+check "no multipart upload left after a cancel during the create" 0 "$(wc -l < "$W/cc.after")"
+kill "$hpid"; wait "$hpid" 2>/dev/null || true
+rm -f "$W/create.bin"
+
 # A bucket that does not exist: named as such (NoSuchBucket, bucket and endpoint), not "no
 # checkpoint here", by ckpt inspect and train --resume.
 set +e
@@ -107,6 +132,25 @@ rc=$?
 set -e
 [ $rc -ne 0 ] && ok "--resume from a missing bucket fails (exit $rc)" || bad "--resume from a missing bucket: exit 0"
 has "--resume: NoSuchBucket named" "$W/nbr" "the bucket slm-missing-bucket does not exist at $S3_ENDPOINT"
+set +e
+"$BIN" ckpt verify "s3://slm-missing-bucket/x/" > "$W/nbv" 2>&1
+check "verify of a missing bucket fails" 1 $?
+"$BIN" train --synthetic --model "$W/nbcfg.json" --seq 8 --batch 2 --steps 2 --threads 1 \
+    --log-every 0 --out "$W/nbrun2" --ckpt-every-steps 1 --ckpt-uri "s3://slm-missing-bucket/run/" > "$W/nbu" 2>&1
+check "--ckpt-uri to a missing bucket fails" 1 $?
+# HEAD answers a bare 404 for a missing bucket and a missing key alike: the client asks the
+# bucket (ListObjectsV2 answers NoSuchBucket) before reporting "not found" (s3_tool head: 3).
+"$T" head slm-missing-bucket x > "$W/nbh" 2>&1
+check "HEAD in a missing bucket is an error, not 'missing' (3)" 1 $?
+"$T" get slm-missing-bucket x "$W/nbg.out" > "$W/nbg" 2>&1
+check "get_file (HEAD first) from a missing bucket fails" 1 $?
+set -e
+for f in nbv nbu nbh nbg; do
+    has "$f: NoSuchBucket named" "$W/$f" "the bucket slm-missing-bucket does not exist at $S3_ENDPOINT"
+    if grep -qE "no checkpoint here|no such object" "$W/$f"; then bad "$f: reported as not found"; cat "$W/$f"
+    else ok "$f: not reported as a missing key"; fi
+done
+has "HEAD names the object it asked for" "$W/nbh" "s3://slm-missing-bucket/x: HEAD answered 404"
 
 # Server down: connection errors are retried (bounded); the server back within the budget wins.
 slm_s3_kill

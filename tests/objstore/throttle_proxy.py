@@ -3,18 +3,24 @@
 503 SlowDown (S3's throttling answer), then forwards every request unchanged (Host header
 included, so SigV4 still verifies at the server).
 
-usage: throttle_proxy.py BACKEND_PORT N_THROTTLED PORT_FILE COUNT_FILE
+usage: throttle_proxy.py BACKEND_PORT N_THROTTLED PORT_FILE COUNT_FILE [HELD_FILE RELEASE_FILE]
 Writes the port it listens on (127.0.0.1, chosen by the OS) to PORT_FILE, and after every request
 "throttled=T forwarded=F puts=P gets=G posts=O" to COUNT_FILE (forwarded requests by method). Runs until killed.
+With HELD_FILE and RELEASE_FILE, a CreateMultipartUpload (POST ?uploads) is forwarded (the server
+creates the upload) but its answer held: HELD_FILE is written, and the answer sent once
+RELEASE_FILE exists (at most 60 s later), so a client can be cancelled inside that window.
 """
 import http.client
 import os
 import sys
 import threading
+import time
+import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 backend_port, n_throttle, port_file, count_file = (
     int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4])
+held_file, release_file = (sys.argv[5], sys.argv[6]) if len(sys.argv) > 6 else (None, None)
 lock = threading.Lock()
 counts = {"throttled": 0, "forwarded": 0, "PUT": 0, "GET": 0, "POST": 0}
 
@@ -57,6 +63,14 @@ class Proxy(BaseHTTPRequestHandler):
         conn.request(self.command, self.path, body=body if n else None, headers=headers)
         r = conn.getresponse()
         data = r.read()
+        query = urllib.parse.urlsplit(self.path).query.split("&")
+        if held_file and self.command == "POST" and ("uploads" in query or "uploads=" in query):
+            with open(held_file + ".tmp", "w") as f:
+                f.write("%d %s\n" % (r.status, self.path))
+            os.replace(held_file + ".tmp", held_file)
+            until = time.time() + 60
+            while not os.path.exists(release_file) and time.time() < until:
+                time.sleep(0.01)
         self.send_response(r.status)
         for k, v in r.getheaders():
             if k.lower() not in ("content-length", "transfer-encoding", "connection"):
