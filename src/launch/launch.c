@@ -338,6 +338,11 @@ typedef struct job {
     char part[8192];
     size_t part_len;
     char first_error[512];
+    // A rank's "terminated by SIGTERM" / "interrupted by SIGINT" line: the consequence of
+    // mpirun (or the launcher) stopping the job, never its cause; the attempt's error only when
+    // nothing else explains the failure (a rank failing in MPI_Init makes mpirun SIGTERM the
+    // others, and their line must not hide Open MPI's banner naming the cause).
+    char signal_error[128];
     int culprit_rank;
     char culprit_host[128];
     char reason[256];
@@ -437,7 +442,11 @@ static void job_line(job *j, char *line) {
     line[n] = 0;
     const char *e = strstr(line, " error: ");
     if (!e && !strncmp(line, "error: ", 7)) e = line - 1;
-    if (e && !j->first_error[0]) snprintf(j->first_error, sizeof j->first_error, "%s", e + 1);
+    if (e && (!strncmp(e + 1, "error: terminated by SIG", 24) ||
+              !strncmp(e + 1, "error: interrupted by SIG", 25))) {
+        if (!j->signal_error[0]) snprintf(j->signal_error, sizeof j->signal_error, "%s", e + 1);
+    } else if (e && !j->first_error[0])
+        snprintf(j->first_error, sizeof j->first_error, "%s", e + 1);
     if (strstr(line, "timed out after") && strstr(line, "collective")) j->coll_timeout = true;
     banner_line(j, line);
     const char *rs = strstr(line, "resumed from ");
@@ -950,7 +959,8 @@ static int run_health(run *r) {
                  timed_out ? "timed out" : "ended",
                  j.first_error[0] ? j.first_error
                  : j.reason[0]    ? j.reason
-                                  : j.banner);
+                 : j.banner[0]    ? j.banner
+                                  : j.signal_error);
         record_health(r, world, false, why);
         snprintf(r->message, sizeof r->message, "health check failed: %s", why);
         return SLM_LAUNCH_HEALTH;
@@ -1329,7 +1339,8 @@ static void run_attempt(run *r, attempt *at, int world) {
     at->any_train = h.any_train;
     if (WIFEXITED(j.status)) at->exit_status = WEXITSTATUS(j.status);
     if (WIFSIGNALED(j.status)) at->exit_signal = WTERMSIG(j.status);
-    snprintf(at->error, sizeof at->error, "%s", j.first_error);
+    snprintf(at->error, sizeof at->error, "%s",
+             j.first_error[0] || j.banner[0] ? j.first_error : j.signal_error);
     if (!hang && !preempting) {
         if (at->exit_status == 0)
             snprintf(at->result, sizeof at->result, "success");

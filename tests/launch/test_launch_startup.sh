@@ -5,7 +5,8 @@
 # first) with --hang-timeout 8: one attempt, success (it was declared a hang at step 0 and
 # restarted before --startup-timeout existed). With --startup-timeout 1 the same start is a
 # hang whose reason names --startup-timeout. An mpirun that cannot start (a bogus launcher
-# component) reports Open MPI's own banner. Functional assertions only.
+# component) reports Open MPI's own banner, also when the ranks fail in MPI_Init (a bogus btl)
+# and a peer prints "terminated by SIGTERM". Functional assertions only.
 # Usage: test_launch_startup.sh MPIEXEC.
 . "$(dirname "$0")/../lib.sh"
 MPIEXEC=${1:-$MPIEXEC}
@@ -48,6 +49,24 @@ check "the same with the health check: health check failed, exit 3" 3 $?
 m=$(aj "$W/run4/attempts.json" 'a["message"]')
 case "$m" in *"Component: bogus"*) ok "the health-check failure carries Open MPI's banner" ;;
 *) bad "message: $m" ;; esac
+# The ranks start but fail in MPI_Init (an unknown byte-transfer component): mpirun SIGTERMs
+# the other rank, whose "terminated by SIGTERM" line is a consequence and must not stand in for
+# the cause: the reason and the deterministic-failure message carry Open MPI's banner.
+OMPI_MCA_btl=bogus "$BIN" launch --nproc 2 "${LA[@]}" --no-health-check --max-restarts 1 -- \
+    "${TR[@]}" --steps 2 --out "$W/run5" > "$W/out5.log" 2> "$W/err5.log"
+check "ranks fail in MPI_Init (btl bogus): deterministic start-up failure, exit 4" 4 $?
+J=$W/run5/attempts.json
+r=$(aj "$J" 'a["attempts"][0]["reason"] + " | " + a["attempts"][0]["error"] + " | " + a["message"]')
+case "$r" in *"terminated by SIGTERM"*) bad "btl bogus: a peer's SIGTERM line as the cause: $r" ;;
+*"Framework: btl"*"Component: bogus"*"|"*"|"*"Component: bogus"*) ok "btl bogus: reason and message carry Open MPI's banner" ;;
+*) bad "btl bogus: reason | error | message: $r" ;; esac
+OMPI_MCA_btl=bogus "$BIN" launch --nproc 2 "${LA[@]}" --max-restarts 1 -- \
+    "${TR[@]}" --steps 2 --out "$W/run6" > "$W/out6.log" 2> "$W/err6.log"
+check "btl bogus with the health check: health check failed, exit 3" 3 $?
+m=$(aj "$W/run6/attempts.json" 'a["message"]')
+case "$m" in *"terminated by SIGTERM"*) bad "health check: a peer's SIGTERM line as the cause: $m" ;;
+*"Component: bogus"*) ok "btl bogus: the health-check failure carries Open MPI's banner" ;;
+*) bad "health-check message: $m" ;; esac
 no_orphans "no process of the job left"
 [ "$fails" = 0 ] || { tail -30 "$W/err.log" "$W/err2.log"; }
 slm_finish
