@@ -1600,8 +1600,9 @@ int slm_launch_run(const slm_launch_opts *o, char **summary) {
             return SLM_LAUNCH_USAGE;
         }
         if (usable_slots(r) < oo.min_nproc) {
-            slm_error("launch: the hosts have %d slot(s), fewer than --min-nproc %d",
-                      usable_slots(r), oo.min_nproc);
+            slm_error("launch: the hosts have %d slot(s), fewer than --min-nproc %d%s",
+                      usable_slots(r), oo.min_nproc,
+                      o->min_nproc <= 0 ? " (without --min-nproc: --nproc)" : "");
             for (int i = 0; i < r->n_hosts; i++)
                 free(r->host[i]);
             free(r);

@@ -67,6 +67,12 @@ m=$(aj "$W/run6/attempts.json" 'a["message"]')
 case "$m" in *"terminated by SIGTERM"*) bad "health check: a peer's SIGTERM line as the cause: $m" ;;
 *"Component: bogus"*) ok "btl bogus: the health-check failure carries Open MPI's banner" ;;
 *) bad "health-check message: $m" ;; esac
+# Too few slots for --nproc (no --min-nproc given): a usage error that names where the 4 comes from.
+"$BIN" launch --nproc 4 --hosts localhost:2 "${LA[@]}" --no-health-check -- \
+    "${TR[@]}" --steps 2 --out "$W/run7" > "$W/out7.log" 2> "$W/err7.log"
+check "--nproc 4 on 2 slots: usage error, exit 2" 2 $?
+has "it names the slots and --nproc" "$W/err7.log" \
+    'the hosts have 2 slot(s), fewer than --min-nproc 4 (without --min-nproc: --nproc)'
 no_orphans "no process of the job left"
 [ "$fails" = 0 ] || { tail -30 "$W/err.log" "$W/err2.log"; }
 slm_finish
