@@ -351,7 +351,11 @@ typedef struct job {
     // The text of Open MPI's first help banner (between two lines of dashes), space-joined: what
     // mpirun says when it fails before any rank runs (a bad MCA setting, no slots, a missing
     // executable), where no line carries "error:".
+    // A banner that opens with "WARNING" (Open MPI goes on after it: an unknown interface name,
+    // an OpenFabrics device it skips) is kept aside in warn_banner and the next one is taken:
+    // the warning is the reason only when no other banner follows.
     char banner[460];
+    char warn_banner[460];
     int banner_state; // 0: none seen yet, 1: inside the first, 2: done
     // transport (Open MPI verbose selection lines)
     char pml[64];
@@ -403,13 +407,31 @@ static bool is_verbose_mca(const char *line) {
                               strstr(line, "] btl: ") || strstr(line, "] pml: "));
 }
 
+// A banner ends: a warning is set aside (the first one) and the search goes on, else done.
+static void banner_close(job *j) {
+    if (!strncmp(j->banner, "WARNING", 7)) {
+        if (!j->warn_banner[0]) snprintf(j->warn_banner, sizeof j->warn_banner, "%s", j->banner);
+        j->banner[0] = 0;
+        j->banner_state = 0;
+    } else
+        j->banner_state = 2;
+}
+
+// Open MPI's banner for the failure: the first that is not a warning, else the first warning.
+static const char *job_banner(const job *j) {
+    return j->banner[0] ? j->banner : j->warn_banner;
+}
+
 // Collects the first Open MPI help banner (job.banner): a line of dashes opens it, the next
 // closes it; blank lines are skipped, runs of spaces kept as one; cut at the buffer's size.
 static void banner_line(job *j, const char *line) {
     if (j->banner_state == 2) return;
     size_t d = strspn(line, "-");
     if (d >= 20 && line[d] == 0) {
-        j->banner_state = j->banner_state == 0 ? 1 : 2;
+        if (j->banner_state == 0)
+            j->banner_state = 1;
+        else
+            banner_close(j);
         return;
     }
     if (j->banner_state != 1) return;
@@ -422,7 +444,7 @@ static void banner_line(job *j, const char *line) {
     }
     if (len + 4 >= sizeof j->banner) {
         memcpy(j->banner + sizeof j->banner - 4, "...", 4);
-        j->banner_state = 2;
+        banner_close(j);
         return;
     }
     while (len > 0 && j->banner[len - 1] == ' ')
@@ -957,10 +979,10 @@ static int run_health(run *r) {
         char why[600];
         snprintf(why, sizeof why, "the health-check job %s without a report (%s)",
                  timed_out ? "timed out" : "ended",
-                 j.first_error[0] ? j.first_error
-                 : j.reason[0]    ? j.reason
-                 : j.banner[0]    ? j.banner
-                                  : j.signal_error);
+                 j.first_error[0]    ? j.first_error
+                 : j.reason[0]       ? j.reason
+                 : job_banner(&j)[0] ? job_banner(&j)
+                                     : j.signal_error);
         record_health(r, world, false, why);
         snprintf(r->message, sizeof r->message, "health check failed: %s", why);
         return SLM_LAUNCH_HEALTH;
@@ -1340,7 +1362,7 @@ static void run_attempt(run *r, attempt *at, int world) {
     if (WIFEXITED(j.status)) at->exit_status = WEXITSTATUS(j.status);
     if (WIFSIGNALED(j.status)) at->exit_signal = WTERMSIG(j.status);
     snprintf(at->error, sizeof at->error, "%s",
-             j.first_error[0] || j.banner[0] ? j.first_error : j.signal_error);
+             j.first_error[0] || job_banner(&j)[0] ? j.first_error : j.signal_error);
     if (!hang && !preempting) {
         if (at->exit_status == 0)
             snprintf(at->result, sizeof at->result, "success");
@@ -1357,9 +1379,10 @@ static void run_attempt(run *r, attempt *at, int world) {
             else if (at->exit_signal)
                 snprintf(at->reason, sizeof at->reason, "the job ended on signal %d",
                          at->exit_signal);
-            else if (j.banner[0] && !j.first_error[0])
+            else if (job_banner(&j)[0] && !j.first_error[0])
                 snprintf(at->reason, sizeof at->reason,
-                         "the job exited with status %d; Open MPI: %s", at->exit_status, j.banner);
+                         "the job exited with status %d; Open MPI: %s", at->exit_status,
+                         job_banner(&j));
             else
                 snprintf(at->reason, sizeof at->reason, "the job exited with status %d",
                          at->exit_status);

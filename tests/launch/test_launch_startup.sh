@@ -67,6 +67,17 @@ m=$(aj "$W/run6/attempts.json" 'a["message"]')
 case "$m" in *"terminated by SIGTERM"*) bad "health check: a peer's SIGTERM line as the cause: $m" ;;
 *"Component: bogus"*) ok "btl bogus: the health-check failure carries Open MPI's banner" ;;
 *) bad "health-check message: $m" ;; esac
+# A warning banner first (an unknown interface in btl_tcp_if_include: Open MPI goes on), then the
+# failure's own (TCP over IPv6 only on lo: the ranks cannot reach each other): the reason is the
+# failure's banner, not the warning.
+OMPI_MCA_btl=self,tcp OMPI_MCA_btl_tcp_if_include=lo,bogus0 OMPI_MCA_btl_tcp_disable_family=4 \
+    "$BIN" launch --nproc 2 "${LA[@]}" --no-health-check --max-restarts 0 -- \
+    "${TR[@]}" --steps 2 --out "$W/run8" > "$W/out8.log" 2> "$W/err8.log"
+check "ranks cannot reach each other: failed, exit 1" 1 $?
+has "the warning banner was printed" "$W/err8.log" "WARNING: An invalid value was given for btl_tcp_if_include"
+r=$(aj "$W/run8/attempts.json" 'a["attempts"][0]["reason"]')
+case "$r" in *"unable to reach each other"*) ok "the reason is the failure's banner, not the warning" ;;
+*) bad "warning then failure: reason $r" ;; esac
 # Too few slots for --nproc (no --min-nproc given): a usage error that names where the 4 comes from.
 "$BIN" launch --nproc 4 --hosts localhost:2 "${LA[@]}" --no-health-check -- \
     "${TR[@]}" --steps 2 --out "$W/run7" > "$W/out7.log" 2> "$W/err7.log"
