@@ -45,6 +45,21 @@ close(flowsim.hybrid_allreduce_s([0.0, 1.0], 3, 1, 1.0), 4.0, "zero-size unit be
 r = flowsim.hybrid_allreduce_s([3.2e6] * 4 + [4.2e6], 64, 8, 31.25e6)
 check(r > 0, f"H = 64, n = 8, five units: {r:.4f} s simulated")
 
+# 1b. model.py's libnbc FULL_SHARD at H = 3 (n = 1, rate 1 byte/s, no latency): the binomial
+#     reduce of a reduce-scatter is ceil(log2 3) = 2 rounds of X into host 1 (log2 3 = 1.58 is no
+#     round count), then (H-1)/H X of the scatter; the linear all-gathers (H-1)/H X each. The
+#     run.sh config by hand: block 2 C^2 + 2 C KV D + 3 C F + 2 C = 791040, root 2 V C + C =
+#     1048832 elements; fp32 (4 bytes) parameters and gradients; blocks gathered twice.
+import model  # noqa: E402
+cfg = {"vocab_size": 2048, "hidden_size": 256, "intermediate_size": 688, "num_hidden_layers": 4,
+       "num_attention_heads": 4, "num_key_value_heads": 4, "max_position_embeddings": 128,
+       "tie_word_embeddings": False}
+blk, root = 791040 * 4, 1048832 * 4
+want = (root + 8 * blk) * 2 / 3 + (root + 4 * blk) * (2 + 2 / 3)
+close(model.inter_host_s(cfg, "FULL_SHARD", 3, 1, 1.0, 0.0), want, "model FULL_SHARD libnbc, H = 3")
+want = (root + 8 * blk) * 4 / 5 + (root + 4 * blk) * (3 + 4 / 5)
+close(model.inter_host_s(cfg, "FULL_SHARD", 5, 1, 1.0, 0.0), want, "model FULL_SHARD libnbc, H = 5")
+
 # 2. Inputs without a meaning are refused with ValueError naming the value.
 for args, what in ((([1.0], 4, 1, 0.0), "rate 0"), (([1.0], 4, 1, -1.0), "rate -1"),
                    (([1.0], 4, 1, float("inf")), "rate inf"), (([-1.0], 4, 1, 1.0), "size -1"),
