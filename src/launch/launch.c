@@ -569,8 +569,16 @@ static int job_start(job *j, char *const *argv, const char *const *env_add) {
         for (int i = 0; env_add && env_add[i]; i += 2)
             setenv(env_add[i], env_add[i + 1], 1);
         execvp(argv[0], argv);
-        static const char msg[] = "shardlm error: launch: cannot execute the MPI launcher\n";
+        // Only async-signal-safe calls after fork: the launcher's path and why, in pieces.
+        int err = errno;
+        const char *why = err == ENOENT    ? ": no such file (or not on PATH)\n"
+                          : err == EACCES  ? ": permission denied (not executable)\n"
+                          : err == ENOEXEC ? ": not an executable format\n"
+                                           : ": exec failed\n";
+        static const char msg[] = "shardlm error: launch: cannot execute the MPI launcher ";
         ssize_t w = write(2, msg, sizeof msg - 1);
+        if (w >= 0) w = write(2, argv[0], strlen(argv[0]));
+        if (w >= 0) w = write(2, why, strlen(why));
         _exit(w < 0 ? 126 : 127);
     }
     setpgid(pid, pid);

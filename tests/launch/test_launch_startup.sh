@@ -78,6 +78,18 @@ has "the warning banner was printed" "$W/err8.log" "WARNING: An invalid value wa
 r=$(aj "$W/run8/attempts.json" 'a["attempts"][0]["reason"]')
 case "$r" in *"unable to reach each other"*) ok "the reason is the failure's banner, not the warning" ;;
 *) bad "warning then failure: reason $r" ;; esac
+# An --mpirun that cannot be executed: the deterministic-failure message names it and why.
+"$BIN" launch --nproc 2 --health-mem 8MiB --kill-grace 3 --backoff 0.2 --mpirun "$W/no/mpirun" \
+    --no-health-check --max-restarts 1 -- "${TR[@]}" --steps 2 --out "$W/run9" > "$W/out9.log" 2> "$W/err9.log"
+check "a missing --mpirun: deterministic start-up failure, exit 4" 4 $?
+has "it names the path and 'no such file'" "$W/err9.log" \
+    "cannot execute the MPI launcher $W/no/mpirun: no such file"
+printf '#!/bin/sh\nexit 0\n' > "$W/noexec_mpirun" # mode 644: not executable
+"$BIN" launch --nproc 2 --health-mem 8MiB --kill-grace 3 --backoff 0.2 --mpirun "$W/noexec_mpirun" \
+    --no-health-check --max-restarts 0 -- "${TR[@]}" --steps 2 --out "$W/run10" > "$W/out10.log" 2> "$W/err10.log"
+check "a non-executable --mpirun: failed, exit 1" 1 $?
+has "it names the path and 'permission denied'" "$W/err10.log" \
+    "cannot execute the MPI launcher $W/noexec_mpirun: permission denied"
 # Too few slots for --nproc (no --min-nproc given): a usage error that names where the 4 comes from.
 "$BIN" launch --nproc 4 --hosts localhost:2 "${LA[@]}" --no-health-check -- \
     "${TR[@]}" --steps 2 --out "$W/run7" > "$W/out7.log" 2> "$W/err7.log"
