@@ -171,6 +171,8 @@ def simulate(colls, host_of, rate, round_alpha=0.0):
         finished = [k for k in heads.values() if msgs[k]["left"] <= 1e-6]
         for k in finished:
             msgs[k]["done"] = True
+        if finished:  # done messages never move again: drop them from the scan (same order)
+            order[:] = [k for k in order if not msgs[k]["done"]]
         for k in finished:
             group = colls[k[0]][0]
             for v in range(len(group)):
