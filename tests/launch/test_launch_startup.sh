@@ -51,22 +51,35 @@ case "$m" in *"Component: bogus"*) ok "the health-check failure carries Open MPI
 *) bad "message: $m" ;; esac
 # The ranks start but fail in MPI_Init (an unknown byte-transfer component): mpirun SIGTERMs
 # the other rank, whose "terminated by SIGTERM" line is a consequence and must not stand in for
-# the cause: the reason and the deterministic-failure message carry Open MPI's banner.
-OMPI_MCA_btl=bogus "$BIN" launch --nproc 2 "${LA[@]}" --no-health-check --max-restarts 1 -- \
+# the cause: the reason and the give-up message carry Open MPI's banner (which of the ranks'
+# two banners mpirun prints first varies, so either is accepted, and --max-restarts 0: the
+# same-error-twice test of a deterministic failure cannot rely on it).
+OMPI_MCA_btl=bogus "$BIN" launch --nproc 2 "${LA[@]}" --no-health-check --max-restarts 0 -- \
     "${TR[@]}" --steps 2 --out "$W/run5" > "$W/out5.log" 2> "$W/err5.log"
-check "ranks fail in MPI_Init (btl bogus): deterministic start-up failure, exit 4" 4 $?
+check "ranks fail in MPI_Init (btl bogus): failed, exit 1" 1 $?
 J=$W/run5/attempts.json
 r=$(aj "$J" 'a["attempts"][0]["reason"] + " | " + a["attempts"][0]["error"] + " | " + a["message"]')
-case "$r" in *"terminated by SIGTERM"*) bad "btl bogus: a peer's SIGTERM line as the cause: $r" ;;
-*"Framework: btl"*"Component: bogus"*"|"*"|"*"Component: bogus"*) ok "btl bogus: reason and message carry Open MPI's banner" ;;
-*) bad "btl bogus: reason | error | message: $r" ;; esac
-OMPI_MCA_btl=bogus "$BIN" launch --nproc 2 "${LA[@]}" --max-restarts 1 -- \
+# (under load Open MPI's help forwarding sometimes prints no banner at all: nothing to check then)
+if grep -qE "^(Framework: +btl|It looks like MPI_INIT failed)" "$W/err5.log"; then
+    case "$r" in *"terminated by SIGTERM"*) bad "btl bogus: a peer's SIGTERM line as the cause: $r" ;;
+    *"Open MPI: "*"|"*"|"*"Open MPI: "*) ok "btl bogus: reason and message carry Open MPI's banner" ;;
+    *) bad "btl bogus: reason | error | message: $r" ;; esac
+    case "$r" in *"Component: bogus"*|*"MPI_INIT failed"*) ok "btl bogus: the banner is the failure's" ;;
+    *) bad "btl bogus: banner: $r"; tail -40 "$W/err5.log" ;; esac
+else
+    ok "btl bogus: Open MPI printed no banner this time (reason: $r)"
+fi
+OMPI_MCA_btl=bogus "$BIN" launch --nproc 2 "${LA[@]}" --max-restarts 0 -- \
     "${TR[@]}" --steps 2 --out "$W/run6" > "$W/out6.log" 2> "$W/err6.log"
 check "btl bogus with the health check: health check failed, exit 3" 3 $?
 m=$(aj "$W/run6/attempts.json" 'a["message"]')
-case "$m" in *"terminated by SIGTERM"*) bad "health check: a peer's SIGTERM line as the cause: $m" ;;
-*"Component: bogus"*) ok "btl bogus: the health-check failure carries Open MPI's banner" ;;
-*) bad "health-check message: $m" ;; esac
+if grep -qE "^(Framework: +btl|It looks like MPI_INIT failed)" "$W/err6.log"; then
+    case "$m" in *"terminated by SIGTERM"*) bad "health check: a peer's SIGTERM line as the cause: $m" ;;
+    *"Component: bogus"*|*"MPI_INIT failed"*) ok "btl bogus: the health-check failure carries Open MPI's banner" ;;
+    *) bad "health-check message: $m"; tail -40 "$W/err6.log" ;; esac
+else
+    ok "btl bogus, health check: Open MPI printed no banner this time (message: $m)"
+fi
 # A warning banner first (an unknown interface in btl_tcp_if_include: Open MPI goes on), then the
 # failure's own (TCP over IPv6 only on lo: the ranks cannot reach each other): the reason is the
 # failure's banner, not the warning.
@@ -76,8 +89,15 @@ OMPI_MCA_btl=self,tcp OMPI_MCA_btl_tcp_if_include=lo,bogus0 OMPI_MCA_btl_tcp_dis
 check "ranks cannot reach each other: failed, exit 1" 1 $?
 has "the warning banner was printed" "$W/err8.log" "WARNING: An invalid value was given for btl_tcp_if_include"
 r=$(aj "$W/run8/attempts.json" 'a["attempts"][0]["reason"]')
-case "$r" in *"unable to reach each other"*) ok "the reason is the failure's banner, not the warning" ;;
-*) bad "warning then failure: reason $r" ;; esac
+# (under load Open MPI's help forwarding sometimes loses the failure's banner, ORTE_ERROR_LOG in
+# show_help.c: then the warning is all there is, and the reason may carry it)
+if grep -qE "unable to reach each other|is unreachable" "$W/err8.log"; then
+    case "$r" in *"unable to reach each other"*|*"is unreachable"*) ok "the reason is the failure's banner, not the warning" ;;
+    *) bad "warning then failure: reason $r" ;; esac
+else
+    case "$r" in *"Open MPI: WARNING"*) ok "only the warning banner was printed: the reason carries it" ;;
+    *) bad "warning only: reason $r" ;; esac
+fi
 # An --mpirun that cannot be executed: the deterministic-failure message names it and why.
 "$BIN" launch --nproc 2 --health-mem 8MiB --kill-grace 3 --backoff 0.2 --mpirun "$W/no/mpirun" \
     --no-health-check --max-restarts 1 -- "${TR[@]}" --steps 2 --out "$W/run9" > "$W/out9.log" 2> "$W/err9.log"
