@@ -91,7 +91,15 @@ def simulate(colls, host_of, rate, round_alpha=0.0):
     """colls: a list of (group, rounds, nbytes) in start order: group maps group rank -> world
     rank, rounds is binomial_allreduce_rounds(len(group)) (or any schedule of that form),
     nbytes the message size. All are posted at t = 0 (the optimizer's wait). Returns the time
-    at which the last completes, in seconds."""
+    at which the last completes, in seconds. ValueError for a rate that is not a positive finite
+    number, a negative or non-finite message size or latency."""
+    if not (isinstance(rate, (int, float)) and math.isfinite(rate) and rate > 0):
+        raise ValueError(f"flowsim: link rate {rate!r} bytes/s: expected a positive finite number")
+    if not (math.isfinite(round_alpha) and round_alpha >= 0):
+        raise ValueError(f"flowsim: round latency {round_alpha!r} s: expected >= 0")
+    for c, (group, _, nbytes) in enumerate(colls):
+        if not (math.isfinite(nbytes) and nbytes >= 0):
+            raise ValueError(f"flowsim: collective {c}: message size {nbytes!r} bytes: expected >= 0")
     # state per (coll, group rank): index of the current round, and its open messages
     cur = {}
     msgs = {}  # (c, src_w, dst_w, tag) -> dict(posted_s, posted_r, left, t_ready)
@@ -163,6 +171,8 @@ def simulate(colls, host_of, rate, round_alpha=0.0):
         finished = [k for k in heads.values() if msgs[k]["left"] <= 1e-6]
         for k in finished:
             msgs[k]["done"] = True
+        if finished:  # done messages never move again: drop them from the scan (same order)
+            order[:] = [k for k in order if not msgs[k]["done"]]
         for k in finished:
             group = colls[k[0]][0]
             for v in range(len(group)):
@@ -174,7 +184,11 @@ def simulate(colls, host_of, rate, round_alpha=0.0):
 def hybrid_allreduce_s(unit_bytes, H, n, rate, alpha_s=0.0):
     """HYBRID_SHARD (shard group = host, n ranks each): every unit's replica all-reduce of
     nbytes / n per rank in each of the n replica groups, all in flight at once, in fsdp/'s start
-    order (`unit_bytes` in that order). Seconds until the last completes."""
+    order (`unit_bytes` in that order). Seconds until the last completes. ValueError for H or n
+    not a positive integer (and simulate()'s checks of rate, sizes and latency)."""
+    for name, v in (("H", H), ("n", n)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"flowsim: {name} = {v!r}: expected a positive integer")
     if H <= 1:
         return 0.0
     rounds = binomial_allreduce_rounds(H)

@@ -94,7 +94,7 @@ def inter_host_s(cfg, strategy, H, n, rate_bytes, alpha_s, p=4, g=4, K=1, algo="
     if algo != "ring":
         alpha_s *= RNDV_TRIPS
     blocks, root = unit_numels(cfg)
-    lg = math.log2(H)
+    lg = math.ceil(math.log2(H))  # binomial rounds: ceil(log2 H) (3 at H = 5), log2 H at 2^k
     t = 0.0
     if strategy == "FULL_SHARD":
         N = H * n
@@ -158,7 +158,7 @@ def unit_collectives(cfg, strategy, H, n, rate_bytes, alpha_s, p=4, g=4):
     if H <= 1:
         return []
     alpha_s *= RNDV_TRIPS
-    lg = math.log2(H)
+    lg = math.ceil(math.log2(H))  # binomial rounds: ceil(log2 H) (3 at H = 5), log2 H at 2^k
     size = [*blocks, root]
     out = []
     if strategy == "FULL_SHARD":

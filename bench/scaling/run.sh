@@ -34,6 +34,7 @@ while [ $# -gt 0 ]; do
 done
 if [ "$ANALYZE" = 1 ]; then
     [ -f "$OUT/results.tsv" ] || { echo "run.sh: no $OUT/results.tsv to analyze" >&2; exit 2; }
+    [ -f "$OUT/config.json" ] || { echo "run.sh: no $OUT/config.json (the model config of the run) to analyze" >&2; exit 2; }
 else
 [ -x "$BIN" ] || { echo "run.sh: no shardlm binary at $BIN (build first or --bin)" >&2; exit 2; }
 . "$HERE/cluster.sh"
@@ -151,7 +152,7 @@ echo "benchmark time: $(( $(date +%s) - t0 )) s"
 fi # ANALYZE
 B=4 T=128 K=1 GF=20 CFG=$OUT/config.json RES=$OUT/results.tsv PY=python3
 
-"$PY" - "$RES" "$CFG" "$OUT/scaling.svg" "$B" "$T" "$K" "$GF" "$HERE" <<'PY'
+"$PY" - "$RES" "$CFG" "$OUT/scaling.svg" "$B" "$T" "$K" "$GF" "$HERE" <<'PY' || exit 1
 import csv, json, sys
 res, cfgp, svg, B, T, K, GF, here = sys.argv[1:]
 sys.path.insert(0, here)
@@ -159,6 +160,29 @@ import model
 cfg = json.load(open(cfgp))
 B, T, K, GF = int(B), int(T), int(K), float(GF)
 rows = list(csv.DictReader(open(res), delimiter="\t"))
+# A results.tsv that is empty, lacks a column or holds a short or non-numeric row is an error
+# naming the file, line and field (not a traceback, not an empty table with exit status 0).
+need = ("strategy", "hosts", "ranks_per_host", "rate", "delay_ms", "measured_ms")
+if not rows:
+    sys.exit(f"run.sh: {res}: no measurement rows (expected a header line and one row per point)")
+miss = [c for c in need if c not in rows[0]]
+if miss:
+    sys.exit(f"run.sh: {res}: header lacks column(s) {', '.join(miss)} (expected {', '.join(need)})")
+for i, r in enumerate(rows):
+    for c in need:
+        v = r.get(c)
+        ok = v not in (None, "")
+        if ok and c in ("hosts", "ranks_per_host"):
+            ok = v.isdigit() and int(v) >= 1
+        elif ok and c in ("delay_ms", "measured_ms"):
+            try:
+                ok = float(v) >= 0 and (c != "measured_ms" or float(v) > 0)
+            except ValueError:
+                ok = False
+        elif ok and c == "strategy":
+            ok = v in ("FULL_SHARD", "HYBRID_SHARD")
+        if not ok:
+            sys.exit(f"run.sh: {res}: line {i + 2}: {c} = {v!r} is missing or invalid")
 # Repeats of a point: the fastest one (the machine is shared; a neighbour only adds time).
 fast = {}
 for r in rows:

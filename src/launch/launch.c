@@ -338,6 +338,11 @@ typedef struct job {
     char part[8192];
     size_t part_len;
     char first_error[512];
+    // A rank's "terminated by SIGTERM" / "interrupted by SIGINT" line: the consequence of
+    // mpirun (or the launcher) stopping the job, never its cause; the attempt's error only when
+    // nothing else explains the failure (a rank failing in MPI_Init makes mpirun SIGTERM the
+    // others, and their line must not hide Open MPI's banner naming the cause).
+    char signal_error[128];
     int culprit_rank;
     char culprit_host[128];
     char reason[256];
@@ -346,7 +351,11 @@ typedef struct job {
     // The text of Open MPI's first help banner (between two lines of dashes), space-joined: what
     // mpirun says when it fails before any rank runs (a bad MCA setting, no slots, a missing
     // executable), where no line carries "error:".
+    // A banner that opens with "WARNING" (Open MPI goes on after it: an unknown interface name,
+    // an OpenFabrics device it skips) is kept aside in warn_banner and the next one is taken:
+    // the warning is the reason only when no other banner follows.
     char banner[460];
+    char warn_banner[460];
     int banner_state; // 0: none seen yet, 1: inside the first, 2: done
     // transport (Open MPI verbose selection lines)
     char pml[64];
@@ -398,13 +407,31 @@ static bool is_verbose_mca(const char *line) {
                               strstr(line, "] btl: ") || strstr(line, "] pml: "));
 }
 
+// A banner ends: a warning is set aside (the first one) and the search goes on, else done.
+static void banner_close(job *j) {
+    if (!strncmp(j->banner, "WARNING", 7)) {
+        if (!j->warn_banner[0]) snprintf(j->warn_banner, sizeof j->warn_banner, "%s", j->banner);
+        j->banner[0] = 0;
+        j->banner_state = 0;
+    } else
+        j->banner_state = 2;
+}
+
+// Open MPI's banner for the failure: the first that is not a warning, else the first warning.
+static const char *job_banner(const job *j) {
+    return j->banner[0] ? j->banner : j->warn_banner;
+}
+
 // Collects the first Open MPI help banner (job.banner): a line of dashes opens it, the next
 // closes it; blank lines are skipped, runs of spaces kept as one; cut at the buffer's size.
 static void banner_line(job *j, const char *line) {
     if (j->banner_state == 2) return;
     size_t d = strspn(line, "-");
     if (d >= 20 && line[d] == 0) {
-        j->banner_state = j->banner_state == 0 ? 1 : 2;
+        if (j->banner_state == 0)
+            j->banner_state = 1;
+        else
+            banner_close(j);
         return;
     }
     if (j->banner_state != 1) return;
@@ -417,7 +444,7 @@ static void banner_line(job *j, const char *line) {
     }
     if (len + 4 >= sizeof j->banner) {
         memcpy(j->banner + sizeof j->banner - 4, "...", 4);
-        j->banner_state = 2;
+        banner_close(j);
         return;
     }
     while (len > 0 && j->banner[len - 1] == ' ')
@@ -437,7 +464,11 @@ static void job_line(job *j, char *line) {
     line[n] = 0;
     const char *e = strstr(line, " error: ");
     if (!e && !strncmp(line, "error: ", 7)) e = line - 1;
-    if (e && !j->first_error[0]) snprintf(j->first_error, sizeof j->first_error, "%s", e + 1);
+    if (e && (!strncmp(e + 1, "error: terminated by SIG", 24) ||
+              !strncmp(e + 1, "error: interrupted by SIG", 25))) {
+        if (!j->signal_error[0]) snprintf(j->signal_error, sizeof j->signal_error, "%s", e + 1);
+    } else if (e && !j->first_error[0])
+        snprintf(j->first_error, sizeof j->first_error, "%s", e + 1);
     if (strstr(line, "timed out after") && strstr(line, "collective")) j->coll_timeout = true;
     banner_line(j, line);
     const char *rs = strstr(line, "resumed from ");
@@ -538,8 +569,16 @@ static int job_start(job *j, char *const *argv, const char *const *env_add) {
         for (int i = 0; env_add && env_add[i]; i += 2)
             setenv(env_add[i], env_add[i + 1], 1);
         execvp(argv[0], argv);
-        static const char msg[] = "shardlm error: launch: cannot execute the MPI launcher\n";
+        // Only async-signal-safe calls after fork: the launcher's path and why, in pieces.
+        int err = errno;
+        const char *why = err == ENOENT    ? ": no such file (or not on PATH)\n"
+                          : err == EACCES  ? ": permission denied (not executable)\n"
+                          : err == ENOEXEC ? ": not an executable format\n"
+                                           : ": exec failed\n";
+        static const char msg[] = "shardlm error: launch: cannot execute the MPI launcher ";
         ssize_t w = write(2, msg, sizeof msg - 1);
+        if (w >= 0) w = write(2, argv[0], strlen(argv[0]));
+        if (w >= 0) w = write(2, why, strlen(why));
         _exit(w < 0 ? 126 : 127);
     }
     setpgid(pid, pid);
@@ -948,9 +987,10 @@ static int run_health(run *r) {
         char why[600];
         snprintf(why, sizeof why, "the health-check job %s without a report (%s)",
                  timed_out ? "timed out" : "ended",
-                 j.first_error[0] ? j.first_error
-                 : j.reason[0]    ? j.reason
-                                  : j.banner);
+                 j.first_error[0]    ? j.first_error
+                 : j.reason[0]       ? j.reason
+                 : job_banner(&j)[0] ? job_banner(&j)
+                                     : j.signal_error);
         record_health(r, world, false, why);
         snprintf(r->message, sizeof r->message, "health check failed: %s", why);
         return SLM_LAUNCH_HEALTH;
@@ -1329,7 +1369,8 @@ static void run_attempt(run *r, attempt *at, int world) {
     at->any_train = h.any_train;
     if (WIFEXITED(j.status)) at->exit_status = WEXITSTATUS(j.status);
     if (WIFSIGNALED(j.status)) at->exit_signal = WTERMSIG(j.status);
-    snprintf(at->error, sizeof at->error, "%s", j.first_error);
+    snprintf(at->error, sizeof at->error, "%s",
+             j.first_error[0] || job_banner(&j)[0] ? j.first_error : j.signal_error);
     if (!hang && !preempting) {
         if (at->exit_status == 0)
             snprintf(at->result, sizeof at->result, "success");
@@ -1346,9 +1387,10 @@ static void run_attempt(run *r, attempt *at, int world) {
             else if (at->exit_signal)
                 snprintf(at->reason, sizeof at->reason, "the job ended on signal %d",
                          at->exit_signal);
-            else if (j.banner[0] && !j.first_error[0])
+            else if (job_banner(&j)[0] && !j.first_error[0])
                 snprintf(at->reason, sizeof at->reason,
-                         "the job exited with status %d; Open MPI: %s", at->exit_status, j.banner);
+                         "the job exited with status %d; Open MPI: %s", at->exit_status,
+                         job_banner(&j));
             else
                 snprintf(at->reason, sizeof at->reason, "the job exited with status %d",
                          at->exit_status);
@@ -1589,8 +1631,9 @@ int slm_launch_run(const slm_launch_opts *o, char **summary) {
             return SLM_LAUNCH_USAGE;
         }
         if (usable_slots(r) < oo.min_nproc) {
-            slm_error("launch: the hosts have %d slot(s), fewer than --min-nproc %d",
-                      usable_slots(r), oo.min_nproc);
+            slm_error("launch: the hosts have %d slot(s), fewer than --min-nproc %d%s",
+                      usable_slots(r), oo.min_nproc,
+                      o->min_nproc <= 0 ? " (without --min-nproc: --nproc)" : "");
             for (int i = 0; i < r->n_hosts; i++)
                 free(r->host[i]);
             free(r);

@@ -819,8 +819,8 @@ slm_status slm_s3_get_ranges(slm_s3 *s, const char *bucket, const slm_s3_range *
 // ListObjectsV2 (at most one key) answers 404 NoSuchBucket for the latter. Returns SLM_E_IO
 // naming the bucket and the endpoint (set_error) when the bucket is missing, SLM_E_INTERRUPTED
 // when cancelled, else SLM_OK: any other answer (200; 403 for a principal allowed to read
-// objects but not to list) leaves the HEAD's plain "not found". A bucket seen to exist is
-// remembered (one probe per client and bucket, however many keys are missing).
+// objects but not to list) leaves the HEAD's plain "not found". A bucket answered for (200, 403)
+// is remembered (one probe per client and bucket, however many keys are missing).
 static slm_status bucket_missing(slm_s3 *s, const char *bucket, const char *key) {
     if (s->bucket_seen && strcmp(s->bucket_seen, bucket) == 0) return SLM_OK;
     s3_req r;
@@ -831,7 +831,10 @@ static slm_status bucket_missing(slm_s3 *s, const char *bucket, const char *key)
     slm_status st = run_reqs(s, &r, 1);
     bool missing = st == SLM_E_IO && r.http == 404 && r.resp.len &&
                    memmem(r.resp.data, r.resp.len, "NoSuchBucket", 12);
-    if (!st) {
+    // Remembered on any answer of the server that is not NoSuchBucket (200; 403 for a principal
+    // that may read but not list: the bucket exists, and asking again per missing key only
+    // doubles the requests); not after a transport error, 5xx or a cancel.
+    if (!st || (st == SLM_E_IO && r.http >= 400 && r.http < 500 && !missing)) {
         free(s->bucket_seen);
         s->bucket_seen = slm_xstrdup(bucket);
     }

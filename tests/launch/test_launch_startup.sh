@@ -5,7 +5,8 @@
 # first) with --hang-timeout 8: one attempt, success (it was declared a hang at step 0 and
 # restarted before --startup-timeout existed). With --startup-timeout 1 the same start is a
 # hang whose reason names --startup-timeout. An mpirun that cannot start (a bogus launcher
-# component) reports Open MPI's own banner. Functional assertions only.
+# component) reports Open MPI's own banner, also when the ranks fail in MPI_Init (a bogus btl)
+# and a peer prints "terminated by SIGTERM". Functional assertions only.
 # Usage: test_launch_startup.sh MPIEXEC.
 . "$(dirname "$0")/../lib.sh"
 MPIEXEC=${1:-$MPIEXEC}
@@ -48,6 +49,73 @@ check "the same with the health check: health check failed, exit 3" 3 $?
 m=$(aj "$W/run4/attempts.json" 'a["message"]')
 case "$m" in *"Component: bogus"*) ok "the health-check failure carries Open MPI's banner" ;;
 *) bad "message: $m" ;; esac
+# The ranks start but fail in MPI_Init (an unknown byte-transfer component): mpirun SIGTERMs
+# the other rank, whose "terminated by SIGTERM" line is a consequence and must not stand in for
+# the cause: the reason and the give-up message carry Open MPI's banner (which of the ranks'
+# two banners mpirun prints first varies, so either is accepted, and --max-restarts 0: the
+# same-error-twice test of a deterministic failure cannot rely on it).
+OMPI_MCA_btl=bogus "$BIN" launch --nproc 2 "${LA[@]}" --no-health-check --max-restarts 0 -- \
+    "${TR[@]}" --steps 2 --out "$W/run5" > "$W/out5.log" 2> "$W/err5.log"
+check "ranks fail in MPI_Init (btl bogus): failed, exit 1" 1 $?
+J=$W/run5/attempts.json
+r=$(aj "$J" 'a["attempts"][0]["reason"] + " | " + a["attempts"][0]["error"] + " | " + a["message"]')
+# (under load Open MPI's help forwarding sometimes prints no banner at all: nothing to check then)
+if grep -qE "^(Framework: +btl|It looks like MPI_INIT failed)" "$W/err5.log"; then
+    case "$r" in *"terminated by SIGTERM"*) bad "btl bogus: a peer's SIGTERM line as the cause: $r" ;;
+    *"Open MPI: "*"|"*"|"*"Open MPI: "*) ok "btl bogus: reason and message carry Open MPI's banner" ;;
+    *) bad "btl bogus: reason | error | message: $r" ;; esac
+    case "$r" in *"Component: bogus"*|*"MPI_INIT failed"*) ok "btl bogus: the banner is the failure's" ;;
+    *) bad "btl bogus: banner: $r"; tail -40 "$W/err5.log" ;; esac
+else
+    ok "btl bogus: Open MPI printed no banner this time (reason: $r)"
+fi
+OMPI_MCA_btl=bogus "$BIN" launch --nproc 2 "${LA[@]}" --max-restarts 0 -- \
+    "${TR[@]}" --steps 2 --out "$W/run6" > "$W/out6.log" 2> "$W/err6.log"
+check "btl bogus with the health check: health check failed, exit 3" 3 $?
+m=$(aj "$W/run6/attempts.json" 'a["message"]')
+if grep -qE "^(Framework: +btl|It looks like MPI_INIT failed)" "$W/err6.log"; then
+    case "$m" in *"terminated by SIGTERM"*) bad "health check: a peer's SIGTERM line as the cause: $m" ;;
+    *"Component: bogus"*|*"MPI_INIT failed"*) ok "btl bogus: the health-check failure carries Open MPI's banner" ;;
+    *) bad "health-check message: $m"; tail -40 "$W/err6.log" ;; esac
+else
+    ok "btl bogus, health check: Open MPI printed no banner this time (message: $m)"
+fi
+# A warning banner first (an unknown interface in btl_tcp_if_include: Open MPI goes on), then the
+# failure's own (TCP over IPv6 only on lo: the ranks cannot reach each other): the reason is the
+# failure's banner, not the warning.
+OMPI_MCA_btl=self,tcp OMPI_MCA_btl_tcp_if_include=lo,bogus0 OMPI_MCA_btl_tcp_disable_family=4 \
+    "$BIN" launch --nproc 2 "${LA[@]}" --no-health-check --max-restarts 0 -- \
+    "${TR[@]}" --steps 2 --out "$W/run8" > "$W/out8.log" 2> "$W/err8.log"
+check "ranks cannot reach each other: failed, exit 1" 1 $?
+has "the warning banner was printed" "$W/err8.log" "WARNING: An invalid value was given for btl_tcp_if_include"
+r=$(aj "$W/run8/attempts.json" 'a["attempts"][0]["reason"]')
+# (under load Open MPI's help forwarding sometimes loses the failure's banner, ORTE_ERROR_LOG in
+# show_help.c: then the warning is all there is, and the reason may carry it)
+if grep -qE "unable to reach each other|is unreachable" "$W/err8.log"; then
+    case "$r" in *"unable to reach each other"*|*"is unreachable"*) ok "the reason is the failure's banner, not the warning" ;;
+    *) bad "warning then failure: reason $r" ;; esac
+else
+    case "$r" in *"Open MPI: WARNING"*) ok "only the warning banner was printed: the reason carries it" ;;
+    *) bad "warning only: reason $r" ;; esac
+fi
+# An --mpirun that cannot be executed: the deterministic-failure message names it and why.
+"$BIN" launch --nproc 2 --health-mem 8MiB --kill-grace 3 --backoff 0.2 --mpirun "$W/no/mpirun" \
+    --no-health-check --max-restarts 1 -- "${TR[@]}" --steps 2 --out "$W/run9" > "$W/out9.log" 2> "$W/err9.log"
+check "a missing --mpirun: deterministic start-up failure, exit 4" 4 $?
+has "it names the path and 'no such file'" "$W/err9.log" \
+    "cannot execute the MPI launcher $W/no/mpirun: no such file"
+printf '#!/bin/sh\nexit 0\n' > "$W/noexec_mpirun" # mode 644: not executable
+"$BIN" launch --nproc 2 --health-mem 8MiB --kill-grace 3 --backoff 0.2 --mpirun "$W/noexec_mpirun" \
+    --no-health-check --max-restarts 0 -- "${TR[@]}" --steps 2 --out "$W/run10" > "$W/out10.log" 2> "$W/err10.log"
+check "a non-executable --mpirun: failed, exit 1" 1 $?
+has "it names the path and 'permission denied'" "$W/err10.log" \
+    "cannot execute the MPI launcher $W/noexec_mpirun: permission denied"
+# Too few slots for --nproc (no --min-nproc given): a usage error that names where the 4 comes from.
+"$BIN" launch --nproc 4 --hosts localhost:2 "${LA[@]}" --no-health-check -- \
+    "${TR[@]}" --steps 2 --out "$W/run7" > "$W/out7.log" 2> "$W/err7.log"
+check "--nproc 4 on 2 slots: usage error, exit 2" 2 $?
+has "it names the slots and --nproc" "$W/err7.log" \
+    'the hosts have 2 slot(s), fewer than --min-nproc 4 (without --min-nproc: --nproc)'
 no_orphans "no process of the job left"
 [ "$fails" = 0 ] || { tail -30 "$W/err.log" "$W/err2.log"; }
 slm_finish

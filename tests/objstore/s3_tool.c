@@ -1,7 +1,9 @@
 // Test driver for the objstore client (not a test itself): one S3 operation per call, the
 // configuration from the environment (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...).
 //   s3_tool mb BUCKET | put BUCKET KEY FILE | get BUCKET KEY FILE | range BUCKET KEY OFF LEN FILE
-//   | head BUCKET KEY | ls BUCKET PREFIX | rm BUCKET KEY | wait BUCKET SECONDS | stats-put ...
+//   | head BUCKET KEY | heads BUCKET KEY... (one client: "KEY SIZE" lines, -1 for a missing
+//     key, then the stats line; exit 3 when one was missing) | ls BUCKET PREFIX | rm BUCKET KEY |
+//     wait BUCKET SECONDS | stats-put ...
 //   | uploads BUCKET PREFIX (in-progress multipart uploads: "KEY UPLOAD_ID" lines)
 //   | put-cancel BUCKET KEY FILE PARTS (a multipart PUT cancelled with slm_s3_cancel once PARTS
 //     part PUTs were sent; prints "uploads before cancel: N" as another client lists them,
@@ -93,6 +95,15 @@ int main(int argc, char **argv) {
         st = slm_s3_head(s, bucket, argv[3], &size, &found);
         if (!st && !found) rc = 3;
         if (!st && found) printf("%lld\n", (long long)size);
+    } else if (strcmp(op, "heads") == 0 && argc >= 4) {
+        for (int i = 3; i < argc && !st; i++) {
+            int64_t size;
+            bool found;
+            st = slm_s3_head(s, bucket, argv[i], &size, &found);
+            if (!st) printf("%s %lld\n", argv[i], found ? (long long)size : -1LL);
+            if (!st && !found) rc = 3;
+        }
+        if (!st) stats(s);
     } else if (strcmp(op, "ls") == 0 && argc == 4) {
         slm_s3_list l;
         st = slm_s3_list_objects(s, bucket, argv[3], NULL, &l);
