@@ -975,18 +975,27 @@ static slm_status parse_files(slm_ckpt *c, const char *mp, const cJSON *arr) {
     return SLM_OK;
 }
 
-// The optional "lora" object of a manifest (a LoRA checkpoint).
+// An optional object member `name` of manifest object o: *out NULL when absent, an error when it
+// is not an object; `what` ("MANIFEST: name") for the messages about its fields.
+static slm_status optional_object(const char *mp, const cJSON *o, const char *name,
+                                  const cJSON **out, char *what, size_t what_size) {
+    *out = cJSON_GetObjectItemCaseSensitive(o, name);
+    if (!*out) return SLM_OK;
+    if (!cJSON_IsObject(*out))
+        return slm_fail(SLM_E_FORMAT, "%s: \"%s\" is not an object", mp, name);
+    snprintf(what, what_size, "%s: %s", mp, name);
+    return SLM_OK;
+}
+
 // The optional "batch" object (docs/formats.md): every field an integer >= 1, `world` equal to
 // world_size and the two global counts the products of the others (a hand-edited or foreign
 // manifest whose figures disagree is refused rather than one of them trusted).
 static slm_status parse_batch(const char *mp, const cJSON *o, slm_ckpt_meta *M) {
-    const cJSON *bt = cJSON_GetObjectItemCaseSensitive(o, "batch");
-    if (!bt) return SLM_OK;
-    if (!cJSON_IsObject(bt)) return slm_fail(SLM_E_FORMAT, "%s: \"batch\" is not an object", mp);
+    const cJSON *bt;
     char what[1100];
-    snprintf(what, sizeof what, "%s: batch", mp);
+    slm_status st = optional_object(mp, o, "batch", &bt, what, sizeof what);
+    if (st || !bt) return st;
     int64_t b, t, k, w, gs, gt;
-    slm_status st;
     if ((st = slm_json_i64(what, bt, "micro_batch", 1, INT32_MAX, &b)) ||
         (st = slm_json_i64(what, bt, "seq", 1, INT32_MAX, &t)) ||
         (st = slm_json_i64(what, bt, "grad_accum", 1, INT32_MAX, &k)) ||
@@ -1014,13 +1023,11 @@ static slm_status parse_batch(const char *mp, const cJSON *o, slm_ckpt_meta *M) 
 // integers >= 0, the steps in a row no more than the non-finite skips, and the skips together no
 // more than the steps.
 static slm_status parse_skips(const char *mp, const cJSON *o, slm_ckpt_meta *M) {
-    const cJSON *sk = cJSON_GetObjectItemCaseSensitive(o, "skips");
-    if (!sk) return SLM_OK;
-    if (!cJSON_IsObject(sk)) return slm_fail(SLM_E_FORMAT, "%s: \"skips\" is not an object", mp);
+    const cJSON *sk;
     char what[1100];
-    snprintf(what, sizeof what, "%s: skips", mp);
+    slm_status st = optional_object(mp, o, "skips", &sk, what, sizeof what);
+    if (st || !sk) return st;
     int64_t n, r, e;
-    slm_status st;
     if ((st = slm_json_i64(what, sk, "nonfinite", 0, INT64_MAX, &n)) ||
         (st = slm_json_i64(what, sk, "nonfinite_in_a_row", 0, INT64_MAX, &r)) ||
         (st = slm_json_i64(what, sk, "no_target", 0, INT64_MAX, &e)))
@@ -1035,6 +1042,7 @@ static slm_status parse_skips(const char *mp, const cJSON *o, slm_ckpt_meta *M) 
     return SLM_OK;
 }
 
+// The optional "lora" object of a manifest (a LoRA checkpoint).
 static slm_status parse_lora(const char *mp, const cJSON *o, slm_ckpt_meta *M) {
     const cJSON *lo = cJSON_GetObjectItemCaseSensitive(o, "lora");
     if (!lo || cJSON_IsNull(lo)) return SLM_OK;
