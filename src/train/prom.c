@@ -146,7 +146,7 @@ void slm_train_prom_free(slm_train_prom *p) {
     // shardlm_run_completed 1, so ShardlmNoProgress tells the finished job from a dead one),
     // waiting at most about two scrape intervals.
     double wait = slm_train_prom_linger_s(p), t0 = slm_time_s();
-    uint64_t req0 = slm_metrics_server_requests(p->srv);
+    uint64_t req0 = wait > 0 ? slm_metrics_server_requests(p->srv) : 0; // srv non-NULL then
     if (wait > 0) slm_info("metrics: serving until the next scrape (at most %.0f s)", wait);
     while (wait > 0 && slm_time_s() - t0 < wait && slm_metrics_server_requests(p->srv) == req0) {
         struct timespec ts = {0, 50 * 1000 * 1000};

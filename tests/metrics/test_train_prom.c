@@ -82,7 +82,7 @@ static bool scrape(const char *addr) {
 
 typedef struct probe {
     slm_train_prom *prom;
-    double ck_step, ck_ts, start_ts; // at on_start
+    double ck_step, ck_ts, start_ts;               // at on_start
     double nonfinite[8], skipped[8], completed[8]; // after step s (index s)
     bool scrape_each;
     int scrape_failed;
@@ -124,8 +124,11 @@ static void test_resume_checkpoint_step(void) {
     char *out = slm_path_join(g_dir, "resume");
     slm_train_opts o;
     base_opts(&o, out, 4); // checkpoints at steps 2 and 4
-    o.metrics.addr = NULL;
-    CHECK_OK(slm_train_run(&o, NULL));
+    o.metrics.addr = NULL; // the hook installed, nothing served (as shardlm train does)
+    probe n = {0};
+    CHECK_OK(run_probed(&o, &n, NULL));
+    CHECK(slm_train_prom_linger_s(n.prom) == 0);
+    slm_train_prom_free(n.prom);
     char *mf = slm_path_join(out, "checkpoints/step_00000004/manifest.json");
     struct stat sb;
     CHECK(stat(mf, &sb) == 0);
@@ -166,8 +169,8 @@ static void test_nonfinite_skip_counted(void) {
     CHECK_EQ_INT(r.nonfinite_skips, 1);
     CHECK_EQ_INT((int)p.skipped[2], 1);
     CHECK_MSG(p.nonfinite[1] == 0 && p.nonfinite[2] == 1 && p.nonfinite[4] == 1,
-              "nonfinite_steps_total after steps 1, 2, 4: %g %g %g", p.nonfinite[1],
-              p.nonfinite[2], p.nonfinite[4]);
+              "nonfinite_steps_total after steps 1, 2, 4: %g %g %g", p.nonfinite[1], p.nonfinite[2],
+              p.nonfinite[4]);
     slm_train_prom_free(p.prom);
     free(out);
 }
