@@ -222,9 +222,12 @@ static void derive(report_run *r) {
             }
         if (ms > 0) r->mean_tps = tok / (ms / 1e3);
         if (isfinite(flops_tok) && isfinite(peak) && peak > 0 && r->world > 0) {
-            // A peak measured low at start-up (steps above 100 %) is raised to the fastest
-            // step's rate, as the trainer does since issue 20.
-            if (r->max_step_mfu > 1) peak *= r->max_step_mfu;
+            // A peak measured low at start-up is raised to the fastest step's rate, as the
+            // trainer does since issue 20 (the start event has the peak before any raise).
+            for (size_t i = 0; i < l->n_steps; i++) {
+                double rate = l->steps[i].tokens_per_s * flops_tok / (1e9 * r->world);
+                if (isfinite(rate) && rate > peak) peak = rate;
+            }
             r->mean_mfu = r->mean_tps * flops_tok / (peak * 1e9 * r->world);
         } else { // world unknown: the time-weighted mean of the steps' own MFU figures
             double wm = 0, wms = 0;
