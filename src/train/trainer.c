@@ -555,7 +555,7 @@ static double step_mfu(slm_trainer *tr, double tokens_per_s) {
         tr->peak = rate;
         if (rate > 1.1 * tr->peak_logged) { // logged and cached 10 % above the last logged
             if (tr->rank == 0)
-                slm_warn("MFU: step %lld ran at %.1f GFLOP/s per process, above the peak %.1f "
+                slm_info("MFU: step %lld ran at %.1f GFLOP/s per process, above the peak %.1f "
                          "GFLOP/s (%s): the peak is raised to the step's rate",
                          (long long)tr->step, rate, tr->peak_logged, k_peak_src[tr->peak_src]);
             tr->peak_logged = rate;
