@@ -475,16 +475,6 @@ static void chart_simple(slm_buf *b, const report_run *r, const char *id, const 
                          double (*get)(const slm_run_step *), double scale, bool smooth_it,
                          const double *vl, size_t nv) {
     chart c = {.id = id, .title = title, .ylabel = ylabel, .y_zero = true, .vlines = vl, .nv = nv};
-    static char note[160];
-    if (!strcmp(id, "chart-mfu") && r->max_step_mfu > 1) {
-        // steps above the peak measured at start-up (a loaded machine, before issue 20): the
-        // peak is the fastest step's rate, as the trainer raises it now
-        scale /= r->max_step_mfu;
-        snprintf(note, sizeof note,
-                 "peak raised to the fastest step's rate (%.3g x the start-up measurement)",
-                 r->max_step_mfu);
-        c.note = note;
-    }
     if (smooth_it)
         raw_and_smooth(&c, &r->log, NULL, colour, get, scale);
     else
@@ -673,8 +663,7 @@ static void tiles(slm_buf *b, const report_run *r) {
     report_fmt_si(r->tokens, a);
     tile(b, "tokens", a, NULL);
     report_fmt_si(r->mean_tps, a);
-    snprintf(v, sizeof v, "%s tok/s", a);
-    tile(b, "throughput", v, NULL);
+    tile2(b, "throughput", a, NULL, "tokens/s, all ranks");
     snprintf(v, sizeof v, isfinite(r->mean_mfu) ? "%.1f%%" : "n/a", 100 * r->mean_mfu);
     tile(b, "MFU", v, NULL);
     report_fmt_duration(r->wall_s, c);
@@ -991,8 +980,21 @@ void report_render_html(const report_run *rp, slm_buf *out) {
     chart_simple(&b, &r, "chart-throughput", "Throughput", "tokens / second (all ranks)", C_PURPLE,
                  g_tps, 1, true, vl, nv);
     slm_buf_appendf(&b, "</div>\n<div class=\"card\">\n");
-    chart_simple(&b, &r, "chart-mfu", "Model FLOPs utilisation", "MFU (% of measured peak)",
-                 C_VERMILLION, g_mfu, 100, true, vl, nv);
+    // MFU: every step against one peak (the run's, as raised by its fastest step); without the
+    // start event's figures, the steps' own MFU (scaled to the fastest step if above 100 %)
+    char mfu_label[80];
+    double mfu_scale = 100;
+    double (*mfu_get)(const slm_run_step *) = g_mfu;
+    if (isfinite(r.mfu_per_tps)) {
+        mfu_get = g_tps, mfu_scale = 100 * r.mfu_per_tps;
+        snprintf(mfu_label, sizeof mfu_label, "MFU (%% of %.1f GFLOP/s per rank)", r.peak_eff);
+    } else {
+        if (r.max_step_mfu > 1) mfu_scale /= r.max_step_mfu;
+        snprintf(mfu_label, sizeof mfu_label, "MFU (%% of %s)",
+                 r.max_step_mfu > 1 ? "the fastest step" : "measured peak");
+    }
+    chart_simple(&b, &r, "chart-mfu", "Model FLOPs utilisation", mfu_label, C_VERMILLION, mfu_get,
+                 mfu_scale, true, vl, nv);
     slm_buf_appendf(&b, "</div>\n<div class=\"card\">\n");
     chart_split(&b, &r, vl, nv);
     slm_buf_appendf(&b, "</div>\n<div class=\"card\">\n");

@@ -31,9 +31,12 @@ typedef struct report_run {
     bool final_val_end;     // final_val is the end event's (the validation at the end)
     int val_batches;        // micro-batches per rank of a validation (an eval event's "batches":
                             // 0 = the whole split; -1 unknown)
-    // MFU figures above 100 % of the start event's peak_gflops (a peak measured low, before
-    // issue 20): the largest step MFU (>= 1 scales the chart down to the fastest step's rate)
-    double max_step_mfu;
+    // MFU: the peak per process the figures are against, GFLOP/s: the start event's
+    // peak_gflops, or the fastest step's rate when higher (the trainer raises its peak so since
+    // issue 20; older logs hold steps above 100 %); NaN when the start event lacks the peak,
+    // flops_per_token or world. mfu_per_tps: a step's MFU per token/s against it (NaN alike).
+    // max_step_mfu: the largest step "mfu" as logged (the fallback's scale when above 1).
+    double peak_eff, mfu_per_tps, max_step_mfu;
     const char *status; // "complete", "interrupted", "failed", "stopped early",
                         // "running, or ended without an end event"
     int world;

@@ -184,7 +184,7 @@ static void derive(report_run *r) {
     r->final_val_step = -1;
     r->final_val_end = false;
     r->val_batches = -1;
-    r->max_step_mfu = NAN;
+    r->max_step_mfu = r->peak_eff = r->mfu_per_tps = NAN;
     r->world = 0; // unknown until a start event says (schema 1 did not record it)
     double planned = start_num(r, "steps"), world = start_num(r, "world");
     // The newest start event names the plan the run has now (a resume may extend --steps).
@@ -228,7 +228,9 @@ static void derive(report_run *r) {
                 double rate = l->steps[i].tokens_per_s * flops_tok / (1e9 * r->world);
                 if (isfinite(rate) && rate > peak) peak = rate;
             }
-            r->mean_mfu = r->mean_tps * flops_tok / (peak * 1e9 * r->world);
+            r->peak_eff = peak;
+            r->mfu_per_tps = flops_tok / (peak * 1e9 * r->world);
+            r->mean_mfu = r->mean_tps * r->mfu_per_tps;
         } else { // world unknown: the time-weighted mean of the steps' own MFU figures
             double wm = 0, wms = 0;
             for (size_t i = from; i < l->n_steps; i++)

@@ -6,7 +6,8 @@
            (the end event's steps < planned), a flat learning rate (1.1e-3 at every step), no
            validation at all, a flat MFU, attempts.json with nulls, a start time that is close to
            a float32 (1796161536.125) and a float32-noisy min_lr (3.0000001e-05)
-  running  no end event (the status "running, or ended without an end event")
+  running  no end event (the status "running, or ended without an end event"); steps logged by
+           an older trainer with MFU up to 150 % (a start-up peak measured low)
   evald    validation every 10 steps plus a final validation that only the end event holds
 
 Usage: report_fixtures.py DIR   (writes DIR/long, DIR/running, DIR/evald)
@@ -30,10 +31,10 @@ def start(steps, world=2, start_step=0, eval_batches=None):
     return e
 
 
-def step(s, loss, lr=1.1e-3, val=None, t=0.0, world=1):
+def step(s, loss, lr=1.1e-3, val=None, t=0.0, world=1, tps=16000):
     # 16000 tok/s x 781250 FLOPs per token / (50 GFLOP/s x world): MFU 25% / world
     return {"event": "step", "step": s, "loss": loss, "lr": lr, "grad_norm": 0.5,
-            "tokens_per_s": 16000, "mfu": 0.25 / world, "ms_per_step": 128, "val_loss": val,
+            "tokens_per_s": tps, "mfu": tps * 781250 / (50e9 * world), "ms_per_step": 128, "val_loss": val,
             "tokens": s * 2048, "elapsed_s": t, "data_ms": 1, "comm_ms": 10, "ckpt_ms": 0,
             "time": T0 + t}
 
@@ -80,7 +81,9 @@ def main():
     # running
     ev = [start(100, world=1)]
     for s in range(1, 41):
-        ev.append(step(s, 5.0 - math.log(s), lr=1e-3 * min(1, s / 10), t=0.1 * s))
+        # an older trainer's MFU above 100 %: 16000 .. 96000 tok/s against a peak measured low
+        ev.append(step(s, 5.0 - math.log(s), lr=1e-3 * min(1, s / 10), t=0.1 * s,
+                       tps=16000 * (1 + s / 8)))
     write(f"{root}/running/metrics.jsonl", ev)
     # evald: validation at 10, 20, 30 (3.9, 3.8, 3.7); stopped at 35 (--max-minutes), its final
     # validation 3.65 only in the end event

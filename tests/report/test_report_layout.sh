@@ -11,7 +11,8 @@
 #    (end event) is a point of the chart and the figure of the tile and of the text summary;
 #  - tables: the start time as a UTC date, floats without float32 noise (3e-05, 0.0003), the
 #    attempts' headings as words (no raw keys) and no "null";
-#  - the text summary says what each loss is over.
+#  - the text summary says what each loss is over;
+#  - MFU (tile, chart axis, summary) at most 100 % for steps an older trainer logged at 150 %.
 # Env (set by CTest): SHARDLM_BIN, SLM_PYTHON, SLM_SHARED_DIR.
 . "$(dirname "$0")/../lib.sh"
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -50,6 +51,11 @@ for run in ("long", "running", "evald"):
         want(loss.count("<circle") == 4, f"{run}: {loss.count('<circle')} validation points")
     else:
         want(legend == ["train"], f"{run}: loss legend {legend} (no validation in this run)")
+    # MFU never above 100 %: the tile, the axis (the running run logged up to 150 %)
+    mfu = re.search(r'MFU</div><div class="v">([0-9.]+)%</div>', h)
+    want(mfu and float(mfu.group(1)) <= 100, f"{run}: MFU tile {mfu and mfu.group(1)}")
+    ticks = [float(x) for x in re.findall(r'class="yt"[^>]*>([0-9.]+)<', svgs[3])]
+    want(ticks and max(ticks) <= 100, f"{run}: MFU axis up to {max(ticks or [0])}")
     cfg = h[h.index("<h2>Configuration</h2>"):]
     cell = lambda k: re.search(rf"<td>{k}</td><td><code>([^<]*)</code>", cfg).group(1)
     want(cell("time") == "2026-12-01 21:45:36 UTC", f"{run}: time {cell('time')}")  # 1796161536
@@ -86,6 +92,12 @@ has "evald: final validation from the end event" "$W/evald.txt" \
 has "evald: what the train loss is over" "$W/evald.txt" \
     "train loss: 5.0000 at step 1 -> 3.2223 at step 35 (each over one step's global batch: 4 x 128 tokens x 2 accumulated = 1024 positions)"
 has "long: 2 ranks in the train loss's batch" "$W/long.txt" "4 x 128 tokens x 2 accumulated x 2 ranks = 2048 positions"
+"$PY" - "$W/running.txt" <<'PY' && ok "running: summary MFU at most 100 %" || bad "running: summary MFU"
+import re, sys
+m = re.search(r"MFU ([0-9.]+)%", open(sys.argv[1]).read())
+print(f"  MFU {m.group(1)}% (steps logged up to 150 %)")
+assert float(m.group(1)) <= 100
+PY
 grep -q "validation" "$W/long.txt" && bad "long: a validation in the summary of a run without one" ||
     ok "long: no validation line"
 
