@@ -519,7 +519,8 @@ static slm_status prom_finish(void *ctx, slm_trainer *tr, slm_status st) {
 }
 
 double slm_train_prom_linger_s(const slm_train_prom *p) {
-    if (!p || !p->linger || !p->srv || p->req_last <= p->req_first) return 0;
+    if (!p || !p->linger || !p->srv || !p->req_first) return 0;
+    if (p->req_last == p->req_first) return SLM_TRAIN_PROM_LINGER_MAX_S; // interval unknown
     double every = (p->t_req_last - p->t_req_first) / (double)(p->req_last - p->req_first);
     double s = 2 * every + 1;
     return s < SLM_TRAIN_PROM_LINGER_MAX_S ? s : SLM_TRAIN_PROM_LINGER_MAX_S;

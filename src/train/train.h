@@ -325,8 +325,8 @@ slm_status slm_train_add_prom_hook(slm_train_opts *o, slm_train_prom *p,
 // After a completed run (every planned step, or --max-minutes) that Prometheus scraped during
 // training: how long slm_train_prom_free keeps serving for the scrape that reads
 // shardlm_run_completed 1: twice the mean interval between the scrapes seen, plus 1 s, at most
-// SLM_TRAIN_PROM_LINGER_MAX_S seconds. 0 otherwise (failed or interrupted run, no scrape seen,
-// not serving, NULL).
+// SLM_TRAIN_PROM_LINGER_MAX_S seconds (that much after a single scrape: the interval unknown).
+// 0 otherwise (failed or interrupted run, no scrape seen, not serving, NULL).
 #define SLM_TRAIN_PROM_LINGER_MAX_S 15.0
 double slm_train_prom_linger_s(const slm_train_prom *p);
 // Serves until one more scrape arrives or slm_train_prom_linger_s seconds passed, then stops
