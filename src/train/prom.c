@@ -148,7 +148,9 @@ void slm_train_prom_free(slm_train_prom *p) {
     double wait = slm_train_prom_linger_s(p), t0 = slm_time_s();
     uint64_t req0 = wait > 0 ? slm_metrics_server_requests(p->srv) : 0; // srv non-NULL then
     if (wait > 0) slm_info("metrics: serving until the next scrape (at most %.0f s)", wait);
-    while (wait > 0 && slm_time_s() - t0 < wait && slm_metrics_server_requests(p->srv) == req0) {
+    // A stop request (SIGTERM / SIGINT: a launcher tearing the job down) ends the wait.
+    while (wait > 0 && slm_time_s() - t0 < wait && slm_metrics_server_requests(p->srv) == req0 &&
+           !slm_stop_requested()) {
         struct timespec ts = {0, 50 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
