@@ -1,13 +1,16 @@
 // shardlm bench-peak: the measured sgemm rate that MFU figures are relative to.
 #include <errno.h>
+#include <math.h>
 #include <omp.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/base.h"
 #include "cmd.h"
 #include "kernels/kernels.h"
+#include "train/train.h"
 
 typedef struct bench_args {
     int64_t n, reps, threads;
@@ -43,7 +46,9 @@ static const slm_cli k_bench_cli = {
     .cmd = "bench-peak",
     .usage = "usage: shardlm bench-peak [--n N] [--reps R] [--threads T]\n"
              "Prints the best sgemm rate (GFLOP/s) of R square N x N fp32 GEMMs through\n"
-             "OpenBLAS, the denominator of shardlm's MFU figures.\n\n",
+             "OpenBLAS, the denominator of shardlm's MFU figures, and records it as this\n"
+             "machine's peak (CPU model and thread count) when it beats the cached one\n"
+             "($SHARDLM_CACHE_DIR, else ~/.cache/shardlm; docs/training.md \"MFU\").\n\n",
     .opts = k_bench_opts,
     .footer = "\nexit codes: 0 ok, 1 write error, 2 usage error\n",
 };
@@ -57,6 +62,14 @@ int slm_cmd_bench_peak(int argc, char **argv) {
     double g = slm_sgemm_peak_gflops((int)n, (int)reps);
     printf("sgemm peak %.1f GFLOP/s (n %lld, best of %lld, %d threads)\n", g, (long long)n,
            (long long)reps, omp_get_max_threads());
+    char key[256];
+    slm_peak_key(omp_get_max_threads(), key, sizeof key);
+    if (slm_peak_cache_raise(key, g)) slm_warn("bench-peak: %s", slm_errmsg());
+    char *path = slm_peak_cache_path();
+    double c = slm_peak_cache_get(key);
+    if (path && isfinite(c))
+        printf("MFU peak of this machine: %.1f GFLOP/s (%s, in %s)\n", c, key, path);
+    free(path);
     if (fflush(stdout) != 0 || ferror(stdout)) {
         slm_error("bench-peak: write to stdout failed: %s", strerror(errno ? errno : EIO));
         return SLM_EXIT_ERROR;

@@ -95,24 +95,36 @@ static double nice_step(double range, int target) {
     return m * p;
 }
 
-// Tick label of v on an axis whose ticks are `step` apart and reach `amax` in magnitude: SI
-// suffixes for large values, scientific notation for small ones (the whole axis alike), else
-// as many decimals as the step needs (2.5 -> one).
-static void tick_label(double v, double step, double amax, char out[32]) {
-    double a = fabs(v);
-    if (a < step * 1e-6) {
-        snprintf(out, 32, "0");
-    } else if (amax >= 1e4 && amax < 1e15) {
-        report_fmt_si(v, out);
-    } else if (amax < 1e-2) {
-        int e = (int)floor(log10(a) + 1e-9);
-        double m = v / pow(10, e);
-        snprintf(out, 32, fabs(m - round(m)) < 1e-6 ? "%.0fe%d" : "%.1fe%d", m, e);
-    } else {
-        int dec = 0;
-        while (dec < 6 && fabs(step * pow(10, dec) - round(step * pow(10, dec))) > 1e-6)
-            dec++;
-        snprintf(out, 32, "%.*f", dec, v);
+// Tick labels of an axis: n ticks at first + i x step, whose values reach amax in magnitude.
+// One format for the whole axis: SI suffixes for large values (the suffix of amax), a common
+// power of ten for small ones ("1.10e-3"), else plain decimals; as many decimals as the step
+// needs (2.5 -> one), more while two labels would read the same (a flat series' narrow range).
+#define MAX_TICKS 61
+static void axis_labels(double first, double step, int n, double amax, char lab[][32]) {
+    static const char *const suf[] = {"", "k", "M", "G", "T"};
+    int mode = amax >= 1e4 && amax < 1e15 ? 1 : amax > 0 && amax < 1e-2 ? 2 : 0;
+    int k = mode == 1 ? (int)floor(log10(amax) / 3 + 1e-9) : 0;
+    if (k > 4) k = 4;
+    int e = mode == 2 ? (int)floor(log10(amax) + 1e-9) : 0;
+    double div = mode == 1 ? pow(1000, k) : mode == 2 ? pow(10, e) : 1;
+    int dec = 0;
+    double st = step / div;
+    while (dec < 9 && fabs(st * pow(10, dec) - round(st * pow(10, dec))) > 1e-6)
+        dec++;
+    for (;; dec++) {
+        for (int i = 0; i < n; i++) {
+            double v = first + i * step;
+            if (fabs(v) < step * 1e-6)
+                snprintf(lab[i], 32, "0");
+            else if (mode == 2)
+                snprintf(lab[i], 32, "%.*fe%d", dec, v / div, e);
+            else
+                snprintf(lab[i], 32, "%.*f%s", dec, v / div, suf[k]);
+        }
+        bool same = false;
+        for (int i = 1; i < n; i++)
+            same |= !strcmp(lab[i], lab[i - 1]);
+        if (!same || dec >= 12) break;
     }
 }
 
@@ -193,7 +205,13 @@ static void render_chart(slm_buf *b, chart *c) {
     bool legend_row = ML + 9.0 * (double)strlen(c->title) + 24 + legend_w > CW - MR;
     if (legend_row) f.mt = MT + 18;
     if (c->y_zero && !c->y_log && f.y0 > 0) f.y0 = 0;
-    if (f.y1 <= f.y0) f.y1 = f.y0 + (f.y0 != 0 ? fabs(f.y0) * 0.1 : 1);
+    if (f.y1 <= f.y0) { // a flat series: drawn mid-height, its value labelled
+        double d = f.y0 != 0 ? fabs(f.y0) * 0.05 : 1;
+        if (c->y_zero && f.y0 == 0)
+            f.y1 = d;
+        else
+            f.y0 -= d, f.y1 += d;
+    }
     if (f.x1 <= f.x0) f.x0 -= 1, f.x1 += 1;
     double ystep = nice_step(f.y1 - f.y0, 5);
     if (!c->y_log) {
@@ -205,8 +223,7 @@ static void render_chart(slm_buf *b, chart *c) {
         if (f.y1 <= f.y0) f.y1 = f.y0 + 1;
         ystep = 1;
     }
-    double xstep = nice_step(f.x1 - f.x0, 6);
-    if (xstep < 1) xstep = 1;
+    double xstep = 1; // below, with the labels
 
     slm_buf_appendf(b,
                     "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chart\" id=\"%s\" "
@@ -223,33 +240,47 @@ static void render_chart(slm_buf *b, chart *c) {
     slm_buf_appendf(b, "</text>\n");
     // grid and y ticks
     slm_buf_appendf(b, "<g class=\"grid\">");
-    // Ticks by count (at most 60): a step below the values' resolution cannot loop forever.
-    for (int t = 0; t <= 60; t++) {
-        double y = f.y0 + t * ystep;
-        if (y > f.y1 + ystep * 1e-6) break;
-        double yy = py(&f, y);
-        char lab[32];
-        if (c->y_log)
-            snprintf(lab, sizeof lab, "1e%d", (int)lround(y));
-        else
-            tick_label(y, ystep, fmax(fabs(f.y0), fabs(f.y1)), lab);
+    // Ticks by count (at most MAX_TICKS): a step below the values' resolution cannot loop
+    // forever.
+    char(*lab)[32] = slm_xmalloc(MAX_TICKS * sizeof *lab);
+    int nt = 0;
+    while (nt < MAX_TICKS && f.y0 + nt * ystep <= f.y1 + ystep * 1e-6)
+        nt++;
+    axis_labels(f.y0, ystep, nt, fmax(fabs(f.y0), fabs(f.y1)), lab);
+    for (int t = 0; t < nt; t++) {
+        double y = f.y0 + t * ystep, yy = py(&f, y);
+        if (c->y_log) snprintf(lab[t], 32, "1e%d", (int)lround(y));
         slm_buf_appendf(b,
                         "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\"/><text x=\"%.0f\" "
                         "y=\"%.1f\" class=\"yt\">%s</text>",
-                        ML, yy, CW - MR, yy, ML - 6, yy + 4, lab);
+                        ML, yy, CW - MR, yy, ML - 6, yy + 4, lab[t]);
     }
-    double xfirst = ceil(f.x0 / xstep) * xstep;
-    for (int t = 0; t <= 60; t++) {
-        double x = xfirst + t * xstep;
-        if (x > f.x1 + xstep * 1e-6) break;
-        double xx = px(&f, x);
-        char lab[32];
-        tick_label(x, xstep, fmax(fabs(f.x0), fabs(f.x1)), lab);
+    // x ticks: fewer while their labels (11 px, about 6.6 px per character) would not fit
+    // side by side
+    double xfirst = 0;
+    for (int target = 6; target >= 1; target--) {
+        xstep = fmax(1, nice_step(f.x1 - f.x0, target));
+        xfirst = ceil(f.x0 / xstep) * xstep;
+        nt = 0;
+        while (nt < MAX_TICKS && xfirst + nt * xstep <= f.x1 + xstep * 1e-6)
+            nt++;
+        axis_labels(xfirst, xstep, nt, fmax(fabs(f.x0), fabs(f.x1)), lab);
+        size_t w = 0;
+        for (int t = 0; t < nt; t++)
+            w = strlen(lab[t]) > w ? strlen(lab[t]) : w;
+        if (nt < 2 || (6.6 * (double)w + 12) * nt <= CW - ML - MR) break;
+    }
+    for (int t = 0; t < nt; t++) {
+        double x = xfirst + t * xstep, xx = px(&f, x);
+        // a label centred on a tick near the right edge would be cut: it ends at the tick
+        bool edge = xx + 3.3 * (double)strlen(lab[t]) > CW - 2;
         slm_buf_appendf(b,
                         "<line class=\"xg\" x1=\"%.1f\" y1=\"%.0f\" x2=\"%.1f\" y2=\"%.0f\"/>"
-                        "<text x=\"%.1f\" y=\"%.0f\" class=\"xt\">%s</text>",
-                        xx, f.mt, xx, CH - MB, xx, CH - MB + 16, lab);
+                        "<text x=\"%.1f\" y=\"%.0f\" class=\"xt\"%s>%s</text>",
+                        xx, f.mt, xx, CH - MB, xx, CH - MB + 16,
+                        edge ? " style=\"text-anchor:end\"" : "", lab[t]);
     }
+    free(lab);
     slm_buf_appendf(b, "</g>\n");
     // axes
     slm_buf_appendf(b,
@@ -421,12 +452,20 @@ static void chart_loss(slm_buf *b, const report_run *r, const double *vl, size_t
                .vlines = vl,
                .nv = nv};
     raw_and_smooth(&c, l, "train", C_BLUE, g_loss, 1);
-    series *v = add_series(&c, "validation", C_ORANGE, S_DOTS, l->n_steps);
+    // validation: the step records' values and the end event's (the validation at the end of a
+    // run stopped early); no legend entry for a run that never validated
+    series *v = isfinite(r->final_val)
+                    ? add_series(&c, "validation", C_ORANGE, S_DOTS, l->n_steps + 1)
+                    : NULL;
     for (size_t i = 0; v && i < l->n_steps; i++)
         if (isfinite(l->steps[i].val_loss)) {
             v->x[v->n] = (double)l->steps[i].step;
             v->y[v->n++] = l->steps[i].val_loss;
         }
+    if (v && r->final_val_end) {
+        v->x[v->n] = (double)r->final_val_step;
+        v->y[v->n++] = r->final_val;
+    }
     render_chart(b, &c);
     chart_free(&c);
 }
@@ -545,7 +584,9 @@ static const char k_css[] =
     "margin-bottom:18px}"
     ".tile{background:#fff;border-radius:8px;padding:10px 14px;box-shadow:0 1px 2px #0000001a}"
     ".tile .k{font-size:12px;color:#6b7280;text-transform:uppercase;letter-spacing:.04em}"
-    ".tile .v{font-size:20px;font-weight:600;margin-top:2px;white-space:nowrap}"
+    ".tile{min-width:0}.tiles .tile:first-child{grid-column:span 2}"
+    ".tile .v{font-size:20px;font-weight:600;margin-top:2px;overflow-wrap:anywhere}"
+    ".scope{font-size:13px;color:#4b5563;margin:-8px 0 14px}"
     ".tile .s{font-size:12px;color:#6b7280}"
     ".ok{color:#047857}.warn{color:#b45309}.bad{color:#b91c1c}"
     ".charts{display:grid;grid-template-columns:repeat(auto-fill,minmax(560px,1fr));gap:14px}"
@@ -599,26 +640,30 @@ static void tile(slm_buf *b, const char *k, const char *v, const char *cls) {
 }
 
 static void tiles(slm_buf *b, const report_run *r) {
-    char v[96], a[32], c[32];
+    char v[96], a[32], c[32], sub[192];
     slm_buf_appendf(b, "<div class=\"tiles\">\n");
-    tile(b, "status", r->status,
-         !strcmp(r->status, "complete") ? "ok"
-         : !strcmp(r->status, "failed") ? "bad"
-                                        : "warn");
+    // short words in the tile, the rest below them
+    bool no_end = !strncmp(r->status, "running", 7);
+    tile2(b, "status", no_end ? "no end event" : r->status,
+          !strcmp(r->status, "complete") ? "ok"
+          : !strcmp(r->status, "failed") ? "bad"
+                                         : "warn",
+          no_end ? "running, or ended without one" : NULL);
+    snprintf(v, sizeof v, "%lld", (long long)r->steps_done);
     if (r->steps_planned > 0)
-        snprintf(v, sizeof v, "%lld / %lld", (long long)r->steps_done, (long long)r->steps_planned);
-    else
-        snprintf(v, sizeof v, "%lld", (long long)r->steps_done);
-    tile(b, "steps", v, NULL);
+        snprintf(sub, sizeof sub, "of %lld planned", (long long)r->steps_planned);
+    tile2(b, "steps", v, NULL, r->steps_planned > 0 ? sub : NULL);
     snprintf(v, sizeof v, isfinite(r->final_loss) ? "%.4f" : "n/a", r->final_loss);
-    tile(b, "train loss", v, NULL);
+    snprintf(sub, sizeof sub, "step %lld", (long long)r->steps_done);
+    tile2(b, "train loss", v, NULL, isfinite(r->final_loss) ? sub : NULL);
     snprintf(v, sizeof v, isfinite(r->final_val) ? "%.4f" : "n/a", r->final_val);
-    tile(b, "val loss", v, NULL);
+    snprintf(sub, sizeof sub, "%s step %lld", r->final_val_end ? "end, after" : "after",
+             (long long)r->final_val_step);
+    tile2(b, "val loss", v, NULL, isfinite(r->final_val) ? sub : "not evaluated");
     report_fmt_si(r->tokens, a);
     tile(b, "tokens", a, NULL);
     report_fmt_si(r->mean_tps, a);
-    snprintf(v, sizeof v, "%s tok/s", a);
-    tile(b, "throughput", v, NULL);
+    tile2(b, "throughput", a, NULL, "tokens/s, all ranks");
     snprintf(v, sizeof v, isfinite(r->mean_mfu) ? "%.1f%%" : "n/a", 100 * r->mean_mfu);
     tile(b, "MFU", v, NULL);
     report_fmt_duration(r->wall_s, c);
@@ -630,9 +675,28 @@ static void tiles(slm_buf *b, const report_run *r) {
         snprintf(v, sizeof v, "not recorded");
     tile2(b, "world", v, NULL, cJSON_IsString(sh) ? sh->valuestring : NULL);
     slm_buf_appendf(b, "</div>\n");
+    // what each loss is over
+    char tr[160], va[160];
+    report_loss_scope(r, false, tr, sizeof tr);
+    report_loss_scope(r, true, va, sizeof va);
+    if (tr[0] || (va[0] && isfinite(r->final_val))) {
+        slm_buf_appendf(b, "<p class=\"scope\">");
+        if (tr[0]) {
+            slm_buf_appendf(b, "Train loss: the mean cross-entropy of a step, ");
+            esc(b, tr);
+            slm_buf_appendf(b, ". ");
+        }
+        if (va[0] && isfinite(r->final_val)) {
+            slm_buf_appendf(b, "Validation loss: ");
+            esc(b, va);
+            slm_buf_appendf(b, ".");
+        }
+        slm_buf_appendf(b, "</p>\n");
+    }
 }
 
 static void json_value_text(slm_buf *b, const cJSON *x) {
+    if (!x || cJSON_IsNull(x)) return; // null: not applicable, an empty cell
     if (cJSON_IsString(x)) {
         esc(b, x->valuestring);
         return;
@@ -646,6 +710,15 @@ static void json_value_text(slm_buf *b, const cJSON *x) {
     char *t = cJSON_PrintUnformatted(x);
     esc(b, t ? t : "");
     free(t);
+}
+
+static bool looks_like_time(const char *key, const cJSON *x) {
+    static const char *const hints[] = {"time",     "start",    "end", "_at",
+                                        "detected", "progress", NULL};
+    bool named = false;
+    for (int i = 0; hints[i]; i++)
+        named |= strstr(key, hints[i]) != NULL;
+    return named && cJSON_IsNumber(x) && x->valuedouble > 1e9 && x->valuedouble < 4e10;
 }
 
 // key / value rows of a JSON object.
@@ -662,19 +735,16 @@ static void kv_table(slm_buf *b, const char *title, const cJSON *o, const char *
         slm_buf_appendf(b, "<tr><td>");
         esc(b, x->string);
         slm_buf_appendf(b, "</td><td><code>");
-        json_value_text(b, x);
+        if (looks_like_time(x->string, x)) { // Unix seconds: a date, not 1796161536.125
+            char t[32];
+            report_fmt_utc(x->valuedouble, t);
+            esc(b, t);
+        } else {
+            json_value_text(b, x);
+        }
         slm_buf_appendf(b, "</code></td></tr>\n");
     }
     slm_buf_appendf(b, "</table>\n");
-}
-
-static bool looks_like_time(const char *key, const cJSON *x) {
-    static const char *const hints[] = {"time",     "start",    "end", "_at",
-                                        "detected", "progress", NULL};
-    bool named = false;
-    for (int i = 0; hints[i]; i++)
-        named |= strstr(key, hints[i]) != NULL;
-    return named && cJSON_IsNumber(x) && x->valuedouble > 1e9 && x->valuedouble < 4e10;
 }
 
 // The launcher's attempt keys in reading order (docs/operations.md); others follow.
@@ -683,6 +753,38 @@ static const char *const k_attempt_cols[] = {
     "result",       "reason",     "exit_status",   "exit_signal", "culprit_rank",
     "culprit_host", "start_step", "steps_reached", "steps_lost",  "flight_verdict",
     "error",        NULL};
+
+// Column headings for the attempt keys (docs/operations.md); another key reads with its
+// underscores as spaces.
+static const char *const k_attempt_labels[][2] = {
+    {"attempt", "#"},
+    {"start", "started (UTC)"},
+    {"end", "ended"},
+    {"world", "ranks"},
+    {"exit_status", "exit code"},
+    {"exit_signal", "signal"},
+    {"culprit_rank", "culprit rank"},
+    {"culprit_host", "culprit host"},
+    {"start_step", "from step"},
+    {"steps_reached", "to step"},
+    {"steps_lost", "steps lost"},
+    {"flight_verdict", "flight recorder"},
+    {"last_progress", "last progress"},
+    {"first_step_time", "first step"},
+    {"grad_accum", "grad accum"},
+};
+
+static void attempt_label(slm_buf *b, const char *key) {
+    for (size_t i = 0; i < sizeof k_attempt_labels / sizeof *k_attempt_labels; i++)
+        if (!strcmp(key, k_attempt_labels[i][0])) {
+            esc(b, k_attempt_labels[i][1]);
+            return;
+        }
+    for (const char *p = key; *p; p++) {
+        char one[2] = {*p == '_' ? ' ' : *p, 0};
+        esc(b, one);
+    }
+}
 
 // Free-text keys of an attempt: shown in a row of their own under the attempt's row (spanning
 // the table), so that the table of figures fits a 1280 px wide window.
@@ -723,13 +825,11 @@ static void attempts_table(slm_buf *b, const report_run *r) {
         }
     }
     slm_buf_appendf(b, "<table id=\"attempts\"><tr>");
-    for (int i = 0; i < nc; i++) { // long key names may break after their underscores
-        slm_buf_appendf(b, "<th>");
-        for (const char *p = cols[i]; *p; p++) {
-            char one[2] = {*p, 0};
-            esc(b, one);
-            if (*p == '_' && p[1]) slm_buf_appendf(b, "<wbr>");
-        }
+    for (int i = 0; i < nc; i++) { // key in data-key, its label as the text
+        slm_buf_appendf(b, "<th data-key=\"");
+        esc(b, cols[i]);
+        slm_buf_appendf(b, "\">");
+        attempt_label(b, cols[i]);
         slm_buf_appendf(b, "</th>");
     }
     slm_buf_appendf(b, "</tr>\n");
@@ -772,7 +872,9 @@ static void attempts_table(slm_buf *b, const report_run *r) {
                 slm_buf_appendf(b, "<br>");
             else
                 slm_buf_appendf(b, "<tr class=\"d\"><td colspan=\"%d\">", nc);
-            slm_buf_appendf(b, "<b>%s</b> ", k_attempt_text[k]);
+            slm_buf_appendf(b, "<b>");
+            attempt_label(b, k_attempt_text[k]);
+            slm_buf_appendf(b, ":</b> ");
             text = true;
             json_value_text(b, v);
         }
@@ -878,8 +980,21 @@ void report_render_html(const report_run *rp, slm_buf *out) {
     chart_simple(&b, &r, "chart-throughput", "Throughput", "tokens / second (all ranks)", C_PURPLE,
                  g_tps, 1, true, vl, nv);
     slm_buf_appendf(&b, "</div>\n<div class=\"card\">\n");
-    chart_simple(&b, &r, "chart-mfu", "Model FLOPs utilisation", "MFU (% of measured peak)",
-                 C_VERMILLION, g_mfu, 100, true, vl, nv);
+    // MFU: every step against one peak (the run's, as raised by its fastest step); without the
+    // start event's figures, the steps' own MFU (scaled to the fastest step if above 100 %)
+    char mfu_label[80];
+    double mfu_scale = 100;
+    double (*mfu_get)(const slm_run_step *) = g_mfu;
+    if (isfinite(r.mfu_per_tps)) {
+        mfu_get = g_tps, mfu_scale = 100 * r.mfu_per_tps;
+        snprintf(mfu_label, sizeof mfu_label, "MFU (%% of %.1f GFLOP/s per rank)", r.peak_eff);
+    } else {
+        if (r.max_step_mfu > 1) mfu_scale /= r.max_step_mfu;
+        snprintf(mfu_label, sizeof mfu_label, "MFU (%% of %s)",
+                 r.max_step_mfu > 1 ? "the fastest step" : "measured peak");
+    }
+    chart_simple(&b, &r, "chart-mfu", "Model FLOPs utilisation", mfu_label, C_VERMILLION, mfu_get,
+                 mfu_scale, true, vl, nv);
     slm_buf_appendf(&b, "</div>\n<div class=\"card\">\n");
     chart_split(&b, &r, vl, nv);
     slm_buf_appendf(&b, "</div>\n<div class=\"card\">\n");

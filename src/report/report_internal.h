@@ -27,7 +27,18 @@ typedef struct report_run {
     // Derived figures
     int64_t steps_planned, steps_done;
     double final_loss, final_val, tokens, wall_s, mean_tps, mean_mfu;
-    const char *status; // "complete", "interrupted", "failed", "running or killed"
+    int64_t final_val_step; // the step final_val was taken after (-1: none)
+    bool final_val_end;     // final_val is the end event's (the validation at the end)
+    int val_batches;        // micro-batches per rank of a validation (an eval event's "batches":
+                            // 0 = the whole split; -1 unknown)
+    // MFU: the peak per process the figures are against, GFLOP/s: the start event's
+    // peak_gflops, or the fastest step's rate when higher (the trainer raises its peak so since
+    // issue 20; older logs hold steps above 100 %); NaN when the start event lacks the peak,
+    // flops_per_token or world. mfu_per_tps: a step's MFU per token/s against it (NaN alike).
+    // max_step_mfu: the largest step "mfu" as logged (the fallback's scale when above 1).
+    double peak_eff, mfu_per_tps, max_step_mfu;
+    const char *status; // "complete", "interrupted", "failed", "stopped early",
+                        // "running, or ended without an end event"
     int world;
 } report_run;
 
@@ -46,10 +57,15 @@ void report_render_text(const report_run *r, slm_buf *out);
 void report_fmt_si(double v, char out[32]);
 void report_fmt_duration(double s, char out[32]);
 void report_fmt_utc(double unix_s, char out[32]);
-// A JSON number for a table cell: an integer as such; a value within 1e-8 (relative) of a
-// float32 (a float the trainer wrote with %.9g, e.g. --lr 3e-4 read back as 0.000300000014) as
-// the shortest decimal that reads back as that float32 ("0.0003"); any other value as the
-// shortest decimal (at most 17 digits) that reads back as the same double.
+// A JSON number for a table cell, for reading (metrics.jsonl keeps every digit): an integer as
+// such; other values of magnitude >= 1e6 rounded to an integer; the rest with at most 6
+// significant digits, so float32 noise disappears (--lr 3e-4 written as 0.000300000014 reads
+// "0.0003", lr / 10 in float32, 3.0000001e-05, reads "3e-05").
 void report_fmt_num(double v, char out[40]);
+// What one loss figure is over, for labels: the training loss of a step ("over one step's
+// global batch: 4 x 128 tokens x 2 accumulated x 2 ranks = 2048 positions") or a validation
+// ("20 batches of 4 x 128 tokens per rank x 2 ranks = 20480 positions", "the whole validation
+// split"); shapes from the start event. Empty when the start event lacks them.
+void report_loss_scope(const report_run *r, bool validation, char *out, size_t cap);
 
 #endif

@@ -39,21 +39,9 @@ void report_fmt_num(double v, char out[40]) {
         snprintf(out, 40, "%s", isnan(v) ? "nan" : v > 0 ? "inf" : "-inf");
         return;
     }
-    if (v == floor(v) && fabs(v) < 9007199254740992.0) { // 2^53
-        snprintf(out, 40, "%.0f", v);
-        return;
-    }
-    float f = (float)v;
-    if (isfinite(f) && f != 0 && fabs((double)f - v) <= 1e-8 * fabs(v)) {
-        for (int p = 1; p <= 9; p++) { // FLT_DECIMAL_DIG = 9 digits always round-trip
-            snprintf(out, 40, "%.*g", p, (double)f);
-            if (strtof(out, NULL) == f) return;
-        }
-    }
-    for (int p = 1; p <= 17; p++) { // DBL_DECIMAL_DIG = 17
-        snprintf(out, 40, "%.*g", p, v);
-        if (strtod(out, NULL) == v) return;
-    }
+    // integers, and large values without a 1.79616e+09 exponent
+    bool whole = fabs(v) < 1e16 && (fabs(v) >= 1e6 || v == floor(v));
+    snprintf(out, 40, whole ? "%.0f" : "%.6g", v);
 }
 
 void report_fmt_duration(double s, char out[32]) {
@@ -193,6 +181,10 @@ static void derive(report_run *r) {
     const slm_run_log *l = &r->log;
     r->steps_planned = -1;
     r->final_loss = r->final_val = r->tokens = r->wall_s = r->mean_tps = r->mean_mfu = NAN;
+    r->final_val_step = -1;
+    r->final_val_end = false;
+    r->val_batches = -1;
+    r->max_step_mfu = r->peak_eff = r->mfu_per_tps = NAN;
     r->world = 0; // unknown until a start event says (schema 1 did not record it)
     double planned = start_num(r, "steps"), world = start_num(r, "world");
     // The newest start event names the plan the run has now (a resume may extend --steps).
@@ -213,8 +205,12 @@ static void derive(report_run *r) {
         for (size_t i = l->n_steps; i-- > 0;)
             if (isfinite(l->steps[i].val_loss)) {
                 r->final_val = l->steps[i].val_loss;
+                r->final_val_step = l->steps[i].step;
                 break;
             }
+        for (size_t i = 0; i < l->n_steps; i++)
+            if (isfinite(l->steps[i].mfu) && !(l->steps[i].mfu <= r->max_step_mfu)) // NaN-safe max
+                r->max_step_mfu = l->steps[i].mfu;
         // Rates over the steps after the first (the first pays start-up costs), as the trainer.
         double tok = 0, ms = 0, flops_tok = start_num(r, "flops_per_token");
         double peak = start_num(r, "peak_gflops");
@@ -226,7 +222,15 @@ static void derive(report_run *r) {
             }
         if (ms > 0) r->mean_tps = tok / (ms / 1e3);
         if (isfinite(flops_tok) && isfinite(peak) && peak > 0 && r->world > 0) {
-            r->mean_mfu = r->mean_tps * flops_tok / (peak * 1e9 * r->world);
+            // A peak measured low at start-up is raised to the fastest step's rate, as the
+            // trainer does since issue 20 (the start event has the peak before any raise).
+            for (size_t i = 0; i < l->n_steps; i++) {
+                double rate = l->steps[i].tokens_per_s * flops_tok / (1e9 * r->world);
+                if (isfinite(rate) && rate > peak) peak = rate;
+            }
+            r->peak_eff = peak;
+            r->mfu_per_tps = flops_tok / (peak * 1e9 * r->world);
+            r->mean_mfu = r->mean_tps * r->mfu_per_tps;
         } else { // world unknown: the time-weighted mean of the steps' own MFU figures
             double wm = 0, wms = 0;
             for (size_t i = from; i < l->n_steps; i++)
@@ -234,7 +238,7 @@ static void derive(report_run *r) {
                     wm += l->steps[i].mfu * l->steps[i].ms_per_step;
                     wms += l->steps[i].ms_per_step;
                 }
-            if (wms > 0) r->mean_mfu = wm / wms;
+            if (wms > 0) r->mean_mfu = wm / wms / (r->max_step_mfu > 1 ? r->max_step_mfu : 1);
         }
         // Wall time: the sum over attempts of each attempt's last elapsed_s.
         double wall = 0, prev = -1;
@@ -254,6 +258,28 @@ static void derive(report_run *r) {
             err = &l->events[i];
         if (!strcmp(l->events[i].name, "start")) end = err = NULL;
     }
+    for (size_t i = 0; i < l->n_events; i++) { // what a validation is over
+        if (strcmp(l->events[i].name, "eval")) continue;
+        cJSON *o = cJSON_Parse(l->events[i].json);
+        const cJSON *nb = cJSON_GetObjectItemCaseSensitive(o, "batches");
+        if (cJSON_IsNumber(nb) && nb->valuedouble >= 0 && nb->valuedouble < 1e9)
+            r->val_batches = (int)nb->valuedouble;
+        cJSON_Delete(o);
+    }
+    if (end) { // the validation at the end (of a run stopped early, e.g. --max-minutes) is
+               // only in the end event
+        cJSON *o = cJSON_Parse(end->json);
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "val_loss");
+        const cJSON *st = cJSON_GetObjectItemCaseSensitive(o, "steps");
+        // the same figure as the last step record's is that validation (an interrupted run
+        // validates nothing at its end)
+        if (cJSON_IsNumber(v) && isfinite(v->valuedouble) && v->valuedouble != r->final_val) {
+            r->final_val = v->valuedouble;
+            r->final_val_end = true;
+            r->final_val_step = cJSON_IsNumber(st) ? (int64_t)st->valuedouble : r->steps_done;
+        }
+        cJSON_Delete(o);
+    }
     if (err)
         r->status = "failed";
     else if (end) {
@@ -266,6 +292,28 @@ static void derive(report_run *r) {
         r->status = intr ? "interrupted" : short_run ? "stopped early" : "complete";
     } else
         r->status = "running, or ended without an end event";
+}
+
+void report_loss_scope(const report_run *r, bool validation, char *out, size_t cap) {
+    double b = start_num(r, "batch"), t = start_num(r, "seq"), k = start_num(r, "grad_accum");
+    int w = r->world > 0 ? r->world : 1;
+    out[0] = 0;
+    if (!(b >= 1 && t >= 1 && b < 1e9 && t < 1e9)) return;
+    if (!(k >= 1 && k < 1e9)) k = 1;
+    char ranks[32] = "";
+    if (r->world > 1) snprintf(ranks, sizeof ranks, " x %d ranks", r->world);
+    if (!validation) {
+        char acc[32] = "";
+        if (k > 1) snprintf(acc, sizeof acc, " x %.0f accumulated", k);
+        snprintf(out, cap, "over one step's global batch: %.0f x %.0f tokens%s%s = %.0f positions",
+                 b, t, acc, ranks, b * t * k * w);
+    } else if (r->val_batches == 0) {
+        snprintf(out, cap, "over the whole validation split");
+    } else if (r->val_batches > 0) {
+        snprintf(out, cap, "over %d batch%s of %.0f x %.0f tokens%s%s = %.0f positions",
+                 r->val_batches, r->val_batches == 1 ? "" : "es", b, t,
+                 r->world > 1 ? " per rank" : "", ranks, (double)r->val_batches * b * t * w);
+    }
 }
 
 slm_status report_run_open(const char *run_dir, report_run *r) {

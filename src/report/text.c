@@ -34,13 +34,20 @@ void report_render_text(const report_run *rp, slm_buf *out) {
         char a0[48], a1[48];
         snprintf(a0, sizeof a0, f0, l->steps[0].loss);
         snprintf(a1, sizeof a1, f1, r.final_loss);
-        slm_buf_appendf(out, "loss: %s at step %lld -> %s at step %lld", a0,
-                        (long long)l->steps[0].step, a1, (long long)r.steps_done);
-        if (isfinite(r.final_val))
-            slm_buf_appendf(out,
-                            fabs(r.final_val) < 1e6 ? "; validation %.4f" : "; validation %.4g",
-                            r.final_val);
-        slm_buf_appendf(out, "\n");
+        char scope[160];
+        report_loss_scope(&r, false, scope, sizeof scope);
+        slm_buf_appendf(out, "train loss: %s at step %lld -> %s at step %lld%s%s%s\n", a0,
+                        (long long)l->steps[0].step, a1, (long long)r.steps_done,
+                        scope[0] ? " (each " : "", scope, scope[0] ? ")" : "");
+        if (isfinite(r.final_val)) {
+            report_loss_scope(&r, true, scope, sizeof scope);
+            slm_buf_appendf(
+                out, fabs(r.final_val) < 1e6 ? "validation loss: %.4f" : "validation loss: %.4g",
+                r.final_val);
+            slm_buf_appendf(out, " after step %lld%s%s%s\n", (long long)r.final_val_step,
+                            r.final_val_end ? ", the end of training" : "", scope[0] ? ", " : "",
+                            scope);
+        }
         report_fmt_si(r.tokens, a);
         report_fmt_si(r.mean_tps, c);
         report_fmt_duration(r.wall_s, d);

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -41,7 +42,7 @@ struct slm_train_prom {
     // global series
     slm_metric *step, *steps_planned, *tokens, *loss, *val_loss, *lr, *gnorm, *tps, *mfu;
     slm_metric *step_s, *phase[N_PHASES], *gathered, *reduced, *last_ts, *start_ts, *world_g;
-    slm_metric *skipped, *nonfinite;
+    slm_metric *skipped, *nonfinite, *completed;
     slm_metric *ck_n, *ck_failed, *ck_bytes, *ck_dur, *ck_stall, *ck_last_step, *ck_last_ts;
     slm_metric *ck_every_s, *ck_every_steps;
     slm_metric *busy_min, *busy_max, *busy_median, *slowest, *n_stragglers;
@@ -54,6 +55,12 @@ struct slm_train_prom {
     double t_prev, wait_prev; // wall time and collective wait total at the last on_step
     double stall_seen;        // checkpoint stall total already attributed
     int64_t ck_last_seen;
+    // Scrapes seen by the training thread (slm_metrics_server_requests at each step): the first
+    // and last time the count changed, and the counts then. They bound the wait after a
+    // completed run (slm_train_prom_free).
+    uint64_t req_first, req_last;
+    double t_req_first, t_req_last;
+    bool linger; // the run completed: serve until one more scrape has read that
     double *vec, *all, *busy, *scratch; // [NV], [world * NV], [world], [world]
     int *streak, *newly;                // [world]
 };
@@ -135,6 +142,18 @@ const char *slm_train_prom_addr(const slm_train_prom *p) {
 
 void slm_train_prom_free(slm_train_prom *p) {
     if (!p) return;
+    // A completed run that Prometheus was scraping: answer one more scrape (it reads
+    // shardlm_run_completed 1, so ShardlmNoProgress tells the finished job from a dead one),
+    // waiting at most about two scrape intervals.
+    double wait = slm_train_prom_linger_s(p), t0 = slm_time_s();
+    uint64_t req0 = wait > 0 ? slm_metrics_server_requests(p->srv) : 0; // srv non-NULL then
+    if (wait > 0) slm_info("metrics: serving until the next scrape (at most %.0f s)", wait);
+    // A stop request (SIGTERM / SIGINT: a launcher tearing the job down) ends the wait.
+    while (wait > 0 && slm_time_s() - t0 < wait && slm_metrics_server_requests(p->srv) == req0 &&
+           !slm_stop_requested()) {
+        struct timespec ts = {0, 50 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
     slm_metrics_server_stop(p->srv); // first: it renders the registry
     slm_metrics_free(p->reg);
     free(p->rs);
@@ -197,7 +216,10 @@ static slm_status register_all(slm_train_prom *p) {
       "Bytes sent into gradient reduce-scatters and all-reduces on this rank.");
     C(skipped, "shardlm_skipped_steps_total", "Optimizer steps skipped (not applied).");
     C(nonfinite, "shardlm_nonfinite_steps_total",
-      "Steps whose loss or gradient norm was not finite.");
+      "Steps whose loss or gradient norm was not finite (skipped under --on-nonfinite skip, or "
+      "the one that stopped the run).");
+    G(completed, "shardlm_run_completed",
+      "1 once the run ended as planned (--steps reached, or --max-minutes), else 0.");
     C(ck_n, "shardlm_checkpoints_total", "Checkpoints committed by this run.");
     C(ck_failed, "shardlm_checkpoint_failures_total", "Checkpoint saves that failed.");
     C(ck_bytes, "shardlm_checkpoint_bytes_total",
@@ -310,6 +332,15 @@ static slm_status prom_start(void *ctx, slm_trainer *tr) {
     slm_metric_set(p->start_ts, t);
     slm_metric_set(p->ck_last_ts, t);
     slm_metric_set(p->ck_last_step, -1);
+    if (tr->resume_path && tr->step > 0) { // the checkpoint resumed is the last committed one
+        slm_metric_set(p->ck_last_step, (double)tr->step);
+        char *mf = slm_path_join(tr->resume_path, "manifest.json"); // written last at its commit
+        struct stat sb;
+        if (stat(mf, &sb) == 0)
+            slm_metric_set(p->ck_last_ts,
+                           (double)sb.st_mtim.tv_sec + 1e-9 * (double)sb.st_mtim.tv_nsec);
+        free(mf);
+    }
     slm_metric_set(p->world_g, tr->W);
     slm_metric_set(p->steps_planned, (double)o->steps);
     slm_metric_set(p->step, (double)tr->step);
@@ -449,6 +480,7 @@ static slm_status prom_step(void *ctx, slm_trainer *tr, const slm_step_metrics *
         slm_metric_set(p->tps, m->tokens_per_s);
         slm_metric_set(p->mfu, m->mfu);
         if (m->skipped) slm_metric_inc(p->skipped, 1);
+        if (m->skipped && !m->no_target) slm_metric_inc(p->nonfinite, 1); // --on-nonfinite skip
         slm_metric_observe(p->step_s, step_s);
         slm_metric_observe(p->phase[PH_COMPUTE], compute);
         slm_metric_observe(p->phase[PH_COMM], t.comm_s);
@@ -465,15 +497,35 @@ static slm_status prom_step(void *ctx, slm_trainer *tr, const slm_step_metrics *
         }
     }
     if (m->step % p->o.every == 0 || m->step == m->total_steps) gather(p, m->step, ck_bytes);
-    if (p->serving) slm_metric_set(p->last_ts, now_unix()); // last: the step is fully recorded
+    if (p->serving) {
+        slm_metric_set(p->last_ts, now_unix()); // last: the step is fully recorded
+        uint64_t req = slm_metrics_server_requests(p->srv);
+        if (req != p->req_last) {
+            if (!p->req_first) p->req_first = req, p->t_req_first = now;
+            p->req_last = req, p->t_req_last = now;
+        }
+    }
     return SLM_OK;
 }
 
 static slm_status prom_finish(void *ctx, slm_trainer *tr, slm_status st) {
-    (void)tr;
     slm_train_prom *p = ctx;
-    if (p->active && st == SLM_E_NUMERIC) slm_metric_inc(p->nonfinite, 1);
+    if (!p->active) return SLM_OK;
+    if (st == SLM_E_NUMERIC) slm_metric_inc(p->nonfinite, 1); // the step that stopped the run
+    const slm_train_result *r = slm_trainer_result(tr);
+    if (st == SLM_OK && !r->interrupted && p->serving) {
+        slm_metric_set(p->completed, 1);
+        p->linger = true;
+    }
     return SLM_OK;
+}
+
+double slm_train_prom_linger_s(const slm_train_prom *p) {
+    if (!p || !p->linger || !p->srv || !p->req_first) return 0;
+    if (p->req_last == p->req_first) return SLM_TRAIN_PROM_LINGER_MAX_S; // interval unknown
+    double every = (p->t_req_last - p->t_req_first) / (double)(p->req_last - p->req_first);
+    double s = 2 * every + 1;
+    return s < SLM_TRAIN_PROM_LINGER_MAX_S ? s : SLM_TRAIN_PROM_LINGER_MAX_S;
 }
 
 slm_status slm_train_add_prom_hook(slm_train_opts *o, slm_train_prom *p,

@@ -158,7 +158,9 @@ typedef struct slm_train_opts {
     bool time_schedule; // with max_minutes: the LR schedule's step is max(step, share of
                         // max_minutes elapsed x steps), so the cosine ends on time on a
                         // machine of unknown speed (not bitwise reproducible)
-    double peak_gflops; // > 0: MFU denominator; else measured at start (slm_sgemm_peak_gflops)
+    double peak_gflops; // > 0: MFU denominator; else this machine's cached peak (slm_peak_*),
+                        // measured at start (slm_sgemm_peak_gflops) when none is cached. Either
+                        // is raised to a step's rate when a step runs faster (logged)
     int log_every;      // step line every this many steps (0: never; default 1); read by
                         // the printing hook of tools/, not by the library
     // Checkpoints (src/ckpt, docs/formats.md "Checkpoints") under out_dir/checkpoints when
@@ -320,7 +322,15 @@ const char *slm_train_prom_addr(const slm_train_prom *p);
 // slm_train_add_std_hooks. Errors: as slm_train_attach.
 slm_status slm_train_add_prom_hook(slm_train_opts *o, slm_train_prom *p,
                                    const slm_train_std_hooks *std);
-// Stops the server and frees; safe on NULL.
+// After a completed run (every planned step, or --max-minutes) that Prometheus scraped during
+// training: how long slm_train_prom_free keeps serving for the scrape that reads
+// shardlm_run_completed 1: twice the mean interval between the scrapes seen, plus 1 s, at most
+// SLM_TRAIN_PROM_LINGER_MAX_S seconds (that much after a single scrape: the interval unknown).
+// 0 otherwise (failed or interrupted run, no scrape seen, not serving, NULL).
+#define SLM_TRAIN_PROM_LINGER_MAX_S 15.0
+double slm_train_prom_linger_s(const slm_train_prom *p);
+// Serves until one more scrape arrives or slm_train_prom_linger_s seconds passed, then stops
+// the server and frees; safe on NULL.
 void slm_train_prom_free(slm_train_prom *p);
 
 // What a finished (or stopped) run reports.
@@ -330,7 +340,7 @@ typedef struct slm_train_result {
     double final_val_loss; // last validation loss (NaN if never evaluated)
     double tokens_per_s;   // target tokens / wall time of the steps after the first (all if one)
     double mfu;            // tokens_per_s x FLOPs per token / (peak x world)
-    double peak_gflops;    // the MFU denominator used
+    double peak_gflops;    // the MFU denominator used (at the end: raised by any faster step)
     double flops_per_token;
     int64_t state_bytes;      // this rank's persistent parameter / gradient / AdamW bytes
     int64_t trainable_params; // parameters AdamW updates (the adapters with LoRA)
@@ -450,6 +460,22 @@ void slm_train_request_stop(void);
 bool slm_train_stop_requested(void);
 // Clears the stop flag (tests, or a caller that starts another run in the same process).
 void slm_train_reset_stop(void);
+
+// The MFU denominator (src/train/peak.c; docs/training.md "MFU"): the best sgemm rate seen for
+// this CPU model and thread count, cached across runs in a small file and raised by the trainer
+// whenever a step runs faster than it, so MFU never exceeds 100 %.
+// slm_peak_key: "CPU model name|threads=N" (/proc/cpuinfo) into out[cap].
+void slm_peak_key(int threads, char *out, size_t cap);
+// The cache file: $SHARDLM_CACHE_DIR/sgemm_peak.tsv ($SHARDLM_CACHE_DIR empty: NULL, no cache),
+// else $XDG_CACHE_HOME/shardlm/..., else $HOME/.cache/shardlm/...; NULL without any. Caller
+// frees.
+char *slm_peak_cache_path(void);
+// The cached GFLOP/s of `key`; NaN when there is no cache, no such line or it does not parse.
+double slm_peak_cache_get(const char *key);
+// Records `gflops` for `key` unless the cache already holds as much (other lines kept; the file
+// and its directory made as needed, written atomically). SLM_OK without a cache. Errors: SLM_E_IO
+// naming the file.
+slm_status slm_peak_cache_raise(const char *key, double gflops);
 
 // FLOPs per trained token: 6 N + 12 L A T (Kaplan et al. 2020 / PaLM appendix B), N =
 // slm_llama_n_matmul_params (embedding excluded, lm_head included; with an explicit head_dim

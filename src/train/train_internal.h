@@ -40,6 +40,8 @@ struct slm_trainer {
     slm_rundir *rundir;  // rank 0 with out_dir: holds the run directory's lock
     slm_rng synth;       // synthetic tokens (and saved in checkpoints)
     double peak, fpt, t_start;
+    int peak_src;       // where peak came from: 0 --peak-gflops, 1 the cache, 2 measured at start
+    double peak_logged; // the peak last logged and cached (raises under 10 % are not logged)
     int64_t step, tokens_seen;
     int64_t step_tokens;  // global tokens the step being trained counts (plain: B T K W; masked:
                           // real, non-padding input tokens; draw_batch)

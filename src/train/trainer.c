@@ -516,16 +516,66 @@ static slm_status start_hooks(slm_trainer *tr) {
     return slm_dist_agree(st);
 }
 
+static const char *const k_peak_src[] = {"--peak-gflops", "cached for this CPU and thread count",
+                                         "measured at start"};
+
+// Records tr->peak as this machine's (rank 0; not a --peak-gflops value).
+static void cache_peak(const slm_trainer *tr) {
+    if (tr->rank != 0 || tr->peak_src == 0) return;
+    char key[256];
+    slm_peak_key(omp_get_max_threads(), key, sizeof key);
+    if (slm_peak_cache_raise(key, tr->peak)) slm_warn("MFU peak not cached: %s", slm_errmsg());
+}
+
+// The MFU denominator: --peak-gflops, else this machine's cached peak, else a measurement
+// (n 2048, best of 5: n 1024 and single runs read low, too little work per thread) that is
+// cached. Every rank resolves its own (a process's peak); rank 0 writes the cache.
+static void init_peak(slm_trainer *tr) {
+    const slm_train_opts *o = tr->o;
+    char key[256];
+    slm_peak_key(omp_get_max_threads(), key, sizeof key);
+    double c = o->peak_gflops > 0 ? NAN : slm_peak_cache_get(key);
+    if (o->peak_gflops > 0) {
+        tr->peak = o->peak_gflops, tr->peak_src = 0;
+    } else if (isfinite(c)) {
+        tr->peak = c, tr->peak_src = 1;
+    } else {
+        tr->peak = slm_sgemm_peak_gflops(2048, 5), tr->peak_src = 2;
+        cache_peak(tr);
+    }
+    tr->peak_logged = tr->peak;
+}
+
+// MFU of a step that trained `tokens_per_s` (global). A step faster than the peak proves the
+// peak low (a start-up measurement on a loaded machine): it is raised to the step's rate,
+// logged and (unless given by --peak-gflops) cached, so MFU never exceeds 1.
+static double step_mfu(slm_trainer *tr, double tokens_per_s) {
+    double rate = tokens_per_s * tr->fpt / (1e9 * tr->W); // GFLOP/s per process
+    if (rate > tr->peak && isfinite(rate)) {
+        tr->peak = rate;
+        if (rate > 1.1 * tr->peak_logged) { // logged and cached 10 % above the last logged
+            if (tr->rank == 0)
+                slm_info("MFU: step %lld ran at %.1f GFLOP/s per process, above the peak %.1f "
+                         "GFLOP/s (%s): the peak is raised to the step's rate",
+                         (long long)tr->step, rate, tr->peak_logged, k_peak_src[tr->peak_src]);
+            tr->peak_logged = rate;
+            cache_peak(tr);
+        }
+    }
+    return rate / tr->peak;
+}
+
 static void log_model(const slm_trainer *tr) {
     const slm_train_opts *o = tr->o;
     const slm_llama_config *c = &tr->cfg;
     slm_info("model %s: %lld parameters (%lld in matmuls), %d layers, hidden %d, vocab %d; "
              "B %d x T %d x accum %d = %lld tokens/step; activations %.1f MiB%s; peak %.1f "
-             "GFLOP/s; %.3g FLOPs/token",
+             "GFLOP/s (%s); %.3g FLOPs/token",
              o->model, (long long)slm_llama_n_params(c), (long long)slm_llama_n_matmul_params(c),
              c->num_hidden_layers, c->hidden_size, c->vocab_size, tr->B, tr->T, tr->K,
              (long long)tr->B * tr->T * tr->K, (double)slm_llama_act_bytes(&tr->model) / 1048576.0,
-             o->activation_checkpointing ? " (activation checkpointing)" : "", tr->peak, tr->fpt);
+             o->activation_checkpointing ? " (activation checkpointing)" : "", tr->peak,
+             k_peak_src[tr->peak_src], tr->fpt);
 }
 
 // The persistent training state of this rank (what LoRA saves is visible here).
@@ -575,9 +625,7 @@ slm_status slm_train_init(slm_trainer *tr) {
         tr->pos = slm_xmalloc((size_t)tr->B * tr->T * sizeof(int32_t));
     }
     tr->hook_started = slm_xcalloc((size_t)o->n_hooks + 1, sizeof(bool));
-    // n 2048, best of 5: n 1024 and single runs read low (too little work per thread, and a
-    // shared machine).
-    tr->peak = o->peak_gflops > 0 ? o->peak_gflops : slm_sgemm_peak_gflops(2048, 5);
+    init_peak(tr);
     tr->fpt = slm_train_flops_per_token(&tr->cfg, tr->T);
     if (o->lora.rank > 0) // frozen base: no weight-gradient GEMMs (4 N), the adapters 6 N_lora
         tr->fpt += -2.0 * (double)slm_llama_n_matmul_params(&tr->cfg) +
@@ -809,7 +857,7 @@ static slm_status update_clipped(slm_trainer *tr, double loss, double gnorm, dou
                             .ms_per_step = dt * 1e3,
                             .val_loss = NAN,
                             .tokens_seen = tr->tokens_seen};
-    m->mfu = m->tokens_per_s * tr->fpt / (tr->peak * 1e9 * tr->W); // peak is one process's
+    m->mfu = step_mfu(tr, m->tokens_per_s); // peak is one process's
     m->nonfinite_skips = tr->n_skipped;
     spike_check(tr, loss, m);
     tr->last_loss = loss;
@@ -876,7 +924,7 @@ static slm_status skip_step(slm_trainer *tr, double loss, double gnorm, double t
                             .skipped = true,
                             .nonfinite_skips = tr->n_skipped,
                             .loss_z = NAN};
-    m->mfu = m->tokens_per_s * tr->fpt / (tr->peak * 1e9 * tr->W);
+    m->mfu = step_mfu(tr, m->tokens_per_s);
     tr->last_loss = loss;
     return SLM_OK;
 }
@@ -916,7 +964,7 @@ static slm_status empty_step(slm_trainer *tr, double t0, slm_step_metrics *m) {
                             .no_target = true,
                             .empty_skips = tr->n_empty,
                             .loss_z = NAN};
-    m->mfu = m->tokens_per_s * tr->fpt / (tr->peak * 1e9 * tr->W);
+    m->mfu = step_mfu(tr, m->tokens_per_s);
     return SLM_OK;
 }
 
@@ -1018,6 +1066,7 @@ static slm_status finish_ok(slm_trainer *tr) {
     r->tokens_per_s = tr->n_rate && tr->sum_dt > 0 ? tr->sum_tok / tr->sum_dt : NAN;
     r->mfu = r->tokens_per_s * tr->fpt / (tr->peak * 1e9 * tr->W);
     r->peak_gflops = tr->peak;
+    if (tr->peak > tr->peak_logged) cache_peak(tr); // raises under 10 % since the last one
     r->flops_per_token = tr->fpt;
     r->interrupted = tr->interrupted;
     r->preempted = tr->interrupted && tr->preempted;

@@ -47,7 +47,8 @@ st = {e["step"]: e for e in ev if e["event"] == "step"}
 last, first = st[max(st)], st[min(st)]
 val = [st[s]["val_loss"] for s in sorted(st) if st[s]["val_loss"] is not None][-1]
 want = [f"status: complete, 80 of 80 steps",
-        f"loss: {first['loss']:.4f} at step 1 -> {last['loss']:.4f} at step 80; validation {val:.4f}",
+        f"train loss: {first['loss']:.4f} at step 1 -> {last['loss']:.4f} at step 80 (each over one step's global batch: 4 x 32 tokens = 128 positions)",
+        f"validation loss: {val:.4f} after step 80, over 2 batches of 4 x 32 tokens = 256 positions",
         f"checkpoints: {len([d for d in os.listdir(run + '/checkpoints') if d.startswith('step_')])}, newest step_00000080",
         "attempts: 2 (attempts.json), the last: success", "events: 1 restart"]
 for w in want:
@@ -101,7 +102,7 @@ n_ranks = len({e["step"] for e in ev if e["event"] == "ranks"})
 assert npts(paths(svgs[5], "line")[0]) == n_ranks and ">rank 0</text>" in svgs[5]
 assert 'id="attempts"' in h and h.count("<tr>", h.index('id="attempts"'), h.index("</table>", h.index('id="attempts"'))) == 3
 a = h[h.index('id="attempts"'):h.index("</table>", h.index('id="attempts"'))]
-assert "<th>attempt</th><th>start</th><th>end</th>" in a and "node7" in a
+assert '<th data-key="attempt">#</th><th data-key="start">started (UTC)</th><th data-key="end">ended</th>' in a and "node7" in a
 assert "2026-12-01 04:40:00 UTC" in a  # 1796100000 in UTC
 assert "+60.5 s" in a and "+50.1 s" in a  # end, last_progress: seconds after the start
 # free text in a row of its own under its attempt (the table of figures stays narrow)
@@ -125,7 +126,7 @@ for s in svgs:
 PY
 # layout in a 1280 px window: the attempts table (every column, steps_lost included) fits the
 # page and nothing scrolls sideways. A copy with a measuring script (the report has none).
-sed 's#</body>#<script>var t=document.getElementById("attempts"),c=t.rows[0].cells,s=null;for(var i=0;i<c.length;i++)if(c[i].textContent=="steps_lost")s=c[i];document.body.setAttribute("data-m",[document.documentElement.clientWidth,document.documentElement.scrollWidth,Math.ceil(t.getBoundingClientRect().right),s?Math.ceil(s.getBoundingClientRect().right):-1].join(" "))</script></body>#' \
+sed 's#</body>#<script>var t=document.getElementById("attempts"),c=t.rows[0].cells,s=null;for(var i=0;i<c.length;i++)if(c[i].getAttribute("data-key")=="steps_lost")s=c[i];document.body.setAttribute("data-m",[document.documentElement.clientWidth,document.documentElement.scrollWidth,Math.ceil(t.getBoundingClientRect().right),s?Math.ceil(s.getBoundingClientRect().right):-1].join(" "))</script></body>#' \
     "$W/report.html" > "$W/measure.html"
 "$CHROME" --headless --no-sandbox --disable-gpu --user-data-dir="$W/chrome" --window-size=1280,900 \
     --dump-dom "file://$W/measure.html" > "$W/measure.dom" 2> "$W/chrome3.err"

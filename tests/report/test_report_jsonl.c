@@ -134,7 +134,10 @@ static void test_text_summary(void) {
     printf("%s", b.data);
     CHECK(strstr(b.data, "model tiny (1k parameters), world size not recorded") != NULL);
     CHECK(strstr(b.data, "status: stopped early, 2 of 3 steps") != NULL);
-    CHECK(strstr(b.data, "loss: 5.5000 at step 1 -> 5.0000 at step 2; validation 4.7500") != NULL);
+    CHECK(strstr(b.data, "train loss: 5.5000 at step 1 -> 5.0000 at step 2 (each over one step's "
+                         "global batch: 2 x 8 tokens = 16 positions)") != NULL);
+    // the end event repeats step 2's validation: that one, not a validation at the end
+    CHECK(strstr(b.data, "validation loss: 4.7500 after step 2\n") != NULL);
     // steps after the first: 200 tok/s x 0.08 s = 16 tokens in 0.08 s -> 200 tok/s;
     // schema 1 records no world size, so MFU is not recomputed from the peak (it would need the
     // number of ranks): it is the time-weighted mean of the steps' own figures after the first,
@@ -156,8 +159,8 @@ static void test_text_summary(void) {
     CHECK_EQ_INT(system(cmd), 0);
 }
 
-// Table numbers: integers as such, float32 values written with %.9g as the float's shortest
-// decimal, other doubles as their own shortest round-trip decimal (expected strings by hand).
+// Table numbers, for reading: integers as such, large values rounded to integers, the rest
+// with at most 6 significant digits (no float32 noise). Expected strings by hand.
 static void test_fmt_num(void) {
     static const struct {
         double v;
@@ -165,14 +168,18 @@ static void test_fmt_num(void) {
     } k[] = {
         {0.000300000014, "0.0003"}, // --lr 3e-4 as the trainer writes it (%.9g of 3e-4f)
         {0.00300000003, "0.003"},   // --lr 3e-3
+        {3.0000001e-05, "3e-05"},   // lr / 10 in float32
         {(double)0.1f, "0.1"},      // a float32 widened exactly
         {0.1, "0.1"},               // a double
-        {0.30000000000000004, "0.30000000000000004"}, // not near a float32: all 17 digits
-        {1796139463.823, "1796139463.823"},           // a Unix time (not a float32)
+        {0.30000000000000004, "0.3"},
+        {1796161536.125, "1796161536"}, // near a float32 (was 1.7961615e+09)
+        {1796139463.823, "1796139464"},
         {29536, "29536"},
         {-4, "-4"},
         {1e-05, "1e-05"},
         {1.25e5, "125000"},
+        {123456.78, "123457"},
+        {2.5, "2.5"},
     };
     for (size_t i = 0; i < sizeof k / sizeof *k; i++) {
         char out[40];
