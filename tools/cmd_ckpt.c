@@ -12,7 +12,9 @@
 #include "train/train.h"
 
 typedef struct ckpt_args {
-    const char *hf;
+    const char *hf, *gguf, *chat_template;
+    uint32_t gguf_type;
+    bool overwrite;
     slm_st_dtype dtype;
     size_t max_shard;
     bool quiet;
@@ -25,12 +27,38 @@ static slm_status parse_dtype(const char *opt, const char *v, void *dst) {
     return slm_st_parse_dtype(v, dst);
 }
 
+static slm_status parse_gguf_type(const char *opt, const char *v, void *dst) {
+    (void)opt;
+    return slm_gguf_parse_type(v, dst);
+}
+
 static const slm_opt k_ckpt_opts[] = {
     {.name = "--hf",
      .type = SLM_OPT_STRING,
      .off = offsetof(ckpt_args, hf),
      .meta = "OUT_DIR",
-     .help = "export: the Hugging Face directory to write (required)"},
+     .help = "export: the Hugging Face directory to write (this or --gguf)"},
+    {.name = "--gguf",
+     .type = SLM_OPT_STRING,
+     .off = offsetof(ckpt_args, gguf),
+     .meta = "OUT.gguf",
+     .help = "export: one GGUF file for llama.cpp instead (a LoRA checkpoint is merged)"},
+    {.name = "--type",
+     .type = SLM_OPT_CUSTOM,
+     .off = offsetof(ckpt_args, gguf_type),
+     .meta = "f32|f16|bf16|q8_0",
+     .help = "export --gguf: type of the matrices (norms stay f32)",
+     .parse = parse_gguf_type,
+     .def = "f16"},
+    {.name = "--overwrite",
+     .type = SLM_OPT_FLAG,
+     .off = offsetof(ckpt_args, overwrite),
+     .help = "export --gguf: replace an existing OUT.gguf (else refused)"},
+    {.name = "--chat-template",
+     .type = SLM_OPT_STRING,
+     .off = offsetof(ckpt_args, chat_template),
+     .meta = "FILE.jinja",
+     .help = "export --gguf: the Jinja chat template to store as tokenizer.chat_template"},
     {.name = "--dtype",
      .type = SLM_OPT_CUSTOM,
      .off = offsetof(ckpt_args, dtype),
@@ -73,6 +101,9 @@ static const slm_cli k_ckpt_cli = {
         "       shardlm ckpt export PATH --hf OUT_DIR [--dtype fp32|bf16|fp16]\n"
         "                                      [--max-shard-size SIZE] [--merge-lora]\n"
         "                                      [--lora-base DIR] [--quiet]\n"
+        "       shardlm ckpt export PATH --gguf OUT.gguf [--type f32|f16|bf16|q8_0]\n"
+        "                                      [--chat-template FILE.jinja] [--overwrite]\n"
+        "                                      [--lora-base DIR] [--quiet]\n"
         "PATH: a step directory, RUN_DIR/checkpoints or RUN_DIR (inspect / verify: the\n"
         "checkpoint `latest` names; export: the newest one that verifies); export also\n"
         "takes a Hugging Face directory (to change --dtype or --max-shard-size).\n"
@@ -81,11 +112,19 @@ static const slm_cli k_ckpt_cli = {
         "loads it onto the base), or with --merge-lora as the merged model (below).\n"
         "export writes Hugging Face LlamaForCausalLM files: model.safetensors (or shards above\n"
         "--max-shard-size), config.json, the run's tokenizer file and tokenizer_config.json,\n"
-        "special_tokens_map.json, generation_config.json.\n\n",
+        "special_tokens_map.json, generation_config.json. --gguf writes one GGUF v3 file\n"
+        "(llama architecture, tokenizer, weights; docs/formats.md \"GGUF export\").\n\n",
     .opts = k_ckpt_opts,
     .footer = "\nexit codes: 0 ok, 1 runtime error (bad checkpoint, I/O), 2 usage error\n",
     .max_positional = 1,
 };
+
+// Whether option `name` was given on the command line.
+static bool seen_opt(const slm_opt_seen *seen, const char *name) {
+    for (int i = 0; k_ckpt_opts[i].type != SLM_OPT_END; i++)
+        if (!strcmp(k_ckpt_opts[i].name, name)) return seen->count[i] > 0;
+    return false;
+}
 
 // Flushes stdout; false (after printing the reason) when a write to it failed (a full disk,
 // a closed pipe): inspect / verify must not report success for output that was lost.
@@ -105,12 +144,13 @@ int slm_cmd_ckpt(int argc, char **argv) {
         return argc < 2 ? SLM_EXIT_USAGE : SLM_EXIT_OK;
     }
     const char *sub = argv[1];
-    ckpt_args x = {.dtype = SLM_ST_F32, .max_shard = 5000000000ull};
+    ckpt_args x = {.dtype = SLM_ST_F32, .max_shard = 5000000000ull, .gguf_type = 1};
     slm_opt_seen seen;
     int rc0 = slm_opt_parse(&k_ckpt_cli, argc - 1, argv + 1, &x, &seen);
     if (rc0 >= 0) return rc0;
     if (x.quiet) slm_progress_enable(false);
     const char *path = seen.n_positional ? seen.positional[0] : NULL, *out = x.hf;
+    const char *dest = x.gguf ? x.gguf : out;
     slm_st_dtype dt = x.dtype;
     size_t max_shard = x.max_shard;
     bool is_export = !strcmp(sub, "export");
@@ -118,8 +158,19 @@ int slm_cmd_ckpt(int argc, char **argv) {
         slm_error("ckpt: unknown subcommand \"%s\" (inspect, verify, export)", sub);
         return SLM_EXIT_USAGE;
     }
-    if (!path || (is_export && !out)) {
-        slm_error("ckpt %s: needs PATH%s", sub, is_export ? " and --hf OUT_DIR" : "");
+    if (!path || (is_export && !out == !x.gguf)) {
+        slm_error("ckpt %s: needs PATH%s", sub,
+                  is_export ? " and one of --hf OUT_DIR or --gguf OUT.gguf" : "");
+        return SLM_EXIT_USAGE;
+    }
+    if (!x.gguf && (x.overwrite || x.chat_template || seen_opt(&seen, "--type"))) {
+        slm_error("ckpt %s: --type, --overwrite and --chat-template apply to --gguf only", sub);
+        return SLM_EXIT_USAGE;
+    }
+    if (x.gguf &&
+        (x.merge_lora || seen_opt(&seen, "--dtype") || seen_opt(&seen, "--max-shard-size"))) {
+        slm_error("ckpt export: --dtype, --max-shard-size and --merge-lora apply to --hf only "
+                  "(--gguf takes --type, and merges a LoRA checkpoint's adapters)");
         return SLM_EXIT_USAGE;
     }
     if (is_export) {
@@ -137,7 +188,7 @@ int slm_cmd_ckpt(int argc, char **argv) {
             return SLM_EXIT_USAGE;
         }
         if (!st) {
-            peft = slm_model_dir_is_lora(&d) && !x.merge_lora;
+            peft = slm_model_dir_is_lora(&d) && !x.merge_lora && !x.gguf;
             d.keep_lora = peft;
             d.lora_base = x.lora_base;
             st = slm_model_dir_load_model(&d, &m);
@@ -150,6 +201,22 @@ int slm_cmd_ckpt(int argc, char **argv) {
                 st = slm_peft_export_dir(&m, d.weights_dir, base, out, dt);
                 free(abs);
                 slm_llama_free(&m);
+            } else if (!st && x.gguf) {
+                char *tpl = NULL;
+                size_t tlen = 0;
+                if (x.chat_template) st = slm_file_read_all(x.chat_template, &tpl, &tlen);
+                if (!st && tpl && (strlen(tpl) != tlen || !tlen))
+                    st = slm_fail(SLM_E_FORMAT,
+                                  "--chat-template %s: empty or holds a NUL byte (expected the "
+                                  "Jinja text)",
+                                  x.chat_template);
+                slm_gguf_export_opts go = {.tokenizer_path = d.tokenizer,
+                                           .chat_template = tpl,
+                                           .type = x.gguf_type,
+                                           .overwrite = x.overwrite};
+                if (!st) st = slm_gguf_export(&m, x.gguf, &go);
+                free(tpl);
+                slm_llama_free(&m);
             } else if (!st) {
                 st = slm_hf_export_dir(&m, d.weights_dir, d.tokenizer, out, dt, max_shard);
                 slm_llama_free(&m);
@@ -160,12 +227,12 @@ int slm_cmd_ckpt(int argc, char **argv) {
             slm_error("%s", slm_errmsg());
             rc = slm_exit_code(st);
         } else if (d.step >= 0) {
-            printf("exported step %lld to %s%s\n", (long long)d.step, out,
-                   peft           ? " (PEFT LoRA adapter)"
-                   : x.merge_lora ? " (LoRA merged)"
-                                  : "");
+            printf("exported step %lld to %s%s\n", (long long)d.step, dest,
+                   peft                                                    ? " (PEFT LoRA adapter)"
+                   : x.merge_lora || (x.gguf && slm_model_dir_is_lora(&d)) ? " (LoRA merged)"
+                                                                           : "");
         } else {
-            printf("exported %s to %s\n", path, out);
+            printf("exported %s to %s\n", path, dest);
         }
         slm_model_dir_close(&d);
         if (!stdout_written()) rc = SLM_EXIT_ERROR;

@@ -1,0 +1,418 @@
+"""`shardlm ckpt export RUN --gguf OUT.gguf` read back by the outside references (issue 23).
+
+Three small runs trained here for a few steps (byte-level BPE trained by shardlm, GQA, rope_theta
+5e5): A untied, B with tied embeddings, and C a LoRA run on B's HF export (merged by --gguf).
+Each is exported with --hf (fp32 safetensors, the reference weights) and --gguf in f32, f16,
+bf16 and q8_0; then:
+1. gguf.GGUFReader: every metadata key, its GGUF value type and value (from config.json,
+   tokenizer.json and `shardlm tokenizer info`), every tensor's name, shape (GGUF order, fastest
+   first), type (norms f32) and 32-byte aligned offset, no other key or tensor;
+2. the tensors dequantized by gguf-py, with each head's Q / K rows put back into HF's order by
+   this script (row 2i + s of a head is HF row s D/2 + i), equal to the safetensors within the
+   type's rounding bound: 0 for f32, half an ulp for f16 / bf16 (relative 2^-11 / 2^-8, f16
+   subnormals 2^-25 absolute), and for q8_0 d / 2 per element where d, the block's stored fp16
+   scale, must equal fp16(max|x| / 127) of the reference block;
+3. transformers' GGUF loader (AutoModelForCausalLM.from_pretrained(dir, gguf_file=...)): its
+   state dict (transformers undoes the Q / K order itself: an independent check of the layout)
+   equals the safetensors within the same bounds; its logits on several prompts equal, within
+   fp32 noise (1e-4 absolute + 1e-4 relative of the largest logit: the same weights in one
+   fp32 computation differ only by summation order), those of the HF-export model whose weights
+   this script rounded to the type itself (numpy f16, torch bf16, and its own q8_0 round trip),
+   the rounding being bounded per element by 2.; for f32, greedy generate() equals `shardlm
+   generate --temperature 0` id for id;
+4. the tokenizer transformers builds from the GGUF encodes tinyshakespeare lines and hostile
+   strings as `shardlm tokenizer encode --bos` (special-token text with --allow-special, as
+   transformers matches control tokens in text);
+5. the CLI: an existing OUT is refused without --overwrite and left as it was, replaced with it.
+Usage: gguf_export.py (SHARDLM_BIN, SLM_SHARED_DIR from CTest). Exit 77 naming the package when
+gguf, numpy, torch or transformers is missing.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+try:
+    import numpy as np
+    import gguf
+    from gguf import GGUFReader, GGMLQuantizationType as QT
+except ImportError as e:
+    print(f"SKIP: gguf / numpy not importable ({e})")
+    sys.exit(77)
+try:
+    import torch
+    import transformers
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from safetensors.numpy import load_file
+except ImportError as e:
+    print(f"SKIP: torch / transformers / safetensors not importable ({e})")
+    sys.exit(77)
+
+transformers.utils.logging.disable_progress_bar()
+SHARDLM = os.environ["SHARDLM_BIN"]
+CORPUS = os.path.join(os.environ["SLM_SHARED_DIR"], "data", "tinyshakespeare.txt")
+THETA = 500000.0
+TYPES = {"f32": QT.F32, "f16": QT.F16, "bf16": QT.BF16, "q8_0": QT.Q8_0}
+FTYPE = {"f32": 0, "f16": 1, "bf16": 32, "q8_0": 7}
+
+failures = 0
+
+
+def check(cond, msg):
+    global failures
+    if not cond:
+        failures += 1
+        print("  FAIL:", msg, file=sys.stderr)
+    return cond
+
+
+def run(*args, data=None, ok=True):
+    r = subprocess.run([SHARDLM, *args], input=data, capture_output=True)
+    if ok and r.returncode != 0:
+        raise RuntimeError(f"shardlm {' '.join(args)}: exit {r.returncode}: {r.stderr.decode()}")
+    return r
+
+
+# --- references ---------------------------------------------------------------------------------
+
+def f16_round(x):
+    return x.astype(np.float16).astype(np.float32)
+
+
+def bf16_round(x):
+    return torch.from_numpy(x).to(torch.bfloat16).to(torch.float32).numpy()
+
+
+def q8_0_round(x):
+    """The spec'd q8_0 round trip, written here: blocks of 32 along rows, d = fp16(max|x|/127),
+    q = round half away from zero of x / d, clamped to +-127; returns (d * q, d per block)."""
+    b = x.reshape(-1, 32).astype(np.float32)
+    d = f16_round(np.abs(b).max(axis=1) / np.float32(127))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = np.where(d[:, None] > 0, b / d[:, None], 0)
+    q = np.clip(np.sign(r) * np.floor(np.abs(r) + 0.5), -127, 127)
+    return (q * d[:, None]).reshape(x.shape).astype(np.float32), d
+
+
+def round_to(kind, x):
+    if kind == "f32" or x.ndim == 1:
+        return x
+    if kind == "f16":
+        return f16_round(x)
+    if kind == "bf16":
+        return bf16_round(x)
+    return q8_0_round(x)[0]
+
+
+def bound_ok(kind, ref, got, d=None):
+    """Elementwise |got - ref| within the type's rounding bound; (ok, worst excess)."""
+    err = np.abs(got.astype(np.float64) - ref.astype(np.float64))
+    if kind == "f32" or ref.ndim == 1:
+        lim = np.zeros_like(err)
+    elif kind == "f16":
+        lim = np.maximum(np.abs(ref) * 2.0 ** -11, 2.0 ** -25)
+    elif kind == "bf16":
+        lim = np.abs(ref) * 2.0 ** -8
+    else:
+        lim = np.repeat(d.astype(np.float64) / 2, 32).reshape(ref.shape)
+    return bool((err <= lim).all()), float((err - lim).max())
+
+
+def unpermute(w, heads):
+    """HF row order from llama.cpp's: each head's row 2i + s holds HF row s D/2 + i."""
+    rows = w.shape[0]
+    D = rows // heads
+    out = np.empty_like(w)
+    for h in range(heads):
+        for j in range(D):
+            out[h * D + (j % 2) * (D // 2) + j // 2] = w[h * D + j]
+    return out
+
+
+HF_OF = {"attn_norm": "input_layernorm", "attn_q": "self_attn.q_proj", "attn_k":
+         "self_attn.k_proj", "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj",
+         "ffn_norm": "post_attention_layernorm", "ffn_gate": "mlp.gate_proj", "ffn_up":
+         "mlp.up_proj", "ffn_down": "mlp.down_proj"}
+
+
+def hf_name(g):
+    if g == "token_embd.weight":
+        return "model.embed_tokens.weight"
+    if g == "output_norm.weight":
+        return "model.norm.weight"
+    if g == "output.weight":
+        return "lm_head.weight"
+    _, l, part, _ = g.split(".")
+    return f"model.layers.{l}.{HF_OF[part]}.weight"
+
+
+# --- checks ------------------------------------------------------------------------------------
+
+def field_value(f):
+    return f.contents()
+
+
+def check_file(label, path, kind, cfg, tok_json, info, st):
+    r = GGUFReader(path)
+    V = gguf.GGUFValueType
+    L, H, KV = cfg["num_hidden_layers"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    C = cfg["hidden_size"]
+    vocab = tok_json["model"]["vocab"]
+    added = {t["id"]: t for t in tok_json.get("added_tokens", [])}
+    n_ids = max(list(vocab.values()) + list(added)) + 1
+    tokens = [None] * n_ids
+    for s, i in vocab.items():
+        tokens[i] = s
+    for i, t in added.items():
+        tokens[i] = t["content"]
+    types = [3 if i in added and added[i]["special"] else 4 if i in added else 1
+             for i in range(n_ids)]
+    merges = [m if isinstance(m, str) else " ".join(m) for m in tok_json["model"]["merges"]]
+    want = {
+        "general.architecture": (V.STRING, "llama"),
+        "general.name": (V.STRING, "shardlm export"),
+        "general.alignment": (V.UINT32, 32),
+        "general.file_type": (V.UINT32, FTYPE[kind]),
+        "general.quantization_version": (V.UINT32, 2),
+        "llama.vocab_size": (V.UINT32, cfg["vocab_size"]),
+        "llama.context_length": (V.UINT32, cfg["max_position_embeddings"]),
+        "llama.embedding_length": (V.UINT32, C),
+        "llama.block_count": (V.UINT32, L),
+        "llama.feed_forward_length": (V.UINT32, cfg["intermediate_size"]),
+        "llama.attention.head_count": (V.UINT32, H),
+        "llama.attention.head_count_kv": (V.UINT32, KV),
+        "llama.rope.dimension_count": (V.UINT32, C // H),
+        "llama.rope.freq_base": (V.FLOAT32, np.float32(cfg["rope_theta"])),
+        "llama.attention.layer_norm_rms_epsilon": (V.FLOAT32, np.float32(cfg["rms_norm_eps"])),
+        "tokenizer.ggml.model": (V.STRING, "gpt2"),
+        "tokenizer.ggml.pre": (V.STRING, "gpt-2"),
+        "tokenizer.ggml.tokens": ([V.ARRAY, V.STRING], tokens),
+        "tokenizer.ggml.token_type": ([V.ARRAY, V.INT32], types),
+        "tokenizer.ggml.merges": ([V.ARRAY, V.STRING], merges),
+        "tokenizer.ggml.bos_token_id": (V.UINT32, int(info["bos_id"])),
+        "tokenizer.ggml.eos_token_id": (V.UINT32, int(info["eos_id"])),
+        "tokenizer.ggml.padding_token_id": (V.UINT32, int(info["pad_id"])),
+        "tokenizer.ggml.add_bos_token": (V.BOOL, True),
+        "tokenizer.ggml.add_eos_token": (V.BOOL, False),
+    }
+    got_keys = [k for k in r.fields if not k.startswith("GGUF.")]
+    check(sorted(got_keys) == sorted(want), f"{label}: keys {sorted(set(got_keys) ^ set(want))} "
+          "differ from the expected set")
+    for k, (ty, val) in want.items():
+        f = r.fields.get(k)
+        if f is None:
+            continue
+        tys = f.types if isinstance(ty, list) else f.types[:1]
+        check(tys == (ty if isinstance(ty, list) else [ty]), f"{label}: {k} types {f.types}")
+        v = field_value(f)
+        check(v == val, f"{label}: {k} = {str(v)[:80]} expected {str(val)[:80]}")
+    check(int(field_value(r.fields["GGUF.version"])) == 3, f"{label}: version")
+    # tensors
+    names = ["token_embd.weight"]
+    for l in range(L):
+        names += [f"blk.{l}.{p}.weight" for p in HF_OF]
+    names.append("output_norm.weight")
+    if not cfg.get("tie_word_embeddings", False):
+        names.append("output.weight")
+    check(sorted(t.name for t in r.tensors) == sorted(names),
+          f"{label}: tensors {sorted(t.name for t in r.tensors)}")
+    worst = 0.0
+    for t in r.tensors:
+        ref = st[hf_name(t.name)]
+        check(t.data_offset % 32 == 0, f"{label}: {t.name} at unaligned offset {t.data_offset}")
+        check(list(t.shape) == list(reversed(ref.shape)),
+              f"{label}: {t.name} shape {list(t.shape)} vs HF {list(ref.shape)}")
+        want_t = QT.F32 if ref.ndim == 1 else TYPES[kind]
+        check(t.tensor_type == want_t, f"{label}: {t.name} type {t.tensor_type.name}")
+        x = gguf.quants.dequantize(t.data, t.tensor_type).reshape(ref.shape)
+        d = None
+        if t.tensor_type == QT.Q8_0:
+            raw = np.asarray(t.data).reshape(-1, 34)
+            d = raw[:, :2].copy().view(np.float16).astype(np.float32).reshape(-1)
+        heads = H if ".attn_q." in t.name else KV if ".attn_k." in t.name else 0
+        if heads:
+            x = unpermute(x, heads)
+            if d is not None:
+                d = unpermute(d.reshape(ref.shape[0], -1), heads).reshape(-1)
+        if d is not None:
+            _, dref = q8_0_round(ref)
+            check(np.array_equal(d, dref), f"{label}: {t.name}: q8_0 scales differ from "
+                  "fp16(max|x|/127)")
+        ok, excess = bound_ok(kind, ref, x, d)
+        worst = max(worst, excess)
+        check(ok, f"{label}: {t.name}: dequantized values outside the {kind} bound by {excess}")
+    print(f"{label}: {len(got_keys)} keys, {len(r.tensors)} tensors within the {kind} bound",
+          file=sys.stderr)
+    return r
+
+
+def logits(model, ids):
+    with torch.no_grad():
+        return model(torch.tensor([ids])).logits[0].numpy()
+
+
+def check_transformers(label, gguf_path, kind, hf_dir, st, prompts_ids, cfg, run_dir=None,
+                       prompts=()):
+    d, name = os.path.split(gguf_path)
+    m = AutoModelForCausalLM.from_pretrained(d, gguf_file=name, dtype=torch.float32)
+    m.eval()
+    c = m.config
+    check((c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads, c.hidden_size,
+           c.intermediate_size, c.vocab_size) ==
+          (cfg["num_hidden_layers"], cfg["num_attention_heads"], cfg["num_key_value_heads"],
+           cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]),
+          f"{label}: transformers config {c}")
+    rp = getattr(c, "rope_parameters", None) or {}
+    theta = rp.get("rope_theta", getattr(c, "rope_theta", None))
+    check(theta is not None and abs(theta - cfg["rope_theta"]) < 1e-3, f"{label}: theta {theta}")
+    check(bool(c.tie_word_embeddings) == bool(cfg.get("tie_word_embeddings", False)),
+          f"{label}: tie_word_embeddings {c.tie_word_embeddings}")
+    sd = {k: v.numpy() for k, v in m.state_dict().items()}
+    ref = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32)
+    ref.eval()
+    rsd = ref.state_dict()
+    for k, w in st.items():
+        rounded = round_to(kind, w)
+        dd = q8_0_round(w)[1] if kind == "q8_0" and w.ndim == 2 else None
+        ok, excess = bound_ok(kind, w, sd[k], dd)
+        check(ok, f"{label}: transformers' {k} outside the {kind} bound by {excess}")
+        rsd[k].copy_(torch.from_numpy(rounded))
+    worst = 0.0
+    for ids in prompts_ids:
+        a, b = logits(m, ids), logits(ref, ids)
+        err = float(np.abs(a - b).max())
+        lim = 1e-4 + 1e-4 * float(np.abs(b).max())
+        worst = max(worst, err)
+        check(err <= lim, f"{label}: logits differ by {err} (bound {lim}) on {len(ids)} ids")
+    print(f"{label}: transformers {transformers.__version__} GGUF model: weights within the "
+          f"{kind} bound, logits max |diff| {worst:.3g} vs the {kind}-rounded reference",
+          file=sys.stderr)
+    if run_dir is not None:
+        for text, ids in zip(prompts, prompts_ids):
+            with torch.no_grad():
+                out = m.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids),
+                                 dtype=torch.long), do_sample=False, max_new_tokens=16,
+                                 pad_token_id=cfg["pad"])
+            hf_new = out[0, len(ids):].tolist()
+            r = run("generate", "--model", run_dir, "--prompt", text, "--max-new", "16",
+                    "--temperature", "0", "--stop-at-eos", "--ids", "--threads", "2")
+            # --ids prints the prompt's ids (BOS included) and then the new ones
+            got = [int(x) for x in r.stderr.decode().strip().splitlines()[-1].split()]
+            check(got[:len(ids)] == ids, f"{label}: generate's prompt ids {got[:len(ids)]}")
+            slm = got[len(ids):]
+            check(slm == hf_new, f"{label}: greedy transformers {hf_new} vs shardlm {slm}")
+
+
+def check_tokenizer(label, gguf_path, tok_path, texts):
+    d, name = os.path.split(gguf_path)
+    t = AutoTokenizer.from_pretrained(d, gguf_file=name)
+    n = 0
+    for s in texts:
+        special = "<|" in s
+        args = ["tokenizer", "encode", "--tokenizer", tok_path, "--bos", "--whole"]
+        if special:
+            args.append("--allow-special")
+        ref = [int(x) for x in run(*args, data=s.encode()).stdout.split()]
+        got = t(s)["input_ids"]
+        n += len(ref)
+        if not check(got == ref, f"{label}: GGUF tokenizer({s[:40]!r}) = {got[:12]} vs shardlm "
+                                 f"{ref[:12]}"):
+            break
+    print(f"{label}: tokenizer from the GGUF: {len(texts)} texts, {n} ids equal", file=sys.stderr)
+
+
+def train(w, name, cfg, extra=()):
+    p = os.path.join(w, name + ".json")
+    with open(p, "w") as f:
+        json.dump({k: v for k, v in cfg.items() if k != "pad"}, f)
+    rd = os.path.join(w, name)
+    run("train", "--data", os.path.join(w, "data"), "--model", p, "--batch", "8", "--seq", "64",
+        "--lr", "1e-2", "--seed", "2", "--threads", "2", "--peak-gflops", "10", "--log-every",
+        "0", "--steps", "30", "--out", rd, *extra)
+    return rd
+
+
+def main():
+    w = tempfile.mkdtemp(prefix="slm_gguf_out_")
+    text = open(CORPUS, encoding="utf-8").read()
+    with open(os.path.join(w, "corpus.txt"), "w", encoding="utf-8") as f:
+        f.write(text[:100000])
+    tok_path = os.path.join(w, "tokenizer.json")
+    run("tokenizer", "train", "--input", os.path.join(w, "corpus.txt"), "--vocab-size", "300",
+        "--out", tok_path, "--quiet")
+    run("prep", "--tokenizer", tok_path, "--input", os.path.join(w, "corpus.txt"), "--out",
+        os.path.join(w, "data"), "--val-fraction", "0.1", "--workers", "1", "--quiet")
+    tok_json = json.load(open(tok_path))
+    info = dict(l.split(": ", 1) for l in run("tokenizer", "info", "--tokenizer", tok_path)
+                .stdout.decode().splitlines() if ": " in l)
+    base = {"vocab_size": 300, "hidden_size": 64, "intermediate_size": 128,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "max_position_embeddings": 128, "rope_theta": THETA, "rms_norm_eps": 1e-5,
+            "pad": int(info["pad_id"])}
+    cfg_a = dict(base, tie_word_embeddings=False)
+    cfg_b = dict(base, tie_word_embeddings=True)
+    run_a = train(w, "run_a", cfg_a)
+    run_b = train(w, "run_b", cfg_b)
+    hf_a, hf_b = os.path.join(w, "hf_a"), os.path.join(w, "hf_b")
+    run("ckpt", "export", run_a, "--hf", hf_a)
+    run("ckpt", "export", run_b, "--hf", hf_b)
+    run_c = os.path.join(w, "run_c")
+    run("train", "--data", os.path.join(w, "data"), "--model", os.path.join(hf_b, "config.json"),
+        "--init-from-hf", hf_b, "--lora-rank", "4",
+        "--batch", "8", "--seq", "64", "--lr", "1e-2", "--seed", "3", "--threads", "2",
+        "--peak-gflops", "10", "--log-every", "0", "--steps", "10", "--out", run_c)
+    hf_c = os.path.join(w, "hf_c")
+    run("ckpt", "export", run_c, "--hf", hf_c, "--merge-lora")
+
+    lines = [l for l in text[200000:230000].split("\n") if l][:100]
+    hostile = ["", " ", "ROMEO:", "  leading and trailing  ", "tabs\tand\r\nCRLF\n\n",
+               "emoji \U0001F680 Hello", "CJK \u4f60\u597d \u3053\u3093\u306b\u3061\u306f",
+               "combining e\u0301\u0303", "NUL \x00 byte", "I'm DON'T we'll 12345 3.14",
+               "<|bos|> special", "a" + " " * 300 + "b", "\u2028\u00a0\u3000"]
+    prompts = ["ROMEO:\nWhat light", "First Citizen:\nWe are accounted poor citizens",
+               "\U0001F680 x", text[250000:250400]]
+    prompts_ids = [[int(x) for x in run("tokenizer", "encode", "--tokenizer", tok_path, "--bos",
+                                        "--whole", data=p.encode()).stdout.split()][:120]
+                   for p in prompts]
+
+    for label, rd, hf, cfg in (("A untied", run_a, hf_a, cfg_a), ("B tied", run_b, hf_b, cfg_b),
+                               ("C LoRA merged", run_c, hf_c, cfg_b)):
+        st = load_file(os.path.join(hf, "model.safetensors"))
+        for kind in TYPES:
+            out = os.path.join(w, "gguf", f"{os.path.basename(rd)}_{kind}.gguf")
+            r = run("ckpt", "export", rd, "--gguf", out, "--type", kind, "--quiet")
+            if label.startswith("C"):
+                check(b"LoRA merged" in r.stdout, f"{label}: stdout {r.stdout!r}")
+            check_file(f"{label} {kind}", out, kind, cfg, tok_json, info, st)
+            check_transformers(f"{label} {kind}", out, kind, hf, st, prompts_ids, cfg,
+                               run_dir=rd if kind == "f32" else None, prompts=prompts[:3])
+            if kind == "f32" and label.startswith("A"):
+                check_tokenizer(label, out, tok_path, lines + hostile)
+
+    # 5. the CLI: no silent overwrite
+    out = os.path.join(w, "gguf", "run_a_f32.gguf")
+    before = open(out, "rb").read()
+    r = run("ckpt", "export", run_a, "--gguf", out, "--type", "q8_0", ok=False)
+    check(r.returncode == 1 and b"--overwrite" in r.stderr and open(out, "rb").read() == before,
+          f"existing OUT: exit {r.returncode} {r.stderr[-200:]!r}")
+    r = run("ckpt", "export", run_a, "--gguf", out, "--type", "q8_0", "--overwrite")
+    check(GGUFReader(out).fields["general.file_type"].contents() == 7, "--overwrite: not replaced")
+    check(not [f for f in os.listdir(os.path.dirname(out)) if f.startswith(".")],
+          "a temp file was left beside OUT")
+    r = run("ckpt", "export", run_a, "--gguf", w, ok=False)
+    check(r.returncode == 2 and b"is a directory" in r.stderr,
+          f"OUT a directory: exit {r.returncode} {r.stderr[-200:]!r}")
+    r = run("ckpt", "export", run_a, "--gguf", out + "2", "--type", "q4", ok=False)
+    check(r.returncode == 2 and b"q8_0" in r.stderr, f"--type q4: exit {r.returncode}")
+    r = run("ckpt", "export", run_a, "--gguf", out + "2", "--hf", hf_a, ok=False)
+    check(r.returncode == 2, f"--gguf with --hf: exit {r.returncode}")
+
+    subprocess.run(["rm", "-rf", w])
+    print(f"{'FAILED' if failures else 'OK'}: {failures} failures")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
