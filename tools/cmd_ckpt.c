@@ -9,6 +9,8 @@
 #include <string.h>
 
 #include "ckpt/ckpt.h"
+#include "data/data.h"
+#include "tokenizer/tokenizer.h"
 #include "train/train.h"
 
 typedef struct ckpt_args {
@@ -57,8 +59,10 @@ static const slm_opt k_ckpt_opts[] = {
     {.name = "--chat-template",
      .type = SLM_OPT_STRING,
      .off = offsetof(ckpt_args, chat_template),
-     .meta = "FILE.jinja",
-     .help = "export --gguf: the Jinja chat template to store as tokenizer.chat_template"},
+     .meta = "T",
+     .help = "export --gguf: the chat template stored as tokenizer.chat_template: llama2, "
+             "llama3 or a template file (as prep --chat-template; written as Jinja), or a "
+             "FILE.jinja stored as it is"},
     {.name = "--dtype",
      .type = SLM_OPT_CUSTOM,
      .off = offsetof(ckpt_args, dtype),
@@ -102,7 +106,7 @@ static const slm_cli k_ckpt_cli = {
         "                                      [--max-shard-size SIZE] [--merge-lora]\n"
         "                                      [--lora-base DIR] [--quiet]\n"
         "       shardlm ckpt export PATH --gguf OUT.gguf [--type f32|f16|bf16|q8_0]\n"
-        "                                      [--chat-template FILE.jinja] [--overwrite]\n"
+        "                                      [--chat-template T] [--overwrite]\n"
         "                                      [--lora-base DIR] [--quiet]\n"
         "PATH: a step directory, RUN_DIR/checkpoints or RUN_DIR (inspect / verify: the\n"
         "checkpoint `latest` names; export: the newest one that verifies); export also\n"
@@ -118,6 +122,33 @@ static const slm_cli k_ckpt_cli = {
     .footer = "\nexit codes: 0 ok, 1 runtime error (bad checkpoint, I/O), 2 usage error\n",
     .max_positional = 1,
 };
+
+// The Jinja text of --chat-template T for a GGUF: a FILE.jinja as it is, else a shardlm template
+// (llama2, llama3, a template file) checked against the tokenizer and written as Jinja.
+static slm_status gguf_chat_template(const char *spec, const char *tok_path, char **out) {
+    *out = NULL;
+    size_t n = strlen(spec), len = 0;
+    if (n > 6 && !strcmp(spec + n - 6, ".jinja")) {
+        slm_status st = slm_file_read_all(spec, out, &len);
+        if (!st && (strlen(*out) != len || !len)) {
+            free(*out);
+            *out = NULL;
+            st = slm_fail(SLM_E_FORMAT,
+                          "--chat-template %s: empty or holds a NUL byte (expected Jinja text)",
+                          spec);
+        }
+        return st;
+    }
+    slm_chat_template *t = NULL;
+    slm_tokenizer *tok = NULL;
+    slm_status st = slm_chat_template_load(spec, &t);
+    if (!st && tok_path) st = slm_tokenizer_load(tok_path, &tok);
+    if (!st && tok) st = slm_chat_template_check(t, tok);
+    if (!st) *out = slm_chat_template_to_jinja(t);
+    slm_tokenizer_free(tok);
+    slm_chat_template_free(t);
+    return st;
+}
 
 // Whether option `name` was given on the command line.
 static bool seen_opt(const slm_opt_seen *seen, const char *name) {
@@ -203,13 +234,7 @@ int slm_cmd_ckpt(int argc, char **argv) {
                 slm_llama_free(&m);
             } else if (!st && x.gguf) {
                 char *tpl = NULL;
-                size_t tlen = 0;
-                if (x.chat_template) st = slm_file_read_all(x.chat_template, &tpl, &tlen);
-                if (!st && tpl && (strlen(tpl) != tlen || !tlen))
-                    st = slm_fail(SLM_E_FORMAT,
-                                  "--chat-template %s: empty or holds a NUL byte (expected the "
-                                  "Jinja text)",
-                                  x.chat_template);
+                if (x.chat_template) st = gguf_chat_template(x.chat_template, d.tokenizer, &tpl);
                 slm_gguf_export_opts go = {.tokenizer_path = d.tokenizer,
                                            .chat_template = tpl,
                                            .type = x.gguf_type,

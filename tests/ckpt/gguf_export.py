@@ -20,7 +20,9 @@ bf16 and q8_0; then:
    this script rounded to the type itself (numpy f16, torch bf16, and its own q8_0 round trip),
    the rounding being bounded per element by 2.; for f32, greedy generate() equals `shardlm
    generate --temperature 0` id for id;
-4. the tokenizer transformers builds from the GGUF encodes tinyshakespeare lines and hostile
+4. --chat-template (llama2, llama3, a template file) is stored as Jinja that transformers'
+   apply_chat_template renders to the ids `shardlm generate --chat` prompts with, a FILE.jinja
+   as it is; the tokenizer transformers builds from the GGUF encodes tinyshakespeare lines and hostile
    strings as `shardlm tokenizer encode --bos` (special-token text with --allow-special, as
    transformers matches control tokens in text);
 5. the CLI: an existing OUT is refused without --overwrite and left as it was, replaced with it.
@@ -323,6 +325,49 @@ def check_tokenizer(label, gguf_path, tok_path, texts):
     print(f"{label}: tokenizer from the GGUF: {len(texts)} texts, {n} ids equal", file=sys.stderr)
 
 
+def check_chat(w, run_dir, tok_path):
+    """--chat-template: llama2, llama3 and a template file written as Jinja, rendered by
+    transformers (apply_chat_template of the GGUF's tokenizer) to the ids `shardlm generate
+    --chat` prompts with; a FILE.jinja stored byte for byte."""
+    tpl = os.path.join(w, "tpl.json")
+    with open(tpl, "w") as f:
+        json.dump({"begin": "<|begin_of_text|>", "system": "System: {content}\n\n",
+                   "user": "User: {content}\n", "assistant": "Bot:{content}<|eot_id|>\n",
+                   "trim": False}, f)
+    jin = os.path.join(w, "own.jinja")
+    with open(jin, "w") as f:
+        f.write("{% for m in messages %}{{ m['content'] }}\n{% endfor %}")
+    convs = [(None, "Hi there"), ("Be brief. 'Quote' \\ back", "  What light\tthrough yonder?  ")]
+    for spec in ("llama2", "llama3", tpl, jin):
+        out = os.path.join(w, "gguf", f"chat_{os.path.basename(spec)}.gguf")
+        run("ckpt", "export", run_dir, "--gguf", out, "--type", "f16", "--chat-template", spec,
+            "--quiet")
+        r = GGUFReader(out)
+        f = r.fields.get("tokenizer.chat_template")
+        if not check(f is not None, f"--chat-template {spec}: no tokenizer.chat_template"):
+            continue
+        if spec == jin:
+            check(f.contents() == open(jin).read(), "FILE.jinja not stored as it is")
+            continue
+        d, name = os.path.split(out)
+        t = AutoTokenizer.from_pretrained(d, gguf_file=name)
+        for system, user in convs:
+            msgs = ([{"role": "system", "content": system}] if system else []) + \
+                   [{"role": "user", "content": user}]
+            got = t.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True)
+            if isinstance(got, dict) or hasattr(got, "input_ids"):
+                got = got["input_ids"]
+            args = ["generate", "--model", run_dir, "--chat", spec, "--prompt", user,
+                    "--max-new", "0", "--ids", "--temperature", "0"]
+            if system:
+                args += ["--system", system]
+            ref = [int(x) for x in run(*args).stderr.decode().strip().splitlines()[-1].split()]
+            check(list(got) == ref, f"--chat-template {os.path.basename(spec)}: transformers "
+                  f"renders {list(got)[:40]} vs shardlm generate --chat {ref[:40]}")
+    print(f"chat templates: llama2, llama3, a template file and a .jinja checked",
+          file=sys.stderr)
+
+
 def train(w, name, cfg, extra=()):
     p = os.path.join(w, name + ".json")
     with open(p, "w") as f:
@@ -341,7 +386,8 @@ def main():
         f.write(text[:100000])
     tok_path = os.path.join(w, "tokenizer.json")
     run("tokenizer", "train", "--input", os.path.join(w, "corpus.txt"), "--vocab-size", "300",
-        "--out", tok_path, "--quiet")
+        "--out", tok_path, "--quiet", "--special", "<|begin_of_text|>,<|end_of_text|>,<|pad|>,"
+        "<|eot_id|>,<|start_header_id|>,<|end_header_id|>")
     run("prep", "--tokenizer", tok_path, "--input", os.path.join(w, "corpus.txt"), "--out",
         os.path.join(w, "data"), "--val-fraction", "0.1", "--workers", "1", "--quiet")
     tok_json = json.load(open(tok_path))
@@ -370,7 +416,7 @@ def main():
     hostile = ["", " ", "ROMEO:", "  leading and trailing  ", "tabs\tand\r\nCRLF\n\n",
                "emoji \U0001F680 Hello", "CJK \u4f60\u597d \u3053\u3093\u306b\u3061\u306f",
                "combining e\u0301\u0303", "NUL \x00 byte", "I'm DON'T we'll 12345 3.14",
-               "<|bos|> special", "a" + " " * 300 + "b", "\u2028\u00a0\u3000"]
+               "<|begin_of_text|> special <|eot_id|>", "a" + " " * 300 + "b", "\u2028\u00a0\u3000"]
     prompts = ["ROMEO:\nWhat light", "First Citizen:\nWe are accounted poor citizens",
                "\U0001F680 x", text[250000:250400]]
     prompts_ids = [[int(x) for x in run("tokenizer", "encode", "--tokenizer", tok_path, "--bos",
@@ -390,6 +436,8 @@ def main():
                                run_dir=rd if kind == "f32" else None, prompts=prompts[:3])
             if kind == "f32" and label.startswith("A"):
                 check_tokenizer(label, out, tok_path, lines + hostile)
+
+    check_chat(w, run_a, tok_path)
 
     # 5. the CLI: no silent overwrite
     out = os.path.join(w, "gguf", "run_a_f32.gguf")
