@@ -157,6 +157,13 @@ static slm_status tokenizer_kvs(kvbuf *kv, const slm_tokenizer *t, int32_t V, co
     kv_bool(kv, SLM_GGUF_KEY_TOK_ADD_BOS, ids[0] >= 0);
     kv_bool(kv, SLM_GGUF_KEY_TOK_ADD_EOS, false);
     if (spm) kv_bool(kv, "tokenizer.ggml.add_space_prefix", slm_tokenizer_adds_space_prefix(t));
+    // GGUF has no key for it: llama.cpp (and transformers' GGUF tokenizer) keep every space
+    if (slm_tokenizer_removes_extra_spaces(t))
+        slm_warn("export --gguf: tokenizer %s collapses runs of spaces "
+                 "(normalizer remove_extra_whitespaces), which a GGUF cannot record: llama.cpp "
+                 "will encode text with repeated, leading or trailing spaces into other ids "
+                 "than shardlm",
+                 path);
     return SLM_OK;
 }
 

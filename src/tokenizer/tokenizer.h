@@ -155,5 +155,8 @@ bool slm_tokenizer_ignores_merges(const slm_tokenizer *t);
 // Whether a SentencePiece model prepends a space (normalizer add_dummy_prefix); false for
 // byte-level BPE.
 bool slm_tokenizer_adds_space_prefix(const slm_tokenizer *t);
+// Whether a SentencePiece model collapses runs of spaces and strips them at the ends
+// (normalizer remove_extra_whitespaces); false for byte-level BPE.
+bool slm_tokenizer_removes_extra_spaces(const slm_tokenizer *t);
 
 #endif

@@ -48,6 +48,10 @@ bool slm_tokenizer_adds_space_prefix(const slm_tokenizer *t) {
     return t->type == SLM_TOK_SPM_BPE && ((const spm_model *)t->impl)->add_dummy_prefix;
 }
 
+bool slm_tokenizer_removes_extra_spaces(const slm_tokenizer *t) {
+    return t->type == SLM_TOK_SPM_BPE && ((const spm_model *)t->impl)->remove_extra_ws;
+}
+
 const char *slm_tokenizer_gpt2_regex(void) {
     return slm_bpe_gpt2_regex;
 }

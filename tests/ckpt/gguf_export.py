@@ -368,6 +368,166 @@ def check_chat(w, run_dir, tok_path):
           file=sys.stderr)
 
 
+def llama3_divisors(theta, D, factor, lo, hi, old_ctx):
+    """Llama 3.1's per-frequency divisor (inv_freq / scaled inv_freq), from Meta's reference
+    apply_scaling: high frequencies kept, low ones slowed by factor, a blend in between."""
+    out = []
+    for i in range(0, D, 2):
+        f = 1.0 / theta ** (i / D)
+        wl = 2 * np.pi / f
+        if wl < old_ctx / hi:
+            g = f
+        elif wl > old_ctx / lo:
+            g = f / factor
+        else:
+            sm = (old_ctx / wl - lo) / (hi - lo)
+            g = (1 - sm) * f / factor + sm * f
+        out.append(f / g)
+    return np.array(out)
+
+
+def check_shapes_run(w, tok_path, info):
+    """A config off the common path: hidden 48 (q8_0 falls back to f16 for rows of 48), head_dim
+    16 with 4 heads (key_length / value_length), Llama 3.1 RoPE scaling (rope_freqs.weight), and
+    a linear-scaled one (rope.scaling.* keys)."""
+    cfg = {"vocab_size": 300, "hidden_size": 48, "intermediate_size": 64,
+           "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2,
+           "head_dim": 16, "max_position_embeddings": 128, "rope_theta": 10000.0,
+           "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                            "high_freq_factor": 4.0, "original_max_position_embeddings": 32}}
+    rd = train(w, "run_d", cfg)
+    hf = os.path.join(w, "hf_d")
+    run("ckpt", "export", rd, "--hf", hf)
+    st = load_file(os.path.join(hf, "model.safetensors"))
+    out = os.path.join(w, "gguf", "run_d_q8_0.gguf")
+    r = run("ckpt", "export", rd, "--gguf", out, "--type", "q8_0")
+    check(b"written as f16" in r.stderr, f"no f16 fallback warning: {r.stderr[-300:]!r}")
+    g = GGUFReader(out)
+    for k, v in (("llama.rope.dimension_count", 16), ("llama.attention.key_length", 16),
+                 ("llama.attention.value_length", 16), ("llama.embedding_length", 48)):
+        f = g.fields.get(k)
+        check(f is not None and f.contents() == v, f"run D: {k} = {f and f.contents()}")
+    check("llama.rope.scaling.type" not in g.fields, "run D: llama3 scaling as keys")
+    t = {x.name: x for x in g.tensors}
+    fr = t.get("rope_freqs.weight")
+    if check(fr is not None and fr.tensor_type == QT.F32 and list(fr.shape) == [8],
+             "run D: rope_freqs.weight missing or not f32 [8]"):
+        ref = llama3_divisors(10000.0, 16, 8.0, 1.0, 4.0, 32)
+        got = np.asarray(fr.data, dtype=np.float64)
+        check(np.allclose(got, ref, rtol=1e-6, atol=0), f"rope_freqs {got} vs {ref}")
+    for name, ty in (("blk.0.attn_q.weight", QT.F16), ("blk.0.ffn_down.weight", QT.Q8_0),
+                     ("blk.0.attn_output.weight", QT.Q8_0), ("token_embd.weight", QT.F16)):
+        check(t[name].tensor_type == ty, f"run D: {name} {t[name].tensor_type.name}, want {ty.name}")
+        x = gguf.quants.dequantize(t[name].data, t[name].tensor_type)
+        ref = st[hf_name(name)]
+        x = x.reshape(ref.shape)
+        if ".attn_q." in name:
+            x = unpermute(x, 4)
+        kind = "f16" if ty == QT.F16 else "q8_0"
+        ok, ex = bound_ok(kind, ref, x, q8_0_round(ref)[1] if kind == "q8_0" else None)
+        check(ok, f"run D: {name} outside the {kind} bound by {ex}")
+    cfg_l = dict(cfg, rope_scaling={"rope_type": "linear", "factor": 2.0})
+    rl = train(w, "run_l", cfg_l)
+    out = os.path.join(w, "gguf", "run_l.gguf")
+    run("ckpt", "export", rl, "--gguf", out, "--type", "f32", "--quiet")
+    g = GGUFReader(out)
+    f1, f2 = g.fields.get("llama.rope.scaling.type"), g.fields.get("llama.rope.scaling.factor")
+    check(f1 is not None and f1.contents() == "linear" and f2 is not None and
+          f2.contents() == 2.0 and "rope_freqs.weight" not in [x.name for x in g.tensors],
+          "run L: linear scaling keys")
+    print("run D / L: head_dim, f16 fallback, llama3 rope_freqs, linear scaling keys checked",
+          file=sys.stderr)
+
+
+def check_spm(w, text, hostile):
+    """A SentencePiece tokenizer.model run: tokenizer.ggml.model "llama" with scores and types
+    read back equal to the model's (sentencepiece's own reader), and the tokenizer transformers
+    builds from the GGUF encodes as shardlm does."""
+    try:
+        import sentencepiece as spm
+    except ImportError:
+        print("spm: sentencepiece not importable, SentencePiece export not checked",
+              file=sys.stderr)
+        return
+    d = os.path.join(w, "spm")
+    os.makedirs(d)
+    spm.SentencePieceTrainer.train(
+        input=os.path.join(w, "corpus.txt"), model_prefix=os.path.join(d, "sp"),
+        vocab_size=400, model_type="bpe", byte_fallback=True, minloglevel=2,
+        normalization_rule_name="identity", remove_extra_whitespaces=False)
+    tok_path = os.path.join(d, "tokenizer.model")
+    os.rename(os.path.join(d, "sp.model"), tok_path)
+    run("prep", "--tokenizer", tok_path, "--input", os.path.join(w, "corpus.txt"), "--out",
+        os.path.join(d, "data"), "--val-fraction", "0.1", "--workers", "1", "--quiet")
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump({"vocab_size": 400, "hidden_size": 32, "intermediate_size": 64,
+                   "num_hidden_layers": 1, "num_attention_heads": 4,
+                   "max_position_embeddings": 64}, f)
+    rd = os.path.join(d, "run")
+    run("train", "--data", os.path.join(d, "data"), "--model", os.path.join(d, "config.json"),
+        "--batch", "2", "--seq", "32", "--steps", "2", "--threads", "2", "--peak-gflops", "10",
+        "--log-every", "0", "--out", rd)
+    out = os.path.join(d, "gguf", "spm.gguf")  # alone: from_pretrained(dir) prefers tokenizer.model
+    run("ckpt", "export", rd, "--gguf", out, "--type", "f32", "--quiet")
+    g = GGUFReader(out)
+    sp = spm.SentencePieceProcessor(model_file=tok_path)
+    n = sp.get_piece_size()
+    toks = g.fields["tokenizer.ggml.tokens"].contents()
+    scores = g.fields["tokenizer.ggml.scores"].contents()
+    types = g.fields["tokenizer.ggml.token_type"].contents()
+    kind = [1] * n
+    for i in range(n):
+        kind[i] = (2 if sp.is_unknown(i) else 3 if sp.is_control(i) else 5 if sp.is_unused(i)
+                   else 6 if sp.is_byte(i) else 1)
+    check(g.fields["tokenizer.ggml.model"].contents() == "llama", "spm: tokenizer.ggml.model")
+    check("tokenizer.ggml.merges" not in g.fields and "tokenizer.ggml.pre" not in g.fields,
+          "spm: merges / pre written for a SentencePiece model")
+    check(toks == [sp.id_to_piece(i) for i in range(n)], "spm: tokens")
+    check(np.array_equal(np.float32(scores), np.float32([sp.get_score(i) for i in range(n)])),
+          "spm: scores")
+    check(types == kind, f"spm: token types {types[:8]} vs {kind[:8]}")
+    for k, v in (("tokenizer.ggml.bos_token_id", sp.bos_id()), ("tokenizer.ggml.eos_token_id",
+                 sp.eos_id()), ("tokenizer.ggml.unknown_token_id", sp.unk_id()),
+                 ("tokenizer.ggml.add_space_prefix", True), ("tokenizer.ggml.add_bos_token",
+                                                               True)):
+        check(k in g.fields and g.fields[k].contents() == v, f"spm: {k}")
+    dd, name = os.path.split(out)
+    t = AutoTokenizer.from_pretrained(dd, gguf_file=name)
+    # transformers' Metaspace prepends no "\u2581" to text that starts with a space, where
+    # sentencepiece (and llama.cpp with add_space_prefix) always prepends one: such texts are
+    # transformers' own divergence, left out
+    texts = [x for x in [l for l in text[300000:330000].split("\n") if l][:100] + hostile
+             if "<|" not in x and not x.startswith(" ")]
+    m = 0
+    for s in texts:
+        ref = [int(x) for x in run("tokenizer", "encode", "--tokenizer", tok_path, "--bos",
+                                   "--whole", data=s.encode()).stdout.split()]
+        got = t(s)["input_ids"]
+        m += len(ref)
+        if not check(got == ref, f"spm: GGUF tokenizer({s[:40]!r}) = {got[:12]} vs shardlm "
+                                 f"{ref[:12]}"):
+            break
+    # remove_extra_whitespaces (sentencepiece's default) has no GGUF key: export warns
+    d2 = os.path.join(w, "spm2")
+    os.makedirs(d2)
+    spm.SentencePieceTrainer.train(
+        input=os.path.join(w, "corpus.txt"), model_prefix=os.path.join(d2, "sp"),
+        vocab_size=400, model_type="bpe", byte_fallback=True, minloglevel=2,
+        normalization_rule_name="identity")
+    os.rename(os.path.join(d2, "sp.model"), os.path.join(d2, "tokenizer.model"))
+    run("prep", "--tokenizer", os.path.join(d2, "tokenizer.model"), "--input",
+        os.path.join(w, "corpus.txt"), "--out", os.path.join(d2, "data"), "--val-fraction", "0.1",
+        "--workers", "1", "--quiet")
+    run("train", "--data", os.path.join(d2, "data"), "--model", os.path.join(d, "config.json"),
+        "--batch", "2", "--seq", "32", "--steps", "1", "--threads", "2", "--peak-gflops", "10",
+        "--log-every", "0", "--out", os.path.join(d2, "run"))
+    r = run("ckpt", "export", os.path.join(d2, "run"), "--gguf", os.path.join(d2, "x.gguf"),
+            "--quiet")
+    check(b"remove_extra_whitespaces" in r.stderr, f"spm: no warning: {r.stderr[-300:]!r}")
+    print(f"spm: tokens / scores / types equal to sentencepiece's; {len(texts)} texts, {m} ids "
+          f"equal ({type(t).__name__} from the GGUF)", file=sys.stderr)
+
+
 def train(w, name, cfg, extra=()):
     p = os.path.join(w, name + ".json")
     with open(p, "w") as f:
@@ -438,6 +598,8 @@ def main():
                 check_tokenizer(label, out, tok_path, lines + hostile)
 
     check_chat(w, run_a, tok_path)
+    check_shapes_run(w, tok_path, info)
+    check_spm(w, text, hostile)
 
     # 5. the CLI: no silent overwrite
     out = os.path.join(w, "gguf", "run_a_f32.gguf")
