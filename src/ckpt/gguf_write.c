@@ -7,6 +7,7 @@
 #include "tokenizer/tokenizer.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -313,17 +314,22 @@ static slm_status write_file(FILE *fp, const char *tmp, const slm_buf *hdr, cons
     return SLM_OK;
 }
 
-// Moves tmp to out: rename when overwriting, else link + unlink so that an OUT created meanwhile
-// is never replaced (link fails with EEXIST).
+// Moves tmp to out: rename when overwriting, else renameat2(RENAME_NOREPLACE) (link + unlink
+// where the file system lacks it) so that an OUT created meanwhile is never replaced.
 static slm_status publish(const char *tmp, const char *out, bool overwrite) {
-    if (overwrite ? rename(tmp, out) != 0 : link(tmp, out) != 0) {
+    int rc =
+        overwrite ? rename(tmp, out) : renameat2(AT_FDCWD, tmp, AT_FDCWD, out, RENAME_NOREPLACE);
+    if (rc != 0 && !overwrite && (errno == EINVAL || errno == ENOSYS)) {
+        rc = link(tmp, out);
+        if (rc == 0) unlink(tmp);
+    }
+    if (rc != 0) {
         int e = errno;
         if (e == EEXIST)
             return slm_fail(SLM_E_IO, "export: --gguf %s exists; pass --overwrite to replace it",
                             out);
         return slm_fail(SLM_E_IO, "export: cannot move %s to %s: %s", tmp, out, strerror(e));
     }
-    if (!overwrite) unlink(tmp);
     char *parent = slm_path_parent(out);
     slm_status st = slm_fsync_dir(parent);
     free(parent);
@@ -334,6 +340,9 @@ slm_status slm_gguf_export(const slm_llama *m, const char *out_path,
                            const slm_gguf_export_opts *o) {
     const slm_llama_config *c = &m->cfg;
     struct stat sb;
+    size_t ol = strlen(out_path);
+    if (!ol || out_path[ol - 1] == '/')
+        return slm_fail(SLM_E_ARG, "export: --gguf \"%s\": expected a file name", out_path);
     if (stat(out_path, &sb) == 0) {
         if (S_ISDIR(sb.st_mode))
             return slm_fail(SLM_E_ARG, "export: --gguf %s is a directory; expected a file name",
@@ -495,7 +504,7 @@ slm_status slm_gguf_export(const slm_llama *m, const char *out_path,
         else
             slm_progress_end(&pg, total, "%.0f MB, %d tensors", total / 1e6, n);
     }
-    if (tmp) unlink(tmp); // gone after a rename; removes a failed or linked temp file
+    if (tmp) unlink(tmp); // gone after a rename; removes the temp file of a failed export
     free(tmp);
     slm_buf_free(&hdr);
     free(ts);

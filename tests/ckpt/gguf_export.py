@@ -614,6 +614,23 @@ def main():
     r = run("ckpt", "export", run_a, "--gguf", w, ok=False)
     check(r.returncode == 2 and b"is a directory" in r.stderr,
           f"OUT a directory: exit {r.returncode} {r.stderr[-200:]!r}")
+    # a write that fails (file size limit 64 KiB, SIGXFSZ ignored: EFBIG) leaves no OUT and no
+    # temp file
+    import resource
+    import signal
+
+    def small_files():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (65536, 65536))
+    fdir = os.path.join(w, "full")
+    os.makedirs(fdir)
+    r = subprocess.run([SHARDLM, "ckpt", "export", run_a, "--gguf", os.path.join(fdir, "x.gguf"),
+                        "--type", "f32"], capture_output=True, preexec_fn=small_files)
+    check(r.returncode == 1 and b"write failed" in r.stderr and not os.listdir(fdir),
+          f"failed write: exit {r.returncode} {r.stderr[-200:]!r}, left {os.listdir(fdir)}")
+    r = run("ckpt", "export", run_a, "--gguf", os.path.join(w, "new") + "/", ok=False)
+    check(r.returncode == 2 and b"expected a file name" in r.stderr and
+          not os.path.exists(os.path.join(w, "new")), f"OUT/: exit {r.returncode}")
     r = run("ckpt", "export", run_a, "--gguf", out + "2", "--type", "q4", ok=False)
     check(r.returncode == 2 and b"q8_0" in r.stderr, f"--type q4: exit {r.returncode}")
     r = run("ckpt", "export", run_a, "--gguf", out + "2", "--hf", hf_a, ok=False)
