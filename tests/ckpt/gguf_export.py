@@ -51,6 +51,10 @@ try:
 except ImportError as e:
     print(f"SKIP: torch / transformers / safetensors not importable ({e})")
     sys.exit(77)
+if int(transformers.__version__.split(".")[0]) < 5:
+    print(f"SKIP: needs transformers 5 (its GGUF tokenizer and dtype=), found "
+          f"{transformers.__version__}")
+    sys.exit(77)
 
 transformers.utils.logging.disable_progress_bar()
 SHARDLM = os.environ["SHARDLM_BIN"]
@@ -439,22 +443,15 @@ def check_shapes_run(w, tok_path, info):
           file=sys.stderr)
 
 
-def check_spm(w, text, hostile):
-    """A SentencePiece tokenizer.model run: tokenizer.ggml.model "llama" with scores and types
-    read back equal to the model's (sentencepiece's own reader), and the tokenizer transformers
-    builds from the GGUF encodes as shardlm does."""
-    try:
-        import sentencepiece as spm
-    except ImportError:
-        print("spm: sentencepiece not importable, SentencePiece export not checked",
-              file=sys.stderr)
-        return
-    d = os.path.join(w, "spm")
+def spm_run(spm, w, name, remove_extra_whitespaces):
+    """A SentencePiece BPE (byte fallback, 400 pieces) trained on the corpus, a dataset and a
+    2-step run on it in W/NAME; returns (dir, tokenizer.model path, run dir)."""
+    d = os.path.join(w, name)
     os.makedirs(d)
     spm.SentencePieceTrainer.train(
         input=os.path.join(w, "corpus.txt"), model_prefix=os.path.join(d, "sp"),
         vocab_size=400, model_type="bpe", byte_fallback=True, minloglevel=2,
-        normalization_rule_name="identity", remove_extra_whitespaces=False)
+        normalization_rule_name="identity", remove_extra_whitespaces=remove_extra_whitespaces)
     tok_path = os.path.join(d, "tokenizer.model")
     os.rename(os.path.join(d, "sp.model"), tok_path)
     run("prep", "--tokenizer", tok_path, "--input", os.path.join(w, "corpus.txt"), "--out",
@@ -467,6 +464,20 @@ def check_spm(w, text, hostile):
     run("train", "--data", os.path.join(d, "data"), "--model", os.path.join(d, "config.json"),
         "--batch", "2", "--seq", "32", "--steps", "2", "--threads", "2", "--peak-gflops", "10",
         "--log-every", "0", "--out", rd)
+    return d, tok_path, rd
+
+
+def check_spm(w, text, hostile):
+    """A SentencePiece tokenizer.model run: tokenizer.ggml.model "llama" with scores and types
+    read back equal to the model's (sentencepiece's own reader), and the tokenizer transformers
+    builds from the GGUF encodes as shardlm does."""
+    try:
+        import sentencepiece as spm
+    except ImportError:
+        print("spm: sentencepiece not importable, SentencePiece export not checked",
+              file=sys.stderr)
+        return
+    d, tok_path, rd = spm_run(spm, w, "spm", remove_extra_whitespaces=False)
     out = os.path.join(d, "gguf", "spm.gguf")  # alone: from_pretrained(dir) prefers tokenizer.model
     run("ckpt", "export", rd, "--gguf", out, "--type", "f32", "--quiet")
     g = GGUFReader(out)
@@ -508,21 +519,8 @@ def check_spm(w, text, hostile):
                                  f"{ref[:12]}"):
             break
     # remove_extra_whitespaces (sentencepiece's default) has no GGUF key: export warns
-    d2 = os.path.join(w, "spm2")
-    os.makedirs(d2)
-    spm.SentencePieceTrainer.train(
-        input=os.path.join(w, "corpus.txt"), model_prefix=os.path.join(d2, "sp"),
-        vocab_size=400, model_type="bpe", byte_fallback=True, minloglevel=2,
-        normalization_rule_name="identity")
-    os.rename(os.path.join(d2, "sp.model"), os.path.join(d2, "tokenizer.model"))
-    run("prep", "--tokenizer", os.path.join(d2, "tokenizer.model"), "--input",
-        os.path.join(w, "corpus.txt"), "--out", os.path.join(d2, "data"), "--val-fraction", "0.1",
-        "--workers", "1", "--quiet")
-    run("train", "--data", os.path.join(d2, "data"), "--model", os.path.join(d, "config.json"),
-        "--batch", "2", "--seq", "32", "--steps", "1", "--threads", "2", "--peak-gflops", "10",
-        "--log-every", "0", "--out", os.path.join(d2, "run"))
-    r = run("ckpt", "export", os.path.join(d2, "run"), "--gguf", os.path.join(d2, "x.gguf"),
-            "--quiet")
+    d2, _, rd2 = spm_run(spm, w, "spm2", remove_extra_whitespaces=True)
+    r = run("ckpt", "export", rd2, "--gguf", os.path.join(d2, "x.gguf"), "--quiet")
     check(b"remove_extra_whitespaces" in r.stderr, f"spm: no warning: {r.stderr[-300:]!r}")
     print(f"spm: tokens / scores / types equal to sentencepiece's; {len(texts)} texts, {m} ids "
           f"equal ({type(t).__name__} from the GGUF)", file=sys.stderr)
