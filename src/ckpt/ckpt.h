@@ -496,13 +496,14 @@ typedef struct slm_gguf_export_opts {
 // SentencePiece as "llama" with tokens, scores and types; BOS / EOS / UNK / PAD ids), the chat
 // template, and the tensors under llama.cpp's names with GGUF's fastest-first dimensions, the
 // Q / K rows of each head reordered for llama.cpp's RoPE, norms in f32 and the matrices in
-// o->type (Q8_0: blocks of 32, fp16 scale max|x| / 127; a row length not a multiple of 32 falls
-// back to f16 with a warning). The file is written to "<dir>/.<name>.export-tmp.<pid>", fsynced,
-// and published by renameat2(RENAME_NOREPLACE) (rename with o->overwrite), then the directory
-// is fsynced: OUT is either absent / unchanged or complete. Errors: SLM_E_ARG (OUT a directory, no
-// tokenizer, vocab larger than the model's), SLM_E_IO (OUT exists without overwrite, write
-// failures, naming the file), SLM_E_UNSUPPORTED (a pre-tokenizer llama.cpp has no name for), the
-// tokenizer loader's.
+// o->type (Q8_0: blocks of 32, the smallest fp16 scale d with 127 d >= max|x|, so every element
+// is within d/2; a row length not a multiple of 32 falls back to f16 with a warning). The file is
+// written to "<dir>/.<name>.export-tmp.<pid>", fsynced, and published by
+// renameat2(RENAME_NOREPLACE) (rename with o->overwrite), then the directory is fsynced: OUT is
+// either absent / unchanged or complete. Errors: SLM_E_ARG (OUT a directory, no tokenizer, vocab
+// larger than the model's, a q8_0 block above 127 x 65504), SLM_E_IO (OUT exists without overwrite,
+// write failures, naming the file), SLM_E_UNSUPPORTED (a pre-tokenizer llama.cpp has no name for),
+// the tokenizer loader's.
 slm_status slm_gguf_export(const slm_llama *m, const char *out_path, const slm_gguf_export_opts *o);
 
 #endif

@@ -2,7 +2,7 @@
 // file for llama.cpp (architecture "llama"), written to a temp sibling and published atomically.
 // Layout: ggml's docs/gguf.md (constants in gguf_format.h); tensor names, the Q/K row order and
 // the metadata keys as llama.cpp's convert_hf_to_gguf.py writes them. Contract in ckpt.h.
-#include "ckpt/ckpt.h"
+#include "ckpt/ckpt_internal.h"
 #include "ckpt/gguf_format.h"
 #include "tokenizer/tokenizer.h"
 
@@ -187,15 +187,18 @@ static uint64_t row_bytes(uint32_t type, int64_t cols) {
     return (uint64_t)(cols / slm_ggml_block_size(type)) * (uint64_t)slm_ggml_type_size(type);
 }
 
-// Q8_0: per block of 32, d = max|x| / 127 rounded to fp16, q = round(x / d) clamped to +-127,
-// so every element is within d/2 of d q (d the stored fp16 scale; q is computed from it).
-static void quant_q8_0(const float *x, int64_t n, uint8_t *out) {
+bool slm_gguf_quant_q8_0(const float *x, int64_t n, uint8_t *out) {
     for (int64_t b = 0; b < n; b += SLM_GGML_QK, out += 2 + SLM_GGML_QK) {
         float amax = 0.0f;
         for (int j = 0; j < SLM_GGML_QK; j++)
             amax = fmaxf(amax, fabsf(x[b + j]));
         uint16_t dh = slm_f32_to_f16_1(amax / 127.0f);
+        // up to the next fp16 while 127 d < max|x| (exact: 11 x 7 significant bits): then
+        // |x / d| <= 127, no q is clamped and |x - d q| <= d / 2 also for subnormal scales
+        while (slm_f16_to_f32_1(dh) * 127.0f < amax && dh < 0x7C00)
+            dh++;
         float d = slm_f16_to_f32_1(dh);
+        if (!isfinite(d)) return false;
         slm_put_le16(out, dh);
         for (int j = 0; j < SLM_GGML_QK; j++) {
             float q = d > 0.0f ? roundf(x[b + j] / d) : 0.0f;
@@ -203,10 +206,12 @@ static void quant_q8_0(const float *x, int64_t n, uint8_t *out) {
             out[2 + j] = (uint8_t)(int8_t)q;
         }
     }
+    return true;
 }
 
-// Converts one row of n fp32 values to `type` into out[row_bytes(type, n)].
-static void convert_row(uint32_t type, const float *x, int64_t n, uint8_t *out) {
+// Converts one row of n fp32 values to `type` into out[row_bytes(type, n)]; false when a q8_0
+// block's scale overflows fp16.
+static bool convert_row(uint32_t type, const float *x, int64_t n, uint8_t *out) {
     switch (type) {
     case SLM_GGML_F32:
         memcpy(out, x, (size_t)n * 4);
@@ -220,8 +225,9 @@ static void convert_row(uint32_t type, const float *x, int64_t n, uint8_t *out) 
             slm_put_le16(out + 2 * i, slm_f32_to_bf16_1(x[i]));
         break;
     default:
-        quant_q8_0(x, n, out);
+        return slm_gguf_quant_q8_0(x, n, out);
     }
+    return true;
 }
 
 // Row r of the output for a Q or K projection of `heads` heads of D rows: llama.cpp's converter
@@ -297,7 +303,14 @@ static slm_status write_file(FILE *fp, const char *tmp, const slm_buf *hdr, cons
         const gt *t = &ts[i];
         uint64_t rb = row_bytes(t->type, t->cols);
         for (int64_t r = 0; ok && r < t->rows; r++) {
-            convert_row(t->type, t->src + src_row(t, r) * t->cols, t->cols, row);
+            if (!convert_row(t->type, t->src + src_row(t, r) * t->cols, t->cols, row)) {
+                free(row);
+                return slm_fail(SLM_E_ARG,
+                                "export --gguf: tensor %s row %" PRId64 ": a block's max |x| "
+                                "exceeds q8_0's range (127 x 65504, the largest fp16 scale); "
+                                "expected --type f32 or bf16 for such weights",
+                                t->name, r);
+            }
             ok = fwrite(row, 1, (size_t)rb, fp) == rb;
         }
         ok = ok && write_pad(fp, t->offset + t->bytes);

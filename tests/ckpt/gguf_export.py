@@ -11,7 +11,7 @@ bf16 and q8_0; then:
    this script (row 2i + s of a head is HF row s D/2 + i), equal to the safetensors within the
    type's rounding bound: 0 for f32, half an ulp for f16 / bf16 (relative 2^-11 / 2^-8, f16
    subnormals 2^-25 absolute), and for q8_0 d / 2 per element where d, the block's stored fp16
-   scale, must equal fp16(max|x| / 127) of the reference block;
+   scale, must be the smallest fp16 with 127 d >= max|x| of the reference block;
 3. transformers' GGUF loader (AutoModelForCausalLM.from_pretrained(dir, gguf_file=...)): its
    state dict (transformers undoes the Q / K order itself: an independent check of the layout)
    equals the safetensors within the same bounds; its logits on several prompts equal, within
@@ -92,10 +92,15 @@ def bf16_round(x):
 
 
 def q8_0_round(x):
-    """The spec'd q8_0 round trip, written here: blocks of 32 along rows, d = fp16(max|x|/127),
-    q = round half away from zero of x / d, clamped to +-127; returns (d * q, d per block)."""
+    """The spec'd q8_0 round trip, written here: blocks of 32 along rows, d the smallest fp16
+    with 127 d >= max|x| (fp16(max|x|/127), one step up where that falls short), q = round half
+    away from zero of x / d, clamped to +-127; returns (d * q, d per block)."""
     b = x.reshape(-1, 32).astype(np.float32)
-    d = f16_round(np.abs(b).max(axis=1) / np.float32(127))
+    amax = np.abs(b).max(axis=1).astype(np.float64)
+    d16 = (amax / 127).astype(np.float16)
+    short = d16.astype(np.float64) * 127 < amax
+    d16[short] = np.nextafter(d16[short], np.float16(np.inf))
+    d = d16.astype(np.float32)
     with np.errstate(divide="ignore", invalid="ignore"):
         r = np.where(d[:, None] > 0, b / d[:, None], 0)
     q = np.clip(np.sign(r) * np.floor(np.abs(r) + 0.5), -127, 127)
@@ -245,7 +250,7 @@ def check_file(label, path, kind, cfg, tok_json, info, st):
         if d is not None:
             _, dref = q8_0_round(ref)
             check(np.array_equal(d, dref), f"{label}: {t.name}: q8_0 scales differ from "
-                  "fp16(max|x|/127)")
+                  "the smallest fp16 d with 127 d >= max|x|")
         ok, excess = bound_ok(kind, ref, x, d)
         worst = max(worst, excess)
         check(ok, f"{label}: {t.name}: dequantized values outside the {kind} bound by {excess}")
