@@ -9,10 +9,14 @@
 #include <string.h>
 
 #include "ckpt/ckpt.h"
+#include "data/data.h"
+#include "tokenizer/tokenizer.h"
 #include "train/train.h"
 
 typedef struct ckpt_args {
-    const char *hf;
+    const char *hf, *gguf, *chat_template;
+    uint32_t gguf_type;
+    bool overwrite;
     slm_st_dtype dtype;
     size_t max_shard;
     bool quiet;
@@ -25,12 +29,40 @@ static slm_status parse_dtype(const char *opt, const char *v, void *dst) {
     return slm_st_parse_dtype(v, dst);
 }
 
+static slm_status parse_gguf_type(const char *opt, const char *v, void *dst) {
+    (void)opt;
+    return slm_gguf_parse_type(v, dst);
+}
+
 static const slm_opt k_ckpt_opts[] = {
     {.name = "--hf",
      .type = SLM_OPT_STRING,
      .off = offsetof(ckpt_args, hf),
      .meta = "OUT_DIR",
-     .help = "export: the Hugging Face directory to write (required)"},
+     .help = "export: the Hugging Face directory to write (this or --gguf)"},
+    {.name = "--gguf",
+     .type = SLM_OPT_STRING,
+     .off = offsetof(ckpt_args, gguf),
+     .meta = "OUT.gguf",
+     .help = "export: one GGUF file for llama.cpp instead (a LoRA checkpoint is merged)"},
+    {.name = "--type",
+     .type = SLM_OPT_CUSTOM,
+     .off = offsetof(ckpt_args, gguf_type),
+     .meta = "f32|f16|bf16|q8_0",
+     .help = "export --gguf: type of the matrices (norms stay f32)",
+     .parse = parse_gguf_type,
+     .def = "f16"},
+    {.name = "--overwrite",
+     .type = SLM_OPT_FLAG,
+     .off = offsetof(ckpt_args, overwrite),
+     .help = "export --gguf: replace an existing OUT.gguf (else refused)"},
+    {.name = "--chat-template",
+     .type = SLM_OPT_STRING,
+     .off = offsetof(ckpt_args, chat_template),
+     .meta = "T",
+     .help = "export --gguf: the chat template stored as tokenizer.chat_template: llama2, "
+             "llama3 or a template file (as prep --chat-template; written as Jinja), or a "
+             "FILE.jinja stored as it is"},
     {.name = "--dtype",
      .type = SLM_OPT_CUSTOM,
      .off = offsetof(ckpt_args, dtype),
@@ -73,6 +105,9 @@ static const slm_cli k_ckpt_cli = {
         "       shardlm ckpt export PATH --hf OUT_DIR [--dtype fp32|bf16|fp16]\n"
         "                                      [--max-shard-size SIZE] [--merge-lora]\n"
         "                                      [--lora-base DIR] [--quiet]\n"
+        "       shardlm ckpt export PATH --gguf OUT.gguf [--type f32|f16|bf16|q8_0]\n"
+        "                                      [--chat-template T] [--overwrite]\n"
+        "                                      [--lora-base DIR] [--quiet]\n"
         "PATH: a step directory, RUN_DIR/checkpoints or RUN_DIR (inspect / verify: the\n"
         "checkpoint `latest` names; export: the newest one that verifies); export also\n"
         "takes a Hugging Face directory (to change --dtype or --max-shard-size).\n"
@@ -81,11 +116,46 @@ static const slm_cli k_ckpt_cli = {
         "loads it onto the base), or with --merge-lora as the merged model (below).\n"
         "export writes Hugging Face LlamaForCausalLM files: model.safetensors (or shards above\n"
         "--max-shard-size), config.json, the run's tokenizer file and tokenizer_config.json,\n"
-        "special_tokens_map.json, generation_config.json.\n\n",
+        "special_tokens_map.json, generation_config.json. --gguf writes one GGUF v3 file\n"
+        "(llama architecture, tokenizer, weights; docs/formats.md \"GGUF export\").\n\n",
     .opts = k_ckpt_opts,
     .footer = "\nexit codes: 0 ok, 1 runtime error (bad checkpoint, I/O), 2 usage error\n",
     .max_positional = 1,
 };
+
+// The Jinja text of --chat-template T for a GGUF: a FILE.jinja as it is, else a shardlm template
+// (llama2, llama3, a template file) checked against the tokenizer and written as Jinja.
+static slm_status gguf_chat_template(const char *spec, const char *tok_path, char **out) {
+    *out = NULL;
+    size_t n = strlen(spec), len = 0;
+    if (n > 6 && !strcmp(spec + n - 6, ".jinja")) {
+        slm_status st = slm_file_read_all(spec, out, &len);
+        if (!st && (strlen(*out) != len || !len)) {
+            free(*out);
+            *out = NULL;
+            st = slm_fail(SLM_E_FORMAT,
+                          "--chat-template %s: empty or holds a NUL byte (expected Jinja text)",
+                          spec);
+        }
+        return st;
+    }
+    slm_chat_template *t = NULL;
+    slm_tokenizer *tok = NULL;
+    slm_status st = slm_chat_template_load(spec, &t);
+    if (!st && tok_path) st = slm_tokenizer_load(tok_path, &tok);
+    if (!st && tok) st = slm_chat_template_check(t, tok);
+    if (!st) *out = slm_chat_template_to_jinja(t);
+    slm_tokenizer_free(tok);
+    slm_chat_template_free(t);
+    return st;
+}
+
+// Whether option `name` was given on the command line.
+static bool seen_opt(const slm_opt_seen *seen, const char *name) {
+    for (int i = 0; k_ckpt_opts[i].type != SLM_OPT_END; i++)
+        if (!strcmp(k_ckpt_opts[i].name, name)) return seen->count[i] > 0;
+    return false;
+}
 
 // Flushes stdout; false (after printing the reason) when a write to it failed (a full disk,
 // a closed pipe): inspect / verify must not report success for output that was lost.
@@ -105,12 +175,13 @@ int slm_cmd_ckpt(int argc, char **argv) {
         return argc < 2 ? SLM_EXIT_USAGE : SLM_EXIT_OK;
     }
     const char *sub = argv[1];
-    ckpt_args x = {.dtype = SLM_ST_F32, .max_shard = 5000000000ull};
+    ckpt_args x = {.dtype = SLM_ST_F32, .max_shard = 5000000000ull, .gguf_type = 1};
     slm_opt_seen seen;
     int rc0 = slm_opt_parse(&k_ckpt_cli, argc - 1, argv + 1, &x, &seen);
     if (rc0 >= 0) return rc0;
     if (x.quiet) slm_progress_enable(false);
     const char *path = seen.n_positional ? seen.positional[0] : NULL, *out = x.hf;
+    const char *dest = x.gguf ? x.gguf : out;
     slm_st_dtype dt = x.dtype;
     size_t max_shard = x.max_shard;
     bool is_export = !strcmp(sub, "export");
@@ -118,8 +189,19 @@ int slm_cmd_ckpt(int argc, char **argv) {
         slm_error("ckpt: unknown subcommand \"%s\" (inspect, verify, export)", sub);
         return SLM_EXIT_USAGE;
     }
-    if (!path || (is_export && !out)) {
-        slm_error("ckpt %s: needs PATH%s", sub, is_export ? " and --hf OUT_DIR" : "");
+    if (!path || (is_export && !out == !x.gguf)) {
+        slm_error("ckpt %s: needs PATH%s", sub,
+                  is_export ? " and one of --hf OUT_DIR or --gguf OUT.gguf" : "");
+        return SLM_EXIT_USAGE;
+    }
+    if (!x.gguf && (x.overwrite || x.chat_template || seen_opt(&seen, "--type"))) {
+        slm_error("ckpt %s: --type, --overwrite and --chat-template apply to --gguf only", sub);
+        return SLM_EXIT_USAGE;
+    }
+    if (x.gguf &&
+        (x.merge_lora || seen_opt(&seen, "--dtype") || seen_opt(&seen, "--max-shard-size"))) {
+        slm_error("ckpt export: --dtype, --max-shard-size and --merge-lora apply to --hf only "
+                  "(--gguf takes --type, and merges a LoRA checkpoint's adapters)");
         return SLM_EXIT_USAGE;
     }
     if (is_export) {
@@ -137,7 +219,7 @@ int slm_cmd_ckpt(int argc, char **argv) {
             return SLM_EXIT_USAGE;
         }
         if (!st) {
-            peft = slm_model_dir_is_lora(&d) && !x.merge_lora;
+            peft = slm_model_dir_is_lora(&d) && !x.merge_lora && !x.gguf;
             d.keep_lora = peft;
             d.lora_base = x.lora_base;
             st = slm_model_dir_load_model(&d, &m);
@@ -150,6 +232,16 @@ int slm_cmd_ckpt(int argc, char **argv) {
                 st = slm_peft_export_dir(&m, d.weights_dir, base, out, dt);
                 free(abs);
                 slm_llama_free(&m);
+            } else if (!st && x.gguf) {
+                char *tpl = NULL;
+                if (x.chat_template) st = gguf_chat_template(x.chat_template, d.tokenizer, &tpl);
+                slm_gguf_export_opts go = {.tokenizer_path = d.tokenizer,
+                                           .chat_template = tpl,
+                                           .type = x.gguf_type,
+                                           .overwrite = x.overwrite};
+                if (!st) st = slm_gguf_export(&m, x.gguf, &go);
+                free(tpl);
+                slm_llama_free(&m);
             } else if (!st) {
                 st = slm_hf_export_dir(&m, d.weights_dir, d.tokenizer, out, dt, max_shard);
                 slm_llama_free(&m);
@@ -160,12 +252,12 @@ int slm_cmd_ckpt(int argc, char **argv) {
             slm_error("%s", slm_errmsg());
             rc = slm_exit_code(st);
         } else if (d.step >= 0) {
-            printf("exported step %lld to %s%s\n", (long long)d.step, out,
-                   peft           ? " (PEFT LoRA adapter)"
-                   : x.merge_lora ? " (LoRA merged)"
-                                  : "");
+            printf("exported step %lld to %s%s\n", (long long)d.step, dest,
+                   peft                                                    ? " (PEFT LoRA adapter)"
+                   : x.merge_lora || (x.gguf && slm_model_dir_is_lora(&d)) ? " (LoRA merged)"
+                                                                           : "");
         } else {
-            printf("exported %s to %s\n", path, out);
+            printf("exported %s to %s\n", path, dest);
         }
         slm_model_dir_close(&d);
         if (!stdout_written()) rc = SLM_EXIT_ERROR;

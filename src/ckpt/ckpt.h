@@ -477,4 +477,33 @@ slm_status slm_hf_load(slm_llama *m, const char *dir);
 // Errors: SLM_E_ARG (configs differ), SLM_E_FORMAT naming file and tensor, SLM_E_IO.
 slm_status slm_hf_check_shapes(const char *dir, const slm_llama_config *cfg);
 
+// --- GGUF export (gguf_write.c) ----------------------------------------------------------------
+
+// Parses an export --type: "f32" (or fp32), "f16" (fp16), "bf16", "q8_0" into the ggml tensor type
+// (gguf_format.h numbers). Errors: SLM_E_ARG naming the accepted values.
+slm_status slm_gguf_parse_type(const char *s, uint32_t *out);
+// What slm_gguf_export writes besides the weights.
+typedef struct slm_gguf_export_opts {
+    const char *tokenizer_path; // the run's tokenizer file (required: a GGUF carries its vocab)
+    const char *chat_template;  // Jinja text for tokenizer.chat_template, or NULL (none)
+    const char *name;           // general.name, or NULL ("shardlm export")
+    uint32_t type;              // ggml type of the matrices: F32, F16, BF16 or Q8_0
+    bool overwrite;             // replace an existing OUT (else SLM_E_IO naming it)
+} slm_gguf_export_opts;
+// Writes m as one GGUF v3 file for llama.cpp (architecture "llama"; format and keys in
+// docs/formats.md "GGUF export"): the config as llama.* keys, the tokenizer (byte-level BPE as
+// tokenizer.ggml.model "gpt2" with tokens, token types, merges and the pre-tokenizer's name;
+// SentencePiece as "llama" with tokens, scores and types; BOS / EOS / UNK / PAD ids), the chat
+// template, and the tensors under llama.cpp's names with GGUF's fastest-first dimensions, the
+// Q / K rows of each head reordered for llama.cpp's RoPE, norms in f32 and the matrices in
+// o->type (Q8_0: blocks of 32, the smallest fp16 scale d with 127 d >= max|x|, so every element
+// is within d/2; a row length not a multiple of 32 falls back to f16 with a warning). The file is
+// written to "<dir>/.<name>.export-tmp.<pid>", fsynced, and published by
+// renameat2(RENAME_NOREPLACE) (rename with o->overwrite), then the directory is fsynced: OUT is
+// either absent / unchanged or complete. Errors: SLM_E_ARG (OUT a directory, no tokenizer, vocab
+// larger than the model's, a q8_0 block above 127 x 65504), SLM_E_IO (OUT exists without overwrite,
+// write failures, naming the file), SLM_E_UNSUPPORTED (a pre-tokenizer llama.cpp has no name for),
+// the tokenizer loader's.
+slm_status slm_gguf_export(const slm_llama *m, const char *out_path, const slm_gguf_export_opts *o);
+
 #endif

@@ -72,4 +72,11 @@ slm_status slm_ckpt_remote_read(slm_ckpt_remote *r, int rank, const char *name, 
                                 size_t len, int64_t want_end, uint8_t *dst);
 void slm_ckpt_remote_free(slm_ckpt_remote *r);
 
+// GGUF export (gguf_write.c): quantizes n floats (a multiple of 32) into n / 32 ggml Q8_0 blocks
+// of 34 bytes at out (fp16 scale d, 32 x int8 q): d is the smallest fp16 with 127 d >= max|x| of
+// the block (fp16(max|x| / 127) or the next one up), q = round-half-away(x / d), so
+// |x - d q| <= d / 2 for every element (d = 0 and q = 0 for an all-zero block). Returns false
+// when a block's scale overflows fp16 (max|x| > 127 x 65504).
+bool slm_gguf_quant_q8_0(const float *x, int64_t n, uint8_t *out);
+
 #endif

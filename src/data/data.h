@@ -99,6 +99,12 @@ void slm_chat_template_free(slm_chat_template *t);
 const char *slm_chat_template_name(const slm_chat_template *t);
 // "system" / "user" / "assistant".
 const char *slm_chat_role_name(int role);
+// The Jinja text (as tokenizer.chat_template in a GGUF, transformers' apply_chat_template) that
+// renders `messages` as `t` does, with add_generation_prompt for the assistant header; llama2
+// uses the bos_token / eos_token variables. Message text goes through Jinja's `trim` (Python's
+// str.strip: also Unicode whitespace, where shardlm strips ASCII whitespace). Returns an owned
+// string.
+char *slm_chat_template_to_jinja(const slm_chat_template *t);
 // Checks that tokenizer `tok` can encode template `t` (NULL: no template): llama3 needs its
 // four special tokens as single ids, llama2 BOS and EOS. Errors: SLM_E_ARG naming the token.
 slm_status slm_chat_template_check(const slm_chat_template *t, const slm_tokenizer *tok);

@@ -536,3 +536,79 @@ slm_status slm_chat_prompt_ids(const slm_chat_template *t, const slm_tokenizer *
     }
     return SLM_OK;
 }
+
+// --- Jinja ------------------------------------------------------------------------------------
+
+// Appends `s` as a Jinja string literal: '...' with \\, \' and control characters escaped.
+static void jinja_str(slm_buf *b, const char *s) {
+    slm_buf_append(b, "'", 1);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '\\' || *p == '\'')
+            slm_buf_appendf(b, "\\%c", *p);
+        else if (*p == '\n')
+            slm_buf_append(b, "\\n", 2);
+        else if (*p == '\r')
+            slm_buf_append(b, "\\r", 2);
+        else if (*p == '\t')
+            slm_buf_append(b, "\\t", 2);
+        else if (*p < 0x20)
+            slm_buf_appendf(b, "\\x%02x", *p);
+        else
+            slm_buf_append(b, p, 1);
+    }
+    slm_buf_append(b, "'", 1);
+}
+
+// Every literal is a string expression between whitespace-trimming tags, so no text of the
+// template itself is ever trimmed by Jinja's whitespace control.
+char *slm_chat_template_to_jinja(const slm_chat_template *t) {
+    slm_buf b = {0};
+    if (t->kind == TPL_LLAMA2) {
+        slm_buf_appendf(
+            &b, "%s",
+            "{%- if messages and messages[0]['role'] == 'system' -%}"
+            "{%- set sys = '<<SYS>>\\n' + messages[0]['content'] + '\\n<</SYS>>\\n\\n' -%}"
+            "{%- set msgs = messages[1:] -%}"
+            "{%- else -%}{%- set sys = '' -%}{%- set msgs = messages -%}{%- endif -%}"
+            "{%- for m in msgs -%}"
+            "{%- if (m['role'] == 'user') != (loop.index0 % 2 == 0) -%}"
+            "{{- raise_exception('the llama2 template needs user and assistant to alternate, "
+            "starting with user (after an optional system message)') -}}{%- endif -%}"
+            "{%- if m['role'] == 'user' -%}"
+            "{{- bos_token + '[INST] ' + ((sys + m['content']) if loop.first else m['content'])"
+            " | trim + ' [/INST]' -}}"
+            "{%- else -%}{{- ' ' + m['content'] | trim + ' ' + eos_token -}}{%- endif -%}"
+            "{%- endfor -%}");
+        slm_buf_append(&b, "", 1);
+        return b.data;
+    }
+    const char *content = t->trim ? "message['content'] | trim" : "message['content']";
+    if (t->begin[0]) {
+        slm_buf_appendf(&b, "{{- ");
+        jinja_str(&b, t->begin);
+        slm_buf_appendf(&b, " -}}");
+    }
+    slm_buf_appendf(&b, "{%%- for message in messages -%%}");
+    bool first = true;
+    for (int r = 0; r < 3; r++) {
+        if (!t->prefix[r]) continue;
+        slm_buf_appendf(&b, "{%%- %s message['role'] == '%s' -%%}{{- ", first ? "if" : "elif",
+                        k_roles[r]);
+        jinja_str(&b, t->prefix[r]);
+        slm_buf_appendf(&b, " + %s + ", content);
+        jinja_str(&b, t->suffix[r]);
+        slm_buf_appendf(&b, " -}}");
+        first = false;
+    }
+    slm_buf_appendf(&b,
+                    "{%%- else -%%}{{- raise_exception('role ' + message['role'] + ' is not in "
+                    "chat template %s') -}}{%%- endif -%%}{%%- endfor -%%}",
+                    t->name);
+    if (t->prefix[2][0]) {
+        slm_buf_appendf(&b, "{%%- if add_generation_prompt -%%}{{- ");
+        jinja_str(&b, t->prefix[2]);
+        slm_buf_appendf(&b, " -}}{%%- endif -%%}");
+    }
+    slm_buf_append(&b, "", 1);
+    return b.data;
+}

@@ -130,4 +130,33 @@ slm_status slm_token_ids_parse_line(const char *what, const char *s, int32_t voc
 // Errors: SLM_E_IO; SLM_E_UNSUPPORTED for a SentencePiece tokenizer.
 slm_status slm_tokenizer_save_json(const slm_tokenizer *t, const char *path);
 
+// --- Vocabulary export (GGUF writer: ckpt/) --------------------------------------------------
+
+// A token's kind, numbered as SentencePiece's ModelProto and GGUF's tokenizer.ggml.token_type:
+// 1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte. Byte-level BPE: special
+// added tokens are control, other added tokens user-defined, ids without a piece unused, the rest
+// normal. 0 for an id out of range.
+int slm_tokenizer_token_kind(const slm_tokenizer *t, int32_t id);
+// The SentencePiece score of `id` (0 for byte-level BPE or an id out of range).
+float slm_tokenizer_score(const slm_tokenizer *t, int32_t id);
+// Merges of a byte-level BPE, by rank (0 for SentencePiece).
+int32_t slm_tokenizer_n_merges(const slm_tokenizer *t);
+// The pieces merge `rank` joins (borrowed, byte-level symbols); false when out of range.
+bool slm_tokenizer_merge(const slm_tokenizer *t, int32_t rank, const char **left,
+                         const char **right);
+// The pre-tokenization regex of a byte-level BPE (borrowed): GPT-2's for a ByteLevel
+// pre-tokenizer, the Split pattern otherwise; NULL for SentencePiece.
+const char *slm_tokenizer_pretok_regex(const slm_tokenizer *t);
+// GPT-2's pre-tokenization regex (what a ByteLevel pre-tokenizer with use_regex applies).
+const char *slm_tokenizer_gpt2_regex(void);
+// Whether a byte-level BPE emits a pre-token that is a whole vocabulary entry without merging
+// (tokenizer.json model.ignore_merges, Llama 3); false for SentencePiece.
+bool slm_tokenizer_ignores_merges(const slm_tokenizer *t);
+// Whether a SentencePiece model prepends a space (normalizer add_dummy_prefix); false for
+// byte-level BPE.
+bool slm_tokenizer_adds_space_prefix(const slm_tokenizer *t);
+// Whether a SentencePiece model collapses runs of spaces and strips them at the ends
+// (normalizer remove_extra_whitespaces); false for byte-level BPE.
+bool slm_tokenizer_removes_extra_spaces(const slm_tokenizer *t);
+
 #endif

@@ -25,6 +25,18 @@ for f in model.safetensors config.json; do
 done
 # the tokenizer file is not recorded by make-ckpt, so export copies none; copy behaviour is
 # covered when training writes checkpoints
+# --gguf (issue 23; the file itself is checked by gguf_export.py): option errors, and a model
+# without a tokenizer is refused before anything is written
+"$BIN" ckpt export "$W/run" --gguf "$W/m.gguf" --hf "$W/hf3" >/dev/null 2>&1
+check "--gguf with --hf" 2 $?
+"$BIN" ckpt export "$W/run" --hf "$W/hf3" --type q8_0 >/dev/null 2>&1; check "--type with --hf" 2 $?
+"$BIN" ckpt export "$W/run" --gguf "$W/m.gguf" --dtype bf16 >/dev/null 2>&1
+check "--dtype with --gguf" 2 $?
+"$BIN" ckpt export "$W/run" --gguf "$W/m.gguf" --type q4_0 >/dev/null 2>&1; check "bad --type" 2 $?
+"$BIN" ckpt export "$W/run" --gguf "$W/m.gguf" > /dev/null 2> "$W/err.txt"
+check "--gguf without a tokenizer" 2 $?
+grep -q "no tokenizer file" "$W/err.txt" && [ ! -e "$W/m.gguf" ] && [ -z "$(ls -A "$W" | grep export-tmp)" ]
+check "no tokenizer: message, nothing written" 0 $?
 # flipped byte -> verify exits 1 naming the file
 f="$W/run/checkpoints/step_00000040/rank_00000.bin"
 printf '\xff' | dd of="$f" bs=1 seek=100 conv=notrunc 2>/dev/null
