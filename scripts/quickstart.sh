@@ -19,7 +19,9 @@
 # is trained and the minutes it would need are printed. Training takes 90% of the budget
 # (--max-minutes) and its LR schedule follows the time spent (--time-schedule), so the cosine
 # decay completes whatever the machine's speed. The target on the Bible: validation loss
-# <= 0.65 x unigram entropy (nats/token). Needs a built shardlm (build/shardlm, or SHARDLM=path).
+# <= 0.65 x unigram entropy (nats/token). On a fresh Debian 12 machine it first installs the
+# run-time packages (scripts/setup.sh --no-build, when one is missing) and builds build/shardlm
+# (when missing; SHARDLM=path uses another binary).
 #
 # Reruns: every run trains into a fresh run directory, OUT/run-YYYYmmdd-HHMMSS (UTC), and
 # OUT/latest links to the newest; corpus, tokenizer and data are reused. Not --train-from-scratch
@@ -40,13 +42,22 @@ while [ $# -gt 0 ]; do
         --threads) THREADS="$2"; shift 2 ;;
         --vocab) VOCAB="$2"; shift 2 ;;
         --plan) PLAN=1; shift ;;
-        -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
         *) echo "quickstart: unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
 done
 awk -v m="$MINUTES" 'BEGIN { exit !(m + 0 > 0) }' ||
     { echo "quickstart: --minutes must be a number > 0 (got '$MINUTES')" >&2; exit 2; }
 BIN="${SHARDLM:-build/shardlm}"
+# Set-up on a fresh machine: the run-time Debian packages (scripts/setup.sh; nothing for tests).
+if command -v dpkg > /dev/null; then
+    for p in $(scripts/setup.sh --list); do
+        dpkg -s "$p" > /dev/null 2>&1 && continue
+        echo "== set-up: Debian package $p is missing; scripts/setup.sh --no-build"
+        scripts/setup.sh --no-build
+        break
+    done
+fi
 if [ ! -x "$BIN" ]; then
     echo "== building shardlm"
     cmake -S . -B build -DCMAKE_BUILD_TYPE=Release > /dev/null

@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # The whole test suite: style checks (scripts/check_style.sh), release build with -Werror and every CTest test (unit, mpi, e2e,
 # PyTorch / SentencePiece parity), an ASan+UBSan build running the unit tests, and every
-# libFuzzer target for a bounded time. Usage: scripts/test.sh   (after scripts/setup.sh)
+# libFuzzer target for a bounded time. Usage: scripts/test.sh   (on a fresh Debian 12 machine too:
+# it first runs scripts/setup_test.sh, which installs the run-time and test-only Debian packages
+# and the oracles' .venv, and enables no service at boot; the tests start their own servers)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+echo "== set-up (scripts/setup_test.sh) =="
+scripts/setup_test.sh
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 J="$(nproc)"
 FUZZ_SECONDS="${SLM_FUZZ_SECONDS:-20}"
