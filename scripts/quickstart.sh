@@ -166,8 +166,8 @@ HU=$("$BIN" eval --data "$DATA" --split val --unigram-entropy)
 LOSS=$(echo "$EV" | awk '$1 == "loss" { print $2 }')
 PPL=$(echo "$EV" | awk '$1 == "perplexity" { print $2 }')
 H=$(echo "$HU" | awk '$1 == "unigram_entropy" { print $2 }')
-awk -v l="$LOSS" -v h="$H" -v p="$PPL" 'BEGIN {
-    printf "validation loss   %.4f nats/token (perplexity %.1f)\n", l, p
+awk -v l="$LOSS" -v h="$H" -v p="$PPL" -v t="$T" 'BEGIN {
+    printf "validation loss   %.4f nats/token (perplexity %.1f; whole val split, %d-token windows)\n", l, p, t
     printf "unigram entropy   %.4f nats/token\n", h
     printf "ratio             %.3f  (target <= 0.65: %s)\n", l / h, (l / h <= 0.65 ? "met" : "not met") }'
 

@@ -702,6 +702,16 @@ typedef struct step_printer {
     bool begun;
 } step_printer;
 
+// What a training validation loss is over: --eval-batches batches of --batch windows per rank
+// from the val split's start (trainer.c validate), or the whole split (--eval-batches 0).
+static void val_over(const slm_train_opts *o, char *buf, size_t n) {
+    if (o->eval_batches <= 0)
+        snprintf(buf, n, "whole val split");
+    else
+        snprintf(buf, n, "first %lld val windows",
+                 (long long)o->eval_batches * slm_dist_world() * o->B);
+}
+
 // Rank 0's progress line (stderr): step, tokens/s, loss, ETA to the last step at the mean step
 // rate of this process so far.
 static void progress_step(step_printer *sp, const slm_step_metrics *m) {
@@ -730,8 +740,10 @@ static void print_step(void *ctx, const slm_step_metrics *m) {
         progress_step(sp, m);
         return;
     }
-    char line[256], val[96] = "";
-    if (isfinite(m->val_loss)) snprintf(val, sizeof val, " | val loss %.4f", m->val_loss);
+    char line[320], val[128] = "", over[64];
+    val_over(o, over, sizeof over);
+    if (isfinite(m->val_loss))
+        snprintf(val, sizeof val, " | val loss %.4f (%s)", m->val_loss, over);
     if (m->skipped)
         snprintf(val + strlen(val), sizeof val - strlen(val), " | update skipped (%s)",
                  m->no_target ? "no target token" : "non-finite");
@@ -775,7 +787,10 @@ static slm_status print_finish(void *ctx, slm_trainer *tr, slm_status st) {
                          (long long)slm_trainer_steps_done(tr));
     const slm_train_result *r = slm_trainer_result(tr);
     if (!st && r->stop_evaluated && slm_trainer_rank(tr) == 0) {
-        printf("step %6lld | val loss %.4f\n", (long long)r->steps_done, r->final_val_loss);
+        char over[64];
+        val_over(sp->o, over, sizeof over);
+        printf("step %6lld | val loss %.4f (%s)\n", (long long)r->steps_done, r->final_val_loss,
+               over);
         fflush(stdout);
     }
     return SLM_OK;
@@ -901,7 +916,11 @@ int slm_cmd_train(int argc, char **argv) {
         printf("done: %lld steps", (long long)res.steps_done);
         if (isfinite(res.final_loss) && !(o.simulate_gflops > 0))
             printf(" | final loss %.4f", res.final_loss);
-        if (isfinite(res.final_val_loss)) printf(" | val loss %.4f", res.final_val_loss);
+        if (isfinite(res.final_val_loss)) {
+            char over[64];
+            val_over(&o, over, sizeof over);
+            printf(" | val loss %.4f (%s)", res.final_val_loss, over);
+        }
         if (isfinite(res.tokens_per_s))
             printf(" | %.0f tok/s | MFU %.1f%%", res.tokens_per_s, 100.0 * res.mfu);
         if (res.nonfinite_skips)
