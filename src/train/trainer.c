@@ -301,6 +301,20 @@ static slm_status check_resume_batch(slm_trainer *tr) {
                      "saved it",
                      a, slm_ckpt_dir(tr->resume_ckpt), (long long)M->step, b);
         }
+        // Another --steps stretches or squeezes the cosine schedule from the resumed step on
+        // (slm_lr_at follows the new total): allowed, but never silent.
+        const slm_train_opts *o = tr->o;
+        if (M && !st && M->lr_total > 0 && M->lr_total != o->steps) {
+            float was =
+                slm_lr_at(M->lr_step, M->lr_warmup, M->lr_total, M->adamw.lr_peak, M->lr_min);
+            float now_lr = slm_lr_at(M->lr_step, o->warmup, o->steps, o->adamw.lr_peak, tr->min_lr);
+            slm_warn("--steps %lld differs from the %lld steps checkpoint %s (step %lld) was "
+                     "scheduled for: the LR schedule is re-stretched to --steps %lld; the LR at "
+                     "the resumed step is %.3e (%.3e under --steps %lld)%s",
+                     (long long)o->steps, (long long)M->lr_total, slm_ckpt_dir(tr->resume_ckpt),
+                     (long long)M->step, (long long)o->steps, now_lr, was, (long long)M->lr_total,
+                     M->step >= M->lr_total ? ", where that run's cosine had ended" : "");
+        }
         if (st) st = slm_fail_wrap(st, "--resume %s", tr->resume_path);
     }
     return slm_dist_agree(st);
