@@ -14,11 +14,11 @@
 #
 # The model is sized from this machine's measured speed: a ladder of models, largest first, each
 # with the number of training tokens it needed to reach the target on the Bible (measured, see
-# README). A 4-step timing run of each rung predicts how many tokens 90% of the budget trains; the
-# first rung whose prediction is at least 1.3x its need is trained. If none is, the smallest rung
-# is trained and the minutes it would need are printed. Training takes 90% of the budget
-# (--max-minutes) and its LR schedule follows the time spent (--time-schedule), so the cosine
-# decay completes whatever the machine's speed. The target on the Bible: validation loss
+# README). A 9-step timing run of each rung (the median of its steps 2-9) predicts how many
+# tokens 90% of the budget trains; the first rung whose prediction is at least 1.3x its need is
+# trained. If none is, the smallest rung is trained and the minutes it would need are printed.
+# Training takes 90% of the budget (--max-minutes) and its LR schedule follows the time spent
+# (--time-schedule), so the cosine decay completes whatever the machine's speed. The target on the Bible: validation loss
 # <= 0.65 x unigram entropy (nats/token). On a fresh Debian 12 machine it first installs the
 # run-time packages (scripts/setup.sh --no-build, when one is missing) and builds build/shardlm
 # (when missing; SHARDLM=path uses another binary).
@@ -104,11 +104,15 @@ model_json() { # hidden layers ffn heads ctx -> $OUT/model.json
  "initializer_range": 0.02}
 EOF
 }
-time_steps() { # B T -> mean ms/step of steps 2-4 of a synthetic run of $OUT/model.json
-    "$BIN" train --synthetic --model "$OUT/model.json" --batch "$1" --seq "$2" --steps 4 \
+# The median, not the mean, of the step times: on a shared machine a few steps slowed by other
+# jobs (or the first steps' warm-up) must not decide the model (a 4-step mean once predicted
+# 980 ms/step and half the tokens the run then trained).
+time_steps() { # B T -> median ms/step of steps 2-9 of a synthetic run of $OUT/model.json
+    "$BIN" train --synthetic --model "$OUT/model.json" --batch "$1" --seq "$2" --steps 9 \
             --threads "$THREADS" --peak-gflops 1 --log-every 1 < /dev/null 2> /dev/null |
-        awk '/^step/ && $2 !~ /^1\// { for (i = 1; i <= NF; i++) if ($i == "ms/step") { s += $(i-1); n++ } }
-             END { if (n) printf "%.0f", s / n; else print 0 }'
+        awk '/^step/ && $2 !~ /^1\// { for (i = 1; i <= NF; i++) if ($i == "ms/step") v[++n] = $(i-1) + 0 }
+             END { for (i = 2; i <= n; i++) for (j = i; j > 1 && v[j-1] > v[j]; j--) { t = v[j]; v[j] = v[j-1]; v[j-1] = t }
+                   if (n) printf "%.0f", n % 2 ? v[(n+1)/2] : (v[n/2] + v[n/2+1]) / 2; else print 0 }'
 }
 echo "== timing the model ladder ($THREADS threads, budget $MINUTES min, 90% training)"
 i=0 CHOSEN=""

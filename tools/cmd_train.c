@@ -700,6 +700,8 @@ typedef struct step_printer {
     const slm_train_opts *o;
     slm_progress pg;
     bool begun;
+    double frac;        // the share of the run done at the last step (progress_frac)
+    int64_t first_step; // the first step this process trained (its tokens/s count from it)
 } step_printer;
 
 // What a training validation loss is over: --eval-batches batches of --batch windows per rank
@@ -712,19 +714,38 @@ static void val_over(const slm_train_opts *o, char *buf, size_t n) {
                  (long long)o->eval_batches * slm_dist_world() * o->B);
 }
 
-// Rank 0's progress line (stderr): step, tokens/s, loss, ETA to the last step at the mean step
-// rate of this process so far.
+// The share of the run done after `step` at `elapsed_s`: steps over --steps, or, with
+// --max-minutes, whichever is further along of that and the time budget spent (training stops
+// at the budget: a 13.5-minute run ends at 100%, not at the 66% of its step count).
+static double progress_frac(const slm_train_opts *o, double step, double total, double elapsed_s) {
+    double f = total > 0 ? step / total : 0;
+    if (o->max_minutes > 0 && elapsed_s / (o->max_minutes * 60.0) > f)
+        f = elapsed_s / (o->max_minutes * 60.0);
+    return f < 1 ? f : 1;
+}
+
+// Rank 0's progress line (stderr): step, tokens/s, loss, and the ETA at the mean rate of this
+// process so far, in shares of the run (progress_frac): the step-count ETA, or with
+// --max-minutes the sooner of it and the budget's end.
 static void progress_step(step_printer *sp, const slm_step_metrics *m) {
-    if (!sp->begun) {
-        slm_progress_begin(&sp->pg, "train", (double)m->step - 1, (double)m->total_steps);
-        sp->pg.t0 -= m->ms_per_step / 1e3; // the clock starts with the step just done
+    double tot = (double)m->total_steps;
+    sp->frac = progress_frac(sp->o, (double)m->step, tot, m->elapsed_s);
+    if (!sp->begun) { // the clock starts with the step just done
+        slm_progress_begin(
+            &sp->pg, "train",
+            progress_frac(sp->o, (double)m->step - 1, tot, m->elapsed_s - m->ms_per_step / 1e3),
+            1.0);
+        sp->pg.t0 -= m->ms_per_step / 1e3;
+        sp->first_step = m->step;
         sp->begun = true;
     }
     char tps[32];
-    double dt = slm_time_s() - sp->pg.t0, n = (double)m->step - sp->pg.done0;
-    double rate = dt > 0 ? (double)m->tokens_seen / (double)m->step * n / dt : NAN;
+    double dt = slm_time_s() - sp->pg.t0;
+    double rate = dt > 0 && sp->first_step > 0 ? (double)m->tokens_seen / (double)m->step *
+                                                     (double)(m->step - sp->first_step + 1) / dt
+                                               : NAN;
     snprintf(tps, sizeof tps, isfinite(rate) ? "%.0f" : "?", rate);
-    slm_progress_update(&sp->pg, (double)m->step, "step %lld/%lld, %s tok/s, loss %.4f",
+    slm_progress_update(&sp->pg, sp->frac, "step %lld/%lld, %s tok/s, loss %.4f",
                         (long long)m->step, (long long)m->total_steps, tps, m->loss);
 }
 
@@ -783,8 +804,8 @@ static slm_status print_finish(void *ctx, slm_trainer *tr, slm_status st) {
     if (sp->begun && st)
         slm_progress_abandon(&sp->pg);
     else if (sp->begun)
-        slm_progress_end(&sp->pg, (double)slm_trainer_steps_done(tr), "%lld steps",
-                         (long long)slm_trainer_steps_done(tr));
+        slm_progress_end(&sp->pg, slm_trainer_result(tr)->interrupted ? sp->frac : 1.0,
+                         "%lld steps", (long long)slm_trainer_steps_done(tr));
     const slm_train_result *r = slm_trainer_result(tr);
     if (!st && r->stop_evaluated && slm_trainer_rank(tr) == 0) {
         char over[64];
