@@ -14,7 +14,7 @@ int main(int argc, char **argv) {
     }
     int T = argc > 2 ? atoi(argv[2]) : 1024, B = argc > 3 ? atoi(argv[3]) : 8;
     int n = argc > 4 ? atoi(argv[4]) : 2000;
-    slm_loader_opts o = {argv[1], "train", T, B, 0, 1, 1234, true, false};
+    slm_loader_opts o = {argv[1], "train", T, B, 0, 1, 1234, true, false, 0};
     slm_loader *l = NULL;
     double t0 = slm_time_s();
     if (slm_loader_open(&o, &l)) {

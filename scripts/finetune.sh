@@ -131,8 +131,13 @@ rm -rf "$OUT/data"
 paste -d ' ' "$OUT/heldout.prompt.ids" "$OUT/heldout.completion.ids" > "$OUT/heldout.full.ids"
 
 # 3. Scoring: completion loss and exact match of model directory $1, labelled $2.
+# Progress on stderr: the two eval passes, then the greedy generations (a line every quarter,
+# or one updated line on a terminal).
 score() {
-    local model="$1" name="$2" ef ep
+    local model="$1" name="$2" ef ep total every
+    total=$(wc -l < "$OUT/heldout.prompts")
+    every=$(( total >= 4 ? total / 4 : 1 ))
+    echo "   scoring $name: completion loss (eval of $total held-out verses)" >&2
     ef=$("$BIN" eval --model "$model" --token-ids "$OUT/heldout.full.ids" --threads "$THREADS")
     ep=$("$BIN" eval --model "$model" --token-ids "$OUT/heldout.prompt.ids" --threads "$THREADS")
     : > "$OUT/$name.samples"
@@ -147,6 +152,12 @@ score() {
         [ "$gen" = "$comp" ] && hits=$(( hits + 1 ))
         printf '%s\t%s\t%s\n' "$prompt" "$comp" "$gen" >> "$OUT/$name.samples"
         i=$(( i + 1 ))
+        if [ -t 2 ]; then
+            printf '\r   scoring %s: exact match, %d / %d verses generated' "$name" "$i" "$total" >&2
+            [ "$i" -lt "$total" ] || echo >&2
+        elif [ $(( i % every )) = 0 ] || [ "$i" = "$total" ]; then
+            echo "   scoring $name: exact match, $i / $total verses generated" >&2
+        fi
     done < "$OUT/heldout.prompts" 3< "$OUT/heldout.completions" 4< "$OUT/heldout.completion.ids"
     awk -v name="$name" -v hits="$hits" -v n="$i" -v ef="$ef" -v ep="$ep" 'BEGIN {
         split(ef, a, "\n"); split(ep, b, "\n")
@@ -179,9 +190,11 @@ finetune full --lr 3e-4 --min-lr 3e-5
 
 # 5. Summary.
 echo "== held-out completion loss (nats/token) and exact match, $HELDOUT verses"
-state() { sed -n 's/.*state per rank [^(]*(\([0-9]*\) bytes.*/\1/p' "$OUT/$1.log" | head -1; }
+# the state per rank in MiB (the unit of the README's table), from the log's exact bytes
+state() { sed -n 's/.*state per rank [^(]*(\([0-9]*\) bytes.*/\1/p' "$OUT/$1.log" | head -1 |
+          awk '{ printf "%.1f MiB", $1 / 1048576 }'; }
 tps() { sed -n 's/^done:.*| \([0-9]*\) tok\/s.*/\1/p' "$OUT/$1.log" | tail -1; } # the run's mean
-printf '   %-5s %10s %12s %16s %9s\n' model loss "exact match" "state/rank (B)" "tok/s"
+printf '   %-5s %10s %12s %16s %9s\n' model loss "exact match" "state / rank" "tok/s"
 while read -r name loss hits n; do
     printf '   %-5s %10s %5d / %-5d %16s %9s\n' "$name" "$loss" "$hits" "$n" \
         "$( [ "$name" = base ] && echo - || state "$name")" "$( [ "$name" = base ] && echo - || tps "$name")"

@@ -14,12 +14,14 @@
 #
 # The model is sized from this machine's measured speed: a ladder of models, largest first, each
 # with the number of training tokens it needed to reach the target on the Bible (measured, see
-# README). A 4-step timing run of each rung predicts how many tokens 90% of the budget trains; the
-# first rung whose prediction is at least 1.3x its need is trained. If none is, the smallest rung
-# is trained and the minutes it would need are printed. Training takes 90% of the budget
-# (--max-minutes) and its LR schedule follows the time spent (--time-schedule), so the cosine
-# decay completes whatever the machine's speed. The target on the Bible: validation loss
-# <= 0.65 x unigram entropy (nats/token). Needs a built shardlm (build/shardlm, or SHARDLM=path).
+# README). A 9-step timing run of each rung (the median of its steps 2-9) predicts how many
+# tokens 90% of the budget trains; the first rung whose prediction is at least 1.3x its need is
+# trained. If none is, the smallest rung is trained and the minutes it would need are printed.
+# Training takes 90% of the budget (--max-minutes) and its LR schedule follows the time spent
+# (--time-schedule), so the cosine decay completes whatever the machine's speed. The target on the Bible: validation loss
+# <= 0.65 x unigram entropy (nats/token). On a fresh Debian 12 machine it first installs the
+# run-time packages (scripts/setup.sh --no-build, when one is missing) and builds build/shardlm
+# (when missing; SHARDLM=path uses another binary).
 #
 # Reruns: every run trains into a fresh run directory, OUT/run-YYYYmmdd-HHMMSS (UTC), and
 # OUT/latest links to the newest; corpus, tokenizer and data are reused. Not --train-from-scratch
@@ -40,13 +42,22 @@ while [ $# -gt 0 ]; do
         --threads) THREADS="$2"; shift 2 ;;
         --vocab) VOCAB="$2"; shift 2 ;;
         --plan) PLAN=1; shift ;;
-        -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
         *) echo "quickstart: unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
 done
 awk -v m="$MINUTES" 'BEGIN { exit !(m + 0 > 0) }' ||
     { echo "quickstart: --minutes must be a number > 0 (got '$MINUTES')" >&2; exit 2; }
 BIN="${SHARDLM:-build/shardlm}"
+# Set-up on a fresh machine: the run-time Debian packages (scripts/setup.sh; nothing for tests).
+if command -v dpkg > /dev/null; then
+    for p in $(scripts/setup.sh --list); do
+        dpkg -s "$p" > /dev/null 2>&1 && continue
+        echo "== set-up: Debian package $p is missing; scripts/setup.sh --no-build"
+        scripts/setup.sh --no-build
+        break
+    done
+fi
 if [ ! -x "$BIN" ]; then
     echo "== building shardlm"
     cmake -S . -B build -DCMAKE_BUILD_TYPE=Release > /dev/null
@@ -93,11 +104,15 @@ model_json() { # hidden layers ffn heads ctx -> $OUT/model.json
  "initializer_range": 0.02}
 EOF
 }
-time_steps() { # B T -> mean ms/step of steps 2-4 of a synthetic run of $OUT/model.json
-    "$BIN" train --synthetic --model "$OUT/model.json" --batch "$1" --seq "$2" --steps 4 \
+# The median, not the mean, of the step times: on a shared machine a few steps slowed by other
+# jobs (or the first steps' warm-up) must not decide the model (a 4-step mean once predicted
+# 980 ms/step and half the tokens the run then trained).
+time_steps() { # B T -> median ms/step of steps 2-9 of a synthetic run of $OUT/model.json
+    "$BIN" train --synthetic --model "$OUT/model.json" --batch "$1" --seq "$2" --steps 9 \
             --threads "$THREADS" --peak-gflops 1 --log-every 1 < /dev/null 2> /dev/null |
-        awk '/^step/ && $2 !~ /^1\// { for (i = 1; i <= NF; i++) if ($i == "ms/step") { s += $(i-1); n++ } }
-             END { if (n) printf "%.0f", s / n; else print 0 }'
+        awk '/^step/ && $2 !~ /^1\// { for (i = 1; i <= NF; i++) if ($i == "ms/step") v[++n] = $(i-1) + 0 }
+             END { for (i = 2; i <= n; i++) for (j = i; j > 1 && v[j-1] > v[j]; j--) { t = v[j]; v[j] = v[j-1]; v[j-1] = t }
+                   if (n) printf "%.0f", n % 2 ? v[(n+1)/2] : (v[n/2] + v[n/2+1]) / 2; else print 0 }'
 }
 echo "== timing the model ladder ($THREADS threads, budget $MINUTES min, 90% training)"
 i=0 CHOSEN=""
@@ -155,8 +170,8 @@ HU=$("$BIN" eval --data "$DATA" --split val --unigram-entropy)
 LOSS=$(echo "$EV" | awk '$1 == "loss" { print $2 }')
 PPL=$(echo "$EV" | awk '$1 == "perplexity" { print $2 }')
 H=$(echo "$HU" | awk '$1 == "unigram_entropy" { print $2 }')
-awk -v l="$LOSS" -v h="$H" -v p="$PPL" 'BEGIN {
-    printf "validation loss   %.4f nats/token (perplexity %.1f)\n", l, p
+awk -v l="$LOSS" -v h="$H" -v p="$PPL" -v t="$T" 'BEGIN {
+    printf "validation loss   %.4f nats/token (perplexity %.1f; whole val split, %d-token windows)\n", l, p, t
     printf "unigram entropy   %.4f nats/token\n", h
     printf "ratio             %.3f  (target <= 0.65: %s)\n", l / h, (l / h <= 0.65 ? "met" : "not met") }'
 

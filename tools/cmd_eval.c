@@ -37,7 +37,7 @@ static const slm_opt k_eval_opts[] = {
      .help = "tokens per window",
      .ilo = 1,
      .ihi = 1 << 24,
-     .def = "min(256, max_position_embeddings)"},
+     .def = "the run's --seq (its checkpoint), else min(256, max_position_embeddings)"},
     {.name = "--batch",
      .type = SLM_OPT_INT64,
      .off = A(B),
@@ -85,7 +85,9 @@ static const slm_cli k_eval_cli = {
              "       shardlm eval --data DIR --unigram-entropy [--split val]\n"
              "Mean cross-entropy (nats/token) and perplexity of a trained model.\n\n",
     .opts = k_eval_opts,
-    .footer = "\nOutput lines on stdout: loss, perplexity, tokens, sequences, unigram_entropy.\n"
+    .footer = "\nOutput lines on stdout: loss, perplexity, tokens, sequences, unigram_entropy,\n"
+              "and \"over ...\": what the loss is over (the whole split or its first M batches,\n"
+              "window length and where it came from).\n"
               "On instruction data (prep --format prompt-completion|chat) loss and tokens are\n"
               "over the completion / assistant tokens only (packed samples), and a line\n"
               "\"targets completion_only\" says so.\n"
@@ -151,6 +153,14 @@ int slm_cmd_eval(int argc, char **argv) {
             slm_error("eval: %s", slm_errmsg());
             return SLM_EXIT_ERROR;
         }
+        // --seq defaults to the run's own (the checkpoint's batch geometry), so that eval of a
+        // run measures what its training validated; an HF directory has none.
+        const char *t_from = "--seq";
+        if (T == 0 && d.ckpt) {
+            const slm_ckpt_meta *M = slm_ckpt_get_meta(d.ckpt);
+            if (M->has_batch && M->seq > 0) T = M->seq, t_from = "the run's --seq";
+        }
+        if (T == 0 && !ids) t_from = "default: min(256, max_position_embeddings)";
         slm_llama m;
         st = slm_model_dir_load_model(&d, &m);
         slm_model_dir_close(&d);
@@ -172,6 +182,15 @@ int slm_cmd_eval(int argc, char **argv) {
         if (st) goto fail;
         printf("loss %.6f\nperplexity %.4f\ntokens %lld\nsequences %lld\n", r.loss, r.perplexity,
                (long long)r.n_tokens, (long long)r.n_seqs);
+        if (ids)
+            printf("over all %lld lines of %s\n", (long long)r.n_seqs, ids);
+        else if (max_batches == 0 || r.n_seqs < max_batches * B)
+            printf("over the whole %s split: %lld windows of %lld tokens (%s)\n", split,
+                   (long long)r.n_seqs, (long long)T, t_from);
+        else
+            printf("over the first %lld batches of the %s split: %lld windows of %lld tokens "
+                   "(%s)\n",
+                   (long long)max_batches, split, (long long)r.n_seqs, (long long)T, t_from);
         if (r.completion_only) // instruction data: the loss and tokens are the target ones
             printf("targets completion_only\n");
     }

@@ -107,7 +107,7 @@ static void print_report(const slm_health_report *rep) {
                r->model_err <= r->model_bound ? "<=" : ">", r->model_bound);
         if (r->free_bytes >= 0) {
             char b[32];
-            printf(" | free %s", slm_fmt_bytes(r->free_bytes, b));
+            printf(" | disk free %s (run dir)", slm_fmt_bytes(r->free_bytes, b));
         }
         if (r->failed) {
             printf(" | failed:");

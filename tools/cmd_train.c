@@ -700,21 +700,52 @@ typedef struct step_printer {
     const slm_train_opts *o;
     slm_progress pg;
     bool begun;
+    double frac;        // the share of the run done at the last step (progress_frac)
+    int64_t first_step; // the first step this process trained (its tokens/s count from it)
 } step_printer;
 
-// Rank 0's progress line (stderr): step, tokens/s, loss, ETA to the last step at the mean step
-// rate of this process so far.
+// What a training validation loss is over: --eval-batches batches of --batch windows per rank
+// from the val split's start (trainer.c validate), or the whole split (--eval-batches 0).
+static void val_over(const slm_train_opts *o, char *buf, size_t n) {
+    if (o->eval_batches <= 0)
+        snprintf(buf, n, "whole val split");
+    else
+        snprintf(buf, n, "first %lld val windows",
+                 (long long)o->eval_batches * slm_dist_world() * o->B);
+}
+
+// The share of the run done after `step` at `elapsed_s`: steps over --steps, or, with
+// --max-minutes, whichever is further along of that and the time budget spent (training stops
+// at the budget: a 13.5-minute run ends at 100%, not at the 66% of its step count).
+static double progress_frac(const slm_train_opts *o, double step, double total, double elapsed_s) {
+    double f = total > 0 ? step / total : 0;
+    if (o->max_minutes > 0 && elapsed_s / (o->max_minutes * 60.0) > f)
+        f = elapsed_s / (o->max_minutes * 60.0);
+    return f < 1 ? f : 1;
+}
+
+// Rank 0's progress line (stderr): step, tokens/s, loss, and the ETA at the mean rate of this
+// process so far, in shares of the run (progress_frac): the step-count ETA, or with
+// --max-minutes the sooner of it and the budget's end.
 static void progress_step(step_printer *sp, const slm_step_metrics *m) {
-    if (!sp->begun) {
-        slm_progress_begin(&sp->pg, "train", (double)m->step - 1, (double)m->total_steps);
-        sp->pg.t0 -= m->ms_per_step / 1e3; // the clock starts with the step just done
+    double tot = (double)m->total_steps;
+    sp->frac = progress_frac(sp->o, (double)m->step, tot, m->elapsed_s);
+    if (!sp->begun) { // the clock starts with the step just done
+        slm_progress_begin(
+            &sp->pg, "train",
+            progress_frac(sp->o, (double)m->step - 1, tot, m->elapsed_s - m->ms_per_step / 1e3),
+            1.0);
+        sp->pg.t0 -= m->ms_per_step / 1e3;
+        sp->first_step = m->step;
         sp->begun = true;
     }
     char tps[32];
-    double dt = slm_time_s() - sp->pg.t0, n = (double)m->step - sp->pg.done0;
-    double rate = dt > 0 ? (double)m->tokens_seen / (double)m->step * n / dt : NAN;
+    double dt = slm_time_s() - sp->pg.t0;
+    double rate = dt > 0 && sp->first_step > 0 ? (double)m->tokens_seen / (double)m->step *
+                                                     (double)(m->step - sp->first_step + 1) / dt
+                                               : NAN;
     snprintf(tps, sizeof tps, isfinite(rate) ? "%.0f" : "?", rate);
-    slm_progress_update(&sp->pg, (double)m->step, "step %lld/%lld, %s tok/s, loss %.4f",
+    slm_progress_update(&sp->pg, sp->frac, "step %lld/%lld, %s tok/s, loss %.4f",
                         (long long)m->step, (long long)m->total_steps, tps, m->loss);
 }
 
@@ -730,8 +761,10 @@ static void print_step(void *ctx, const slm_step_metrics *m) {
         progress_step(sp, m);
         return;
     }
-    char line[256], val[96] = "";
-    if (isfinite(m->val_loss)) snprintf(val, sizeof val, " | val loss %.4f", m->val_loss);
+    char line[320], val[128] = "", over[64];
+    val_over(o, over, sizeof over);
+    if (isfinite(m->val_loss))
+        snprintf(val, sizeof val, " | val loss %.4f (%s)", m->val_loss, over);
     if (m->skipped)
         snprintf(val + strlen(val), sizeof val - strlen(val), " | update skipped (%s)",
                  m->no_target ? "no target token" : "non-finite");
@@ -771,11 +804,14 @@ static slm_status print_finish(void *ctx, slm_trainer *tr, slm_status st) {
     if (sp->begun && st)
         slm_progress_abandon(&sp->pg);
     else if (sp->begun)
-        slm_progress_end(&sp->pg, (double)slm_trainer_steps_done(tr), "%lld steps",
-                         (long long)slm_trainer_steps_done(tr));
+        slm_progress_end(&sp->pg, slm_trainer_result(tr)->interrupted ? sp->frac : 1.0,
+                         "%lld steps", (long long)slm_trainer_steps_done(tr));
     const slm_train_result *r = slm_trainer_result(tr);
     if (!st && r->stop_evaluated && slm_trainer_rank(tr) == 0) {
-        printf("step %6lld | val loss %.4f\n", (long long)r->steps_done, r->final_val_loss);
+        char over[64];
+        val_over(sp->o, over, sizeof over);
+        printf("step %6lld | val loss %.4f (%s)\n", (long long)r->steps_done, r->final_val_loss,
+               over);
         fflush(stdout);
     }
     return SLM_OK;
@@ -901,7 +937,11 @@ int slm_cmd_train(int argc, char **argv) {
         printf("done: %lld steps", (long long)res.steps_done);
         if (isfinite(res.final_loss) && !(o.simulate_gflops > 0))
             printf(" | final loss %.4f", res.final_loss);
-        if (isfinite(res.final_val_loss)) printf(" | val loss %.4f", res.final_val_loss);
+        if (isfinite(res.final_val_loss)) {
+            char over[64];
+            val_over(&o, over, sizeof over);
+            printf(" | val loss %.4f (%s)", res.final_val_loss, over);
+        }
         if (isfinite(res.tokens_per_s))
             printf(" | %.0f tok/s | MFU %.1f%%", res.tokens_per_s, 100.0 * res.mfu);
         if (res.nonfinite_skips)

@@ -356,7 +356,7 @@ cluster_check() { # cluster_check H [RATE DELAY]
         # RTT h1 -> hI crosses the switch twice: >= 2 DELAY strictly (every frame is held DELAY),
         # and above by a generous load-robust bound (the minimum of 10: a stall must hit all).
         local rtt mn hi=${CL_RTT_SLACK_MS:-100}
-        command -v ping > /dev/null || { echo "FAIL: no ping (iputils-ping, scripts/setup.sh)"; rc=1; }
+        command -v ping > /dev/null || { echo "FAIL: no ping (iputils-ping, scripts/setup_test.sh)"; rc=1; }
         for ((i = 2; i <= h; i++)); do
             rtt=$(cluster_ping "$i" 10)
             mn=${rtt%% *}
@@ -431,7 +431,7 @@ cl_iperf() { # cl_iperf SECS SRC:DST...
 cluster_measure() { # cluster_measure H RATE DELAY: RTT, throughput, switch CPU (a benchmark)
     local h=$1 rate=$2 delay=$3 i pairs=() secs=${CL_IPERF_SECS:-5}
     command -v ping > /dev/null && command -v iperf3 > /dev/null ||
-        { echo "SKIP: needs ping and iperf3 (scripts/setup.sh)"; return 77; }
+        { echo "SKIP: needs ping and iperf3 (scripts/setup_test.sh)"; return 77; }
     cluster_up "$h" "$rate" "$delay" || return $?
     echo "cluster: H=$h rate $rate one-way delay $delay ms, links $CL_MODE, MTU $(ip netns exec "$(cl_ns 1)" cat /sys/class/net/eth0/mtu)"
     for ((i = 2; i <= h; i++)); do echo "  ping h1 -> h$i: rtt min avg max $(cluster_ping "$i" 20) ms"; done

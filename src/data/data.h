@@ -307,6 +307,8 @@ typedef struct slm_loader_opts {
     uint64_t seed;
     bool shuffle;    // train: true (per-epoch permutation of windows); val: false
     bool no_packing; // masked datasets: one sample per window (padded) instead of packing
+    int max_T;       // the model's max_position_embeddings (0: unknown): the longest --seq the
+                     // advice about cut samples may suggest
 } slm_loader_opts;
 
 // Opens the split: maps shards, verifies every shard (size, magic, checksum, tokens < vocab).

@@ -37,6 +37,7 @@ struct slm_loader {
     int n_shards;
     int64_t n_tokens, n_windows;
     int T, B_global, B_local, rank, world;
+    int max_T; // the model's positions (0: unknown), for the advice of find_samples
     bool shuffle;
     int half_bits; // Feistel half width h: domain [0, 4^h)
     slm_loader_state st;
@@ -212,22 +213,42 @@ static slm_status find_samples(slm_loader *l) {
     }
     l->n_samples = n;
     const char *split = l->split == &l->ds.train ? "train" : "val";
-    if (n > 0 && blind == n)
+    // The --seq that keeps one target of every sample, unless the model cannot take it: then
+    // the samples (their prompts) must be shorter, or the model longer.
+    bool too_long = l->max_T > 0 && need - 1 > l->max_T;
+    char fix[320];
+    if (too_long)
+        snprintf(fix, sizeof fix,
+                 "keeping one target of every sample would need --seq %" PRId64
+                 ", beyond the model's max_position_embeddings %d (the longest --seq it "
+                 "takes): shorten those samples' prompts or use a model with more positions",
+                 need - 1, l->max_T);
+    if (n > 0 && blind == n) {
+        if (too_long)
+            return slm_fail(SLM_E_ARG,
+                            "%s: every one of the %" PRId64 " %s samples has its first target "
+                            "(completion / assistant) token beyond its first T+1 = %" PRId64
+                            " tokens, so the cut to T+1 leaves nothing to learn or score; %s",
+                            l->ds.dir, n, split, W, fix);
         return slm_fail(SLM_E_ARG,
                         "%s: every one of the %" PRId64 " %s samples has its first target "
                         "(completion / assistant) token beyond its first T+1 = %" PRId64
                         " tokens, so the cut to T+1 leaves nothing to learn or score; raise "
                         "--seq to at least %" PRId64 " (keeps one target of every sample)",
                         l->ds.dir, n, split, W, need - 1);
+    }
     if (cut && l->rank == 0)
         slm_warn("%s: %" PRId64 " of %" PRId64 " %s samples are longer than T+1 = %" PRId64
                  " tokens and were cut to it",
                  l->ds.dir, cut, n, split, W);
-    if (blind && l->rank == 0)
+    if (blind && l->rank == 0) {
+        if (!too_long)
+            snprintf(fix, sizeof fix, "--seq %" PRId64 " keeps one target of every sample",
+                     need - 1);
         slm_warn("%s: %" PRId64 " of %" PRId64 " %s samples keep no target token after the cut "
-                 "to T+1 = %" PRId64 " tokens (they add nothing to the loss); --seq %" PRId64
-                 " keeps one target of every sample",
-                 l->ds.dir, blind, n, split, W, need - 1);
+                 "to T+1 = %" PRId64 " tokens (they add nothing to the loss); %s",
+                 l->ds.dir, blind, n, split, W, fix);
+    }
     return SLM_OK;
 }
 
@@ -300,6 +321,7 @@ slm_status slm_loader_open(const slm_loader_opts *o, slm_loader **out) {
         goto fail;
     }
     l->split = train ? &l->ds.train : &l->ds.val;
+    l->max_T = o->max_T;
     l->T = o->T;
     l->B_global = o->B_global;
     l->B_local = o->B_global / o->world;

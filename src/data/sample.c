@@ -112,6 +112,14 @@ static slm_status split_role(slm_chat_template *t, int r, const char *s, const c
 static slm_status parse_template_text(const char *path, const char *text, size_t len,
                                       slm_chat_template *t) {
     slm_status st = SLM_OK;
+    // A raw NUL byte: cJSON keeps parsing but the C string it builds ends there, silently
+    // cutting the field (as in JSONL input, prep.c).
+    const char *nul = memchr(text, 0, len);
+    if (nul)
+        return slm_fail(SLM_E_FORMAT,
+                        "--chat-template %s: raw NUL byte (0x00) at byte %zu of the file; a "
+                        "template cannot hold NUL characters (remove it)",
+                        path, (size_t)(nul - text) + 1);
     cJSON *root = cJSON_ParseWithLength(text, len);
     if (!root || !cJSON_IsObject(root)) {
         cJSON_Delete(root);

@@ -736,7 +736,37 @@ void slm_bpe_write_json(const bpe_model *m, slm_buf *out) {
                              "\"ByteLevel\", \"add_prefix_space\": false, \"trim_offsets\": true, "
                              "\"use_regex\": false}]},\n");
     }
-    slm_buf_appendf(out, "  \"post_processor\": null,\n  \"decoder\": {\"type\": \"ByteLevel\", "
+    // post_processor: BOS before each sequence when there is one (as Llama 3's file has), so
+    // that HF libraries add it by default: transformers 5 takes BOS only from here (it ignores
+    // tokenizer_config.json's add_bos_token when a tokenizer.json is present). shardlm itself
+    // ignores the field (callers ask for BOS).
+    slm_tokenizer ids = {0};
+    assign_special_ids((bpe_model *)m, &ids);
+    if (ids.bos_id >= 0) {
+        const char *b = m->piece[ids.bos_id];
+        slm_buf_appendf(out, "  \"post_processor\": {\"type\": \"TemplateProcessing\", \"single\": "
+                             "[{\"SpecialToken\": {\"id\": ");
+        json_str(out, b);
+        slm_buf_appendf(out,
+                        ", \"type_id\": 0}}, {\"Sequence\": {\"id\": \"A\", \"type_id\": 0}}], "
+                        "\"pair\": [{\"SpecialToken\": {\"id\": ");
+        json_str(out, b);
+        slm_buf_appendf(out, ", \"type_id\": 0}}, {\"Sequence\": {\"id\": \"A\", \"type_id\": 0}}, "
+                             "{\"SpecialToken\": {\"id\": ");
+        json_str(out, b);
+        slm_buf_appendf(out,
+                        ", \"type_id\": 1}}, {\"Sequence\": {\"id\": \"B\", \"type_id\": 1}}], "
+                        "\"special_tokens\": {");
+        json_str(out, b);
+        slm_buf_appendf(out, ": {\"id\": ");
+        json_str(out, b);
+        slm_buf_appendf(out, ", \"ids\": [%d], \"tokens\": [", ids.bos_id);
+        json_str(out, b);
+        slm_buf_appendf(out, "]}}},\n");
+    } else {
+        slm_buf_appendf(out, "  \"post_processor\": null,\n");
+    }
+    slm_buf_appendf(out, "  \"decoder\": {\"type\": \"ByteLevel\", "
                          "\"add_prefix_space\": true, \"trim_offsets\": true, \"use_regex\": "
                          "true},\n  \"model\": {\n    \"type\": \"BPE\",\n    \"dropout\": null,\n"
                          "    \"unk_token\": ");

@@ -64,7 +64,8 @@ slm_status slm_eval_split(slm_llama *m, const char *data_dir, const char *split,
                           .rank = 0,
                           .world = 1,
                           .seed = 0,
-                          .shuffle = false};
+                          .shuffle = false,
+                          .max_T = m->cfg.max_position_embeddings};
     slm_loader *l = NULL;
     st = slm_loader_open(&lo, &l);
     if (st) return st;

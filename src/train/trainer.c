@@ -92,12 +92,16 @@ static slm_status check_memory(const slm_train_opts *o, const slm_llama_config *
     double need = state + acts, avail = mi.bytes;
     char a[32], b[32], c[32], d[32], e[32];
     if (avail <= 0 || need <= avail) {
-        slm_info("memory: about %s per process (%s of parameters, gradients and AdamW state, %s "
-                 "of activations%s%s%s); %s available (%s)",
-                 slm_fmt_bytes(need, a), slm_fmt_bytes(state, b), slm_fmt_bytes(acts, c),
-                 o->out_dir ? ", plus " : "", o->out_dir ? slm_fmt_bytes(staging, e) : "",
-                 o->out_dir ? " for a checkpoint's staging copy" : "",
-                 avail > 0 ? slm_fmt_bytes(avail, d) : "unknown", mi.limit_name);
+        // the start-up summary once (rank 0; under mpirun every rank would print a copy), the
+        // synchronous-checkpoint note from any rank it applies to (memory differs per host)
+        if (slm_dist_rank() == 0)
+            slm_info(
+                "memory: about %s per process (%s of parameters, gradients and AdamW state, %s "
+                "of activations%s%s%s); %s available (%s)",
+                slm_fmt_bytes(need, a), slm_fmt_bytes(state, b), slm_fmt_bytes(acts, c),
+                o->out_dir ? ", plus " : "", o->out_dir ? slm_fmt_bytes(staging, e) : "",
+                o->out_dir ? " for a checkpoint's staging copy" : "",
+                avail > 0 ? slm_fmt_bytes(avail, d) : "unknown", mi.limit_name);
         if (o->out_dir && avail > 0 && !o->ckpt_sync && need + staging > avail)
             slm_info("memory: the training state needs about %s and a checkpoint's staging copy "
                      "%s more, beyond the %s available (%s); checkpoints will be written "
@@ -145,7 +149,8 @@ static slm_status open_loaders(slm_trainer *tr) {
                           .world = W,
                           .seed = o->seed,
                           .shuffle = true,
-                          .no_packing = o->no_packing};
+                          .no_packing = o->no_packing,
+                          .max_T = tr->cfg.max_position_embeddings};
     slm_status st = slm_loader_open(&lo, &tr->train_l);
     if (st || o->eval_every <= 0) return st;
     if (tr->ds.masked ? tr->ds.val.n_docs == 0 : tr->ds.val.n_tokens < (uint64_t)T + 1) {
@@ -300,6 +305,20 @@ static slm_status check_resume_batch(slm_trainer *tr) {
                      "step %lld) to %s: the optimisation from here differs from the run that "
                      "saved it",
                      a, slm_ckpt_dir(tr->resume_ckpt), (long long)M->step, b);
+        }
+        // Another --steps stretches or squeezes the cosine schedule from the resumed step on
+        // (slm_lr_at follows the new total): allowed, but never silent.
+        const slm_train_opts *o = tr->o;
+        if (M && !st && M->lr_total > 0 && M->lr_total != o->steps) {
+            float was =
+                slm_lr_at(M->lr_step, M->lr_warmup, M->lr_total, M->adamw.lr_peak, M->lr_min);
+            float now_lr = slm_lr_at(M->lr_step, o->warmup, o->steps, o->adamw.lr_peak, tr->min_lr);
+            slm_warn("--steps %lld differs from the %lld steps checkpoint %s (step %lld) was "
+                     "scheduled for: the LR schedule is re-stretched to --steps %lld; the LR at "
+                     "the resumed step is %.3e (%.3e under --steps %lld)%s",
+                     (long long)o->steps, (long long)M->lr_total, slm_ckpt_dir(tr->resume_ckpt),
+                     (long long)M->step, (long long)o->steps, now_lr, was, (long long)M->lr_total,
+                     M->step >= M->lr_total ? ", where that run's cosine had ended" : "");
         }
         if (st) st = slm_fail_wrap(st, "--resume %s", tr->resume_path);
     }
@@ -630,7 +649,7 @@ slm_status slm_train_init(slm_trainer *tr) {
     if (o->lora.rank > 0) // frozen base: no weight-gradient GEMMs (4 N), the adapters 6 N_lora
         tr->fpt += -2.0 * (double)slm_llama_n_matmul_params(&tr->cfg) +
                    6.0 * (double)slm_lora_n_params(&tr->cfg, &o->lora);
-    log_model(tr);
+    if (tr->rank == 0) log_model(tr); // once, not one copy per rank
     slm_rng_seed(&tr->synth, o->seed ^ SLM_TRAIN_SYNTH_SEED_XOR);
     tr->t_start = slm_time_s();
     st = initial_state(tr);

@@ -103,6 +103,7 @@ int main(int argc, char **argv) {
             while (slm_time_s() - t1 < step_s)
                 for (int64_t i = 0; i < 4096; i++)
                     acc += sh[0].params[i % (sh[0].end - sh[0].begin)];
+            (void)acc;
             slm_ckpt_saver_fence(s);
         }
         double stall = slm_ckpt_saver_last_stall_s(s);

@@ -14,7 +14,7 @@ for a few steps and exported. Then, with the `transformers` library:
    difference is accepted only where transformers' top-2 gap is below 1e-4 (fp32 logits of this
    model agree to ~1e-6; tests/model/parity.py), and the comparison of that prompt stops there.
 Usage: hf_transformers.py   (SHARDLM_BIN, SLM_SHARED_DIR from CTest). Exit 77 (skip) only if
-transformers cannot be imported (scripts/setup.sh installs it).
+transformers cannot be imported (scripts/setup_test.sh installs it).
 """
 
 import json
@@ -98,19 +98,40 @@ def spm_check(w, text, hostile):
         print("spm: protobuf not importable, only the slow LlamaTokenizer checked",
               file=sys.stderr)
     texts = [l for l in text[300000:330000].split("\n") if l][:100] + hostile
+    # transformers 5 no longer runs SentencePiece for a tokenizer.model: it converts the model to
+    # a `tokenizers` pipeline that drops the model's remove_extra_whitespaces normalization (a
+    # run of spaces stays a run). Where AutoTokenizer differs from shardlm there, the format's
+    # own implementation (the sentencepiece library) decides: shardlm must equal it exactly,
+    # BOS must lead, and only under transformers >= 5 is the difference then counted (and
+    # printed) rather than failed.
+    sp = spm.SentencePieceProcessor(model_file=tok_path)
+    v5 = int(transformers.__version__.split(".")[0]) >= 5
     for label, fast in kinds:
         t = AutoTokenizer.from_pretrained(hf_dir, use_fast=fast)
-        n = 0
+        n = deviations = 0
         for s in texts:
             got = t(s)["input_ids"]
             ref = [int(x) for x in run("tokenizer", "encode", "--tokenizer", tok_path, "--bos",
                                        "--whole", data=s.encode()).stdout.split()]
             n += len(ref)
-            if not check(got == ref, f"spm {label} AutoTokenizer({s[:40]!r}) = {got[:12]} vs "
-                                     f"shardlm {ref[:12]}"):
+            if got == ref:
+                continue
+            k = next((i for i, (a, b) in enumerate(zip(got, ref)) if a != b),
+                     min(len(got), len(ref)))
+            what = (f"spm {label} AutoTokenizer({s!r}) differs from shardlm at id {k}: "
+                    f"{got[max(0, k - 3):k + 6]} vs {ref[max(0, k - 3):k + 6]}")
+            if v5 and got[:1] == ref[:1] == [sp.bos_id()] and ref[1:] == sp.encode(s):
+                if not deviations:
+                    print(f"  note: {what}; sentencepiece {spm.__version__} agrees with "
+                          f"shardlm (transformers {transformers.__version__} deviation)",
+                          file=sys.stderr)
+                deviations += 1
+                continue
+            if not check(False, what):
                 break
-        print(f"spm {label} ({type(t).__name__}): {len(texts)} texts, {n} ids equal",
-              file=sys.stderr)
+        print(f"spm {label} ({type(t).__name__}): {len(texts)} texts, {n} shardlm ids; "
+              f"{deviations} texts where transformers differs from sentencepiece (which equals "
+              f"shardlm)", file=sys.stderr)
 
 
 def main():
@@ -167,7 +188,11 @@ def main():
     # 3. greedy generation: transformers vs shardlm's KV-cache decode
     model = AutoModelForCausalLM.from_pretrained(hf_dir, torch_dtype=torch.float32)
     model.eval()
-    check(abs(model.config.rope_theta - THETA) < 1e-3, f"HF rope_theta {model.config.rope_theta}")
+    # transformers 4 keeps config.rope_theta; transformers 5 moves it into rope_parameters
+    theta = getattr(model.config, "rope_theta", None)
+    if theta is None:
+        theta = (getattr(model.config, "rope_parameters", None) or {}).get("rope_theta")
+    check(theta is not None and abs(theta - THETA) < 1e-3, f"HF rope_theta {theta}")
     compared = ties = 0
     for prompt in ["ROMEO:", "", "First Citizen:\nWe are", "\U0001F680 What light"]:
         ids = hf_tok(prompt, return_tensors="pt")["input_ids"]

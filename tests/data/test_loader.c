@@ -15,7 +15,7 @@ static char *g_dir;
 
 static slm_loader *open_loader(const char *split, int B, int rank, int world, uint64_t seed,
                                bool shuffle) {
-    slm_loader_opts o = {g_dir, split, T, B, rank, world, seed, shuffle, false};
+    slm_loader_opts o = {g_dir, split, T, B, rank, world, seed, shuffle, false, 0};
     slm_loader *l = NULL;
     slm_status st = slm_loader_open(&o, &l);
     if (st) fprintf(stderr, "  loader_open: %s\n", slm_errmsg());
@@ -199,12 +199,12 @@ static void test_bad_state_and_opts(void) {
     s.pos = -1;
     CHECK_EQ_INT(slm_loader_set_state(l, s), SLM_E_ARG);
     slm_loader_free(l);
-    slm_loader_opts o = {g_dir, "train", T, 10, 0, 3, 1, true, false}; // 3 does not divide 10
+    slm_loader_opts o = {g_dir, "train", T, 10, 0, 3, 1, true, false, 0}; // 3 does not divide 10
     CHECK_EQ_INT(slm_loader_open(&o, &l), SLM_E_ARG);
-    slm_loader_opts o2 = {g_dir, "train", T, 126, 0, 1, 1, true, false}; // more than 125 windows
+    slm_loader_opts o2 = {g_dir, "train", T, 126, 0, 1, 1, true, false, 0}; // more than 125 windows
     CHECK_EQ_INT(slm_loader_open(&o2, &l), SLM_E_ARG);
     CHECK(strstr(slm_errmsg(), "fewer than B_global") != NULL);
-    slm_loader_opts o3 = {g_dir, "test", T, 1, 0, 1, 1, true, false};
+    slm_loader_opts o3 = {g_dir, "test", T, 1, 0, 1, 1, true, false, 0};
     CHECK_EQ_INT(slm_loader_open(&o3, &l), SLM_E_ARG);
 }
 
@@ -247,7 +247,7 @@ static void test_u32_and_bijection(void) {
     char *dir = tu_mkdtemp();
     int64_t sizes[2] = {2000, 2098}; // 4098 tokens -> 4097 windows of 2 tokens
     CHECK_OK(tu_make_dataset(dir, sizes, 2, 0, 100000, 70000));
-    slm_loader_opts o = {dir, "train", 1, 1, 0, 1, 42, true, false};
+    slm_loader_opts o = {dir, "train", 1, 1, 0, 1, 42, true, false, 0};
     slm_loader *l = NULL;
     CHECK_OK(slm_loader_open(&o, &l));
     CHECK_EQ_INT(slm_loader_n_windows(l), 4097);

@@ -89,7 +89,7 @@ static void check_window(const int32_t *tok, const uint8_t *tg, const int32_t *p
 
 static void walk(bool no_packing, const int (*want)[2], int n_want) {
     const int T = 9; // windows of 10 tokens
-    slm_loader_opts o = {g_dir, "train", T, 1, 0, 1, 1, false, no_packing};
+    slm_loader_opts o = {g_dir, "train", T, 1, 0, 1, 1, false, no_packing, 0};
     slm_loader *l = NULL;
     CHECK_OK(slm_loader_open(&o, &l));
     if (!l) return;
@@ -118,7 +118,7 @@ static void test_no_packing(void) {
 
 static void test_shuffled_cover(void) {
     // a shuffled epoch of 5 windows holds every window once (the permutation acts on windows)
-    slm_loader_opts o = {g_dir, "train", 9, 5, 0, 1, 3, true, false};
+    slm_loader_opts o = {g_dir, "train", 9, 5, 0, 1, 3, true, false, 0};
     slm_loader *l = NULL;
     CHECK_OK(slm_loader_open(&o, &l));
     if (!l) return;

@@ -313,7 +313,7 @@ static void test_loader_opens_prepared(void) {
     char *out = out_dir("ds_loader");
     const char *in[] = {g_corpus};
     CHECK_OK(prep(out, in, 1, 2, 5000, 4000));
-    slm_loader_opts o = {out, "train", 32, 4, 1, 2, 3, true, false};
+    slm_loader_opts o = {out, "train", 32, 4, 1, 2, 3, true, false, 0};
     slm_loader *l = NULL;
     slm_status st = slm_loader_open(&o, &l);
     free(out);

@@ -112,7 +112,7 @@ static void test_header_errors(void) {
 static const int64_t SIZES[] = {50, 60};
 
 static slm_status open_at(const char *dir) {
-    slm_loader_opts o = {dir, "train", 4, 2, 0, 1, 1, true, false};
+    slm_loader_opts o = {dir, "train", 4, 2, 0, 1, 1, true, false, 0};
     slm_loader *l = NULL;
     slm_status st = slm_loader_open(&o, &l);
     slm_loader_free(l);

@@ -6,7 +6,9 @@
 // Invariants: every accepted frame is delivered once all queues drain (tx + write errors =
 // frames enqueued), each port's queued bytes return to 0, and a port's queue never holds more
 // than --queue-bytes; LeakSanitizer checks every queued frame is freed.
-#define _GNU_SOURCE // as delayswitch.c, before any header
+#ifndef _GNU_SOURCE // as delayswitch.c, before any header (CMake passes -D_GNU_SOURCE)
+#define _GNU_SOURCE
+#endif
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>

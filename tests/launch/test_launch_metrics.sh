@@ -21,7 +21,7 @@ MPIEXEC=${1:-$MPIEXEC}
 . "$(dirname "$0")/launch_lib.sh"
 HERE=$(cd "$(dirname "$0")" && pwd)
 command -v promtool > /dev/null && command -v prometheus > /dev/null ||
-    { echo "prometheus / promtool not installed (scripts/setup.sh installs them)"; exit 1; }
+    { echo "prometheus / promtool not installed (scripts/setup_test.sh installs them)"; exit 1; }
 set +e # the statuses below are the results
 
 # --- bad addresses: usage errors, nothing written

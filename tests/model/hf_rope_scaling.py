@@ -28,7 +28,7 @@ and an attention over <= 101 positions; the C side against a float64 reference i
 (tests/model/parity.py), so 1e-5 leaves a 10x margin while the unscaled model is off by ~1.
 
 Usage: hf_rope_scaling.py MODEL_DUMP_BINARY (SHARDLM_BIN, SLM_SHARED_DIR from CTest).
-Exit 77 (skip) only if transformers cannot be imported (scripts/setup.sh installs it).
+Exit 77 (skip) only if transformers cannot be imported (scripts/setup_test.sh installs it).
 """
 
 import copy
@@ -152,9 +152,13 @@ def case(w, dump, tok_path, V, name, scaling, over, dtype, seed):
                                                         "wb") as g:
         g.write(f.read())
     saved = json.load(open(os.path.join(d, "config.json")))
-    check(scaling is None or saved.get("rope_scaling", {}).get("factor") == scaling["factor"],
-          f"{name}: saved config.json rope_scaling {saved.get('rope_scaling')}")
-    check(saved.get("torch_dtype") == dtype, f"{name}: saved torch_dtype {saved.get('torch_dtype')}")
+    # transformers 4 saves rope_scaling and torch_dtype, transformers 5 rope_parameters (with
+    # rope_theta) and dtype: the fixture must carry the scaling and dtype in either layout
+    saved_rs = saved.get("rope_scaling") or saved.get("rope_parameters") or {}
+    check(scaling is None or saved_rs.get("factor") == scaling["factor"],
+          f"{name}: saved config.json rope scaling {saved_rs}")
+    saved_dt = saved.get("torch_dtype", saved.get("dtype"))
+    check(saved_dt == dtype, f"{name}: saved config.json dtype {saved_dt}")
     want_hd = (over or {}).get("head_dim", 64 // (over or {}).get("num_attention_heads", 4))
     check(saved.get("head_dim", want_hd) == want_hd, f"{name}: saved head_dim {saved.get('head_dim')}")
 

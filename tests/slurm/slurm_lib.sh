@@ -16,7 +16,7 @@
 # gone past it; 0 when it got there), slm_slurm_job_field JOBID FIELD (one field of `scontrol
 # show job`), slm_slurm_logs (prints the daemon logs' tails, for failures).
 # Needs root (slurmd starts job steps as their user; as another user the test exits 77, skipped)
-# and Debian's slurm-wlm + munge (scripts/setup.sh; missing: an error); the
+# and Debian's slurm-wlm + munge (scripts/setup_test.sh; missing: an error); the
 # MPI plugin for Open MPI is PMIx (srun --mpi=pmix; Debian's Open MPI has no PMI-2 client).
 
 SLM_SLURM_DIR=""

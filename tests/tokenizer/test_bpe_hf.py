@@ -123,6 +123,12 @@ def main():
     enc = shardlm("encode", "--tokenizer", tok, data=ts.encode())
     dec = shardlm("decode", "--tokenizer", tok, data=enc)
     check(dec == ts.encode(), "CLI decode(encode(tinyshakespeare)) != tinyshakespeare")
+    # The trained file's post_processor prepends BOS by default, as `shardlm tokenizer encode
+    # --bos` does (transformers 5 takes BOS only from there, e.g. for an HF export).
+    bos = [int(x) for x in shardlm("encode", "--tokenizer", tok, "--bos", "--whole",
+                                   data=b"ROMEO: Hi").split()]
+    check(hf.encode("ROMEO: Hi").ids == bos,
+          f"HF default encode {hf.encode('ROMEO: Hi').ids} vs shardlm --bos {bos}")
 
     # Llama-3 style file: Split(regex) + ByteLevel(use_regex false), "a b" merges, ignore_merges.
     j = json.load(open(tok, encoding="utf-8"))

