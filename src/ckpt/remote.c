@@ -276,6 +276,16 @@ static const char *obj_of(slm_ckpt_remote *r, int rank, const char *name, int64_
     return *owned;
 }
 
+char *slm_ckpt_remote_where(slm_ckpt_remote *r, int rank, const char *name) {
+    int64_t base;
+    char *own;
+    const char *key = obj_of(r, rank, name, &base, &own);
+    slm_buf b = {0};
+    slm_buf_appendf(&b, "; the file is in s3://%s/%s from byte %" PRId64, r->L.bucket, key, base);
+    free(own);
+    return b.data;
+}
+
 slm_status slm_ckpt_remote_head(slm_ckpt_remote *r, int rank, const char *name, const char *path,
                                 int64_t bytes) {
     int64_t base;
@@ -337,7 +347,13 @@ slm_status slm_ckpt_remote_read(slm_ckpt_remote *r, int rank, const char *name, 
 // ---------------------------------------------------------------------------------------------
 // Picking the newest complete remote checkpoint
 
-slm_status slm_ckpt_remote_pick(const char *uri, int64_t *step, char **step_uri) {
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+slm_status slm_ckpt_remote_pick(const char *uri, int64_t above, bool full_verify, int64_t *step,
+                                char **step_uri) {
     *step = -1;
     *step_uri = NULL;
     rlay L;
@@ -345,52 +361,45 @@ slm_status slm_ckpt_remote_pick(const char *uri, int64_t *step, char **step_uri)
     if (st) return st;
     slm_s3 *s3 = NULL;
     st = slm_s3_open_default(NULL, NULL, &s3);
+    // `latest`: only a hint for the log, as locally
     char *lk = key_latest(&L), *data = NULL;
     size_t n = 0;
     bool found = false;
-    int64_t s = -1;
+    int64_t hint = -1;
+    const char *state = "missing";
     if (!st) st = slm_s3_get(s3, L.bucket, lk, &data, &n, &found);
-    if (!st && found && parse_step(data, n, &s)) {
-        char *mk = key_step(&L, s, "manifest.json");
-        int64_t size;
-        bool have = false;
-        st = slm_s3_head(s3, L.bucket, mk, &size, &have);
-        if (!st && !have) {
-            slm_warn("s3://%s/%s names step %" PRId64 " but its manifest is missing; looking for "
-                     "the newest complete one",
-                     L.bucket, lk, s);
-            s = -1;
+    if (!st && found) state = parse_step(data, n, &hint) ? "ok" : "unreadable";
+    // The candidates: every step_N holding a manifest (without one: an upload in progress or
+    // interrupted, not a checkpoint yet).
+    int64_t *steps = NULL;
+    int ns = 0;
+    slm_buf pre = {0};
+    slm_buf_appendf(&pre, "%scheckpoints/", L.prefix);
+    slm_s3_list l;
+    if (!st) st = slm_s3_list_objects(s3, L.bucket, pre.data, NULL, &l);
+    for (int64_t i = 0; !st && i < l.n; i++) {
+        const char *k = l.obj[i].key + pre.len;
+        const char *sl = strchr(k, '/');
+        int64_t v;
+        if (sl && strcmp(sl, "/manifest.json") == 0 && parse_step(k, (size_t)(sl - k), &v)) {
+            steps = slm_xrealloc(steps, (size_t)(ns + 1) * sizeof *steps);
+            steps[ns++] = v;
         }
-        free(mk);
-    } else {
-        s = -1;
     }
-    if (!st && s < 0) {
-        // No (usable) latest: the newest step_N holding a manifest.
-        slm_buf pre = {0};
-        slm_buf_appendf(&pre, "%scheckpoints/", L.prefix);
-        slm_s3_list l;
-        st = slm_s3_list_objects(s3, L.bucket, pre.data, NULL, &l);
-        for (int64_t i = 0; !st && i < l.n; i++) {
-            const char *k = l.obj[i].key + pre.len;
-            const char *sl = strchr(k, '/');
-            int64_t v;
-            if (sl && strcmp(sl, "/manifest.json") == 0 && parse_step(k, (size_t)(sl - k), &v) &&
-                v > s)
-                s = v;
-        }
-        if (!st) slm_s3_list_free(&l);
-        slm_buf_free(&pre);
+    if (!st) slm_s3_list_free(&l);
+    slm_s3_close(s3);
+    if (!st && ns > 0) {
+        qsort(steps, (size_t)ns, sizeof *steps, cmp_i64);
+        slm_buf root = {0};
+        slm_buf_appendf(&root, "s3://%s/%scheckpoints", L.bucket, L.prefix);
+        st = slm_ckpt_pick_from(root.data, steps, ns, hint, state, above, full_verify, "found",
+                                step_uri, step);
+        slm_buf_free(&root);
     }
-    if (!st && s >= 0) {
-        slm_buf b = {0};
-        slm_buf_appendf(&b, "s3://%s/%scheckpoints/step_%08" PRId64, L.bucket, L.prefix, s);
-        *step_uri = b.data;
-        *step = s;
-    }
+    free(steps);
+    slm_buf_free(&pre);
     free(data);
     free(lk);
-    slm_s3_close(s3);
     rlay_free(&L);
     return st;
 }
