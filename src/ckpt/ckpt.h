@@ -327,10 +327,18 @@ slm_status slm_ckpt_uploader_step(slm_ckpt_uploader *u, int64_t committed);
 // (collective). After a preemption signal (slm_stop_preempted) it waits only until
 // --preempt-grace after the signal, less min(3 s, grace / 4), agreed over the ranks; then the
 // uploads still running are cancelled (abandoned: the remote `latest` stays on the previous
-// complete checkpoint; a later run catches up). Returns SLM_E_IO if the final manifest / latest
-// could not be written (agreed; not for an abandoned one); logs a summary (uploads complete /
-// failed / abandoned, PUTs, bytes, retries, stall, time at step boundaries).
+// complete checkpoint; a later run catches up). Returns SLM_E_IO (agreed) when the newest
+// committed step (or the catch-up) is not on S3 at the end (its upload failed past the retries),
+// naming it and the step the remote latest names, unless the end is a preemption's (then a
+// warning: the next run uploads it); logs a summary (uploads complete / failed / abandoned,
+// PUTs, bytes, retries, stall, time at step boundaries).
 slm_status slm_ckpt_uploader_finish(slm_ckpt_uploader *u);
+// A run found already complete at the start (nothing to train): uploads o->root's newest
+// committed checkpoint when the remote latest is older (the final upload of an earlier run
+// failed) and waits for it: slm_ckpt_uploader_new, _step, _finish (collective). SLM_OK when the
+// remote latest is at least as new as the local one; else the errors of those (SLM_E_IO when
+// the remote copy stays behind).
+slm_status slm_ckpt_upload_catchup(const slm_ckpt_upload_opts *o);
 // This rank's PUT requests, uploads completed, seconds training waited for overlaps.
 void slm_ckpt_uploader_stats(const slm_ckpt_uploader *u, int64_t *puts, int64_t *n_done,
                              double *stall_s);

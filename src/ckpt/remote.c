@@ -439,6 +439,8 @@ struct slm_ckpt_uploader {
     char files_msg[1024];
     bool final_failed, final_cancelled;
     char final_msg[1024];
+    int64_t remote_done; // rank 0: newest step the remote `latest` named at the start or that
+                         // this uploader completed (manifest + latest); -1
     // training-thread state
     int64_t pending;        // step handed off whose files are not known complete everywhere (-1)
     char *pending_manifest; // rank 0: its manifest, read at the hand-off (retention may delete it)
@@ -452,6 +454,7 @@ struct slm_ckpt_uploader {
     bool pending_retry; // the pending upload is such a retry (given up for a newer checkpoint)
     bool cancelling;    // the training thread cancelled the pending upload (abandoned)
     double grace_s;     // --preempt-grace (0: finish waits for every upload)
+    bool finishing;     // in slm_ckpt_uploader_finish: no boundary left for a retry
     double deadline;    // finish: slm_time_s() at which uploads are abandoned (0: none)
     int64_t n_done, n_failed, n_abandoned; // abandoned: cancelled (preemption, newer one)
     double stall_total_s, stall_max_s;
@@ -643,6 +646,7 @@ static void *up_thread(void *arg) {
             u->final_step = -1;
             u->final_failed = st != SLM_OK;
             u->final_cancelled = st == SLM_E_INTERRUPTED; // slm_s3_cancel
+            if (!st && step > u->remote_done) u->remote_done = step;
             if (st) snprintf(u->final_msg, sizeof u->final_msg, "%s", slm_errmsg());
             u->busy = false;
             pthread_cond_broadcast(&u->cv);
@@ -773,7 +777,8 @@ static int64_t catchup_step(slm_ckpt_uploader *u) {
     free(lk);
     if (!st && found && !parse_step(data, n, &rem)) rem = -1;
     free(data);
-    if (st) return -1; // the server is unreachable: the first checkpoint of this run goes up
+    // (the server unreachable: its latest is unknown, so the local one goes up)
+    if (!st) u->remote_done = rem;
     if (loc <= rem) return -1;
     char *dir = slm_ckpt_step_dir(u->root, loc, false);
     char *mp = slm_path_join(dir, "manifest.json");
@@ -796,7 +801,7 @@ slm_status slm_ckpt_uploader_new(const slm_ckpt_upload_opts *o, slm_ckpt_uploade
     u->root = slm_xstrdup(o->root);
     u->uri = slm_xstrdup(o->uri);
     u->files_step = u->final_step = u->files_done = u->pending = u->last_handed = -1;
-    u->newest = u->catchup = u->retry_step = -1;
+    u->newest = u->catchup = u->retry_step = u->remote_done = -1;
     u->grace_s = o->preempt_grace_s;
     pthread_mutex_init(&u->mu, NULL);
     pthread_cond_init(&u->cv, NULL);
@@ -1021,7 +1026,11 @@ static void settle_pending(slm_ckpt_uploader *u, bool failed) {
         bool give_up = u->retry_n >= RETRY_MAX;
         if (give_up) u->retry_step = -1;
         if (u->rank == 0) {
-            if (give_up)
+            if (u->finishing) // no later boundary: slm_ckpt_uploader_finish says what is missing
+                slm_error("checkpoint step_%08" PRId64 " was not uploaded to %s (see the errors "
+                          "above)",
+                          step, u->uri);
+            else if (give_up)
                 slm_error("checkpoint step_%08" PRId64 " was not uploaded to %s after %d retries "
                           "(see the errors above); the remote latest still names the previous "
                           "complete one; the next checkpoint is uploaded in full",
@@ -1225,6 +1234,7 @@ static double grace_left(slm_ckpt_uploader *u) {
 slm_status slm_ckpt_uploader_finish(slm_ckpt_uploader *u) {
     if (!u) return SLM_OK;
     double t0 = slm_time_s();
+    u->finishing = true;
     double left = grace_left(u);
     u->deadline = left >= 0 ? t0 + (left > 0 ? left : 1e-9) : 0;
     wait_pending(u, WAIT_DEADLINE);
@@ -1244,6 +1254,7 @@ slm_status slm_ckpt_uploader_finish(slm_ckpt_uploader *u) {
     }
     slm_status st = SLM_OK;
     bool abandoned = false;
+    int64_t behind = INT64_MAX; // rank 0: what the remote latest names when it is behind
     if (u->rank == 0) {
         flush_jobs(u, true); // the last manifest + latest, if still deferred
         pthread_mutex_lock(&u->mu);
@@ -1262,11 +1273,24 @@ slm_status slm_ckpt_uploader_finish(slm_ckpt_uploader *u) {
                          "preemption deadline: %s",
                          u->uri, u->final_msg);
             } else {
-                st = slm_fail(SLM_E_IO, "checkpoint upload to %s: %s", u->uri, u->final_msg);
+                slm_error("checkpoint upload to %s: %s", u->uri, u->final_msg);
             }
             u->final_failed = false;
         }
+        behind = u->newest > u->remote_done ? u->remote_done : INT64_MAX;
         pthread_mutex_unlock(&u->mu);
+    }
+    // Success only with the newest committed checkpoint on S3: a run that ends with the remote
+    // copy behind fails (a preemption excepted: it exits 75 and the next run uploads it), so a
+    // supervisor runs it again and that run (already complete, or not) uploads it.
+    if (behind != INT64_MAX && u->deadline == 0 && !slm_stop_preempted()) {
+        char rl[64] = "no checkpoint";
+        if (behind >= 0) snprintf(rl, sizeof rl, "step_%08" PRId64, behind);
+        st = slm_fail(SLM_E_IO,
+                      "checkpoint upload to %s: step_%08" PRId64 " (committed locally) is not on "
+                      "S3, whose latest names %s (see the errors above); run again with --resume "
+                      "auto and --ckpt-uri (the same --out) to upload it",
+                      u->uri, u->newest, rl);
     }
     if (u->world > 1) st = slm_dist_agree(st);
     double w = slm_time_s() - t0;
@@ -1283,13 +1307,21 @@ slm_status slm_ckpt_uploader_finish(slm_ckpt_uploader *u) {
                  (long long)s.throttled, u->stall_total_s, w, 1000 * u->boundary_s,
                  (long long)u->n_polls, 1000 * u->poll_s, 1000 * u->poll_max_s, 1000 * u->handoff_s,
                  1000 * u->settle_s);
-        if (u->deadline > 0 && u->newest > u->last_handed)
+        if (u->deadline > 0 && behind != INT64_MAX)
             slm_warn("checkpoint step_%08" PRId64 " (committed locally) not uploaded before the "
                      "preemption deadline; the next run with --resume auto and --ckpt-uri "
                      "uploads it",
                      u->newest);
     }
-    if (!st && u->n_failed) st = SLM_OK; // failures were logged; the local run is complete
+    return st;
+}
+
+slm_status slm_ckpt_upload_catchup(const slm_ckpt_upload_opts *o) {
+    slm_ckpt_uploader *u = NULL;
+    slm_status st = slm_ckpt_uploader_new(o, &u);
+    if (!st) st = slm_ckpt_uploader_step(u, -1); // hands off the catch-up (if any)
+    if (!st) st = slm_ckpt_uploader_finish(u);
+    slm_ckpt_uploader_free(u);
     return st;
 }
 

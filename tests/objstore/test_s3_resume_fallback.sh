@@ -19,9 +19,7 @@ export S3TOOL=$2
 . "$(dirname "$0")/lib.sh"
 slm_s3_start "$W/s3"
 B=$S3_BUCKET
-slm_tiny_config "$W/config.json" vocab_size=128 num_hidden_layers=2 num_attention_heads=4
-TR=(--synthetic --seq 16 --batch 4 --warmup 2 --lr 3e-3 --seed 4 --model "$W/config.json"
-    --threads 1 --peak-gflops 10 --log-every 0 --steps 40 --ckpt-every-steps 5)
+slm_s3_tiny_run 40 5
 U="s3://$B/runs/a/"
 HK=runs/a/checkpoints/step_00000040/host_00000.bin
 set +e
@@ -107,9 +105,8 @@ fi
 
 # --- shardlm launch: attempt 1 (sizes only) fails, the restart (--verify-on-resume) resumes 35
 damage flip
-"$BIN" launch --nproc 1 --health-mem 8MiB --kill-grace 3 --backoff 0.2 --mpirun "$MPIEXEC" \
-    --max-restarts 2 -- "${TR[@]}" --resume auto --out "$W/l" --ckpt-uri "$U" \
-    > "$W/l.log" 2> "$W/l.err"
+"$BIN" launch "${LA[@]}" --max-restarts 2 -- "${TR[@]}" --resume auto --out "$W/l" \
+    --ckpt-uri "$U" > "$W/l.log" 2> "$W/l.err"
 rc=$?
 [ $rc = 0 ] || tail -30 "$W/l.err"
 check "launch, flipped byte in the newest remote checkpoint: exit 0" 0 $rc
