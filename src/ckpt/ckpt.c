@@ -1313,6 +1313,8 @@ static slm_status open_remote(const char *uri, slm_ckpt **out) {
         slm_ckpt_free(c);
         return st;
     }
+    for (int i = 0; i < c->n_files; i++)
+        slm_ckpt_remote_expect(r, c->files[i].rank, c->files[i].bytes);
     *out = c;
     return SLM_OK;
 }

@@ -277,11 +277,12 @@ slm_status slm_ckpt_repair_latest(const char *root, int64_t step);
 // --resume auto's pick under the run prefix URI, with the local rules (slm_ckpt_pick_resume):
 // of the step_N holding a manifest.json and newer than `above` (the local pick's step; -1:
 // none), newest first, the first that verifies (manifest parses and names step N, every rank
-// file's object exists and holds the file's bytes; with full_verify every chunk's XXH64 read
-// back, as slm_ckpt_verify). `latest` is only a hint. Warns, naming the problem (the rank file
-// and its object), for every one skipped; logs the one found. *step (-1: none newer than `above`
-// verifies) and *step_uri (owned, NULL if none). Errors: the S3 client's (connection, 403, ...);
-// SLM_E_FORMAT when above < 0 and none of the remote checkpoints verifies.
+// file's object exists with exactly the bytes of its files; with full_verify every chunk's
+// XXH64 read back, as slm_ckpt_verify). `latest` is only a hint. Warns, naming the problem (the
+// rank file and its object), for every one skipped; logs the one found. *step (-1: none newer
+// than `above` verifies) and *step_uri (owned, NULL if none). Errors: the S3 client's
+// (connection, 403, ...); SLM_E_FORMAT when above < 0 and none of the remote checkpoints
+// verifies.
 slm_status slm_ckpt_remote_pick(const char *uri, int64_t above, bool full_verify, int64_t *step,
                                 char **step_uri);
 

@@ -64,7 +64,11 @@ slm_status slm_ckpt_parse_manifest(slm_ckpt *c, const char *text, size_t len);
 typedef struct slm_ckpt_remote slm_ckpt_remote;
 slm_status slm_ckpt_remote_resolve(const char *uri, slm_ckpt_remote **out, char **dir, char **text,
                                    size_t *len);
-// HEAD of rank `rank`'s object `name`: exists with `bytes` bytes. Messages use `path`.
+// Records rank `rank`'s file size (the manifest's "files"), for the object size checks.
+void slm_ckpt_remote_expect(slm_ckpt_remote *r, int rank, int64_t bytes);
+// HEAD of rank `rank`'s object `name`: exists, with exactly the bytes of the files in it (this
+// file's `bytes` at its offset; the other files recorded with slm_ckpt_remote_expect). Messages
+// use `path`.
 slm_status slm_ckpt_remote_head(slm_ckpt_remote *r, int rank, const char *name, const char *path,
                                 int64_t bytes);
 // Bytes [off, off + len) of the rank's object into dst; prefetches up to want_end (bounded).

@@ -105,6 +105,7 @@ typedef struct robj {
     int rank;
     char *key;      // object holding the rank's file
     int64_t offset; // where the file starts in it
+    int64_t bytes;  // the file's size (manifest "files"; -1 until slm_ckpt_remote_expect)
 } robj;
 
 struct slm_ckpt_remote {
@@ -243,8 +244,8 @@ slm_status slm_ckpt_remote_resolve(const char *uri, slm_ckpt_remote **out, char 
             L = (rlay){0};
             goto fail;
         }
-        r->obj[r->n_obj++] =
-            (robj){(int)rk->valuedouble, slm_xstrdup(ky->valuestring), (int64_t)of->valuedouble};
+        r->obj[r->n_obj++] = (robj){(int)rk->valuedouble, slm_xstrdup(ky->valuestring),
+                                    (int64_t)of->valuedouble, -1};
     }
     cJSON_Delete(o);
     r->L = L;
@@ -286,11 +287,23 @@ char *slm_ckpt_remote_where(slm_ckpt_remote *r, int rank, const char *name) {
     return b.data;
 }
 
+void slm_ckpt_remote_expect(slm_ckpt_remote *r, int rank, int64_t bytes) {
+    for (int i = 0; i < r->n_obj; i++)
+        if (r->obj[i].rank == rank) r->obj[i].bytes = bytes;
+}
+
 slm_status slm_ckpt_remote_head(slm_ckpt_remote *r, int rank, const char *name, const char *path,
                                 int64_t bytes) {
     int64_t base;
     char *own;
     const char *key = obj_of(r, rank, name, &base, &own);
+    // The object's size: this file's end, or (a host object) the end of the last file in it,
+    // exactly, as a local rank file's size must equal the manifest's.
+    int64_t want = base + bytes;
+    for (int i = 0; !own && i < r->n_obj; i++)
+        if (r->obj[i].bytes >= 0 && strcmp(r->obj[i].key, key) == 0 &&
+            r->obj[i].offset + r->obj[i].bytes > want)
+            want = r->obj[i].offset + r->obj[i].bytes;
     int64_t size = -1;
     bool found = false;
     slm_status st = slm_s3_head(r->s3, r->L.bucket, key, &size, &found);
@@ -299,11 +312,13 @@ slm_status slm_ckpt_remote_head(slm_ckpt_remote *r, int rank, const char *name, 
                       "%s: rank %d's object s3://%s/%s is missing; HINT: the checkpoint is "
                       "incomplete, resume from an older one with --resume",
                       path, rank, r->L.bucket, key);
-    else if (!st && (!own ? size < base + bytes : size != bytes))
+    else if (!st && size != want)
         st = slm_fail(SLM_E_IO,
                       "%s: object s3://%s/%s has %" PRId64 " bytes, the manifest puts this file's "
-                      "%" PRId64 " bytes at offset %" PRId64 " (truncated?)",
-                      path, r->L.bucket, key, size, bytes, base);
+                      "%" PRId64 " bytes at offset %" PRId64 " and the object's files end at byte "
+                      "%" PRId64 " (%s?)",
+                      path, r->L.bucket, key, size, bytes, base, want,
+                      size < want ? "truncated" : "appended to");
     free(own);
     return st;
 }

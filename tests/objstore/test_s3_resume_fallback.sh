@@ -4,7 +4,7 @@
 # step_40's host object is damaged under the prefix and fresh run directories resume from S3:
 #  - truncated object: skipped with a warning naming the rank file and the object (the HEAD's
 #    size), with and without --verify-on-resume; step_35 resumed; the run's step_40 equals the
-#    uninterrupted run's byte for byte;
+#    uninterrupted run's byte for byte; bytes appended to the object: skipped the same way;
 #  - one byte flipped (same size): --verify-on-resume reads every chunk back and skips it (the
 #    warning names the rank file, the object and the chunk), step_35 resumed; without it the
 #    sizes match and the read fails with the checksum mismatch, exactly as a local run directory
@@ -28,7 +28,7 @@ check "reference run uploads step_5 .. step_40" 0 $?
 "$S3TOOL" get "$B" runs/a/checkpoints/latest "$W/rl" > /dev/null
 check "remote latest" step_00000040 "$(tr -d '\n' < "$W/rl")"
 "$S3TOOL" get "$B" "$HK" "$W/host.orig" > /dev/null || bad "get $HK"
-# damage: truncate | flip (one byte in the middle, same size)
+# damage: truncate | append (1000 zero bytes) | flip (one byte in the middle, same size)
 damage() {
     "$PY" - "$1" "$W/host.orig" "$W/host.bad" <<'PY'
 import sys
@@ -36,6 +36,8 @@ kind, src, dst = sys.argv[1:]
 b = bytearray(open(src, "rb").read())
 if kind == "truncate":
     b = b[: len(b) - 1000]
+elif kind == "append":
+    b += bytes(1000)
 else:
     b[len(b) // 2] ^= 0xFF
 open(dst, "wb").write(b)
@@ -71,6 +73,13 @@ for v in "" --verify-on-resume; do
     resumed35 "truncated ${v:-(sizes only)}" "$W/t$n.log" "$W/t$n"
     has "truncated: the HEAD's size is named" "$W/t$n.log" "$HK has [0-9]* bytes"
 done
+# bytes appended to the host object (the files' bytes intact): skipped too, as a local rank
+# file whose size is not the manifest's
+damage append
+"$BIN" train "${TR[@]}" --resume auto --out "$W/t3" --ckpt-uri "$U" > "$W/t3.log" 2>&1
+check "appended step_40 (sizes only): exit 0" 0 $?
+resumed35 "appended (sizes only)" "$W/t3.log" "$W/t3"
+has "appended: the sizes are named" "$W/t3.log" "$HK has [0-9]* bytes.*appended to"
 
 # --- one byte flipped: --verify-on-resume skips it
 damage flip
