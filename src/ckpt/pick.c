@@ -122,7 +122,7 @@ slm_status slm_ckpt_pick_from(const char *root, const int64_t *steps, int n, int
             if (i > lo)
                 snprintf(next, sizeof next, "falling back to the previous one");
             else if (above >= 0)
-                snprintf(next, sizeof next, "no older one here above step_%08" PRId64 "", above);
+                snprintf(next, sizeof next, "none older here is newer than step_%08" PRId64, above);
             else
                 snprintf(next, sizeof next, "no older checkpoint left");
             slm_warn("checkpoint %s does not verify: %s; %s", d, slm_errmsg(), next);
