@@ -29,7 +29,7 @@ wait_for() { local t0=$SECONDS; until eval "$1"; do [ $((SECONDS - t0)) -gt "$2"
 set +e
 
 # --- train: the server frozen once step_20 is on S3
-SHARDLM_FAULT=slow:rank=0:ms=300:always "$BIN" train "${TR[@]}" --out "$W/a" \
+SHARDLM_FAULT=slow:rank=0:ms=400:always "$BIN" train "${TR[@]}" --out "$W/a" \
     --ckpt-uri "s3://$B/runs/a/" > "$W/a1.log" 2>&1 &
 tpid=$!
 slm_on_exit "kill -9 $tpid 2>/dev/null"
@@ -65,7 +65,7 @@ cmp -s "$W/a/checkpoints/step_00000030/rank_00000.bin" "$W/h30" &&
     ok "remote step_30 object equals the local rank file" || bad "remote step_30 object differs"
 
 # --- shardlm launch: the server frozen during the final upload of attempt 1, back once it failed
-SHARDLM_FAULT=slow:rank=0:ms=300:always "$BIN" launch "${LA[@]}" --max-restarts 3 \
+SHARDLM_FAULT=slow:rank=0:ms=400:always "$BIN" launch "${LA[@]}" --max-restarts 3 \
     -- "${TR[@]}" \
     --resume auto --out "$W/l" --ckpt-uri "s3://$B/runs/l/" > "$W/l.log" 2> "$W/l.err" &
 lpid=$!
