@@ -11,6 +11,7 @@
 #    with the same byte flipped does (the local rules: sizes only unless --verify-on-resume);
 #  - shardlm launch (restarts add --verify-on-resume): attempt 1 fails, attempt 2 resumes
 #    step_35, exit 0 (exit 4 before);
+#  - the run directory's only checkpoint damaged: resumed from S3 (refused before);
 #  - every remote checkpoint damaged and no local one: refused, naming the newest one's problem.
 # Args: MPIEXEC S3_TOOL
 . "$(dirname "$0")/../lib.sh"
@@ -120,6 +121,18 @@ rc=$?
 [ $rc = 0 ] || tail -30 "$W/l.err"
 check "launch, flipped byte in the newest remote checkpoint: exit 0" 0 $rc
 resumed35 "launch" "$W/l.err" "$W/l"
+
+# --- the run directory's only checkpoint damaged, the remote ones intact: resumed from S3
+# rather than refused
+"$S3TOOL" put "$B" "$HK" "$W/host.orig" > /dev/null || bad "put back $HK"
+mkdir -p "$W/ld/checkpoints"
+cp -r "$W/ref/checkpoints/step_00000035" "$W/ld/checkpoints/"
+echo step_00000035 > "$W/ld/checkpoints/latest"
+truncate -s 1000 "$W/ld/checkpoints/step_00000035/rank_00000.bin"
+"$BIN" train "${TR[@]}" --resume auto --out "$W/ld" --ckpt-uri "$U" > "$W/ld.log" 2>&1
+check "no local checkpoint verifies, the remote one does: exit 0" 0 $?
+has "local damage warned" "$W/ld.log" "checkpoint $W/ld/checkpoints/step_00000035 does not verify"
+has "resumed from S3" "$W/ld.log" "(step 40) verifies, no local checkpoint does; resuming from S3"
 
 # --- every remote checkpoint damaged, no local one: refused, naming the newest one's problem
 "$S3TOOL" ls "$B" runs/a/checkpoints/ > "$W/ls" 2>&1
