@@ -1313,6 +1313,8 @@ static slm_status open_remote(const char *uri, slm_ckpt **out) {
         slm_ckpt_free(c);
         return st;
     }
+    for (int i = 0; i < c->n_files; i++)
+        slm_ckpt_remote_expect(r, c->files[i].rank, c->files[i].bytes);
     *out = c;
     return SLM_OK;
 }
@@ -1399,11 +1401,14 @@ static slm_status get_chunk(slm_ckpt *c, int fi, int64_t k, const uint8_t **p, s
         char a[17], b[17];
         slm_hex64(f->chunk[k], a);
         slm_hex64(h, b);
-        return slm_fail(SLM_E_CHECKSUM,
-                        "%s: checksum mismatch in chunk %" PRId64 " (bytes %" PRId64 "..%" PRId64
-                        "; manifest %s, file %s); HINT: resume from an older checkpoint with "
-                        "--resume PATH",
-                        f->path, k, off, off + (int64_t)len, a, b);
+        char *where = c->remote ? slm_ckpt_remote_where(c->remote, f->rank, f->name) : NULL;
+        st = slm_fail(SLM_E_CHECKSUM,
+                      "%s: checksum mismatch in chunk %" PRId64 " (bytes %" PRId64 "..%" PRId64
+                      "; manifest %s, file %s%s); HINT: resume from an older checkpoint with "
+                      "--resume PATH",
+                      f->path, k, off, off + (int64_t)len, a, b, where ? where : "");
+        free(where);
+        return st;
     }
     if (k == 0 && (memcmp(c->cache, SLM_CKPT_MAGIC, 8) != 0))
         return slm_fail(SLM_E_FORMAT, "%s: bad magic (not a shardlm checkpoint rank file)",

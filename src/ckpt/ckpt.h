@@ -274,10 +274,17 @@ slm_status slm_ckpt_repair_latest(const char *root, int64_t step);
 // (slm_ckpt_open, check_files, verify, read_range) also takes s3://BUCKET/PREFIX URIs: range GETs
 // of only the chunks asked for, each verified against the manifest's XXH64.
 
-// The newest complete checkpoint under the run prefix URI (`latest` if its manifest exists, else
-// the newest step_N holding a manifest): *step (-1: none) and *step_uri (owned, NULL if none).
-// Errors: the S3 client's (connection, 403, ...).
-slm_status slm_ckpt_remote_pick(const char *uri, int64_t *step, char **step_uri);
+// --resume auto's pick under the run prefix URI, with the local rules (slm_ckpt_pick_resume):
+// of the step_N holding a manifest.json and newer than `above` (the local pick's step; -1:
+// none), newest first, the first that verifies (manifest parses and names step N, every rank
+// file's object exists with exactly the bytes of its files; with full_verify every chunk's
+// XXH64 read back, as slm_ckpt_verify). `latest` is only a hint. Warns, naming the problem (the
+// rank file and its object), for every one skipped; logs the one found. *step (-1: none newer
+// than `above` verifies) and *step_uri (owned, NULL if none). Errors: the S3 client's
+// (connection, 403, ...); SLM_E_FORMAT when above < 0 and none of the remote checkpoints
+// verifies.
+slm_status slm_ckpt_remote_pick(const char *uri, int64_t above, bool full_verify, int64_t *step,
+                                char **step_uri);
 
 // Background upload of committed checkpoints to S3, one uploader per host: the lowest world rank
 // of each host (same host name, or SHARDLM_HOST_ID) uploads the rank files of its host's ranks
@@ -321,10 +328,18 @@ slm_status slm_ckpt_uploader_step(slm_ckpt_uploader *u, int64_t committed);
 // (collective). After a preemption signal (slm_stop_preempted) it waits only until
 // --preempt-grace after the signal, less min(3 s, grace / 4), agreed over the ranks; then the
 // uploads still running are cancelled (abandoned: the remote `latest` stays on the previous
-// complete checkpoint; a later run catches up). Returns SLM_E_IO if the final manifest / latest
-// could not be written (agreed; not for an abandoned one); logs a summary (uploads complete /
-// failed / abandoned, PUTs, bytes, retries, stall, time at step boundaries).
+// complete checkpoint; a later run catches up). Returns SLM_E_IO (agreed) when the newest
+// committed step (or the catch-up) is not on S3 at the end (its upload failed past the retries),
+// naming it and the step the remote latest names, unless the end is a preemption's (then a
+// warning: the next run uploads it); logs a summary (uploads complete / failed / abandoned,
+// PUTs, bytes, retries, stall, time at step boundaries).
 slm_status slm_ckpt_uploader_finish(slm_ckpt_uploader *u);
+// A run found already complete at the start (nothing to train): uploads o->root's newest
+// committed checkpoint when the remote latest is older (the final upload of an earlier run
+// failed) and waits for it: slm_ckpt_uploader_new, _step, _finish (collective). SLM_OK when the
+// remote latest is at least as new as the local one; else the errors of those (SLM_E_IO when
+// the remote copy stays behind).
+slm_status slm_ckpt_upload_catchup(const slm_ckpt_upload_opts *o);
 // This rank's PUT requests, uploads completed, seconds training waited for overlaps.
 void slm_ckpt_uploader_stats(const slm_ckpt_uploader *u, int64_t *puts, int64_t *n_done,
                              double *stall_s);

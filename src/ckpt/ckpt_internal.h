@@ -64,13 +64,33 @@ slm_status slm_ckpt_parse_manifest(slm_ckpt *c, const char *text, size_t len);
 typedef struct slm_ckpt_remote slm_ckpt_remote;
 slm_status slm_ckpt_remote_resolve(const char *uri, slm_ckpt_remote **out, char **dir, char **text,
                                    size_t *len);
-// HEAD of rank `rank`'s object `name`: exists with `bytes` bytes. Messages use `path`.
+// Records rank `rank`'s file size (the manifest's "files"), for the object size checks.
+void slm_ckpt_remote_expect(slm_ckpt_remote *r, int rank, int64_t bytes);
+// HEAD of rank `rank`'s object `name`: exists, with exactly the bytes of the files in it (this
+// file's `bytes` at its offset; the other files recorded with slm_ckpt_remote_expect). Messages
+// use `path`.
 slm_status slm_ckpt_remote_head(slm_ckpt_remote *r, int rank, const char *name, const char *path,
                                 int64_t bytes);
 // Bytes [off, off + len) of the rank's object into dst; prefetches up to want_end (bounded).
 slm_status slm_ckpt_remote_read(slm_ckpt_remote *r, int rank, const char *name, int64_t off,
                                 size_t len, int64_t want_end, uint8_t *dst);
 void slm_ckpt_remote_free(slm_ckpt_remote *r);
+// "; the file is in s3://BUCKET/KEY from byte OFF": where rank `rank`'s file `name` lies remotely,
+// for messages (caller frees).
+char *slm_ckpt_remote_where(slm_ckpt_remote *r, int rank, const char *name);
+
+// --resume auto's candidate rules, shared by the local pick (slm_ckpt_pick_newest) and the remote
+// one (slm_ckpt_remote_pick): of `steps` (ascending, [n]) those above `above` (-1: all), newest
+// first, the first whose ROOT/step_N (a local directory or an s3:// prefix) verifies: manifest
+// parses and names step N, every rank file exists with its manifest size (locally also: a real
+// directory, not a link), with full_verify every file's hash. Warns, naming the problem, for each
+// one skipped; logs the one taken and why, with `hint` (the step `latest` names, -1) and
+// `hint_state` (a word on `latest` when it names none). *out_dir (owned) NULL and *out_step -1
+// when none is above `above`, or (above >= 0) none of those verifies. Errors: SLM_E_FORMAT when
+// above < 0 and none of the n verifies, naming the newest one's problem.
+slm_status slm_ckpt_pick_from(const char *root, const int64_t *steps, int n, int64_t hint,
+                              const char *hint_state, int64_t above, bool full_verify,
+                              const char *use, char **out_dir, int64_t *out_step);
 
 // GGUF export (gguf_write.c): quantizes n floats (a multiple of 32) into n / 32 ggml Q8_0 blocks
 // of 34 bytes at out (fp16 scale d, 32 x int8 q): d is the smallest fp16 with 127 d >= max|x| of

@@ -7,24 +7,30 @@
 #include <string.h>
 #include <sys/stat.h>
 
-// Checks one committed step directory: manifest, its step, the files' sizes (and hashes).
+#include "objstore/objstore.h"
+
+// Checks one committed checkpoint, a local step directory or an s3:// step prefix: manifest, its
+// step, the files' sizes (a HEAD per object remotely) and, with full_verify, every file's hash.
 static slm_status check_candidate(const char *dir, int64_t step, bool full_verify) {
-    struct stat sb;
-    if (lstat(dir, &sb) == 0 && S_ISLNK(sb.st_mode))
-        return slm_fail(SLM_E_FORMAT,
-                        "%s is a symbolic link, not a checkpoint directory (not followed; left "
-                        "as it is)",
-                        dir);
-    if (lstat(dir, &sb) == 0 && !S_ISDIR(sb.st_mode))
-        return slm_fail(SLM_E_FORMAT,
-                        "%s is not a directory (a checkpoint step_N is a directory; left as it "
-                        "is)",
-                        dir);
-    char *mp = slm_path_join(dir, "manifest.json");
-    bool have = slm_is_file(mp);
-    free(mp);
-    if (!have)
-        return slm_fail(SLM_E_FORMAT, "%s/manifest.json is missing (incomplete checkpoint)", dir);
+    if (!slm_s3_is_uri(dir)) {
+        struct stat sb;
+        if (lstat(dir, &sb) == 0 && S_ISLNK(sb.st_mode))
+            return slm_fail(SLM_E_FORMAT,
+                            "%s is a symbolic link, not a checkpoint directory (not followed; "
+                            "left as it is)",
+                            dir);
+        if (lstat(dir, &sb) == 0 && !S_ISDIR(sb.st_mode))
+            return slm_fail(SLM_E_FORMAT,
+                            "%s is not a directory (a checkpoint step_N is a directory; left as "
+                            "it is)",
+                            dir);
+        char *mp = slm_path_join(dir, "manifest.json");
+        bool have = slm_is_file(mp);
+        free(mp);
+        if (!have)
+            return slm_fail(SLM_E_FORMAT, "%s/manifest.json is missing (incomplete checkpoint)",
+                            dir);
+    }
     slm_ckpt *c = NULL;
     slm_status st = slm_ckpt_open(dir, &c);
     if (!st && slm_ckpt_get_meta(c)->step != step)
@@ -87,31 +93,48 @@ slm_status slm_ckpt_pick_newest(const char *root, bool full_verify, const char *
     *out_step = -1;
     int64_t *steps = NULL;
     int n = slm_ckpt_list_steps(root, &steps);
-    if (n == 0) {
-        free(steps);
-        return SLM_OK;
-    }
-    const char *lstate;
-    int64_t hint = read_latest(root, &lstate);
+    const char *lstate = "missing";
+    int64_t hint = n ? read_latest(root, &lstate) : -1;
+    slm_status st =
+        slm_ckpt_pick_from(root, steps, n, hint, lstate, -1, full_verify, use, out_dir, out_step);
+    free(steps);
+    return st;
+}
+
+slm_status slm_ckpt_pick_from(const char *root, const int64_t *steps, int n, int64_t hint,
+                              const char *hint_state, int64_t above, bool full_verify,
+                              const char *use, char **out_dir, int64_t *out_step) {
+    *out_dir = NULL;
+    *out_step = -1;
+    int lo = 0; // the candidates: steps[lo..n) (above `above`)
+    while (lo < n && steps[lo] <= above)
+        lo++;
+    if (lo == n) return SLM_OK;
     char first_bad[1024] = "";
     int n_bad = 0;
-    for (int i = n - 1; i >= 0; i--) {
+    for (int i = n - 1; i >= lo; i--) {
         char *d = slm_ckpt_step_dir(root, steps[i], false);
         slm_status st = check_candidate(d, steps[i], full_verify);
         if (st) {
             if (!n_bad) snprintf(first_bad, sizeof first_bad, "%s", slm_errmsg());
             n_bad++;
-            slm_warn("checkpoint %s does not verify: %s; %s", d, slm_errmsg(),
-                     i > 0 ? "falling back to the previous one" : "no older checkpoint left");
+            char next[128];
+            if (i > lo)
+                snprintf(next, sizeof next, "falling back to the previous one");
+            else if (above >= 0)
+                snprintf(next, sizeof next, "none older here is newer than step_%08" PRId64, above);
+            else
+                snprintf(next, sizeof next, "no older checkpoint left");
+            slm_warn("checkpoint %s does not verify: %s; %s", d, slm_errmsg(), next);
             free(d);
             continue;
         }
         char why[256];
-        const char *name = strrchr(d, '/') ? strrchr(d, '/') + 1 : d;
+        const char *name = strrchr(d, '/') && !slm_s3_is_uri(d) ? strrchr(d, '/') + 1 : d;
         if (hint == steps[i])
             snprintf(why, sizeof why, "latest names it");
         else if (hint < 0)
-            snprintf(why, sizeof why, "latest %s", lstate);
+            snprintf(why, sizeof why, "latest %s", hint_state);
         else
             snprintf(why, sizeof why, "latest names step_%08" PRId64 "%s", hint,
                      hint > steps[i] ? ", which is missing or does not verify" : ", an older one");
@@ -120,10 +143,9 @@ slm_status slm_ckpt_pick_newest(const char *root, bool full_verify, const char *
                  n_bad ? "; newer ones skipped, see the warnings" : "");
         *out_dir = d;
         *out_step = steps[i];
-        free(steps);
         return SLM_OK;
     }
-    free(steps);
+    if (above >= 0) return SLM_OK; // the caller has one at `above`
     return slm_fail(SLM_E_FORMAT, "%s: none of its %d checkpoints verifies (the newest: %s)", root,
                     n, first_bad);
 }

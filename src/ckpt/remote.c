@@ -105,6 +105,7 @@ typedef struct robj {
     int rank;
     char *key;      // object holding the rank's file
     int64_t offset; // where the file starts in it
+    int64_t bytes;  // the file's size (manifest "files"; -1 until slm_ckpt_remote_expect)
 } robj;
 
 struct slm_ckpt_remote {
@@ -243,8 +244,8 @@ slm_status slm_ckpt_remote_resolve(const char *uri, slm_ckpt_remote **out, char 
             L = (rlay){0};
             goto fail;
         }
-        r->obj[r->n_obj++] =
-            (robj){(int)rk->valuedouble, slm_xstrdup(ky->valuestring), (int64_t)of->valuedouble};
+        r->obj[r->n_obj++] = (robj){(int)rk->valuedouble, slm_xstrdup(ky->valuestring),
+                                    (int64_t)of->valuedouble, -1};
     }
     cJSON_Delete(o);
     r->L = L;
@@ -276,11 +277,33 @@ static const char *obj_of(slm_ckpt_remote *r, int rank, const char *name, int64_
     return *owned;
 }
 
+char *slm_ckpt_remote_where(slm_ckpt_remote *r, int rank, const char *name) {
+    int64_t base;
+    char *own;
+    const char *key = obj_of(r, rank, name, &base, &own);
+    slm_buf b = {0};
+    slm_buf_appendf(&b, "; the file is in s3://%s/%s from byte %" PRId64, r->L.bucket, key, base);
+    free(own);
+    return b.data;
+}
+
+void slm_ckpt_remote_expect(slm_ckpt_remote *r, int rank, int64_t bytes) {
+    for (int i = 0; i < r->n_obj; i++)
+        if (r->obj[i].rank == rank) r->obj[i].bytes = bytes;
+}
+
 slm_status slm_ckpt_remote_head(slm_ckpt_remote *r, int rank, const char *name, const char *path,
                                 int64_t bytes) {
     int64_t base;
     char *own;
     const char *key = obj_of(r, rank, name, &base, &own);
+    // The object's size: this file's end, or (a host object) the end of the last file in it,
+    // exactly, as a local rank file's size must equal the manifest's.
+    int64_t want = base + bytes;
+    for (int i = 0; !own && i < r->n_obj; i++)
+        if (r->obj[i].bytes >= 0 && strcmp(r->obj[i].key, key) == 0 &&
+            r->obj[i].offset + r->obj[i].bytes > want)
+            want = r->obj[i].offset + r->obj[i].bytes;
     int64_t size = -1;
     bool found = false;
     slm_status st = slm_s3_head(r->s3, r->L.bucket, key, &size, &found);
@@ -289,11 +312,13 @@ slm_status slm_ckpt_remote_head(slm_ckpt_remote *r, int rank, const char *name, 
                       "%s: rank %d's object s3://%s/%s is missing; HINT: the checkpoint is "
                       "incomplete, resume from an older one with --resume",
                       path, rank, r->L.bucket, key);
-    else if (!st && (!own ? size < base + bytes : size != bytes))
+    else if (!st && size != want)
         st = slm_fail(SLM_E_IO,
                       "%s: object s3://%s/%s has %" PRId64 " bytes, the manifest puts this file's "
-                      "%" PRId64 " bytes at offset %" PRId64 " (truncated?)",
-                      path, r->L.bucket, key, size, bytes, base);
+                      "%" PRId64 " bytes at offset %" PRId64 " and the object's files end at byte "
+                      "%" PRId64 " (%s?)",
+                      path, r->L.bucket, key, size, bytes, base, want,
+                      size < want ? "truncated" : "appended to");
     free(own);
     return st;
 }
@@ -337,7 +362,13 @@ slm_status slm_ckpt_remote_read(slm_ckpt_remote *r, int rank, const char *name, 
 // ---------------------------------------------------------------------------------------------
 // Picking the newest complete remote checkpoint
 
-slm_status slm_ckpt_remote_pick(const char *uri, int64_t *step, char **step_uri) {
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+slm_status slm_ckpt_remote_pick(const char *uri, int64_t above, bool full_verify, int64_t *step,
+                                char **step_uri) {
     *step = -1;
     *step_uri = NULL;
     rlay L;
@@ -345,52 +376,45 @@ slm_status slm_ckpt_remote_pick(const char *uri, int64_t *step, char **step_uri)
     if (st) return st;
     slm_s3 *s3 = NULL;
     st = slm_s3_open_default(NULL, NULL, &s3);
+    // `latest`: only a hint for the log, as locally
     char *lk = key_latest(&L), *data = NULL;
     size_t n = 0;
     bool found = false;
-    int64_t s = -1;
+    int64_t hint = -1;
+    const char *state = "missing";
     if (!st) st = slm_s3_get(s3, L.bucket, lk, &data, &n, &found);
-    if (!st && found && parse_step(data, n, &s)) {
-        char *mk = key_step(&L, s, "manifest.json");
-        int64_t size;
-        bool have = false;
-        st = slm_s3_head(s3, L.bucket, mk, &size, &have);
-        if (!st && !have) {
-            slm_warn("s3://%s/%s names step %" PRId64 " but its manifest is missing; looking for "
-                     "the newest complete one",
-                     L.bucket, lk, s);
-            s = -1;
+    if (!st && found) state = parse_step(data, n, &hint) ? "ok" : "unreadable";
+    // The candidates: every step_N holding a manifest (without one: an upload in progress or
+    // interrupted, not a checkpoint yet).
+    int64_t *steps = NULL;
+    int ns = 0;
+    slm_buf pre = {0};
+    slm_buf_appendf(&pre, "%scheckpoints/", L.prefix);
+    slm_s3_list l;
+    if (!st) st = slm_s3_list_objects(s3, L.bucket, pre.data, NULL, &l);
+    for (int64_t i = 0; !st && i < l.n; i++) {
+        const char *k = l.obj[i].key + pre.len;
+        const char *sl = strchr(k, '/');
+        int64_t v;
+        if (sl && strcmp(sl, "/manifest.json") == 0 && parse_step(k, (size_t)(sl - k), &v)) {
+            steps = slm_xrealloc(steps, (size_t)(ns + 1) * sizeof *steps);
+            steps[ns++] = v;
         }
-        free(mk);
-    } else {
-        s = -1;
     }
-    if (!st && s < 0) {
-        // No (usable) latest: the newest step_N holding a manifest.
-        slm_buf pre = {0};
-        slm_buf_appendf(&pre, "%scheckpoints/", L.prefix);
-        slm_s3_list l;
-        st = slm_s3_list_objects(s3, L.bucket, pre.data, NULL, &l);
-        for (int64_t i = 0; !st && i < l.n; i++) {
-            const char *k = l.obj[i].key + pre.len;
-            const char *sl = strchr(k, '/');
-            int64_t v;
-            if (sl && strcmp(sl, "/manifest.json") == 0 && parse_step(k, (size_t)(sl - k), &v) &&
-                v > s)
-                s = v;
-        }
-        if (!st) slm_s3_list_free(&l);
-        slm_buf_free(&pre);
+    if (!st) slm_s3_list_free(&l);
+    slm_s3_close(s3);
+    if (!st && ns > 0) {
+        qsort(steps, (size_t)ns, sizeof *steps, cmp_i64);
+        slm_buf root = {0};
+        slm_buf_appendf(&root, "s3://%s/%scheckpoints", L.bucket, L.prefix);
+        st = slm_ckpt_pick_from(root.data, steps, ns, hint, state, above, full_verify, "found",
+                                step_uri, step);
+        slm_buf_free(&root);
     }
-    if (!st && s >= 0) {
-        slm_buf b = {0};
-        slm_buf_appendf(&b, "s3://%s/%scheckpoints/step_%08" PRId64, L.bucket, L.prefix, s);
-        *step_uri = b.data;
-        *step = s;
-    }
+    free(steps);
+    slm_buf_free(&pre);
     free(data);
     free(lk);
-    slm_s3_close(s3);
     rlay_free(&L);
     return st;
 }
@@ -430,6 +454,8 @@ struct slm_ckpt_uploader {
     char files_msg[1024];
     bool final_failed, final_cancelled;
     char final_msg[1024];
+    int64_t remote_done; // rank 0: newest step the remote `latest` named at the start or that
+                         // this uploader completed (manifest + latest); -1
     // training-thread state
     int64_t pending;        // step handed off whose files are not known complete everywhere (-1)
     char *pending_manifest; // rank 0: its manifest, read at the hand-off (retention may delete it)
@@ -443,6 +469,7 @@ struct slm_ckpt_uploader {
     bool pending_retry; // the pending upload is such a retry (given up for a newer checkpoint)
     bool cancelling;    // the training thread cancelled the pending upload (abandoned)
     double grace_s;     // --preempt-grace (0: finish waits for every upload)
+    bool finishing;     // in slm_ckpt_uploader_finish: no boundary left for a retry
     double deadline;    // finish: slm_time_s() at which uploads are abandoned (0: none)
     int64_t n_done, n_failed, n_abandoned; // abandoned: cancelled (preemption, newer one)
     double stall_total_s, stall_max_s;
@@ -634,6 +661,7 @@ static void *up_thread(void *arg) {
             u->final_step = -1;
             u->final_failed = st != SLM_OK;
             u->final_cancelled = st == SLM_E_INTERRUPTED; // slm_s3_cancel
+            if (!st && step > u->remote_done) u->remote_done = step;
             if (st) snprintf(u->final_msg, sizeof u->final_msg, "%s", slm_errmsg());
             u->busy = false;
             pthread_cond_broadcast(&u->cv);
@@ -764,7 +792,8 @@ static int64_t catchup_step(slm_ckpt_uploader *u) {
     free(lk);
     if (!st && found && !parse_step(data, n, &rem)) rem = -1;
     free(data);
-    if (st) return -1; // the server is unreachable: the first checkpoint of this run goes up
+    // (the server unreachable: its latest is unknown, so the local one goes up)
+    if (!st) u->remote_done = rem;
     if (loc <= rem) return -1;
     char *dir = slm_ckpt_step_dir(u->root, loc, false);
     char *mp = slm_path_join(dir, "manifest.json");
@@ -787,7 +816,7 @@ slm_status slm_ckpt_uploader_new(const slm_ckpt_upload_opts *o, slm_ckpt_uploade
     u->root = slm_xstrdup(o->root);
     u->uri = slm_xstrdup(o->uri);
     u->files_step = u->final_step = u->files_done = u->pending = u->last_handed = -1;
-    u->newest = u->catchup = u->retry_step = -1;
+    u->newest = u->catchup = u->retry_step = u->remote_done = -1;
     u->grace_s = o->preempt_grace_s;
     pthread_mutex_init(&u->mu, NULL);
     pthread_cond_init(&u->cv, NULL);
@@ -1012,7 +1041,11 @@ static void settle_pending(slm_ckpt_uploader *u, bool failed) {
         bool give_up = u->retry_n >= RETRY_MAX;
         if (give_up) u->retry_step = -1;
         if (u->rank == 0) {
-            if (give_up)
+            if (u->finishing) // no later boundary: slm_ckpt_uploader_finish says what is missing
+                slm_error("checkpoint step_%08" PRId64 " was not uploaded to %s (see the errors "
+                          "above)",
+                          step, u->uri);
+            else if (give_up)
                 slm_error("checkpoint step_%08" PRId64 " was not uploaded to %s after %d retries "
                           "(see the errors above); the remote latest still names the previous "
                           "complete one; the next checkpoint is uploaded in full",
@@ -1216,6 +1249,7 @@ static double grace_left(slm_ckpt_uploader *u) {
 slm_status slm_ckpt_uploader_finish(slm_ckpt_uploader *u) {
     if (!u) return SLM_OK;
     double t0 = slm_time_s();
+    u->finishing = true;
     double left = grace_left(u);
     u->deadline = left >= 0 ? t0 + (left > 0 ? left : 1e-9) : 0;
     wait_pending(u, WAIT_DEADLINE);
@@ -1235,6 +1269,7 @@ slm_status slm_ckpt_uploader_finish(slm_ckpt_uploader *u) {
     }
     slm_status st = SLM_OK;
     bool abandoned = false;
+    int64_t behind = INT64_MAX; // rank 0: what the remote latest names when it is behind
     if (u->rank == 0) {
         flush_jobs(u, true); // the last manifest + latest, if still deferred
         pthread_mutex_lock(&u->mu);
@@ -1253,11 +1288,24 @@ slm_status slm_ckpt_uploader_finish(slm_ckpt_uploader *u) {
                          "preemption deadline: %s",
                          u->uri, u->final_msg);
             } else {
-                st = slm_fail(SLM_E_IO, "checkpoint upload to %s: %s", u->uri, u->final_msg);
+                slm_error("checkpoint upload to %s: %s", u->uri, u->final_msg);
             }
             u->final_failed = false;
         }
+        behind = u->newest > u->remote_done ? u->remote_done : INT64_MAX;
         pthread_mutex_unlock(&u->mu);
+    }
+    // Success only with the newest committed checkpoint on S3: a run that ends with the remote
+    // copy behind fails (a preemption excepted: it exits 75 and the next run uploads it), so a
+    // supervisor runs it again and that run (already complete, or not) uploads it.
+    if (behind != INT64_MAX && u->deadline == 0 && !slm_stop_preempted()) {
+        char rl[64] = "no checkpoint";
+        if (behind >= 0) snprintf(rl, sizeof rl, "step_%08" PRId64, behind);
+        st = slm_fail(SLM_E_IO,
+                      "checkpoint upload to %s: step_%08" PRId64 " (committed locally) is not on "
+                      "S3, whose latest names %s (see the errors above); run again with --resume "
+                      "auto and --ckpt-uri (the same --out) to upload it",
+                      u->uri, u->newest, rl);
     }
     if (u->world > 1) st = slm_dist_agree(st);
     double w = slm_time_s() - t0;
@@ -1274,13 +1322,21 @@ slm_status slm_ckpt_uploader_finish(slm_ckpt_uploader *u) {
                  (long long)s.throttled, u->stall_total_s, w, 1000 * u->boundary_s,
                  (long long)u->n_polls, 1000 * u->poll_s, 1000 * u->poll_max_s, 1000 * u->handoff_s,
                  1000 * u->settle_s);
-        if (u->deadline > 0 && u->newest > u->last_handed)
+        if (u->deadline > 0 && behind != INT64_MAX)
             slm_warn("checkpoint step_%08" PRId64 " (committed locally) not uploaded before the "
                      "preemption deadline; the next run with --resume auto and --ckpt-uri "
                      "uploads it",
                      u->newest);
     }
-    if (!st && u->n_failed) st = SLM_OK; // failures were logged; the local run is complete
+    return st;
+}
+
+slm_status slm_ckpt_upload_catchup(const slm_ckpt_upload_opts *o) {
+    slm_ckpt_uploader *u = NULL;
+    slm_status st = slm_ckpt_uploader_new(o, &u);
+    if (!st) st = slm_ckpt_uploader_step(u, -1); // hands off the catch-up (if any)
+    if (!st) st = slm_ckpt_uploader_finish(u);
+    slm_ckpt_uploader_free(u);
     return st;
 }
 

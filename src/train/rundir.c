@@ -227,13 +227,24 @@ slm_status slm_rundir_prepare(const slm_train_opts *o, slm_rundir **out, char **
                                          "yet committed: --resume auto commits it"
                                        : "");
     } else if (!strcmp(o->resume, "auto")) {
+        char resume_hint[1024];
+        snprintf(resume_hint, sizeof resume_hint,
+                 "a run directory holding checkpoints is never trained from scratch silently: "
+                 "resume one explicitly with --resume %s/step_N, or move them aside with "
+                 "--train-from-scratch",
+                 root);
         // A save every rank had written but the job did not live to commit (a rank hung or died
         // before the commit barrier, the job torn down) is committed first: it is the newest.
         int64_t rec = -1;
         st = slm_ckpt_recover_pending(root, o->ckpt_keep, &rec);
         if (!st)
             st = slm_ckpt_pick_resume(root, o->verify_on_resume, resume_path, &rd->resume_step);
-        if (!st && rd->resume_step < 0 && (rec = slm_ckpt_find_pending(root)) >= 0)
+        char *local_bad = NULL; // none of the local checkpoints verifies: a remote one may
+        if (st == SLM_E_FORMAT && o->ckpt_uri) {
+            local_bad = slm_xstrdup(slm_errmsg());
+            st = SLM_OK;
+        }
+        if (!st && rd->resume_step < 0 && !local_bad && (rec = slm_ckpt_find_pending(root)) >= 0)
             st = slm_fail(SLM_E_IO,
                           "%s/step_%08" PRId64 ".tmp holds a save every rank wrote that could "
                           "not be committed (see the warning above) and there is no committed "
@@ -242,21 +253,17 @@ slm_status slm_rundir_prepare(const slm_train_opts *o, slm_rundir **out, char **
         if (!st && rd->resume_step >= 0) // `latest` names what is resumed, even if this run
             st = slm_ckpt_repair_latest(root, rd->resume_step); // fails before its first save
         else if (st)
-            st = slm_fail_wrap(st,
-                               "--resume auto (a run directory holding checkpoints is never "
-                               "trained from scratch silently: resume one explicitly with "
-                               "--resume %s/step_N, or move them aside with "
-                               "--train-from-scratch)",
-                               root);
-        if (!st && o->ckpt_uri) { // the newest complete of local and remote
+            st = slm_fail_wrap(st, "--resume auto (%s)", resume_hint);
+        if (!st && o->ckpt_uri) { // the newest that verifies of local and remote (same rules)
             int64_t rs = -1;
             char *ru = NULL;
-            st = slm_ckpt_remote_pick(o->ckpt_uri, &rs, &ru);
+            st = slm_ckpt_remote_pick(o->ckpt_uri, rd->resume_step, o->verify_on_resume, &rs, &ru);
             if (st) {
                 st = slm_fail_wrap(st, "--resume auto with --ckpt-uri %s", o->ckpt_uri);
             } else if (rs > rd->resume_step) {
                 slm_info("--resume auto: %s (step %" PRId64 ") %s; resuming from S3", ru, rs,
                          rd->resume_step >= 0 ? "is newer than the newest local checkpoint"
+                         : local_bad          ? "verifies, no local checkpoint does"
                                               : "found, no local checkpoint");
                 free(*resume_path);
                 *resume_path = ru;
@@ -265,7 +272,11 @@ slm_status slm_rundir_prepare(const slm_train_opts *o, slm_rundir **out, char **
             } else {
                 free(ru);
             }
+            if (!st && local_bad && !rd->resume_remote)
+                st = slm_fail(SLM_E_FORMAT, "--resume auto (%s): %s; and --ckpt-uri %s holds none",
+                              resume_hint, local_bad, o->ckpt_uri);
         }
+        free(local_bad);
     } else {
         *resume_path = slm_xstrdup(o->resume);
         int64_t pend = slm_ckpt_find_pending(root);

@@ -454,6 +454,31 @@ static slm_status already_complete(slm_trainer *tr) {
         slm_info("the run is already complete: the checkpoint is at step %lld = --steps; "
                  "nothing to train (give a larger --steps to continue)",
                  (long long)tr->step);
+    if (o->ckpt_uri && o->out_dir) {
+        // The final upload of an earlier run may have failed: success only once the remote copy
+        // has it too (there is no step boundary left to upload it at).
+        slm_ckpt_meta meta;
+        slm_ckpt_shard *sh = slm_xcalloc((size_t)tr->model.n_units, sizeof *sh);
+        slm_trainer_ckpt_state(tr, tr->step, &meta, sh);
+        free(sh);
+        char *root = slm_path_join(o->out_dir, "checkpoints");
+        slm_ckpt_upload_opts uo = {.uri = o->ckpt_uri,
+                                   .root = root,
+                                   .rank = tr->rank,
+                                   .world = tr->W,
+                                   .keep = o->ckpt_keep,
+                                   .prefix_shards =
+                                       o->s3_prefix_shards > 0 ? o->s3_prefix_shards : 1,
+                                   .meta = &meta,
+                                   .preempt_grace_s = o->preempt_grace_s};
+        slm_status st = slm_ckpt_upload_catchup(&uo);
+        free(root);
+        if (st)
+            return slm_fail_wrap(st,
+                                 "the run is already complete locally (step %lld), but its "
+                                 "final checkpoint could not be uploaded to --ckpt-uri",
+                                 (long long)tr->step);
+    }
     tr->done = true;
     tr->res.steps_done = tr->step;
     tr->res.final_loss = tr->res.final_val_loss = tr->res.tokens_per_s = tr->res.mfu = NAN;

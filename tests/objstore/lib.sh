@@ -12,6 +12,9 @@
 #                        makes it reachable from tests/netns_lib.sh hosts)
 #   S3_LOG_REQUESTS=1    weed logs every request it answers (IDENTITY METHOD "/BUCKET/KEY"
 #                        CODE TIME", glog level 3) to $S3_DIR/weed.log: the server's own count
+#   slm_s3_tiny_run STEPS EVERY  TR = train arguments of a tiny synthetic run (config in
+#                        $W/config.json), STEPS steps, a checkpoint every EVERY; LA = options
+#                        of a one-rank `shardlm launch` of it (mpirun $MPIEXEC, short backoff)
 # Skips (exit 77) only when the weed binary is missing.
 WEED="${WEED:-$(dirname "$PY")/weed}"
 [ -x "$WEED" ] || WEED=$(command -v weed || true)
@@ -118,4 +121,10 @@ slm_s3_kill() {
 slm_s3_restart() {
     slm_s3_launch_
     slm_s3_wait_
+}
+slm_s3_tiny_run() {
+    slm_tiny_config "$W/config.json" vocab_size=128 num_hidden_layers=2 num_attention_heads=4
+    TR=(--synthetic --seq 16 --batch 4 --warmup 2 --lr 3e-3 --seed 4 --model "$W/config.json"
+        --threads 1 --peak-gflops 10 --log-every 0 --steps "$1" --ckpt-every-steps "$2")
+    LA=(--nproc 1 --health-mem 8MiB --kill-grace 3 --backoff 0.2 --mpirun "$MPIEXEC")
 }
