@@ -1175,6 +1175,13 @@ static int dead_rank(const hb_state *h, const char *myhost, long *pid_out, int *
     return first;
 }
 
+// Every rank's newest heartbeat record is its final "end" record (the trainer finished).
+static bool all_ended(const hb_state *h) {
+    for (int rk = 0; rk < h->world; rk++)
+        if (h->last[rk].step < 0 || strcmp(h->last[rk].phase, "end") != 0) return false;
+    return h->world > 0;
+}
+
 // One training attempt: returns when the job has ended and none of its processes is left.
 static void run_attempt(run *r, attempt *at, int world) {
     const slm_launch_opts *o = r->o;
@@ -1369,6 +1376,22 @@ static void run_attempt(run *r, attempt *at, int world) {
     at->any_train = h.any_train;
     if (WIFEXITED(j.status)) at->exit_status = WEXITSTATUS(j.status);
     if (WIFSIGNALED(j.status)) at->exit_signal = WTERMSIG(j.status);
+    if (hang && at->exit_status == 0 && all_ended(&h)) {
+        // The "hung" job finished during the teardown (a slow step, then the last ones): its
+        // exit status and every rank's final "end" record say so. A success, as a preempted job
+        // that finished before it could stop; no restart is spent and nobody is blamed.
+        hang = false;
+        snprintf(at->result, sizeof at->result, "success");
+        char was[sizeof at->reason];
+        snprintf(was, sizeof was, "%s", at->reason);
+        snprintf(at->reason, sizeof at->reason,
+                 "finished (exit 0, every rank at its end) during the teardown of a suspected "
+                 "hang: %.400s",
+                 was);
+        at->culprit_rank = -1;
+        at->culprit_host[0] = 0;
+        slm_info("launch: the job finished during the hang teardown (exit 0, every rank ended)");
+    }
     snprintf(at->error, sizeof at->error, "%s",
              j.first_error[0] || job_banner(&j)[0] ? j.first_error : j.signal_error);
     if (!hang && !preempting) {
