@@ -337,13 +337,21 @@ typedef struct job {
     int64_t resumed_step; // from the trainer's "resumed from ... (step N)" line (-1: none)
     char part[8192];
     size_t part_len;
-    char first_error[512];
+    char first_error[1024]; // the first error line, not counting non-fatal ones (below)
+    // The first fatal line of the trainer ("error: train: ...", what a rank exits on) and the
+    // rank whose error it is (err_rank, -1: none): the rank named in "rank R failed: ..." (an
+    // error the ranks agreed on, printed by all of them) if any fatal line carries one, else the
+    // rank that printed the first. A "... (training continues ...)" line is never either.
+    char fatal_error[1024];
+    int err_rank;
+    bool err_agreed;
     // A rank's "terminated by SIGTERM" / "interrupted by SIGINT" line: the consequence of
     // mpirun (or the launcher) stopping the job, never its cause; the attempt's error only when
     // nothing else explains the failure (a rank failing in MPI_Init makes mpirun SIGTERM the
     // others, and their line must not hide Open MPI's banner naming the cause).
     char signal_error[128];
     int culprit_rank;
+    bool culprit_signal; // culprit_rank from mpirun's "exited on signal" (else: first exit != 0)
     char culprit_host[128];
     char reason[256];
     bool coll_timeout;
@@ -452,6 +460,24 @@ static void banner_line(job *j, const char *line) {
     j->banner[len] = 0;
 }
 
+// A fatal line of the trainer (job.fatal_error): whose error it is. "shardlm[rank R/W] error:"
+// (or "shardlm[rank R/W on HOST, forwarded] error:") printed it; "rank N failed: " in the
+// message is slm_dist_agree's: rank N's error, which every rank stops on.
+static void note_fatal(job *j, const char *line, const char *msg) {
+    int who = -1;
+    bool agreed = false;
+    for (const char *f = strstr(msg, "rank "); f && who < 0; f = strstr(f + 5, "rank ")) {
+        int rk = -1, used = 0;
+        if (sscanf(f, "rank %d failed: %n", &rk, &used) == 1 && used > 0 && rk >= 0)
+            who = rk, agreed = true;
+    }
+    const char *pre = strstr(line, "shardlm[rank ");
+    if (who < 0 && pre && pre < msg) who = atoi(pre + 13);
+    if (!j->fatal_error[0]) snprintf(j->fatal_error, sizeof j->fatal_error, "%s", msg);
+    if (who >= 0 && (j->err_rank < 0 || (agreed && !j->err_agreed)))
+        j->err_rank = who, j->err_agreed = agreed;
+}
+
 static void job_line(job *j, char *line) {
     if (is_verbose_mca(line)) {
         note_transport(j, line);
@@ -467,8 +493,10 @@ static void job_line(job *j, char *line) {
     if (e && (!strncmp(e + 1, "error: terminated by SIG", 24) ||
               !strncmp(e + 1, "error: interrupted by SIG", 25))) {
         if (!j->signal_error[0]) snprintf(j->signal_error, sizeof j->signal_error, "%s", e + 1);
-    } else if (e && !j->first_error[0])
-        snprintf(j->first_error, sizeof j->first_error, "%s", e + 1);
+    } else if (e && !strstr(e, "(training continues")) {
+        if (!j->first_error[0]) snprintf(j->first_error, sizeof j->first_error, "%s", e + 1);
+        if (!strncmp(e + 1, "error: train: ", 14)) note_fatal(j, line, e + 1);
+    }
     if (strstr(line, "timed out after") && strstr(line, "collective")) j->coll_timeout = true;
     banner_line(j, line);
     const char *rs = strstr(line, "resumed from ");
@@ -482,6 +510,7 @@ static void job_line(job *j, char *line) {
                     "%d (%63[^)])",
                     &r, &pid, host, &sig, signame) >= 4) {
         j->culprit_rank = (int)r;
+        j->culprit_signal = true;
         if (!j->evidence_time) j->evidence_time = wall_now();
         snprintf(j->culprit_host, sizeof j->culprit_host, "%s", host);
         snprintf(j->reason, sizeof j->reason, "rank %ld on %s exited on signal %d (%s)", r, host,
@@ -544,6 +573,7 @@ static void job_drain(job *j, int timeout_ms) {
 static int job_start(job *j, char *const *argv, const char *const *env_add) {
     memset(j, 0, sizeof *j);
     j->culprit_rank = -1;
+    j->err_rank = -1;
     j->pending_rank = -1;
     j->resumed_step = -1;
     int fds[2];
@@ -733,7 +763,7 @@ typedef struct attempt {
     int culprit_rank;
     char culprit_host[128];
     char verdict[1024];
-    char error[512];
+    char error[1024];
     int64_t start_step, steps_reached, steps_lost;
     bool any_train;
 } attempt;
@@ -742,7 +772,7 @@ typedef struct health_rec {
     double time;
     int world;
     bool ok;
-    char failed[1024]; // "rank 2 (host h2): gemm: ...; ..."
+    char failed[2048]; // "rank 2 (host h2): gemm: ...; ..."
 } health_rec;
 
 typedef struct run {
@@ -984,7 +1014,7 @@ static int run_health(run *r) {
     const cJSON *ok = rep ? cJSON_GetObjectItemCaseSensitive(rep, "ok") : NULL;
     if (!rep || !cJSON_IsBool(ok)) {
         cJSON_Delete(rep);
-        char why[600];
+        char why[1200];
         snprintf(why, sizeof why, "the health-check job %s without a report (%s)",
                  timed_out ? "timed out" : "ended",
                  j.first_error[0]    ? j.first_error
@@ -992,7 +1022,7 @@ static int run_health(run *r) {
                  : job_banner(&j)[0] ? job_banner(&j)
                                      : j.signal_error);
         record_health(r, world, false, why);
-        snprintf(r->message, sizeof r->message, "health check failed: %s", why);
+        snprintf(r->message, sizeof r->message, "health check failed: %.990s", why);
         return SLM_LAUNCH_HEALTH;
     }
     if (cJSON_IsTrue(ok)) {
@@ -1393,7 +1423,9 @@ static void run_attempt(run *r, attempt *at, int world) {
         slm_info("launch: the job finished during the hang teardown (exit 0, every rank ended)");
     }
     snprintf(at->error, sizeof at->error, "%s",
-             j.first_error[0] || job_banner(&j)[0] ? j.first_error : j.signal_error);
+             j.fatal_error[0]                        ? j.fatal_error
+             : j.first_error[0] || job_banner(&j)[0] ? j.first_error
+                                                     : j.signal_error);
     if (!hang && !preempting) {
         if (at->exit_status == 0)
             snprintf(at->result, sizeof at->result, "success");
@@ -1422,6 +1454,17 @@ static void run_attempt(run *r, attempt *at, int world) {
             if (j.culprit_rank >= 0 || !dead_time) {
                 at->culprit_rank = j.culprit_rank;
                 snprintf(at->culprit_host, sizeof at->culprit_host, "%s", j.culprit_host);
+            }
+            // The ranks exited on an error (no rank died of a signal): the rank whose error it
+            // is, not the one mpirun saw exit first (all of them exit on an agreed error).
+            if (j.err_rank >= 0 && j.err_rank < world && !j.culprit_signal && !dead_time &&
+                at->exit_status != SLM_LAUNCH_PREEMPTED) {
+                if (j.err_rank != at->culprit_rank)
+                    snprintf(at->reason, sizeof at->reason,
+                             "rank %d failed: the ranks exited on its error (status %d)",
+                             j.err_rank, at->exit_status);
+                at->culprit_rank = j.err_rank;
+                at->culprit_host[0] = 0; // from its heartbeat, below
             }
         }
     } else if (preempting && at->exit_status == 0) {
@@ -1557,6 +1600,14 @@ static const char *find_arg(const slm_launch_opts *o, const char *name, int *idx
 
 static int finish(run *r, int code, const char *result, char **summary) {
     r->exit_code = code;
+    if (r->n_att > 0) { // the last attempt's lost steps: no attempt follows to resume them, so
+        // those it reached beyond the newest committed checkpoint (the next launch's start)
+        attempt *la = &r->att[r->n_att - 1];
+        int64_t kept = newest_checkpoint_step(r->run_dir);
+        if (kept < 0) kept = 0;
+        if (strcmp(la->result, "success") != 0 && la->steps_reached > kept)
+            la->steps_lost = la->steps_reached - kept;
+    }
     write_attempts(r, result);
     *summary = summary_text(r, result);
     for (int i = 0; i < r->n_hosts; i++)
