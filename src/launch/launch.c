@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -580,6 +581,7 @@ static int job_start(job *j, char *const *argv, const char *const *env_add) {
     if (pipe(fds) != 0) return -1;
     fflush(stdout);
     fflush(stderr);
+    pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) {
         close(fds[0]), close(fds[1]);
@@ -596,6 +598,11 @@ static int job_start(job *j, char *const *argv, const char *const *env_add) {
         memset(&sa, 0, sizeof sa);
         sa.sa_handler = SIG_DFL;
         sigaction(SIGTERM, &sa, NULL), sigaction(SIGUSR1, &sa, NULL), sigaction(SIGINT, &sa, NULL);
+        // The job dies with its supervisor (a kill -9 or OOM kill of the launcher): SIGTERM to
+        // mpirun / srun, which forwards it to every rank (they checkpoint and exit 75, as on a
+        // preemption, and a relaunch continues; Open MPI's mpirun also ends stopped ranks).
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        if (getppid() != parent) raise(SIGTERM); // the launcher died before the line above
         for (int i = 0; env_add && env_add[i]; i += 2)
             setenv(env_add[i], env_add[i + 1], 1);
         execvp(argv[0], argv);
@@ -1100,6 +1107,37 @@ static bool scratch_state(const char *run_dir, ino_t *ino) {
     }
     closedir(d);
     return had;
+}
+
+// Whether a live process holds RUN_DIR/run.lock (the trainer's flock, "pid P on host H" in it:
+// train/rundir.c): another training run, or the orphaned job of a launcher that was killed.
+// The file is only probed (never created); *holder gets its text.
+static bool run_lock_held(const char *run_dir, char *holder, size_t cap) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/run.lock", run_dir);
+    holder[0] = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    bool held = flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+    if (held) {
+        ssize_t n = pread(fd, holder, cap - 1, 0);
+        holder[n > 0 ? n : 0] = 0;
+        holder[strcspn(holder, "\n")] = 0;
+    } else {
+        flock(fd, LOCK_UN);
+    }
+    close(fd);
+    return held;
+}
+
+// The message for a held run lock (r->message and stderr): nothing is started or charged.
+static void report_lock_holder(run *r, const char *holder) {
+    snprintf(r->message, sizeof r->message,
+             "%s is in use by a live training run (%s holds %s/run.lock): nothing started, no "
+             "restart counted; wait for it to end or stop it, or give another --out",
+             r->run_dir, holder[0] ? holder : "a process that has not written its pid yet",
+             r->run_dir);
+    slm_error("launch: %s", r->message);
 }
 
 static int64_t newest_checkpoint_step(const char *run_dir) {
@@ -1717,6 +1755,17 @@ int slm_launch_run(const slm_launch_opts *o, char **summary) {
         r->local = !r->slurm;
         if (r->slurm) slurm_hosts(r);
     }
+    // A live run holding the run directory (by hand, another launcher's, or the orphaned job
+    // of a killed launcher) is said up front: no health check, no attempt, no restart, no
+    // culprit, nothing written into its directory.
+    char holder[256];
+    if (run_lock_held(r->run_dir, holder, sizeof holder)) {
+        report_lock_holder(r, holder);
+        for (int i = 0; i < r->n_hosts; i++)
+            free(r->host[i]);
+        free(r);
+        return SLM_LAUNCH_FAILED;
+    }
     // The metrics server first: a port in use fails before anything is created or started.
     if (lm_start(o->metrics_addr) != SLM_OK) {
         slm_error("launch: --metrics-addr: %s", slm_errmsg());
@@ -1777,6 +1826,11 @@ int slm_launch_run(const slm_launch_opts *o, char **summary) {
                      world, o->nproc, r->grad_accum,
                      (long long)((int64_t)o->nproc * r->grad_accum / world));
         if (r->n_att == MAX_ATTEMPTS) {
+            code = SLM_LAUNCH_FAILED, result = "failed";
+            break;
+        }
+        if (run_lock_held(r->run_dir, holder, sizeof holder)) { // a run started meanwhile
+            report_lock_holder(r, holder);
             code = SLM_LAUNCH_FAILED, result = "failed";
             break;
         }

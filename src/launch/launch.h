@@ -5,7 +5,10 @@
 // fail it are excluded), then `shardlm train ... --resume auto --heartbeat-dir RUN_DIR/heartbeat`
 // with SHARDLM_ATTEMPT=N in its environment, started in its own process group. The launcher
 // becomes a child subreaper (PR_SET_CHILD_SUBREAPER), so ranks that lose their mpirun are
-// re-parented to it and never outlive it. It supervises:
+// re-parented to it and never outlive it; mpirun / srun get PR_SET_PDEATHSIG SIGTERM, so the
+// job stops (forwarded to the ranks: checkpoint, exit 75) when the launcher itself is killed
+// (kill -9, OOM). A run directory whose run lock a live process holds is refused up front
+// (SLM_LAUNCH_FAILED, nothing started or written). It supervises:
 //  - the job's exit status (0: done; 75: preempted; anything else: a failure);
 //  - the heartbeat files: no rank advancing for hang_timeout_s is a hang;
 //  - its own SIGTERM / SIGUSR1 / SIGINT and max_run_s: forwarded to the ranks as SIGUSR1 (the
