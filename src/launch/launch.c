@@ -811,6 +811,10 @@ typedef struct run {
     int exit_code;
     char message[1024];
     double t0;
+    // RUN_DIR/attempts.json as earlier launches left it (appended to, never overwritten): their
+    // attempts, health records and launch summaries (owned arrays), and this launch's number.
+    cJSON *prev_attempts, *prev_health, *prev_launches;
+    int launch_no;
 } run;
 
 static int host_index(run *r, const char *name) {
@@ -1526,8 +1530,89 @@ static cJSON *num_or_null(double x, bool valid) {
     return valid ? cJSON_CreateNumber(x) : cJSON_CreateNull();
 }
 
-static void write_attempts(run *r, const char *result) {
-    cJSON *o = cJSON_CreateObject();
+// The integer `key` of object x (def when absent or not a number).
+static int json_int(const cJSON *x, const char *key, int def) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(x, key);
+    return cJSON_IsNumber(v) ? v->valueint : def;
+}
+
+// An array of x (detached; empty when absent) whose objects all get "launch" (those of a file
+// written before launches were numbered belong to launch 1).
+static cJSON *take_array(cJSON *x, const char *key) {
+    cJSON *a = cJSON_DetachItemFromObjectCaseSensitive(x, key);
+    if (!cJSON_IsArray(a)) cJSON_Delete(a), a = cJSON_CreateArray();
+    cJSON *it;
+    cJSON_ArrayForEach(it,
+                       a) if (cJSON_IsObject(it) && !cJSON_GetObjectItemCaseSensitive(it, "launch"))
+        cJSON_AddNumberToObject(it, "launch", 1);
+    return a;
+}
+
+// Reads the attempts.json earlier launches wrote into RUN_DIR (r->prev_*, r->launch_no). One
+// that cannot be read is kept as attempts.json.bad (a warning says so) and a new history starts.
+static void load_history(run *r) {
+    r->prev_attempts = cJSON_CreateArray();
+    r->prev_health = cJSON_CreateArray();
+    r->prev_launches = cJSON_CreateArray();
+    r->launch_no = 1;
+    char path[4200], bad[4300];
+    snprintf(path, sizeof path, "%s/attempts.json", r->run_dir);
+    char *text = NULL;
+    size_t len = 0;
+    if (access(path, F_OK) != 0) return;
+    cJSON *o = NULL;
+    if (slm_file_read_all(path, &text, &len) == SLM_OK) o = cJSON_ParseWithLength(text, len);
+    free(text);
+    if (!cJSON_IsObject(o) || !cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(o, "attempts"))) {
+        cJSON_Delete(o);
+        snprintf(bad, sizeof bad, "%s.bad", path);
+        slm_warn("launch: %s is not an attempts file shardlm launch wrote; kept as %s, the "
+                 "attempts of this launch start a new one",
+                 path, rename(path, bad) == 0 ? bad : "(rename failed: overwritten)");
+        return;
+    }
+    cJSON_Delete(r->prev_attempts), cJSON_Delete(r->prev_health), cJSON_Delete(r->prev_launches);
+    r->prev_attempts = take_array(o, "attempts");
+    r->prev_health = take_array(o, "health");
+    r->prev_launches = take_array(o, "launches");
+    if (cJSON_GetArraySize(r->prev_launches) == 0) { // one launch, before they were numbered
+        cJSON *l = cJSON_CreateObject();
+        cJSON_AddNumberToObject(l, "launch", 1);
+        static const char *const keep[] = {"start",        "end",      "nproc",  "min_nproc",
+                                           "max_restarts", "restarts", "result", "exit_code",
+                                           "message",      NULL};
+        for (int i = 0; keep[i]; i++) {
+            const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, keep[i]);
+            if (v) cJSON_AddItemToObject(l, keep[i], cJSON_Duplicate(v, true));
+        }
+        cJSON_AddNumberToObject(l, "attempts", cJSON_GetArraySize(r->prev_attempts));
+        cJSON_AddItemToArray(r->prev_launches, l);
+    }
+    const cJSON *it;
+    cJSON_ArrayForEach(it, r->prev_launches) {
+        int n = json_int(it, "launch", 0);
+        if (n >= r->launch_no) r->launch_no = n + 1;
+    }
+    cJSON_ArrayForEach(it, r->prev_attempts) {
+        int n = json_int(it, "launch", 0);
+        if (n >= r->launch_no) r->launch_no = n + 1;
+    }
+    cJSON_Delete(o);
+}
+
+static void free_history(run *r) {
+    cJSON_Delete(r->prev_attempts), cJSON_Delete(r->prev_health), cJSON_Delete(r->prev_launches);
+    r->prev_attempts = r->prev_health = r->prev_launches = NULL;
+}
+
+// A copy of the earlier launches' array (an empty one when there is no history yet).
+static cJSON *history_copy(const cJSON *a) {
+    return a ? cJSON_Duplicate(a, true) : cJSON_CreateArray();
+}
+
+// What describes this launch, both at the top of attempts.json and in its launches[] entry.
+static void launch_fields(cJSON *o, const run *r, const char *result) {
+    cJSON_AddNumberToObject(o, "launch", r->launch_no);
     cJSON_AddNumberToObject(o, "nproc", r->o->nproc);
     cJSON_AddNumberToObject(o, "min_nproc", r->o->min_nproc);
     cJSON_AddNumberToObject(o, "max_restarts", r->o->max_restarts);
@@ -1535,17 +1620,28 @@ static void write_attempts(run *r, const char *result) {
     cJSON_AddStringToObject(o, "result", result);
     cJSON_AddNumberToObject(o, "exit_code", r->exit_code);
     cJSON_AddStringToObject(o, "message", r->message);
-    cJSON_AddStringToObject(o, "launcher", r->slurm ? "srun" : "mpirun");
-    cJSON_AddStringToObject(o, "transport", r->transport);
     cJSON_AddNumberToObject(o, "start", r->t0);
     cJSON_AddNumberToObject(o, "end", wall_now());
+}
+
+static void write_attempts(run *r, const char *result) {
+    cJSON *o = cJSON_CreateObject();
+    launch_fields(o, r, result);
+    cJSON_AddStringToObject(o, "launcher", r->slurm ? "srun" : "mpirun");
+    cJSON_AddStringToObject(o, "transport", r->transport);
     cJSON *ex = cJSON_CreateArray();
     for (int i = 0; i < r->n_hosts; i++)
         if (r->excluded[i]) cJSON_AddItemToArray(ex, cJSON_CreateString(r->host[i]));
     cJSON_AddItemToObject(o, "excluded_hosts", ex);
-    cJSON *hs = cJSON_CreateArray();
+    cJSON *ls = history_copy(r->prev_launches), *l = cJSON_CreateObject();
+    launch_fields(l, r, result);
+    cJSON_AddNumberToObject(l, "attempts", r->n_att);
+    cJSON_AddItemToArray(ls, l);
+    cJSON_AddItemToObject(o, "launches", ls);
+    cJSON *hs = history_copy(r->prev_health);
     for (int i = 0; i < r->n_health; i++) {
         cJSON *x = cJSON_CreateObject();
+        cJSON_AddNumberToObject(x, "launch", r->launch_no);
         cJSON_AddNumberToObject(x, "time", r->health[i].time);
         cJSON_AddNumberToObject(x, "world", r->health[i].world);
         cJSON_AddBoolToObject(x, "ok", r->health[i].ok);
@@ -1553,10 +1649,11 @@ static void write_attempts(run *r, const char *result) {
         cJSON_AddItemToArray(hs, x);
     }
     cJSON_AddItemToObject(o, "health", hs);
-    cJSON *as = cJSON_CreateArray();
+    cJSON *as = history_copy(r->prev_attempts);
     for (int i = 0; i < r->n_att; i++) {
         const attempt *a = &r->att[i];
         cJSON *x = cJSON_CreateObject();
+        cJSON_AddNumberToObject(x, "launch", r->launch_no);
         cJSON_AddNumberToObject(x, "attempt", a->n);
         cJSON_AddNumberToObject(x, "start", a->start);
         cJSON_AddNumberToObject(x, "end", a->end);
@@ -1599,6 +1696,12 @@ static char *summary_text(const run *r, const char *result) {
     slm_buf_appendf(&b, "launch summary: %s (exit %d), %d restart(s) of at most %d%s%s\n", result,
                     r->exit_code, r->restarts, r->o->max_restarts, r->message[0] ? ": " : "",
                     r->message);
+    int earlier = cJSON_GetArraySize(r->prev_attempts);
+    if (r->launch_no > 1)
+        slm_buf_appendf(&b,
+                        "launch %d of %s: the %d attempt(s) of launches 1-%d stay in "
+                        "attempts.json\n",
+                        r->launch_no, r->run_dir, earlier, r->launch_no - 1);
     slm_buf_appendf(&b, "%-7s %-8s %-8s %-5s %-10s %-9s %-12s %-6s %s\n", "attempt", "start", "end",
                     "world", "result", "steps", "culprit", "lost", "reason");
     for (int i = 0; i < r->n_att; i++) {
@@ -1661,6 +1764,7 @@ static int finish(run *r, int code, const char *result, char **summary) {
             sleep_s(0.05);
     }
     lm_stop();
+    free_history(r);
     return code;
 }
 
@@ -1784,6 +1888,7 @@ int slm_launch_run(const slm_launch_opts *o, char **summary) {
         free(r);
         return SLM_LAUNCH_FAILED;
     }
+    load_history(r);
     prctl(PR_SET_CHILD_SUBREAPER, 1);
     install_signals();
     r->t0 = wall_now();

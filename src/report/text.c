@@ -87,7 +87,14 @@ void report_render_text(const report_run *rp, slm_buf *out) {
         const cJSON *last = cJSON_GetArrayItem(r.attempts, n - 1);
         const cJSON *res = cJSON_GetObjectItemCaseSensitive(last, "result");
         const cJSON *why = cJSON_GetObjectItemCaseSensitive(last, "reason");
+        int launches = 0; // launches are numbered from 1 (a file without numbers: one)
+        const cJSON *at;
+        cJSON_ArrayForEach(at, r.attempts) {
+            const cJSON *ln = cJSON_GetObjectItemCaseSensitive(at, "launch");
+            if (cJSON_IsNumber(ln) && ln->valueint > launches) launches = ln->valueint;
+        }
         slm_buf_appendf(out, "attempts: %d (attempts.json)", n);
+        if (launches > 1) slm_buf_appendf(out, " in %d launches", launches);
         if (cJSON_IsString(res))
             slm_buf_appendf(out, ", the last: %s%s%s", res->valuestring,
                             cJSON_IsString(why) && why->valuestring[0] ? ", " : "",

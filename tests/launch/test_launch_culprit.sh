@@ -74,17 +74,33 @@ replay enospc "$F: /r/rank_00000.bin: write failed: No space left on device" \
     "$F: rank 0 failed: /r/rank_00000.bin: write failed: No space left on device"
 U="checkpoint upload to s3://b/run: step_00000040/host_00000.bin: PUT failed: HTTP 500"
 replay upload "$U" "rank 0 failed: $U"
+# Earlier launches' attempts.json (issue 20 item 6): one written before launches were numbered
+# (its attempts become launch 1's) and one that is not JSON (kept aside as attempts.json.bad).
+mkdir -p "$W/upload.run" "$W/enospc.run"
+echo '{"nproc": 2, "restarts": 1, "result": "failed", "exit_code": 1, "start": 1.7e9, "end": 1.7e9,
+ "attempts": [{"attempt": 1, "result": "failed"}, {"attempt": 2, "result": "failed"}]}' > "$W/upload.run/attempts.json"
+echo 'not json' > "$W/enospc.run/attempts.json"
 for k in enospc upload; do
     "$BIN" launch --nproc 2 --mpirun "$W/$k" --no-health-check --max-restarts 0 -- "${TR[@]}" \
         --steps 40 --out "$W/$k.run" > "$W/$k.log" 2>&1
     check "$k: exit 1" 1 $?
     J=$W/$k.run/attempts.json
-    [ "$(aj "$J" 'a["attempts"][0]["culprit_rank"]')" = 0 ] && ok "$k: culprit rank 0" ||
-        { bad "$k: culprit $(aj "$J" 'a["attempts"][0]["culprit_rank"]')"; cat "$J"; }
-    [ "$(aj "$J" 'a["attempts"][0]["error"].startswith("error: train: ")')" = True ] &&
-        ok "$k: error is the fatal line" || bad "$k: error $(aj "$J" 'a["attempts"][0]["error"]')"
-    [ "$(aj "$J" '"rank 1" not in a["attempts"][0]["reason"]')" = True ] &&
-        ok "$k: the reason does not blame rank 1" || bad "$k: reason $(aj "$J" 'a["attempts"][0]["reason"]')"
+    [ "$(aj "$J" 'a["attempts"][-1]["culprit_rank"]')" = 0 ] && ok "$k: culprit rank 0" ||
+        { bad "$k: culprit $(aj "$J" 'a["attempts"][-1]["culprit_rank"]')"; cat "$J"; }
+    [ "$(aj "$J" 'a["attempts"][-1]["error"].startswith("error: train: ")')" = True ] &&
+        ok "$k: error is the fatal line" || bad "$k: error $(aj "$J" 'a["attempts"][-1]["error"]')"
+    [ "$(aj "$J" '"rank 1" not in a["attempts"][-1]["reason"]')" = True ] &&
+        ok "$k: the reason does not blame rank 1" || bad "$k: reason $(aj "$J" 'a["attempts"][-1]["reason"]')"
 done
+J=$W/upload.run/attempts.json
+[ "$(aj "$J" '[(x["launch"], x["attempt"]) for x in a["attempts"]]')" = "[(1, 1), (1, 2), (2, 1)]" ] &&
+    [ "$(aj "$J" '[(x["launch"], x["result"], x["restarts"], x["attempts"]) for x in a["launches"]]')" = \
+    "[(1, 'failed', 1, 2), (2, 'failed', 0, 1)]" ] &&
+    ok "an attempts.json from before launches were numbered: its attempts kept as launch 1's" ||
+    { bad "history"; cat "$J"; }
+grep -qx 'not json' "$W/enospc.run/attempts.json.bad" && [ "$(aj "$W/enospc.run/attempts.json" 'a["launch"]')" = 1 ] &&
+    has "an unreadable attempts.json is kept aside, with a warning" "$W/enospc.log" 'kept as .*attempts.json.bad' ||
+    bad "attempts.json.bad"
+
 no_orphans "no process left"
 slm_finish
