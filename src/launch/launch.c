@@ -363,13 +363,23 @@ typedef struct job {
     // A banner that opens with "WARNING" (Open MPI goes on after it: an unknown interface name,
     // an OpenFabrics device it skips) is kept aside in warn_banner and the next one is taken:
     // the warning is the reason only when no other banner follows.
-    char banner[460];
-    char warn_banner[460];
+    char banner[4096];
+    char warn_banner[4096];
     int banner_state; // 0: none seen yet, 1: inside the first, 2: done
     // transport (Open MPI verbose selection lines)
     char pml[64];
     char btl[512];
 } job;
+
+// The job's launcher (mpirun / srun) failed before any rank ran: it could not be executed, or
+// it exited with a help banner (refusing to run as root without Open MPI's variables, a bad
+// MCA setting, too few slots) while no rank printed an error (nor a "terminated by" line) and it
+// reported no rank's exit.
+static bool launcher_refused(const job *j) {
+    if (!j->exited || j->reason[0] || j->signal_error[0]) return false; // a rank ran
+    if (!strncmp(j->first_error, "error: launch: cannot execute", 29)) return true;
+    return !j->first_error[0] && j->banner[0] && WIFEXITED(j->status) && WEXITSTATUS(j->status);
+}
 
 // Reaps every exited child (the job's launcher and re-parented orphans).
 static void reap(job *j) {
@@ -766,20 +776,21 @@ typedef struct attempt {
     char hosts[1024];
     int exit_status, exit_signal; // raw job exit (-1 when none)
     char result[24];              // "success", "failed", "hang", "preempted", "max-run"
-    char reason[512];
+    char reason[4608];
     int culprit_rank;
     char culprit_host[128];
     char verdict[1024];
     char error[1024];
     int64_t start_step, steps_reached, steps_lost;
     bool any_train;
+    bool refused; // the MPI launcher failed before any rank ran (launcher_refused)
 } attempt;
 
 typedef struct health_rec {
     double time;
     int world;
     bool ok;
-    char failed[2048]; // "rank 2 (host h2): gemm: ...; ..."
+    char failed[4608]; // "rank 2 (host h2): gemm: ...; ..."
 } health_rec;
 
 typedef struct run {
@@ -809,12 +820,16 @@ typedef struct run {
     int n_health;
     int restarts;
     int exit_code;
-    char message[1024];
+    char message[4608];
     double t0;
     // RUN_DIR/attempts.json as earlier launches left it (appended to, never overwritten): their
     // attempts, health records and launch summaries (owned arrays), and this launch's number.
     cJSON *prev_attempts, *prev_health, *prev_launches;
     int launch_no;
+    // The MPI launcher failed before any rank ran (launcher_refused) and this launch created
+    // RUN_DIR (made: the highest directory it created, "" when it existed): it is removed.
+    bool startup_failed;
+    char made[4096];
 } run;
 
 static int host_index(run *r, const char *name) {
@@ -860,6 +875,12 @@ static void excluded_list(const run *r, char *out, size_t cap, char sep) {
                                   r->host[i]);
 }
 
+// The MPI launcher's program: srun, --mpirun, $MPIEXEC or mpirun.
+static const char *launcher_name(const run *r) {
+    const char *mpirun = r->o->mpirun ? r->o->mpirun : getenv("MPIEXEC");
+    return r->slurm ? "srun" : mpirun && *mpirun ? mpirun : "mpirun";
+}
+
 // The launcher command: mpirun (or srun) with its options for `world` ranks, then the program.
 static void launcher_prefix(const run *r, argv_t *a, int world, bool all_slots) {
     const slm_launch_opts *o = r->o;
@@ -879,8 +900,7 @@ static void launcher_prefix(const run *r, argv_t *a, int world, bool all_slots) 
             av_add(a, arg);
         }
     } else {
-        const char *mpirun = o->mpirun ? o->mpirun : getenv("MPIEXEC");
-        av_add(a, mpirun && *mpirun ? mpirun : "mpirun");
+        av_add(a, launcher_name(r));
         av_add(a, "-np");
         av_add(a, num);
         if (!r->local) {
@@ -1025,7 +1045,16 @@ static int run_health(run *r) {
     const cJSON *ok = rep ? cJSON_GetObjectItemCaseSensitive(rep, "ok") : NULL;
     if (!rep || !cJSON_IsBool(ok)) {
         cJSON_Delete(rep);
-        char why[1200];
+        if (!timed_out && launcher_refused(&j)) { // nothing about the hosts' health is known
+            snprintf(r->message, sizeof r->message,
+                     "the MPI launcher (%s) failed before any rank ran (exit status %d): %s%s",
+                     launcher_name(r), WIFEXITED(j.status) ? WEXITSTATUS(j.status) : -1,
+                     j.first_error[0] ? "" : "Open MPI: ",
+                     j.first_error[0] ? j.first_error : job_banner(&j));
+            r->startup_failed = true;
+            return SLM_LAUNCH_DETERMINISTIC;
+        }
+        char why[sizeof j.banner + 64];
         snprintf(why, sizeof why, "the health-check job %s without a report (%s)",
                  timed_out ? "timed out" : "ended",
                  j.first_error[0]    ? j.first_error
@@ -1033,7 +1062,7 @@ static int run_health(run *r) {
                  : job_banner(&j)[0] ? job_banner(&j)
                                      : j.signal_error);
         record_health(r, world, false, why);
-        snprintf(r->message, sizeof r->message, "health check failed: %.990s", why);
+        snprintf(r->message, sizeof r->message, "health check failed: %s", why);
         return SLM_LAUNCH_HEALTH;
     }
     if (cJSON_IsTrue(ok)) {
@@ -1446,6 +1475,7 @@ static void run_attempt(run *r, attempt *at, int world) {
     if (at->start_step < 0 && resume_hint < 0) at->start_step = 0;
     at->steps_reached = h.max_step >= 0 ? h.max_step : at->start_step;
     at->any_train = h.any_train;
+    at->refused = launcher_refused(&j) && !h.any_record;
     if (WIFEXITED(j.status)) at->exit_status = WEXITSTATUS(j.status);
     if (WIFSIGNALED(j.status)) at->exit_signal = WTERMSIG(j.status);
     if (hang && at->exit_status == 0 && all_ended(&h)) {
@@ -1691,7 +1721,7 @@ static void write_attempts(run *r, const char *result) {
     cJSON_Delete(o);
 }
 
-static char *summary_text(const run *r, const char *result) {
+static char *summary_text(const run *r, const char *result, bool gone) {
     slm_buf b = {0};
     slm_buf_appendf(&b, "launch summary: %s (exit %d), %d restart(s) of at most %d%s%s\n", result,
                     r->exit_code, r->restarts, r->o->max_restarts, r->message[0] ? ": " : "",
@@ -1723,7 +1753,10 @@ static char *summary_text(const run *r, const char *result) {
     char ex[1024];
     excluded_list(r, ex, sizeof ex, ',');
     if (ex[0]) slm_buf_appendf(&b, "excluded hosts: %s\n", ex);
-    slm_buf_appendf(&b, "attempts written to %s/attempts.json\n", r->run_dir);
+    if (gone)
+        slm_buf_appendf(&b, "%s removed: this launch created it and no rank ran\n", r->run_dir);
+    else
+        slm_buf_appendf(&b, "attempts written to %s/attempts.json\n", r->run_dir);
     slm_buf_append(&b, "", 1);
     return (char *)b.data;
 }
@@ -1739,6 +1772,50 @@ static const char *find_arg(const slm_launch_opts *o, const char *name, int *idx
     return v;
 }
 
+// Cuts path's last component ("a/b/" -> "a"); false when there is none left to cut.
+static bool path_up(char *path) {
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/')
+        path[--n] = 0;
+    char *slash = strrchr(path, '/');
+    if (!slash || slash == path) return false;
+    while (slash > path && slash[-1] == '/')
+        slash--;
+    *slash = 0;
+    return true;
+}
+
+// out: the highest directory of path (path included) that does not exist ("" when path does).
+static void first_missing(const char *path, char *out, size_t cap) {
+    char cur[4096];
+    struct stat sb;
+    snprintf(cur, sizeof cur, "%s", path);
+    out[0] = 0;
+    do {
+        if (stat(cur, &sb) == 0) break;
+        snprintf(out, cap, "%s", cur);
+    } while (path_up(cur));
+}
+
+// After a start-up failure (the MPI launcher failed before any rank ran) in a RUN_DIR this
+// launch created: its health.json and empty heartbeat/ go, then RUN_DIR and the directories
+// above it that the launch made, each only while empty. Returns whether RUN_DIR is gone.
+static bool remove_made(const run *r) {
+    if (!r->startup_failed || !r->made[0]) return false;
+    char p[4200], cur[4096];
+    snprintf(p, sizeof p, "%s/health.json", r->run_dir);
+    unlink(p);
+    snprintf(p, sizeof p, "%s/heartbeat", r->run_dir);
+    if (!strcmp(p, r->hb_dir)) rmdir(p);
+    snprintf(p, sizeof p, "%s/attempts.json", r->run_dir); // only this launch's: RUN_DIR is new
+    unlink(p);
+    snprintf(cur, sizeof cur, "%s", r->run_dir);
+    if (rmdir(cur) != 0) return false;
+    while (strcmp(cur, r->made) != 0 && path_up(cur) && rmdir(cur) == 0) {
+    }
+    return true;
+}
+
 static int finish(run *r, int code, const char *result, char **summary) {
     r->exit_code = code;
     if (r->n_att > 0) { // the last attempt's lost steps: no attempt follows to resume them, so
@@ -1749,8 +1826,9 @@ static int finish(run *r, int code, const char *result, char **summary) {
         if (strcmp(la->result, "success") != 0 && la->steps_reached > kept)
             la->steps_lost = la->steps_reached - kept;
     }
-    write_attempts(r, result);
-    *summary = summary_text(r, result);
+    bool gone = remove_made(r);
+    if (!gone) write_attempts(r, result);
+    *summary = summary_text(r, result, gone);
     for (int i = 0; i < r->n_hosts; i++)
         free(r->host[i]);
     lm_state(ST_DONE);
@@ -1882,6 +1960,7 @@ int slm_launch_run(const slm_launch_opts *o, char **summary) {
     slm_metric_set(g_m.max_restarts, o->max_restarts);
     slm_metric_set(g_m.start_time, wall_now());
     lm_state(o->no_health_check ? ST_RUNNING : ST_HEALTH);
+    first_missing(r->run_dir, r->made, sizeof r->made);
     if (slm_mkdir_p(r->run_dir) != SLM_OK || slm_mkdir_p(r->hb_dir) != SLM_OK) {
         slm_error("launch: %s", slm_errmsg());
         lm_stop();
@@ -1911,7 +1990,11 @@ int slm_launch_run(const slm_launch_opts *o, char **summary) {
                 break;
             }
             if (hc) {
-                code = hc, result = hc == SLM_LAUNCH_HEALTH ? "health check failed" : "failed";
+                code = hc, result = hc == SLM_LAUNCH_HEALTH          ? "health check failed"
+                                    : hc == SLM_LAUNCH_DETERMINISTIC ? "deterministic failure"
+                                                                     : "failed";
+                if (hc == SLM_LAUNCH_DETERMINISTIC)
+                    slm_error("launch: START-UP FAILURE (not retried):\n\n    %s\n", r->message);
                 break;
             }
         }
@@ -1961,6 +2044,14 @@ int slm_launch_run(const slm_launch_opts *o, char **summary) {
         }
         // a failure: deterministic?
         const char *why = at->error[0] ? at->error : at->reason;
+        if (at->refused) { // nothing ran: a start-up failure, whatever the attempt
+            code = SLM_LAUNCH_DETERMINISTIC, result = "deterministic failure";
+            r->startup_failed = true;
+            snprintf(r->message, sizeof r->message,
+                     "the MPI launcher (%s) failed before any rank ran: %s", launcher_name(r), why);
+            slm_error("launch: START-UP FAILURE (not retried):\n\n    %s\n", r->message);
+            break;
+        }
         if (r->n_att >= 2 && !at->any_train) {
             attempt *pv = &r->att[r->n_att - 2];
             const char *pwhy = pv->error[0] ? pv->error : pv->reason;
