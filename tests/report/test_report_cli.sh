@@ -49,7 +49,7 @@ val = [st[s]["val_loss"] for s in sorted(st) if st[s]["val_loss"] is not None][-
 want = [f"status: complete, 80 of 80 steps",
         f"loss: {first['loss']:.4f} at step 1 -> {last['loss']:.4f} at step 80; validation {val:.4f}",
         f"checkpoints: {len([d for d in os.listdir(run + '/checkpoints') if d.startswith('step_')])}, newest step_00000080",
-        "attempts: 2 (attempts.json), the last: success", "events: 1 restart"]
+        "attempts: 2 (attempts.json), the last: success", "events: 0 restarts, 1 continuation,"]
 for w in want:
     assert w in text, (w, text)
 PY
