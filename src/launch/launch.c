@@ -1368,7 +1368,9 @@ static void run_attempt(run *r, attempt *at, int world) {
     hb_init(&h, world, at->start);
     int64_t resume_hint = newest_checkpoint_step(r->run_dir);
     double last_scan = 0, preempt_deadline = 0, dead_time = 0, lp_detect = 0;
-    bool preempting = false, hang = false;
+    bool preempting = false, hang = false, coll_seen = false;
+    int stop_rank = -1; // a rank found stopped (state T) while the job failed: the cause
+    long stop_pid = 0;
     char myhost[128] = "";
     gethostname(myhost, sizeof myhost - 1);
     while (!j.exited) {
@@ -1387,6 +1389,12 @@ static void run_attempt(run *r, attempt *at, int world) {
             hb_scan(&h, r->hb_dir, now), last_scan = now;
             drank = dead_rank(&h, myhost, &dpid, &n_dead);
         }
+        // A rank that died, or a collective that timed out, may be the consequence of a rank
+        // stopped inside a collective (the others wait for it, one times out and aborts): look
+        // in /proc while the job is still there (the teardown removes the evidence).
+        if ((drank >= 0 || (j.coll_timeout && !coll_seen)) && stop_rank < 0)
+            stop_rank = stopped_rank(&h, &stop_pid);
+        coll_seen |= j.coll_timeout;
         if (drank >= 0) { // a crash: mpirun will report it; it gets 3 s before the teardown
             dead_time = now, lp_detect = h.last_progress;
             if (n_dead == 1) { // several gone at once: mpirun's report says which was first
@@ -1530,7 +1538,7 @@ static void run_attempt(run *r, attempt *at, int world) {
             // The ranks exited on an error (no rank died of a signal): the rank whose error it
             // is, not the one mpirun saw exit first (all of them exit on an agreed error).
             if (j.err_rank >= 0 && j.err_rank < world && !j.culprit_signal && !dead_time &&
-                at->exit_status != SLM_LAUNCH_PREEMPTED) {
+                !j.coll_timeout && at->exit_status != SLM_LAUNCH_PREEMPTED) {
                 if (j.err_rank != at->culprit_rank)
                     snprintf(at->reason, sizeof at->reason,
                              "rank %d failed: the ranks exited on its error (status %d)",
@@ -1542,17 +1550,40 @@ static void run_attempt(run *r, attempt *at, int world) {
     } else if (preempting && at->exit_status == 0) {
         snprintf(at->result, sizeof at->result, "success"); // finished before it could stop
     }
-    if (at->culprit_rank >= 0 && at->culprit_rank < world && !at->culprit_host[0])
-        snprintf(at->culprit_host, sizeof at->culprit_host, "%s", h.last[at->culprit_rank].host);
+    // The evidence agrees (issue 20 item 4): a rank stopped in /proc while the job failed is
+    // the cause whatever died or aborted after it (a peer timing out in the collective it
+    // blocks); on a collective timeout or a hang without one, the rank the flight recorder finds
+    // missing from the collective the others wait in. The reason names the culprit either way.
+    bool failed = !strcmp(at->result, "failed") || hang;
+    if (failed && !hang && stop_rank >= 0 && at->culprit_rank != stop_rank) {
+        at->culprit_rank = stop_rank;
+        at->culprit_host[0] = 0;
+        size_t l = strlen(at->reason);
+        snprintf(at->reason + l, sizeof at->reason - l, "%srank %d (pid %ld on %s) is stopped",
+                 l ? "; the cause: " : "", stop_rank, stop_pid, h.last[stop_rank].host);
+    }
     if (hang || j.coll_timeout) {
         flight_verdict(r, at->verdict, sizeof at->verdict);
         if (at->verdict[0]) {
             slm_info("launch: flight recorder verdict: %s", at->verdict);
             const char *m = strstr(at->verdict, "flight recorder: rank ");
-            if (at->culprit_rank < 0 && m && strstr(m, " never entered"))
-                at->culprit_rank = atoi(m + 22);
+            int v = m && strstr(m, " never entered") ? atoi(m + 22) : -1;
+            // a hang's culprit is the stopped rank, if any; a collective timeout's is never the
+            // rank that timed out waiting (it aborts or dies: a consequence)
+            bool use = v >= 0 && v < world && (hang ? at->culprit_rank < 0 : stop_rank < 0);
+            if (use && at->culprit_rank != v) {
+                at->culprit_rank = v;
+                at->culprit_host[0] = 0;
+                size_t l = strlen(at->reason);
+                snprintf(at->reason + l, sizeof at->reason - l,
+                         "%srank %d never entered the collective the others wait in (flight "
+                         "recorder)",
+                         l ? "; the cause: " : "", v);
+            }
         }
     }
+    if (at->culprit_rank >= 0 && at->culprit_rank < world && !at->culprit_host[0])
+        snprintf(at->culprit_host, sizeof at->culprit_host, "%s", h.last[at->culprit_rank].host);
     free(h.last);
 }
 
