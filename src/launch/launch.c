@@ -371,7 +371,8 @@ typedef struct job {
     char btl[512];
 } job;
 
-// The job's launcher (mpirun / srun) failed before any rank ran: it could not be executed, or
+// The MPI start-up failed with no rank reporting anything: the launcher (mpirun / srun) could
+// not be executed, or
 // it exited with a help banner (refusing to run as root without Open MPI's variables, a bad
 // MCA setting, too few slots) while no rank printed an error (nor a "terminated by" line) and it
 // reported no rank's exit.
@@ -783,7 +784,7 @@ typedef struct attempt {
     char error[1024];
     int64_t start_step, steps_reached, steps_lost;
     bool any_train;
-    bool refused; // the MPI launcher failed before any rank ran (launcher_refused)
+    bool refused; // the MPI start-up failed, no rank reported (launcher_refused)
 } attempt;
 
 typedef struct health_rec {
@@ -826,7 +827,7 @@ typedef struct run {
     // attempts, health records and launch summaries (owned arrays), and this launch's number.
     cJSON *prev_attempts, *prev_health, *prev_launches;
     int launch_no;
-    // The MPI launcher failed before any rank ran (launcher_refused) and this launch created
+    // The MPI start-up failed with no rank reporting (launcher_refused); this launch created
     // RUN_DIR (made: the highest directory it created, "" when it existed): it is removed.
     bool startup_failed;
     char made[4096];
@@ -1047,7 +1048,8 @@ static int run_health(run *r) {
         cJSON_Delete(rep);
         if (!timed_out && launcher_refused(&j)) { // nothing about the hosts' health is known
             snprintf(r->message, sizeof r->message,
-                     "the MPI launcher (%s) failed before any rank ran (exit status %d): %s%s",
+                     "the MPI start-up failed (%s exit status %d; no rank reported an error or "
+                     "an exit): %s%s",
                      launcher_name(r), WIFEXITED(j.status) ? WEXITSTATUS(j.status) : -1,
                      j.first_error[0] ? "" : "Open MPI: ",
                      j.first_error[0] ? j.first_error : job_banner(&j));
@@ -1785,7 +1787,7 @@ static char *summary_text(const run *r, const char *result, bool gone) {
     excluded_list(r, ex, sizeof ex, ',');
     if (ex[0]) slm_buf_appendf(&b, "excluded hosts: %s\n", ex);
     if (gone)
-        slm_buf_appendf(&b, "%s removed: this launch created it and no rank ran\n", r->run_dir);
+        slm_buf_appendf(&b, "%s removed: this launch created it and nothing ran\n", r->run_dir);
     else
         slm_buf_appendf(&b, "attempts written to %s/attempts.json\n", r->run_dir);
     slm_buf_append(&b, "", 1);
@@ -1828,7 +1830,7 @@ static void first_missing(const char *path, char *out, size_t cap) {
     } while (path_up(cur));
 }
 
-// After a start-up failure (the MPI launcher failed before any rank ran) in a RUN_DIR this
+// After a start-up failure (the MPI start-up failed, no rank reported) in a RUN_DIR this
 // launch created: its health.json and empty heartbeat/ go, then RUN_DIR and the directories
 // above it that the launch made, each only while empty. Returns whether RUN_DIR is gone.
 static bool remove_made(const run *r) {
@@ -2079,7 +2081,9 @@ int slm_launch_run(const slm_launch_opts *o, char **summary) {
             code = SLM_LAUNCH_DETERMINISTIC, result = "deterministic failure";
             r->startup_failed = true;
             snprintf(r->message, sizeof r->message,
-                     "the MPI launcher (%s) failed before any rank ran: %s", launcher_name(r), why);
+                     "the MPI start-up failed (%s; no rank reported an error, an exit or a "
+                     "heartbeat): %s",
+                     launcher_name(r), why);
             slm_error("launch: START-UP FAILURE (not retried):\n\n    %s\n", r->message);
             break;
         }

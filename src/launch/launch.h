@@ -77,10 +77,12 @@ void slm_launch_opts_default(slm_launch_opts *o);
 // SIGINT ends the wait) before slm_launch_run returns.
 //
 // Runs the job to its end as described above. Progress lines go to stderr (slm_log, "launch:"),
-// the job's own output passes through. *summary (owned, free()) receives the attempts table
-// that is also written to RUN_DIR/attempts.json. Returns the process exit code (SLM_LAUNCH_*);
-// SLM_LAUNCH_USAGE with the message printed for bad options (no --out in the train arguments,
-// --resume other than auto, a bad hostfile, min_nproc > nproc, too few slots).
+// the job's own output passes through. *summary (owned, free()) receives this launch's attempts
+// table, which is also appended to RUN_DIR/attempts.json (earlier launches' attempts are kept,
+// numbered by launch). Returns the process exit code (SLM_LAUNCH_*); SLM_LAUNCH_USAGE with the
+// message printed for bad options (no --out in the train arguments, --resume other than auto,
+// a bad hostfile, min_nproc > nproc, too few slots); SLM_LAUNCH_DETERMINISTIC when mpirun /
+// srun failed at start-up with no rank reporting (a RUN_DIR this call created is removed).
 int slm_launch_run(const slm_launch_opts *o, char **summary);
 
 // One heartbeat record (docs/operations.md "Heartbeat").
