@@ -1556,8 +1556,7 @@ static void run_attempt(run *r, attempt *at, int world) {
     // the cause whatever died or aborted after it (a peer timing out in the collective it
     // blocks); on a collective timeout or a hang without one, the rank the flight recorder finds
     // missing from the collective the others wait in. The reason names the culprit either way.
-    bool failed = !strcmp(at->result, "failed") || hang;
-    if (failed && !hang && stop_rank >= 0 && at->culprit_rank != stop_rank) {
+    if (!strcmp(at->result, "failed") && stop_rank >= 0 && at->culprit_rank != stop_rank) {
         at->culprit_rank = stop_rank;
         at->culprit_host[0] = 0;
         size_t l = strlen(at->reason);
