@@ -225,7 +225,9 @@ slm_status slm_ckpt_sched_step(slm_ckpt_sched *s, bool save, const slm_ckpt_meta
 void slm_ckpt_sched_fence(slm_ckpt_sched *s);
 // Waits for and commits the pending save (end of training). Error handling as above, except
 // that the last save started must have committed (it holds the run's final weights): if it
-// failed, SLM_E_IO naming its step and the newest committed checkpoint, whatever the policy.
+// failed, SLM_E_IO naming its step, the newest committed checkpoint and the failure (the
+// newest failed save's message: "rank R failed: ..." where another rank's write failed),
+// whatever the policy.
 slm_status slm_ckpt_sched_finish(slm_ckpt_sched *s);
 // Number of saves committed (failed and no-op saves not counted), total and max
 // training-thread stall of the saves, seconds.

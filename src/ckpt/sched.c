@@ -16,6 +16,9 @@ struct slm_ckpt_sched {
     double last_save_t;    // slm_time_s() of the last save (or of creation)
     int64_t n_saves, n_failed;
     int64_t last_asked; // step of the last save started (-1: none)
+    // The newest failed save's message (agreed: "rank R failed: ..." on the other ranks), so
+    // the final "not saved" error names its cause and whose it is, not only "see above".
+    char last_err[768];
     double stall_total_s, stall_max_s;
 };
 
@@ -78,6 +81,7 @@ bool slm_ckpt_sched_due(slm_ckpt_sched *s, int64_t step, bool force) {
 static slm_status on_error(slm_ckpt_sched *s, slm_status st) {
     if (!st) return SLM_OK;
     s->n_failed++;
+    snprintf(s->last_err, sizeof s->last_err, "%s", slm_errmsg());
     if (s->p.abort_on_error) return st;
     slm_error("%s (training continues: --on-ckpt-error continue)", slm_errmsg());
     return SLM_OK;
@@ -123,13 +127,15 @@ slm_status slm_ckpt_sched_finish(slm_ckpt_sched *s) {
     if (done == s->last_asked) return SLM_OK;
     if (done < 0)
         return slm_fail(SLM_E_IO,
-                        "%s: the final checkpoint (step %lld) was not saved (see the error above) "
-                        "and no checkpoint was committed: the run's weights are lost",
-                        s->root, (long long)s->last_asked);
+                        "%s: the final checkpoint (step %lld) was not saved and no checkpoint was "
+                        "committed: the run's weights are lost; the failure: %s",
+                        s->root, (long long)s->last_asked,
+                        s->last_err[0] ? s->last_err : "not reported");
     return slm_fail(SLM_E_IO,
-                    "%s: the final checkpoint (step %lld) was not saved (see the error above); "
-                    "the newest committed one is step_%08lld",
-                    s->root, (long long)s->last_asked, (long long)done);
+                    "%s: the final checkpoint (step %lld) was not saved; the newest committed "
+                    "one is step_%08lld; the failure: %s",
+                    s->root, (long long)s->last_asked, (long long)done,
+                    s->last_err[0] ? s->last_err : "not reported");
 }
 
 void slm_ckpt_sched_stats(const slm_ckpt_sched *s, int64_t *n_saves, double *stall_total_s,

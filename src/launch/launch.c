@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -337,13 +338,21 @@ typedef struct job {
     int64_t resumed_step; // from the trainer's "resumed from ... (step N)" line (-1: none)
     char part[8192];
     size_t part_len;
-    char first_error[512];
+    char first_error[1024]; // the first error line, not counting non-fatal ones (below)
+    // The first fatal line of the trainer ("error: train: ...", what a rank exits on) and the
+    // rank whose error it is (err_rank, -1: none): the rank named in "rank R failed: ..." (an
+    // error the ranks agreed on, printed by all of them) if any fatal line carries one, else the
+    // rank that printed the first. A "... (training continues ...)" line is never either.
+    char fatal_error[1024];
+    int err_rank;
+    bool err_agreed;
     // A rank's "terminated by SIGTERM" / "interrupted by SIGINT" line: the consequence of
     // mpirun (or the launcher) stopping the job, never its cause; the attempt's error only when
     // nothing else explains the failure (a rank failing in MPI_Init makes mpirun SIGTERM the
     // others, and their line must not hide Open MPI's banner naming the cause).
     char signal_error[128];
     int culprit_rank;
+    bool culprit_signal; // culprit_rank from mpirun's "exited on signal" (else: first exit != 0)
     char culprit_host[128];
     char reason[256];
     bool coll_timeout;
@@ -354,13 +363,24 @@ typedef struct job {
     // A banner that opens with "WARNING" (Open MPI goes on after it: an unknown interface name,
     // an OpenFabrics device it skips) is kept aside in warn_banner and the next one is taken:
     // the warning is the reason only when no other banner follows.
-    char banner[460];
-    char warn_banner[460];
+    char banner[4096];
+    char warn_banner[4096];
     int banner_state; // 0: none seen yet, 1: inside the first, 2: done
     // transport (Open MPI verbose selection lines)
     char pml[64];
     char btl[512];
 } job;
+
+// The MPI start-up failed with no rank reporting anything: the launcher (mpirun / srun) could
+// not be executed, or
+// it exited with a help banner (refusing to run as root without Open MPI's variables, a bad
+// MCA setting, too few slots) while no rank printed an error (nor a "terminated by" line) and it
+// reported no rank's exit.
+static bool launcher_refused(const job *j) {
+    if (!j->exited || j->reason[0] || j->signal_error[0]) return false; // a rank ran
+    if (!strncmp(j->first_error, "error: launch: cannot execute", 29)) return true;
+    return !j->first_error[0] && j->banner[0] && WIFEXITED(j->status) && WEXITSTATUS(j->status);
+}
 
 // Reaps every exited child (the job's launcher and re-parented orphans).
 static void reap(job *j) {
@@ -452,6 +472,24 @@ static void banner_line(job *j, const char *line) {
     j->banner[len] = 0;
 }
 
+// A fatal line of the trainer (job.fatal_error): whose error it is. "shardlm[rank R/W] error:"
+// (or "shardlm[rank R/W on HOST, forwarded] error:") printed it; "rank N failed: " in the
+// message is slm_dist_agree's: rank N's error, which every rank stops on.
+static void note_fatal(job *j, const char *line, const char *msg) {
+    int who = -1;
+    bool agreed = false;
+    for (const char *f = strstr(msg, "rank "); f && who < 0; f = strstr(f + 5, "rank ")) {
+        int rk = -1, used = 0;
+        if (sscanf(f, "rank %d failed: %n", &rk, &used) == 1 && used > 0 && rk >= 0)
+            who = rk, agreed = true;
+    }
+    const char *pre = strstr(line, "shardlm[rank ");
+    if (who < 0 && pre && pre < msg) who = atoi(pre + 13);
+    if (!j->fatal_error[0]) snprintf(j->fatal_error, sizeof j->fatal_error, "%s", msg);
+    if (who >= 0 && (j->err_rank < 0 || (agreed && !j->err_agreed)))
+        j->err_rank = who, j->err_agreed = agreed;
+}
+
 static void job_line(job *j, char *line) {
     if (is_verbose_mca(line)) {
         note_transport(j, line);
@@ -467,8 +505,10 @@ static void job_line(job *j, char *line) {
     if (e && (!strncmp(e + 1, "error: terminated by SIG", 24) ||
               !strncmp(e + 1, "error: interrupted by SIG", 25))) {
         if (!j->signal_error[0]) snprintf(j->signal_error, sizeof j->signal_error, "%s", e + 1);
-    } else if (e && !j->first_error[0])
-        snprintf(j->first_error, sizeof j->first_error, "%s", e + 1);
+    } else if (e && !strstr(e, "(training continues")) {
+        if (!j->first_error[0]) snprintf(j->first_error, sizeof j->first_error, "%s", e + 1);
+        if (!strncmp(e + 1, "error: train: ", 14)) note_fatal(j, line, e + 1);
+    }
     if (strstr(line, "timed out after") && strstr(line, "collective")) j->coll_timeout = true;
     banner_line(j, line);
     const char *rs = strstr(line, "resumed from ");
@@ -482,6 +522,7 @@ static void job_line(job *j, char *line) {
                     "%d (%63[^)])",
                     &r, &pid, host, &sig, signame) >= 4) {
         j->culprit_rank = (int)r;
+        j->culprit_signal = true;
         if (!j->evidence_time) j->evidence_time = wall_now();
         snprintf(j->culprit_host, sizeof j->culprit_host, "%s", host);
         snprintf(j->reason, sizeof j->reason, "rank %ld on %s exited on signal %d (%s)", r, host,
@@ -544,12 +585,14 @@ static void job_drain(job *j, int timeout_ms) {
 static int job_start(job *j, char *const *argv, const char *const *env_add) {
     memset(j, 0, sizeof *j);
     j->culprit_rank = -1;
+    j->err_rank = -1;
     j->pending_rank = -1;
     j->resumed_step = -1;
     int fds[2];
     if (pipe(fds) != 0) return -1;
     fflush(stdout);
     fflush(stderr);
+    pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) {
         close(fds[0]), close(fds[1]);
@@ -566,6 +609,11 @@ static int job_start(job *j, char *const *argv, const char *const *env_add) {
         memset(&sa, 0, sizeof sa);
         sa.sa_handler = SIG_DFL;
         sigaction(SIGTERM, &sa, NULL), sigaction(SIGUSR1, &sa, NULL), sigaction(SIGINT, &sa, NULL);
+        // The job dies with its supervisor (a kill -9 or OOM kill of the launcher): SIGTERM to
+        // mpirun / srun, which forwards it to every rank (they checkpoint and exit 75, as on a
+        // preemption, and a relaunch continues; Open MPI's mpirun also ends stopped ranks).
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        if (getppid() != parent) raise(SIGTERM); // the launcher died before the line above
         for (int i = 0; env_add && env_add[i]; i += 2)
             setenv(env_add[i], env_add[i + 1], 1);
         execvp(argv[0], argv);
@@ -729,20 +777,21 @@ typedef struct attempt {
     char hosts[1024];
     int exit_status, exit_signal; // raw job exit (-1 when none)
     char result[24];              // "success", "failed", "hang", "preempted", "max-run"
-    char reason[512];
+    char reason[4608];
     int culprit_rank;
     char culprit_host[128];
     char verdict[1024];
-    char error[512];
+    char error[1024];
     int64_t start_step, steps_reached, steps_lost;
     bool any_train;
+    bool refused; // the MPI start-up failed, no rank reported (launcher_refused)
 } attempt;
 
 typedef struct health_rec {
     double time;
     int world;
     bool ok;
-    char failed[1024]; // "rank 2 (host h2): gemm: ...; ..."
+    char failed[4608]; // "rank 2 (host h2): gemm: ...; ..."
 } health_rec;
 
 typedef struct run {
@@ -772,8 +821,16 @@ typedef struct run {
     int n_health;
     int restarts;
     int exit_code;
-    char message[1024];
+    char message[4608];
     double t0;
+    // RUN_DIR/attempts.json as earlier launches left it (appended to, never overwritten): their
+    // attempts, health records and launch summaries (owned arrays), and this launch's number.
+    cJSON *prev_attempts, *prev_health, *prev_launches;
+    int launch_no;
+    // The MPI start-up failed with no rank reporting (launcher_refused); this launch created
+    // RUN_DIR (made: the highest directory it created, "" when it existed): it is removed.
+    bool startup_failed;
+    char made[4096];
 } run;
 
 static int host_index(run *r, const char *name) {
@@ -819,6 +876,12 @@ static void excluded_list(const run *r, char *out, size_t cap, char sep) {
                                   r->host[i]);
 }
 
+// The MPI launcher's program: srun, --mpirun, $MPIEXEC or mpirun.
+static const char *launcher_name(const run *r) {
+    const char *mpirun = r->o->mpirun ? r->o->mpirun : getenv("MPIEXEC");
+    return r->slurm ? "srun" : mpirun && *mpirun ? mpirun : "mpirun";
+}
+
 // The launcher command: mpirun (or srun) with its options for `world` ranks, then the program.
 static void launcher_prefix(const run *r, argv_t *a, int world, bool all_slots) {
     const slm_launch_opts *o = r->o;
@@ -838,8 +901,7 @@ static void launcher_prefix(const run *r, argv_t *a, int world, bool all_slots) 
             av_add(a, arg);
         }
     } else {
-        const char *mpirun = o->mpirun ? o->mpirun : getenv("MPIEXEC");
-        av_add(a, mpirun && *mpirun ? mpirun : "mpirun");
+        av_add(a, launcher_name(r));
         av_add(a, "-np");
         av_add(a, num);
         if (!r->local) {
@@ -984,7 +1046,17 @@ static int run_health(run *r) {
     const cJSON *ok = rep ? cJSON_GetObjectItemCaseSensitive(rep, "ok") : NULL;
     if (!rep || !cJSON_IsBool(ok)) {
         cJSON_Delete(rep);
-        char why[600];
+        if (!timed_out && launcher_refused(&j)) { // nothing about the hosts' health is known
+            snprintf(r->message, sizeof r->message,
+                     "the MPI start-up failed (%s exit status %d; no rank reported an error or "
+                     "an exit): %s%s",
+                     launcher_name(r), WIFEXITED(j.status) ? WEXITSTATUS(j.status) : -1,
+                     j.first_error[0] ? "" : "Open MPI: ",
+                     j.first_error[0] ? j.first_error : job_banner(&j));
+            r->startup_failed = true;
+            return SLM_LAUNCH_DETERMINISTIC;
+        }
+        char why[sizeof j.banner + 64];
         snprintf(why, sizeof why, "the health-check job %s without a report (%s)",
                  timed_out ? "timed out" : "ended",
                  j.first_error[0]    ? j.first_error
@@ -1070,6 +1142,37 @@ static bool scratch_state(const char *run_dir, ino_t *ino) {
     }
     closedir(d);
     return had;
+}
+
+// Whether a live process holds RUN_DIR/run.lock (the trainer's flock, "pid P on host H" in it:
+// train/rundir.c): another training run, or the orphaned job of a launcher that was killed.
+// The file is only probed (never created); *holder gets its text.
+static bool run_lock_held(const char *run_dir, char *holder, size_t cap) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/run.lock", run_dir);
+    holder[0] = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    bool held = flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+    if (held) {
+        ssize_t n = pread(fd, holder, cap - 1, 0);
+        holder[n > 0 ? n : 0] = 0;
+        holder[strcspn(holder, "\n")] = 0;
+    } else {
+        flock(fd, LOCK_UN);
+    }
+    close(fd);
+    return held;
+}
+
+// The message for a held run lock (r->message and stderr): nothing is started or charged.
+static void report_lock_holder(run *r, const char *holder) {
+    snprintf(r->message, sizeof r->message,
+             "%s is in use by a live training run (%s holds %s/run.lock): nothing started, no "
+             "restart counted; wait for it to end or stop it, or give another --out",
+             r->run_dir, holder[0] ? holder : "a process that has not written its pid yet",
+             r->run_dir);
+    slm_error("launch: %s", r->message);
 }
 
 static int64_t newest_checkpoint_step(const char *run_dir) {
@@ -1175,6 +1278,13 @@ static int dead_rank(const hb_state *h, const char *myhost, long *pid_out, int *
     return first;
 }
 
+// Every rank's newest heartbeat record is its final "end" record (the trainer finished).
+static bool all_ended(const hb_state *h) {
+    for (int rk = 0; rk < h->world; rk++)
+        if (h->last[rk].step < 0 || strcmp(h->last[rk].phase, "end") != 0) return false;
+    return h->world > 0;
+}
+
 // One training attempt: returns when the job has ended and none of its processes is left.
 static void run_attempt(run *r, attempt *at, int world) {
     const slm_launch_opts *o = r->o;
@@ -1260,7 +1370,9 @@ static void run_attempt(run *r, attempt *at, int world) {
     hb_init(&h, world, at->start);
     int64_t resume_hint = newest_checkpoint_step(r->run_dir);
     double last_scan = 0, preempt_deadline = 0, dead_time = 0, lp_detect = 0;
-    bool preempting = false, hang = false;
+    bool preempting = false, hang = false, coll_seen = false;
+    int stop_rank = -1; // a rank found stopped (state T) while the job failed: the cause
+    long stop_pid = 0;
     char myhost[128] = "";
     gethostname(myhost, sizeof myhost - 1);
     while (!j.exited) {
@@ -1279,6 +1391,12 @@ static void run_attempt(run *r, attempt *at, int world) {
             hb_scan(&h, r->hb_dir, now), last_scan = now;
             drank = dead_rank(&h, myhost, &dpid, &n_dead);
         }
+        // A rank that died, or a collective that timed out, may be the consequence of a rank
+        // stopped inside a collective (the others wait for it, one times out and aborts): look
+        // in /proc while the job is still there (the teardown removes the evidence).
+        if ((drank >= 0 || (j.coll_timeout && !coll_seen)) && stop_rank < 0)
+            stop_rank = stopped_rank(&h, &stop_pid);
+        coll_seen |= j.coll_timeout;
         if (drank >= 0) { // a crash: mpirun will report it; it gets 3 s before the teardown
             dead_time = now, lp_detect = h.last_progress;
             if (n_dead == 1) { // several gone at once: mpirun's report says which was first
@@ -1367,10 +1485,29 @@ static void run_attempt(run *r, attempt *at, int world) {
     if (at->start_step < 0 && resume_hint < 0) at->start_step = 0;
     at->steps_reached = h.max_step >= 0 ? h.max_step : at->start_step;
     at->any_train = h.any_train;
+    at->refused = launcher_refused(&j) && !h.any_record;
     if (WIFEXITED(j.status)) at->exit_status = WEXITSTATUS(j.status);
     if (WIFSIGNALED(j.status)) at->exit_signal = WTERMSIG(j.status);
+    if (hang && at->exit_status == 0 && all_ended(&h)) {
+        // The "hung" job finished during the teardown (a slow step, then the last ones): its
+        // exit status and every rank's final "end" record say so. A success, as a preempted job
+        // that finished before it could stop; no restart is spent and nobody is blamed.
+        hang = false;
+        snprintf(at->result, sizeof at->result, "success");
+        char was[sizeof at->reason];
+        snprintf(was, sizeof was, "%s", at->reason);
+        snprintf(at->reason, sizeof at->reason,
+                 "finished (exit 0, every rank at its end) during the teardown of a suspected "
+                 "hang: %.400s",
+                 was);
+        at->culprit_rank = -1;
+        at->culprit_host[0] = 0;
+        slm_info("launch: the job finished during the hang teardown (exit 0, every rank ended)");
+    }
     snprintf(at->error, sizeof at->error, "%s",
-             j.first_error[0] || job_banner(&j)[0] ? j.first_error : j.signal_error);
+             j.fatal_error[0]                        ? j.fatal_error
+             : j.first_error[0] || job_banner(&j)[0] ? j.first_error
+                                                     : j.signal_error);
     if (!hang && !preempting) {
         if (at->exit_status == 0)
             snprintf(at->result, sizeof at->result, "success");
@@ -1400,21 +1537,54 @@ static void run_attempt(run *r, attempt *at, int world) {
                 at->culprit_rank = j.culprit_rank;
                 snprintf(at->culprit_host, sizeof at->culprit_host, "%s", j.culprit_host);
             }
+            // The ranks exited on an error (no rank died of a signal): the rank whose error it
+            // is, not the one mpirun saw exit first (all of them exit on an agreed error).
+            if (j.err_rank >= 0 && j.err_rank < world && !j.culprit_signal && !dead_time &&
+                !j.coll_timeout && at->exit_status != SLM_LAUNCH_PREEMPTED) {
+                if (j.err_rank != at->culprit_rank)
+                    snprintf(at->reason, sizeof at->reason,
+                             "rank %d failed: the ranks exited on its error (status %d)",
+                             j.err_rank, at->exit_status);
+                at->culprit_rank = j.err_rank;
+                at->culprit_host[0] = 0; // from its heartbeat, below
+            }
         }
     } else if (preempting && at->exit_status == 0) {
         snprintf(at->result, sizeof at->result, "success"); // finished before it could stop
     }
-    if (at->culprit_rank >= 0 && at->culprit_rank < world && !at->culprit_host[0])
-        snprintf(at->culprit_host, sizeof at->culprit_host, "%s", h.last[at->culprit_rank].host);
+    // The evidence agrees (issue 20 item 4): a rank stopped in /proc while the job failed is
+    // the cause whatever died or aborted after it (a peer timing out in the collective it
+    // blocks); on a collective timeout or a hang without one, the rank the flight recorder finds
+    // missing from the collective the others wait in. The reason names the culprit either way.
+    if (!strcmp(at->result, "failed") && stop_rank >= 0 && at->culprit_rank != stop_rank) {
+        at->culprit_rank = stop_rank;
+        at->culprit_host[0] = 0;
+        size_t l = strlen(at->reason);
+        snprintf(at->reason + l, sizeof at->reason - l, "%srank %d (pid %ld on %s) is stopped",
+                 l ? "; the cause: " : "", stop_rank, stop_pid, h.last[stop_rank].host);
+    }
     if (hang || j.coll_timeout) {
         flight_verdict(r, at->verdict, sizeof at->verdict);
         if (at->verdict[0]) {
             slm_info("launch: flight recorder verdict: %s", at->verdict);
             const char *m = strstr(at->verdict, "flight recorder: rank ");
-            if (at->culprit_rank < 0 && m && strstr(m, " never entered"))
-                at->culprit_rank = atoi(m + 22);
+            int v = m && strstr(m, " never entered") ? atoi(m + 22) : -1;
+            // a hang's culprit is the stopped rank, if any; a collective timeout's is never the
+            // rank that timed out waiting (it aborts or dies: a consequence)
+            bool use = v >= 0 && v < world && (hang ? at->culprit_rank < 0 : stop_rank < 0);
+            if (use && at->culprit_rank != v) {
+                at->culprit_rank = v;
+                at->culprit_host[0] = 0;
+                size_t l = strlen(at->reason);
+                snprintf(at->reason + l, sizeof at->reason - l,
+                         "%srank %d never entered the collective the others wait in (flight "
+                         "recorder)",
+                         l ? "; the cause: " : "", v);
+            }
         }
     }
+    if (at->culprit_rank >= 0 && at->culprit_rank < world && !at->culprit_host[0])
+        snprintf(at->culprit_host, sizeof at->culprit_host, "%s", h.last[at->culprit_rank].host);
     free(h.last);
 }
 
@@ -1422,8 +1592,89 @@ static cJSON *num_or_null(double x, bool valid) {
     return valid ? cJSON_CreateNumber(x) : cJSON_CreateNull();
 }
 
-static void write_attempts(run *r, const char *result) {
-    cJSON *o = cJSON_CreateObject();
+// The integer `key` of object x (def when absent or not a number).
+static int json_int(const cJSON *x, const char *key, int def) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(x, key);
+    return cJSON_IsNumber(v) ? v->valueint : def;
+}
+
+// An array of x (detached; empty when absent) whose objects all get "launch" (those of a file
+// written before launches were numbered belong to launch 1).
+static cJSON *take_array(cJSON *x, const char *key) {
+    cJSON *a = cJSON_DetachItemFromObjectCaseSensitive(x, key);
+    if (!cJSON_IsArray(a)) cJSON_Delete(a), a = cJSON_CreateArray();
+    cJSON *it;
+    cJSON_ArrayForEach(it,
+                       a) if (cJSON_IsObject(it) && !cJSON_GetObjectItemCaseSensitive(it, "launch"))
+        cJSON_AddNumberToObject(it, "launch", 1);
+    return a;
+}
+
+// Reads the attempts.json earlier launches wrote into RUN_DIR (r->prev_*, r->launch_no). One
+// that cannot be read is kept as attempts.json.bad (a warning says so) and a new history starts.
+static void load_history(run *r) {
+    r->prev_attempts = cJSON_CreateArray();
+    r->prev_health = cJSON_CreateArray();
+    r->prev_launches = cJSON_CreateArray();
+    r->launch_no = 1;
+    char path[4200], bad[4300];
+    snprintf(path, sizeof path, "%s/attempts.json", r->run_dir);
+    char *text = NULL;
+    size_t len = 0;
+    if (access(path, F_OK) != 0) return;
+    cJSON *o = NULL;
+    if (slm_file_read_all(path, &text, &len) == SLM_OK) o = cJSON_ParseWithLength(text, len);
+    free(text);
+    if (!cJSON_IsObject(o) || !cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(o, "attempts"))) {
+        cJSON_Delete(o);
+        snprintf(bad, sizeof bad, "%s.bad", path);
+        slm_warn("launch: %s is not an attempts file shardlm launch wrote; kept as %s, the "
+                 "attempts of this launch start a new one",
+                 path, rename(path, bad) == 0 ? bad : "(rename failed: overwritten)");
+        return;
+    }
+    cJSON_Delete(r->prev_attempts), cJSON_Delete(r->prev_health), cJSON_Delete(r->prev_launches);
+    r->prev_attempts = take_array(o, "attempts");
+    r->prev_health = take_array(o, "health");
+    r->prev_launches = take_array(o, "launches");
+    if (cJSON_GetArraySize(r->prev_launches) == 0) { // one launch, before they were numbered
+        cJSON *l = cJSON_CreateObject();
+        cJSON_AddNumberToObject(l, "launch", 1);
+        static const char *const keep[] = {"start",        "end",      "nproc",  "min_nproc",
+                                           "max_restarts", "restarts", "result", "exit_code",
+                                           "message",      NULL};
+        for (int i = 0; keep[i]; i++) {
+            const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, keep[i]);
+            if (v) cJSON_AddItemToObject(l, keep[i], cJSON_Duplicate(v, true));
+        }
+        cJSON_AddNumberToObject(l, "attempts", cJSON_GetArraySize(r->prev_attempts));
+        cJSON_AddItemToArray(r->prev_launches, l);
+    }
+    const cJSON *it;
+    cJSON_ArrayForEach(it, r->prev_launches) {
+        int n = json_int(it, "launch", 0);
+        if (n >= r->launch_no) r->launch_no = n + 1;
+    }
+    cJSON_ArrayForEach(it, r->prev_attempts) {
+        int n = json_int(it, "launch", 0);
+        if (n >= r->launch_no) r->launch_no = n + 1;
+    }
+    cJSON_Delete(o);
+}
+
+static void free_history(run *r) {
+    cJSON_Delete(r->prev_attempts), cJSON_Delete(r->prev_health), cJSON_Delete(r->prev_launches);
+    r->prev_attempts = r->prev_health = r->prev_launches = NULL;
+}
+
+// A copy of the earlier launches' array (an empty one when there is no history yet).
+static cJSON *history_copy(const cJSON *a) {
+    return a ? cJSON_Duplicate(a, true) : cJSON_CreateArray();
+}
+
+// What describes this launch, both at the top of attempts.json and in its launches[] entry.
+static void launch_fields(cJSON *o, const run *r, const char *result) {
+    cJSON_AddNumberToObject(o, "launch", r->launch_no);
     cJSON_AddNumberToObject(o, "nproc", r->o->nproc);
     cJSON_AddNumberToObject(o, "min_nproc", r->o->min_nproc);
     cJSON_AddNumberToObject(o, "max_restarts", r->o->max_restarts);
@@ -1431,17 +1682,28 @@ static void write_attempts(run *r, const char *result) {
     cJSON_AddStringToObject(o, "result", result);
     cJSON_AddNumberToObject(o, "exit_code", r->exit_code);
     cJSON_AddStringToObject(o, "message", r->message);
-    cJSON_AddStringToObject(o, "launcher", r->slurm ? "srun" : "mpirun");
-    cJSON_AddStringToObject(o, "transport", r->transport);
     cJSON_AddNumberToObject(o, "start", r->t0);
     cJSON_AddNumberToObject(o, "end", wall_now());
+}
+
+static void write_attempts(run *r, const char *result) {
+    cJSON *o = cJSON_CreateObject();
+    launch_fields(o, r, result);
+    cJSON_AddStringToObject(o, "launcher", r->slurm ? "srun" : "mpirun");
+    cJSON_AddStringToObject(o, "transport", r->transport);
     cJSON *ex = cJSON_CreateArray();
     for (int i = 0; i < r->n_hosts; i++)
         if (r->excluded[i]) cJSON_AddItemToArray(ex, cJSON_CreateString(r->host[i]));
     cJSON_AddItemToObject(o, "excluded_hosts", ex);
-    cJSON *hs = cJSON_CreateArray();
+    cJSON *ls = history_copy(r->prev_launches), *l = cJSON_CreateObject();
+    launch_fields(l, r, result);
+    cJSON_AddNumberToObject(l, "attempts", r->n_att);
+    cJSON_AddItemToArray(ls, l);
+    cJSON_AddItemToObject(o, "launches", ls);
+    cJSON *hs = history_copy(r->prev_health);
     for (int i = 0; i < r->n_health; i++) {
         cJSON *x = cJSON_CreateObject();
+        cJSON_AddNumberToObject(x, "launch", r->launch_no);
         cJSON_AddNumberToObject(x, "time", r->health[i].time);
         cJSON_AddNumberToObject(x, "world", r->health[i].world);
         cJSON_AddBoolToObject(x, "ok", r->health[i].ok);
@@ -1449,10 +1711,11 @@ static void write_attempts(run *r, const char *result) {
         cJSON_AddItemToArray(hs, x);
     }
     cJSON_AddItemToObject(o, "health", hs);
-    cJSON *as = cJSON_CreateArray();
+    cJSON *as = history_copy(r->prev_attempts);
     for (int i = 0; i < r->n_att; i++) {
         const attempt *a = &r->att[i];
         cJSON *x = cJSON_CreateObject();
+        cJSON_AddNumberToObject(x, "launch", r->launch_no);
         cJSON_AddNumberToObject(x, "attempt", a->n);
         cJSON_AddNumberToObject(x, "start", a->start);
         cJSON_AddNumberToObject(x, "end", a->end);
@@ -1490,11 +1753,17 @@ static void write_attempts(run *r, const char *result) {
     cJSON_Delete(o);
 }
 
-static char *summary_text(const run *r, const char *result) {
+static char *summary_text(const run *r, const char *result, bool gone) {
     slm_buf b = {0};
     slm_buf_appendf(&b, "launch summary: %s (exit %d), %d restart(s) of at most %d%s%s\n", result,
                     r->exit_code, r->restarts, r->o->max_restarts, r->message[0] ? ": " : "",
                     r->message);
+    int earlier = cJSON_GetArraySize(r->prev_attempts);
+    if (r->launch_no > 1)
+        slm_buf_appendf(&b,
+                        "launch %d of %s: the %d attempt(s) of launches 1-%d stay in "
+                        "attempts.json\n",
+                        r->launch_no, r->run_dir, earlier, r->launch_no - 1);
     slm_buf_appendf(&b, "%-7s %-8s %-8s %-5s %-10s %-9s %-12s %-6s %s\n", "attempt", "start", "end",
                     "world", "result", "steps", "culprit", "lost", "reason");
     for (int i = 0; i < r->n_att; i++) {
@@ -1516,7 +1785,10 @@ static char *summary_text(const run *r, const char *result) {
     char ex[1024];
     excluded_list(r, ex, sizeof ex, ',');
     if (ex[0]) slm_buf_appendf(&b, "excluded hosts: %s\n", ex);
-    slm_buf_appendf(&b, "attempts written to %s/attempts.json\n", r->run_dir);
+    if (gone)
+        slm_buf_appendf(&b, "%s removed: this launch created it and nothing ran\n", r->run_dir);
+    else
+        slm_buf_appendf(&b, "attempts written to %s/attempts.json\n", r->run_dir);
     slm_buf_append(&b, "", 1);
     return (char *)b.data;
 }
@@ -1532,10 +1804,63 @@ static const char *find_arg(const slm_launch_opts *o, const char *name, int *idx
     return v;
 }
 
+// Cuts path's last component ("a/b/" -> "a"); false when there is none left to cut.
+static bool path_up(char *path) {
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/')
+        path[--n] = 0;
+    char *slash = strrchr(path, '/');
+    if (!slash || slash == path) return false;
+    while (slash > path && slash[-1] == '/')
+        slash--;
+    *slash = 0;
+    return true;
+}
+
+// out: the highest directory of path (path included) that does not exist ("" when path does).
+static void first_missing(const char *path, char *out, size_t cap) {
+    char cur[4096];
+    struct stat sb;
+    snprintf(cur, sizeof cur, "%s", path);
+    out[0] = 0;
+    do {
+        if (stat(cur, &sb) == 0) break;
+        snprintf(out, cap, "%s", cur);
+    } while (path_up(cur));
+}
+
+// After a start-up failure (the MPI start-up failed, no rank reported) in a RUN_DIR this
+// launch created: its health.json and empty heartbeat/ go, then RUN_DIR and the directories
+// above it that the launch made, each only while empty. Returns whether RUN_DIR is gone.
+static bool remove_made(const run *r) {
+    if (!r->startup_failed || !r->made[0]) return false;
+    char p[4200], cur[4096];
+    snprintf(p, sizeof p, "%s/health.json", r->run_dir);
+    unlink(p);
+    snprintf(p, sizeof p, "%s/heartbeat", r->run_dir);
+    if (!strcmp(p, r->hb_dir)) rmdir(p);
+    snprintf(p, sizeof p, "%s/attempts.json", r->run_dir); // only this launch's: RUN_DIR is new
+    unlink(p);
+    snprintf(cur, sizeof cur, "%s", r->run_dir);
+    if (rmdir(cur) != 0) return false;
+    while (strcmp(cur, r->made) != 0 && path_up(cur) && rmdir(cur) == 0) {
+    }
+    return true;
+}
+
 static int finish(run *r, int code, const char *result, char **summary) {
     r->exit_code = code;
-    write_attempts(r, result);
-    *summary = summary_text(r, result);
+    if (r->n_att > 0) { // the last attempt's lost steps: no attempt follows to resume them, so
+        // those it reached beyond the newest committed checkpoint (the next launch's start)
+        attempt *la = &r->att[r->n_att - 1];
+        int64_t kept = newest_checkpoint_step(r->run_dir);
+        if (kept < 0) kept = 0;
+        if (strcmp(la->result, "success") != 0 && la->steps_reached > kept)
+            la->steps_lost = la->steps_reached - kept;
+    }
+    bool gone = remove_made(r);
+    if (!gone) write_attempts(r, result);
+    *summary = summary_text(r, result, gone);
     for (int i = 0; i < r->n_hosts; i++)
         free(r->host[i]);
     lm_state(ST_DONE);
@@ -1549,6 +1874,7 @@ static int finish(run *r, int code, const char *result, char **summary) {
             sleep_s(0.05);
     }
     lm_stop();
+    free_history(r);
     return code;
 }
 
@@ -1643,6 +1969,17 @@ int slm_launch_run(const slm_launch_opts *o, char **summary) {
         r->local = !r->slurm;
         if (r->slurm) slurm_hosts(r);
     }
+    // A live run holding the run directory (by hand, another launcher's, or the orphaned job
+    // of a killed launcher) is said up front: no health check, no attempt, no restart, no
+    // culprit, nothing written into its directory.
+    char holder[256];
+    if (run_lock_held(r->run_dir, holder, sizeof holder)) {
+        report_lock_holder(r, holder);
+        for (int i = 0; i < r->n_hosts; i++)
+            free(r->host[i]);
+        free(r);
+        return SLM_LAUNCH_FAILED;
+    }
     // The metrics server first: a port in use fails before anything is created or started.
     if (lm_start(o->metrics_addr) != SLM_OK) {
         slm_error("launch: --metrics-addr: %s", slm_errmsg());
@@ -1655,12 +1992,14 @@ int slm_launch_run(const slm_launch_opts *o, char **summary) {
     slm_metric_set(g_m.max_restarts, o->max_restarts);
     slm_metric_set(g_m.start_time, wall_now());
     lm_state(o->no_health_check ? ST_RUNNING : ST_HEALTH);
+    first_missing(r->run_dir, r->made, sizeof r->made);
     if (slm_mkdir_p(r->run_dir) != SLM_OK || slm_mkdir_p(r->hb_dir) != SLM_OK) {
         slm_error("launch: %s", slm_errmsg());
         lm_stop();
         free(r);
         return SLM_LAUNCH_FAILED;
     }
+    load_history(r);
     prctl(PR_SET_CHILD_SUBREAPER, 1);
     install_signals();
     r->t0 = wall_now();
@@ -1683,7 +2022,11 @@ int slm_launch_run(const slm_launch_opts *o, char **summary) {
                 break;
             }
             if (hc) {
-                code = hc, result = hc == SLM_LAUNCH_HEALTH ? "health check failed" : "failed";
+                code = hc, result = hc == SLM_LAUNCH_HEALTH          ? "health check failed"
+                                    : hc == SLM_LAUNCH_DETERMINISTIC ? "deterministic failure"
+                                                                     : "failed";
+                if (hc == SLM_LAUNCH_DETERMINISTIC)
+                    slm_error("launch: START-UP FAILURE (not retried):\n\n    %s\n", r->message);
                 break;
             }
         }
@@ -1703,6 +2046,11 @@ int slm_launch_run(const slm_launch_opts *o, char **summary) {
                      world, o->nproc, r->grad_accum,
                      (long long)((int64_t)o->nproc * r->grad_accum / world));
         if (r->n_att == MAX_ATTEMPTS) {
+            code = SLM_LAUNCH_FAILED, result = "failed";
+            break;
+        }
+        if (run_lock_held(r->run_dir, holder, sizeof holder)) { // a run started meanwhile
+            report_lock_holder(r, holder);
             code = SLM_LAUNCH_FAILED, result = "failed";
             break;
         }
@@ -1728,6 +2076,16 @@ int slm_launch_run(const slm_launch_opts *o, char **summary) {
         }
         // a failure: deterministic?
         const char *why = at->error[0] ? at->error : at->reason;
+        if (at->refused) { // nothing ran: a start-up failure, whatever the attempt
+            code = SLM_LAUNCH_DETERMINISTIC, result = "deterministic failure";
+            r->startup_failed = true;
+            snprintf(r->message, sizeof r->message,
+                     "the MPI start-up failed (%s; no rank reported an error, an exit or a "
+                     "heartbeat): %s",
+                     launcher_name(r), why);
+            slm_error("launch: START-UP FAILURE (not retried):\n\n    %s\n", r->message);
+            break;
+        }
         if (r->n_att >= 2 && !at->any_train) {
             attempt *pv = &r->att[r->n_att - 2];
             const char *pwhy = pv->error[0] ? pv->error : pv->reason;

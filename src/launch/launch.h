@@ -5,7 +5,10 @@
 // fail it are excluded), then `shardlm train ... --resume auto --heartbeat-dir RUN_DIR/heartbeat`
 // with SHARDLM_ATTEMPT=N in its environment, started in its own process group. The launcher
 // becomes a child subreaper (PR_SET_CHILD_SUBREAPER), so ranks that lose their mpirun are
-// re-parented to it and never outlive it. It supervises:
+// re-parented to it and never outlive it; mpirun / srun get PR_SET_PDEATHSIG SIGTERM, so the
+// job stops (forwarded to the ranks: checkpoint, exit 75) when the launcher itself is killed
+// (kill -9, OOM). A run directory whose run lock a live process holds is refused up front
+// (SLM_LAUNCH_FAILED, nothing started or written). It supervises:
 //  - the job's exit status (0: done; 75: preempted; anything else: a failure);
 //  - the heartbeat files: no rank advancing for hang_timeout_s is a hang;
 //  - its own SIGTERM / SIGUSR1 / SIGINT and max_run_s: forwarded to the ranks as SIGUSR1 (the
@@ -74,10 +77,12 @@ void slm_launch_opts_default(slm_launch_opts *o);
 // SIGINT ends the wait) before slm_launch_run returns.
 //
 // Runs the job to its end as described above. Progress lines go to stderr (slm_log, "launch:"),
-// the job's own output passes through. *summary (owned, free()) receives the attempts table
-// that is also written to RUN_DIR/attempts.json. Returns the process exit code (SLM_LAUNCH_*);
-// SLM_LAUNCH_USAGE with the message printed for bad options (no --out in the train arguments,
-// --resume other than auto, a bad hostfile, min_nproc > nproc, too few slots).
+// the job's own output passes through. *summary (owned, free()) receives this launch's attempts
+// table, which is also appended to RUN_DIR/attempts.json (earlier launches' attempts are kept,
+// numbered by launch). Returns the process exit code (SLM_LAUNCH_*); SLM_LAUNCH_USAGE with the
+// message printed for bad options (no --out in the train arguments, --resume other than auto,
+// a bad hostfile, min_nproc > nproc, too few slots); SLM_LAUNCH_DETERMINISTIC when mpirun /
+// srun failed at start-up with no rank reporting (a RUN_DIR this call created is removed).
 int slm_launch_run(const slm_launch_opts *o, char **summary);
 
 // One heartbeat record (docs/operations.md "Heartbeat").

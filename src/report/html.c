@@ -1002,6 +1002,7 @@ void report_render_html(const report_run *rp, slm_buf *out) {
     slm_buf_appendf(&b, "</div>\n</div>\n");
     free(vl);
     attempts_table(&b, &r);
+    report_sessions_html(&r, &b);
     events_table(&b, &r);
     checkpoints_table(&b, &r);
     slm_buf_appendf(&b, "<h2>Configuration</h2>\n<div class=\"cols\">\n");

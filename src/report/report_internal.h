@@ -49,6 +49,27 @@ void report_run_close(report_run *r);
 // The start event and headline figures from r->log alone (report_run_open calls it; the fuzz
 // target fills r->log itself).
 void report_run_derive(report_run *r);
+
+// One session of a run: the first `shardlm train`, or one resume, from its "start" event.
+typedef struct report_session {
+    int64_t from, to;              // its steps are (from, to]: from its start_step up to where
+                                   // the next session resumed (INT64_MAX for the last)
+    int64_t first_step, last_step; // the steps metrics.jsonl keeps of it (-1: none)
+    int world;                     // ranks
+    long attempt; // SHARDLM_ATTEMPT its ranks saw: 0 not under shardlm launch (by hand), 1 a
+                  // launch's first attempt, >= 2 a launcher restart; -1 not recorded
+    double time;  // Unix seconds of its start event (NaN if none)
+    double tokens_per_s, mfu; // over its steps after its first (NaN: none), MFU as logged
+} report_session;
+// The sessions in file order into *out (owned, free()); returns their count, 0 (and NULL) when
+// a start event lacks schema 2's start_step / world (no split is possible).
+size_t report_sessions(const report_run *r, report_session **out);
+// "start" (the first), "launcher restart", "new launch", "resumed by hand" or "resumed".
+const char *report_session_origin(const report_session *s, bool first);
+// Of sessions after the first: launcher restarts (attempt >= 2) and continuations (the rest).
+void report_session_counts(const report_session *s, size_t n, int *restarts, int *continuations);
+// The page's "Sessions" section (nothing when the run has fewer than two).
+void report_sessions_html(const report_run *r, slm_buf *b);
 // The page / the summary of an opened run, appended to *out.
 void report_render_html(const report_run *r, slm_buf *out);
 void report_render_text(const report_run *r, slm_buf *out);

@@ -1,6 +1,7 @@
 // The text summary of a run for terminals (`shardlm report RUN_DIR` without -o).
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "report/report_internal.h"
@@ -14,8 +15,17 @@ void report_render_text(const report_run *rp, slm_buf *out) {
     const cJSON *np = cJSON_GetObjectItemCaseSensitive(r.start, "n_params");
     const cJSON *sh = cJSON_GetObjectItemCaseSensitive(r.start, "sharding");
     report_fmt_si(cJSON_IsNumber(np) ? np->valuedouble : NAN, a);
-    char w[32];
-    if (r.world > 0)
+    report_session *ses = NULL; // the sessions' worlds and rates are each their own
+    size_t n_ses = report_sessions(&r, &ses);
+    int wmin = r.world, wmax = r.world;
+    for (size_t k = 0; k < n_ses; k++) {
+        if (ses[k].world < wmin) wmin = ses[k].world;
+        if (ses[k].world > wmax) wmax = ses[k].world;
+    }
+    char w[64];
+    if (wmin != wmax)
+        snprintf(w, sizeof w, "%d to %d ranks (by session, below)", wmin, wmax);
+    else if (r.world > 0)
         snprintf(w, sizeof w, "%d rank%s", r.world, r.world == 1 ? "" : "s");
     else
         snprintf(w, sizeof w, "world size not recorded");
@@ -52,7 +62,8 @@ void report_render_text(const report_run *rp, slm_buf *out) {
         report_fmt_si(r.mean_tps, c);
         report_fmt_duration(r.wall_s, d);
         slm_buf_appendf(out, "throughput: %s tokens in %s, %s tok/s", a, d, c);
-        if (isfinite(r.mean_mfu)) slm_buf_appendf(out, ", MFU %.1f%%", 100 * r.mean_mfu);
+        if (isfinite(r.mean_mfu) && wmin == wmax) // else by session, below
+            slm_buf_appendf(out, ", MFU %.1f%%", 100 * r.mean_mfu);
         slm_buf_appendf(out, "\n");
         double tot = 0, data = 0, comm = 0, ck = 0;
         bool split = false;
@@ -94,22 +105,64 @@ void report_render_text(const report_run *rp, slm_buf *out) {
         const cJSON *last = cJSON_GetArrayItem(r.attempts, n - 1);
         const cJSON *res = cJSON_GetObjectItemCaseSensitive(last, "result");
         const cJSON *why = cJSON_GetObjectItemCaseSensitive(last, "reason");
+        int launches = 0; // launches are numbered from 1 (a file without numbers: one)
+        const cJSON *at;
+        cJSON_ArrayForEach(at, r.attempts) {
+            const cJSON *ln = cJSON_GetObjectItemCaseSensitive(at, "launch");
+            if (cJSON_IsNumber(ln) && ln->valueint > launches) launches = ln->valueint;
+        }
         slm_buf_appendf(out, "attempts: %d (attempts.json)", n);
+        if (launches > 1) slm_buf_appendf(out, " in %d launches", launches);
         if (cJSON_IsString(res))
             slm_buf_appendf(out, ", the last: %s%s%s", res->valuestring,
                             cJSON_IsString(why) && why->valuestring[0] ? ", " : "",
                             cJSON_IsString(why) ? why->valuestring : "");
         slm_buf_appendf(out, "\n");
     }
-    int n_restart = 0, n_other = 0;
+    if (n_ses > 1) {
+        int restarts, cont;
+        report_session_counts(ses, n_ses, &restarts, &cont);
+        slm_buf_appendf(out,
+                        "sessions: %zu: %d launcher restart%s, %d continuation%s (by hand or a "
+                        "new launch)\n",
+                        n_ses, restarts, restarts == 1 ? "" : "s", cont, cont == 1 ? "" : "s");
+        for (size_t k = 0; k < n_ses; k++) {
+            const report_session *e = &ses[k];
+            report_fmt_si(e->tokens_per_s, c);
+            slm_buf_appendf(out, "  %zu (%s): ", k + 1, report_session_origin(e, k == 0));
+            if (e->first_step >= 0)
+                slm_buf_appendf(out, "steps %lld-%lld", (long long)e->first_step,
+                                (long long)e->last_step);
+            else
+                slm_buf_appendf(out, "no step kept");
+            slm_buf_appendf(out, ", %d rank%s, %s tok/s", e->world, e->world == 1 ? "" : "s", c);
+            if (isfinite(e->mfu)) slm_buf_appendf(out, ", MFU %.1f%%", 100 * e->mfu);
+            slm_buf_appendf(out, "\n");
+        }
+    }
+    // A "restart" event is a resume: by the launcher after a failure (attempt >= 2) or a
+    // continuation by hand / by a new launch (attempt 0 / 1; without the field: a restart).
+    int n_restart = 0, n_cont = 0, n_other = 0;
     for (size_t i = 0; i < l->n_events; i++) {
         const char *n = l->events[i].name;
-        if (!strcmp(n, "restart")) n_restart++;
+        if (!strcmp(n, "restart")) {
+            cJSON *o = cJSON_Parse(l->events[i].json);
+            const cJSON *at = cJSON_GetObjectItemCaseSensitive(o, "attempt");
+            if (cJSON_IsNumber(at) && at->valuedouble < 2)
+                n_cont++;
+            else
+                n_restart++;
+            cJSON_Delete(o);
+        }
         if (!strcmp(n, "straggler") || !strcmp(n, "nonfinite") || !strcmp(n, "error")) n_other++;
     }
-    if (n_restart || n_other)
-        slm_buf_appendf(out, "events: %d restart%s, %d straggler / non-finite / error\n", n_restart,
-                        n_restart == 1 ? "" : "s", n_other);
+    if (n_restart || n_cont || n_other)
+        slm_buf_appendf(out,
+                        "events: %d restart%s, %d continuation%s, %d straggler / non-finite / "
+                        "error\n",
+                        n_restart, n_restart == 1 ? "" : "s", n_cont, n_cont == 1 ? "" : "s",
+                        n_other);
+    free(ses);
     if (l->n_bad)
         slm_buf_appendf(out,
                         "note: %lld malformed metrics.jsonl line%s skipped (first: line %lld)\n",

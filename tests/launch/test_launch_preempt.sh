@@ -6,7 +6,8 @@
 #  2. launched again, SIGTERM to the launcher once training advanced: forwarded, exit 75
 #     (result preempted), a newer checkpoint;
 #  3. launched again: continues to the end, exit 0, final weights byte-equal to an
-#     uninterrupted run. No process left after any of them.
+#     uninterrupted run. No process left after any of them. attempts.json then holds the
+#     attempts of all three launches (issue 20 item 6).
 # Usage: test_launch_preempt.sh MPIEXEC.
 . "$(dirname "$0")/../lib.sh"
 MPIEXEC=${1:-$MPIEXEC}
@@ -45,7 +46,16 @@ no_orphans "no process left after SIGTERM"
 
 "$BIN" launch "${RUN[@]}" > "$W/3.log" 2>&1
 check "launch again continues to the end" 0 $?
-[ "$(aj "$J" 'a["attempts"][0]["start_step"]')" = "$s2" ] && ok "resumed at step $s2" || bad "start step"
+[ "$(aj "$J" 'a["attempts"][-1]["start_step"]')" = "$s2" ] && ok "resumed at step $s2" || bad "start step"
+# Each launch appends its attempts (issue 20 item 6): all three launches are in attempts.json,
+# numbered, each launch's attempts from 1, and `shardlm report` counts them all.
+[ "$(aj "$J" '[(x["launch"], x["attempt"], x["result"]) for x in a["attempts"]]')" = \
+    "[(1, 1, 'max-run'), (2, 1, 'preempted'), (3, 1, 'success')]" ] &&
+    [ "$(aj "$J" '[(x["launch"], x["result"], x["exit_code"]) for x in a["launches"]]')" = \
+    "[(1, 'max-run', 75), (2, 'preempted', 75), (3, 'success', 0)]" ] && [ "$(aj "$J" 'a["launch"]')" = 3 ] &&
+    ok "attempts.json keeps the attempts of all three launches, numbered" || { bad "attempts.json history"; cat "$J"; }
+"$BIN" report "$W/run" > "$W/report.txt" 2>&1
+has "shardlm report counts the attempts of every launch" "$W/report.txt" '^attempts: 3 '
 same_weights "final weights equal the uninterrupted run" "$W/run" "$W/ref" 40
 no_orphans "no process left"
 slm_finish

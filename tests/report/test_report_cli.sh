@@ -50,7 +50,7 @@ want = [f"status: complete, 80 of 80 steps",
         f"train loss: {first['loss']:.4f} at step 1 -> {last['loss']:.4f} at step 80 (each over one step's global batch: 4 x 32 tokens = 128 positions)",
         f"validation loss: {val:.4f} after step 80, over 2 batches of 4 x 32 tokens = 256 positions",
         f"checkpoints: {len([d for d in os.listdir(run + '/checkpoints') if d.startswith('step_')])}, newest step_00000080",
-        "attempts: 2 (attempts.json), the last: success", "events: 1 restart"]
+        "attempts: 2 (attempts.json), the last: success", "events: 0 restarts, 1 continuation,"]
 for w in want:
     assert w in text, (w, text)
 PY
