@@ -1278,6 +1278,10 @@ static int dead_rank(const hb_state *h, const char *myhost, long *pid_out, int *
     return first;
 }
 
+// Seconds a job whose ranks all wrote their "end" record may take to exit before it counts
+// as hung (covers the trainer's last-scrape wait, at most 15 s, with room for a loaded host).
+#define END_EXIT_S 60.0
+
 // Every rank's newest heartbeat record is its final "end" record (the trainer finished).
 static bool all_ended(const hb_state *h) {
     for (int rk = 0; rk < h->world; rk++)
@@ -1441,6 +1445,11 @@ static void run_attempt(run *r, attempt *at, int world) {
         double limit = o->hang_timeout_s;
         if (!h.any_record)
             limit = o->startup_timeout_s > 0 ? o->startup_timeout_s : fmax(limit, 120.0);
+        // Every rank wrote its final "end" record (after the final checkpoint and upload): what
+        // is left is the exit (a trainer scraped by Prometheus serves one more scrape, at most
+        // SLM_TRAIN_PROM_LINGER_MAX_S = 15 s, then MPI_Finalize). Silence there is not a hang;
+        // a job that still has not exited after END_EXIT_S is one.
+        if (all_ended(&h)) limit = fmax(limit, END_EXIT_S);
         if (!preempting && !dead_time && now - h.last_progress > limit) {
             hang = true;
             at->detected = now, lp_detect = h.last_progress;
