@@ -4,6 +4,10 @@
 //   ckpt_tool hf-logits DIR TOKENS.slt OUT.slt  model from DIR (config.json + safetensors via
 //                                               slm_hf_load): logits [B, T, V] of tokens
 //   ckpt_tool ckpt-logits PATH TOKENS.slt OUT.slt  the same from a checkpoint's params
+//   ckpt_tool gguf-check FILE                   slm_gguf_open only: exit 0 if the GGUF file is
+//                                               accepted, 1 (message) if refused
+//   ckpt_tool gguf-dump FILE OUT.slt            every tensor of a GGUF file dequantized to f32
+//                                               (shape: GGUF's ne reversed)
 //   ckpt_tool st-check FILE                     slm_st_open only: exit 0 if the safetensors
 //                                               file is accepted, 1 (message) if refused
 // Exit status 0 on success; errors print the message.
@@ -74,6 +78,31 @@ int main(int argc, char **argv) {
         for (int u = 0; u < m.n_units; u++)
             free(mv[u]);
         slm_llama_free(&m);
+        return st ? fail() : 0;
+    }
+    if (!strcmp(mode, "gguf-check") && argc == 3) {
+        slm_gguf_file g;
+        slm_status st = slm_gguf_open(argv[2], &g);
+        slm_gguf_close(&g);
+        return st ? fail() : 0;
+    }
+    if (!strcmp(mode, "gguf-dump") && argc == 4) {
+        slm_gguf_file g;
+        if (slm_gguf_open(argv[2], &g)) return fail();
+        slm_tensor_set res = {0};
+        for (int64_t i = 0; i < g.n_tensors; i++) {
+            const slm_gguf_tensor *t = &g.t[i];
+            float *x = slm_xmalloc((size_t)(t->numel ? t->numel : 1) * sizeof(float));
+            slm_gguf_read_f32(&g, t, x);
+            int64_t shape[4];
+            for (int d = 0; d < t->n_dims; d++)
+                shape[d] = t->ne[t->n_dims - 1 - d];
+            slm_tset_add(&res, t->name, SLM_T_F32, t->n_dims, shape, x);
+            free(x);
+        }
+        slm_status st = slm_tset_save(&res, argv[3]);
+        slm_tset_free(&res);
+        slm_gguf_close(&g);
         return st ? fail() : 0;
     }
     if (!strcmp(mode, "hf-logits") && argc == 5) {
