@@ -562,4 +562,26 @@ void slm_gguf_dequant(uint32_t type, const uint8_t *src, int64_t n, float *dst);
 // Tensor t of f dequantized into out[t->numel], in GGUF's element order.
 void slm_gguf_read_f32(const slm_gguf_file *f, const slm_gguf_tensor *t, float *out);
 
+// The `llama` architecture's metadata of f as a config: block_count, embedding_length,
+// feed_forward_length, attention.head_count(_kv), context_length, layer_norm_rms_epsilon,
+// rope.freq_base (default 10000), key_length / value_length (head dim), rope.dimension_count,
+// RoPE scaling (none or linear: rope.scaling.type / .factor, or the older rope.scale_linear);
+// vocab_size from token_embd.weight's rows (llama.vocab_size must agree); tied embeddings when
+// output.weight is absent; initializer_range 0.02. Anything that changes the math and is not
+// implemented (another architecture, yarn / llama3 RoPE scaling or rope_freqs.weight, partial
+// rotary, experts, ALiBi, clamping, logit / embedding / residual scales, LayerNorm, ...) is
+// SLM_E_UNSUPPORTED naming the key or tensor; other unknown llama.* keys are warned about.
+// Errors: SLM_E_FORMAT naming a missing or mistyped key, slm_llama_config_validate's.
+slm_status slm_gguf_llama_config(const slm_gguf_file *f, slm_llama_config *cfg);
+// Checks, without reading tensor data or allocating parameters, that f holds exactly the
+// tensors cfg implies (llama.cpp names, blk.N.attn_q.weight ...), each with cfg's shape in GGUF
+// order. Errors: SLM_E_FORMAT naming the tensor and both shapes; SLM_E_UNSUPPORTED for a tensor
+// shardlm's Llama has no place for (biases, ...).
+slm_status slm_gguf_check_shapes(const slm_gguf_file *f, const slm_llama_config *cfg);
+// Reads f's weights, dequantized to fp32, into an initialised model with allocated params
+// whose config is f's (slm_gguf_llama_config; else SLM_E_ARG naming both), undoing llama.cpp's
+// Q / K row permutation back to HF's rotate-half layout. Every weight is checked finite.
+// Errors: those of slm_gguf_check_shapes, SLM_E_NUMERIC naming a non-finite weight.
+slm_status slm_gguf_load(slm_llama *m, const slm_gguf_file *f);
+
 #endif

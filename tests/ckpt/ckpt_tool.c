@@ -8,6 +8,10 @@
 //                                               accepted, 1 (message) if refused
 //   ckpt_tool gguf-dump FILE OUT.slt            every tensor of a GGUF file dequantized to f32
 //                                               (shape: GGUF's ne reversed)
+//   ckpt_tool gguf-logits FILE TOKENS.slt OUT.slt  model from a GGUF file (slm_gguf_llama_config
+//                                               + slm_gguf_load): logits [B, T, V]
+//   ckpt_tool gguf-params FILE OUT.slt          the model's parameters after slm_gguf_load, by
+//                                               HF name (shape as HF's)
 //   ckpt_tool st-check FILE                     slm_st_open only: exit 0 if the safetensors
 //                                               file is accepted, 1 (message) if refused
 // Exit status 0 on success; errors print the message.
@@ -104,6 +108,34 @@ int main(int argc, char **argv) {
         slm_tset_free(&res);
         slm_gguf_close(&g);
         return st ? fail() : 0;
+    }
+    if ((!strcmp(mode, "gguf-logits") && argc == 5) ||
+        (!strcmp(mode, "gguf-params") && argc == 4)) {
+        slm_gguf_file g;
+        slm_llama_config cfg;
+        if (slm_gguf_open(argv[2], &g)) return fail();
+        if (slm_gguf_llama_config(&g, &cfg) || slm_gguf_check_shapes(&g, &cfg) ||
+            slm_llama_init(&m, &cfg, true) || slm_gguf_load(&m, &g)) {
+            slm_gguf_close(&g);
+            return fail();
+        }
+        slm_gguf_close(&g);
+        int rc = 0;
+        if (argc == 5) {
+            rc = logits_out(&m, argv[3], argv[4]);
+        } else {
+            slm_tensor_set res = {0};
+            for (int u = 0; u < m.n_units; u++)
+                for (int i = 0; i < m.units[u].n_views; i++) {
+                    const slm_param_view *v = &m.units[u].views[i];
+                    slm_tset_add(&res, v->name, SLM_T_F32, v->ndim, v->shape,
+                                 m.params[u] + v->offset);
+                }
+            if (slm_tset_save(&res, argv[3])) rc = fail();
+            slm_tset_free(&res);
+        }
+        slm_llama_free(&m);
+        return rc;
     }
     if (!strcmp(mode, "hf-logits") && argc == 5) {
         char *cp = slm_path_join(argv[2], "config.json");
