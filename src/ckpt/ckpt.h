@@ -584,4 +584,18 @@ slm_status slm_gguf_check_shapes(const slm_gguf_file *f, const slm_llama_config 
 // Errors: those of slm_gguf_check_shapes, SLM_E_NUMERIC naming a non-finite weight.
 slm_status slm_gguf_load(slm_llama *m, const slm_gguf_file *f);
 
+// The tokenizer f carries (tokenizer.ggml.model gpt2: tokens, token types, merges, the
+// pre-tokenizer named by tokenizer.ggml.pre, BOS / EOS / pad ids and add_bos_token) as
+// tokenizer.json text appended to out (slm_tokenizer_vocab_json). Errors: SLM_E_UNSUPPORTED
+// naming tokenizer.ggml.model (another tokenizer model) or tokenizer.ggml.pre (an unknown
+// pre-tokenizer); SLM_E_FORMAT naming a missing or mistyped key.
+slm_status slm_gguf_tokenizer_json(const slm_gguf_file *f, slm_buf *out);
+// Writes that tokenizer as DIR/tokenizer.json (atomically), loads it back once, and returns the
+// path in *path (owned). Errors: those of slm_gguf_tokenizer_json, SLM_E_IO, the loader's.
+slm_status slm_gguf_write_tokenizer(const slm_gguf_file *f, const char *dir, char **path);
+// The built-in chat template ("chatml", "llama3", "llama2") whose markers the Jinja text in
+// tokenizer.chat_template writes; NULL when none matches or the key is absent (*present says
+// which).
+const char *slm_gguf_chat_template(const slm_gguf_file *f, bool *present);
+
 #endif

@@ -12,7 +12,9 @@
 //                                               + slm_gguf_load): logits [B, T, V]
 //   ckpt_tool gguf-params FILE OUT.slt          the model's parameters after slm_gguf_load, by
 //                                               HF name (shape as HF's)
-//   ckpt_tool st-check FILE                     slm_st_open only: exit 0 if the safetensors
+//   ckpt_tool gguf-tokenizer FILE DIR          writes the GGUF file's tokenizer as
+//   DIR/tokenizer.json ckpt_tool st-check FILE                     slm_st_open only: exit 0 if the
+//   safetensors
 //                                               file is accepted, 1 (message) if refused
 // Exit status 0 on success; errors print the message.
 #include "ckpt/ckpt.h"
@@ -87,6 +89,15 @@ int main(int argc, char **argv) {
     if (!strcmp(mode, "gguf-check") && argc == 3) {
         slm_gguf_file g;
         slm_status st = slm_gguf_open(argv[2], &g);
+        slm_gguf_close(&g);
+        return st ? fail() : 0;
+    }
+    if (!strcmp(mode, "gguf-tokenizer") && argc == 4) {
+        slm_gguf_file g;
+        char *p = NULL;
+        slm_status st = slm_gguf_open(argv[2], &g);
+        if (!st) st = slm_gguf_write_tokenizer(&g, argv[3], &p);
+        free(p);
         slm_gguf_close(&g);
         return st ? fail() : 0;
     }

@@ -9,7 +9,17 @@ undoes llama.cpp's Q / K row permutation, independently of shardlm:
 1. weights: every parameter shardlm loads (ckpt_tool gguf-params: slm_gguf_load, HF names and
    shapes) equals transformers' state_dict bitwise (the same fp32 arithmetic on the same bits:
    any layout, permutation or dequantization slip shows as a mismatch);
-2. logits of several prompts (token ids from transformers' tokenizer): shardlm's fp32 forward
+2. the tokenizer shardlm writes from the GGUF metadata (ckpt_tool gguf-tokenizer ->
+   tokenizer.json, encoded by `shardlm tokenizer encode --whole`): ids identical to
+   transformers' tokenizer from the same file on tinyshakespeare, the KJV (Debian's `bible`,
+   when installed) and hostile strings, with and without --allow-special (transformers with
+   split_special_tokens=True for the latter). transformers builds the `smollm` pre-tokenizer as
+   plain GPT-2 ByteLevel, while llama.cpp (whose name it is) splits digits one by one first, as
+   SmolLM2's own tokenizer.json does (Digits(individual_digits) + ByteLevel); shardlm follows
+   llama.cpp. The reference is therefore transformers' tokenizer with its pre-tokenizer set to
+   that Sequence, built from the `tokenizers` library's own Digits and ByteLevel; the strings on
+   which unmodified transformers differs are counted and printed, not failed;
+3. logits of several prompts (token ids from transformers' tokenizer): shardlm's fp32 forward
    against a float64 forward of the same weights in torch, within the bound derived below.
 
 The bound: both fp32 forwards compute the same function, differing only in the order of
@@ -72,6 +82,74 @@ def run(*args):
     return r
 
 
+HOSTILE = [
+    "", " ", "\n", "\t\t", "\r\n\r\n", "a\x00b", "\x01\x02\x03\x04\x7f", "\x1b[31mred\x1b[0m",
+    " " * 100, "x" + " " * 37 + "y", "  1", "   12  345 ", "0" * 200, "3.14159265358979",
+    "1,000,000 and 2024-12-01", "12abc34", "Ünïcödé café naïve", "日本語のテキスト",
+    "Ελληνικά και русский", "مرحبا بالعالم", "emoji 😀👍🏽 👨‍👩‍👧 🇫🇷", "ZWJ\u200dand\ufeffBOM",
+    "tab\tnewline\nmixed  \t\n  ", "'s 't 're 've 'm 'll 'd", "I'M DON'T",
+    "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n", "<|endoftext|>",
+    "text<|im_end|>more", "<|im_start|", "<repo_name>x<file_sep>", "\xff\xfe invalid? no: str",
+    "a" * 3000, "😀" * 50,
+]
+
+
+def shardlm_encode(tokjson, text, special):
+    args = [os.environ.get("SHARDLM_BIN", "shardlm"), "tokenizer", "encode", "--tokenizer",
+            tokjson, "--whole"] + (["--allow-special"] if special else [])
+    r = subprocess.run(args, input=text.encode("utf-8", "surrogatepass"), capture_output=True)
+    if r.returncode:
+        raise SystemExit(f"FAIL: {' '.join(args)}: {r.stderr.decode()}")
+    return [int(x) for x in r.stdout.split()]
+
+
+def check_tokenizer(tmp, tok):
+    from tokenizers import pre_tokenizers
+    tdir = os.path.join(tmp, "tok")
+    os.makedirs(tdir)
+    run("gguf-tokenizer", GGUF, tdir)
+    tj = os.path.join(tdir, "tokenizer.json")
+    plain = tok.backend_tokenizer
+    ref = type(plain).from_str(plain.to_str())
+    ref.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Digits(individual_digits=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
+    texts = [("tinyshakespeare", open(os.path.join(os.environ["SLM_SHARED_DIR"], "data",
+                                                     "tinyshakespeare.txt")).read())]
+    try:
+        kjv = subprocess.run(["bible", "Gen1:1-Rev22:21"], capture_output=True, text=True,
+                             timeout=120).stdout
+        if kjv:
+            texts.append(("KJV", kjv))
+    except (OSError, subprocess.TimeoutExpired):
+        print("note: `bible` (Debian bible-kjv) not available: the KJV is not checked")
+    texts += [(f"hostile[{i}]", h) for i, h in enumerate(HOSTILE)]
+    n_ok = n_plain_diff = 0
+    for name, text in texts:
+        for special in (False, True):
+            want = ref.encode(text, add_special_tokens=False).ids
+            if not special:  # special tokens' text stays text
+                ref_ns = type(plain).from_str(ref.to_str())
+                ref_ns.encode_special_tokens = True
+                want = ref_ns.encode(text, add_special_tokens=False).ids
+            got = shardlm_encode(tj, text, special)
+            p = tok(text, add_special_tokens=False, split_special_tokens=not special).input_ids
+            n_plain_diff += p != want
+            if got != want:
+                i = next((k for k in range(min(len(got), len(want))) if got[k] != want[k]),
+                         min(len(got), len(want)))
+                fails.append(f"tokenizer {name} (allow-special {special}): {len(got)} vs "
+                             f"{len(want)} ids, first difference at {i}: {got[i:i + 5]} vs "
+                             f"{want[i:i + 5]}")
+            else:
+                n_ok += 1
+    ntok = len(shardlm_encode(tj, texts[0][1], False))
+    print(f"tokenizer: {n_ok} of {2 * len(texts)} encodings identical ({ntok} ids of "
+          f"tinyshakespeare{', the KJV' if texts[1][0] == 'KJV' else ''}, {len(HOSTILE)} hostile "
+          f"strings, with and without --allow-special); unmodified transformers (GPT-2 "
+          f"pre-tokenizer for `smollm`) differs on {n_plain_diff}")
+
+
 def main():
     torch.manual_seed(0)
     d, name = os.path.split(GGUF)
@@ -99,7 +177,10 @@ def main():
         print(f"weights: {n_same} of {len(sd)} tensors bitwise equal to transformers' "
               f"(tied embeddings: {model.config.tie_word_embeddings})")
 
-        # 2. logits
+        # 2. tokenizer
+        check_tokenizer(tmp, tok)
+
+        # 3. logits
         # float64 reference: the same dequantized weights in a plain model (transformers keeps a
         # GGUF model's weights packed and computes in float32 whatever dtype is asked for)
         model64 = type(model)(model.config).double().eval()
