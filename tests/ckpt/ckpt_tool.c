@@ -49,6 +49,33 @@ static int logits_out(slm_llama *m, const char *tokens_path, const char *out) {
     return st ? fail() : 0;
 }
 
+// Mean loss of tokens [B, T + 1]: inputs [:, :T], targets [:, 1:].
+static int loss_out(slm_llama *m, const char *tokens_path) {
+    slm_tensor_set in = {0};
+    if (slm_tset_load(&in, tokens_path)) return fail();
+    const slm_tensor *t = slm_tset_get(&in, "tokens");
+    if (!t || t->dtype != SLM_T_I32 || t->ndim != 2 || t->shape[1] < 2) {
+        fprintf(stderr, "ckpt_tool: %s: needs tokens [B, T + 1] i32\n", tokens_path);
+        return 1;
+    }
+    int B = (int)t->shape[0], T = (int)t->shape[1] - 1;
+    const int32_t *all = t->data;
+    int32_t *x = slm_xmalloc((size_t)B * (size_t)T * sizeof *x),
+            *y = slm_xmalloc((size_t)B * (size_t)T * sizeof *y);
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < T; i++) {
+            x[b * T + i] = all[b * (T + 1) + i];
+            y[b * T + i] = all[b * (T + 1) + i + 1];
+        }
+    slm_llama_set_shape(m, B, T, true);
+    float loss = slm_llama_forward_loss(m, x, y, B, T);
+    printf("%.9g\n", (double)loss);
+    free(x);
+    free(y);
+    slm_tset_free(&in);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: see the comment at the top of ckpt_tool.c\n");
@@ -121,7 +148,7 @@ int main(int argc, char **argv) {
         return st ? fail() : 0;
     }
     if ((!strcmp(mode, "gguf-logits") && argc == 5) ||
-        (!strcmp(mode, "gguf-params") && argc == 4)) {
+        ((!strcmp(mode, "gguf-params") || !strcmp(mode, "gguf-loss")) && argc == 4)) {
         slm_gguf_file g;
         slm_llama_config cfg;
         if (slm_gguf_open(argv[2], &g)) return fail();
@@ -134,6 +161,8 @@ int main(int argc, char **argv) {
         int rc = 0;
         if (argc == 5) {
             rc = logits_out(&m, argv[3], argv[4]);
+        } else if (!strcmp(mode, "gguf-loss")) {
+            rc = loss_out(&m, argv[3]);
         } else {
             slm_tensor_set res = {0};
             for (int u = 0; u < m.n_units; u++)

