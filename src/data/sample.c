@@ -31,7 +31,13 @@ struct slm_chat_template {
     char *prefix[3], *suffix[3]; // generic, per role: text around the content (NULL: role refused)
     bool trim;                   // strip leading / trailing whitespace of every content
     bool check_special;          // built-in: each special marker must be one token of the tokenizer
+    const char *const *markers;  // built-in: those markers (NULL-terminated; static)
+    const char *stop;            // built-in: the marker that ends a reply (static; NULL: none)
 };
+
+static const char *const k_llama3_markers[] = {"<|begin_of_text|>", "<|start_header_id|>",
+                                               "<|end_header_id|>", "<|eot_id|>", NULL};
+static const char *const k_chatml_markers[] = {"<|im_start|>", "<|im_end|>", NULL};
 
 static const char *const k_roles[3] = {"system", "user", "assistant"};
 
@@ -196,6 +202,25 @@ slm_status slm_chat_template_load_opt(const char *spec, const char *opt, slm_cha
     return st;
 }
 
+// A built-in template of the generic kind: `begin`, per role prefix_fmt (with %s for the role
+// name) and `suffix`; `markers` must be special tokens of the tokenizer, `stop` ends a reply.
+static void builtin_generic(slm_chat_template *t, const char *name, const char *begin,
+                            const char *prefix_fmt, const char *suffix, const char *const *markers,
+                            const char *stop) {
+    t->kind = TPL_GENERIC;
+    t->name = slm_xstrdup(name);
+    t->begin = slm_xstrdup(begin);
+    for (int r = 0; r < 3; r++) {
+        char b[96];
+        snprintf(b, sizeof b, prefix_fmt, k_roles[r]);
+        t->prefix[r] = slm_xstrdup(b);
+        t->suffix[r] = slm_xstrdup(suffix);
+    }
+    t->check_special = true;
+    t->markers = markers;
+    t->stop = stop;
+}
+
 slm_status slm_chat_template_load(const char *spec, slm_chat_template **out) {
     *out = NULL;
     slm_chat_template *t = slm_xcalloc(1, sizeof *t);
@@ -210,17 +235,15 @@ slm_status slm_chat_template_load(const char *spec, slm_chat_template **out) {
     } else if (!strcmp(spec, "llama3")) {
         // Llama 3 header form: <|begin_of_text|>, then per message
         // <|start_header_id|>ROLE<|end_header_id|>\n\nCONTENT<|eot_id|>.
-        t->kind = TPL_GENERIC;
-        t->name = slm_xstrdup("llama3");
-        t->begin = slm_xstrdup("<|begin_of_text|>");
-        for (int r = 0; r < 3; r++) {
-            char b[96];
-            snprintf(b, sizeof b, "<|start_header_id|>%s<|end_header_id|>\n\n", k_roles[r]);
-            t->prefix[r] = slm_xstrdup(b);
-            t->suffix[r] = slm_xstrdup("<|eot_id|>");
-        }
+        builtin_generic(t, "llama3", "<|begin_of_text|>",
+                        "<|start_header_id|>%s<|end_header_id|>\n\n", "<|eot_id|>",
+                        k_llama3_markers, "<|eot_id|>");
         t->trim = true;
-        t->check_special = true;
+    } else if (!strcmp(spec, "chatml")) {
+        // ChatML (Qwen, SmolLM2, ...): per message <|im_start|>ROLE\nCONTENT<|im_end|>\n, the
+        // content as given (no trimming); a reply ends at <|im_end|>.
+        builtin_generic(t, "chatml", "", "<|im_start|>%s\n", "<|im_end|>\n", k_chatml_markers,
+                        "<|im_end|>");
     } else if (slm_is_file(spec)) {
         free(t);
         char *text = NULL;
@@ -232,7 +255,8 @@ slm_status slm_chat_template_load(const char *spec, slm_chat_template **out) {
         return st;
     } else {
         st = slm_fail(SLM_E_ARG,
-                      "--chat-template %s: not llama2, llama3 or an existing template file", spec);
+                      "--chat-template %s: not llama2, llama3, chatml or an existing template file",
+                      spec);
     }
     if (st) {
         slm_chat_template_free(t);
@@ -463,12 +487,11 @@ bool slm_sample_render(const slm_chat_template *t, const slm_sample *s, bool gen
 
 // --- Encoding ---------------------------------------------------------------------------------
 
-// The built-in llama3 markers must each be one special token of the tokenizer (else the
-// template would silently become plain text).
+// A built-in template's markers (llama3, chatml) must each be one special token of the
+// tokenizer (else the template would silently become plain text).
 static slm_status check_markers(const slm_chat_template *t, const slm_tokenizer *tok) {
-    static const char *const k_markers[] = {"<|begin_of_text|>", "<|start_header_id|>",
-                                            "<|end_header_id|>", "<|eot_id|>"};
-    for (size_t i = 0; i < sizeof k_markers / sizeof k_markers[0]; i++) {
+    const char *const *k_markers = t->markers;
+    for (size_t i = 0; k_markers[i]; i++) {
         slm_ivec v = {0};
         slm_status st = slm_tokenizer_encode(tok, k_markers[i], strlen(k_markers[i]),
                                              SLM_ENC_ALLOW_SPECIAL, &v);
@@ -478,7 +501,7 @@ static slm_status check_markers(const slm_chat_template *t, const slm_tokenizer 
         if (!one)
             return slm_fail(SLM_E_ARG,
                             "chat template %s needs the special token %s, which the tokenizer "
-                            "does not have (use a Llama 3 tokenizer.json, or a template file)",
+                            "does not have (use the model's own tokenizer, or a template file)",
                             t->name, k_markers[i]);
     }
     return SLM_OK;
@@ -535,7 +558,7 @@ slm_status slm_chat_prompt_ids(const slm_chat_template *t, const slm_tokenizer *
     slm_sample_segs_free(&g);
     if (st) return st;
     *stop_id = slm_tokenizer_eos_id(tok);
-    const char *end = t->kind == TPL_GENERIC ? t->suffix[2] : NULL;
+    const char *end = t->stop ? t->stop : t->kind == TPL_GENERIC ? t->suffix[2] : NULL;
     if (end && *end) {
         slm_ivec v = {0};
         if (!slm_tokenizer_encode(tok, end, strlen(end), SLM_ENC_ALLOW_SPECIAL, &v) && v.len == 1)

@@ -167,32 +167,33 @@ typedef struct slm_train_opts {
     // out_dir is set: every ckpt_every_steps steps / ckpt_every_minutes minutes, and always at
     // the end and when stopped. Asynchronous (copy and write behind the next step) unless
     // ckpt_sync.
-    int64_t ckpt_every_steps;  // 0: off
-    double ckpt_every_minutes; // 0: off
-    int ckpt_keep;             // committed checkpoints kept, oldest deleted first (0: all)
-    bool ckpt_sync;            // write on the training thread
-    bool ckpt_abort_on_error;  // a failed save stops training (default: log and continue)
-    const char *resume;        // "auto" (out_dir's newest checkpoint that verifies, if any;
-                               // `latest` is a hint) | PATH | NULL:
-                               // restores weights, AdamW m / v / t, step, LR position, tokens
-                               // seen, loader position and RNG; the run continues bitwise
-    bool verify_on_resume;     // check every rank file's XXH64 before resuming (auto falls back
-                               // to an older checkpoint); default: manifest and sizes only
-    bool allow_batch_change;   // resume at another global batch (B x world x grad_accum) than
-                               // the checkpoint's, with a warning (default: refused, SLM_E_ARG)
-    bool train_from_scratch;   // out_dir holds checkpoints: move them aside to
-                               // checkpoints.replaced-DATE and train from a seeded init (without
-                               // it such a run is refused); excludes resume
-    const char *init_from_hf;  // HF directory (config.json + safetensors): initial weights
-                               // instead of the seeded init (checked against the model config)
-    const char *ckpt_uri;      // s3://BUCKET/PREFIX/: every committed checkpoint is also
-                               // uploaded there in the background (one uploader per host,
-                               // manifest then `latest` last; ckpt_keep applies remotely too);
-                               // with resume "auto" the newest complete of local and remote
-                               // is resumed (docs/storage.md)
-    int s3_prefix_shards;      // rank files spread over this many prefixes (0 / 1: one)
-    const char *data_cache;    // data_dir s3://...: the local copy tools/ streams it into
-                               // (slm_dataset_fetch) before the run; NULL: $TMPDIR default
+    int64_t ckpt_every_steps;   // 0: off
+    double ckpt_every_minutes;  // 0: off
+    int ckpt_keep;              // committed checkpoints kept, oldest deleted first (0: all)
+    bool ckpt_sync;             // write on the training thread
+    bool ckpt_abort_on_error;   // a failed save stops training (default: log and continue)
+    const char *resume;         // "auto" (out_dir's newest checkpoint that verifies, if any;
+                                // `latest` is a hint) | PATH | NULL:
+                                // restores weights, AdamW m / v / t, step, LR position, tokens
+                                // seen, loader position and RNG; the run continues bitwise
+    bool verify_on_resume;      // check every rank file's XXH64 before resuming (auto falls back
+                                // to an older checkpoint); default: manifest and sizes only
+    bool allow_batch_change;    // resume at another global batch (B x world x grad_accum) than
+                                // the checkpoint's, with a warning (default: refused, SLM_E_ARG)
+    bool train_from_scratch;    // out_dir holds checkpoints: move them aside to
+                                // checkpoints.replaced-DATE and train from a seeded init (without
+                                // it such a run is refused); excludes resume
+    const char *init_from_hf;   // HF directory (config.json + safetensors): initial weights
+    const char *init_from_gguf; // llama.cpp GGUF file (llama architecture): initial weights
+                                // instead of the seeded init (checked against the model config)
+    const char *ckpt_uri;       // s3://BUCKET/PREFIX/: every committed checkpoint is also
+                                // uploaded there in the background (one uploader per host,
+                                // manifest then `latest` last; ckpt_keep applies remotely too);
+                                // with resume "auto" the newest complete of local and remote
+                                // is resumed (docs/storage.md)
+    int s3_prefix_shards;       // rank files spread over this many prefixes (0 / 1: one)
+    const char *data_cache;     // data_dir s3://...: the local copy tools/ streams it into
+                                // (slm_dataset_fetch) before the run; NULL: $TMPDIR default
     bool no_packing; // instruction datasets: one sample per window (padded) instead of packing
                      // several (each attending only to itself); ignored for plain datasets
     int n_hooks;
@@ -598,19 +599,33 @@ int32_t slm_sample_logits(float *logits, int32_t V, const slm_gen_opts *o, slm_r
 // directory, only when it sits in RUN_DIR/checkpoints/), or the HF directory's tokenizer.json /
 // tokenizer.model. This module does not parse command lines.
 
-typedef enum { SLM_MODEL_DIR_RUN, SLM_MODEL_DIR_CKPT, SLM_MODEL_DIR_HF } slm_model_dir_kind;
+//   GGUF file       a llama.cpp GGUF file of the llama architecture (ckpt/: config from its
+//                   metadata, weights dequantized to fp32); its tokenizer is written as
+//                   tokenizer.json into a temp directory (tmp_dir) when the file's tokenizer is
+//                   one shardlm imports (else none, with a warning)
+
+typedef enum {
+    SLM_MODEL_DIR_RUN,
+    SLM_MODEL_DIR_CKPT,
+    SLM_MODEL_DIR_HF,
+    SLM_MODEL_DIR_GGUF
+} slm_model_dir_kind;
 
 // An opened model directory (nothing large is read yet). Fields are read-only for callers.
 typedef struct slm_model_dir {
     slm_model_dir_kind kind;
-    char *path;           // as given (owned)
-    char *weights_dir;    // the step_N directory (RUN / CKPT) or the HF directory (owned)
-    slm_llama_config cfg; // the weights' config (manifest.json or the HF config.json)
-    slm_ckpt *ckpt;       // RUN / CKPT: the opened checkpoint (owned); NULL for HF
-    int64_t step;         // RUN / CKPT: the checkpoint's step; -1 for HF
-    char *tokenizer;      // tokenizer file path, NULL if there is none (owned)
-    char *tmp_dir;        // s3:// PATH: local temp directory holding the fetched tokenizer,
-                          // removed by slm_model_dir_close (owned; NULL otherwise)
+    char *path;                // as given (owned)
+    char *weights_dir;         // the step_N directory (RUN / CKPT) or the HF directory (owned)
+    slm_llama_config cfg;      // the weights' config (manifest.json or the HF config.json)
+    slm_ckpt *ckpt;            // RUN / CKPT: the opened checkpoint (owned); NULL for HF
+    int64_t step;              // RUN / CKPT: the checkpoint's step; -1 for HF
+    char *tokenizer;           // tokenizer file path, NULL if there is none (owned)
+    char *tmp_dir;             // s3:// PATH / GGUF: local temp directory holding the fetched or
+                               // converted tokenizer, removed by slm_model_dir_close (owned; NULL
+                               // otherwise)
+    slm_gguf_file *gguf;       // GGUF: the mapped, parsed file (owned); NULL otherwise
+    const char *chat_template; // GGUF: the built-in template its tokenizer.chat_template
+                               // matches ("chatml", "llama3", "llama2"; static), or NULL
     // A LoRA checkpoint (adapters only; slm_model_dir_is_lora): the caller may set these
     // before loading. keep_lora: keep the adapters unmerged (PEFT export); otherwise they are
     // merged into the base (slm_llama_lora_merge), so eval / generate / export see one model.
@@ -653,6 +668,13 @@ slm_status slm_model_dir_read_weights(slm_model_dir *d, slm_llama *m);
 // when need and there is none (naming the directory), the loader's, SLM_E_ARG when its vocab
 // is larger than the model's vocab_size.
 slm_status slm_model_dir_load_tokenizer(const slm_model_dir *d, slm_tokenizer **tok, bool need);
+// Whether PATH is a GGUF file (a regular file starting with the magic "GGUF").
+bool slm_is_gguf_file(const char *path);
+// train --init-from-gguf: reads the GGUF file's weights into an initialised model with allocated
+// params (slm_gguf_open + slm_gguf_load). Errors: those of open and load.
+slm_status slm_model_gguf_init_weights(const char *path, slm_llama *m);
+// Checks a GGUF file's tensors against cfg without reading their data (slm_gguf_check_shapes).
+slm_status slm_model_gguf_check_shapes(const char *path, const slm_llama_config *cfg);
 // Checks that the dataset DATA_DIR was prepared with d's tokenizer (its XXH64 against
 // manifest.json's); a model directory without a tokenizer passes. Errors: SLM_E_FORMAT naming
 // both tokenizer files and the dataset; those of slm_dataset_open.
