@@ -88,19 +88,6 @@ static void kv_array(kvbuf *kv, const char *k, uint32_t elem, uint64_t n) {
     put64(&kv->b, n);
 }
 
-// llama.cpp's tokenizer.ggml.pre name of a byte-level BPE's pre-tokenizer: "gpt-2" for GPT-2's
-// regex, "llama-bpe" for Llama 3's; NULL for a pattern llama.cpp would split differently.
-static const char *pre_name(const slm_tokenizer *t) {
-    static const char llama3[] =
-        "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
-        "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
-    const char *rx = slm_tokenizer_pretok_regex(t);
-    if (!rx) return NULL;
-    if (!strcmp(rx, slm_tokenizer_gpt2_regex())) return "gpt-2";
-    if (!strcmp(rx, llama3)) return "llama-bpe";
-    return NULL;
-}
-
 // The tokenizer keys. Ids past the tokenizer's vocabulary (a model vocab padded beyond it) are
 // "[PAD<id>]" pieces of type unused, as llama.cpp's converter writes them.
 static slm_status tokenizer_kvs(kvbuf *kv, const slm_tokenizer *t, int32_t V, const char *path) {
@@ -110,12 +97,12 @@ static slm_status tokenizer_kvs(kvbuf *kv, const slm_tokenizer *t, int32_t V, co
         return slm_fail(SLM_E_ARG,
                         "export: tokenizer %s has %d ids but the model's vocabulary is %d", path,
                         tv, V);
-    const char *pre = spm ? NULL : pre_name(t);
+    const char *pre = spm ? NULL : slm_tokenizer_pre_name(t);
     if (!spm && !pre)
         return slm_fail(SLM_E_UNSUPPORTED,
                         "export --gguf: tokenizer %s pre-tokenizes with the regex \"%.200s\", "
-                        "which has no llama.cpp tokenizer.ggml.pre name shardlm knows (GPT-2's "
-                        "\"gpt-2\" or Llama 3's \"llama-bpe\")",
+                        "which has no llama.cpp tokenizer.ggml.pre name shardlm knows (gpt-2, "
+                        "smollm, llama-bpe)",
                         path, slm_tokenizer_pretok_regex(t));
     kv_str(kv, SLM_GGUF_KEY_TOK_MODEL, spm ? "llama" : "gpt2");
     if (pre) kv_str(kv, SLM_GGUF_KEY_TOK_PRE, pre);
@@ -155,7 +142,7 @@ static slm_status tokenizer_kvs(kvbuf *kv, const slm_tokenizer *t, int32_t V, co
     for (int i = 0; i < 4; i++)
         if (ids[i] >= 0) kv_u32(kv, keys[i], (uint32_t)ids[i]);
     // shardlm generate / eval prepend BOS when the tokenizer has one, and never append EOS
-    kv_bool(kv, SLM_GGUF_KEY_TOK_ADD_BOS, ids[0] >= 0);
+    kv_bool(kv, SLM_GGUF_KEY_TOK_ADD_BOS, slm_tokenizer_add_bos(t));
     kv_bool(kv, SLM_GGUF_KEY_TOK_ADD_EOS, false);
     if (spm) kv_bool(kv, "tokenizer.ggml.add_space_prefix", slm_tokenizer_adds_space_prefix(t));
     // GGUF has no key for it: llama.cpp (and transformers' GGUF tokenizer) keep every space

@@ -153,6 +153,9 @@ bool slm_tokenizer_merge(const slm_tokenizer *t, int32_t rank, const char **left
 const char *slm_tokenizer_pretok_regex(const slm_tokenizer *t);
 // GPT-2's pre-tokenization regex (what a ByteLevel pre-tokenizer with use_regex applies).
 const char *slm_tokenizer_gpt2_regex(void);
+// llama.cpp's tokenizer.ggml.pre name of a byte-level BPE's pre-tokenizer ("gpt-2", "smollm",
+// "llama-bpe": the one whose pattern and ignore_merges it has), or NULL (none, or SentencePiece).
+const char *slm_tokenizer_pre_name(const slm_tokenizer *t);
 // Whether a byte-level BPE emits a pre-token that is a whole vocabulary entry without merging
 // (tokenizer.json model.ignore_merges, Llama 3); false for SentencePiece.
 bool slm_tokenizer_ignores_merges(const slm_tokenizer *t);

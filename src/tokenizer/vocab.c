@@ -3,6 +3,8 @@
 #include "tokenizer/bpe.h"
 #include "tokenizer/spm.h"
 
+#include <string.h>
+
 int slm_tokenizer_token_kind(const slm_tokenizer *t, int32_t id) {
     if (id < 0 || id >= t->vocab_size) return 0;
     if (t->type == SLM_TOK_SPM_BPE) {
@@ -54,4 +56,15 @@ bool slm_tokenizer_removes_extra_spaces(const slm_tokenizer *t) {
 
 const char *slm_tokenizer_gpt2_regex(void) {
     return slm_bpe_gpt2_regex;
+}
+
+const char *slm_tokenizer_pre_name(const slm_tokenizer *t) {
+    static const char *const names[] = {"gpt-2", "smollm", "llama-bpe"};
+    const char *rx = slm_tokenizer_pretok_regex(t);
+    for (size_t i = 0; rx && i < sizeof names / sizeof *names; i++) {
+        bool im;
+        const char *r = slm_bpe_named_regex(names[i], &im);
+        if (r && !strcmp(r, rx) && im == slm_tokenizer_ignores_merges(t)) return names[i];
+    }
+    return NULL;
 }
