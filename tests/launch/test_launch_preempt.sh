@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Fault test 4 (issue 10): preemption. A run slowed down by SHARDLM_FAULT=slow (it sleeps, the
 # numbers are unchanged) is launched three times into one run directory:
-#  1. --max-run 3s: the launcher forwards SIGUSR1, the ranks checkpoint and exit 75; launch
-#     exits 75 (result max-run in attempts.json) leaving a checkpoint;
+#  1. --max-run 6s: the launcher forwards SIGUSR1, the ranks checkpoint and exit 75; launch
+#     exits 75 (result max-run in attempts.json) leaving a checkpoint (at 300 ms a step a
+#     loaded host that takes 4 s to start the health check and the job still trains a few
+#     steps; with 3 s at 150 ms it sometimes reached --max-run before step 1);
 #  2. launched again, SIGTERM to the launcher once training advanced: forwarded, exit 75
 #     (result preempted), a newer checkpoint;
 #  3. launched again: continues to the end, exit 0, final weights byte-equal to an
@@ -18,7 +20,7 @@ RUN=(--nproc 2 "${LA[@]}" --hang-timeout 60 --preempt-grace 30 -- "${TR[@]}" --s
 J=$W/run/attempts.json
 newest() { sed -n 's/.*step_0*\([0-9][0-9]*\).*/\1/p' "$W/run/checkpoints/latest" 2>/dev/null; }
 
-SHARDLM_FAULT=slow:rank=0:ms=150 "$BIN" launch --max-run 3s "${RUN[@]}" > "$W/1.log" 2>&1
+SHARDLM_FAULT=slow:rank=0:ms=300 "$BIN" launch --max-run 6s "${RUN[@]}" > "$W/1.log" 2>&1
 check "--max-run reached: exit 75" 75 $?
 [ "$(aj "$J" 'a["result"]')" = max-run ] && [ "$(aj "$J" 'a["exit_code"]')" = 75 ] &&
     ok "attempts.json: result max-run, exit_code 75" || { bad "attempts.json"; cat "$J"; }

@@ -124,7 +124,13 @@ OMPI_MCA_btl=self,tcp OMPI_MCA_btl_tcp_if_include=lo,bogus0 OMPI_MCA_btl_tcp_dis
     "$BIN" launch --nproc 2 "${LA[@]}" --no-health-check --max-restarts 0 -- \
     "${TR[@]}" --steps 2 --out "$W/run8" > "$W/out8.log" 2> "$W/err8.log"
 rc=$?
-has "the warning banner was printed" "$W/err8.log" "WARNING: An invalid value was given for btl_tcp_if_include"
+# (the warning is Open MPI's own output: under load its help forwarding sometimes drops it, 1 run
+# in 3 under two busy loops; what shardlm must do does not depend on it, so it is not asserted)
+if grep -q "WARNING: An invalid value was given for btl_tcp_if_include" "$W/err8.log"; then
+    ok "the warning banner was printed"
+else
+    echo "[note] Open MPI printed no warning banner this time"
+fi
 if [ "$rc" = 4 ]; then # every rank's report lost with the help forwarding: a start-up failure
     ok "ranks cannot reach each other, no rank's report: start-up failure, exit 4"
     r=$(grep '^launch summary' "$W/out8.log")
