@@ -32,8 +32,8 @@ const slm_cli *slm_train_cli(void);
      .off = OFF(model),                                                                            \
      .meta = "DIR",                                                                                \
      .help = "a run directory written by shardlm train (its newest checkpoint that "               \
-             "verifies), a checkpoint step_N directory, or an HF directory (config.json + "        \
-             "safetensors)",                                                                       \
+             "verifies), a checkpoint step_N directory, an HF directory (config.json + "           \
+             "safetensors) or a llama.cpp GGUF file (llama architecture)",                         \
      .group = 1},                                                                                  \
     {                                                                                              \
         .name = "--init-from-hf", .type = SLM_OPT_STRING, .off = OFF(hf), .meta = "DIR",           \

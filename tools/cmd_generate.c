@@ -33,9 +33,10 @@ static const slm_opt k_generate_opts[] = {
      .off = A(chat),
      .meta = "T",
      .help = "treat --prompt as a user message and render it with chat template T (llama2, "
-             "llama3 or a template file, as prep --chat-template), the assistant header "
+             "llama3, chatml or a template file, as prep --chat-template; `model`: the built-in "
+             "one a GGUF --model's tokenizer.chat_template matches), the assistant header "
              "appended; prints only the reply and stops at the template's end of turn "
-             "(<|eot_id|> for llama3, EOS for llama2)"},
+             "(<|eot_id|> for llama3, <|im_end|> for chatml, EOS for llama2)"},
     {.name = "--system",
      .type = SLM_OPT_STRING,
      .off = A(system),
@@ -174,8 +175,38 @@ int slm_cmd_generate(int argc, char **argv) {
         slm_error("generate: %s", slm_errmsg());
         return slm_exit_code(st);
     }
+    // A tokenizer whose file says not to prepend BOS (a GGUF import with add_bos_token false)
+    if (!slm_tokenizer_add_bos(tok)) o.add_bos = false;
     slm_ivec ids = {0};
     slm_ivec chat_ids = {0};
+    if (x.chat && !strcmp(x.chat, "model")) { // the template a GGUF file's Jinja text matches
+        slm_gguf_file g;
+        bool present = false;
+        st = slm_is_gguf_file(run) ? slm_gguf_open(run, &g)
+                                   : slm_fail(SLM_E_ARG,
+                                              "--chat model: %s is not a GGUF file (only a GGUF "
+                                              "--model carries a chat template); give --chat "
+                                              "llama2|llama3|chatml|FILE",
+                                              run);
+        if (!st) {
+            x.chat = slm_gguf_chat_template(&g, &present);
+            if (!x.chat)
+                st = slm_fail(SLM_E_ARG,
+                              "--chat model: %s %s; give the template with --chat FILE (a "
+                              "template file, docs/formats.md)",
+                              run,
+                              present ? "has a tokenizer.chat_template that is not ChatML, "
+                                        "Llama 2 or Llama 3"
+                                      : "has no tokenizer.chat_template");
+            slm_gguf_close(&g);
+        }
+        if (st) {
+            slm_error("generate: %s", slm_errmsg());
+            slm_tokenizer_free(tok);
+            slm_llama_free(&m);
+            return slm_exit_code(st);
+        }
+    }
     if (x.system && !x.chat) {
         slm_error("generate: --system needs --chat T");
         st = SLM_E_ARG;

@@ -90,7 +90,8 @@ static const slm_opt k_prep_opts[] = {
      .type = SLM_OPT_STRING,
      .off = A(chat_template),
      .meta = "T",
-     .help = "llama2 ([INST] <<SYS>> form), llama3 (header form) or a template file (JSON); "
+     .help = "llama2 ([INST] <<SYS>> form), llama3 (header form), chatml (<|im_start|> form) or a "
+             "template file (JSON); "
              "required by --format chat, optional for prompt-completion"},
     {.name = "--quiet",
      .type = SLM_OPT_FLAG,

@@ -505,5 +505,125 @@ typedef struct slm_gguf_export_opts {
 // write failures, naming the file), SLM_E_UNSUPPORTED (a pre-tokenizer llama.cpp has no name for),
 // the tokenizer loader's.
 slm_status slm_gguf_export(const slm_llama *m, const char *out_path, const slm_gguf_export_opts *o);
+// ---------------------------------------------------------------------------------------------
+// GGUF (llama.cpp / ggml's file format; gguf_format.h and docs/formats.md "GGUF"): reading a
+// mapped file's metadata and tensors, dequantized to fp32, and importing a `llama` model from it.
+
+// One metadata key of an open GGUF file. `off` is the byte offset in the file of the value (of
+// the first element for an array); `count` the element count (1 for a scalar).
+typedef struct slm_gguf_kv {
+    char *key;          // owned, NUL-terminated
+    uint32_t type;      // slm_gguf_vtype (gguf_format.h)
+    uint32_t elem_type; // arrays: the element type; else == type
+    uint64_t count;
+    size_t off;
+} slm_gguf_kv;
+
+// One tensor info. ne[] is GGUF's order: ne[0] varies fastest (HF's last dimension), so an HF
+// weight [out, in] has ne = {in, out}; unused trailing dims are 1.
+typedef struct slm_gguf_tensor {
+    char name[128];
+    uint32_t type; // ggml type (slm_gguf_ttype)
+    int n_dims;
+    int64_t ne[4];
+    int64_t numel;
+    uint64_t offset; // bytes from the start of the data section (a multiple of the alignment)
+    size_t nbytes;
+} slm_gguf_tensor;
+
+// A parsed GGUF file (version 2 or 3, little-endian).
+typedef struct slm_gguf_file {
+    char *path; // owned
+    slm_map map;
+    bool owns_map; // slm_gguf_open mapped it (slm_gguf_parse borrows)
+    uint32_t version, alignment;
+    int64_t n_kv, n_tensors;
+    slm_gguf_kv *kv;    // [n_kv] owned
+    slm_gguf_tensor *t; // [n_tensors] owned
+    size_t data_start;  // file offset of the data section
+    size_t data_len;    // its bytes (to the end of the file)
+} slm_gguf_file;
+
+// Parses a GGUF image in memory: magic, version, counts against the bytes present, every key and
+// value (array element types, string lengths; no arrays of arrays), general.alignment (uint32,
+// a power of two), tensor infos (name unique and < 128 bytes, 1..4 dims, element count < 2^50,
+// a type shardlm reads, first dim a multiple of the type's block), each tensor's bytes aligned,
+// inside the data section and not overlapping another's. `name` labels messages; *f borrows
+// data. Release with slm_gguf_close. Errors: SLM_E_FORMAT naming the file and the key or
+// tensor with what was expected; SLM_E_UNSUPPORTED for a known ggml type shardlm does not
+// dequantize (named) or GGUF version 1.
+slm_status slm_gguf_parse(const uint8_t *data, size_t len, const char *name, slm_gguf_file *f);
+// Maps and parses PATH. Errors: slm_map_file's, slm_gguf_parse's.
+slm_status slm_gguf_open(const char *path, slm_gguf_file *f);
+// Releases what f owns (unmaps only what slm_gguf_open mapped); safe on a zeroed struct.
+void slm_gguf_close(slm_gguf_file *f);
+// The key or tensor of that name, or NULL (borrowed from f).
+const slm_gguf_kv *slm_gguf_find(const slm_gguf_file *f, const char *key);
+const slm_gguf_tensor *slm_gguf_tensor_find(const slm_gguf_file *f, const char *name);
+// Typed getters. With found != NULL a missing key is SLM_OK with *found false (*out unchanged);
+// with found NULL it is SLM_E_FORMAT naming the key. A value of the wrong type is SLM_E_FORMAT
+// naming the key, its type and the one expected.
+//   int: any integer type, in [lo, hi] (else SLM_E_FORMAT naming the value and range)
+//   float: float32 / float64 (or an integer)
+//   str: *s points into the file, *len bytes, not NUL-terminated
+slm_status slm_gguf_get_int(const slm_gguf_file *f, const char *key, int64_t lo, int64_t hi,
+                            int64_t *out, bool *found);
+slm_status slm_gguf_get_float(const slm_gguf_file *f, const char *key, double *out, bool *found);
+slm_status slm_gguf_get_bool(const slm_gguf_file *f, const char *key, bool *out, bool *found);
+slm_status slm_gguf_get_str(const slm_gguf_file *f, const char *key, const char **s, size_t *len,
+                            bool *found);
+// The array KEY with elements of elem_type in *out (NULL when the key is absent). Errors:
+// SLM_E_FORMAT when KEY is not an array of elem_type.
+slm_status slm_gguf_get_array(const slm_gguf_file *f, const char *key, uint32_t elem_type,
+                              const slm_gguf_kv **out);
+// The strings of a string array kv: s[i] / len[i] for i < kv->count (caller's arrays; pointers
+// into the file, not NUL-terminated).
+void slm_gguf_array_strings(const slm_gguf_file *f, const slm_gguf_kv *kv, const char **s,
+                            size_t *len);
+// Names of value types ("uint32") and ggml tensor types ("Q4_K"; "unknown" past the table).
+const char *slm_gguf_vtype_name(uint32_t t);
+const char *slm_ggml_type_name(uint32_t t);
+// Dequantizes n elements (a multiple of the type's block size) of ggml type `type` (one
+// slm_ggml_block_size returns non-zero for) from src into dst[n], exactly as ggml's
+// dequantize_row_* (fp32 products in the same order).
+void slm_gguf_dequant(uint32_t type, const uint8_t *src, int64_t n, float *dst);
+// Tensor t of f dequantized into out[t->numel], in GGUF's element order.
+void slm_gguf_read_f32(const slm_gguf_file *f, const slm_gguf_tensor *t, float *out);
+
+// The `llama` architecture's metadata of f as a config: block_count, embedding_length,
+// feed_forward_length, attention.head_count(_kv), context_length, layer_norm_rms_epsilon,
+// rope.freq_base (default 10000), key_length / value_length (head dim), rope.dimension_count,
+// RoPE scaling (none or linear: rope.scaling.type / .factor, or the older rope.scale_linear);
+// vocab_size from token_embd.weight's rows (llama.vocab_size must agree); tied embeddings when
+// output.weight is absent; initializer_range 0.02. Anything that changes the math and is not
+// implemented (another architecture, yarn / llama3 RoPE scaling or rope_freqs.weight, partial
+// rotary, experts, ALiBi, clamping, logit / embedding / residual scales, LayerNorm, ...) is
+// SLM_E_UNSUPPORTED naming the key or tensor; other unknown llama.* keys are warned about.
+// Errors: SLM_E_FORMAT naming a missing or mistyped key, slm_llama_config_validate's.
+slm_status slm_gguf_llama_config(const slm_gguf_file *f, slm_llama_config *cfg);
+// Checks, without reading tensor data or allocating parameters, that f holds exactly the
+// tensors cfg implies (llama.cpp names, blk.N.attn_q.weight ...), each with cfg's shape in GGUF
+// order. Errors: SLM_E_FORMAT naming the tensor and both shapes; SLM_E_UNSUPPORTED for a tensor
+// shardlm's Llama has no place for (biases, ...).
+slm_status slm_gguf_check_shapes(const slm_gguf_file *f, const slm_llama_config *cfg);
+// Reads f's weights, dequantized to fp32, into an initialised model with allocated params
+// whose config is f's (slm_gguf_llama_config; else SLM_E_ARG naming both), undoing llama.cpp's
+// Q / K row permutation back to HF's rotate-half layout. Every weight is checked finite.
+// Errors: those of slm_gguf_check_shapes, SLM_E_NUMERIC naming a non-finite weight.
+slm_status slm_gguf_load(slm_llama *m, const slm_gguf_file *f);
+
+// The tokenizer f carries (tokenizer.ggml.model gpt2: tokens, token types, merges, the
+// pre-tokenizer named by tokenizer.ggml.pre, BOS / EOS / pad ids and add_bos_token) as
+// tokenizer.json text appended to out (slm_tokenizer_vocab_json). Errors: SLM_E_UNSUPPORTED
+// naming tokenizer.ggml.model (another tokenizer model) or tokenizer.ggml.pre (an unknown
+// pre-tokenizer); SLM_E_FORMAT naming a missing or mistyped key.
+slm_status slm_gguf_tokenizer_json(const slm_gguf_file *f, slm_buf *out);
+// Writes that tokenizer as DIR/tokenizer.json (atomically), loads it back once, and returns the
+// path in *path (owned). Errors: those of slm_gguf_tokenizer_json, SLM_E_IO, the loader's.
+slm_status slm_gguf_write_tokenizer(const slm_gguf_file *f, const char *dir, char **path);
+// The built-in chat template ("chatml", "llama3", "llama2") whose markers the Jinja text in
+// tokenizer.chat_template writes; NULL when none matches or the key is absent (*present says
+// which).
+const char *slm_gguf_chat_template(const slm_gguf_file *f, bool *present);
 
 #endif

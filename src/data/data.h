@@ -81,12 +81,13 @@ typedef struct slm_sample {
     bool prompt_completion; // from {"prompt", "completion"}: msgs = user prompt, assistant reply
 } slm_sample;
 
-// A chat template: built-in "llama2" ([INST] <<SYS>> form) or "llama3" (header form), or a
+// A chat template: built-in "llama2" ([INST] <<SYS>> form) "llama3" (header form) or "chatml"
+// (<|im_start|>ROLE\n...<|im_end|>), or a
 // template file (JSON: {"begin", "system", "user", "assistant", "trim"}, docs/formats.md).
 typedef struct slm_chat_template slm_chat_template;
 
-// Loads `spec` ("llama2", "llama3" or a file path). Errors: SLM_E_ARG (neither), SLM_E_IO /
-// SLM_E_FORMAT naming the file and field.
+// Loads `spec` ("llama2", "llama3", "chatml" or a file path). Errors: SLM_E_ARG (neither), SLM_E_IO
+// / SLM_E_FORMAT naming the file and field.
 slm_status slm_chat_template_load(const char *spec, slm_chat_template **out);
 // slm_chat_template_load for a command whose option is not --chat-template (generate's --chat):
 // its messages name `opt` instead.

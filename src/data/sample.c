@@ -31,7 +31,13 @@ struct slm_chat_template {
     char *prefix[3], *suffix[3]; // generic, per role: text around the content (NULL: role refused)
     bool trim;                   // strip leading / trailing whitespace of every content
     bool check_special;          // built-in: each special marker must be one token of the tokenizer
+    const char *const *markers;  // built-in: those markers (NULL-terminated; static)
+    const char *stop;            // built-in: the marker that ends a reply (static; NULL: none)
 };
+
+static const char *const k_llama3_markers[] = {"<|begin_of_text|>", "<|start_header_id|>",
+                                               "<|end_header_id|>", "<|eot_id|>", NULL};
+static const char *const k_chatml_markers[] = {"<|im_start|>", "<|im_end|>", NULL};
 
 static const char *const k_roles[3] = {"system", "user", "assistant"};
 
@@ -213,6 +219,23 @@ slm_status slm_chat_template_load(const char *spec, slm_chat_template **out) {
         }
         t->trim = true;
         t->check_special = true;
+        t->markers = k_llama3_markers;
+        t->stop = "<|eot_id|>";
+    } else if (!strcmp(spec, "chatml")) {
+        // ChatML (Qwen, SmolLM2, ...): per message <|im_start|>ROLE\nCONTENT<|im_end|>\n, the
+        // content as given (no trimming); a reply ends at <|im_end|>.
+        t->kind = TPL_GENERIC;
+        t->name = slm_xstrdup("chatml");
+        t->begin = slm_xstrdup("");
+        for (int r = 0; r < 3; r++) {
+            char b[64];
+            snprintf(b, sizeof b, "<|im_start|>%s\n", k_roles[r]);
+            t->prefix[r] = slm_xstrdup(b);
+            t->suffix[r] = slm_xstrdup("<|im_end|>\n");
+        }
+        t->check_special = true;
+        t->markers = k_chatml_markers;
+        t->stop = "<|im_end|>";
     } else if (slm_is_file(spec)) {
         free(t);
         char *text = NULL;
@@ -224,7 +247,8 @@ slm_status slm_chat_template_load(const char *spec, slm_chat_template **out) {
         return st;
     } else {
         st = slm_fail(SLM_E_ARG,
-                      "--chat-template %s: not llama2, llama3 or an existing template file", spec);
+                      "--chat-template %s: not llama2, llama3, chatml or an existing template file",
+                      spec);
     }
     if (st) {
         slm_chat_template_free(t);
@@ -455,12 +479,11 @@ bool slm_sample_render(const slm_chat_template *t, const slm_sample *s, bool gen
 
 // --- Encoding ---------------------------------------------------------------------------------
 
-// The built-in llama3 markers must each be one special token of the tokenizer (else the
-// template would silently become plain text).
+// A built-in template's markers (llama3, chatml) must each be one special token of the
+// tokenizer (else the template would silently become plain text).
 static slm_status check_markers(const slm_chat_template *t, const slm_tokenizer *tok) {
-    static const char *const k_markers[] = {"<|begin_of_text|>", "<|start_header_id|>",
-                                            "<|end_header_id|>", "<|eot_id|>"};
-    for (size_t i = 0; i < sizeof k_markers / sizeof k_markers[0]; i++) {
+    const char *const *k_markers = t->markers;
+    for (size_t i = 0; k_markers[i]; i++) {
         slm_ivec v = {0};
         slm_status st = slm_tokenizer_encode(tok, k_markers[i], strlen(k_markers[i]),
                                              SLM_ENC_ALLOW_SPECIAL, &v);
@@ -470,7 +493,7 @@ static slm_status check_markers(const slm_chat_template *t, const slm_tokenizer 
         if (!one)
             return slm_fail(SLM_E_ARG,
                             "chat template %s needs the special token %s, which the tokenizer "
-                            "does not have (use a Llama 3 tokenizer.json, or a template file)",
+                            "does not have (use the model's own tokenizer, or a template file)",
                             t->name, k_markers[i]);
     }
     return SLM_OK;
@@ -527,7 +550,7 @@ slm_status slm_chat_prompt_ids(const slm_chat_template *t, const slm_tokenizer *
     slm_sample_segs_free(&g);
     if (st) return st;
     *stop_id = slm_tokenizer_eos_id(tok);
-    const char *end = t->kind == TPL_GENERIC ? t->suffix[2] : NULL;
+    const char *end = t->stop ? t->stop : t->kind == TPL_GENERIC ? t->suffix[2] : NULL;
     if (end && *end) {
         slm_ivec v = {0};
         if (!slm_tokenizer_encode(tok, end, strlen(end), SLM_ENC_ALLOW_SPECIAL, &v) && v.len == 1)

@@ -338,6 +338,29 @@ static slm_status parse_model_options(const char *path, const cJSON *model, bpe_
             return slm_fail(SLM_E_UNSUPPORTED, "%s: model.%s is not implemented", path, affix[i]);
     }
     m->ignore_merges = slm_json_true(cJSON_GetObjectItemCaseSensitive(model, "ignore_merges"));
+    const cJSON *sp = cJSON_GetObjectItemCaseSensitive(model, "shardlm_special_ids");
+    if (!slm_json_absent_or_null(sp)) {
+        if (!cJSON_IsObject(sp))
+            return slm_fail(SLM_E_FORMAT, "%s: model.shardlm_special_ids: expected an object",
+                            path);
+        static const char *const k[4] = {"bos", "eos", "pad", "unk"};
+        for (int i = 0; i < 4; i++) {
+            char name[48];
+            snprintf(name, sizeof name, "model.shardlm_special_ids.%s", k[i]);
+            double d = -1;
+            slm_status st =
+                slm_json_check_num(path, name, cJSON_GetObjectItemCaseSensitive(sp, k[i]), -1,
+                                   BPE_MAX_IDS - 1, true, &d);
+            if (st) return st;
+            m->sp_ids[i] = (int32_t)d;
+        }
+        const cJSON *ab = cJSON_GetObjectItemCaseSensitive(sp, "add_bos");
+        if (!cJSON_IsBool(ab))
+            return slm_fail(SLM_E_FORMAT, "%s: model.shardlm_special_ids.add_bos: expected a bool",
+                            path);
+        m->sp_add_bos = cJSON_IsTrue(ab);
+        m->special_given = true;
+    }
     const cJSON *unk = cJSON_GetObjectItemCaseSensitive(model, "unk_token");
     if (cJSON_IsString(unk)) m->unk_token = slm_xstrdup(unk->valuestring);
     return SLM_OK;
@@ -589,19 +612,32 @@ slm_status slm_bpe_load_json(const char *path, const char *data, size_t len, slm
             goto out;
         }
     }
+    // A byte whose symbol is not in the vocabulary is dropped when encoding, as HF tokenizers'
+    // BPE does with unk_token null: SmolLM2's vocabulary lacks a few control bytes and bytes
+    // that are rare or invalid in UTF-8. Such a tokenizer is not lossless for those bytes (a
+    // warning says so at load). A missing printable ASCII byte is refused: no real byte-level
+    // vocabulary lacks one, a file that does is not one.
+    int n_missing = 0, first_missing = -1;
     for (int b = 0; b < 256; b++) {
         uint8_t c = (uint8_t)b;
         tmp.len = 0;
         slm_bpe_bytes_to_symbols(&c, 1, &tmp);
         m->byte_id[b] = piece_map_get(&pm, m->piece, tmp.data, tmp.len);
-        if (m->byte_id[b] < 0) {
+        if (m->byte_id[b] >= 0) continue;
+        if (b >= 0x20 && b < 0x7f) {
             st = slm_fail(SLM_E_FORMAT,
                           "%s: model.vocab lacks \"%s\", the byte-level symbol of byte 0x%02x "
-                          "(a byte-level BPE needs all 256)",
+                          "(a byte-level BPE needs every printable ASCII byte)",
                           path, tmp.data, b);
             goto out;
         }
+        if (n_missing++ == 0) first_missing = b;
     }
+    if (n_missing)
+        slm_warn("%s: model.vocab lacks the byte-level symbols of %d byte value(s) (the first "
+                 "0x%02x); those bytes are dropped when encoding, as Hugging Face tokenizers "
+                 "does",
+                 path, n_missing, first_missing);
     if ((st = parse_merges(path, cJSON_GetObjectItemCaseSensitive(model, "merges"), &pm, m)))
         goto out;
 
@@ -657,6 +693,20 @@ slm_status slm_bpe_load_json(const char *path, const char *data, size_t len, slm
     t->type = SLM_TOK_BYTE_BPE;
     t->vocab_size = m->n_ids;
     assign_special_ids(m, t);
+    if (m->special_given) {
+        int32_t *dst[4] = {&t->bos_id, &t->eos_id, &t->pad_id, &t->unk_id};
+        for (int i = 0; i < 4; i++) {
+            if (m->sp_ids[i] >= m->n_ids) {
+                st = slm_fail(SLM_E_FORMAT,
+                              "%s: model.shardlm_special_ids: id %d is outside the vocabulary "
+                              "[0, %d)",
+                              path, m->sp_ids[i], m->n_ids);
+                goto out;
+            }
+            *dst[i] = m->sp_ids[i];
+        }
+        t->no_default_bos = !m->sp_add_bos;
+    }
     t->impl = m;
 out:
     free(pm.slot);
@@ -747,8 +797,15 @@ void slm_bpe_write_json(const bpe_model *m, slm_buf *out) {
     slm_buf_appendf(out,
                     ",\n    \"continuing_subword_prefix\": null,\n    \"end_of_word_suffix\": "
                     "null,\n    \"fuse_unk\": false,\n    \"byte_fallback\": false,\n    "
-                    "\"ignore_merges\": %s,\n    \"vocab\": {",
+                    "\"ignore_merges\": %s,\n",
                     m->ignore_merges ? "true" : "false");
+    if (m->special_given)
+        slm_buf_appendf(out,
+                        "    \"shardlm_special_ids\": {\"bos\": %d, \"eos\": %d, \"pad\": %d, "
+                        "\"unk\": %d, \"add_bos\": %s},\n",
+                        m->sp_ids[0], m->sp_ids[1], m->sp_ids[2], m->sp_ids[3],
+                        m->sp_add_bos ? "true" : "false");
+    slm_buf_appendf(out, "    \"vocab\": {");
     k = 0;
     for (int32_t id = 0; id < m->n_ids; id++) {
         if (!(m->flags[id] & BPE_IN_VOCAB)) continue;
@@ -889,11 +946,15 @@ static void merge_word(const bpe_model *m, bpe_scratch *s, const uint8_t *p, siz
     uint64_t *heap = s->heap;
     size_t nh = 0;
     int32_t ni = (int32_t)n; // positions fit: callers split pre-tokens at 2^30 bytes
+    int32_t k = 0;
     for (int32_t i = 0; i < ni; i++) {
-        sym[i] = m->byte_id[p[i]];
-        prv[i] = i - 1;
-        nxt[i] = i + 1;
+        sym[k] = m->byte_id[p[i]];
+        if (sym[k] < 0) continue; // a byte the vocabulary lacks: dropped (HF, unk_token null)
+        prv[k] = k - 1;
+        nxt[k] = k + 1;
+        k++;
     }
+    ni = k;
     for (int32_t i = 0; i + 1 < ni; i++) {
         int32_t r = merge_rank(m, sym[i], sym[i + 1]);
         if (r >= 0) heap_push(heap, &nh, ((uint64_t)r << 32) | (uint32_t)i);
@@ -932,7 +993,7 @@ static void encode_piece(void *vctx, const uint8_t *p, size_t n) {
     const bpe_model *m = c->m;
     bpe_scratch *s = c->s;
     if (n == 1) {
-        slm_ivec_push(c->out, m->byte_id[p[0]]);
+        if (m->byte_id[p[0]] >= 0) slm_ivec_push(c->out, m->byte_id[p[0]]);
         return;
     }
     if (m->ignore_merges) {

@@ -54,10 +54,21 @@ typedef struct bpe_model {
     bool added_first[256]; // bytes that start some added token (skips most positions)
     char *unk_token;       // model.unk_token or NULL (owned)
 
+    // model.shardlm_special_ids (written for GGUF imports, whose special ids tokenizer.json
+    // cannot express): {"bos", "eos", "pad", "unk": id or -1, "add_bos": bool}; when present it
+    // replaces the ids guessed from token contents.
+    bool special_given;
+    int32_t sp_ids[4]; // bos, eos, pad, unk
+    bool sp_add_bos;
+
     int pre_form;   // BPE_PRE_*
     char *regex;    // pattern in use (owned)
     pcre2_code *re; // compiled (JIT when available)
 } bpe_model;
+
+// The split pattern of a llama.cpp pre-tokenizer name (tokenizer.ggml.pre), NULL when unknown;
+// *ignore_merges: HF's ignore_merges for it (Llama 3).
+const char *slm_bpe_named_regex(const char *name, bool *ignore_merges);
 
 // Byte -> code point of its printable symbol (GPT-2 bytes_to_unicode).
 extern uint32_t slm_bpe_byte_cp[256];

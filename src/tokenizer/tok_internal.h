@@ -9,6 +9,7 @@ struct slm_tokenizer {
     slm_tok_type type;
     int32_t vocab_size;
     int32_t bos_id, eos_id, unk_id, pad_id; // -1 when absent
+    bool no_default_bos;                    // the file says: do not prepend BOS by default
     uint64_t hash;                          // XXH64 of the source file bytes
     void *impl;                             // owned by the family: struct bpe_model / spm_model
 };

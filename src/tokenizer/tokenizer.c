@@ -61,6 +61,9 @@ const char *slm_tokenizer_type_name(const slm_tokenizer *t) {
 int32_t slm_tokenizer_vocab_size(const slm_tokenizer *t) {
     return t->vocab_size;
 }
+bool slm_tokenizer_add_bos(const slm_tokenizer *t) {
+    return t->bos_id >= 0 && !t->no_default_bos;
+}
 int32_t slm_tokenizer_bos_id(const slm_tokenizer *t) {
     return t->bos_id;
 }

@@ -3,7 +3,8 @@
 //
 // Invariants: a loaded tokenizer is immutable, so encode/decode may be called concurrently
 // from many threads on the same object (each call keeps its own scratch state).
-// Byte-level BPE is lossless: decode(encode(x)) == x for every byte string.
+// Byte-level BPE is lossless: decode(encode(x)) == x for every byte string (except for bytes
+// whose symbol the vocabulary lacks, which are dropped as Hugging Face tokenizers drops them).
 // Special tokens (BOS/EOS/PAD/added tokens) in ordinary text are encoded as ordinary text
 // unless the caller passes SLM_ENC_ALLOW_SPECIAL.
 // A SentencePiece model whose normalizer or options shardlm does not implement exactly is
@@ -39,6 +40,9 @@ void slm_tokenizer_free(slm_tokenizer *t);
 slm_tok_type slm_tokenizer_type(const slm_tokenizer *t);
 // "byte_bpe" or "sentencepiece_bpe".
 const char *slm_tokenizer_type_name(const slm_tokenizer *t);
+// Whether encoders should prepend BOS by default (SLM_ENC_ADD_BOS): true when the tokenizer has
+// a BOS id, unless its file says otherwise (a GGUF import with add_bos_token false).
+bool slm_tokenizer_add_bos(const slm_tokenizer *t);
 // Number of ids (the model's vocab size must be >= this).
 int32_t slm_tokenizer_vocab_size(const slm_tokenizer *t);
 // Special ids, or -1 when the tokenizer has none.
@@ -158,5 +162,25 @@ bool slm_tokenizer_adds_space_prefix(const slm_tokenizer *t);
 // Whether a SentencePiece model collapses runs of spaces and strips them at the ends
 // (normalizer remove_extra_whitespaces); false for byte-level BPE.
 bool slm_tokenizer_removes_extra_spaces(const slm_tokenizer *t);
+// A byte-level BPE vocabulary given as arrays (GGUF's tokenizer.ggml.* metadata, model gpt2).
+typedef struct slm_tok_vocab {
+    int32_t n_tokens;
+    const char *const *tokens; // [n_tokens] byte-level symbol spelling (not NUL-terminated)
+    const size_t *token_len;   // [n_tokens]
+    const int32_t *token_type; // [n_tokens] GGUF token types (3 control, 4 user-defined), or NULL
+    int32_t n_merges;
+    const char *const *merges; // [n_merges] "left right"
+    const size_t *merge_len;
+    const char *pre; // pre-tokenizer name (tokenizer.ggml.pre): gpt2, smollm, starcoder, llama-bpe
+    int32_t bos_id, eos_id, pad_id, unk_id; // -1: none
+    bool add_bos;
+} slm_tok_vocab;
+// Appends the tokenizer.json text of vocabulary v to out: model BPE (vocab, merges; control
+// tokens added as special, user-defined ones as plain added tokens), the pre-tokenizer as
+// Sequence[Split(the named pattern), ByteLevel], ByteLevel decoder, and the special ids in
+// model.shardlm_special_ids (which transformers' tokenizers ignore). `what` names the source in
+// messages. Errors: SLM_E_UNSUPPORTED naming an unknown pre-tokenizer; SLM_E_FORMAT for a
+// special id outside the vocabulary or a merge that is not two tokens.
+slm_status slm_tokenizer_vocab_json(const slm_tok_vocab *v, const char *what, slm_buf *out);
 
 #endif

@@ -182,6 +182,21 @@ static slm_model_dir_kind kind_of(const char *p) {
     return SLM_MODEL_DIR_HF;
 }
 
+// A temp directory under $TMPDIR (owned path in *out).
+static slm_status make_tmp_dir(const char *prefix, char **out) {
+    const char *td = getenv("TMPDIR");
+    char name[64];
+    snprintf(name, sizeof name, "%s.XXXXXX", prefix);
+    char *tmpl = slm_path_join(td && *td ? td : "/tmp", name);
+    if (!mkdtemp(tmpl)) {
+        slm_status st = slm_fail(SLM_E_IO, "%s: mkdtemp: %s", tmpl, strerror(errno));
+        free(tmpl);
+        return st;
+    }
+    *out = tmpl;
+    return SLM_OK;
+}
+
 // s3://BUCKET/PREFIX (run prefix, checkpoints prefix or step prefix): the checkpoint through
 // range GETs; the tokenizer it recorded is fetched from the run prefix (uploaded there by
 // --ckpt-uri) into a temp directory under $TMPDIR.
@@ -205,12 +220,9 @@ static slm_status open_remote(slm_model_dir *d) {
     st = slm_s3_uri_parse(run, &bucket, &prefix);
     free(run);
     if (st) return st;
-    const char *td = getenv("TMPDIR");
-    char *tmpl = slm_path_join(td && *td ? td : "/tmp", "shardlm-tok.XXXXXX");
-    if (!mkdtemp(tmpl)) {
-        st = slm_fail(SLM_E_IO, "%s: mkdtemp: %s", tmpl, strerror(errno));
-        free(tmpl);
-    } else {
+    char *tmpl = NULL;
+    st = make_tmp_dir("shardlm-tok", &tmpl);
+    if (!st) {
         d->tmp_dir = tmpl;
         slm_buf key = {0};
         slm_buf_appendf(&key, "%s%s%s", prefix, *prefix ? "/" : "", M->tokenizer_file);
@@ -238,13 +250,59 @@ static slm_status open_remote(slm_model_dir *d) {
     return st;
 }
 
+bool slm_is_gguf_file(const char *path) {
+    if (!slm_is_file(path)) return false;
+    FILE *f = fopen(path, "rb");
+    char m[4] = {0};
+    bool r = f && fread(m, 1, 4, f) == 4 && !memcmp(m, "GGUF", 4);
+    if (f) fclose(f);
+    return r;
+}
+
+// GGUF kind: config from the metadata; the tokenizer converted into a temp directory.
+static slm_status open_gguf(slm_model_dir *d) {
+    d->kind = SLM_MODEL_DIR_GGUF;
+    d->weights_dir = slm_xstrdup(d->path);
+    d->gguf = slm_xcalloc(1, sizeof *d->gguf);
+    slm_status st = slm_gguf_open(d->path, d->gguf);
+    if (!st) st = slm_gguf_llama_config(d->gguf, &d->cfg);
+    if (st) return st;
+    bool has_tpl = false;
+    d->chat_template = slm_gguf_chat_template(d->gguf, &has_tpl);
+    if ((st = make_tmp_dir("shardlm-gguf", &d->tmp_dir))) return st;
+    st = slm_gguf_write_tokenizer(d->gguf, d->tmp_dir, &d->tokenizer);
+    if (st == SLM_E_UNSUPPORTED) { // the weights are still usable (eval of prepared data)
+        slm_warn("%s: no tokenizer: %s", d->path, slm_errmsg());
+        st = SLM_OK;
+    }
+    return st;
+}
+
+slm_status slm_model_gguf_init_weights(const char *path, slm_llama *m) {
+    slm_gguf_file g;
+    slm_status st = slm_gguf_open(path, &g);
+    if (!st) st = slm_gguf_load(m, &g);
+    slm_gguf_close(&g);
+    return st;
+}
+
+slm_status slm_model_gguf_check_shapes(const char *path, const slm_llama_config *cfg) {
+    slm_gguf_file g;
+    slm_status st = slm_gguf_open(path, &g);
+    if (!st) st = slm_gguf_check_shapes(&g, cfg);
+    slm_gguf_close(&g);
+    return st;
+}
+
 static slm_status open_kind(slm_model_dir *d) {
     const char *p = d->path;
     if (slm_s3_is_uri(p)) return open_remote(d);
+    if (slm_is_gguf_file(p)) return open_gguf(d);
     if (!slm_is_dir(p))
         return slm_fail(SLM_E_IO,
                         "%s: not a directory (expected a run directory written by shardlm "
-                        "train, a checkpoint step_N directory or a Hugging Face directory)",
+                        "train, a checkpoint step_N directory, a Hugging Face directory or a "
+                        "GGUF file)",
                         p);
     if (kind_of(p) == SLM_MODEL_DIR_CKPT) return open_step(d);
     if (has_dir(p, "checkpoints")) {
@@ -304,6 +362,8 @@ void slm_model_dir_close(slm_model_dir *d) {
     free(d->tokenizer);
     if (d->tmp_dir) slm_rmdir_flat_quiet(d->tmp_dir);
     free(d->tmp_dir);
+    slm_gguf_close(d->gguf);
+    free(d->gguf);
     memset(d, 0, sizeof *d);
     d->step = -1;
 }
@@ -345,6 +405,7 @@ bool slm_model_dir_is_lora(const slm_model_dir *d) {
 }
 
 slm_status slm_model_dir_read_weights(slm_model_dir *d, slm_llama *m) {
+    if (d->gguf) return slm_gguf_load(m, d->gguf);
     if (!d->ckpt) return slm_hf_load(m, d->weights_dir);
     if (slm_model_dir_is_lora(d)) return read_lora(d, m);
     slm_status st = slm_ckpt_check_model(d->ckpt, m);
@@ -369,6 +430,7 @@ slm_status slm_model_dir_read_weights(slm_model_dir *d, slm_llama *m) {
 // against the config's, built without buffers; or the safetensors headers), so a config that
 // declares a huge model fails naming the tensor instead of on memory.
 static slm_status check_shapes(slm_model_dir *d) {
+    if (d->gguf) return slm_gguf_check_shapes(d->gguf, &d->cfg);
     if (!d->ckpt) return slm_hf_check_shapes(d->weights_dir, &d->cfg);
     slm_llama lay;
     slm_status st = slm_llama_init(&lay, &d->cfg, false);
@@ -405,7 +467,10 @@ slm_status slm_model_dir_load_tokenizer(const slm_model_dir *d, slm_tokenizer **
     if (!d->tokenizer) {
         if (!need) return SLM_OK;
         return slm_fail(SLM_E_IO, "%s: no tokenizer.json or tokenizer.model%s", d->path,
-                        d->kind == SLM_MODEL_DIR_HF ? "" : " in the run directory");
+                        d->kind == SLM_MODEL_DIR_HF     ? ""
+                        : d->kind == SLM_MODEL_DIR_GGUF ? " (the GGUF file's tokenizer is not one "
+                                                          "shardlm imports: see the warning)"
+                                                        : " in the run directory");
     }
     slm_status st = slm_tokenizer_load(d->tokenizer, tok);
     if (st) return st;
@@ -439,6 +504,11 @@ slm_status slm_model_dir_check_dataset(const slm_model_dir *d, const char *data_
 }
 
 slm_status slm_model_dir_require_hf(const char *path) {
+    if (slm_is_gguf_file(path))
+        return slm_fail(SLM_E_ARG,
+                        "--init-from-hf %s: a GGUF file, not a Hugging Face directory; give it "
+                        "as --init-from-gguf (train) or --model (eval, generate)",
+                        path);
     slm_model_dir_kind k = kind_of(path);
     if (k == SLM_MODEL_DIR_HF) return SLM_OK;
     return slm_fail(SLM_E_ARG,

@@ -598,19 +598,33 @@ int32_t slm_sample_logits(float *logits, int32_t V, const slm_gen_opts *o, slm_r
 // directory, only when it sits in RUN_DIR/checkpoints/), or the HF directory's tokenizer.json /
 // tokenizer.model. This module does not parse command lines.
 
-typedef enum { SLM_MODEL_DIR_RUN, SLM_MODEL_DIR_CKPT, SLM_MODEL_DIR_HF } slm_model_dir_kind;
+//   GGUF file       a llama.cpp GGUF file of the llama architecture (ckpt/: config from its
+//                   metadata, weights dequantized to fp32); its tokenizer is written as
+//                   tokenizer.json into a temp directory (tmp_dir) when the file's tokenizer is
+//                   one shardlm imports (else none, with a warning)
+
+typedef enum {
+    SLM_MODEL_DIR_RUN,
+    SLM_MODEL_DIR_CKPT,
+    SLM_MODEL_DIR_HF,
+    SLM_MODEL_DIR_GGUF
+} slm_model_dir_kind;
 
 // An opened model directory (nothing large is read yet). Fields are read-only for callers.
 typedef struct slm_model_dir {
     slm_model_dir_kind kind;
-    char *path;           // as given (owned)
-    char *weights_dir;    // the step_N directory (RUN / CKPT) or the HF directory (owned)
-    slm_llama_config cfg; // the weights' config (manifest.json or the HF config.json)
-    slm_ckpt *ckpt;       // RUN / CKPT: the opened checkpoint (owned); NULL for HF
-    int64_t step;         // RUN / CKPT: the checkpoint's step; -1 for HF
-    char *tokenizer;      // tokenizer file path, NULL if there is none (owned)
-    char *tmp_dir;        // s3:// PATH: local temp directory holding the fetched tokenizer,
-                          // removed by slm_model_dir_close (owned; NULL otherwise)
+    char *path;                // as given (owned)
+    char *weights_dir;         // the step_N directory (RUN / CKPT) or the HF directory (owned)
+    slm_llama_config cfg;      // the weights' config (manifest.json or the HF config.json)
+    slm_ckpt *ckpt;            // RUN / CKPT: the opened checkpoint (owned); NULL for HF
+    int64_t step;              // RUN / CKPT: the checkpoint's step; -1 for HF
+    char *tokenizer;           // tokenizer file path, NULL if there is none (owned)
+    char *tmp_dir;             // s3:// PATH / GGUF: local temp directory holding the fetched or
+                               // converted tokenizer, removed by slm_model_dir_close (owned; NULL
+                               // otherwise)
+    slm_gguf_file *gguf;       // GGUF: the mapped, parsed file (owned); NULL otherwise
+    const char *chat_template; // GGUF: the built-in template its tokenizer.chat_template
+                               // matches ("chatml", "llama3", "llama2"; static), or NULL
     // A LoRA checkpoint (adapters only; slm_model_dir_is_lora): the caller may set these
     // before loading. keep_lora: keep the adapters unmerged (PEFT export); otherwise they are
     // merged into the base (slm_llama_lora_merge), so eval / generate / export see one model.
@@ -653,6 +667,13 @@ slm_status slm_model_dir_read_weights(slm_model_dir *d, slm_llama *m);
 // when need and there is none (naming the directory), the loader's, SLM_E_ARG when its vocab
 // is larger than the model's vocab_size.
 slm_status slm_model_dir_load_tokenizer(const slm_model_dir *d, slm_tokenizer **tok, bool need);
+// Whether PATH is a GGUF file (a regular file starting with the magic "GGUF").
+bool slm_is_gguf_file(const char *path);
+// train --init-from-gguf: reads the GGUF file's weights into an initialised model with allocated
+// params (slm_gguf_open + slm_gguf_load). Errors: those of open and load.
+slm_status slm_model_gguf_init_weights(const char *path, slm_llama *m);
+// Checks a GGUF file's tensors against cfg without reading their data (slm_gguf_check_shapes).
+slm_status slm_model_gguf_check_shapes(const char *path, const slm_llama_config *cfg);
 // Checks that the dataset DATA_DIR was prepared with d's tokenizer (its XXH64 against
 // manifest.json's); a model directory without a tokenizer passes. Errors: SLM_E_FORMAT naming
 // both tokenizer files and the dataset; those of slm_dataset_open.

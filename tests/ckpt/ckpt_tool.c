@@ -4,7 +4,17 @@
 //   ckpt_tool hf-logits DIR TOKENS.slt OUT.slt  model from DIR (config.json + safetensors via
 //                                               slm_hf_load): logits [B, T, V] of tokens
 //   ckpt_tool ckpt-logits PATH TOKENS.slt OUT.slt  the same from a checkpoint's params
-//   ckpt_tool st-check FILE                     slm_st_open only: exit 0 if the safetensors
+//   ckpt_tool gguf-check FILE                   slm_gguf_open only: exit 0 if the GGUF file is
+//                                               accepted, 1 (message) if refused
+//   ckpt_tool gguf-dump FILE OUT.slt            every tensor of a GGUF file dequantized to f32
+//                                               (shape: GGUF's ne reversed)
+//   ckpt_tool gguf-logits FILE TOKENS.slt OUT.slt  model from a GGUF file (slm_gguf_llama_config
+//                                               + slm_gguf_load): logits [B, T, V]
+//   ckpt_tool gguf-params FILE OUT.slt          the model's parameters after slm_gguf_load, by
+//                                               HF name (shape as HF's)
+//   ckpt_tool gguf-tokenizer FILE DIR          writes the GGUF file's tokenizer as
+//   DIR/tokenizer.json ckpt_tool st-check FILE                     slm_st_open only: exit 0 if the
+//   safetensors
 //                                               file is accepted, 1 (message) if refused
 // Exit status 0 on success; errors print the message.
 #include "ckpt/ckpt.h"
@@ -37,6 +47,33 @@ static int logits_out(slm_llama *m, const char *tokens_path, const char *out) {
     slm_tset_free(&in);
     slm_tset_free(&res);
     return st ? fail() : 0;
+}
+
+// Mean loss of tokens [B, T + 1]: inputs [:, :T], targets [:, 1:].
+static int loss_out(slm_llama *m, const char *tokens_path) {
+    slm_tensor_set in = {0};
+    if (slm_tset_load(&in, tokens_path)) return fail();
+    const slm_tensor *t = slm_tset_get(&in, "tokens");
+    if (!t || t->dtype != SLM_T_I32 || t->ndim != 2 || t->shape[1] < 2) {
+        fprintf(stderr, "ckpt_tool: %s: needs tokens [B, T + 1] i32\n", tokens_path);
+        return 1;
+    }
+    int B = (int)t->shape[0], T = (int)t->shape[1] - 1;
+    const int32_t *all = t->data;
+    int32_t *x = slm_xmalloc((size_t)B * (size_t)T * sizeof *x),
+            *y = slm_xmalloc((size_t)B * (size_t)T * sizeof *y);
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < T; i++) {
+            x[b * T + i] = all[b * (T + 1) + i];
+            y[b * T + i] = all[b * (T + 1) + i + 1];
+        }
+    slm_llama_set_shape(m, B, T, true);
+    float loss = slm_llama_forward_loss(m, x, y, B, T);
+    printf("%.9g\n", (double)loss);
+    free(x);
+    free(y);
+    slm_tset_free(&in);
+    return 0;
 }
 
 int main(int argc, char **argv) {
@@ -75,6 +112,70 @@ int main(int argc, char **argv) {
             free(mv[u]);
         slm_llama_free(&m);
         return st ? fail() : 0;
+    }
+    if (!strcmp(mode, "gguf-check") && argc == 3) {
+        slm_gguf_file g;
+        slm_status st = slm_gguf_open(argv[2], &g);
+        slm_gguf_close(&g);
+        return st ? fail() : 0;
+    }
+    if (!strcmp(mode, "gguf-tokenizer") && argc == 4) {
+        slm_gguf_file g;
+        char *p = NULL;
+        slm_status st = slm_gguf_open(argv[2], &g);
+        if (!st) st = slm_gguf_write_tokenizer(&g, argv[3], &p);
+        free(p);
+        slm_gguf_close(&g);
+        return st ? fail() : 0;
+    }
+    if (!strcmp(mode, "gguf-dump") && argc == 4) {
+        slm_gguf_file g;
+        if (slm_gguf_open(argv[2], &g)) return fail();
+        slm_tensor_set res = {0};
+        for (int64_t i = 0; i < g.n_tensors; i++) {
+            const slm_gguf_tensor *t = &g.t[i];
+            float *x = slm_xmalloc((size_t)(t->numel ? t->numel : 1) * sizeof(float));
+            slm_gguf_read_f32(&g, t, x);
+            int64_t shape[4];
+            for (int d = 0; d < t->n_dims; d++)
+                shape[d] = t->ne[t->n_dims - 1 - d];
+            slm_tset_add(&res, t->name, SLM_T_F32, t->n_dims, shape, x);
+            free(x);
+        }
+        slm_status st = slm_tset_save(&res, argv[3]);
+        slm_tset_free(&res);
+        slm_gguf_close(&g);
+        return st ? fail() : 0;
+    }
+    if ((!strcmp(mode, "gguf-logits") && argc == 5) ||
+        ((!strcmp(mode, "gguf-params") || !strcmp(mode, "gguf-loss")) && argc == 4)) {
+        slm_gguf_file g;
+        slm_llama_config cfg;
+        if (slm_gguf_open(argv[2], &g)) return fail();
+        if (slm_gguf_llama_config(&g, &cfg) || slm_gguf_check_shapes(&g, &cfg) ||
+            slm_llama_init(&m, &cfg, true) || slm_gguf_load(&m, &g)) {
+            slm_gguf_close(&g);
+            return fail();
+        }
+        slm_gguf_close(&g);
+        int rc = 0;
+        if (argc == 5) {
+            rc = logits_out(&m, argv[3], argv[4]);
+        } else if (!strcmp(mode, "gguf-loss")) {
+            rc = loss_out(&m, argv[3]);
+        } else {
+            slm_tensor_set res = {0};
+            for (int u = 0; u < m.n_units; u++)
+                for (int i = 0; i < m.units[u].n_views; i++) {
+                    const slm_param_view *v = &m.units[u].views[i];
+                    slm_tset_add(&res, v->name, SLM_T_F32, v->ndim, v->shape,
+                                 m.params[u] + v->offset);
+                }
+            if (slm_tset_save(&res, argv[3])) rc = fail();
+            slm_tset_free(&res);
+        }
+        slm_llama_free(&m);
+        return rc;
     }
     if (!strcmp(mode, "hf-logits") && argc == 5) {
         char *cp = slm_path_join(argv[2], "config.json");
