@@ -1,5 +1,5 @@
-// shardlm tokenizer train|encode|decode|info: byte-level BPE training and a stdin -> stdout
-// front end to the generic tokenizer API (byte-level BPE tokenizer.json or SentencePiece
+// shardlm tokenizer train|encode|decode|info|from-gguf: byte-level BPE training and a stdin ->
+// stdout front end to the generic tokenizer API (byte-level BPE tokenizer.json or SentencePiece
 // tokenizer.model).
 #include "cmd.h"
 
@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 
 #include "base/base.h"
+#include "ckpt/ckpt.h"
 #include "tokenizer/tokenizer.h"
 
 typedef struct tok_args {
@@ -89,6 +90,19 @@ static const slm_opt k_decode_opts[] = {
     {.type = SLM_OPT_END},
 };
 static const slm_opt k_info_opts[] = {TOKENIZER_OPT, {.type = SLM_OPT_END}};
+static const slm_opt k_gguf_opts[] = {
+    {.name = "--gguf",
+     .type = SLM_OPT_STRING,
+     .off = A(tokenizer),
+     .meta = "FILE",
+     .help = "a llama.cpp GGUF file whose tokenizer.ggml.* metadata is a byte-level BPE (gpt2)"},
+    {.name = "--out",
+     .type = SLM_OPT_STRING,
+     .off = A(out),
+     .meta = "FILE",
+     .help = "the tokenizer.json to write (for prep --tokenizer)"},
+    {.type = SLM_OPT_END},
+};
 #undef A
 
 static const slm_cli k_tok_cli[] = {
@@ -112,14 +126,19 @@ static const slm_cli k_tok_cli[] = {
      .usage = "usage: shardlm tokenizer info --tokenizer FILE\n"
               "  prints the type, vocab size, BOS/EOS/UNK/PAD ids and the file's XXH64.\n",
      .opts = k_info_opts},
+    {.cmd = "tokenizer from-gguf",
+     .usage = "usage: shardlm tokenizer from-gguf --gguf FILE --out tokenizer.json\n"
+              "  writes the tokenizer a GGUF file carries as a tokenizer.json (the one eval,\n"
+              "  generate and train --init-from-gguf use for that file).\n",
+     .opts = k_gguf_opts},
 };
-enum { TOK_TRAIN, TOK_ENCODE, TOK_DECODE, TOK_INFO, TOK_N };
+enum { TOK_TRAIN, TOK_ENCODE, TOK_DECODE, TOK_INFO, TOK_GGUF, TOK_N };
 
 static const char k_tok_footer[] =
     "\nA read error on stdin (e.g. a directory) is a runtime error (exit 1).\n"
     "Exit status: 0 ok, 1 runtime error, 2 usage error.\n";
 
-// The help of all four subcommands, written at once (a reader that stops early, `| grep -q`,
+// The help of all the subcommands, written at once (a reader that stops early, `| grep -q`,
 // must not make a later piece fail with SIGPIPE).
 static void usage(FILE *f) {
     char *buf = NULL;
@@ -462,6 +481,25 @@ static int cmd_info(int argc, char **argv) {
     return stdout_ok(0) ? SLM_EXIT_OK : SLM_EXIT_ERROR;
 }
 
+static int cmd_from_gguf(int argc, char **argv) {
+    tok_args x = {0};
+    int rc = parse(TOK_GGUF, argc, argv, &x, NULL);
+    if (rc >= 0) return rc;
+    if (!x.tokenizer || !x.out) return fail_usage("--gguf FILE and --out FILE are required", NULL);
+    slm_gguf_file g;
+    slm_buf b = {0};
+    slm_status st = slm_gguf_open(x.tokenizer, &g);
+    if (!st) st = slm_gguf_tokenizer_json(&g, &b);
+    if (!st) st = slm_file_write_atomic(x.out, b.data, b.len);
+    slm_buf_free(&b);
+    slm_gguf_close(&g);
+    if (st) {
+        slm_error("tokenizer from-gguf: %s", slm_errmsg());
+        return slm_exit_code(st);
+    }
+    return SLM_EXIT_OK;
+}
+
 int slm_cmd_tokenizer(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
@@ -476,5 +514,6 @@ int slm_cmd_tokenizer(int argc, char **argv) {
     if (!strcmp(sub, "encode")) return cmd_codec(argc - 1, argv + 1, true);
     if (!strcmp(sub, "decode")) return cmd_codec(argc - 1, argv + 1, false);
     if (!strcmp(sub, "info")) return cmd_info(argc - 1, argv + 1);
+    if (!strcmp(sub, "from-gguf")) return cmd_from_gguf(argc - 1, argv + 1);
     return fail_usage("unknown subcommand", sub);
 }

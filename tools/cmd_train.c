@@ -429,6 +429,13 @@ static const slm_opt k_train_opts[] = {
      .meta = "DIR",
      .help = "initial weights from a Hugging Face safetensors directory (not with --resume "
              "PATH; with --resume auto only while RUN_DIR has no checkpoint)"},
+    {.name = "--init-from-gguf",
+     .type = SLM_OPT_STRING,
+     .off = A(o.init_from_gguf),
+     .meta = "FILE",
+     .help = "initial weights from a llama.cpp GGUF file (llama architecture; dequantized to "
+             "fp32); --model defaults to it (its metadata is the config); prepare the data "
+             "with its tokenizer (shardlm tokenizer from-gguf); as --init-from-hf otherwise"},
     {.type = SLM_OPT_SECTION,
      .help = "  LoRA fine-tuning (Hu et al. 2021, PEFT's arithmetic; docs/training.md):"},
     {.name = "--lora-rank",
@@ -624,6 +631,27 @@ static void train_footer(FILE *f) {
 static int train_check(const train_args *t, const slm_opt_seen *seen) {
     const slm_train_opts *o = &t->o;
     const slm_cli *cli = &k_train_cli;
+    if (o->init_from_hf && slm_is_gguf_file(o->init_from_hf)) {
+        slm_error("train: --init-from-hf %s: a GGUF file, not a Hugging Face directory; give it "
+                  "as --init-from-gguf",
+                  o->init_from_hf);
+        return SLM_EXIT_USAGE;
+    }
+    if (o->init_from_hf && o->init_from_gguf) {
+        slm_error("train: --init-from-hf and --init-from-gguf exclude each other");
+        return SLM_EXIT_USAGE;
+    }
+    if (o->init_from_gguf && o->lora.rank > 0) {
+        slm_error("train: --lora-rank with --init-from-gguf is not supported (LoRA checkpoints "
+                  "record a Hugging Face base directory)");
+        return SLM_EXIT_USAGE;
+    }
+    if (o->init_from_gguf && o->resume && strcmp(o->resume, "auto") != 0) {
+        slm_error("train: --init-from-gguf %s and --resume %s conflict (a checkpoint carries its "
+                  "own weights)",
+                  o->init_from_gguf, o->resume);
+        return SLM_EXIT_USAGE;
+    }
     if (o->init_from_hf && o->resume && strcmp(o->resume, "auto") != 0) {
         // The checkpoint holds the weights: one of the two would be ignored.
         slm_error("train: --init-from-hf %s and --resume %s conflict (a checkpoint carries its "
@@ -807,6 +835,7 @@ int slm_cmd_train(int argc, char **argv) {
     slm_opt_seen seen;
     int rc = slm_opt_parse(&k_train_cli, argc, argv, &t, &seen);
     if (rc >= 0) return rc;
+    if (!t.o.model && t.o.init_from_gguf) t.o.model = t.o.init_from_gguf; // its metadata
     if ((rc = train_check(&t, &seen)) >= 0) return rc;
     slm_fault_plan faults; // SHARDLM_FAULT / SHARDLM_ATTEMPT: a bad value is a usage error
     if (slm_fault_plan_from_env(&faults)) {

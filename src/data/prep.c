@@ -283,7 +283,9 @@ static slm_status emit_doc(worker *w, const char *text, size_t len) {
     int split = (h >> 11) < c->val_threshold ? 1 : 0;
     slm_ivec *b = &w->buf[split];
     size_t before = b->len;
-    slm_status st = slm_tokenizer_encode(c->tok, text, len, SLM_ENC_ADD_BOS | SLM_ENC_ADD_EOS, b);
+    // BOS unless the tokenizer's file says not to (a GGUF import with add_bos_token false)
+    int fl = (slm_tokenizer_add_bos(c->tok) ? SLM_ENC_ADD_BOS : 0) | SLM_ENC_ADD_EOS;
+    slm_status st = slm_tokenizer_encode(c->tok, text, len, fl, b);
     if (st) return st;
     if (b->len == before) { // encodes to no token (no BOS/EOS and nothing the tokenizer keeps)
         w->docs_skipped++;

@@ -194,6 +194,25 @@ slm_status slm_chat_template_load_opt(const char *spec, const char *opt, slm_cha
     return st;
 }
 
+// A built-in template of the generic kind: `begin`, per role prefix_fmt (with %s for the role
+// name) and `suffix`; `markers` must be special tokens of the tokenizer, `stop` ends a reply.
+static void builtin_generic(slm_chat_template *t, const char *name, const char *begin,
+                            const char *prefix_fmt, const char *suffix, const char *const *markers,
+                            const char *stop) {
+    t->kind = TPL_GENERIC;
+    t->name = slm_xstrdup(name);
+    t->begin = slm_xstrdup(begin);
+    for (int r = 0; r < 3; r++) {
+        char b[96];
+        snprintf(b, sizeof b, prefix_fmt, k_roles[r]);
+        t->prefix[r] = slm_xstrdup(b);
+        t->suffix[r] = slm_xstrdup(suffix);
+    }
+    t->check_special = true;
+    t->markers = markers;
+    t->stop = stop;
+}
+
 slm_status slm_chat_template_load(const char *spec, slm_chat_template **out) {
     *out = NULL;
     slm_chat_template *t = slm_xcalloc(1, sizeof *t);
@@ -208,34 +227,15 @@ slm_status slm_chat_template_load(const char *spec, slm_chat_template **out) {
     } else if (!strcmp(spec, "llama3")) {
         // Llama 3 header form: <|begin_of_text|>, then per message
         // <|start_header_id|>ROLE<|end_header_id|>\n\nCONTENT<|eot_id|>.
-        t->kind = TPL_GENERIC;
-        t->name = slm_xstrdup("llama3");
-        t->begin = slm_xstrdup("<|begin_of_text|>");
-        for (int r = 0; r < 3; r++) {
-            char b[96];
-            snprintf(b, sizeof b, "<|start_header_id|>%s<|end_header_id|>\n\n", k_roles[r]);
-            t->prefix[r] = slm_xstrdup(b);
-            t->suffix[r] = slm_xstrdup("<|eot_id|>");
-        }
+        builtin_generic(t, "llama3", "<|begin_of_text|>",
+                        "<|start_header_id|>%s<|end_header_id|>\n\n", "<|eot_id|>",
+                        k_llama3_markers, "<|eot_id|>");
         t->trim = true;
-        t->check_special = true;
-        t->markers = k_llama3_markers;
-        t->stop = "<|eot_id|>";
     } else if (!strcmp(spec, "chatml")) {
         // ChatML (Qwen, SmolLM2, ...): per message <|im_start|>ROLE\nCONTENT<|im_end|>\n, the
         // content as given (no trimming); a reply ends at <|im_end|>.
-        t->kind = TPL_GENERIC;
-        t->name = slm_xstrdup("chatml");
-        t->begin = slm_xstrdup("");
-        for (int r = 0; r < 3; r++) {
-            char b[64];
-            snprintf(b, sizeof b, "<|im_start|>%s\n", k_roles[r]);
-            t->prefix[r] = slm_xstrdup(b);
-            t->suffix[r] = slm_xstrdup("<|im_end|>\n");
-        }
-        t->check_special = true;
-        t->markers = k_chatml_markers;
-        t->stop = "<|im_end|>";
+        builtin_generic(t, "chatml", "", "<|im_start|>%s\n", "<|im_end|>\n", k_chatml_markers,
+                        "<|im_end|>");
     } else if (slm_is_file(spec)) {
         free(t);
         char *text = NULL;

@@ -14,7 +14,7 @@
 #include "train/train.h"
 #include "train/train_internal.h"
 
-#define AGREE_CAP 96
+#define AGREE_CAP 128
 #define AGREE_VAL 192
 
 typedef struct agree_list {
@@ -162,6 +162,7 @@ slm_status slm_train_agree(const slm_train_opts *o) {
     add(l, "--on-ckpt-error", A, "%s", o->ckpt_abort_on_error ? "abort" : "continue");
     add(l, "--resume", A, "%s", str_or_unset(o->resume));
     add(l, "--init-from-hf", A, "%s", str_or_unset(o->init_from_hf));
+    add(l, "--init-from-gguf", A, "%s", str_or_unset(o->init_from_gguf));
     add(l, "--verify-on-resume", A, "%s", on_off(o->verify_on_resume));
     add(l, "--allow-batch-change", A, "%s", on_off(o->allow_batch_change));
     add(l, "--no-packing", A, "%s", on_off(o->no_packing));
@@ -243,6 +244,10 @@ slm_status slm_train_agree(const slm_train_opts *o) {
         add(l, "--init-from-hf config.json", SLM_E_FORMAT, "(none)");
         add(l, "--init-from-hf weights", SLM_E_FORMAT, "(none)");
     }
+    if (o->init_from_gguf)
+        add_file_hash(l, "--init-from-gguf file", o->init_from_gguf);
+    else
+        add(l, "--init-from-gguf file", SLM_E_FORMAT, "(none)");
     slm_status st = slm_dist_agree_values(l->items, l->n);
     free(l);
     return st;

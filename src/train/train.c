@@ -88,7 +88,15 @@ double slm_train_attn_width(const slm_llama_config *c) {
 slm_status slm_train_resolve_config(const char *spec, int32_t vocab_override, int T,
                                     slm_llama_config *cfg) {
     if (!spec) return slm_fail(SLM_E_ARG, "no model given (--model PRESET|config.json)");
-    slm_status st = slm_llama_config_resolve(spec, cfg);
+    slm_status st;
+    if (slm_is_gguf_file(spec)) { // a GGUF file: its llama metadata
+        slm_gguf_file g;
+        st = slm_gguf_open(spec, &g);
+        if (!st) st = slm_gguf_llama_config(&g, cfg);
+        slm_gguf_close(&g);
+    } else {
+        st = slm_llama_config_resolve(spec, cfg);
+    }
     if (st) return st;
     if (vocab_override > 0) cfg->vocab_size = vocab_override;
     st = slm_llama_config_validate(cfg);

