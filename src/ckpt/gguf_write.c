@@ -89,15 +89,13 @@ static void kv_array(kvbuf *kv, const char *k, uint32_t elem, uint64_t n) {
 }
 
 // llama.cpp's tokenizer.ggml.pre name of a byte-level BPE's pre-tokenizer: "gpt-2" for GPT-2's
-// regex, "llama-bpe" for Llama 3's; NULL for a pattern llama.cpp would split differently.
+// regex, "smollm" for GPT-2's with digits split one by one (SmolLM2's; llama.cpp's starcoder
+// splits alike), "llama-bpe" for Llama 3's; NULL for a pattern llama.cpp would split differently.
 static const char *pre_name(const slm_tokenizer *t) {
-    static const char llama3[] =
-        "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
-        "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+    static const char *const names[] = {"gpt-2", "smollm", "llama-bpe"};
     const char *rx = slm_tokenizer_pretok_regex(t);
-    if (!rx) return NULL;
-    if (!strcmp(rx, slm_tokenizer_gpt2_regex())) return "gpt-2";
-    if (!strcmp(rx, llama3)) return "llama-bpe";
+    for (size_t i = 0; rx && i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(rx, slm_tokenizer_named_regex(names[i]))) return names[i];
     return NULL;
 }
 
@@ -115,7 +113,7 @@ static slm_status tokenizer_kvs(kvbuf *kv, const slm_tokenizer *t, int32_t V, co
         return slm_fail(SLM_E_UNSUPPORTED,
                         "export --gguf: tokenizer %s pre-tokenizes with the regex \"%.200s\", "
                         "which has no llama.cpp tokenizer.ggml.pre name shardlm knows (GPT-2's "
-                        "\"gpt-2\" or Llama 3's \"llama-bpe\")",
+                        "\"gpt-2\", SmolLM2's \"smollm\" or Llama 3's \"llama-bpe\")",
                         path, slm_tokenizer_pretok_regex(t));
     kv_str(kv, SLM_GGUF_KEY_TOK_MODEL, spm ? "llama" : "gpt2");
     if (pre) kv_str(kv, SLM_GGUF_KEY_TOK_PRE, pre);

@@ -153,6 +153,10 @@ bool slm_tokenizer_merge(const slm_tokenizer *t, int32_t rank, const char **left
 const char *slm_tokenizer_pretok_regex(const slm_tokenizer *t);
 // GPT-2's pre-tokenization regex (what a ByteLevel pre-tokenizer with use_regex applies).
 const char *slm_tokenizer_gpt2_regex(void);
+// The pre-tokenization regex of llama.cpp's tokenizer.ggml.pre name NAME (gpt2 / gpt-2, smollm
+// and starcoder: GPT-2's with each digit split off, llama-bpe / llama3 / llama-v3: Llama 3's;
+// borrowed), NULL for a name shardlm does not implement.
+const char *slm_tokenizer_named_regex(const char *name);
 // Whether a byte-level BPE emits a pre-token that is a whole vocabulary entry without merging
 // (tokenizer.json model.ignore_merges, Llama 3); false for SentencePiece.
 bool slm_tokenizer_ignores_merges(const slm_tokenizer *t);

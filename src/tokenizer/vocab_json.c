@@ -28,6 +28,11 @@ const char *slm_bpe_named_regex(const char *name, bool *ignore_merges) {
     return NULL;
 }
 
+const char *slm_tokenizer_named_regex(const char *name) {
+    bool ignore_merges;
+    return slm_bpe_named_regex(name, &ignore_merges);
+}
+
 // Whether every character of s[0, n) is one of the 256 byte-level symbols.
 static bool is_symbols(const char *s, size_t n) {
     for (size_t i = 0; i < n;) {
