@@ -5,8 +5,11 @@ LlamaForCausalLM loaded from the same Hugging Face directory shardlm fine-tunes,
 1.0, uniform random tokens, float32, SDPA attention. Run with bench/.venv-torch/bin/python
 (bench/setup_torch.sh --peft); not a test, nothing is asserted.
 
-usage: bench_lora_peft.py --base HF_DIR --batch B --seq T --steps S --threads N
+usage: bench_lora_peft.py --base HF_DIR [--gguf FILE] --batch B --seq T --steps S --threads N
                           --mode full|lora [--rank R] [--alpha A] [--targets LIST]
+
+--gguf FILE: load the model from that llama.cpp GGUF file instead (from_pretrained(dir,
+gguf_file=name): transformers 5.x dequantizes it through gguf-py), fp32.
 
 Prints `key value` lines: torch_version, peft_version, mode, trainable_params,
 state_bytes (parameters + their gradients + AdamW exp_avg / exp_avg_sq, after the first step:
@@ -15,6 +18,7 @@ time of the steps after the first), ms_per_step, rss_mib (peak RSS, getrusage), 
 loss_last.
 """
 import argparse
+import os
 import resource
 import time
 
@@ -26,6 +30,7 @@ import torch.nn.functional as F
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--base", required=True)
+    ap.add_argument("--gguf", default=None)
     ap.add_argument("--batch", type=int, required=True)
     ap.add_argument("--seq", type=int, required=True)
     ap.add_argument("--steps", type=int, required=True)
@@ -38,9 +43,14 @@ def main():
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     import peft
+    import transformers
     from transformers import LlamaForCausalLM
-    model = LlamaForCausalLM.from_pretrained(a.base, torch_dtype=torch.float32,
-                                             attn_implementation="sdpa")
+    src, kw = a.base, {}
+    if a.gguf:
+        src, kw = os.path.dirname(os.path.abspath(a.gguf)), {"gguf_file": os.path.basename(a.gguf)}
+    # transformers 5 names the dtype argument `dtype` (4.x: torch_dtype)
+    kw["dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"] = torch.float32
+    model = LlamaForCausalLM.from_pretrained(src, attn_implementation="sdpa", **kw)
     model.train()
     if a.mode == "lora":
         cfg = peft.LoraConfig(r=a.rank, lora_alpha=a.alpha, lora_dropout=0.0,
