@@ -45,11 +45,10 @@ static void usage(FILE *f) {
 static void on_early_signal(int sig) {
     static const char msg_int[] = "shardlm error: interrupted by SIGINT; stopping (exit 1)\n";
     static const char msg_term[] = "shardlm error: terminated by SIGTERM; stopping (exit 1)\n";
-    if (sig == SIGINT) {
-        if (write(2, msg_int, sizeof msg_int - 1) < 0) _exit(SLM_EXIT_ERROR);
-    } else {
-        if (write(2, msg_term, sizeof msg_term - 1) < 0) _exit(SLM_EXIT_ERROR);
-    }
+    slm_tmp_remove_tracked(); // a half-written export, a model's temp directory
+    ssize_t w = sig == SIGINT ? write(2, msg_int, sizeof msg_int - 1)
+                              : write(2, msg_term, sizeof msg_term - 1);
+    (void)w;
     _exit(SLM_EXIT_ERROR);
 }
 

@@ -399,6 +399,20 @@ double slm_stop_signal_time(void);
 // Clears the flag, the recorded signal, its time and the preemption mark.
 void slm_stop_reset(void);
 
+// Temporary paths that a signal ending the process must not leave behind (a GGUF export's
+// ".OUT.export-tmp.PID", a model's temp directory and its file): the early SIGINT / SIGTERM
+// handler of tools/shardlm.c and slm_stop_install's second-SIGINT exit remove them before
+// _exit. At most SLM_TMP_TRACK_MAX at once, each under 4096 bytes.
+#define SLM_TMP_TRACK_MAX 8
+// Tracks PATH (copied). Returns a slot for slm_tmp_untrack, or -1 when no slot is free or the path
+// is too long (then it is simply not removed on a signal). Not thread-safe: call from one thread.
+int slm_tmp_track(const char *path);
+// Stops tracking the slot (-1 is ignored); call before the path is renamed or removed.
+void slm_tmp_untrack(int slot);
+// Removes every tracked path: files first (unlink), then directories (rmdir, which succeeds once
+// the tracked files in them are gone). Async-signal-safe (unlink, rmdir only).
+void slm_tmp_remove_tracked(void);
+
 // ---------------------------------------------------------------------------------------------
 // Number parsing for CLI options and config files: whole-string, range-checked.
 // Errors: SLM_E_ARG naming `what` and the text.

@@ -20,6 +20,7 @@ static void write_msg(const char *m) {
 static void on_signal(int sig) {
     if (sig == SIGINT && g_stop && g_second_msg) {
         write_msg(g_second_msg);
+        slm_tmp_remove_tracked();
         _exit(1);
     }
     if (sig == SIGINT && !g_stop && g_first_msg) write_msg(g_first_msg);
@@ -79,4 +80,33 @@ void slm_stop_reset(void) {
     g_signal = 0;
     g_preempt = 0;
     g_stop_time = 0;
+}
+
+// --- temporary paths removed on a signal --------------------------------------------------------
+// A slot's path is written while the slot is free and only then marked used, so a handler that
+// runs in between sees it free (the path is then left, as without tracking).
+static char g_tmp_path[SLM_TMP_TRACK_MAX][4096];
+static volatile sig_atomic_t g_tmp_used[SLM_TMP_TRACK_MAX];
+
+int slm_tmp_track(const char *path) {
+    size_t n = strlen(path);
+    if (n >= sizeof g_tmp_path[0]) return -1;
+    for (int i = 0; i < SLM_TMP_TRACK_MAX; i++) {
+        if (g_tmp_used[i]) continue;
+        memcpy(g_tmp_path[i], path, n + 1);
+        g_tmp_used[i] = 1;
+        return i;
+    }
+    return -1;
+}
+
+void slm_tmp_untrack(int slot) {
+    if (slot >= 0 && slot < SLM_TMP_TRACK_MAX) g_tmp_used[slot] = 0;
+}
+
+void slm_tmp_remove_tracked(void) {
+    for (int i = 0; i < SLM_TMP_TRACK_MAX; i++)
+        if (g_tmp_used[i]) (void)unlink(g_tmp_path[i]); // a directory fails here (EISDIR)
+    for (int i = 0; i < SLM_TMP_TRACK_MAX; i++)
+        if (g_tmp_used[i]) (void)rmdir(g_tmp_path[i]);
 }

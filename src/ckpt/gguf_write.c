@@ -487,8 +487,10 @@ slm_status slm_gguf_export(const slm_llama *m, const char *out_path,
         free(parent);
     }
     FILE *fp = NULL;
+    int tslot = -1; // removed by a signal's exit too (tools/shardlm.c)
     if (!st && !(fp = fopen(tmp, "wb")))
         st = slm_fail(SLM_E_IO, "export: cannot create %s: %s", tmp, strerror(errno));
+    if (fp) tslot = slm_tmp_track(tmp);
     if (!st) {
         double total = 0;
         for (int i = 0; i < n; i++)
@@ -504,6 +506,7 @@ slm_status slm_gguf_export(const slm_llama *m, const char *out_path,
         else
             slm_progress_end(&pg, total, "%.0f MB, %d tensors", total / 1e6, n);
     }
+    slm_tmp_untrack(tslot);
     if (tmp) unlink(tmp); // gone after a rename; removes the temp file of a failed export
     free(tmp);
     slm_buf_free(&hdr);

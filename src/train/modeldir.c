@@ -224,6 +224,7 @@ static slm_status open_remote(slm_model_dir *d) {
     st = make_tmp_dir("shardlm-tok", &tmpl);
     if (!st) {
         d->tmp_dir = tmpl;
+        d->tmp_track[0] = slm_tmp_track(tmpl) + 1;
         slm_buf key = {0};
         slm_buf_appendf(&key, "%s%s%s", prefix, *prefix ? "/" : "", M->tokenizer_file);
         char *path = slm_path_join(tmpl, M->tokenizer_file);
@@ -234,6 +235,7 @@ static slm_status open_remote(slm_model_dir *d) {
         if (!st) st = slm_s3_head(s3, bucket, key.data, &size, &found);
         if (!st && found) st = slm_s3_get_file(s3, bucket, key.data, path);
         if (!st && found) {
+            d->tmp_track[1] = slm_tmp_track(path) + 1;
             d->tokenizer = path;
             path = NULL;
         } else if (!st) {
@@ -270,7 +272,9 @@ static slm_status open_gguf(slm_model_dir *d) {
     bool has_tpl = false;
     d->chat_template = slm_gguf_chat_template(d->gguf, &has_tpl);
     if ((st = make_tmp_dir("shardlm-gguf", &d->tmp_dir))) return st;
+    d->tmp_track[0] = slm_tmp_track(d->tmp_dir) + 1;
     st = slm_gguf_write_tokenizer(d->gguf, d->tmp_dir, &d->tokenizer);
+    if (!st && d->tokenizer) d->tmp_track[1] = slm_tmp_track(d->tokenizer) + 1;
     if (st == SLM_E_UNSUPPORTED) { // the weights are still usable (eval of prepared data)
         slm_warn("%s: no tokenizer: %s", d->path, slm_errmsg());
         st = SLM_OK;
@@ -360,6 +364,8 @@ void slm_model_dir_close(slm_model_dir *d) {
     free(d->path);
     free(d->weights_dir);
     free(d->tokenizer);
+    slm_tmp_untrack(d->tmp_track[1] - 1);
+    slm_tmp_untrack(d->tmp_track[0] - 1);
     if (d->tmp_dir) slm_rmdir_flat_quiet(d->tmp_dir);
     free(d->tmp_dir);
     slm_gguf_close(d->gguf);

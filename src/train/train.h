@@ -623,6 +623,8 @@ typedef struct slm_model_dir {
     char *tmp_dir;             // s3:// PATH / GGUF: local temp directory holding the fetched or
                                // converted tokenizer, removed by slm_model_dir_close (owned; NULL
                                // otherwise)
+    int tmp_track[2];          // slm_tmp_track slots + 1 of tmp_dir and its tokenizer file (0:
+                               // none): a signal's exit removes them too
     slm_gguf_file *gguf;       // GGUF: the mapped, parsed file (owned); NULL otherwise
     const char *chat_template; // GGUF: the built-in template its tokenizer.chat_template
                                // matches ("chatml", "llama3", "llama2"; static), or NULL
