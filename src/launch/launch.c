@@ -2079,18 +2079,19 @@ int slm_launch_run(const slm_launch_opts *o, char **summary) {
         if (!strcmp(at->result, "success")) break;
         if (!strcmp(at->result, "preempted") || !strcmp(at->result, "max-run")) {
             code = SLM_LAUNCH_PREEMPTED, result = at->result;
-            snprintf(r->message, sizeof r->message, "%s; resumable: launch again to continue",
+            snprintf(r->message, sizeof r->message, "%.4500s; resumable: launch again to continue",
                      at->reason);
             break;
         }
-        // a failure: deterministic?
+        // a failure: deterministic? (The messages below bound each %s so that r->message, as
+        // large as at->reason, always holds them: gcc -Wformat-truncation.)
         const char *why = at->error[0] ? at->error : at->reason;
         if (at->refused) { // nothing ran: a start-up failure, whatever the attempt
             code = SLM_LAUNCH_DETERMINISTIC, result = "deterministic failure";
             r->startup_failed = true;
             snprintf(r->message, sizeof r->message,
-                     "the MPI start-up failed (%s; no rank reported an error, an exit or a "
-                     "heartbeat): %s",
+                     "the MPI start-up failed (%.64s; no rank reported an error, an exit or a "
+                     "heartbeat): %.4000s",
                      launcher_name(r), why);
             slm_error("launch: START-UP FAILURE (not retried):\n\n    %s\n", r->message);
             break;
@@ -2102,15 +2103,16 @@ int slm_launch_run(const slm_launch_opts *o, char **summary) {
                 strcmp(at->result, "failed") == 0 && !strcmp(why, pwhy)) {
                 code = SLM_LAUNCH_DETERMINISTIC, result = "deterministic failure";
                 snprintf(r->message, sizeof r->message,
-                         "the job failed before its first step twice with the same error: %s", why);
+                         "the job failed before its first step twice with the same error: %.4000s",
+                         why);
                 slm_error("launch: DETERMINISTIC START-UP FAILURE (not retried):\n\n    %s\n", why);
                 break;
             }
         }
         if (r->restarts >= o->max_restarts) {
             code = SLM_LAUNCH_FAILED, result = "failed";
-            snprintf(r->message, sizeof r->message, "gave up after %d restart(s): %s", r->restarts,
-                     at->reason);
+            snprintf(r->message, sizeof r->message, "gave up after %d restart(s): %.4000s",
+                     r->restarts, at->reason);
             break;
         }
         // node replacement: a host named in two failures is excluded
