@@ -1,10 +1,12 @@
 // libFuzzer target: arbitrary bytes as a tokenizer.json. When the bytes load as a byte-level BPE,
 // a fixed text (ASCII, UTF-8, invalid UTF-8, NUL, special-token text) must encode, decode back to
-// itself, and encode identically a second time (the per-thread cache path).
+// itself, and encode identically a second time (the per-thread cache path). A vocabulary that
+// lacks the symbols of some non-printable bytes loads (with a warning) and drops those bytes
+// when encoding, as HF tokenizers does: the round trip is then the text without them.
 #include <stdlib.h>
 #include <string.h>
 
-#include "tokenizer/tok_internal.h"
+#include "tokenizer/bpe.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -37,7 +39,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             has_special |= a.data[i] == t.bos_id || a.data[i] == t.eos_id || a.data[i] == t.pad_id;
         }
         if (slm_tokenizer_decode(&t, a.data, a.len, &out)) abort();
-        if (!has_special && (out.len != n || memcmp(out.data, k_text, n))) abort();
+        const bpe_model *m = t.impl;
+        char kept[sizeof k_text];
+        size_t nk = 0;
+        for (size_t i = 0; i < n; i++)
+            if (m->byte_id[(uint8_t)k_text[i]] >= 0) kept[nk++] = k_text[i];
+        if (!has_special && (out.len != nk || memcmp(out.data, kept, nk))) abort();
         slm_ivec_free(&a);
         slm_ivec_free(&b);
         slm_buf_free(&out);
