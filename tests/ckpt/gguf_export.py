@@ -484,6 +484,7 @@ def check_spm(w, text, hostile):
         return
     d, tok_path, rd = spm_run(spm, w, "spm", remove_extra_whitespaces=False)
     out = os.path.join(d, "gguf", "spm.gguf")  # alone: from_pretrained(dir) prefers tokenizer.model
+    os.makedirs(os.path.dirname(out))
     run("ckpt", "export", rd, "--gguf", out, "--type", "f32", "--quiet")
     g = GGUFReader(out)
     sp = spm.SentencePieceProcessor(model_file=tok_path)
@@ -544,6 +545,7 @@ def train(w, name, cfg, extra=()):
 
 def main():
     w = tempfile.mkdtemp(prefix="slm_gguf_out_")
+    os.makedirs(os.path.join(w, "gguf"))  # export --gguf creates no directory
     text = open(CORPUS, encoding="utf-8").read()
     with open(os.path.join(w, "corpus.txt"), "w", encoding="utf-8") as f:
         f.write(text[:100000])

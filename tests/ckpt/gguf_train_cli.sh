@@ -8,7 +8,8 @@
 #  - a dataset prepared with another tokenizer is refused naming --init-from-gguf (exit 1);
 #  - --init-from-hf with --init-from-gguf, --init-from-gguf with --lora-rank: usage errors (2);
 #  - --init-from-hf FILE.gguf is refused naming --init-from-gguf;
-#  - eval --model FILE.gguf on the dataset runs.
+#  - eval --model FILE.gguf on the dataset runs;
+#  - ckpt export --gguf into a missing directory: refused (2).
 set -uo pipefail
 SHARDLM=${SHARDLM_BIN:?}
 PY=${SLM_PYTHON:-python3}
@@ -39,6 +40,12 @@ rc=$?
   { bad "train --init-from-gguf (rc $rc)"; echo "$out" | tail -5; }
 cmp -s "$W/run/tokenizer.json" "$W/tok.json" && ok "run directory has the GGUF's tokenizer.json" ||
   bad "run directory's tokenizer.json differs from tokenizer from-gguf's"
+# ckpt export --gguf into a directory that does not exist: refused naming it, nothing created
+out=$("$SHARDLM" ckpt export "$W/run" --gguf "$W/nodir/sub/m.gguf" 2>&1)
+rc=$?
+[ $rc -eq 2 ] && grep -q "directory $W/nodir/sub does not exist" <<<"$out" && [ ! -e "$W/nodir" ] &&
+  ok "export --gguf into a missing directory refused" ||
+  { bad "export --gguf into a missing directory (rc $rc)"; echo "$out" | tail -3; }
 # another tokenizer's dataset (the same vocabulary with another BOS policy: other bytes)
 sed 's/"add_bos": false/"add_bos": true/' "$W/tok.json" > "$W/other.json"
 "$SHARDLM" prep --tokenizer "$W/other.json" --input "$W/ts.txt" --out "$W/data2" > /dev/null 2>&1
