@@ -157,6 +157,31 @@ static bool seen_opt(const slm_opt_seen *seen, const char *name) {
     return false;
 }
 
+// --gguf OUT inside the directory the model is read from (the checkpoint step_N or HF
+// directory), or OUT the source GGUF file itself: SLM_E_ARG naming both (with --overwrite the
+// export would replace a file of its own source). realpath of OUT's directory against the source.
+static slm_status gguf_out_in_source(const char *out, const slm_model_dir *d) {
+    char *parent = slm_path_parent(out);
+    char *rp = realpath(parent, NULL), *src = realpath(d->weights_dir, NULL);
+    char *rout = rp && strrchr(out, '/') ? slm_path_join(rp, strrchr(out, '/') + 1)
+                 : rp                    ? slm_path_join(rp, out)
+                                         : NULL;
+    slm_status st = SLM_OK;
+    size_t n = src ? strlen(src) : 0;
+    if (rout && src &&
+        (!strcmp(rout, src) ||
+         (!strncmp(rp, src, n) && (rp[n] == 0 || rp[n] == '/' || !strcmp(src, "/")))))
+        st = slm_fail(SLM_E_ARG,
+                      "ckpt export: --gguf %s lies inside the source model %s (%s); write it "
+                      "outside the model directory",
+                      out, d->path, src);
+    free(parent);
+    free(rp);
+    free(src);
+    free(rout);
+    return st;
+}
+
 // Flushes stdout; false (after printing the reason) when a write to it failed (a full disk,
 // a closed pipe): inspect / verify must not report success for output that was lost.
 static bool stdout_written(void) {
@@ -222,7 +247,8 @@ int slm_cmd_ckpt(int argc, char **argv) {
             peft = slm_model_dir_is_lora(&d) && !x.merge_lora && !x.gguf;
             d.keep_lora = peft;
             d.lora_base = x.lora_base;
-            st = slm_model_dir_load_model(&d, &m);
+            if (x.gguf) st = gguf_out_in_source(x.gguf, &d); // before the model is loaded
+            if (!st) st = slm_model_dir_load_model(&d, &m);
             if (!st && peft) {
                 // adapter_config's base_model_name_or_path: absolute, as train records it (a
                 // relative --lora-base would resolve against the loader's working directory)

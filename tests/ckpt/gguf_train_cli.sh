@@ -9,7 +9,7 @@
 #  - --init-from-hf with --init-from-gguf, --init-from-gguf with --lora-rank: usage errors (2);
 #  - --init-from-hf FILE.gguf is refused naming --init-from-gguf;
 #  - eval --model FILE.gguf on the dataset runs;
-#  - ckpt export --gguf into a missing directory: refused (2).
+#  - ckpt export --gguf into a missing directory or into the source checkpoint: refused (2).
 set -uo pipefail
 SHARDLM=${SHARDLM_BIN:?}
 PY=${SLM_PYTHON:-python3}
@@ -46,6 +46,14 @@ rc=$?
 [ $rc -eq 2 ] && grep -q "directory $W/nodir/sub does not exist" <<<"$out" && [ ! -e "$W/nodir" ] &&
   ok "export --gguf into a missing directory refused" ||
   { bad "export --gguf into a missing directory (rc $rc)"; echo "$out" | tail -3; }
+# ... or over a file of the source checkpoint (with --overwrite): refused, the file unchanged
+rb=$(ls "$W"/run/checkpoints/step_*/rank_00000.bin | head -1)
+cp "$rb" "$W/rank.orig"
+out=$("$SHARDLM" ckpt export "$W/run" --gguf "$rb" --overwrite 2>&1)
+rc=$?
+[ $rc -eq 2 ] && grep -q "lies inside the source model $W/run" <<<"$out" && cmp -s "$rb" "$W/rank.orig" &&
+  ok "export --gguf into the source checkpoint refused" ||
+  { bad "export --gguf into the source checkpoint (rc $rc)"; echo "$out" | tail -3; }
 # another tokenizer's dataset (the same vocabulary with another BOS policy: other bytes)
 sed 's/"add_bos": false/"add_bos": true/' "$W/tok.json" > "$W/other.json"
 "$SHARDLM" prep --tokenizer "$W/other.json" --input "$W/ts.txt" --out "$W/data2" > /dev/null 2>&1
