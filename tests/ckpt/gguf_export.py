@@ -497,6 +497,11 @@ def check_spm(w, text, hostile):
         kind[i] = (2 if sp.is_unknown(i) else 3 if sp.is_control(i) else 5 if sp.is_unused(i)
                    else 6 if sp.is_byte(i) else 1)
     check(g.fields["tokenizer.ggml.model"].contents() == "llama", "spm: tokenizer.ggml.model")
+    # shardlm imports only gpt2 tokenizers from a GGUF: the hint names options that exist
+    r = run("tokenizer", "from-gguf", "--gguf", out, "--out", os.path.join(d, "t.json"), ok=False)
+    check(r.returncode == 1 and b"Hugging Face directory" in r.stderr and
+          b"--model / --init-from-hf" in r.stderr and b"with --tokenizer" not in r.stderr,
+          f"spm: from-gguf of a llama tokenizer: exit {r.returncode} {r.stderr[-300:]!r}")
     check("tokenizer.ggml.merges" not in g.fields and "tokenizer.ggml.pre" not in g.fields,
           "spm: merges / pre written for a SentencePiece model")
     check(toks == [sp.id_to_piece(i) for i in range(n)], "spm: tokens")
