@@ -33,6 +33,7 @@ gguf, numpy, torch or transformers is missing.
 import json
 import os
 import subprocess
+import struct
 import sys
 import tempfile
 
@@ -614,6 +615,23 @@ def main():
     # 5. the CLI: no silent overwrite
     out = os.path.join(w, "gguf", "run_a_f32.gguf")
     before = open(out, "rb").read()
+    # a 1-D tensor of the wrong length: both shapes printed as GGUF dims, nothing added
+    name = b"output_norm.weight"
+    at = before.index(struct.pack("<Q", len(name)) + name) + 8 + len(name) + 4  # past n_dims
+    ne0 = struct.unpack_from("<Q", before, at)[0]
+    bad_path = os.path.join(w, "gguf", "bad_norm.gguf")
+    with open(bad_path, "wb") as f:
+        f.write(before[:at] + struct.pack("<Q", ne0 - 1) + before[at + 8:])
+    r = run("ckpt", "export", bad_path, "--hf", os.path.join(w, "bad_hf"), ok=False)
+    want = f"tensor output_norm.weight has ne [{ne0 - 1}] (1 dims), expected [{ne0}] (GGUF order)"
+    check(r.returncode == 1 and want.encode() in r.stderr and
+          r.stderr.count(bad_path.encode()) == 1,
+          f"1-D shape mismatch: exit {r.returncode} {r.stderr[-300:]!r}")
+    r = run("train", "--init-from-gguf", bad_path, "--data", os.path.join(w, "data"), "--out",
+            os.path.join(w, "bad_run"), "--batch", "1", "--seq", "8", "--steps", "1", ok=False)
+    check(r.returncode == 1 and want.encode() in r.stderr and
+          r.stderr.count(bad_path.encode()) == 1,
+          f"train, 1-D shape mismatch: exit {r.returncode} {r.stderr[-300:]!r}")
     r = run("ckpt", "export", run_a, "--gguf", out, "--type", "q8_0", ok=False)
     check(r.returncode == 1 and b"--overwrite" in r.stderr and open(out, "rb").read() == before,
           f"existing OUT: exit {r.returncode} {r.stderr[-200:]!r}")

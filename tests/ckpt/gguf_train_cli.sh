@@ -8,6 +8,8 @@
 #  - a dataset prepared with another tokenizer is refused naming --init-from-gguf (exit 1);
 #  - --init-from-hf with --init-from-gguf, --init-from-gguf with --lora-rank: usage errors (2);
 #  - --init-from-hf FILE.gguf is refused naming --init-from-gguf;
+#  - --model X with --init-from-gguf: exit 2 naming both (unless X is the file); a missing
+#    --batch is named alone;
 #  - eval --model FILE.gguf on the dataset runs;
 #  - ckpt export --gguf into a missing directory or into the source checkpoint: refused (2).
 set -uo pipefail
@@ -69,6 +71,22 @@ rc=$?
 "$SHARDLM" train --init-from-gguf "$G" --lora-rank 4 --data "$W/data" --out "$W/r4" --batch 1 \
   --seq 32 --steps 1 > /dev/null 2>&1
 [ $? -eq 2 ] && ok "--lora-rank with --init-from-gguf: exit 2" || bad "lora + gguf not refused"
+# --model with --init-from-gguf: a usage error naming both, unless it is the same file
+out=$("$SHARDLM" train --init-from-gguf "$G" --model kjv --data "$W/data" --out "$W/r6" --batch 1 \
+  --seq 32 --steps 1 2>&1)
+rc=$?
+[ $rc -eq 2 ] && grep -q -- "--model kjv and --init-from-gguf $G exclude each other" <<<"$out" &&
+  ok "--model with --init-from-gguf: exit 2" || { bad "--model kjv + gguf (rc $rc)"; echo "$out" | tail -3; }
+out=$("$SHARDLM" train --init-from-gguf "$G" --model "$G" --data "$W/nodata" --out "$W/r7" \
+  --batch 1 --seq 32 --steps 1 2>&1)
+rc=$?
+[ $rc -eq 1 ] && ! grep -q "exclude each other" <<<"$out" && ok "--model the same GGUF accepted" ||
+  { bad "--model the same GGUF (rc $rc)"; echo "$out" | tail -3; }
+# a missing option is named alone (--init-from-gguf stands for --model)
+out=$("$SHARDLM" train --init-from-gguf "$G" --data "$W/data" --out "$W/r8" --seq 32 --steps 1 2>&1)
+rc=$?
+[ $rc -eq 2 ] && grep -q "train: missing --batch (" <<<"$out" && ok "missing --batch named alone" ||
+  { bad "missing --batch (rc $rc)"; echo "$out" | head -2; }
 out=$("$SHARDLM" train --model "$G" --init-from-hf "$G" --data "$W/data" --out "$W/r5" --batch 1 \
   --seq 32 --steps 1 2>&1)
 grep -q "a GGUF file, not a Hugging Face directory; give it as --init-from-gguf" <<<"$out" &&
