@@ -61,7 +61,7 @@ static const slm_opt k_ckpt_opts[] = {
      .off = offsetof(ckpt_args, chat_template),
      .meta = "T",
      .help = "export --gguf: the chat template stored as tokenizer.chat_template: llama2, "
-             "llama3 or a template file (as prep --chat-template; written as Jinja), or a "
+             "llama3, chatml or a template file (as prep --chat-template; written as Jinja), or a "
              "FILE.jinja stored as it is"},
     {.name = "--dtype",
      .type = SLM_OPT_CUSTOM,
@@ -124,7 +124,7 @@ static const slm_cli k_ckpt_cli = {
 };
 
 // The Jinja text of --chat-template T for a GGUF: a FILE.jinja as it is, else a shardlm template
-// (llama2, llama3, a template file) checked against the tokenizer and written as Jinja.
+// (llama2, llama3, chatml, a template file) checked against the tokenizer and written as Jinja.
 static slm_status gguf_chat_template(const char *spec, const char *tok_path, char **out) {
     *out = NULL;
     size_t n = strlen(spec), len = 0;
