@@ -11,7 +11,8 @@
 #  - --init-from-hf FILE.gguf is refused naming --init-from-gguf;
 #  - --model X with --init-from-gguf: exit 2 naming both (unless X is the file); a missing
 #    --batch is named alone;
-#  - eval --model FILE.gguf on the dataset runs;
+#  - eval --model FILE.gguf on the dataset runs; generate --model on an empty file or a JSON
+#    file says why it is not a GGUF file;
 #  - ckpt export --gguf into a missing directory or into the source checkpoint: refused (2).
 set -uo pipefail
 SHARDLM=${SHARDLM_BIN:?}
@@ -114,5 +115,15 @@ grep -q "a GGUF file, not a Hugging Face directory; give it as --init-from-gguf"
 out=$("$SHARDLM" eval --model "$G" --data "$W/data" --batch 1 --seq 32 --max-batches 2 2>&1)
 rc=$?
 [ $rc -eq 0 ] && ok "eval --model FILE.gguf" || { bad "eval --model FILE.gguf (rc $rc)"; echo "$out" | tail -3; }
+# a file that is not a GGUF (empty, other magic): the reader's reason, not "not a directory"
+: > "$W/empty.gguf"
+echo '{"hidden_size": 8}' > "$W/cfg.json"
+for f in "$W/empty.gguf" "$W/cfg.json"; do
+  out=$("$SHARDLM" generate --model "$f" --prompt hi 2>&1)
+  rc=$?
+  [ $rc -eq 1 ] && ! grep -q "not a directory" <<<"$out" &&
+    grep -Eq "$f: (truncated at byte 0: the magic|not a GGUF file: magic 7b 22 68 69)" <<<"$out" &&
+    ok "generate --model $(basename "$f"): not a GGUF file" || { bad "generate --model $f (rc $rc)"; echo "$out"; }
+done
 echo "$fails failure(s)"
 [ $fails -eq 0 ]
