@@ -61,7 +61,7 @@ static const slm_opt k_ckpt_opts[] = {
      .off = offsetof(ckpt_args, chat_template),
      .meta = "T",
      .help = "export --gguf: the chat template stored as tokenizer.chat_template: llama2, "
-             "llama3 or a template file (as prep --chat-template; written as Jinja), or a "
+             "llama3, chatml or a template file (as prep --chat-template; written as Jinja), or a "
              "FILE.jinja stored as it is"},
     {.name = "--dtype",
      .type = SLM_OPT_CUSTOM,
@@ -124,7 +124,7 @@ static const slm_cli k_ckpt_cli = {
 };
 
 // The Jinja text of --chat-template T for a GGUF: a FILE.jinja as it is, else a shardlm template
-// (llama2, llama3, a template file) checked against the tokenizer and written as Jinja.
+// (llama2, llama3, chatml, a template file) checked against the tokenizer and written as Jinja.
 static slm_status gguf_chat_template(const char *spec, const char *tok_path, char **out) {
     *out = NULL;
     size_t n = strlen(spec), len = 0;
@@ -155,6 +155,31 @@ static bool seen_opt(const slm_opt_seen *seen, const char *name) {
     for (int i = 0; k_ckpt_opts[i].type != SLM_OPT_END; i++)
         if (!strcmp(k_ckpt_opts[i].name, name)) return seen->count[i] > 0;
     return false;
+}
+
+// --gguf OUT inside the directory the model is read from (the checkpoint step_N or HF
+// directory), or OUT the source GGUF file itself: SLM_E_ARG naming both (with --overwrite the
+// export would replace a file of its own source). realpath of OUT's directory against the source.
+static slm_status gguf_out_in_source(const char *out, const slm_model_dir *d) {
+    char *parent = slm_path_parent(out);
+    char *rp = realpath(parent, NULL), *src = realpath(d->weights_dir, NULL);
+    char *rout = rp && strrchr(out, '/') ? slm_path_join(rp, strrchr(out, '/') + 1)
+                 : rp                    ? slm_path_join(rp, out)
+                                         : NULL;
+    slm_status st = SLM_OK;
+    size_t n = src ? strlen(src) : 0;
+    if (rout && src &&
+        (!strcmp(rout, src) ||
+         (!strncmp(rp, src, n) && (rp[n] == 0 || rp[n] == '/' || !strcmp(src, "/")))))
+        st = slm_fail(SLM_E_ARG,
+                      "ckpt export: --gguf %s lies inside the source model %s (%s); write it "
+                      "outside the model directory",
+                      out, d->path, src);
+    free(parent);
+    free(rp);
+    free(src);
+    free(rout);
+    return st;
 }
 
 // Flushes stdout; false (after printing the reason) when a write to it failed (a full disk,
@@ -222,7 +247,8 @@ int slm_cmd_ckpt(int argc, char **argv) {
             peft = slm_model_dir_is_lora(&d) && !x.merge_lora && !x.gguf;
             d.keep_lora = peft;
             d.lora_base = x.lora_base;
-            st = slm_model_dir_load_model(&d, &m);
+            if (x.gguf) st = gguf_out_in_source(x.gguf, &d); // before the model is loaded
+            if (!st) st = slm_model_dir_load_model(&d, &m);
             if (!st && peft) {
                 // adapter_config's base_model_name_or_path: absolute, as train records it (a
                 // relative --lora-base would resolve against the loader's working directory)

@@ -19,7 +19,7 @@ typedef struct tok_args {
     slm_opt_list inputs;
     const char *out, *special, *tokenizer;
     int64_t vocab, threads;
-    bool quiet, bos, eos, allow_special, whole, bytes;
+    bool quiet, bos, eos, allow_special, whole, bytes, overwrite;
 } tok_args;
 
 #define A(f) offsetof(tok_args, f)
@@ -100,7 +100,11 @@ static const slm_opt k_gguf_opts[] = {
      .type = SLM_OPT_STRING,
      .off = A(out),
      .meta = "FILE",
-     .help = "the tokenizer.json to write (for prep --tokenizer)"},
+     .help = "the tokenizer.json to write (for prep --tokenizer); its directory must exist"},
+    {.name = "--overwrite",
+     .type = SLM_OPT_FLAG,
+     .off = A(overwrite),
+     .help = "replace an existing --out file (else refused)"},
     {.type = SLM_OPT_END},
 };
 #undef A
@@ -127,7 +131,7 @@ static const slm_cli k_tok_cli[] = {
               "  prints the type, vocab size, BOS/EOS/UNK/PAD ids and the file's XXH64.\n",
      .opts = k_info_opts},
     {.cmd = "tokenizer from-gguf",
-     .usage = "usage: shardlm tokenizer from-gguf --gguf FILE --out tokenizer.json\n"
+     .usage = "usage: shardlm tokenizer from-gguf --gguf FILE --out tokenizer.json [--overwrite]\n"
               "  writes the tokenizer a GGUF file carries as a tokenizer.json (the one eval,\n"
               "  generate and train --init-from-gguf use for that file).\n",
      .opts = k_gguf_opts},
@@ -486,6 +490,26 @@ static int cmd_from_gguf(int argc, char **argv) {
     int rc = parse(TOK_GGUF, argc, argv, &x, NULL);
     if (rc >= 0) return rc;
     if (!x.tokenizer || !x.out) return fail_usage("--gguf FILE and --out FILE are required", NULL);
+    // --out up front: a file name in an existing directory, not replacing a file unasked
+    struct stat sb;
+    char *dir = slm_path_parent(x.out);
+    bool dir_ok = slm_is_dir(dir);
+    size_t n = strlen(x.out);
+    rc = SLM_EXIT_OK;
+    if (!n || x.out[n - 1] == '/' || (stat(x.out, &sb) == 0 && S_ISDIR(sb.st_mode))) {
+        slm_error("tokenizer from-gguf: --out %s is a directory; expected a file name", x.out);
+        rc = SLM_EXIT_USAGE;
+    } else if (!dir_ok) {
+        slm_error("tokenizer from-gguf: --out %s: the directory %s does not exist (or is not a "
+                  "directory); create it first",
+                  x.out, dir);
+        rc = SLM_EXIT_USAGE;
+    } else if (!x.overwrite && lstat(x.out, &sb) == 0) {
+        slm_error("tokenizer from-gguf: --out %s exists; pass --overwrite to replace it", x.out);
+        rc = SLM_EXIT_ERROR;
+    }
+    free(dir);
+    if (rc) return rc;
     slm_gguf_file g;
     slm_buf b = {0};
     slm_status st = slm_gguf_open(x.tokenizer, &g);

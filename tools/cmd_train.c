@@ -4,6 +4,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cmd.h"
 #include "data/data.h"
@@ -434,7 +435,8 @@ static const slm_opt k_train_opts[] = {
      .off = A(o.init_from_gguf),
      .meta = "FILE",
      .help = "initial weights from a llama.cpp GGUF file (llama architecture; dequantized to "
-             "fp32); --model defaults to it (its metadata is the config); prepare the data "
+             "fp32); --model is the file (its metadata is the config; another --model is refused); "
+             "prepare the data "
              "with its tokenizer (shardlm tokenizer from-gguf); as --init-from-hf otherwise"},
     {.type = SLM_OPT_SECTION,
      .help = "  LoRA fine-tuning (Hu et al. 2021, PEFT's arithmetic; docs/training.md):"},
@@ -627,6 +629,14 @@ static void train_footer(FILE *f) {
                "--resume auto)\n");
 }
 
+// True when paths a and b name the same existing file (or are the same string).
+static bool same_file(const char *a, const char *b) {
+    struct stat sa, sb;
+    if (!strcmp(a, b)) return true;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
+           sa.st_ino == sb.st_ino;
+}
+
 // Checks between options, after parsing; SLM_EXIT_USAGE after the message, -1 when fine.
 static int train_check(const train_args *t, const slm_opt_seen *seen) {
     const slm_train_opts *o = &t->o;
@@ -660,10 +670,23 @@ static int train_check(const train_args *t, const slm_opt_seen *seen) {
                   o->init_from_hf, o->resume);
         return SLM_EXIT_USAGE;
     }
-    if (!o->model || !slm_opt_given(cli, seen, "--batch") || !slm_opt_given(cli, seen, "--seq") ||
-        !slm_opt_given(cli, seen, "--steps") || (!o->data_dir && !o->synthetic)) {
-        slm_error("train: --model, --batch, --seq, --steps and --data (or --synthetic) are "
-                  "required");
+    if (o->init_from_gguf && slm_opt_given(cli, seen, "--model") &&
+        !same_file(o->model, o->init_from_gguf)) {
+        slm_error("train: --model %s and --init-from-gguf %s exclude each other (the GGUF file "
+                  "carries the model's shape; leave out --model)",
+                  o->model, o->init_from_gguf);
+        return SLM_EXIT_USAGE;
+    }
+    char miss[96] = ""; // what is missing, each as ", --opt"
+    if (!o->model) strcat(miss, ", --model");
+    if (!slm_opt_given(cli, seen, "--batch")) strcat(miss, ", --batch");
+    if (!slm_opt_given(cli, seen, "--seq")) strcat(miss, ", --seq");
+    if (!slm_opt_given(cli, seen, "--steps")) strcat(miss, ", --steps");
+    if (!o->data_dir && !o->synthetic) strcat(miss, ", --data (or --synthetic)");
+    if (miss[0]) {
+        slm_error("train: missing %s (required: --model or --init-from-gguf, --batch, --seq, "
+                  "--steps and --data or --synthetic)",
+                  miss + 2);
         slm_opt_help(stderr, cli, NULL);
         return SLM_EXIT_USAGE;
     }

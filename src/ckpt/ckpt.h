@@ -517,10 +517,10 @@ typedef struct slm_gguf_export_opts {
 // is within d/2; a row length not a multiple of 32 falls back to f16 with a warning). The file is
 // written to "<dir>/.<name>.export-tmp.<pid>", fsynced, and published by
 // renameat2(RENAME_NOREPLACE) (rename with o->overwrite), then the directory is fsynced: OUT is
-// either absent / unchanged or complete. Errors: SLM_E_ARG (OUT a directory, no tokenizer, vocab
-// larger than the model's, a q8_0 block above 127 x 65504), SLM_E_IO (OUT exists without overwrite,
-// write failures, naming the file), SLM_E_UNSUPPORTED (a pre-tokenizer llama.cpp has no name for),
-// the tokenizer loader's.
+// either absent / unchanged or complete. Errors: SLM_E_ARG (OUT a directory, OUT's directory
+// missing (not created), no tokenizer, vocab larger than the model's, a q8_0 block above 127 x
+// 65504), SLM_E_IO (OUT exists without overwrite, write failures, naming the file),
+// SLM_E_UNSUPPORTED (a pre-tokenizer llama.cpp has no name for), the tokenizer loader's.
 slm_status slm_gguf_export(const slm_llama *m, const char *out_path, const slm_gguf_export_opts *o);
 // ---------------------------------------------------------------------------------------------
 // GGUF (llama.cpp / ggml's file format; gguf_format.h and docs/formats.md "GGUF"): reading a

@@ -196,12 +196,14 @@ static slm_status parse_tensor(cur *c, slm_gguf_file *f, int64_t i) {
         t->ne[d] = 1;
     if ((st = rd_u32(c, &t->type, t->name))) return st;
     int bs = slm_ggml_block_size(t->type);
+    static const char reads[] = "shardlm reads F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K";
+    if (!bs && strcmp(slm_ggml_type_name(t->type), "unknown"))
+        return slm_fail(SLM_E_UNSUPPORTED, "%s: tensor %s: ggml type %u (%s) is not supported (%s)",
+                        f->path, t->name, t->type, slm_ggml_type_name(t->type), reads);
     if (!bs)
-        return slm_fail(t->type < 40 ? SLM_E_UNSUPPORTED : SLM_E_FORMAT,
-                        "%s: tensor %s: ggml type %u (%s) %s (shardlm reads F32, F16, BF16, Q8_0, "
-                        "Q4_0, Q4_1, Q4_K, Q5_K, Q6_K)",
-                        f->path, t->name, t->type, slm_ggml_type_name(t->type),
-                        t->type < 40 ? "is not supported" : "is unknown");
+        return slm_fail(SLM_E_FORMAT,
+                        "%s: tensor %s: ggml type %u is unknown (not a ggml type; %s)", f->path,
+                        t->name, t->type, reads);
     if (t->ne[0] % bs)
         return slm_fail(SLM_E_FORMAT,
                         "%s: tensor %s: first dimension %" PRId64 " is not a multiple of %s's "

@@ -276,12 +276,19 @@ static slm_status walk(const slm_gguf_file *f, const slm_llama *lay, slm_llama *
             bool ok =
                 t->n_dims == v->ndim && t->ne[0] == cols && (v->ndim == 1 || t->ne[1] == rows);
             if (!ok) {
+                char have[96], want[48];
+                int k = snprintf(have, sizeof have, "[%" PRId64, t->ne[0]);
+                for (int d = 1; d < t->n_dims && d < 4 && k < (int)sizeof have - 24; d++)
+                    k += snprintf(have + k, sizeof have - (size_t)k, ", %" PRId64, t->ne[d]);
+                snprintf(have + k, sizeof have - (size_t)k, "]");
+                if (v->ndim == 2)
+                    snprintf(want, sizeof want, "[%" PRId64 ", %" PRId64 "]", cols, rows);
+                else
+                    snprintf(want, sizeof want, "[%" PRId64 "]", cols);
                 st = slm_fail(SLM_E_FORMAT,
-                              "%s: tensor %s has ne [%" PRId64 ", %" PRId64 ", %" PRId64
-                              "] (%d dims), expected [%" PRId64 "%s%" PRId64 "] (GGUF order) "
+                              "%s: tensor %s has ne %s (%d dims), expected %s (GGUF order) "
                               "for %s",
-                              f->path, name, t->ne[0], t->ne[1], t->ne[2], t->n_dims, cols,
-                              v->ndim == 2 ? ", " : "", v->ndim == 2 ? rows : 0, v->name);
+                              f->path, name, have, t->n_dims, want, v->name);
                 break;
             }
             if (!m) continue;

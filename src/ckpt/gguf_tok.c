@@ -26,8 +26,9 @@ slm_status slm_gguf_tokenizer_json(const slm_gguf_file *f, slm_buf *out) {
     if (mlen != 4 || memcmp(model, "gpt2", 4))
         return slm_fail(SLM_E_UNSUPPORTED,
                         "%s: key %s is \"%.*s\": shardlm imports the byte-level BPE tokenizer "
-                        "(gpt2) from GGUF; HINT: give the model's tokenizer.model / "
-                        "tokenizer.json with --tokenizer",
+                        "(gpt2) from GGUF; HINT: use the model's Hugging Face directory "
+                        "(config.json, safetensors and its tokenizer.model or tokenizer.json) "
+                        "as --model / --init-from-hf instead of the GGUF file",
                         f->path, SLM_GGUF_KEY_TOK_MODEL, (int)(mlen > 40 ? 40 : mlen), model);
     if ((st = slm_gguf_get_str(f, SLM_GGUF_KEY_TOK_PRE, &pre, &plen, &has_pre))) return st;
     char pre_name[64] = "gpt2"; // llama.cpp's reading of a file without the key

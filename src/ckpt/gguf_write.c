@@ -343,6 +343,15 @@ slm_status slm_gguf_export(const slm_llama *m, const char *out_path,
     size_t ol = strlen(out_path);
     if (!ol || out_path[ol - 1] == '/')
         return slm_fail(SLM_E_ARG, "export: --gguf \"%s\": expected a file name", out_path);
+    char *out_dir = slm_path_parent(out_path);
+    slm_status dst = slm_is_dir(out_dir)
+                         ? SLM_OK
+                         : slm_fail(SLM_E_ARG,
+                                    "export: --gguf %s: the directory %s does not exist (or is "
+                                    "not a directory); create it first",
+                                    out_path, out_dir);
+    free(out_dir);
+    if (dst) return dst;
     if (stat(out_path, &sb) == 0) {
         if (S_ISDIR(sb.st_mode))
             return slm_fail(SLM_E_ARG, "export: --gguf %s is a directory; expected a file name",
@@ -481,11 +490,6 @@ slm_status slm_gguf_export(const slm_llama *m, const char *out_path,
         ts[i].offset += align_up(hdr.len, SLM_GGUF_DEFAULT_ALIGNMENT);
 
     char *tmp = st ? NULL : tmp_sibling(out_path);
-    if (!st) {
-        char *parent = slm_path_parent(out_path);
-        st = slm_mkdir_p(parent);
-        free(parent);
-    }
     FILE *fp = NULL;
     int tslot = -1; // removed by a signal's exit too (tools/shardlm.c)
     if (!st && !(fp = fopen(tmp, "wb")))

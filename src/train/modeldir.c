@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "data/data.h"
 #include "objstore/objstore.h"
@@ -302,12 +303,26 @@ static slm_status open_kind(slm_model_dir *d) {
     const char *p = d->path;
     if (slm_s3_is_uri(p)) return open_remote(d);
     if (slm_is_gguf_file(p)) return open_gguf(d);
+    if (slm_is_file(p)) { // a file can only be a GGUF one: the reader says why this is not
+        slm_gguf_file g;
+        slm_status st = slm_gguf_open(p, &g);
+        if (!st) { // the magic changed since slm_is_gguf_file looked
+            slm_gguf_close(&g);
+            return open_gguf(d);
+        }
+        char *why = slm_xstrdup(slm_errmsg());
+        st = slm_fail(st,
+                      "%s (a model given as a file must be a GGUF file; else a run directory, a "
+                      "checkpoint step_N directory or a Hugging Face directory)",
+                      why);
+        free(why);
+        return st;
+    }
     if (!slm_is_dir(p))
         return slm_fail(SLM_E_IO,
-                        "%s: not a directory (expected a run directory written by shardlm "
-                        "train, a checkpoint step_N directory, a Hugging Face directory or a "
-                        "GGUF file)",
-                        p);
+                        "%s: %s (expected a run directory written by shardlm train, a "
+                        "checkpoint step_N directory, a Hugging Face directory or a GGUF file)",
+                        p, access(p, F_OK) ? strerror(errno) : "not a directory");
     if (kind_of(p) == SLM_MODEL_DIR_CKPT) return open_step(d);
     if (has_dir(p, "checkpoints")) {
         char *root = slm_path_join(p, "checkpoints");

@@ -397,7 +397,7 @@ slm_status slm_train_open(const slm_train_opts *o, slm_trainer **out) {
     }
     if (!st && o->init_from_gguf) {
         st = slm_model_gguf_check_shapes(o->init_from_gguf, &tr->cfg);
-        if (st) st = slm_fail_wrap(st, "--init-from-gguf %s", o->init_from_gguf);
+        if (st) st = slm_fail_wrap(st, "--init-from-gguf"); // the message names the file
     }
     if (!st) st = open_data(tr);
     if (!st) st = open_rundir(tr);

@@ -33,6 +33,7 @@ gguf, numpy, torch or transformers is missing.
 import json
 import os
 import subprocess
+import struct
 import sys
 import tempfile
 
@@ -484,6 +485,7 @@ def check_spm(w, text, hostile):
         return
     d, tok_path, rd = spm_run(spm, w, "spm", remove_extra_whitespaces=False)
     out = os.path.join(d, "gguf", "spm.gguf")  # alone: from_pretrained(dir) prefers tokenizer.model
+    os.makedirs(os.path.dirname(out))
     run("ckpt", "export", rd, "--gguf", out, "--type", "f32", "--quiet")
     g = GGUFReader(out)
     sp = spm.SentencePieceProcessor(model_file=tok_path)
@@ -496,6 +498,11 @@ def check_spm(w, text, hostile):
         kind[i] = (2 if sp.is_unknown(i) else 3 if sp.is_control(i) else 5 if sp.is_unused(i)
                    else 6 if sp.is_byte(i) else 1)
     check(g.fields["tokenizer.ggml.model"].contents() == "llama", "spm: tokenizer.ggml.model")
+    # shardlm imports only gpt2 tokenizers from a GGUF: the hint names options that exist
+    r = run("tokenizer", "from-gguf", "--gguf", out, "--out", os.path.join(d, "t.json"), ok=False)
+    check(r.returncode == 1 and b"Hugging Face directory" in r.stderr and
+          b"--model / --init-from-hf" in r.stderr and b"with --tokenizer" not in r.stderr,
+          f"spm: from-gguf of a llama tokenizer: exit {r.returncode} {r.stderr[-300:]!r}")
     check("tokenizer.ggml.merges" not in g.fields and "tokenizer.ggml.pre" not in g.fields,
           "spm: merges / pre written for a SentencePiece model")
     check(toks == [sp.id_to_piece(i) for i in range(n)], "spm: tokens")
@@ -544,6 +551,7 @@ def train(w, name, cfg, extra=()):
 
 def main():
     w = tempfile.mkdtemp(prefix="slm_gguf_out_")
+    os.makedirs(os.path.join(w, "gguf"))  # export --gguf creates no directory
     text = open(CORPUS, encoding="utf-8").read()
     with open(os.path.join(w, "corpus.txt"), "w", encoding="utf-8") as f:
         f.write(text[:100000])
@@ -607,6 +615,23 @@ def main():
     # 5. the CLI: no silent overwrite
     out = os.path.join(w, "gguf", "run_a_f32.gguf")
     before = open(out, "rb").read()
+    # a 1-D tensor of the wrong length: both shapes printed as GGUF dims, nothing added
+    name = b"output_norm.weight"
+    at = before.index(struct.pack("<Q", len(name)) + name) + 8 + len(name) + 4  # past n_dims
+    ne0 = struct.unpack_from("<Q", before, at)[0]
+    bad_path = os.path.join(w, "gguf", "bad_norm.gguf")
+    with open(bad_path, "wb") as f:
+        f.write(before[:at] + struct.pack("<Q", ne0 - 1) + before[at + 8:])
+    r = run("ckpt", "export", bad_path, "--hf", os.path.join(w, "bad_hf"), ok=False)
+    want = f"tensor output_norm.weight has ne [{ne0 - 1}] (1 dims), expected [{ne0}] (GGUF order)"
+    check(r.returncode == 1 and want.encode() in r.stderr and
+          r.stderr.count(bad_path.encode()) == 1,
+          f"1-D shape mismatch: exit {r.returncode} {r.stderr[-300:]!r}")
+    r = run("train", "--init-from-gguf", bad_path, "--data", os.path.join(w, "data"), "--out",
+            os.path.join(w, "bad_run"), "--batch", "1", "--seq", "8", "--steps", "1", ok=False)
+    check(r.returncode == 1 and want.encode() in r.stderr and
+          r.stderr.count(bad_path.encode()) == 1,
+          f"train, 1-D shape mismatch: exit {r.returncode} {r.stderr[-300:]!r}")
     r = run("ckpt", "export", run_a, "--gguf", out, "--type", "q8_0", ok=False)
     check(r.returncode == 1 and b"--overwrite" in r.stderr and open(out, "rb").read() == before,
           f"existing OUT: exit {r.returncode} {r.stderr[-200:]!r}")

@@ -276,7 +276,7 @@ static void test_malformed(void) {
     CHECK(ty > 0);
     memcpy(b.b.data, g.b.data, full);
     b.b.data[ty] = 99;
-    expect_fail(&b, SLM_E_FORMAT, "tensor q: ggml type 99 (unknown) is unknown", NULL);
+    expect_fail(&b, SLM_E_FORMAT, "tensor q: ggml type 99 is unknown (not a ggml type", NULL);
     b.b.data[ty] = 6;
     expect_fail(&b, SLM_E_UNSUPPORTED, "tensor q: ggml type 6 (Q5_0) is not supported", NULL);
     // a tensor outside the data section, misaligned, overlapping

@@ -221,7 +221,7 @@ expect_full() { # name, command...
 expect_full "eval" "$BIN" eval --model "$W/run1" --data "$W/data" --seq 16 --max-batches 1
 expect_full "generate" "$BIN" generate --model "$W/run1" --prompt "ROMEO:" --max-new 5
 expect_full "bench-peak" "$BIN" bench-peak --n 64 --reps 1
-expect_fail "eval without run" 1 "not a directory" "$BIN" eval --model "$W/nope" --token-ids "$W/ids.txt"
+expect_fail "eval without run" 1 "nope: No such file or directory" "$BIN" eval --model "$W/nope" --token-ids "$W/ids.txt"
 
 # --- config.json / checkpoint mismatch (a config far bigger than the weights): exit 1 before any
 # allocation, naming both files
