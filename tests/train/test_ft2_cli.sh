@@ -23,7 +23,7 @@ has "ckpt inspect: implicit head dim 32 / 2 = 16" "$W/ib" "H=2 KV=2 D=16 V=300"
 "$BIN" generate --model "$W/a" --prompt hi --chat nosuch --max-new 2 > "$W/g1" 2>&1
 rc=$?
 [ $rc -ne 0 ] && ok "generate --chat nosuch fails (rc $rc)" || bad "generate --chat nosuch: rc 0"
-has "the message names --chat" "$W/g1" "--chat nosuch: not llama2, llama3 or an existing template file"
+has "the message names --chat" "$W/g1" "--chat nosuch: not llama2, llama3, chatml or an existing template file"
 if grep -q -- "--chat-template" "$W/g1"; then bad "the message names --chat-template"; cat "$W/g1"; else ok "no --chat-template in it"; fi
 echo '[1]' > "$W/t.json"
 "$BIN" generate --model "$W/a" --prompt hi --chat "$W/t.json" --max-new 2 > "$W/g2" 2>&1
