@@ -31,14 +31,15 @@ int main(int argc, char **argv) {
                 slm_comm_barrier(w, "bench barrier");
                 double t0 = slm_time_s();
                 if (op == 0)
-                    slm_comm_allgather(w, shard, full, n_shard, SLM_DT_F32, "bench all-gather");
+                    slm_comm_allgather(w, shard, full, n_shard, SLM_DTYPE_F32, "bench all-gather");
                 else if (op == 1)
-                    slm_comm_reduce_scatter(w, full, shard, n_shard, SLM_DT_F32, SLM_OP_SUM,
+                    slm_comm_reduce_scatter(w, full, shard, n_shard, SLM_DTYPE_F32, SLM_OP_SUM,
                                             "bench reduce-scatter");
                 else
-                    slm_comm_allreduce(w, full, n_full, SLM_DT_F32, SLM_OP_SUM, "bench all-reduce");
+                    slm_comm_allreduce(w, full, n_full, SLM_DTYPE_F32, SLM_OP_SUM,
+                                       "bench all-reduce");
                 double dt = slm_time_s() - t0;
-                slm_dist_allreduce(&dt, 1, SLM_DT_F64, SLM_OP_MAX, "bench time");
+                slm_dist_allreduce(&dt, 1, SLM_DTYPE_F64, SLM_OP_MAX, "bench time");
                 if (i > 0 && dt < best) best = dt; // first run warms up
             }
             double alg = (double)n_full * 4 / best / 1e9;

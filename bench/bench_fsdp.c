@@ -104,9 +104,9 @@ int main(int argc, char **argv) {
         slm_fsdp_clip_grad_norm(&f, 1.0);
         slm_fsdp_optimizer_step(&f, &h, 3e-4f);
         double d = slm_time_s() - t0;
-        slm_dist_allreduce(&d, 1, SLM_DT_F64, SLM_OP_MAX, "bench time");
+        slm_dist_allreduce(&d, 1, SLM_DTYPE_F64, SLM_OP_MAX, "bench time");
         double e = f.stats.exposed_comm_s / N;
-        slm_dist_allreduce(&e, 1, SLM_DT_F64, SLM_OP_SUM, "bench exposed");
+        slm_dist_allreduce(&e, 1, SLM_DTYPE_F64, SLM_OP_SUM, "bench exposed");
         dt[s] = d;
         ex[s] = e;
         comm_mib = (double)(f.stats.bytes_gathered + f.stats.bytes_reduced) / 1048576.0;
@@ -120,9 +120,9 @@ int main(int argc, char **argv) {
     getrusage(RUSAGE_SELF, &ru);
     double rss = (double)ru.ru_maxrss / 1024.0;
     double state = (double)f.state_bytes, peak = (double)slm_fsdp_peak_bytes(&f);
-    slm_dist_allreduce(&rss, 1, SLM_DT_F64, SLM_OP_MAX, "bench rss");
-    slm_dist_allreduce(&state, 1, SLM_DT_F64, SLM_OP_MAX, "bench state");
-    slm_dist_allreduce(&peak, 1, SLM_DT_F64, SLM_OP_MAX, "bench peak");
+    slm_dist_allreduce(&rss, 1, SLM_DTYPE_F64, SLM_OP_MAX, "bench rss");
+    slm_dist_allreduce(&state, 1, SLM_DTYPE_F64, SLM_OP_MAX, "bench state");
+    slm_dist_allreduce(&peak, 1, SLM_DTYPE_F64, SLM_OP_MAX, "bench peak");
     if (R == 0)
         printf("model=%s sharding=%s N=%d S=%d threads=%d B_local=%d T=%d param=%s reduce=%s "
                "state_bytes=%.0f peak_bytes=%.0f rss_mib=%.1f tok_s=%.1f step_ms=%.1f "

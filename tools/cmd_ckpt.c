@@ -17,7 +17,7 @@ typedef struct ckpt_args {
     const char *hf, *gguf, *chat_template;
     uint32_t gguf_type;
     bool overwrite;
-    slm_st_dtype dtype;
+    slm_dtype dtype;
     size_t max_shard;
     bool quiet;
     bool merge_lora;
@@ -25,8 +25,7 @@ typedef struct ckpt_args {
 } ckpt_args;
 
 static slm_status parse_dtype(const char *opt, const char *v, void *dst) {
-    (void)opt;
-    return slm_st_parse_dtype(v, dst);
+    return slm_dtype_parse(opt, v, dst);
 }
 
 static slm_status parse_gguf_type(const char *opt, const char *v, void *dst) {
@@ -200,14 +199,14 @@ int slm_cmd_ckpt(int argc, char **argv) {
         return argc < 2 ? SLM_EXIT_USAGE : SLM_EXIT_OK;
     }
     const char *sub = argv[1];
-    ckpt_args x = {.dtype = SLM_ST_F32, .max_shard = 5000000000ull, .gguf_type = 1};
+    ckpt_args x = {.dtype = SLM_DTYPE_F32, .max_shard = 5000000000ull, .gguf_type = 1};
     slm_opt_seen seen;
     int rc0 = slm_opt_parse(&k_ckpt_cli, argc - 1, argv + 1, &x, &seen);
     if (rc0 >= 0) return rc0;
     if (x.quiet) slm_progress_enable(false);
     const char *path = seen.n_positional ? seen.positional[0] : NULL, *out = x.hf;
     const char *dest = x.gguf ? x.gguf : out;
-    slm_st_dtype dt = x.dtype;
+    slm_dtype dt = x.dtype;
     size_t max_shard = x.max_shard;
     bool is_export = !strcmp(sub, "export");
     if (strcmp(sub, "inspect") && strcmp(sub, "verify") && !is_export) {

@@ -391,19 +391,13 @@ void slm_ckpt_print_summary(const slm_ckpt *c, void *file);
 // JSON {name: {dtype, shape, data_offsets: [begin, end]}, "__metadata__": {str: str}} padded with
 // spaces to a multiple of 8, then the data (offsets relative to its start, row-major LE).
 
-// Tensor dtypes: base/'s slm_dtype (F32, F16, BF16); slm_st_dtype / SLM_ST_* are older spellings.
-typedef slm_dtype slm_st_dtype;
-#define SLM_ST_F32 SLM_DTYPE_F32
-#define SLM_ST_F16 SLM_DTYPE_F16
-#define SLM_ST_BF16 SLM_DTYPE_BF16
-
-// Parses "F32" / "F16" / "BF16" ("fp32", "fp16", "bf16" accepted too). Errors: SLM_E_ARG.
-slm_status slm_st_parse_dtype(const char *s, slm_st_dtype *out);
+// Tensor dtypes are base/'s slm_dtype (SLM_DTYPE_F32, SLM_DTYPE_F16, SLM_DTYPE_BF16), parsed by
+// slm_dtype_parse.
 
 // One tensor of an open safetensors file.
 typedef struct slm_st_tensor {
     char name[128];
-    slm_st_dtype dtype;
+    slm_dtype dtype;
     int ndim;
     int64_t shape[4];
     int64_t numel;
@@ -435,7 +429,7 @@ void slm_st_read_f32(const slm_st_file *f, const slm_st_tensor *t, float *out);
 // model-0000i-of-0000n.safetensors + model.safetensors.index.json when larger than
 // max_shard_bytes (0: no limit); config.json. Weights are read from params[u]. Atomic per file.
 // Errors: SLM_E_IO naming the file.
-slm_status slm_hf_export(const slm_llama *m, const char *out_dir, slm_st_dtype dtype,
+slm_status slm_hf_export(const slm_llama *m, const char *out_dir, slm_dtype dtype,
                          size_t max_shard_bytes);
 // `ckpt export`: writes m's weights (slm_hf_export) and, if tokenizer_path is non-NULL, a copy
 // of that file under its own name plus the transformers-side files
@@ -444,7 +438,7 @@ slm_status slm_hf_export(const slm_llama *m, const char *out_dir, slm_st_dtype d
 // SRC_DIR is where the weights came from. Errors: SLM_E_ARG when OUT_DIR is SRC_DIR or
 // contains it (the swap would move the source), those of the steps, naming the file.
 slm_status slm_hf_export_dir(const slm_llama *m, const char *src_dir, const char *tokenizer_path,
-                             const char *out_dir, slm_st_dtype dtype, size_t max_shard_bytes);
+                             const char *out_dir, slm_dtype dtype, size_t max_shard_bytes);
 // Exports m's LoRA adapters as a PEFT adapter directory in OUT_DIR: adapter_model.safetensors
 // (PEFT's keys "base_model.model.model.layers.N.self_attn.q_proj.lora_A.weight" [r, in] and
 // ".lora_B.weight" [out, r], in `dtype`) and adapter_config.json (peft_type LORA, task_type
@@ -452,11 +446,11 @@ slm_status slm_hf_export_dir(const slm_llama *m, const char *src_dir, const char
 // which peft.PeftModel.from_pretrained(base, OUT_DIR) loads. Errors: SLM_E_ARG without
 // adapters, SLM_E_IO naming the file.
 slm_status slm_peft_export(const slm_llama *m, const char *base_ref, const char *out_dir,
-                           slm_st_dtype dtype);
+                           slm_dtype dtype);
 // The same staged in a temp sibling and swapped in, as slm_hf_export_dir (SRC_DIR: where the
 // adapters came from).
 slm_status slm_peft_export_dir(const slm_llama *m, const char *src_dir, const char *base_ref,
-                               const char *out_dir, slm_st_dtype dtype);
+                               const char *out_dir, slm_dtype dtype);
 // Export staging (ckpt export): the files go into a hidden temp sibling of OUT_DIR,
 // "<parent>/.<name>.export-tmp.<pid>", which slm_export_dir_begin creates (with OUT_DIR's
 // parent; a stale one of the same name is removed) and returns in *tmp (owned). Errors: SLM_E_IO

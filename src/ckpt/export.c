@@ -27,7 +27,7 @@ static slm_status copy_tokenizer(const char *tokenizer_path, const char *dir,
 }
 
 slm_status slm_peft_export_dir(const slm_llama *m, const char *src_dir, const char *base_ref,
-                               const char *out_dir, slm_st_dtype dtype) {
+                               const char *out_dir, slm_dtype dtype) {
     if (contains(out_dir, src_dir))
         return slm_fail(SLM_E_ARG,
                         "export: --hf %s is or contains %s, the adapters being exported; "
@@ -44,7 +44,7 @@ slm_status slm_peft_export_dir(const slm_llama *m, const char *src_dir, const ch
 }
 
 slm_status slm_hf_export_dir(const slm_llama *m, const char *src_dir, const char *tokenizer_path,
-                             const char *out_dir, slm_st_dtype dtype, size_t max_shard_bytes) {
+                             const char *out_dir, slm_dtype dtype, size_t max_shard_bytes) {
     if (contains(out_dir, src_dir))
         return slm_fail(SLM_E_ARG,
                         "export: --hf %s is or contains %s, the weights being exported; "

@@ -830,7 +830,7 @@ slm_status slm_ckpt_uploader_new(const slm_ckpt_upload_opts *o, slm_ckpt_uploade
     int64_t me = host_id();
     int64_t *ids = slm_xcalloc((size_t)o->world, sizeof *ids);
     if (o->world > 1)
-        slm_dist_allgather(&me, ids, 1, SLM_DT_I64, "checkpoint upload hosts");
+        slm_dist_allgather(&me, ids, 1, SLM_DTYPE_I64, "checkpoint upload hosts");
     else
         ids[0] = me;
     int lead = o->rank;
@@ -866,7 +866,8 @@ slm_status slm_ckpt_uploader_new(const slm_ckpt_upload_opts *o, slm_ckpt_uploade
         free(run);
     }
     if (!st && o->rank == 0) u->catchup = catchup_step(u);
-    if (o->world > 1) slm_dist_bcast(&u->catchup, 1, SLM_DT_I64, 0, "checkpoint upload catch-up");
+    if (o->world > 1)
+        slm_dist_bcast(&u->catchup, 1, SLM_DTYPE_I64, 0, "checkpoint upload catch-up");
     if (!st && u->leader) {
         if (pthread_create(&u->th, NULL, up_thread, u) != 0)
             st = slm_fail(SLM_E_IO, "checkpoint upload: cannot start the uploader thread");
@@ -893,7 +894,7 @@ static void poll_pending(slm_ckpt_uploader *u, bool flag, bool *done, bool *fail
         v[1] = u->files_done == u->pending && u->files_failed;
         pthread_mutex_unlock(&u->mu);
     }
-    if (u->world > 1) slm_dist_allreduce(v, 3, SLM_DT_I64, SLM_OP_MAX, "checkpoint upload poll");
+    if (u->world > 1) slm_dist_allreduce(v, 3, SLM_DTYPE_I64, SLM_OP_MAX, "checkpoint upload poll");
     *done = v[0] == 0;
     *failed = v[1] != 0;
     *any_flag = v[2] != 0;
@@ -917,7 +918,7 @@ static void poll_start(slm_ckpt_uploader *u) {
     u->poll_step = u->pending;
     u->n_polls++;
     double t0 = slm_time_s();
-    slm_dist_iallreduce(slm_comm_world(), v, 3, SLM_DT_I64, SLM_OP_MAX, "checkpoint upload poll",
+    slm_dist_iallreduce(slm_comm_world(), v, 3, SLM_DTYPE_I64, SLM_OP_MAX, "checkpoint upload poll",
                         &u->poll_req);
     u->poll_s += slm_time_s() - t0;
     u->poll_started = true;
@@ -1242,7 +1243,7 @@ static double grace_left(slm_ckpt_uploader *u) {
         left = sig + u->grace_s - margin - slm_time_s();
         if (left < 0) left = 0;
     }
-    if (u->world > 1) slm_dist_allreduce(&left, 1, SLM_DT_F64, SLM_OP_MIN, "upload deadline");
+    if (u->world > 1) slm_dist_allreduce(&left, 1, SLM_DTYPE_F64, SLM_OP_MIN, "upload deadline");
     return left < 1e299 ? left : -1;
 }
 
@@ -1262,7 +1263,7 @@ slm_status slm_ckpt_uploader_finish(slm_ckpt_uploader *u) {
     else if (u->retry_step >= 0 && u->deadline == 0)
         go = u->retry_step;
     int64_t ok = u->rank == 0 && (u->deadline == 0 || slm_time_s() < u->deadline);
-    if (u->world > 1) slm_dist_bcast(&ok, 1, SLM_DT_I64, 0, "checkpoint upload at the end");
+    if (u->world > 1) slm_dist_bcast(&ok, 1, SLM_DTYPE_I64, 0, "checkpoint upload at the end");
     if (go >= 0 && ok) {
         hand_off(u, go, go == u->retry_step);
         wait_pending(u, WAIT_DEADLINE);

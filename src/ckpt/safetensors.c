@@ -15,10 +15,6 @@
 
 #define ST_MAX_HEADER (100u << 20) // the reference implementation's limit, 100 MB
 
-slm_status slm_st_parse_dtype(const char *s, slm_st_dtype *out) {
-    return slm_dtype_parse("dtype", s, out);
-}
-
 // --- Reading -----------------------------------------------------------------------------------
 
 void slm_st_close(slm_st_file *f) {
@@ -95,11 +91,11 @@ slm_status slm_st_parse(const uint8_t *data, size_t len, const char *name, slm_s
         }
         const char *d = dt->valuestring;
         if (!strcmp(d, "F32"))
-            t->dtype = SLM_ST_F32;
+            t->dtype = SLM_DTYPE_F32;
         else if (!strcmp(d, "F16"))
-            t->dtype = SLM_ST_F16;
+            t->dtype = SLM_DTYPE_F16;
         else if (!strcmp(d, "BF16"))
-            t->dtype = SLM_ST_BF16;
+            t->dtype = SLM_DTYPE_BF16;
         else {
             static const char *known[] = {"F64", "I64", "I32",  "I16",     "I8",      "U64", "U32",
                                           "U16", "U8",  "BOOL", "F8_E4M3", "F8_E5M2", NULL};
@@ -202,11 +198,11 @@ slm_status slm_st_open(const char *path, slm_st_file *f) {
 void slm_st_read_f32(const slm_st_file *f, const slm_st_tensor *t, float *out) {
     const uint8_t *p = f->map.data + f->data_start + t->begin;
     for (int64_t i = 0; i < t->numel; i++) {
-        if (t->dtype == SLM_ST_F32) {
+        if (t->dtype == SLM_DTYPE_F32) {
             memcpy(&out[i], p + 4 * i, 4);
         } else {
             uint16_t h = slm_get_le16(p + 2 * i);
-            out[i] = t->dtype == SLM_ST_F16 ? slm_f16_to_f32_1(h) : slm_bf16_to_f32_1(h);
+            out[i] = t->dtype == SLM_DTYPE_F16 ? slm_f16_to_f32_1(h) : slm_bf16_to_f32_1(h);
         }
     }
 }
@@ -222,7 +218,7 @@ typedef struct st_item {
 
 // Writes shard `file` of the items; pg counts the bytes of tensor data written (*written).
 static slm_status write_st_file(const char *path, const st_item *items, int n, int file,
-                                slm_st_dtype dt, slm_progress *pg, double *written) {
+                                slm_dtype dt, slm_progress *pg, double *written) {
     cJSON *h = cJSON_CreateObject();
     cJSON *md = cJSON_AddObjectToObject(h, "__metadata__");
     cJSON_AddStringToObject(md, "format", "pt");
@@ -273,10 +269,10 @@ static slm_status write_st_file(const char *path, const st_item *items, int n, i
                                                                      : (int64_t)cap);
             for (size_t j = 0; j < k; j++) {
                 float x = src[b + (int64_t)j];
-                if (dt == SLM_ST_F32)
+                if (dt == SLM_DTYPE_F32)
                     memcpy(buf + 4 * j, &x, 4);
                 else {
-                    uint16_t hv = dt == SLM_ST_F16 ? slm_f32_to_f16_1(x) : slm_f32_to_bf16_1(x);
+                    uint16_t hv = dt == SLM_DTYPE_F16 ? slm_f32_to_f16_1(x) : slm_f32_to_bf16_1(x);
                     slm_put_le16(buf + 2 * j, hv);
                 }
             }
@@ -315,7 +311,7 @@ static void add_short_float(cJSON *o, const char *name, float v) {
 }
 
 slm_status slm_peft_export(const slm_llama *m, const char *base_ref, const char *out_dir,
-                           slm_st_dtype dtype) {
+                           slm_dtype dtype) {
     if (m->lora.rank < 1)
         return slm_fail(SLM_E_ARG, "export: the model has no LoRA adapters to export");
     slm_status st = slm_mkdir_p(out_dir);
@@ -381,7 +377,7 @@ slm_status slm_peft_export(const slm_llama *m, const char *base_ref, const char 
     return st;
 }
 
-slm_status slm_hf_export(const slm_llama *m, const char *out_dir, slm_st_dtype dtype,
+slm_status slm_hf_export(const slm_llama *m, const char *out_dir, slm_dtype dtype,
                          size_t max_shard_bytes) {
     slm_status st = slm_mkdir_p(out_dir);
     if (st) return st;
@@ -454,9 +450,9 @@ slm_status slm_hf_export(const slm_llama *m, const char *out_dir, slm_st_dtype d
         cJSON *o = cJSON_CreateObject();
         slm_llama_config_to_json(&m->cfg, true, o);
         cJSON_ReplaceItemInObject(o, "torch_dtype",
-                                  cJSON_CreateString(dtype == SLM_ST_BF16  ? "bfloat16"
-                                                     : dtype == SLM_ST_F16 ? "float16"
-                                                                           : "float32"));
+                                  cJSON_CreateString(dtype == SLM_DTYPE_BF16  ? "bfloat16"
+                                                     : dtype == SLM_DTYPE_F16 ? "float16"
+                                                                              : "float32"));
         char *p = slm_path_join(out_dir, "config.json");
         st = slm_json_write_file(p, o);
         free(p);

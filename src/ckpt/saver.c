@@ -257,7 +257,7 @@ slm_status slm_ckpt_saver_poll(slm_ckpt_saver *s) {
     pthread_mutex_lock(&s->mu);
     int64_t not_done = s->done ? 0 : 1;
     pthread_mutex_unlock(&s->mu);
-    slm_dist_allreduce(&not_done, 1, SLM_DT_I64, SLM_OP_MAX, "checkpoint poll");
+    slm_dist_allreduce(&not_done, 1, SLM_DTYPE_I64, SLM_OP_MAX, "checkpoint poll");
     if (not_done) return SLM_OK;
     return commit_pending(s);
 }

@@ -71,7 +71,7 @@ bool slm_ckpt_sched_due(slm_ckpt_sched *s, int64_t step, bool force) {
     if (s->p.every_steps > 0 && step % s->p.every_steps == 0) return true;
     if (s->p.every_minutes > 0) {
         int64_t due = slm_time_s() - s->last_save_t >= s->p.every_minutes * 60.0;
-        slm_dist_bcast(&due, 1, SLM_DT_I64, 0, "checkpoint schedule");
+        slm_dist_bcast(&due, 1, SLM_DTYPE_I64, 0, "checkpoint schedule");
         return due != 0;
     }
     return false;

@@ -845,7 +845,7 @@ slm_status slm_prep_run(const slm_prep_opts *o) {
     // swapped in only once complete (slm_prep_run's header comment).
     {
         int64_t pid = (int64_t)getpid();
-        if (c.world > 1) slm_dist_bcast(&pid, 1, SLM_DT_I64, 0, "prep temp dir");
+        if (c.world > 1) slm_dist_bcast(&pid, 1, SLM_DTYPE_I64, 0, "prep temp dir");
         c.work_dir = sibling_path(out_path, "tmp", pid);
         old_dir = sibling_path(out_path, "old", pid);
     }
@@ -943,7 +943,7 @@ slm_status slm_prep_run(const slm_prep_opts *o) {
             n_local += c.workers[i].n_recs;
         int64_t *counts = slm_xcalloc((size_t)c.world, sizeof *counts);
         if (c.world > 1)
-            slm_dist_allgather(&n_local, counts, 1, SLM_DT_I64, "prep shard counts");
+            slm_dist_allgather(&n_local, counts, 1, SLM_DTYPE_I64, "prep shard counts");
         else
             counts[0] = n_local;
         for (int r = 0; r < c.world; r++)
@@ -965,7 +965,7 @@ slm_status slm_prep_run(const slm_prep_opts *o) {
                 memcpy(&q[6], &r->xxh64, 8);
             }
         if (c.world > 1)
-            slm_dist_allgather(send, recv, row, SLM_DT_I64, "prep shard records");
+            slm_dist_allgather(send, recv, row, SLM_DTYPE_I64, "prep shard records");
         else
             memcpy(recv, send, (size_t)row * sizeof *send);
         free(send);
@@ -1004,7 +1004,8 @@ slm_status slm_prep_run(const slm_prep_opts *o) {
             dc[0] += (int64_t)c.workers[i].docs_read;
             dc[1] += (int64_t)c.workers[i].docs_skipped;
         }
-        if (c.world > 1) slm_dist_allreduce(dc, 2, SLM_DT_I64, SLM_OP_SUM, "prep document counts");
+        if (c.world > 1)
+            slm_dist_allreduce(dc, 2, SLM_DTYPE_I64, SLM_OP_SUM, "prep document counts");
         ds.has_doc_counts = true;
         ds.docs_read = (uint64_t)dc[0];
         ds.docs_skipped = (uint64_t)dc[1];

@@ -30,7 +30,7 @@ static slm_comm g_world_comm = {0, 0, 1, "world", -1, 0};
 
 // A collective's flight-recorder entry (sequence number = the group's next).
 static uint64_t fl_begin(slm_comm *c, const char *op, const char *what, int64_t count,
-                         slm_dtype_comm dt) {
+                         slm_dtype dt) {
     return slm_flight_begin(c->fid, ++c->seq, op, what, count * (int64_t)slm_dtype_bytes(dt));
 }
 static MPI_Op g_bf16_sum = MPI_OP_NULL;
@@ -145,17 +145,17 @@ void slm_dist_set_context(const char *ctx) {
     snprintf(g_ctx, sizeof g_ctx, "%s", ctx ? ctx : "");
 }
 
-static MPI_Datatype mpi_dt(slm_dtype_comm dt) {
+static MPI_Datatype mpi_dt(slm_dtype dt) {
     switch (dt) {
-    case SLM_DT_F32:
+    case SLM_DTYPE_F32:
         return MPI_FLOAT;
-    case SLM_DT_F64:
+    case SLM_DTYPE_F64:
         return MPI_DOUBLE;
-    case SLM_DT_I64:
+    case SLM_DTYPE_I64:
         return MPI_INT64_T;
-    case SLM_DT_U8:
+    case SLM_DTYPE_U8:
         return MPI_UINT8_T;
-    case SLM_DT_BF16:
+    case SLM_DTYPE_BF16:
         return MPI_UINT16_T;
     case SLM_DTYPE_F16:
         slm_fatal("collectives do not carry fp16 buffers");
@@ -224,8 +224,8 @@ static void wait_bounded(MPI_Request *req, const char *what, const slm_comm *c, 
     }
 }
 
-static MPI_Op op_for(slm_dtype_comm dt, slm_redop op, const char *what) {
-    if (dt != SLM_DT_BF16) return mpi_op(op);
+static MPI_Op op_for(slm_dtype dt, slm_redop op, const char *what) {
+    if (dt != SLM_DTYPE_BF16) return mpi_op(op);
     if (op != SLM_OP_SUM) slm_fatal("collective %s: bf16 supports SUM only", what);
     return g_bf16_sum;
 }
@@ -240,13 +240,12 @@ static int count_int(int64_t count, const char *what) {
 void slm_dist_barrier(const char *what) {
     if (g_world == 1) return;
     MPI_Request r;
-    uint64_t fl = fl_begin(&g_world_comm, "barrier", what, 0, SLM_DT_U8);
+    uint64_t fl = fl_begin(&g_world_comm, "barrier", what, 0, SLM_DTYPE_U8);
     MPI_Ibarrier(MPI_COMM_WORLD, &r);
     wait_bounded(&r, what, &g_world_comm, fl);
 }
 
-void slm_dist_allreduce(void *buf, int64_t count, slm_dtype_comm dt, slm_redop op,
-                        const char *what) {
+void slm_dist_allreduce(void *buf, int64_t count, slm_dtype dt, slm_redop op, const char *what) {
     if (g_world == 1) return;
     MPI_Request r;
     uint64_t fl = fl_begin(&g_world_comm, "allreduce", what, count, dt);
@@ -255,7 +254,7 @@ void slm_dist_allreduce(void *buf, int64_t count, slm_dtype_comm dt, slm_redop o
     wait_bounded(&r, what, &g_world_comm, fl);
 }
 
-void slm_dist_bcast(void *buf, int64_t count, slm_dtype_comm dt, int root, const char *what) {
+void slm_dist_bcast(void *buf, int64_t count, slm_dtype dt, int root, const char *what) {
     if (g_world == 1) return;
     MPI_Request r;
     uint64_t fl = fl_begin(&g_world_comm, "bcast", what, count, dt);
@@ -263,7 +262,7 @@ void slm_dist_bcast(void *buf, int64_t count, slm_dtype_comm dt, int root, const
     wait_bounded(&r, what, &g_world_comm, fl);
 }
 
-void slm_dist_allgather(const void *send, void *recv, int64_t count, slm_dtype_comm dt,
+void slm_dist_allgather(const void *send, void *recv, int64_t count, slm_dtype dt,
                         const char *what) {
     if (g_world == 1) {
         memmove(recv, send, (size_t)count * slm_dtype_bytes(dt));
@@ -280,13 +279,13 @@ slm_status slm_dist_agree(slm_status local) {
     if (g_world == 1) return local;
     // Lowest failing rank wins: reduce (failed ? rank : world) with MIN.
     int64_t who = local ? g_rank : g_world;
-    slm_dist_allreduce(&who, 1, SLM_DT_I64, SLM_OP_MIN, "status agreement");
+    slm_dist_allreduce(&who, 1, SLM_DTYPE_I64, SLM_OP_MIN, "status agreement");
     if (who == g_world) return SLM_OK;
     char msg[1024];
     int64_t code = local;
     if (g_rank == who) snprintf(msg, sizeof msg, "%s", slm_errmsg());
-    slm_dist_bcast(msg, sizeof msg, SLM_DT_U8, (int)who, "status message");
-    slm_dist_bcast(&code, 1, SLM_DT_I64, (int)who, "status code");
+    slm_dist_bcast(msg, sizeof msg, SLM_DTYPE_U8, (int)who, "status message");
+    slm_dist_bcast(&code, 1, SLM_DTYPE_I64, (int)who, "status code");
     if (g_rank != who) slm_fail((slm_status)code, "rank %d failed: %s", (int)who, msg);
     return (slm_status)code;
 }
@@ -334,7 +333,7 @@ slm_status slm_dist_agree_values(const slm_agree_item *items, int n) {
     // 1. One all-gather of a fixed size: the count, the names and all values, each as one hash.
     int64_t head[3] = {n, (int64_t)names, (int64_t)values};
     int64_t *heads = slm_xmalloc((size_t)g_world * 3 * sizeof(int64_t));
-    slm_dist_allgather(head, heads, 3, SLM_DT_I64, "option agreement");
+    slm_dist_allgather(head, heads, 3, SLM_DTYPE_I64, "option agreement");
     bool all_same = true;
     for (int r = 1; r < g_world; r++) {
         if (heads[3 * r] != heads[0] || heads[3 * r + 1] != heads[1]) {
@@ -357,7 +356,7 @@ slm_status slm_dist_agree_values(const slm_agree_item *items, int n) {
     }
     // 2. Something differs: every item's hash, to find which (lists are equal in length now).
     uint64_t *all = slm_xmalloc((size_t)g_world * (size_t)n * sizeof(uint64_t));
-    slm_dist_allgather(mine, all, n, SLM_DT_I64, "option agreement (values)");
+    slm_dist_allgather(mine, all, n, SLM_DTYPE_I64, "option agreement (values)");
     free(mine);
     int first = -1;
     bool *differs = slm_xcalloc((size_t)n, sizeof(bool));
@@ -378,7 +377,7 @@ slm_status slm_dist_agree_values(const slm_agree_item *items, int n) {
     else
         snprintf(mine_v, sizeof mine_v, "%s", v);
     char *vals = slm_xmalloc((size_t)g_world * sizeof mine_v);
-    slm_dist_allgather(mine_v, vals, (int64_t)sizeof mine_v, SLM_DT_U8,
+    slm_dist_allgather(mine_v, vals, (int64_t)sizeof mine_v, SLM_DTYPE_U8,
                        "option agreement (differing values)");
     slm_buf b = {0};
     slm_buf_appendf(&b, "ranks disagree on %s: ", items[first].name);
@@ -508,8 +507,8 @@ static void req_done(slm_dist_req *req, const slm_comm *c, const char *what) {
     req->comm = c;
 }
 
-void slm_dist_iallgather(slm_comm *c, const void *send, void *recv, int64_t count,
-                         slm_dtype_comm dt, const char *what, slm_dist_req *req) {
+void slm_dist_iallgather(slm_comm *c, const void *send, void *recv, int64_t count, slm_dtype dt,
+                         const char *what, slm_dist_req *req) {
     if (c->size == 1) {
         if (send != recv) memmove(recv, send, (size_t)count * slm_dtype_bytes(dt));
         req_done(req, c, what);
@@ -525,8 +524,7 @@ void slm_dist_iallgather(slm_comm *c, const void *send, void *recv, int64_t coun
 }
 
 void slm_dist_ireduce_scatter(slm_comm *c, const void *send, void *recv, int64_t count,
-                              slm_dtype_comm dt, slm_redop op, const char *what,
-                              slm_dist_req *req) {
+                              slm_dtype dt, slm_redop op, const char *what, slm_dist_req *req) {
     if (c->size == 1) {
         if (send != recv) memmove(recv, send, (size_t)count * slm_dtype_bytes(dt));
         req_done(req, c, what);
@@ -540,7 +538,7 @@ void slm_dist_ireduce_scatter(slm_comm *c, const void *send, void *recv, int64_t
     req_set(req, r, c, what, fl);
 }
 
-void slm_dist_iallreduce(slm_comm *c, void *buf, int64_t count, slm_dtype_comm dt, slm_redop op,
+void slm_dist_iallreduce(slm_comm *c, void *buf, int64_t count, slm_dtype dt, slm_redop op,
                          const char *what, slm_dist_req *req) {
     if (c->size == 1) {
         req_done(req, c, what);
@@ -553,7 +551,7 @@ void slm_dist_iallreduce(slm_comm *c, void *buf, int64_t count, slm_dtype_comm d
     req_set(req, r, c, what, fl);
 }
 
-void slm_dist_ibcast(slm_comm *c, void *buf, int64_t count, slm_dtype_comm dt, int root,
+void slm_dist_ibcast(slm_comm *c, void *buf, int64_t count, slm_dtype dt, int root,
                      const char *what, slm_dist_req *req) {
     if (c->size == 1) {
         req_done(req, c, what);
@@ -571,7 +569,7 @@ void slm_dist_ibarrier(slm_comm *c, const char *what, slm_dist_req *req) {
         return;
     }
     MPI_Request r;
-    uint64_t fl = fl_begin(c, "barrier", what, 0, SLM_DT_U8);
+    uint64_t fl = fl_begin(c, "barrier", what, 0, SLM_DTYPE_U8);
     MPI_Ibarrier(c->comm, &r);
     req_set(req, r, c, what, fl);
 }
@@ -599,28 +597,28 @@ void slm_dist_wait(slm_dist_req *req) {
     req->active = false;
 }
 
-void slm_comm_allgather(slm_comm *c, const void *send, void *recv, int64_t count, slm_dtype_comm dt,
+void slm_comm_allgather(slm_comm *c, const void *send, void *recv, int64_t count, slm_dtype dt,
                         const char *what) {
     slm_dist_req q;
     slm_dist_iallgather(c, send, recv, count, dt, what, &q);
     slm_dist_wait(&q);
 }
 
-void slm_comm_reduce_scatter(slm_comm *c, const void *send, void *recv, int64_t count,
-                             slm_dtype_comm dt, slm_redop op, const char *what) {
+void slm_comm_reduce_scatter(slm_comm *c, const void *send, void *recv, int64_t count, slm_dtype dt,
+                             slm_redop op, const char *what) {
     slm_dist_req q;
     slm_dist_ireduce_scatter(c, send, recv, count, dt, op, what, &q);
     slm_dist_wait(&q);
 }
 
-void slm_comm_allreduce(slm_comm *c, void *buf, int64_t count, slm_dtype_comm dt, slm_redop op,
+void slm_comm_allreduce(slm_comm *c, void *buf, int64_t count, slm_dtype dt, slm_redop op,
                         const char *what) {
     slm_dist_req q;
     slm_dist_iallreduce(c, buf, count, dt, op, what, &q);
     slm_dist_wait(&q);
 }
 
-void slm_comm_bcast(slm_comm *c, void *buf, int64_t count, slm_dtype_comm dt, int root,
+void slm_comm_bcast(slm_comm *c, void *buf, int64_t count, slm_dtype dt, int root,
                     const char *what) {
     slm_dist_req q;
     slm_dist_ibcast(c, buf, count, dt, root, what, &q);

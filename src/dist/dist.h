@@ -20,14 +20,8 @@
 #include "base/base.h"
 
 // Element types of collectives: base/'s slm_dtype (F32, F64, I64, U8, BF16; F16 is not sent).
-// SLM_DT_BF16: uint16 bfloat16 bit patterns (SUM only, through a user-defined op; MAX/MIN are
-// fatal for it). slm_dtype_comm and SLM_DT_* are the older spellings of slm_dtype's names.
-typedef slm_dtype slm_dtype_comm;
-#define SLM_DT_F32 SLM_DTYPE_F32
-#define SLM_DT_F64 SLM_DTYPE_F64
-#define SLM_DT_I64 SLM_DTYPE_I64
-#define SLM_DT_U8 SLM_DTYPE_U8
-#define SLM_DT_BF16 SLM_DTYPE_BF16
+// SLM_DTYPE_BF16: uint16 bfloat16 bit patterns (SUM only, through a user-defined op; MAX/MIN are
+// fatal for it).
 typedef enum { SLM_OP_SUM, SLM_OP_MAX, SLM_OP_MIN } slm_redop;
 
 // Initialises MPI (thread level FUNNELED), sets the log rank and installs an abort hook that
@@ -58,11 +52,10 @@ void slm_dist_set_context(const char *ctx);
 
 // World collectives. `what` names the operation for timeout messages.
 void slm_dist_barrier(const char *what);
-void slm_dist_allreduce(void *buf, int64_t count, slm_dtype_comm dt, slm_redop op,
-                        const char *what);
-void slm_dist_bcast(void *buf, int64_t count, slm_dtype_comm dt, int root, const char *what);
+void slm_dist_allreduce(void *buf, int64_t count, slm_dtype dt, slm_redop op, const char *what);
+void slm_dist_bcast(void *buf, int64_t count, slm_dtype dt, int root, const char *what);
 // Gathers `count` elements from every rank into recv[world * count] (rank order).
-void slm_dist_allgather(const void *send, void *recv, int64_t count, slm_dtype_comm dt,
+void slm_dist_allgather(const void *send, void *recv, int64_t count, slm_dtype dt,
                         const char *what);
 
 // Agrees on a status across ranks at a phase boundary: returns SLM_OK on every rank if all
@@ -132,13 +125,13 @@ typedef struct slm_dist_req {
 //  ibcast:          buf [count] from `root` (rank in c).
 //  ibarrier.
 // A group of one completes immediately (copies where needed); the request is still valid.
-void slm_dist_iallgather(slm_comm *c, const void *send, void *recv, int64_t count,
-                         slm_dtype_comm dt, const char *what, slm_dist_req *req);
-void slm_dist_ireduce_scatter(slm_comm *c, const void *send, void *recv, int64_t count,
-                              slm_dtype_comm dt, slm_redop op, const char *what, slm_dist_req *req);
-void slm_dist_iallreduce(slm_comm *c, void *buf, int64_t count, slm_dtype_comm dt, slm_redop op,
+void slm_dist_iallgather(slm_comm *c, const void *send, void *recv, int64_t count, slm_dtype dt,
                          const char *what, slm_dist_req *req);
-void slm_dist_ibcast(slm_comm *c, void *buf, int64_t count, slm_dtype_comm dt, int root,
+void slm_dist_ireduce_scatter(slm_comm *c, const void *send, void *recv, int64_t count,
+                              slm_dtype dt, slm_redop op, const char *what, slm_dist_req *req);
+void slm_dist_iallreduce(slm_comm *c, void *buf, int64_t count, slm_dtype dt, slm_redop op,
+                         const char *what, slm_dist_req *req);
+void slm_dist_ibcast(slm_comm *c, void *buf, int64_t count, slm_dtype dt, int root,
                      const char *what, slm_dist_req *req);
 void slm_dist_ibarrier(slm_comm *c, const char *what, slm_dist_req *req);
 // Polls (MPI_Test): true when complete (the request becomes inactive), true for an inactive
@@ -150,13 +143,13 @@ bool slm_dist_test(slm_dist_req *req);
 void slm_dist_wait(slm_dist_req *req);
 
 // Blocking collectives on a communicator: start + slm_dist_wait.
-void slm_comm_allgather(slm_comm *c, const void *send, void *recv, int64_t count, slm_dtype_comm dt,
+void slm_comm_allgather(slm_comm *c, const void *send, void *recv, int64_t count, slm_dtype dt,
                         const char *what);
-void slm_comm_reduce_scatter(slm_comm *c, const void *send, void *recv, int64_t count,
-                             slm_dtype_comm dt, slm_redop op, const char *what);
-void slm_comm_allreduce(slm_comm *c, void *buf, int64_t count, slm_dtype_comm dt, slm_redop op,
+void slm_comm_reduce_scatter(slm_comm *c, const void *send, void *recv, int64_t count, slm_dtype dt,
+                             slm_redop op, const char *what);
+void slm_comm_allreduce(slm_comm *c, void *buf, int64_t count, slm_dtype dt, slm_redop op,
                         const char *what);
-void slm_comm_bcast(slm_comm *c, void *buf, int64_t count, slm_dtype_comm dt, int root,
+void slm_comm_bcast(slm_comm *c, void *buf, int64_t count, slm_dtype dt, int root,
                     const char *what);
 void slm_comm_barrier(slm_comm *c, const char *what);
 

@@ -14,8 +14,8 @@ enum { R_IDLE = 0, R_RS = 1, R_AR = 2 };
 void slm_fsdp_opts_default(slm_fsdp_opts *o) {
     memset(o, 0, sizeof *o);
     o->sharding = SLM_FULL_SHARD;
-    o->param_dtype = SLM_PREC_FP32;
-    o->reduce_dtype = SLM_PREC_FP32;
+    o->param_dtype = SLM_DTYPE_F32;
+    o->reduce_dtype = SLM_DTYPE_F32;
     o->limit_all_gathers = 2;
     o->forward_prefetch = true;
     o->backward_prefetch = true;
@@ -40,13 +40,13 @@ const char *slm_sharding_name(slm_sharding s) {
     return (int)s >= 0 && (int)s < 4 ? k_names[s] : "?";
 }
 
-slm_status slm_precision_parse(const char *what, const char *s, slm_precision *out) {
+slm_status slm_precision_parse(const char *what, const char *s, slm_dtype *out) {
     if (s && (strcasecmp(s, "fp32") == 0 || strcasecmp(s, "float32") == 0)) {
-        *out = SLM_PREC_FP32;
+        *out = SLM_DTYPE_F32;
         return SLM_OK;
     }
     if (s && (strcasecmp(s, "bf16") == 0 || strcasecmp(s, "bfloat16") == 0)) {
-        *out = SLM_PREC_BF16;
+        *out = SLM_DTYPE_BF16;
         return SLM_OK;
     }
     return slm_fail(SLM_E_ARG, "%s: unknown dtype \"%s\"; expected fp32 or bf16", what,
@@ -70,7 +70,7 @@ static void tfree(slm_fsdp *f, void *p, size_t bytes) {
 
 // True when params need no communication and no copy: the full unit is the master itself.
 static bool alias_master(const slm_fsdp *f) {
-    return f->S == 1 && f->opts.param_dtype == SLM_PREC_FP32;
+    return f->S == 1 && f->opts.param_dtype == SLM_DTYPE_F32;
 }
 
 // True when the backward writes straight into the gradient shard: one rank holds the whole unit
@@ -78,7 +78,7 @@ static bool alias_master(const slm_fsdp *f) {
 // itself and micro-batches accumulate there as in a plain single-process model (no copy, no
 // temporary full gradient: the same additions in the same order).
 static bool direct_grads(const slm_fsdp *f) {
-    return f->S == 1 && f->R == 1 && f->opts.reduce_dtype == SLM_PREC_FP32;
+    return f->S == 1 && f->R == 1 && f->opts.reduce_dtype == SLM_DTYPE_F32;
 }
 
 // The model's pointer slots of fsdp unit u: base units 0..n_base-1 are the model's units,
@@ -119,15 +119,15 @@ static void gather_start(slm_fsdp *f, int u) {
     f->in_flight++;
     if (f->S > 1) f->stats.n_gathers++;
     x->full = talloc(f, (size_t)x->n_padded * sizeof(float));
-    if (f->opts.param_dtype == SLM_PREC_BF16) {
+    if (f->opts.param_dtype == SLM_DTYPE_BF16) {
         x->bf_send = talloc(f, (size_t)x->shard_numel * 2);
         x->bf_full = talloc(f, (size_t)x->n_padded * 2);
         slm_f32_to_bf16(x->master, x->bf_send, x->shard_numel);
-        slm_dist_iallgather(f->shard, x->bf_send, x->bf_full, x->shard_numel, SLM_DT_BF16,
+        slm_dist_iallgather(f->shard, x->bf_send, x->bf_full, x->shard_numel, SLM_DTYPE_BF16,
                             "all-gather (bf16 params)", &x->greq);
         if (f->S > 1) f->stats.bytes_gathered += x->n_padded * 2;
     } else {
-        slm_dist_iallgather(f->shard, x->master, x->full, x->shard_numel, SLM_DT_F32,
+        slm_dist_iallgather(f->shard, x->master, x->full, x->shard_numel, SLM_DTYPE_F32,
                             "all-gather (params)", &x->greq);
         if (f->S > 1) f->stats.bytes_gathered += x->n_padded * 4;
     }
@@ -188,17 +188,17 @@ static void prefetch(slm_fsdp *f, int u) {
 // the replica group) -> IDLE with the result added into the gradient shard.
 
 static size_t red_elt(const slm_fsdp *f) {
-    return f->opts.reduce_dtype == SLM_PREC_BF16 ? 2 : 4;
+    return f->opts.reduce_dtype == SLM_DTYPE_BF16 ? 2 : 4;
 }
 
-static slm_dtype_comm red_dt(const slm_fsdp *f) {
-    return f->opts.reduce_dtype == SLM_PREC_BF16 ? SLM_DT_BF16 : SLM_DT_F32;
+static slm_dtype red_dt(const slm_fsdp *f) {
+    return f->opts.reduce_dtype == SLM_DTYPE_BF16 ? SLM_DTYPE_BF16 : SLM_DTYPE_F32;
 }
 
 static void reduce_finish(slm_fsdp *f, int u) {
     slm_fsdp_unit *x = &f->units[u];
     int64_t n = x->shard_numel;
-    if (f->opts.reduce_dtype == SLM_PREC_BF16) {
+    if (f->opts.reduce_dtype == SLM_DTYPE_BF16) {
         const uint16_t *h = x->rbuf_shard;
         for (int64_t i = 0; i < n; i++) {
             uint32_t w = (uint32_t)h[i] << 16;
@@ -291,7 +291,7 @@ static void reduce_wait_unit(slm_fsdp *f, int u) {
 static void reduce_start(slm_fsdp *f, int u) {
     slm_fsdp_unit *x = &f->units[u];
     size_t e = red_elt(f);
-    if (f->opts.reduce_dtype == SLM_PREC_BF16) {
+    if (f->opts.reduce_dtype == SLM_DTYPE_BF16) {
         x->rbuf_full = talloc(f, (size_t)x->n_padded * 2);
         slm_f32_to_bf16(x->full_grad, x->rbuf_full, x->n_padded);
     } else {
@@ -551,7 +551,7 @@ double slm_fsdp_clip_grad_norm(slm_fsdp *f, double max_norm) {
         if (valid > 0) ss += slm_sumsq(x->grad, valid);
     }
     double t0 = slm_time_s();
-    slm_comm_allreduce(f->shard, &ss, 1, SLM_DT_F64, SLM_OP_SUM, "all-reduce (grad norm)");
+    slm_comm_allreduce(f->shard, &ss, 1, SLM_DTYPE_F64, SLM_OP_SUM, "all-reduce (grad norm)");
     f->stats.exposed_comm_s += slm_time_s() - t0;
     double norm = sqrt(ss);
     if (max_norm > 0 && isfinite(norm)) {
@@ -584,7 +584,7 @@ void slm_fsdp_release_all(slm_fsdp *f) {
 void slm_fsdp_gather_unit(slm_fsdp *f, int u, float *out) {
     slm_fsdp_unit *x = &f->units[u];
     float *full = slm_xaligned((size_t)x->n_padded * sizeof(float));
-    slm_comm_allgather(f->shard, x->master, full, x->shard_numel, SLM_DT_F32,
+    slm_comm_allgather(f->shard, x->master, full, x->shard_numel, SLM_DTYPE_F32,
                        "all-gather (unit for saving)");
     memcpy(out, full, (size_t)x->numel * sizeof(float));
     free(full);
@@ -621,7 +621,7 @@ bool slm_fsdp_is_replica(const slm_fsdp *f) {
 void slm_fsdp_opts_for_world(slm_fsdp_opts *o, int world) {
     if (world > 1) return;
     o->sharding = SLM_NO_SHARD;
-    o->param_dtype = o->reduce_dtype = SLM_PREC_FP32;
+    o->param_dtype = o->reduce_dtype = SLM_DTYPE_F32;
 }
 
 int slm_fsdp_shard_group_for(const slm_fsdp_opts *o, int world) {

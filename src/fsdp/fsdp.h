@@ -42,20 +42,17 @@
 #include "optim/optim.h"
 
 typedef enum { SLM_FULL_SHARD, SLM_SHARD_GRAD_OP, SLM_NO_SHARD, SLM_HYBRID_SHARD } slm_sharding;
-// The dtypes of mixed precision: base/'s slm_dtype, fp32 or bf16 (SLM_PREC_* are older spellings).
-typedef slm_dtype slm_precision;
-#define SLM_PREC_FP32 SLM_DTYPE_F32
-#define SLM_PREC_BF16 SLM_DTYPE_BF16
+// The dtypes of mixed precision are base/'s slm_dtype: SLM_DTYPE_F32 or SLM_DTYPE_BF16.
 
 typedef struct slm_fsdp_opts {
     slm_sharding sharding;
-    int shard_group_size;       // HYBRID_SHARD: G, divides the world size; ignored otherwise
-    slm_precision param_dtype;  // dtype of all-gathered parameters (compute is fp32)
-    slm_precision reduce_dtype; // dtype of gradient communication
-    int limit_all_gathers;      // max units gathered or being gathered at once for prefetch
-                                // (the unit needed now is always gathered); 0: unlimited
-    bool forward_prefetch;      // start the next unit's all-gather in pre_forward
-    bool backward_prefetch;     // start the previous unit's all-gather in pre_backward
+    int shard_group_size;   // HYBRID_SHARD: G, divides the world size; ignored otherwise
+    slm_dtype param_dtype;  // dtype of all-gathered parameters (compute is fp32)
+    slm_dtype reduce_dtype; // dtype of gradient communication
+    int limit_all_gathers;  // max units gathered or being gathered at once for prefetch
+                            // (the unit needed now is always gathered); 0: unlimited
+    bool forward_prefetch;  // start the next unit's all-gather in pre_forward
+    bool backward_prefetch; // start the previous unit's all-gather in pre_backward
 } slm_fsdp_opts;
 
 // Defaults: FULL_SHARD, fp32 / fp32, limit_all_gathers 2, both prefetches on.
@@ -65,7 +62,7 @@ void slm_fsdp_opts_default(slm_fsdp_opts *o);
 slm_status slm_sharding_parse(const char *s, slm_sharding *out);
 const char *slm_sharding_name(slm_sharding s);
 // "fp32" | "bf16". Errors: SLM_E_ARG naming `what` (the option) and the text.
-slm_status slm_precision_parse(const char *what, const char *s, slm_precision *out);
+slm_status slm_precision_parse(const char *what, const char *s, slm_dtype *out);
 
 // One unit's shard state on this rank. Private to fsdp.c: other modules use the functions below
 // (slm_fsdp_unit_shard, slm_fsdp_steps_done, ...), never these fields.

@@ -391,7 +391,7 @@ static void check_collectives(slm_health_rank *r, int rank, int world, uint32_t 
     double *buf = slm_xmalloc(sizeof(double) * CN);
     for (int i = 0; i < CN; i++)
         buf[i] = (double)(rank + 1) * (i % 101) + rank;
-    slm_comm_allreduce(w, buf, CN, SLM_DT_F64, SLM_OP_SUM, "healthcheck allreduce");
+    slm_comm_allreduce(w, buf, CN, SLM_DTYPE_F64, SLM_OP_SUM, "healthcheck allreduce");
     if (inject & SLM_HEALTH_ALLREDUCE) buf[17] += 1;
     double tri = (double)world * (world + 1) / 2, tri0 = (double)world * (world - 1) / 2;
     for (int i = 0; i < CN; i++)
@@ -406,7 +406,7 @@ static void check_collectives(slm_health_rank *r, int rank, int world, uint32_t 
     int64_t *recv = slm_xmalloc(sizeof(int64_t) * CN * world);
     for (int i = 0; i < CN; i++)
         send[i] = (int64_t)rank * 1000003 + i;
-    slm_comm_allgather(w, send, recv, CN, SLM_DT_I64, "healthcheck allgather");
+    slm_comm_allgather(w, send, recv, CN, SLM_DTYPE_I64, "healthcheck allgather");
     if (inject & SLM_HEALTH_ALLGATHER) recv[(int64_t)CN * world - 1] ^= 4;
     for (int64_t k = 0; k < (int64_t)CN * world; k++)
         if (recv[k] != (k / CN) * 1000003 + k % CN) {
@@ -422,7 +422,8 @@ static void check_collectives(slm_health_rank *r, int rank, int world, uint32_t 
     for (int s = 0; s < world; s++)
         for (int i = 0; i < CN; i++)
             rs[(int64_t)s * CN + i] = (double)(rank + 1) * (s + 1) + i;
-    slm_comm_reduce_scatter(w, rs, out, CN, SLM_DT_F64, SLM_OP_SUM, "healthcheck reduce-scatter");
+    slm_comm_reduce_scatter(w, rs, out, CN, SLM_DTYPE_F64, SLM_OP_SUM,
+                            "healthcheck reduce-scatter");
     if (inject & SLM_HEALTH_REDUCE_SCATTER) out[3] = -out[3];
     for (int i = 0; i < CN; i++) {
         double want = (rank + 1) * tri + (double)world * i;
@@ -470,11 +471,12 @@ static void measure_links(const slm_health_opts *o, slm_health_report *rep, int 
         bool in = rank == L[k].rank_a || rank == L[k].rank_b;
         slm_comm *c = slm_comm_split(slm_comm_world(), in ? 0 : 1, rank, "healthcheck pair");
         if (in) {
-            slm_comm_allreduce(c, buf, count, SLM_DT_F32, SLM_OP_SUM, "healthcheck bandwidth");
+            slm_comm_allreduce(c, buf, count, SLM_DTYPE_F32, SLM_OP_SUM, "healthcheck bandwidth");
             double best = INFINITY;
             for (int rep_i = 0; rep_i < o->bw_reps; rep_i++) {
                 double t0 = slm_time_s();
-                slm_comm_allreduce(c, buf, count, SLM_DT_F32, SLM_OP_SUM, "healthcheck bandwidth");
+                slm_comm_allreduce(c, buf, count, SLM_DTYPE_F32, SLM_OP_SUM,
+                                   "healthcheck bandwidth");
                 double t = slm_time_s() - t0;
                 if (t < best) best = t;
             }
@@ -482,7 +484,8 @@ static void measure_links(const slm_health_opts *o, slm_health_report *rep, int 
         }
         slm_comm_free(c);
     }
-    slm_comm_allreduce(slm_comm_world(), gbps, n, SLM_DT_F64, SLM_OP_MAX, "healthcheck bandwidth");
+    slm_comm_allreduce(slm_comm_world(), gbps, n, SLM_DTYPE_F64, SLM_OP_MAX,
+                       "healthcheck bandwidth");
     for (int k = 0; k < n; k++) {
         L[k].gbps = gbps[k];
         snprintf(L[k].host_a, sizeof L[k].host_a, "%s", rep->ranks[L[k].rank_a].host);
@@ -536,7 +539,7 @@ slm_status slm_health_run(const slm_health_opts *o, slm_health_report *rep) {
     rep->world = world;
     rep->ranks = calloc((size_t)world, sizeof *rep->ranks);
     if (!rep->ranks) return slm_fail(SLM_E_NOMEM, "healthcheck: out of memory");
-    slm_dist_allgather(&me, rep->ranks, (int64_t)sizeof me, SLM_DT_U8, "healthcheck results");
+    slm_dist_allgather(&me, rep->ranks, (int64_t)sizeof me, SLM_DTYPE_U8, "healthcheck results");
     // bitwise: within each CPU model, the majority's output hash is the reference; a rank
     // without a strict majority behind its hash (a tie) fails too (the bad core is unknown).
     // Ranks that already failed a bound (gemm, model) are named by it and do not vote.

@@ -42,8 +42,8 @@ static const char *on_off(bool b) {
 static const char *str_or_unset(const char *s) {
     return s ? s : "(unset)";
 }
-static const char *prec(slm_precision p) {
-    return p == SLM_PREC_BF16 ? "bf16" : "fp32";
+static const char *prec(slm_dtype p) {
+    return p == SLM_DTYPE_BF16 ? "bf16" : "fp32";
 }
 
 // "xxh64 0123456789abcdef" of a file, or why it cannot be read (the reason is the same text on

@@ -133,7 +133,7 @@ static slm_status metrics_start(void *ctx, slm_trainer *tr) {
     js->rec = slm_xcalloc((size_t)tr->W * SLM_REC_N, sizeof(double));
     char mine[SLM_HOST_CAP] = {0};
     snprintf(mine, sizeof mine, "%s", slm_log_host());
-    slm_dist_allgather(mine, js->hosts, SLM_HOST_CAP, SLM_DT_U8, "host names");
+    slm_dist_allgather(mine, js->hosts, SLM_HOST_CAP, SLM_DTYPE_U8, "host names");
     slm_proc_usage_info u;
     slm_proc_usage(&u);
     js->cpu_s = u.cpu_s, js->wall_s = slm_time_s();
@@ -257,7 +257,7 @@ static void exchange_complete(jsonl_state *js) {
     uint64_t n = js->rank ? slm_log_forward_take(js->lines_send + 8, cap) : 0;
     memcpy(js->lines_send, &n, 8);
     slm_dist_iallgather(slm_comm_world(), js->lines_send, js->lines_all, (int64_t)js->slot,
-                        SLM_DT_U8, "forwarded log lines", &js->lines_req);
+                        SLM_DTYPE_U8, "forwarded log lines", &js->lines_req);
 }
 
 // Every rank, at each step boundary: completes what the previous boundary started, then starts
@@ -272,7 +272,7 @@ static void exchange(jsonl_state *js, const slm_step_metrics *s, bool figures) {
     } else {
         exchange_complete(js);
         my_figures(js, s, figures, js->rec_send);
-        slm_dist_iallgather(slm_comm_world(), js->rec_send, js->rec, SLM_REC_N, SLM_DT_F64,
+        slm_dist_iallgather(slm_comm_world(), js->rec_send, js->rec, SLM_REC_N, SLM_DTYPE_F64,
                             "per-rank figures", &js->rec_req);
     }
     js->n_exch++;
@@ -288,7 +288,7 @@ static void exchange_drain(jsonl_state *js) {
         if (!js->lines_req.active) { // one more count round for lines queued since
             slm_step_metrics none = {0};
             my_figures(js, &none, false, js->rec_send);
-            slm_dist_iallgather(slm_comm_world(), js->rec_send, js->rec, SLM_REC_N, SLM_DT_F64,
+            slm_dist_iallgather(slm_comm_world(), js->rec_send, js->rec, SLM_REC_N, SLM_DTYPE_F64,
                                 "per-rank figures", &js->rec_req);
         }
     }

@@ -315,7 +315,8 @@ static slm_status register_all(slm_train_prom *p) {
 static slm_status prom_start(void *ctx, slm_trainer *tr) {
     slm_train_prom *p = ctx;
     int64_t any = p->o.addr != NULL;
-    if (tr->W > 1) slm_dist_allreduce(&any, 1, SLM_DT_I64, SLM_OP_MAX, "metrics: any rank serves");
+    if (tr->W > 1)
+        slm_dist_allreduce(&any, 1, SLM_DTYPE_I64, SLM_OP_MAX, "metrics: any rank serves");
     p->active = any != 0;
     if (!p->active) return SLM_OK;
     p->world = tr->W; // the trainer's world
@@ -395,7 +396,7 @@ static void gather(slm_train_prom *p, int64_t step, double ck_bytes_local) {
     p->w_n = 0;
     int W = p->world;
     if (W > 1)
-        slm_dist_allgather(v, p->all, NV, SLM_DT_F64, "metrics: per-rank values");
+        slm_dist_allgather(v, p->all, NV, SLM_DTYPE_F64, "metrics: per-rank values");
     else
         memcpy(p->all, v, NV * sizeof *v);
     double lo = INFINITY, hi = -INFINITY, bytes = 0;

@@ -310,7 +310,7 @@ slm_status slm_rundir_share_resume(const slm_train_opts *o, const slm_rundir *rd
     bool is_auto = !strcmp(o->resume, "auto");
     int64_t pick[2] = {rank == 0 && rd ? rd->resume_step : -1,
                        rank == 0 && rd ? rd->resume_remote : 0};
-    if (is_auto) slm_dist_bcast(pick, 2, SLM_DT_I64, 0, "--resume auto step");
+    if (is_auto) slm_dist_bcast(pick, 2, SLM_DTYPE_I64, 0, "--resume auto step");
     int64_t step = pick[0];
     if (rank == 0) return SLM_OK;
     free(*resume_path);

@@ -147,8 +147,8 @@ static bool one_host(void) {
     char host[256] = "";
     gethostname(host, sizeof host - 1);
     int64_t h = (int64_t)slm_xxh64(host, strlen(host), 0), lo = h, hi = h;
-    slm_dist_allreduce(&lo, 1, SLM_DT_I64, SLM_OP_MIN, "snapshot host check");
-    slm_dist_allreduce(&hi, 1, SLM_DT_I64, SLM_OP_MAX, "snapshot host check");
+    slm_dist_allreduce(&lo, 1, SLM_DTYPE_I64, SLM_OP_MIN, "snapshot host check");
+    slm_dist_allreduce(&hi, 1, SLM_DTYPE_I64, SLM_OP_MAX, "snapshot host check");
     return lo == hi;
 }
 
@@ -209,7 +209,7 @@ slm_status slm_trainer_pick_snapshot(slm_trainer *tr) {
         slm_ckpt_free(c);
         use = usable_snapshot(tr, root, disk);
     }
-    slm_dist_bcast(&use, 1, SLM_DT_I64, 0, "snapshot pick");
+    slm_dist_bcast(&use, 1, SLM_DTYPE_I64, 0, "snapshot pick");
     if (use >= 0) {
         char name[32];
         snprintf(name, sizeof name, "step_%08lld", (long long)use);

@@ -560,7 +560,7 @@ static slm_status lora_base_hash(slm_trainer *tr) {
     st = slm_dist_agree(st);
     int64_t v = 0;
     memcpy(&v, &h, sizeof v);
-    if (!st) slm_dist_allreduce(&v, 1, SLM_DT_I64, SLM_OP_SUM, "LoRA base hash");
+    if (!st) slm_dist_allreduce(&v, 1, SLM_DTYPE_I64, SLM_OP_SUM, "LoRA base hash");
     memcpy(&tr->lora_base_xxh64, &v, sizeof v);
     return st;
 }
@@ -742,7 +742,7 @@ static int agree_stop(slm_trainer *tr, const char *what) {
                     slm_stop_preempted()};
     for (int h = 0; h < o->n_hooks && !f[0]; h++)
         if (o->hooks[h].want_stop) f[0] = o->hooks[h].want_stop(o->hooks[h].ctx);
-    slm_dist_allreduce(f, 3, SLM_DT_I64, SLM_OP_MAX, what);
+    slm_dist_allreduce(f, 3, SLM_DTYPE_I64, SLM_OP_MAX, what);
     if (f[0]) {
         tr->preempted = f[2] != 0;
         tr->t_stop = slm_time_s();
@@ -812,7 +812,7 @@ static int64_t draw_batch(slm_trainer *tr) {
     else
         for (int64_t i = 0; i < tr->K * per_win; i++)
             n[0] += (i % (tr->T + 1)) != 0 && tr->win[i] != -1; // all tokens but the first
-    slm_dist_allreduce(n, 2, SLM_DT_I64, SLM_OP_SUM, "target token count");
+    slm_dist_allreduce(n, 2, SLM_DTYPE_I64, SLM_OP_SUM, "target token count");
     // Plain data keeps counting every input position (B T K W), as before; instruction data
     // counts the real tokens, so padding inflates neither tokens_seen nor tokens/s nor MFU.
     tr->step_tokens = tr->masked ? n[1] : (int64_t)tr->B * tr->T * tr->K * tr->W;
@@ -901,7 +901,7 @@ static float step_lr(const slm_trainer *tr) {
         double frac = (slm_time_s() - tr->t_start) / (o->max_minutes * 60.0);
         int64_t by_time = (int64_t)(frac * (double)o->steps);
         if (by_time > sched_step) sched_step = by_time;
-        slm_dist_allreduce(&sched_step, 1, SLM_DT_I64, SLM_OP_MAX, "LR step");
+        slm_dist_allreduce(&sched_step, 1, SLM_DTYPE_I64, SLM_OP_MAX, "LR step");
     }
     return slm_lr_at(sched_step, o->warmup, o->steps, o->adamw.lr_peak, tr->min_lr);
 }
@@ -1101,7 +1101,7 @@ slm_status slm_train_step(slm_trainer *tr, slm_step_metrics *m) {
     float bad_loss = 0;
     stop = forward_backward(tr, n_total, &loss_sum, &bad, &bad_loss);
     if (stop) return discard_step(tr, stop, pos, synth);
-    slm_dist_allreduce(&loss_sum, 1, SLM_DT_F64, SLM_OP_SUM, "step loss");
+    slm_dist_allreduce(&loss_sum, 1, SLM_DTYPE_F64, SLM_OP_SUM, "step loss");
     double loss = loss_sum / (double)n_total;
     if (tr->step_targets == 0) {
         slm_status st = empty_step(tr, t0, m);

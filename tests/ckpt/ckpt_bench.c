@@ -125,8 +125,8 @@ int main(int argc, char **argv) {
             slm_ckpt_free(c);
         }
         double tmax = total;
-        slm_dist_allreduce(&tmax, 1, SLM_DT_F64, SLM_OP_MAX, "bench");
-        slm_dist_allreduce(&stall, 1, SLM_DT_F64, SLM_OP_MAX, "bench");
+        slm_dist_allreduce(&tmax, 1, SLM_DTYPE_F64, SLM_OP_MAX, "bench");
+        slm_dist_allreduce(&stall, 1, SLM_DTYPE_F64, SLM_OP_MAX, "bench");
         if (rank == 0) {
             if (mode == 0)
                 printf("sync_save_s %.3f MBps %.1f bytes %.0f\n", tmax, bytes / tmax / 1e6, bytes);
@@ -149,7 +149,7 @@ int main(int argc, char **argv) {
         free(p);
     }
     double tl = slm_time_s() - t0;
-    slm_dist_allreduce(&tl, 1, SLM_DT_F64, SLM_OP_MAX, "bench");
+    slm_dist_allreduce(&tl, 1, SLM_DTYPE_F64, SLM_OP_MAX, "bench");
     if (rank == 0)
         printf("load_s %.3f MBps %.1f bitwise %s\n", tl, bytes / tl / 1e6, bad ? "NO" : "yes");
     slm_ckpt_free(c);

@@ -110,7 +110,7 @@ static void test_full_shard_save_load(void) {
     char *d = slm_ckpt_step_dir(g_root, 5, false);
     int64_t bad = check_load(d, g_world);
     free(d);
-    slm_dist_allreduce(&bad, 1, SLM_DT_I64, SLM_OP_MAX, "test");
+    slm_dist_allreduce(&bad, 1, SLM_DTYPE_I64, SLM_OP_MAX, "test");
     CHECK_EQ_INT(bad, 0);
 }
 
@@ -141,7 +141,7 @@ static void test_hybrid_replicas_write_once(void) {
     char *d5 = slm_ckpt_step_dir(g_root, 5, false);
     bad |= slm_is_dir(d5);
     free(d5);
-    slm_dist_allreduce(&bad, 1, SLM_DT_I64, SLM_OP_MAX, "test");
+    slm_dist_allreduce(&bad, 1, SLM_DTYPE_I64, SLM_OP_MAX, "test");
     CHECK_EQ_INT(bad, 0);
 }
 
@@ -153,7 +153,7 @@ int main(int argc, char **argv) {
     g_rank = slm_dist_rank();
     g_world = slm_dist_world();
     int64_t tag = (int64_t)getpid();
-    slm_dist_bcast(&tag, 1, SLM_DT_I64, 0, "tag");
+    slm_dist_bcast(&tag, 1, SLM_DTYPE_I64, 0, "tag");
     const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
     snprintf(g_root, sizeof g_root, "%s/slm_test_ckpt_mpi_%lld", base, (long long)tag);
     setup();

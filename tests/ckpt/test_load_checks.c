@@ -128,7 +128,7 @@ static void test_tied_lm_head(void) {
     CHECK_OK(slm_llama_init(&b, &c, true));
     slm_llama_init_weights(&a, 5);
     char *d = sub("tied");
-    CHECK_OK(slm_hf_export(&a, d, SLM_ST_F32, 0)); // config.json (tie_word_embeddings true)
+    CHECK_OK(slm_hf_export(&a, d, SLM_DTYPE_F32, 0)); // config.json (tie_word_embeddings true)
     const slm_param_view *emb = slm_llama_find(&a, "model.embed_tokens.weight", NULL);
     const float *e = a.params[a.n_units - 1] + emb->offset;
     float *copy = slm_xmalloc((size_t)emb->numel * 4);
@@ -161,7 +161,7 @@ static void test_nonfinite_hf(void) {
     const float bad[2] = {NAN, -INFINITY};
     for (int k = 0; k < 2; k++) {
         a.params[unit][v->offset + 5] = bad[k];
-        CHECK_OK(slm_hf_export(&a, d, k ? SLM_ST_BF16 : SLM_ST_F32, 0));
+        CHECK_OK(slm_hf_export(&a, d, k ? SLM_DTYPE_BF16 : SLM_DTYPE_F32, 0));
         CHECK_EQ_INT(slm_hf_load(&b, d), SLM_E_FORMAT);
         CHECK_MSG(strstr(slm_errmsg(), "model.layers.1.mlp.down_proj.weight") &&
                       strstr(slm_errmsg(), "element 5") &&

@@ -55,8 +55,8 @@ static void test_export_load_roundtrip(void) {
             char name[64];
             snprintf(name, sizeof name, "rt_%s_%d", dts[di], tie);
             char *d = sub(name);
-            slm_st_dtype dt;
-            CHECK_OK(slm_st_parse_dtype(dts[di], &dt));
+            slm_dtype dt;
+            CHECK_OK(slm_dtype_parse("dtype", dts[di], &dt));
             CHECK_OK(slm_hf_export(&a, d, dt, 0));
             CHECK_OK(slm_hf_load(&b, d));
             int bad = 0;
@@ -107,7 +107,7 @@ static void test_sharded_export(void) {
     CHECK_OK(slm_llama_init(&b, &c, true));
     slm_llama_init_weights(&a, 5);
     char *d = sub("sharded");
-    CHECK_OK(slm_hf_export(&a, d, SLM_ST_F32, 8000)); // embedding alone is 3200 B
+    CHECK_OK(slm_hf_export(&a, d, SLM_DTYPE_F32, 8000)); // embedding alone is 3200 B
     char *ip = slm_path_join(d, "model.safetensors.index.json");
     CHECK(slm_is_file(ip));
     char *txt;
@@ -242,7 +242,7 @@ static void test_missing_extra_shape(void) {
     CHECK_OK(slm_llama_init(&a, &c, true));
     slm_llama_init_weights(&a, 1);
     char *d = sub("variants");
-    CHECK_OK(slm_hf_export(&a, d, SLM_ST_F32, 0)); // config.json
+    CHECK_OK(slm_hf_export(&a, d, SLM_DTYPE_F32, 0)); // config.json
     // the independent writer's full file loads
     write_variant(&a, d, NULL, NULL, NULL, 0);
     CHECK_OK(slm_hf_load(&a, d));

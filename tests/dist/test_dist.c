@@ -6,17 +6,17 @@
 static void test_allreduce_bcast_allgather(void) {
     int r = slm_dist_rank(), w = slm_dist_world();
     double x = r + 1;
-    slm_dist_allreduce(&x, 1, SLM_DT_F64, SLM_OP_SUM, "test sum");
+    slm_dist_allreduce(&x, 1, SLM_DTYPE_F64, SLM_OP_SUM, "test sum");
     CHECK_CLOSE(x, w * (w + 1) / 2.0, 0, 0);
     int64_t mx = r;
-    slm_dist_allreduce(&mx, 1, SLM_DT_I64, SLM_OP_MAX, "test max");
+    slm_dist_allreduce(&mx, 1, SLM_DTYPE_I64, SLM_OP_MAX, "test max");
     CHECK_EQ_INT(mx, w - 1);
     float f[3] = {0, 0, 0};
     if (r == 0) f[0] = 1.5f, f[1] = 2.5f, f[2] = -3.0f;
-    slm_dist_bcast(f, 3, SLM_DT_F32, 0, "test bcast");
+    slm_dist_bcast(f, 3, SLM_DTYPE_F32, 0, "test bcast");
     CHECK_CLOSE(f[2], -3.0, 0, 0);
     int64_t mine = 10 * r, all[64];
-    slm_dist_allgather(&mine, all, 1, SLM_DT_I64, "test allgather");
+    slm_dist_allgather(&mine, all, 1, SLM_DTYPE_I64, "test allgather");
     for (int i = 0; i < w; i++)
         CHECK_EQ_INT(all[i], 10 * i);
     slm_dist_barrier("test barrier");
@@ -124,10 +124,10 @@ static void test_groups_nonblocking(void) {
     for (int j = 0; j < n; j++)
         mine[j] = (float)(100 * r + j);
     slm_dist_req q1, q2;
-    slm_dist_iallgather(sg, mine, all, n, SLM_DT_F32, "test iallgather", &q1);
+    slm_dist_iallgather(sg, mine, all, n, SLM_DTYPE_F32, "test iallgather", &q1);
     // a second collective in flight on another communicator at the same time
     double x = r;
-    slm_dist_iallreduce(rg, &x, 1, SLM_DT_F64, SLM_OP_SUM, "test iallreduce", &q2);
+    slm_dist_iallreduce(rg, &x, 1, SLM_DTYPE_F64, SLM_OP_SUM, "test iallreduce", &q2);
     while (!slm_dist_test(&q1)) {
     }
     slm_dist_wait(&q2);
@@ -144,7 +144,7 @@ static void test_groups_nonblocking(void) {
     float *send = malloc(sizeof(float) * (size_t)w * n), recv[n];
     for (int i = 0; i < w * n; i++)
         send[i] = (float)(r + i);
-    slm_dist_ireduce_scatter(slm_comm_world(), send, recv, n, SLM_DT_F32, SLM_OP_SUM,
+    slm_dist_ireduce_scatter(slm_comm_world(), send, recv, n, SLM_DTYPE_F32, SLM_OP_SUM,
                              "test ireduce_scatter", &q1);
     slm_dist_wait(&q1);
     for (int j = 0; j < n; j++)
@@ -154,15 +154,15 @@ static void test_groups_nonblocking(void) {
     uint16_t hb[3], hr[3];
     float fv[3] = {0.5f * (float)(r + 1), -1.0f, 3.0f}, fo[3];
     slm_f32_to_bf16(fv, hb, 3);
-    slm_comm_allreduce(slm_comm_world(), hb, 3, SLM_DT_BF16, SLM_OP_SUM, "test bf16 sum");
+    slm_comm_allreduce(slm_comm_world(), hb, 3, SLM_DTYPE_BF16, SLM_OP_SUM, "test bf16 sum");
     slm_bf16_to_f32(hb, fo, 3);
     CHECK_CLOSE(fo[0], 0.25 * w * (w + 1), 0, 0);
     CHECK_CLOSE(fo[1], -w, 0, 0);
     CHECK_CLOSE(fo[2], 3.0 * w, 0, 0);
-    slm_comm_reduce_scatter(slm_comm_world(), hb, hr, 0, SLM_DT_BF16, SLM_OP_SUM, "empty rs");
+    slm_comm_reduce_scatter(slm_comm_world(), hb, hr, 0, SLM_DTYPE_BF16, SLM_OP_SUM, "empty rs");
     // bcast + barrier in a group
     int64_t b = r;
-    slm_comm_bcast(sg, &b, 1, SLM_DT_I64, 0, "test group bcast");
+    slm_comm_bcast(sg, &b, 1, SLM_DTYPE_I64, 0, "test group bcast");
     CHECK_EQ_INT(b, (r / G) * G);
     slm_comm_barrier(rg, "test group barrier");
     slm_comm_free(sg);
@@ -208,7 +208,7 @@ int main(int argc, char **argv) {
     RUN(test_bf16_rounding);
     int rc = slm_dist_rank() == 0 ? TEST_SUMMARY() : (slm_test_failed_ ? 1 : 0);
     int64_t bad = rc;
-    slm_dist_allreduce(&bad, 1, SLM_DT_I64, SLM_OP_MAX, "result");
+    slm_dist_allreduce(&bad, 1, SLM_DTYPE_I64, SLM_OP_MAX, "result");
     slm_dist_finalize();
     return bad ? 1 : 0;
 }

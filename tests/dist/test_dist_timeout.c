@@ -15,7 +15,7 @@ int main(int argc, char **argv) {
     } else {
         float x[4] = {0}, y[8];
         slm_dist_req q;
-        slm_dist_iallgather(g, x, y, 4, SLM_DT_F32, "all-gather (params)", &q);
+        slm_dist_iallgather(g, x, y, 4, SLM_DTYPE_F32, "all-gather (params)", &q);
         slm_dist_wait(&q);
     }
     slm_comm_free(g);

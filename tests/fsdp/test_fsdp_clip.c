@@ -74,7 +74,7 @@ static void test_clip(void) {
             ok = system(cmd) == 0;
         }
     }
-    slm_dist_bcast(&ok, 1, SLM_DT_I64, 0, "reference status");
+    slm_dist_bcast(&ok, 1, SLM_DTYPE_I64, 0, "reference status");
     CHECK_MSG(ok, "torch reference failed");
     double tnorm = 0;
     float *ref = malloc(sizeof(float) * (size_t)total);
@@ -85,10 +85,10 @@ static void test_clip(void) {
         if (fo) fclose(fo);
         unlink(in), unlink(out), rmdir(dir);
     }
-    slm_dist_bcast(&ok, 1, SLM_DT_I64, 0, "reference read");
+    slm_dist_bcast(&ok, 1, SLM_DTYPE_I64, 0, "reference read");
     CHECK_MSG(ok, "cannot read the torch reference");
-    slm_dist_bcast(&tnorm, 1, SLM_DT_F64, 0, "reference norm");
-    slm_dist_bcast(ref, total, SLM_DT_F32, 0, "reference grads");
+    slm_dist_bcast(&tnorm, 1, SLM_DTYPE_F64, 0, "reference norm");
+    slm_dist_bcast(ref, total, SLM_DTYPE_F32, 0, "reference grads");
     int64_t off = 0, n_bad = 0;
     double worst = 0;
     for (int u = 0; u < NU; u++) {
@@ -137,7 +137,7 @@ int main(int argc, char **argv) {
     RUN(test_clip);
     int64_t bad = slm_test_failed_ ? 1 : 0;
     if (slm_dist_rank() == 0) (void)TEST_SUMMARY();
-    slm_dist_allreduce(&bad, 1, SLM_DT_I64, SLM_OP_MAX, "result");
+    slm_dist_allreduce(&bad, 1, SLM_DTYPE_I64, SLM_OP_MAX, "result");
     slm_dist_finalize();
     return bad ? 1 : 0;
 }

@@ -95,7 +95,7 @@ static int shard_group_size(void) {
 // bf16 reduction when each level adds at most one pair, whose order cannot differ).
 static bool reduce_emulated(void) {
     int S = shard_group_size();
-    return g_a.fo.reduce_dtype != SLM_PREC_BF16 || (S <= 2 && slm_dist_world() / S <= 2);
+    return g_a.fo.reduce_dtype != SLM_DTYPE_BF16 || (S <= 2 && slm_dist_world() / S <= 2);
 }
 
 // The limit on max |w - w_ref| after g_a.steps AdamW steps, from a bound on how far a gradient
@@ -137,7 +137,7 @@ static double derived_tol_w(void) {
         sum += (double)lr_at(t - 1) * U;
     }
     double rho;
-    bool bf16 = g_a.fo.param_dtype != SLM_PREC_FP32 || g_a.fo.reduce_dtype != SLM_PREC_FP32;
+    bool bf16 = g_a.fo.param_dtype != SLM_DTYPE_F32 || g_a.fo.reduce_dtype != SLM_DTYPE_F32;
     if (bf16 && !reduce_emulated()) {
         rho = 0.25;
     } else if (bf16) {
@@ -163,8 +163,8 @@ static void run_reference(slm_llama *ref, double *losses, double *norms) {
     // --param-dtype bf16: fsdp/ computes with the fp32 masters rounded to bf16 (RNE), so the
     // reference does the same (same math; only the summation order of the rank partials then
     // differs): masters in mst[u], the model's params hold the rounded copy during the step.
-    bool bf16_params = g_a.fo.param_dtype == SLM_PREC_BF16;
-    bool bf16_reduce = g_a.fo.reduce_dtype == SLM_PREC_BF16;
+    bool bf16_params = g_a.fo.param_dtype == SLM_DTYPE_BF16;
+    bool bf16_reduce = g_a.fo.reduce_dtype == SLM_DTYPE_BF16;
     float **part = calloc((size_t)(W * NU), sizeof *part); // [rank][unit] partials (bf16 reduce)
     for (int r = 0; bf16_reduce && r < W; r++)
         for (int u = 0; u < NU; u++)
@@ -303,7 +303,7 @@ static void test_equivalence(void) {
             slm_llama_backward(&model, R == g_a.drop_rank ? 0.0f : 1.0f / (float)(W * K));
             loss += l / (double)(W * K);
         }
-        slm_dist_allreduce(&loss, 1, SLM_DT_F64, SLM_OP_SUM, "test loss");
+        slm_dist_allreduce(&loss, 1, SLM_DTYPE_F64, SLM_OP_SUM, "test loss");
         double norm = slm_fsdp_clip_grad_norm(&f, k_clip);
         double nrel = fabs(norm - ref_norm[step]) / ref_norm[step];
         if (nrel > max_nrel) max_nrel = nrel;
@@ -415,14 +415,14 @@ int main(int argc, char **argv) {
         }
     }
     if (g_a.tol_w < 0) g_a.tol_w = derived_tol_w();
-    bool loose = g_a.fo.reduce_dtype == SLM_PREC_BF16 && !reduce_emulated();
+    bool loose = g_a.fo.reduce_dtype == SLM_DTYPE_BF16 && !reduce_emulated();
     if (g_a.tol_loss < 0) g_a.tol_loss = loose ? 1e-3 : 1e-5;
     if (g_a.tol_upd < 0) g_a.tol_upd = loose ? 5e-2 : 1e-3;
     RUN(test_equivalence);
     int rc = slm_test_failed_ ? 1 : 0;
     if (slm_dist_rank() == 0) (void)TEST_SUMMARY();
     int64_t bad = rc;
-    slm_dist_allreduce(&bad, 1, SLM_DT_I64, SLM_OP_MAX, "result");
+    slm_dist_allreduce(&bad, 1, SLM_DTYPE_I64, SLM_OP_MAX, "result");
     slm_dist_finalize();
     return bad ? 1 : 0;
 }

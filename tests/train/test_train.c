@@ -504,7 +504,7 @@ static void test_init_from_hf_world_of_one(void) {
     slm_llama_init_weights(&src, 4242); // not the run's seed
     char *hf = slm_path_join(g_dir, "hf_src"), *out = slm_path_join(g_dir, "hf_run");
     CHECK_OK(slm_mkdir_p(hf));
-    CHECK_OK(slm_hf_export(&src, hf, SLM_ST_F32, 0));
+    CHECK_OK(slm_hf_export(&src, hf, SLM_DTYPE_F32, 0));
     slm_train_opts o;
     base_opts(&o, out);
     o.init_from_hf = hf;
