@@ -159,21 +159,21 @@ slm_status slm_llama_init(slm_llama *m, const slm_llama_config *cfg, bool alloc)
 
 static void acts_free(slm_llama_acts *a);
 
+void slm_units_free(int n, slm_unit_layout *units, float **params, float **grads, bool owns) {
+    for (int u = 0; units && u < n; u++)
+        free(units[u].views);
+    for (int u = 0; owns && u < n; u++) {
+        if (params) free(params[u]);
+        if (grads) free(grads[u]);
+    }
+    free(units);
+    free(params);
+    free(grads);
+}
+
 void slm_llama_free(slm_llama *m) {
     if (!m) return;
-    if (m->units) {
-        for (int u = 0; u < m->n_units; u++)
-            free(m->units[u].views);
-    }
-    if (m->owns_buffers) {
-        for (int u = 0; u < m->n_units; u++) {
-            if (m->params) free(m->params[u]);
-            if (m->grads) free(m->grads[u]);
-        }
-    }
-    free(m->units);
-    free(m->params);
-    free(m->grads);
+    slm_units_free(m->n_units, m->units, m->params, m->grads, m->owns_buffers);
     acts_free(m->acts);
     slm_lora_free(m);
     memset(m, 0, sizeof *m);

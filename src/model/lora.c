@@ -370,18 +370,8 @@ void slm_lora_bwd(const slm_llama *m, int l, int t, int blk, const float *x, con
 // Merge and free
 
 void slm_lora_free(slm_llama *m) {
-    int L = m->cfg.num_hidden_layers;
-    if (m->lora_units)
-        for (int l = 0; l < L; l++)
-            free(m->lora_units[l].views);
-    if (m->lora_owns_buffers)
-        for (int l = 0; l < L; l++) {
-            if (m->lora_params) free(m->lora_params[l]);
-            if (m->lora_grads) free(m->lora_grads[l]);
-        }
-    free(m->lora_units);
-    free(m->lora_params);
-    free(m->lora_grads);
+    slm_units_free(m->cfg.num_hidden_layers, m->lora_units, m->lora_params, m->lora_grads,
+                   m->lora_owns_buffers);
     slm_lora_acts_free(m->lora_acts);
     m->lora_units = NULL;
     m->lora_params = m->lora_grads = NULL;
