@@ -98,4 +98,20 @@ void slm_add(float *out, const float *a, const float *b, int64_t n);
 // `reps`), for MFU denominators.
 double slm_sgemm_peak_gflops(int n, int reps);
 
+// bf16 compute (kernels/bf16.c): C[M, N] = bf16(op(A))[M, K] bf16(op(B))[K, N] (+ C when
+// `accumulate`), row-major, fp32 in and out: A and B are read as fp32 and rounded to bfloat16
+// (round to nearest even) on the way in, products accumulate in fp32 (tensor cores' and
+// autocast(bfloat16)'s numerics). op(X) = X^T when ta / tb (A stored [K, M], B stored [N, K]);
+// lda / ldb / ldc are the row strides of the stored matrices. Through oneDNN's matmul where the
+// CPU has AVX512-BF16 or AMX (primitive cached per shape), else rounded operands through the fp32
+// sgemm (said once in the log). Error bound: tests/kernels/test_bf16.c. Thread-safe (calls
+// serialize); must not be called inside an OpenMP parallel region.
+void slm_gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+                   const float *B, int64_t ldb, bool accumulate, float *Cm, int64_t ldc);
+// oneDNN's view of this CPU, e.g. "avx512_core_bf16 (AVX512-BF16)" (static string).
+const char *slm_bf16_gemm_isa(void);
+// Measured bf16 GEMM rate of this machine in GFLOP/s (square n x n x n through slm_gemm_bf16,
+// best of `reps`, rounding of the operands included), for bf16 MFU denominators.
+double slm_bf16_gemm_peak_gflops(int n, int reps);
+
 #endif
