@@ -176,6 +176,16 @@ int slm_cuda_sumsq(double *out, const float *x, int64_t n, void *stream);
 int slm_cuda_adamw(float *p, const float *g, float *m, float *v, void *p_bf16, int64_t n, float lr,
                    float beta1, float beta2, float eps, float wd, int64_t t, void *stream);
 
+// Causal attention with GQA (slm_attention_fwd / _bwd; pos [B, T] NULL, or packed positions as
+// slm_attention_fwd_packed), D <= 256, H a multiple of KV. The backward writes dq, dk, dv (=) and
+// needs `scratch`, B * H * T floats of device memory (the rows' D = rowsum(dO * O)).
+int slm_cuda_attention_fwd(float *out, float *lse, const float *q, const float *k, const float *v,
+                           const int32_t *pos, int B, int T, int H, int KV, int D, void *stream);
+int slm_cuda_attention_bwd(float *dq, float *dk, float *dv, float *scratch, const float *dout,
+                           const float *q, const float *k, const float *v, const float *out,
+                           const float *lse, const int32_t *pos, int B, int T, int H, int KV, int D,
+                           void *stream);
+
 // cuBLASLt context: handle, 32 MiB workspace, algorithms pinned per shape. One per device.
 typedef struct slm_cuda_gemm_ctx slm_cuda_gemm_ctx;
 int slm_cuda_gemm_create(slm_cuda_gemm_ctx **out);
