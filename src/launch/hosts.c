@@ -85,6 +85,24 @@ int usable_slots(const run *r) {
     return s;
 }
 
+// Excludes host hi from the next attempts ("launch: host H excluded: <why>" and the metrics).
+void exclude_host(run *r, int hi, const char *why) {
+    r->excluded[hi] = true;
+    slm_warn("launch: host %s excluded: %s", r->host[hi], why);
+    lm_host_excluded(r->host[hi], n_excluded(r));
+}
+
+// The usable host whose slots hold `rank` when ranks fill the usable hosts in order (-1: none).
+int host_of_rank(const run *r, int rank) {
+    int left = rank;
+    for (int i = 0; i < r->n_hosts; i++) {
+        if (r->excluded[i]) continue;
+        if (left < r->slots[i]) return i;
+        left -= r->slots[i];
+    }
+    return -1;
+}
+
 // "--host h1:2,h2:1" covering the first `world` usable slots (or all usable when world < 0).
 void host_arg(const run *r, int world, char *out, size_t cap) {
     size_t l = 0;

@@ -1,8 +1,8 @@
 // Private to src/launch/ (launch.h is the public API): the types and functions its files share.
 //
 // One file per concern. Calls go one way, down this graph (a file calls only the files named
-// after its arrow; util.c, signals.c, metrics.c, proc.c, hosts.c and rundir.c call no other
-// file of launch/):
+// after its arrow; util.c, signals.c, metrics.c, proc.c and rundir.c call no other file of
+// launch/):
 //
 //   launch.c     slm_launch_run: options, the attempt loop, the end of a launch
 //                -> attempt preflight record command hosts rundir job metrics signals util
@@ -22,6 +22,7 @@
 //                verdict  -> proc util
 //   heartbeat.c  heartbeat records: parsing, the per-attempt scan  -> metrics
 //   hosts.c      the host list, exclusions, usable slots, the world of the next attempt
+//                -> metrics
 //   rundir.c     the run directory: its run lock, checkpoints, directories this launch made
 //   proc.c       the process tree in /proc: a process's state, this process's descendants
 //   metrics.c    the launcher's own /metrics (--metrics-addr)
@@ -128,7 +129,8 @@ typedef struct health_rec {
 } health_rec;
 
 typedef struct run {
-    const slm_launch_opts *o;
+    const slm_launch_opts *o; // &opts once the options are checked
+    slm_launch_opts opts;     // the caller's, min_nproc 0 replaced by nproc
     const char *run_dir;
     char hb_dir[4096];
     bool slurm;
@@ -166,74 +168,77 @@ typedef struct run {
     char made[4096];
 } run;
 
-// util.c: the wall clock (Unix seconds); a sleep that resumes after signals
-double wall_now(void);
-void sleep_s(double s);
+// util.c
+double wall_now(void);  // Unix time, seconds
+void sleep_s(double s); // sleeps s seconds, resuming after a signal
 
-// signals.c: SIGTERM / SIGUSR1 / SIGINT recorded (sig_pending: the last, 0: none)
+// signals.c: SIGTERM / SIGUSR1 / SIGINT of the launcher, recorded by a handler
 void install_signals(void);
 const char *sig_name(int sig);
-int sig_pending(void);
+int sig_pending(void); // the last signal received and not cleared (0: none)
 void sig_clear(void);
 
-// metrics.c: the launcher's /metrics; every update is a no-op without --metrics-addr
-slm_status lm_start(const char *addr);
+// metrics.c: the launcher's /metrics (docs/observability.md); without --metrics-addr every
+// update is a no-op
+slm_status lm_start(const char *addr); // NULL addr: off; a port in use fails
 void lm_stop(void);
-void lm_state(int s);
 bool lm_serving(void);
+void lm_state(int s); // ST_*
 void lm_launch(int nproc, int max_restarts, double start_time);
-void lm_attempt(int n, int world);
+void lm_attempt(int n, int world); // attempt n (1-based) starts
 void lm_restart(void);
 void lm_health_failed(void);
-void lm_heartbeat(double time, int64_t step);
+void lm_heartbeat(double time, int64_t step); // the newest record's time, the highest step
 void lm_host_excluded(const char *host, int n_excluded);
-void lm_exit(const char *result, const char *reason);
+void lm_exit(const char *result, const char *reason); // the attempt that ended
 
-// heartbeat.c
+// heartbeat.c: the scan of an attempt's heartbeat directory (hb_state; h->last owned: free)
 void hb_init(hb_state *h, int world, double now);
 void hb_scan(hb_state *h, const char *dir, double now);
-bool all_ended(const hb_state *h);
+bool all_ended(const hb_state *h); // every rank's newest record is its final "end"
 
 // proc.c
-int proc_stat(long pid, long *ppid, char *state);
-int proc_descendants(long *pids, int cap);
+int proc_stat(long pid, long *ppid, char *state); // 0, or -1 when the process is gone
+int proc_descendants(long *pids, int cap);        // live descendants of this process
 
-// output.c: job_drain reads the job's stderr (waiting at most timeout_ms) and parses it
-bool launcher_refused(const job *j);
-const char *job_banner(const job *j);
-void job_drain(job *j, int timeout_ms);
+// output.c: the job's stderr
+void job_drain(job *j, int timeout_ms); // reads what is there (waiting at most timeout_ms)
+const char *job_banner(const job *j);   // Open MPI's banner for the failure ("" none)
+bool launcher_refused(const job *j);    // the MPI start-up failed with no rank reporting
 
-// job.c
-void job_reap(job *j);
-int job_start(job *j, char *const *argv, const char *const *env_add);
+// job.c: the job's process group (mpirun / srun and everything it started)
+int job_start(job *j, char *const *argv, const char *const *env_add); // 0, or -1 (errno)
+void job_reap(job *j); // reaps every exited child (j may be NULL)
 void job_terminate(job *j, double grace);
 void job_sweep(job *j);
 
 // hosts.c
-int host_index(run *r, const char *name);
+int host_index(run *r, const char *name); // -1: not in the list
+int host_of_rank(const run *r, int rank);
+void exclude_host(run *r, int hi, const char *why);
 int n_excluded(const run *r);
 int usable_slots(const run *r);
 void host_arg(const run *r, int world, char *out, size_t cap);
 void excluded_list(const run *r, char *out, size_t cap, char sep);
 void slurm_hosts(run *r);
-int choose_world(const run *r);
+int choose_world(const run *r); // 0: no world fits
 
-// command.c
+// command.c: argument vectors (argv_t; av_free frees one)
 void av_add(argv_t *a, const char *s);
+void av_addf(argv_t *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void av_free(argv_t *a);
-char *av_join(const argv_t *a);
+char *av_join(const argv_t *a); // space-joined (owned: free)
 const char *launcher_name(const run *r);
-void launcher_prefix(const run *r, argv_t *a, int world, bool all_slots);
+extern const char *const k_verbose_mpi_env[];
+void train_command(const run *r, const attempt *at, bool scratch, argv_t *a);
+void health_command(const run *r, int world, const char *report, argv_t *a);
 const char *find_arg(const slm_launch_opts *o, const char *name, int *idx);
-
-// preflight.c
-int run_health(run *r);
 
 // rundir.c
 bool scratch_state(const char *run_dir, ino_t *ino);
 bool run_lock_held(const char *run_dir, char *holder, size_t cap);
 void report_lock_holder(run *r, const char *holder);
-int64_t newest_checkpoint_step(const char *run_dir);
+int64_t newest_checkpoint_step(const char *run_dir); // -1: none
 void first_missing(const char *path, char *out, size_t cap);
 bool remove_made(const run *r);
 
@@ -242,13 +247,16 @@ void flight_verdict(run *r, char *out, size_t cap);
 int stopped_rank(const hb_state *h, long *pid_out);
 int dead_rank(const hb_state *h, const char *myhost, long *pid_out, int *n_dead);
 
+// preflight.c
+int run_health(run *r); // 0, SLM_LAUNCH_HEALTH / _DETERMINISTIC / _PREEMPTED / _FAILED
+
 // attempt.c
 void run_attempt(run *r, attempt *at, int world);
 
-// record.c
+// record.c: RUN_DIR/attempts.json and the summary
 void load_history(run *r);
 void free_history(run *r);
 void write_attempts(run *r, const char *result);
-char *summary_text(const run *r, const char *result, bool gone);
+char *summary_text(const run *r, const char *result, bool gone); // owned: free
 
 #endif
