@@ -22,30 +22,27 @@ typedef struct launch_metrics {
 
 static launch_metrics g_m;
 
-slm_status lm_start(const char *addr) {
-    memset(&g_m, 0, sizeof g_m);
-    if (!addr) return SLM_OK;
-    launch_metrics *m = &g_m;
-    m->reg = slm_metrics_new();
-    m->restarts = slm_metrics_counter(m->reg, "shardlm_launch_restarts_total",
-                                      "Restarts of the job after a failed or hung attempt (counted "
-                                      "for the whole job, at most --max-restarts)");
-    m->attempts = slm_metrics_counter(m->reg, "shardlm_launch_attempts_started_total",
-                                      "Training attempts started (mpirun / srun of shardlm train)");
-    m->attempt = slm_metrics_gauge(m->reg, "shardlm_launch_attempt",
-                                   "Number of the current (or last) attempt, 1-based; 0 before "
-                                   "the first");
-    m->world = slm_metrics_gauge(m->reg, "shardlm_launch_world_size",
-                                 "Ranks of the current (or last) attempt; 0 before the first");
-    m->nproc =
-        slm_metrics_gauge(m->reg, "shardlm_launch_nproc", "Ranks of a full-size attempt (--nproc)");
-    m->max_restarts = slm_metrics_gauge(m->reg, "shardlm_launch_max_restarts",
-                                        "Restarts allowed (--max-restarts)");
-    m->health_fail = slm_metrics_counter(m->reg, "shardlm_launch_health_check_failures_total",
-                                         "Preflight health checks that failed");
-    m->excluded = slm_metrics_gauge(m->reg, "shardlm_launch_excluded_hosts",
-                                    "Hosts excluded (failed a health check or named in two "
-                                    "failures)");
+// A counter or gauge of the launcher: where its handle goes, its name and help.
+typedef struct metric_def {
+    slm_metric **h;
+    bool counter;
+    const char *name, *help;
+} metric_def;
+
+// Registers defs[0..n) in order (their order on /metrics); false when one failed.
+static bool add_metrics(slm_metrics *reg, const metric_def *defs, int n) {
+    bool ok = true;
+    for (int i = 0; i < n; i++) {
+        const metric_def *d = &defs[i];
+        *d->h = d->counter ? slm_metrics_counter(reg, d->name, d->help)
+                           : slm_metrics_gauge(reg, d->name, d->help);
+        ok &= *d->h != NULL;
+    }
+    return ok;
+}
+
+// The labelled families: excluded hosts, the last attempt's result, the launcher's state.
+static slm_status add_families(launch_metrics *m) {
     const char *host_label[] = {"host"};
     slm_status st =
         slm_metrics_family(m->reg, SLM_METRIC_GAUGE, "shardlm_launch_host_excluded",
@@ -67,19 +64,46 @@ slm_status lm_start(const char *addr) {
                                 1, state_label, 0, NULL, &sf);
     for (int i = 0; !st && i < N_STATES; i++)
         st = slm_metrics_series(sf, &k_state_names[i], &m->state[i]);
-    m->hb_time = slm_metrics_gauge(m->reg, "shardlm_launch_last_heartbeat_timestamp_seconds",
-                                   "Unix time in the newest heartbeat record of the current "
-                                   "attempt (written by every rank each step); 0 before the "
-                                   "first");
-    m->hb_step = slm_metrics_gauge(m->reg, "shardlm_launch_heartbeat_step",
-                                   "Highest step in the heartbeat records of the current "
-                                   "attempt");
-    m->start_time = slm_metrics_gauge(m->reg, "shardlm_launch_start_time_seconds",
-                                      "Unix time the launcher started");
-    if (!st && (!m->restarts || !m->attempts || !m->attempt || !m->world || !m->nproc ||
-                !m->max_restarts || !m->health_fail || !m->excluded || !m->hb_time || !m->hb_step ||
-                !m->start_time))
-        st = slm_fail(SLM_E_ARG, "launch metrics: %s", slm_errmsg());
+    return st;
+}
+
+slm_status lm_start(const char *addr) {
+    memset(&g_m, 0, sizeof g_m);
+    if (!addr) return SLM_OK;
+    launch_metrics *m = &g_m;
+    m->reg = slm_metrics_new();
+    // The scalars; the labelled families go between the first 8 and the rest (the order of
+    // /metrics, unchanged).
+    const metric_def defs[] = {
+        {&m->restarts, true, "shardlm_launch_restarts_total",
+         "Restarts of the job after a failed or hung attempt (counted for the whole job, at most "
+         "--max-restarts)"},
+        {&m->attempts, true, "shardlm_launch_attempts_started_total",
+         "Training attempts started (mpirun / srun of shardlm train)"},
+        {&m->attempt, false, "shardlm_launch_attempt",
+         "Number of the current (or last) attempt, 1-based; 0 before the first"},
+        {&m->world, false, "shardlm_launch_world_size",
+         "Ranks of the current (or last) attempt; 0 before the first"},
+        {&m->nproc, false, "shardlm_launch_nproc", "Ranks of a full-size attempt (--nproc)"},
+        {&m->max_restarts, false, "shardlm_launch_max_restarts",
+         "Restarts allowed (--max-restarts)"},
+        {&m->health_fail, true, "shardlm_launch_health_check_failures_total",
+         "Preflight health checks that failed"},
+        {&m->excluded, false, "shardlm_launch_excluded_hosts",
+         "Hosts excluded (failed a health check or named in two failures)"},
+        {&m->hb_time, false, "shardlm_launch_last_heartbeat_timestamp_seconds",
+         "Unix time in the newest heartbeat record of the current attempt (written by every rank "
+         "each step); 0 before the first"},
+        {&m->hb_step, false, "shardlm_launch_heartbeat_step",
+         "Highest step in the heartbeat records of the current attempt"},
+        {&m->start_time, false, "shardlm_launch_start_time_seconds",
+         "Unix time the launcher started"},
+    };
+    enum { N_BEFORE = 8, N_DEFS = sizeof defs / sizeof *defs };
+    bool ok = add_metrics(m->reg, defs, N_BEFORE);
+    slm_status st = add_families(m);
+    ok &= add_metrics(m->reg, defs + N_BEFORE, N_DEFS - N_BEFORE);
+    if (!st && !ok) st = slm_fail(SLM_E_ARG, "launch metrics: %s", slm_errmsg());
     if (!st) st = slm_metrics_server_start(addr, m->reg, &m->srv);
     if (st) {
         slm_metrics_free(m->reg);

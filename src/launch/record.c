@@ -9,8 +9,28 @@
 
 #include "base/json.h"
 
-static cJSON *num_or_null(double x, bool valid) {
-    return valid ? cJSON_CreateNumber(x) : cJSON_CreateNull();
+// A field of attempts.json: a number, a string (str set), or null (!valid).
+typedef struct json_field {
+    const char *key;
+    double num;
+    const char *str;
+    bool valid;
+} json_field;
+#define NUM(key, x)                                                                                \
+    { key, (double)(x), NULL, true }
+#define NUM_OR_NULL(key, x, valid)                                                                 \
+    { key, (double)(x), NULL, valid }
+#define STR(key, s)                                                                                \
+    { key, 0, s, true }
+
+// Adds fields f[0..n) to object x, in order.
+static void add_fields(cJSON *x, const json_field *f, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        cJSON *v = !f[i].valid ? cJSON_CreateNull()
+                   : f[i].str  ? cJSON_CreateString(f[i].str)
+                               : cJSON_CreateNumber(f[i].num);
+        cJSON_AddItemToObject(x, f[i].key, v);
+    }
 }
 
 // The integer `key` of object x (def when absent or not a number).
@@ -95,16 +115,49 @@ static cJSON *history_copy(const cJSON *a) {
 
 // What describes this launch, both at the top of attempts.json and in its launches[] entry.
 static void launch_fields(cJSON *o, const run *r, const char *result) {
-    cJSON_AddNumberToObject(o, "launch", r->launch_no);
-    cJSON_AddNumberToObject(o, "nproc", r->o->nproc);
-    cJSON_AddNumberToObject(o, "min_nproc", r->o->min_nproc);
-    cJSON_AddNumberToObject(o, "max_restarts", r->o->max_restarts);
-    cJSON_AddNumberToObject(o, "restarts", r->restarts);
-    cJSON_AddStringToObject(o, "result", result);
-    cJSON_AddNumberToObject(o, "exit_code", r->exit_code);
-    cJSON_AddStringToObject(o, "message", r->message);
-    cJSON_AddNumberToObject(o, "start", r->t0);
-    cJSON_AddNumberToObject(o, "end", wall_now());
+    const json_field f[] = {
+        NUM("launch", r->launch_no),
+        NUM("nproc", r->o->nproc),
+        NUM("min_nproc", r->o->min_nproc),
+        NUM("max_restarts", r->o->max_restarts),
+        NUM("restarts", r->restarts),
+        STR("result", result),
+        NUM("exit_code", r->exit_code),
+        STR("message", r->message),
+        NUM("start", r->t0),
+        NUM("end", wall_now()),
+    };
+    add_fields(o, f, sizeof f / sizeof *f);
+}
+
+// One attempt's entry of attempts.json.
+static cJSON *attempt_json(const run *r, const attempt *a) {
+    const json_field f[] = {
+        NUM("launch", r->launch_no),
+        NUM("attempt", a->n),
+        NUM("start", a->start),
+        NUM("end", a->end),
+        NUM("detected", a->detected),
+        NUM("last_progress", a->last_progress),
+        NUM_OR_NULL("first_step_time", a->first_step_time, a->first_step_time > 0),
+        NUM("world", a->world),
+        STR("hosts", a->hosts),
+        NUM("grad_accum", a->grad_accum),
+        STR("result", a->result),
+        STR("reason", a->reason),
+        NUM_OR_NULL("exit_status", a->exit_status, a->exit_status >= 0),
+        NUM_OR_NULL("exit_signal", a->exit_signal, a->exit_signal > 0),
+        NUM_OR_NULL("culprit_rank", a->culprit_rank, a->culprit_rank >= 0),
+        {"culprit_host", 0, a->culprit_host, a->culprit_host[0] != 0},
+        STR("flight_verdict", a->verdict),
+        STR("error", a->error),
+        NUM_OR_NULL("start_step", a->start_step, a->start_step >= 0),
+        NUM_OR_NULL("steps_reached", a->steps_reached, a->steps_reached >= 0),
+        NUM("steps_lost", a->steps_lost),
+    };
+    cJSON *x = cJSON_CreateObject();
+    add_fields(x, f, sizeof f / sizeof *f);
+    return x;
 }
 
 void write_attempts(run *r, const char *result) {
@@ -133,39 +186,8 @@ void write_attempts(run *r, const char *result) {
     }
     cJSON_AddItemToObject(o, "health", hs);
     cJSON *as = history_copy(r->prev_attempts);
-    for (int i = 0; i < r->n_att; i++) {
-        const attempt *a = &r->att[i];
-        cJSON *x = cJSON_CreateObject();
-        cJSON_AddNumberToObject(x, "launch", r->launch_no);
-        cJSON_AddNumberToObject(x, "attempt", a->n);
-        cJSON_AddNumberToObject(x, "start", a->start);
-        cJSON_AddNumberToObject(x, "end", a->end);
-        cJSON_AddNumberToObject(x, "detected", a->detected);
-        cJSON_AddNumberToObject(x, "last_progress", a->last_progress);
-        cJSON_AddItemToObject(x, "first_step_time",
-                              num_or_null(a->first_step_time, a->first_step_time > 0));
-        cJSON_AddNumberToObject(x, "world", a->world);
-        cJSON_AddStringToObject(x, "hosts", a->hosts);
-        cJSON_AddNumberToObject(x, "grad_accum", a->grad_accum);
-        cJSON_AddStringToObject(x, "result", a->result);
-        cJSON_AddStringToObject(x, "reason", a->reason);
-        cJSON_AddItemToObject(x, "exit_status", num_or_null(a->exit_status, a->exit_status >= 0));
-        cJSON_AddItemToObject(x, "exit_signal", num_or_null(a->exit_signal, a->exit_signal > 0));
-        cJSON_AddItemToObject(x, "culprit_rank",
-                              num_or_null(a->culprit_rank, a->culprit_rank >= 0));
-        if (a->culprit_host[0])
-            cJSON_AddStringToObject(x, "culprit_host", a->culprit_host);
-        else
-            cJSON_AddNullToObject(x, "culprit_host");
-        cJSON_AddStringToObject(x, "flight_verdict", a->verdict);
-        cJSON_AddStringToObject(x, "error", a->error);
-        cJSON_AddItemToObject(x, "start_step",
-                              num_or_null((double)a->start_step, a->start_step >= 0));
-        cJSON_AddItemToObject(x, "steps_reached",
-                              num_or_null((double)a->steps_reached, a->steps_reached >= 0));
-        cJSON_AddNumberToObject(x, "steps_lost", (double)a->steps_lost);
-        cJSON_AddItemToArray(as, x);
-    }
+    for (int i = 0; i < r->n_att; i++)
+        cJSON_AddItemToArray(as, attempt_json(r, &r->att[i]));
     cJSON_AddItemToObject(o, "attempts", as);
     char path[4200];
     snprintf(path, sizeof path, "%s/attempts.json", r->run_dir);
