@@ -13,7 +13,7 @@ SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 # The run-time package list; tests/scripts/test_setup_split.sh checks that it names none of
 # scripts/setup_test.sh's test-only packages.
-PKGS=(build-essential cmake pkg-config libopenblas-dev libopenmpi-dev openmpi-bin libcjson-dev
+PKGS=(build-essential cmake pkg-config libopenblas-dev libdnnl-dev libopenmpi-dev openmpi-bin libcjson-dev
       libpcre2-dev libxxhash-dev libcurl4-openssl-dev libssl-dev libxml2-dev libmicrohttpd-dev
       python3 bible-kjv)
 if [ "${1:-}" = "--list" ]; then printf '%s\n' "${PKGS[@]}"; exit 0; fi

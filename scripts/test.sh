@@ -24,6 +24,7 @@ ctest_in() { # DIR JUNIT_FILE ARGS...
 
 echo "== style (include layering, no exit/printf in src/, clang-format on every .c / .h) =="
 scripts/check_style.sh
+scripts/check_commits.sh
 
 echo "== release build (-Werror) =="
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DSLM_WERROR=ON >/dev/null

@@ -2,27 +2,35 @@
 #ifndef SLM_TEST_FIXTURES_H
 #define SLM_TEST_FIXTURES_H
 
+#include <stdbool.h>
 #include <stdlib.h>
 
 #include "base/base.h"
 #include "model/model.h"
 #include "test.h"
 
-// A tiny Llama config: vocab_size `vocab`, hidden 16, intermediate 32, 1 layer, 2 heads, 1 KV
-// head, 64 positions, RMSNorm eps 1e-5, RoPE theta 1e4, untied embeddings, init std 0.02.
-// Tests change the fields they need.
-static inline slm_llama_config slm_test_tiny_config(int32_t vocab) {
-    return (slm_llama_config){.vocab_size = vocab,
-                              .hidden_size = 16,
-                              .intermediate_size = 32,
-                              .num_hidden_layers = 1,
-                              .num_attention_heads = 2,
-                              .num_key_value_heads = 1,
-                              .max_position_embeddings = 64,
+// A Llama config for tests: vocab V, hidden C, intermediate F, L layers, H heads, KV key/value
+// heads, T positions, tied or untied embeddings; RMSNorm eps 1e-5, RoPE theta 1e4, init std 0.02,
+// head_dim C / H, no RoPE scaling. Tests change the other fields they need.
+static inline slm_llama_config slm_test_config(int32_t V, int32_t C, int32_t F, int32_t L,
+                                               int32_t H, int32_t KV, int32_t T, bool tied) {
+    return (slm_llama_config){.vocab_size = V,
+                              .hidden_size = C,
+                              .intermediate_size = F,
+                              .num_hidden_layers = L,
+                              .num_attention_heads = H,
+                              .num_key_value_heads = KV,
+                              .max_position_embeddings = T,
                               .rms_norm_eps = 1e-5f,
                               .rope_theta = 10000.0f,
-                              .tie_word_embeddings = false,
+                              .tie_word_embeddings = tied,
                               .initializer_range = 0.02f};
+}
+
+// The tiny config most tests use: vocab `vocab`, hidden 16, intermediate 32, 1 layer, 2 heads,
+// 1 KV head, 64 positions, untied embeddings (slm_test_config's other defaults).
+static inline slm_llama_config slm_test_tiny_config(int32_t vocab) {
+    return slm_test_config(vocab, 16, 32, 1, 2, 1, 64, false);
 }
 
 // Writes the first `bytes` of tinyshakespeare (in SLM_SHARED_DIR), extended to the end of that

@@ -50,6 +50,15 @@ slm_mpirun() { # slm_mpirun N COMMAND...
     shift
     "$MPIEXEC" --oversubscribe -np "$n" "$@"
 }
+# slm_need WHAT TEST_COMMAND... : unless TEST_COMMAND succeeds (quietly), print "SKIP: WHAT missing"
+# and exit 77 (CTest: skipped). The one rule for optional dependencies (tests/CMakeLists.txt), e.g.
+#   slm_need "promtool (scripts/setup_test.sh)" command -v promtool
+#   slm_need "python module prometheus_client (scripts/setup_test.sh)" "$PY" -c 'import prometheus_client'
+slm_need() {
+    local what=$1
+    shift
+    "$@" > /dev/null 2>&1 || { echo "SKIP: $what missing"; exit 77; }
+}
 slm_corpus() { head -c "$2" "$CORPUS" > "$1"; } # slm_corpus FILE BYTES
 # slm_tiny_config FILE [key=value ...]: a Llama config.json; the defaults (vocab 256, hidden 32,
 # intermediate 64, 1 layer, 2 heads, 2 kv heads, 32 positions) give way to the key=value pairs

@@ -14,6 +14,7 @@
 
 typedef struct bench_args {
     int64_t n, reps, threads;
+    bool bf16;
 } bench_args;
 
 static const slm_opt k_bench_opts[] = {
@@ -39,12 +40,17 @@ static const slm_opt k_bench_opts[] = {
      .ilo = 1,
      .ihi = 4096,
      .def = "environment"},
+    {.name = "--bf16",
+     .type = SLM_OPT_FLAG,
+     .off = offsetof(bench_args, bf16),
+     .help = "also the bf16 GEMM rate (bf16 inputs, fp32 accumulation; oneDNN where the CPU "
+             "has AVX512-BF16 or AMX) and the instruction set oneDNN reports; not cached"},
     {.type = SLM_OPT_END},
 };
 
 static const slm_cli k_bench_cli = {
     .cmd = "bench-peak",
-    .usage = "usage: shardlm bench-peak [--n N] [--reps R] [--threads T]\n"
+    .usage = "usage: shardlm bench-peak [--n N] [--reps R] [--threads T] [--bf16]\n"
              "Prints the best sgemm rate (GFLOP/s) of R square N x N fp32 GEMMs through\n"
              "OpenBLAS, the denominator of shardlm's MFU figures, and records it as this\n"
              "machine's peak (CPU model and thread count) when it beats the cached one\n"
@@ -62,6 +68,11 @@ int slm_cmd_bench_peak(int argc, char **argv) {
     double g = slm_sgemm_peak_gflops((int)n, (int)reps);
     printf("sgemm peak %.1f GFLOP/s (n %lld, best of %lld, %d threads)\n", g, (long long)n,
            (long long)reps, omp_get_max_threads());
+    if (x.bf16)
+        printf("bf16 GEMM peak %.1f GFLOP/s (n %lld, best of %lld, %d threads; oneDNN ISA %s%s)\n",
+               slm_bf16_gemm_peak_gflops((int)n, (int)reps), (long long)n, (long long)reps,
+               omp_get_max_threads(), slm_bf16_gemm_isa(),
+               getenv("SLM_BF16_GEMM") ? ", SLM_BF16_GEMM set" : "");
     char key[256];
     slm_peak_key(omp_get_max_threads(), key, sizeof key);
     if (slm_peak_cache_raise(key, g)) slm_warn("bench-peak: %s", slm_errmsg());

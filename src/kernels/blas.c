@@ -110,6 +110,12 @@ static void sgemm_par(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float a
     }
 }
 
+void slm_sgemm_rowmajor(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A,
+                        int64_t lda, const float *B, int64_t ldb, float beta, float *Cm,
+                        int64_t ldc) {
+    sgemm_par(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, Cm, ldc);
+}
+
 void slm_matmul_fwd(float *out, const float *inp, const float *W, int64_t N, int64_t I, int64_t O,
                     bool accumulate) {
     if (N <= 0 || O <= 0) return;

@@ -102,4 +102,103 @@ void slm_add(float *out, const float *a, const float *b, int64_t n);
 // `reps`), for MFU denominators.
 double slm_sgemm_peak_gflops(int n, int reps);
 
+// bf16 compute (kernels/bf16.c): C[M, N] = bf16(op(A))[M, K] bf16(op(B))[K, N] (+ C when
+// `accumulate`), row-major, fp32 in and out: A and B are read as fp32 and rounded to bfloat16
+// (round to nearest even) on the way in, products accumulate in fp32 (tensor cores' and
+// autocast(bfloat16)'s numerics). op(X) = X^T when ta / tb (A stored [K, M], B stored [N, K]);
+// lda / ldb / ldc are the row strides of the stored matrices. Through oneDNN's matmul where the
+// CPU has AVX512-BF16 or AMX (primitive cached per shape), else rounded operands through the fp32
+// sgemm (said once in the log). Error bound: tests/kernels/test_bf16.c. Thread-safe (calls
+// serialize); must not be called inside an OpenMP parallel region.
+void slm_gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+                   const float *B, int64_t ldb, bool accumulate, float *Cm, int64_t ldc);
+// oneDNN's view of this CPU, e.g. "avx512_core_bf16 (AVX512-BF16)" (static string).
+const char *slm_bf16_gemm_isa(void);
+// Measured bf16 GEMM rate of this machine in GFLOP/s (square n x n x n through slm_gemm_bf16,
+// best of `reps`, rounding of the operands included), for bf16 MFU denominators.
+double slm_bf16_gemm_peak_gflops(int n, int reps);
+
+// ---------------------------------------------------------------------------------------------
+// CUDA backend (kernels/cuda/*.cu, built when CMake finds nvcc: SLM_HAVE_CUDA; issue 22). The
+// device twins of the CPU kernels above, on device pointers, each queued on `stream` (a
+// cudaStream_t; NULL = the legacy default stream) and returning 0 or an error code that
+// slm_cuda_strerror names (launch errors are reported at the call; execution errors at the next
+// synchronization). Same layouts and semantics as the CPU kernel of the same name; fp32 buffers
+// unless a parameter says bf16 (uint16 bit patterns, __nv_bfloat16 on the device). Deterministic:
+// no atomics, fixed reduction trees, cuBLASLt algorithms pinned per shape. None of this has run
+// on a GPU yet: tests/gpu/test_cuda_kernels.c checks it against the CPU kernels where one exists.
+#ifdef SLM_HAVE_CUDA
+#include <stddef.h>
+// Devices visible (0 without a driver or device: not an error).
+int slm_cuda_device_count(int *n);
+int slm_cuda_set_device(int dev);
+// Free and total device memory in bytes (cudaMemGetInfo).
+int slm_cuda_mem_info(size_t *free_b, size_t *total_b);
+// Device memory (cudaMalloc; never managed memory) and pinned host memory for staging.
+int slm_cuda_malloc(void **p, size_t bytes);
+int slm_cuda_free(void *p);
+int slm_cuda_host_alloc(void **p, size_t bytes);
+int slm_cuda_host_free(void *p);
+// Any direction (unified addressing), ordered on `stream`.
+int slm_cuda_memcpy_async(void *dst, const void *src, size_t bytes, void *stream);
+int slm_cuda_memset_async(void *dst, int byte, size_t bytes, void *stream);
+// Streams (non-blocking) and events (no timing) for compute / communication overlap.
+int slm_cuda_stream_create(void **s);
+int slm_cuda_stream_destroy(void *s);
+int slm_cuda_stream_sync(void *s);
+int slm_cuda_event_create(void **ev);
+int slm_cuda_event_destroy(void *ev);
+int slm_cuda_event_record(void *ev, void *stream);
+int slm_cuda_stream_wait_event(void *stream, void *ev);
+// The message of a code returned by the functions here (CUDA runtime or cuBLAS).
+const char *slm_cuda_strerror(int code);
+
+// fp32 <-> bf16 (round to nearest even; NaN stays NaN), n elements.
+int slm_cuda_f32_to_bf16(void *y, const float *x, int64_t n, void *stream);
+int slm_cuda_bf16_to_f32(float *y, const void *x, int64_t n, void *stream);
+int slm_cuda_swiglu_fwd(float *h, const float *gate, const float *up, int64_t n, void *stream);
+int slm_cuda_swiglu_bwd(float *dgate, float *dup, const float *dh, const float *gate,
+                        const float *up, int64_t n, void *stream);
+// slm_rope_apply (pos NULL: row t at pos0 + t) and slm_rope_apply_pos (pos [B, T]) in one.
+int slm_cuda_rope_apply(float *x, const float *cos_t, const float *sin_t, int B, int T, int nh,
+                        int D, int pos0, const int32_t *pos, bool inverse, void *stream);
+int slm_cuda_embedding_fwd(float *out, const int32_t *tokens, const float *table, int64_t N, int C,
+                           void *stream);
+int slm_cuda_embedding_bwd(float *dtable, const int32_t *tokens, const float *dout, int64_t N,
+                           int C, void *stream);
+int slm_cuda_rmsnorm_fwd(float *out, float *rstd, const float *inp, const float *w, int64_t N,
+                         int C, float eps, void *stream);
+// dinp [N, C] += ..., dw [C] += ... (slm_rmsnorm_bwd).
+int slm_cuda_rmsnorm_bwd(float *dinp, float *dw, const float *dout, const float *inp,
+                         const float *w, const float *rstd, int64_t N, int C, void *stream);
+int slm_cuda_cross_entropy(float *logits, float *losses, const int32_t *targets, int64_t N,
+                           int64_t V, float dscale, void *stream);
+// *out (a device double) = sum of x[i]^2 over n floats, two fixed-order passes.
+int slm_cuda_sumsq(double *out, const float *x, int64_t n, void *stream);
+// One AdamW step over n elements (optim.h's slm_adamw_step on one range with weight decay wd);
+// p_bf16 (may be NULL) receives bf16(p) after the update.
+int slm_cuda_adamw(float *p, const float *g, float *m, float *v, void *p_bf16, int64_t n, float lr,
+                   float beta1, float beta2, float eps, float wd, int64_t t, void *stream);
+
+// Causal attention with GQA (slm_attention_fwd / _bwd; pos [B, T] NULL, or packed positions as
+// slm_attention_fwd_packed), D <= 256, H a multiple of KV. The backward writes dq, dk, dv (=) and
+// needs `scratch`, B * H * T floats of device memory (the rows' D = rowsum(dO * O)).
+int slm_cuda_attention_fwd(float *out, float *lse, const float *q, const float *k, const float *v,
+                           const int32_t *pos, int B, int T, int H, int KV, int D, void *stream);
+int slm_cuda_attention_bwd(float *dq, float *dk, float *dv, float *scratch, const float *dout,
+                           const float *q, const float *k, const float *v, const float *out,
+                           const float *lse, const int32_t *pos, int B, int T, int H, int KV, int D,
+                           void *stream);
+
+// cuBLASLt context: handle, 32 MiB workspace, algorithms pinned per shape. One per device.
+typedef struct slm_cuda_gemm_ctx slm_cuda_gemm_ctx;
+int slm_cuda_gemm_create(slm_cuda_gemm_ctx **out);
+void slm_cuda_gemm_destroy(slm_cuda_gemm_ctx *g);
+// slm_gemm_bf16's contract with operands already bf16 on the device: C[M, N] (fp32, row-major,
+// += when accumulate) = op(A)[M, K] op(B)[K, N], fp32 accumulation.
+int slm_cuda_gemm_bf16(slm_cuda_gemm_ctx *g, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                       const void *A, int64_t lda, const void *B, int64_t ldb, bool accumulate,
+                       float *Cm, int64_t ldc, void *stream);
+#endif
+
 #endif

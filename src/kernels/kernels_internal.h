@@ -4,6 +4,7 @@
 #ifndef SLM_KERNELS_INTERNAL_H
 #define SLM_KERNELS_INTERNAL_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -12,6 +13,13 @@
 // it does not know, switches it to the AVX-512 / AVX2 ones (see blas.c). Every call: keeps
 // OpenBLAS single-threaded (the kernels split work over the OpenMP threads themselves).
 void slm_kernels_blas_setup(void);
+
+// C[M, N] = op(A)[M, K] op(B)[K, N] + beta C, row-major fp32, op = transpose when ta / tb; the
+// threaded OpenBLAS sgemm of blas.c (slices per OpenMP thread, deterministic for a fixed thread
+// count). Used by bf16.c's fallback path.
+void slm_sgemm_rowmajor(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A,
+                        int64_t lda, const float *B, int64_t ldb, float beta, float *Cm,
+                        int64_t ldc);
 
 // exp(x) in fp32, max relative error ~2e-7 (about 2 ulp); exactly 0 below ln(FLT_MIN) and
 // saturating at exp(88) above 88 (callers pass arguments <= 0 after a max subtraction, or

@@ -20,6 +20,13 @@ import subprocess
 import sys
 import tempfile
 
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from slm_need import need  # noqa: E402
+
+for _m in ("numpy", "torch"):
+    need(_m)
+
 import numpy as np
 import torch
 

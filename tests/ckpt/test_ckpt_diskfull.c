@@ -4,6 +4,7 @@
 // Skipped (exit 77, CTest's SKIP_RETURN_CODE: reported as skipped, not passed) where mounting a
 // tmpfs is not allowed.
 #include "ckpt/ckpt_internal.h"
+#include "fixtures.h"
 #include "test.h"
 
 #include <stdio.h>
@@ -14,16 +15,7 @@ static char g_mnt[256];
 static bool g_mounted;
 
 static void test_disk_full(void) {
-    slm_llama_config c = {.vocab_size = 512,
-                          .hidden_size = 48,
-                          .intermediate_size = 64,
-                          .num_hidden_layers = 1,
-                          .num_attention_heads = 2,
-                          .num_key_value_heads = 2,
-                          .max_position_embeddings = 16,
-                          .rms_norm_eps = 1e-5f,
-                          .rope_theta = 10000.0f,
-                          .initializer_range = 0.02f};
+    slm_llama_config c = slm_test_config(512, 48, 64, 1, 2, 2, 16, false);
     slm_llama m;
     CHECK_OK(slm_llama_init(&m, &c, true));
     slm_llama_init_weights(&m, 1);

@@ -6,6 +6,7 @@
 // must be bitwise equal. The loader walks a small dataset across epoch boundaries.
 #include "../data/data_test_util.h"
 #include "ckpt/ckpt.h"
+#include "fixtures.h"
 #include "test.h"
 
 #include <stdio.h>
@@ -27,16 +28,8 @@ typedef struct trainer {
 } trainer;
 
 static void tr_init(trainer *t, uint64_t seed) {
-    slm_llama_config c = {.vocab_size = 128,
-                          .hidden_size = 16,
-                          .intermediate_size = 32,
-                          .num_hidden_layers = 2,
-                          .num_attention_heads = 2,
-                          .num_key_value_heads = 1,
-                          .max_position_embeddings = 16,
-                          .rms_norm_eps = 1e-5f,
-                          .rope_theta = 10000.0f,
-                          .initializer_range = 0.1f};
+    slm_llama_config c = slm_test_config(128, 16, 32, 2, 2, 1, 16, false);
+    c.initializer_range = 0.1f;
     SLM_ASSERT(slm_llama_init(&t->model, &c, true) == SLM_OK);
     slm_llama_init_weights(&t->model, seed);
     slm_llama_set_shape(&t->model, BATCH, SEQ, false);

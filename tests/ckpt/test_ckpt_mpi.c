@@ -5,6 +5,7 @@
 // same arrays from N/2 files. Run with mpirun -n 2 / -n 3 (also a world of one).
 #include "ckpt/ckpt_internal.h"
 #include "dist/dist.h"
+#include "fixtures.h"
 #include "test.h"
 
 #include <stdio.h>
@@ -17,16 +18,7 @@ static char g_root[256];
 static int g_rank, g_world;
 
 static void setup(void) {
-    slm_llama_config c = {.vocab_size = 96,
-                          .hidden_size = 16,
-                          .intermediate_size = 40,
-                          .num_hidden_layers = 2,
-                          .num_attention_heads = 2,
-                          .num_key_value_heads = 1,
-                          .max_position_embeddings = 16,
-                          .rms_norm_eps = 1e-5f,
-                          .rope_theta = 10000.0f,
-                          .initializer_range = 0.02f};
+    slm_llama_config c = slm_test_config(96, 16, 40, 2, 2, 1, 16, false);
     SLM_ASSERT(slm_llama_init(&g_m, &c, false) == SLM_OK);
     g_full = slm_xcalloc((size_t)g_m.n_units, sizeof *g_full);
     for (int u = 0; u < g_m.n_units; u++) {

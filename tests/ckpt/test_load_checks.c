@@ -7,6 +7,7 @@
 // - NaN / inf in HF safetensors and in a checkpoint's weights or AdamW moments (read directly
 //   or through the model-directory loader) are refused naming the file and the tensor.
 #include "ckpt/ckpt.h"
+#include "fixtures.h"
 #include "test.h"
 #include "train/train.h"
 
@@ -18,18 +19,7 @@
 static char g_tmp[256];
 
 static void cfg_small(slm_llama_config *c, bool tie) {
-    memset(c, 0, sizeof *c);
-    c->vocab_size = 50;
-    c->hidden_size = 16;
-    c->intermediate_size = 24;
-    c->num_hidden_layers = 2;
-    c->num_attention_heads = 4;
-    c->num_key_value_heads = 2;
-    c->max_position_embeddings = 16;
-    c->rms_norm_eps = 1e-5f;
-    c->rope_theta = 10000.0f;
-    c->tie_word_embeddings = tie;
-    c->initializer_range = 0.02f;
+    *c = slm_test_config(50, 16, 24, 2, 4, 2, 16, tie);
 }
 
 static char *sub(const char *name) {

@@ -20,6 +20,13 @@ import signal
 import tempfile
 import time
 
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from slm_need import need  # noqa: E402
+
+for _m in ("numpy", "sentencepiece"):
+    need(_m)
+
 import numpy as np
 import sentencepiece as spm
 

@@ -10,6 +10,7 @@
 
 #include "dist/dist.h"
 #include "fsdp/fsdp.h"
+#include "fixtures.h"
 #include "test.h"
 
 static slm_fsdp_opts g_fo;
@@ -20,17 +21,7 @@ static float grad_value(int u, int64_t i) {
 
 static void test_clip(void) {
     int R = slm_dist_rank();
-    slm_llama_config cfg = {.vocab_size = 256,
-                            .hidden_size = 64,
-                            .intermediate_size = 172,
-                            .num_hidden_layers = 2,
-                            .num_attention_heads = 4,
-                            .num_key_value_heads = 2,
-                            .max_position_embeddings = 32,
-                            .rms_norm_eps = 1e-5f,
-                            .rope_theta = 10000.0f,
-                            .tie_word_embeddings = true,
-                            .initializer_range = 0.02f};
+    slm_llama_config cfg = slm_test_config(256, 64, 172, 2, 4, 2, 32, true);
     slm_llama model;
     CHECK_OK(slm_llama_init(&model, &cfg, false));
     slm_fsdp f;

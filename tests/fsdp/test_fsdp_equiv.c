@@ -19,6 +19,7 @@
 // --drop-rank-grad R is a test mutation (negative tests): rank R's gradient is dropped.
 #include "dist/dist.h"
 #include "fsdp/fsdp.h"
+#include "fixtures.h"
 #include "test.h"
 
 typedef struct args {
@@ -34,18 +35,7 @@ static args g_a;
 enum { V = 256, C = 64, L = 2, T = 32, B_LOCAL = 2 };
 
 static slm_llama_config tiny_cfg(void) {
-    slm_llama_config c = {.vocab_size = V,
-                          .hidden_size = C,
-                          .intermediate_size = 172,
-                          .num_hidden_layers = L,
-                          .num_attention_heads = 4,
-                          .num_key_value_heads = 2,
-                          .max_position_embeddings = T,
-                          .rms_norm_eps = 1e-5f,
-                          .rope_theta = 10000.0f,
-                          .tie_word_embeddings = g_a.tied,
-                          .initializer_range = 0.02f};
-    return c;
+    return slm_test_config(V, C, 172, L, 4, 2, T, g_a.tied);
 }
 
 // A learnable stream: mostly next = (5 * prev + 3) mod V, sometimes a random token.

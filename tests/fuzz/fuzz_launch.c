@@ -1,6 +1,7 @@
-// libFuzzer target: the launcher's readers of outside data (src/launch/launch.c): heartbeat
-// records (RUN_DIR/heartbeat/rank_R.json, written by other processes, possibly torn or stale)
-// and host lists (--hosts / --hostfile text). The first input byte picks the parser.
+// libFuzzer target: the launcher's readers of outside data: heartbeat records
+// (src/launch/heartbeat.c; RUN_DIR/heartbeat/rank_R.json, written by other processes, possibly
+// torn or stale) and host lists (src/launch/hosts.c; --hosts / --hostfile text). The first
+// input byte picks the parser.
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>

@@ -5,6 +5,8 @@
 # Usage: test_metrics_expo.sh TEST_METRICS_BINARY
 . "$(dirname "$0")/../lib.sh"
 DUMP=$1
+slm_need "python module prometheus_client (scripts/setup_test.sh)" "$PY" -c 'import prometheus_client'
+slm_need "promtool (scripts/setup_test.sh installs prometheus)" command -v promtool
 "$DUMP" --dump > "$W/fx.prom"
 check "dump written" 0 $?
 "$PY" "$(dirname "$0")/expo_parse.py" "$W/fx.prom"

@@ -24,6 +24,13 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "reference"))
 
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from slm_need import need  # noqa: E402
+
+for _m in ("numpy", "torch"):
+    need(_m)
+
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 

@@ -2,6 +2,7 @@
 // hook order, activation checkpointing == plain backward, gradient accumulation, ignored
 // targets, KV-cache decode == full forward. (PyTorch parity: parity.py.)
 #include "model/model.h"
+#include "fixtures.h"
 #include "test.h"
 
 #include <cjson/cJSON.h>
@@ -25,18 +26,7 @@ static void write_text(const char *path, const char *text) {
 }
 
 static slm_llama_config small_cfg(int V, int C, int F, int L, int H, int KV, bool tied) {
-    slm_llama_config c = {.vocab_size = V,
-                          .hidden_size = C,
-                          .intermediate_size = F,
-                          .num_hidden_layers = L,
-                          .num_attention_heads = H,
-                          .num_key_value_heads = KV,
-                          .max_position_embeddings = 64,
-                          .rms_norm_eps = 1e-5f,
-                          .rope_theta = 10000.0f,
-                          .tie_word_embeddings = tied,
-                          .initializer_range = 0.02f};
-    return c;
+    return slm_test_config(V, C, F, L, H, KV, 64, tied);
 }
 
 // Field by field (the struct has padding bytes, so no memcmp).

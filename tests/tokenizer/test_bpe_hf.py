@@ -15,7 +15,10 @@ import subprocess
 import sys
 import tempfile
 
-from tokenizers import Tokenizer
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from slm_need import need  # noqa: E402
+
+Tokenizer = need("tokenizers").Tokenizer
 
 SHARDLM = os.environ["SHARDLM_BIN"]
 SHARED = os.environ["SLM_SHARED_DIR"]

@@ -15,6 +15,13 @@ import subprocess
 import sys
 import tempfile
 
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from slm_need import need  # noqa: E402
+
+for _m in ("tokenizers",):
+    need(_m)
+
 from tokenizers.pre_tokenizers import ByteLevel
 
 SHARDLM = os.environ["SHARDLM_BIN"]
