@@ -668,7 +668,8 @@ static void log_state(slm_trainer *tr) {
     const slm_llama_config *c = &tr->cfg;
     const slm_lora_config *lc = &tr->model.lora;
     int64_t n = slm_llama_n_params(c);
-    tr->res.state_bytes = (int64_t)tr->fsdp.state_bytes;
+    size_t bytes = slm_fsdp_state_bytes(&tr->fsdp);
+    tr->res.state_bytes = (int64_t)bytes;
     tr->res.trainable_params = lc->rank > 0 ? slm_lora_n_params(c, lc) : n;
     if (tr->rank != 0) return;
     char a[32];
@@ -679,10 +680,10 @@ static void log_state(slm_trainer *tr) {
                  lc->rank, (double)lc->alpha, (double)lc->dropout,
                  (long long)tr->res.trainable_params,
                  100.0 * (double)tr->res.trainable_params / (double)n, (long long)n,
-                 slm_fmt_bytes((double)tr->fsdp.state_bytes, a), (long long)tr->fsdp.state_bytes);
+                 slm_fmt_bytes((double)bytes, a), (long long)bytes);
     else
         slm_info("state per rank %s (%lld bytes: params, grads, AdamW m / v)",
-                 slm_fmt_bytes((double)tr->fsdp.state_bytes, a), (long long)tr->fsdp.state_bytes);
+                 slm_fmt_bytes((double)bytes, a), (long long)bytes);
 }
 
 slm_status slm_train_init(slm_trainer *tr) {
@@ -1258,10 +1259,11 @@ int64_t slm_trainer_steps_done(const slm_trainer *tr) {
     return tr->step;
 }
 void slm_trainer_step_timing(const slm_trainer *tr, slm_step_timing *t) {
+    slm_fsdp_stats fs = slm_fsdp_get_stats(&tr->fsdp);
     *t = (slm_step_timing){.data_s = tr->step_data_s,
                            .comm_s = tr->step_comm_s,
-                           .bytes_gathered = tr->fsdp.stats.bytes_gathered,
-                           .bytes_reduced = tr->fsdp.stats.bytes_reduced,
+                           .bytes_gathered = fs.bytes_gathered,
+                           .bytes_reduced = fs.bytes_reduced,
                            .sim_compute_s = tr->step_sim_s};
 }
 
