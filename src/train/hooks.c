@@ -603,7 +603,7 @@ slm_status slm_train_add_std_hooks(slm_train_opts *o, slm_train_std_hooks *h) {
     slm_status st = slm_train_add_stop_hook(o);
     if (!st) st = slm_train_add_ckpt_hook(o, h);
     if (!st) st = slm_train_add_metrics_hook(o, h);
-    if (!st) st = slm_train_add_heartbeat_hook(o);
-    if (!st) st = slm_train_add_snapshot_hook(o);
+    if (!st) st = slm_train_add_heartbeat_hook(o, h);
+    if (!st) st = slm_train_add_snapshot_hook(o, h);
     return st;
 }
