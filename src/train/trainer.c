@@ -693,6 +693,7 @@ slm_status slm_train_init(slm_trainer *tr) {
     slm_status st = slm_llama_init(&tr->model, &tr->cfg, false);
     if (st) return st;
     tr->model_init = true;
+    tr->fault = &slm_train_faults; // SHARDLM_FAULT's points (no-ops without a plan)
     if (o->lora.rank > 0 && (st = slm_llama_lora_init(&tr->model, &o->lora, false, o->seed)))
         return st;
     tr->fsdp_opts = o->fsdp;
@@ -832,14 +833,6 @@ static int forward_backward(slm_trainer *tr, int64_t n_total, double *loss_sum, 
     *loss_sum = 0;
     *bad = -1;
     slm_fsdp_zero_grad(&tr->fsdp);
-    // SHARDLM_FAULT nan-grad:step=S[:rank=R]: this rank's first micro-batch of step S gets a NaN
-    // loss and (through a NaN loss scale) NaN gradients.
-    const slm_fault *nan_fault = slm_fault_find(&tr->faults, SLM_FAULT_NAN_GRAD, tr->step + 1);
-    bool poison = nan_fault && (nan_fault->rank < 0 ? 0 : nan_fault->rank) == tr->rank;
-    if (poison)
-        slm_warn("fault injection (SHARDLM_FAULT): nan-grad:step=%lld: NaN loss and gradients "
-                 "on rank %d",
-                 (long long)tr->step + 1, tr->rank);
     tr->step_sim_s = 0;
     for (int k = 0; k < tr->K; k++) {
         int stop = k > 0 ? agree_stop(tr, "stop flags (micro-batch)") : 0;
@@ -865,11 +858,11 @@ static int forward_backward(slm_trainer *tr, int64_t n_total, double *loss_sum, 
             n = slm_train_split_windows(tr->win + k * per_win, tr->B, tr->T, tr->inp, tr->tgt);
             loss = slm_llama_forward(&tr->model, tr->inp, tr->tgt, tr->B, tr->T);
         }
-        if (poison && k == 0) loss = NAN;
-        if (!isfinite(loss) && *bad < 0) *bad = k, *bad_loss = loss;
         // d(mean over the step's tokens)/dp = sum_k (n_k / n_total) d(mean_k)/dp
-        slm_llama_backward(&tr->model,
-                           poison && k == 0 ? NAN : (float)((double)n / (double)n_total));
+        float scale = (float)((double)n / (double)n_total);
+        tr->fault->micro_batch(tr, k, &loss, &scale); // fault injection's point
+        if (!isfinite(loss) && *bad < 0) *bad = k, *bad_loss = loss;
+        slm_llama_backward(&tr->model, scale);
         *loss_sum += (double)loss * (double)n;
     }
     return 0;
@@ -1077,7 +1070,7 @@ slm_status slm_train_step(slm_trainer *tr, slm_step_metrics *m) {
     memset(m, 0, sizeof *m);
     m->val_loss = NAN;
     if (slm_train_done(tr)) return SLM_OK;
-    slm_fault_before_step(&tr->faults, tr->rank, tr->step + 1);
+    tr->fault->step_start(tr);
     slm_flight_set_where(tr->step + 1, "step start");
     int stop = agree_stop(tr, "stop flags");
     if (stop) {
@@ -1265,22 +1258,6 @@ void slm_trainer_step_timing(const slm_trainer *tr, slm_step_timing *t) {
                            .bytes_gathered = fs.bytes_gathered,
                            .bytes_reduced = fs.bytes_reduced,
                            .sim_compute_s = tr->step_sim_s};
-}
-
-void slm_trainer_fault_after_ckpt(slm_trainer *tr) {
-    const slm_fault *f = slm_fault_find(&tr->faults, SLM_FAULT_CORRUPT_CKPT, -1);
-    if (!f || tr->fault_corrupted || tr->rank != 0 || !tr->o->out_dir) return;
-    char name[96];
-    snprintf(name, sizeof name, "checkpoints/step_%08lld", (long long)f->step);
-    char *dir = slm_path_join(tr->o->out_dir, name);
-    snprintf(name, sizeof name, "rank_%05d.bin", f->rank < 0 ? 0 : f->rank);
-    char *file = slm_path_join(dir, name);
-    if (slm_is_dir(dir)) {
-        tr->fault_corrupted = true;
-        if (slm_fault_flip_byte(file)) slm_warn("fault injection: %s", slm_errmsg());
-    }
-    free(file);
-    free(dir);
 }
 
 void slm_trainer_ckpt_state(const slm_trainer *tr, int64_t step, slm_ckpt_meta *meta,
