@@ -227,12 +227,13 @@ slm_status slm_trainer_pick_snapshot(slm_trainer *tr) {
 // ---------------------------------------------------------------------------------------------
 // The hook
 
-static slm_ckpt_sched *g_snap; // one run at a time per process (as the other library hooks)
+// The hook's state is the snapshot schedule, in the caller's slm_train_std_hooks (snapshot):
+// made by on_start (NULL when no snapshots are taken), freed by on_finish.
 
 static slm_status snap_start(void *ctx, slm_trainer *tr) {
-    (void)ctx;
+    slm_ckpt_sched **snap = ctx;
     const slm_train_opts *o = tr->o;
-    g_snap = NULL;
+    *snap = NULL;
     if (!o->out_dir || o->snapshot_every_steps <= 0) return SLM_OK;
     if (!tr->snap_one_host) {
         if (tr->rank == 0)
@@ -247,8 +248,7 @@ static slm_status snap_start(void *ctx, slm_trainer *tr) {
                            .keep = 1,
                            .sync = true,
                            .abort_on_error = false};
-    if (!st)
-        st = slm_ckpt_sched_new(&pol, tr->rank, tr->W, slm_fsdp_is_replica(&tr->fsdp), &g_snap);
+    if (!st) st = slm_ckpt_sched_new(&pol, tr->rank, tr->W, slm_fsdp_is_replica(&tr->fsdp), snap);
     if (!st && tr->rank == 0)
         slm_info("snapshots: every %lld steps into %s (node-local, newest kept)",
                  (long long)o->snapshot_every_steps, root);
@@ -257,24 +257,24 @@ static slm_status snap_start(void *ctx, slm_trainer *tr) {
 }
 
 static slm_status snap_step(void *ctx, slm_trainer *tr, const slm_step_metrics *m) {
-    (void)ctx;
-    if (!g_snap) return SLM_OK;
+    slm_ckpt_sched *snap = *(slm_ckpt_sched **)ctx;
+    if (!snap) return SLM_OK;
     int NU = 0;
     const slm_unit_layout *lay = slm_trainer_ckpt_layout(tr, &NU); // LoRA: the adapters
     slm_ckpt_meta meta;
     slm_ckpt_shard *sh = slm_xcalloc((size_t)NU, sizeof *sh);
     slm_trainer_ckpt_state(tr, tr->step, &meta, sh);
     slm_status st =
-        slm_ckpt_sched_step(g_snap, slm_ckpt_sched_due(g_snap, m->step, false), &meta, lay, NU, sh);
+        slm_ckpt_sched_step(snap, slm_ckpt_sched_due(snap, m->step, false), &meta, lay, NU, sh);
     free(sh);
     return st;
 }
 
 static slm_status snap_finish(void *ctx, slm_trainer *tr, slm_status st) {
-    (void)ctx;
-    if (!g_snap) return SLM_OK;
-    slm_status r = st ? SLM_OK : slm_ckpt_sched_finish(g_snap);
-    if (st) slm_ckpt_sched_settle(g_snap, tr->W == 1);
+    slm_ckpt_sched **snap = ctx;
+    if (!*snap) return SLM_OK;
+    slm_status r = st ? SLM_OK : slm_ckpt_sched_finish(*snap);
+    if (st) slm_ckpt_sched_settle(*snap, tr->W == 1);
     // A snapshot is a cache: its last save failing (a full /dev/shm, ...) is no reason to fail a
     // run whose disk checkpoints are fine (the ranks agreed on r, so all of them go on).
     if (r) {
@@ -287,9 +287,9 @@ static slm_status snap_finish(void *ctx, slm_trainer *tr, slm_status st) {
     }
     int64_t n;
     double stall_total, stall_max;
-    slm_ckpt_sched_stats(g_snap, &n, &stall_total, &stall_max);
-    slm_ckpt_sched_free(g_snap);
-    g_snap = NULL;
+    slm_ckpt_sched_stats(*snap, &n, &stall_total, &stall_max);
+    slm_ckpt_sched_free(*snap);
+    *snap = NULL;
     if (tr->rank == 0)
         slm_info("snapshots: %lld taken, %.1f ms max, %.1f ms total", (long long)n, stall_max * 1e3,
                  stall_total * 1e3);
@@ -307,9 +307,10 @@ static slm_status snap_finish(void *ctx, slm_trainer *tr, slm_status st) {
     return r;
 }
 
-slm_status slm_train_add_snapshot_hook(slm_train_opts *o) {
+slm_status slm_train_add_snapshot_hook(slm_train_opts *o, slm_train_std_hooks *h) {
     if (o->snapshot_every_steps <= 0) return SLM_OK;
     slm_train_hook k = {.name = "snapshots",
+                        .ctx = &h->snapshot,
                         .on_start = snap_start,
                         .on_step = snap_step,
                         .on_finish = snap_finish};

@@ -248,7 +248,7 @@ slm_status slm_train_add_hook(slm_train_opts *o, slm_step_hook_fn fn, void *ctx)
 // slm_train_run that wants them. Each keeps its per-run state in caller-owned storage (zeroed
 // before the run; one run at a time; on_finish releases it).
 typedef struct slm_train_std_hooks {
-    void *metrics, *ckpt; // private state
+    void *metrics, *ckpt, *heartbeat, *snapshot; // private state
 } slm_train_std_hooks;
 // The stop flag (slm_train_request_stop, SIGINT / SIGTERM) as a want_stop hook.
 slm_status slm_train_add_stop_hook(slm_train_opts *o);
@@ -282,7 +282,7 @@ slm_status slm_train_add_ckpt_hook(slm_train_opts *o, slm_train_std_hooks *h);
 // that step and its loss) and at on_finish ("end", "stopped" after a stop / preemption, or
 // "error"; the last step). DIR is created at on_start (its failure fails the start); a failed
 // write later is one warning and training goes on. Local (no collectives).
-slm_status slm_train_add_heartbeat_hook(slm_train_opts *o);
+slm_status slm_train_add_heartbeat_hook(slm_train_opts *o, slm_train_std_hooks *h);
 // One heartbeat record as above (the hook's writer; `loss` non-finite is written as null).
 // Errors: SLM_E_IO naming the file.
 slm_status slm_heartbeat_write(const char *dir, int rank, int64_t step, double loss,
@@ -295,7 +295,7 @@ slm_status slm_heartbeat_write(const char *dir, int rank, int64_t step, double l
 // same world size and model, and all ranks run on one host (snapshots are node-local; on
 // several hosts none are taken). A run that ends without an error with its final checkpoint
 // committed removes its snapshots. Collective (every rank must install it).
-slm_status slm_train_add_snapshot_hook(slm_train_opts *o);
+slm_status slm_train_add_snapshot_hook(slm_train_opts *o, slm_train_std_hooks *h);
 // The snapshot directory: o->snapshot_dir, else /dev/shm/shardlm-XXXXXXXXXXXXXXXX (XXH64 of
 // the absolute --out path, so reruns of one run directory find it). Owned by the caller.
 char *slm_train_snapshot_root(const slm_train_opts *o);

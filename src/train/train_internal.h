@@ -7,6 +7,7 @@
 #include "train/train.h"
 
 typedef struct slm_rundir slm_rundir;
+typedef struct slm_train_fault_hook slm_train_fault_hook;
 
 // A run's batch geometry: per-rank micro-batch B (--batch), sequence length T (--seq), gradient
 // accumulation K (--grad-accum), world size W. A step's global batch is B x W x K sequences.
@@ -67,6 +68,9 @@ struct slm_trainer {
                                  // resume_from (the batch checked is the one loaded)
     bool batch_changed;          // --allow-batch-change accepted another global batch
     slm_batch_geom batch_saved;  // then: the checkpoint's geometry (metrics "batch_change")
+
+    // Where fault injection acts (slm_train_faults, set by init; see below).
+    const slm_train_fault_hook *fault;
 };
 
 // Fills a checkpoint's meta and this rank's shards for the state after `step` steps
@@ -82,10 +86,22 @@ const slm_unit_layout *slm_trainer_ckpt_layout(const slm_trainer *tr, int *n_uni
 // decides, broadcast). Collective.
 slm_status slm_trainer_pick_snapshot(slm_trainer *tr);
 
-// corrupt-ckpt (SHARDLM_FAULT): rank 0, once step S's checkpoint directory is committed under
-// out_dir/checkpoints, flips a byte of its rank_R file. Called by the checkpoint hook after each
-// poll (fault.c's rule; a no-op without that fault).
-void slm_trainer_fault_after_ckpt(slm_trainer *tr);
+// Fault injection (SHARDLM_FAULT, tr->faults; docs/operations.md) enters a run only at these
+// named points: the step calls them through tr->fault, the checkpoint hook calls after_ckpt. Each
+// is a no-op unless an armed fault names this point, rank and step.
+struct slm_train_fault_hook {
+    // Before step tr->step + 1, ahead of its stop check: slow sleeps; kill, stop and exit of this
+    // rank act (slm_fault_before_step).
+    void (*step_start)(slm_trainer *tr);
+    // After micro-batch k's forward: may replace its loss and the loss scale its backward gets
+    // (nan-grad: NaN for both on micro-batch 0 of step S on rank R, with a warning).
+    void (*micro_batch)(slm_trainer *tr, int k, float *loss, float *scale);
+    // After each checkpoint poll: corrupt-ckpt (rank 0), once step S's checkpoint directory is
+    // committed under out_dir/checkpoints, flips a byte of its rank_R file.
+    void (*after_ckpt)(slm_trainer *tr);
+};
+// SHARDLM_FAULT's actions at those points (fault.c).
+extern const slm_train_fault_hook slm_train_faults;
 
 // Resolves a preset / config.json, applies a vocab override (> 0), validates, and checks
 // T <= max_position_embeddings. Errors: SLM_E_ARG naming the spec and the field.
