@@ -58,13 +58,6 @@ static char *recorded_tokenizer(const char *run_dir, const char *name) {
     return p;
 }
 
-// An HF directory's tokenizer: tokenizer.json, else tokenizer.model.
-static char *find_tokenizer(const char *dir) {
-    char *p = file_in(dir, "tokenizer.json");
-    if (!p) p = file_in(dir, "tokenizer.model");
-    return p;
-}
-
 // A checkpoints root (RUN_DIR/checkpoints): `latest` or committed step_N directories.
 static bool is_ckpt_root(const char *dir) {
     int64_t *steps = NULL;
@@ -172,7 +165,7 @@ static slm_status open_hf(slm_model_dir *d) {
     slm_status st = slm_llama_config_load(cp, &d->cfg);
     free(cp);
     if (st) return st;
-    d->tokenizer = find_tokenizer(d->path);
+    d->tokenizer = slm_train_find_tokenizer(d->path);
     return SLM_OK;
 }
 
