@@ -1,4 +1,4 @@
-// The model FLOPs a token costs (the MFU numerator). Contract in train.h.
+// The model FLOPs a token costs (the MFU numerator). Contract in train/flops.h.
 #include "train/train.h"
 
 double slm_train_flops_per_token(const slm_llama_config *c, int T) {

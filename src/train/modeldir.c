@@ -1,5 +1,5 @@
 // Opening a model directory (run directory, checkpoint or Hugging Face directory) for every
-// reader of weights. Contract in train.h ("Model directories").
+// reader of weights. Contract in train/modeldir.h.
 #include "train/train.h"
 
 #include <errno.h>
