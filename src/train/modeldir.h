@@ -13,23 +13,23 @@
 // Model directories
 //
 // A model directory: the one place eval, generate, ckpt export and train --init-from-hf find a
-// model's weights, config and tokenizer. Three kinds are recognised:
+// model's weights, config and tokenizer. Four kinds are recognised (slm_model_dir_kind):
 //   run directory   written by shardlm train: its weights are its checkpoints; the newest
 //                   committed checkpoint under RUN_DIR/checkpoints that verifies is read (a
 //                   checkpoints root, with `latest` or step_N directories, is taken the same way)
 //   checkpoint      a step_N directory (has manifest.json): that checkpoint
 //   Hugging Face    config.json + model.safetensors (or model.safetensors.index.json)
-// Checkpoints load in one process whatever world saved them (ckpt/ reshards on read). The
-// config comes with the weights (the checkpoint's manifest, or the HF config.json); a run
-// directory's config.json must describe the same model. The tokenizer is the run directory's
-// copy under the file name the checkpoint recorded (none when it recorded none; for a step_N
-// directory, only when it sits in RUN_DIR/checkpoints/), or the HF directory's tokenizer.json /
-// tokenizer.model. This module does not parse command lines.
-
 //   GGUF file       a llama.cpp GGUF file of the llama architecture (ckpt/: config from its
 //                   metadata, weights dequantized to fp32); its tokenizer is written as
 //                   tokenizer.json into a temp directory (tmp_dir) when the file's tokenizer is
 //                   one shardlm imports (else none, with a warning)
+// Checkpoints load in one process whatever world saved them (ckpt/ reshards on read). The
+// config comes with the weights (the checkpoint's manifest, the HF config.json or the GGUF
+// metadata); a run directory's config.json must describe the same model. The tokenizer is the
+// run directory's copy under the file name the checkpoint recorded (none when it recorded none;
+// for a step_N directory, only when it sits in RUN_DIR/checkpoints/), or the HF directory's
+// tokenizer.json / tokenizer.model (slm_train_find_tokenizer's order). This module does not
+// parse command lines.
 
 typedef enum {
     SLM_MODEL_DIR_RUN,
@@ -66,7 +66,7 @@ typedef struct slm_model_dir {
 // True when d is a LoRA checkpoint: its weights are the recorded base plus adapters.
 bool slm_model_dir_is_lora(const slm_model_dir *d);
 
-// Opens PATH as one of the three kinds above and reads its config (and, for a checkpoint, its
+// Opens PATH as one of the four kinds above and reads its config (and, for a checkpoint, its
 // manifest and rank file sizes; a run directory's newest checkpoint is checked in full, XXH64
 // included, falling back to older ones with a warning, as slm_ckpt_pick_newest). Warns when the
 // tokenizer file's XXH64 differs from the one the checkpoint recorded. On error *d is zeroed.
