@@ -243,11 +243,6 @@ int64_t slm_ckpt_sched_n_failed(const slm_ckpt_sched *s);
 void slm_ckpt_sched_settle(slm_ckpt_sched *s, bool collective);
 void slm_ckpt_sched_free(slm_ckpt_sched *s);
 
-// Resolves --resume: "auto" -> RUN_DIR/checkpoints if it has a `latest`, else *out = NULL
-// (fresh start); anything else is a path given to slm_ckpt_open. *out is owned by the caller.
-// Errors: SLM_E_ARG for "auto" without a run directory.
-slm_status slm_ckpt_resolve_resume(const char *spec, const char *run_dir, char **out);
-
 // Committed checkpoints (step_N directories, ".tmp" staging ones excluded) under ROOT: their
 // steps ascending into *steps (caller frees; NULL when none). Returns the count (0 if ROOT is
 // missing or empty).

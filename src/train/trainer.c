@@ -218,18 +218,14 @@ static slm_status open_data(slm_trainer *tr) {
     return st ? st : open_loaders(tr);
 }
 
-// Rank 0: the run directory. A fresh run never mixes with an earlier run's files: its
-// checkpoints would be resumed by a later --resume auto (refused unless --train-from-scratch
-// moves them aside; never deleted), its metrics.jsonl starts empty. Not a run directory, or
-// locked by another run: refused (slm_rundir_prepare).
+// Rank 0, after the resume decision: the run directory's files. A fresh run never mixes with an
+// earlier run's files: its checkpoints would be resumed by a later --resume auto (refused unless
+// --train-from-scratch moves them aside; never deleted: resume.c), its metrics.jsonl starts
+// empty.
 static slm_status write_rundir(slm_trainer *tr) {
     const slm_train_opts *o = tr->o;
-    slm_status st = slm_rundir_prepare(o, &tr->rundir, &tr->resume_path);
-    if (!st && tr->resume_path && tr->ds_open) // before the dataset's tokenizer replaces the run's
-        st = slm_train_check_resume_tokenizer(o->out_dir, tr->resume_path, &tr->ds);
-    if (st) return st;
     char *p = slm_path_join(o->out_dir, "config.json");
-    st = slm_llama_config_save(&tr->cfg, p);
+    slm_status st = slm_llama_config_save(&tr->cfg, p);
     free(p);
     if (!st && tr->tok) { // under its canonical name, where slm_model_dir_open looks for it
         p = slm_path_join(o->out_dir, slm_tokenizer_type(tr->tok) == SLM_TOK_SPM_BPE
@@ -253,17 +249,20 @@ static slm_status write_rundir(slm_trainer *tr) {
     return st;
 }
 
-// Rank 0 writes the run directory; the others learn of its failure, then of its resume pick.
+// Rank 0 locks the run directory (not a run directory, or locked by another run: refused,
+// slm_rundir_prepare); every rank learns what to resume from (resume.c); then rank 0 writes the
+// run directory's files. The others learn of rank 0's failures.
 static slm_status open_rundir(slm_trainer *tr) {
     const slm_train_opts *o = tr->o;
     slm_status st = SLM_OK;
-    if (o->out_dir && tr->rank == 0) st = write_rundir(tr);
+    if (o->out_dir && tr->rank == 0) st = slm_rundir_prepare(o, &tr->rundir);
     st = slm_dist_agree(st);
-    if (!st && o->out_dir && tr->W > 1)
-        st = slm_rundir_share_resume(o, tr->rundir, tr->rank, &tr->resume_path);
-    if (!st && !o->out_dir) // with a run directory this was resolved above ("auto" needs one)
-        st = slm_ckpt_resolve_resume(o->resume, NULL, &tr->resume_path);
-    return st;
+    slm_resume_in in = {
+        .o = o, .rank = tr->rank, .W = tr->W, .cfg = &tr->cfg, .ds = tr->ds_open ? &tr->ds : NULL};
+    if (!st) st = slm_resume_decide(&in, &tr->resume_path, &tr->snap_one_host);
+    if (st) return st; // agreed: every rank has it
+    if (o->out_dir && tr->rank == 0) st = write_rundir(tr);
+    return slm_dist_agree(st);
 }
 
 // Dumps of an earlier attempt in LOGS would mix with this attempt's in `shardlm flight` (a rank
@@ -308,51 +307,15 @@ static slm_status open_flight(slm_trainer *tr) {
     return slm_dist_agree(st);
 }
 
-// Rank 0, before the model is built: the checkpoint to resume keeps the run's global batch and
-// --seq (slm_train_check_resume_batch); --allow-batch-change accepts another global batch with a
-// warning (and a metrics.jsonl "batch_change" event, hooks.c). Agreed by every rank. The opened
-// checkpoint is kept for resume_from.
+// Rank 0, before the model is built: the checkpoint to resume fits this run
+// (slm_train_check_resume_fit). Agreed by every rank. The opened checkpoint is kept for
+// resume_from.
 static slm_status check_resume_batch(slm_trainer *tr) {
     slm_status st = SLM_OK;
-    if (tr->resume_path && tr->rank == 0) {
-        st = slm_ckpt_open(tr->resume_path, &tr->resume_ckpt);
-        slm_batch_geom now = {tr->B, tr->T, tr->K, tr->W};
-        const slm_ckpt_meta *M = st ? NULL : slm_ckpt_get_meta(tr->resume_ckpt);
-        if (M && !M->has_batch)
-            slm_warn("checkpoint %s records no batch geometry (written before shardlm recorded "
-                     "it): the global batch and --seq of this run (--batch %d x %d rank%s x "
-                     "--grad-accum %d, --seq %d) are not checked against the run that saved it",
-                     slm_ckpt_dir(tr->resume_ckpt), tr->B, tr->W, tr->W == 1 ? "" : "s", tr->K,
-                     tr->T);
-        if (M)
-            st = slm_train_check_resume_batch(M, slm_ckpt_dir(tr->resume_ckpt), now,
-                                              tr->o->allow_batch_change, &tr->batch_changed);
-        if (M && tr->batch_changed) {
-            tr->batch_saved = (slm_batch_geom){M->batch, M->seq, M->grad_accum, M->world};
-            char a[128], b[128];
-            slm_batch_geom_describe(tr->batch_saved, a, sizeof a);
-            slm_batch_geom_describe(now, b, sizeof b);
-            slm_warn("--allow-batch-change: the global batch changes from %s (checkpoint %s, "
-                     "step %lld) to %s: the optimisation from here differs from the run that "
-                     "saved it",
-                     a, slm_ckpt_dir(tr->resume_ckpt), (long long)M->step, b);
-        }
-        // Another --steps stretches or squeezes the cosine schedule from the resumed step on
-        // (slm_lr_at follows the new total): allowed, but never silent.
-        const slm_train_opts *o = tr->o;
-        if (M && !st && M->lr_total > 0 && M->lr_total != o->steps) {
-            float was =
-                slm_lr_at(M->lr_step, M->lr_warmup, M->lr_total, M->adamw.lr_peak, M->lr_min);
-            float now_lr = slm_lr_at(M->lr_step, o->warmup, o->steps, o->adamw.lr_peak, tr->min_lr);
-            slm_warn("--steps %lld differs from the %lld steps checkpoint %s (step %lld) was "
-                     "scheduled for: the LR schedule is re-stretched to --steps %lld; the LR at "
-                     "the resumed step is %.3e (%.3e under --steps %lld)%s",
-                     (long long)o->steps, (long long)M->lr_total, slm_ckpt_dir(tr->resume_ckpt),
-                     (long long)M->step, (long long)o->steps, now_lr, was, (long long)M->lr_total,
-                     M->step >= M->lr_total ? ", where that run's cosine had ended" : "");
-        }
-        if (st) st = slm_fail_wrap(st, "--resume %s", tr->resume_path);
-    }
+    if (tr->resume_path && tr->rank == 0)
+        st = slm_train_check_resume_fit(tr->resume_path, tr->o,
+                                        (slm_batch_geom){tr->B, tr->T, tr->K, tr->W}, tr->min_lr,
+                                        &tr->resume_ckpt, &tr->batch_changed, &tr->batch_saved);
     return slm_dist_agree(st);
 }
 
@@ -401,7 +364,6 @@ slm_status slm_train_open(const slm_train_opts *o, slm_trainer **out) {
     }
     if (!st) st = open_data(tr);
     if (!st) st = open_rundir(tr);
-    if (!st) st = slm_trainer_pick_snapshot(tr);
     if (!st) st = check_resume_batch(tr);
     if (!st) st = open_flight(tr);
     if (st) {
