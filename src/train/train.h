@@ -39,6 +39,7 @@
 #include "metrics/metrics.h"
 #include "optim/optim.h"
 #include "tokenizer/tokenizer.h"
+#include "train/options.h"
 
 // ---------------------------------------------------------------------------------------------
 // Per-step metrics and hooks (heartbeats, Prometheus and checkpoints attach here)
