@@ -35,27 +35,8 @@ void slm_train_reset_stop(void) {
 
 void slm_train_opts_default(slm_train_opts *o) {
     memset(o, 0, sizeof *o);
-    o->grad_accum = 1;
-    o->adamw.lr_peak = 3e-4f;
-    o->adamw.beta1 = 0.9f;
-    o->adamw.beta2 = 0.95f;
-    o->adamw.eps = 1e-8f;
-    o->adamw.weight_decay = 0.1f;
-    o->min_lr = -1.0f; // < 0: lr / 10, resolved by slm_train_open (train.h)
-    o->grad_clip = 1.0f;
-    o->seed = 1337;
-    o->eval_batches = 20;
-    o->log_every = 1;
-    slm_fsdp_opts_default(&o->fsdp);
-    o->collective_timeout_s = 600.0;
-    o->lora.targets = 1u << SLM_LORA_Q | 1u << SLM_LORA_V;
-    o->metrics.every = 5;
-    o->metrics.straggler_factor = 1.5;
-    o->metrics.straggler_windows = 3;
-    o->preempt_grace_s = 60.0;
-    o->max_nonfinite_skips = 5;
-    o->spike_window = 100;
-    o->spike_z = 5.0;
+    slm_fsdp_opts_default(&o->fsdp);        // fsdp/ owns its options' defaults
+    slm_opt_defaults(slm_train_options, o); // the rest: the option table (options.c)
 }
 
 slm_status slm_train_attach(slm_train_opts *o, const slm_train_hook *h) {

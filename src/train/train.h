@@ -43,6 +43,7 @@
 #include "train/flops.h"    // the FLOPs model of MFU, --simulate-compute
 #include "train/generate.h" // generation
 #include "train/modeldir.h" // model directories
+#include "train/options.h"  // the option table (defaults, validation, agreement)
 
 // ---------------------------------------------------------------------------------------------
 // Per-step metrics and hooks (heartbeats, Prometheus and checkpoints attach here)

@@ -20,40 +20,9 @@
 // ---------------------------------------------------------------------------------------------
 // Open
 
+// The options' ranges and the rules between them: train/options.c, the one place.
 static slm_status check_opts(const slm_train_opts *o) {
-    if (o->B < 1) return slm_fail(SLM_E_ARG, "--batch must be >= 1 (got %d)", o->B);
-    if (o->T < 1) return slm_fail(SLM_E_ARG, "--seq must be >= 1 (got %d)", o->T);
-    if (o->grad_accum < 1)
-        return slm_fail(SLM_E_ARG, "--grad-accum must be >= 1 (got %d)", o->grad_accum);
-    if (o->steps < 1)
-        return slm_fail(SLM_E_ARG, "--steps must be >= 1 (got %lld)", (long long)o->steps);
-    if (o->warmup < 0) return slm_fail(SLM_E_ARG, "--warmup must be >= 0");
-    if (o->spike_window != 0 && o->spike_window < SLM_SPIKE_WINDOW_MIN)
-        return slm_fail(SLM_E_ARG,
-                        "--loss-spike-window %d: must be 0 (off) or at least %d (fewer losses "
-                        "give a standard deviation too noisy to judge a spike by)",
-                        o->spike_window, SLM_SPIKE_WINDOW_MIN);
-    if (!(o->adamw.lr_peak > 0) || !isfinite(o->adamw.lr_peak))
-        return slm_fail(SLM_E_ARG, "--lr must be a positive number");
-    if (!(o->adamw.weight_decay >= 0)) return slm_fail(SLM_E_ARG, "--weight-decay must be >= 0");
-    if (!o->synthetic && !o->data_dir)
-        return slm_fail(SLM_E_ARG, "no dataset given (--data DIR, or --synthetic)");
-    if (!(o->simulate_gflops >= 0) || !isfinite(o->simulate_gflops))
-        return slm_fail(SLM_E_ARG, "--simulate-compute must be a positive GFLOP/s rate");
-    if (o->simulate_gflops > 0 && o->eval_every > 0 && !o->synthetic)
-        return slm_fail(SLM_E_ARG, "--simulate-compute: validation losses would be meaningless (no "
-                                   "arithmetic runs); HINT: use --eval-every 0");
-    if (o->simulate_gflops > 0 && o->lora.rank > 0)
-        return slm_fail(SLM_E_ARG, "--simulate-compute: its FLOP count is that of full training, "
-                                   "not of LoRA adapters (--lora-rank); use one or the other");
-    if (o->lora.rank > 0) {
-        slm_status st = slm_lora_config_validate(&o->lora);
-        if (st) return st;
-        if (!o->init_from_hf)
-            return slm_fail(SLM_E_ARG, "--lora-rank trains adapters on a frozen base: give the "
-                                       "base with --init-from-hf DIR");
-    }
-    return SLM_OK;
+    return slm_train_opts_check(o);
 }
 
 // Up-front estimate of one rank's memory (before any allocation or file): parameters,
