@@ -1,6 +1,10 @@
 // kernels: the compute ops of the Llama model, forward and backward, on the CPU (fp32,
-// OpenBLAS sgemm for matmuls, OpenMP for the rest). A second backend (cuda/) implements the same
-// signatures over device memory; the model calls only what is declared here.
+// OpenBLAS sgemm for matmuls, OpenMP for the rest), over host memory. This is the only backend:
+// there is no device memory or device backend yet (issue 21 plans one under the model, FSDP and
+// the optimizer). Callers: model/ (its matmuls, norms, RoPE, attention, SwiGLU, embedding and
+// loss; the model still does some host work itself: copies, the loss sum, the lm_head gradient
+// add, LoRA's scaling and dropout, decode's softmax and KV cache), health/ (the self-check's
+// small MLP step) and the trainer and `bench-peak` (slm_sgemm_peak_gflops).
 //
 // Conventions: row-major; N = B*T rows of tokens; C = hidden size, H heads, KV key/value heads,
 // D = head dim, F = ffn size, V = vocab. Backward functions ACCUMULATE (+=) into parameter

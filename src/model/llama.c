@@ -64,6 +64,22 @@ struct slm_llama_acts {
     size_t bytes;   // activation bytes allocated (reported by slm_llama_act_bytes)
 };
 
+// The tensors of a block_acts in one list (allocation and freeing walk it) and each one's
+// floats per token row, in the same order.
+enum { BLOCK_ACTS_N = 13 };
+static void block_tensors(block_acts *b, float **t[BLOCK_ACTS_N]) {
+    float **l[BLOCK_ACTS_N] = {&b->ln1,  &b->rstd1, &b->q,     &b->k,    &b->v,  &b->att, &b->lse,
+                               &b->xmid, &b->ln2,   &b->rstd2, &b->gate, &b->up, &b->h};
+    memcpy(t, l, sizeof l);
+}
+
+static void block_widths(const slm_llama_config *c, int64_t w[BLOCK_ACTS_N]) {
+    int64_t C = c->hidden_size, F = c->intermediate_size, H = c->num_attention_heads;
+    int64_t D = slm_llama_head_dim(c), HD = H * D, KVD = c->num_key_value_heads * D;
+    int64_t l[BLOCK_ACTS_N] = {C, 1, HD, KVD, KVD, HD, H, C, C, 1, F, F, F};
+    memcpy(w, l, sizeof l);
+}
+
 static float *falloc(slm_llama_acts *a, int64_t n) {
     size_t bytes = (size_t)n * sizeof(float);
     a->bytes += bytes;
@@ -143,21 +159,21 @@ slm_status slm_llama_init(slm_llama *m, const slm_llama_config *cfg, bool alloc)
 
 static void acts_free(slm_llama_acts *a);
 
+void slm_units_free(int n, slm_unit_layout *units, float **params, float **grads, bool owns) {
+    for (int u = 0; units && u < n; u++)
+        free(units[u].views);
+    for (int u = 0; owns && u < n; u++) {
+        if (params) free(params[u]);
+        if (grads) free(grads[u]);
+    }
+    free(units);
+    free(params);
+    free(grads);
+}
+
 void slm_llama_free(slm_llama *m) {
     if (!m) return;
-    if (m->units) {
-        for (int u = 0; u < m->n_units; u++)
-            free(m->units[u].views);
-    }
-    if (m->owns_buffers) {
-        for (int u = 0; u < m->n_units; u++) {
-            if (m->params) free(m->params[u]);
-            if (m->grads) free(m->grads[u]);
-        }
-    }
-    free(m->units);
-    free(m->params);
-    free(m->grads);
+    slm_units_free(m->n_units, m->units, m->params, m->grads, m->owns_buffers);
     acts_free(m->acts);
     slm_lora_free(m);
     memset(m, 0, sizeof *m);
@@ -227,11 +243,10 @@ static void acts_free(slm_llama_acts *a) {
     free(a->rope_sin);
     free(a->x);
     for (int i = 0; i < a->n_blk; i++) {
-        block_acts *b = &a->blk[i];
-        float *ptrs[] = {b->ln1,  b->rstd1, b->q,     b->k,    b->v,  b->att, b->lse,
-                         b->xmid, b->ln2,   b->rstd2, b->gate, b->up, b->h};
-        for (size_t j = 0; j < sizeof ptrs / sizeof ptrs[0]; j++)
-            free(ptrs[j]);
+        float **t[BLOCK_ACTS_N];
+        block_tensors(&a->blk[i], t);
+        for (int j = 0; j < BLOCK_ACTS_N; j++)
+            free(*t[j]);
     }
     free(a->blk);
     free(a->lnf);
@@ -258,9 +273,7 @@ static void acts_free(slm_llama_acts *a) {
 static slm_llama_acts *acts_new(const slm_llama *m, int B, int T, bool keep_logits) {
     const slm_llama_config *c = &m->cfg;
     int L = c->num_hidden_layers;
-    int64_t C = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
-    int H = c->num_attention_heads;
-    int64_t D = slm_llama_head_dim(c), HD = H * D, KVD = c->num_key_value_heads * D;
+    int64_t C = c->hidden_size, V = c->vocab_size, D = slm_llama_head_dim(c);
     slm_llama_acts *a = slm_xcalloc(1, sizeof *a);
     a->B = B;
     a->T = T;
@@ -280,21 +293,13 @@ static slm_llama_acts *acts_new(const slm_llama *m, int B, int T, bool keep_logi
     a->x = falloc(a, (int64_t)(L + 1) * N * C);
     a->n_blk = a->ckpt ? 1 : L;
     a->blk = slm_xcalloc((size_t)a->n_blk, sizeof *a->blk);
+    int64_t w[BLOCK_ACTS_N];
+    block_widths(c, w);
     for (int i = 0; i < a->n_blk; i++) {
-        block_acts *b = &a->blk[i];
-        b->ln1 = falloc(a, N * C);
-        b->rstd1 = falloc(a, N);
-        b->q = falloc(a, N * HD);
-        b->k = falloc(a, N * KVD);
-        b->v = falloc(a, N * KVD);
-        b->att = falloc(a, N * HD);
-        b->lse = falloc(a, N * H);
-        b->xmid = falloc(a, N * C);
-        b->ln2 = falloc(a, N * C);
-        b->rstd2 = falloc(a, N);
-        b->gate = falloc(a, N * F);
-        b->up = falloc(a, N * F);
-        b->h = falloc(a, N * F);
+        float **t[BLOCK_ACTS_N];
+        block_tensors(&a->blk[i], t);
+        for (int j = 0; j < BLOCK_ACTS_N; j++)
+            *t[j] = falloc(a, N * w[j]);
     }
     a->lnf = falloc(a, N * C);
     a->rstdf = falloc(a, N);
@@ -379,31 +384,20 @@ static float *unit_grads(const slm_llama *m, int u) {
     return m->grads[u];
 }
 
-// Block l forward from xin [N, C] into the saved activations `b`; writes the block output into
-// xout [N, C] unless xout is NULL (the recomputation under activation checkpointing needs
-// everything but the output, which is the next block's saved input).
-static void block_forward(const slm_llama *m, int l, const slm_llama_acts *a, const float *xin,
-                          block_acts *b, float *xout, int B, int T) {
-    const slm_llama_config *c = &m->cfg;
-    const slm_param_view *vw = m->units[l].views;
-    int C = c->hidden_size, H = c->num_attention_heads, KV = c->num_key_value_heads;
+// The projections of block l for a forward (grads false) or a backward.
+static slm_proj_ctx block_proj(const slm_llama *m, const slm_llama_acts *a, int l, bool grads) {
+    float *g = grads && !slm_llama_base_frozen(m) ? unit_grads(m, l) : NULL;
+    int64_t N = (int64_t)a->cur_B * a->cur_T;
+    return (slm_proj_ctx){
+        .m = m, .l = l, .blk = a->ckpt ? 0 : l, .p = unit_params(m, l), .g = g, .N = N};
+}
+
+// RoPE on b's q and k, then causal attention into b->att, b->lse (packed samples: positions
+// restart per sample and attention stays inside it).
+static void attention_fwd(const slm_llama_config *c, const slm_llama_acts *a, block_acts *b) {
+    int B = a->cur_B, T = a->cur_T, H = c->num_attention_heads, KV = c->num_key_value_heads;
     int D = slm_llama_head_dim(c);
-    int64_t F = c->intermediate_size, N = (int64_t)B * T, KVD = (int64_t)KV * D,
-            HD = (int64_t)H * D;
-    const float *p = unit_params(m, l);
-    bool lora = m->lora.rank > 0;
-    int blk = a->ckpt ? 0 : l; // the adapters' saved-activation slot, as b's
-    // attention branch: x + o_proj(attn(rope(q_proj(n)), rope(k_proj(n)), v_proj(n))), n = norm(x)
-    slm_rmsnorm_fwd(b->ln1, b->rstd1, xin, p + vw[BV_LN1].offset, N, C, c->rms_norm_eps);
-    slm_matmul_fwd(b->q, b->ln1, p + vw[BV_Q].offset, N, C, HD, false);
-    slm_matmul_fwd(b->k, b->ln1, p + vw[BV_K].offset, N, C, KVD, false);
-    slm_matmul_fwd(b->v, b->ln1, p + vw[BV_V].offset, N, C, KVD, false);
-    if (lora) { // LoRA: adapters add to the projections' outputs (before RoPE)
-        slm_lora_fwd(m, l, SLM_LORA_Q, blk, b->ln1, b->q, N);
-        slm_lora_fwd(m, l, SLM_LORA_K, blk, b->ln1, b->k, N);
-        slm_lora_fwd(m, l, SLM_LORA_V, blk, b->ln1, b->v, N);
-    }
-    if (a->has_pos) { // packed samples: positions restart per sample, attention stays inside
+    if (a->has_pos) {
         slm_rope_apply_pos(b->q, a->rope_cos, a->rope_sin, B, T, H, D, a->pos, false);
         slm_rope_apply_pos(b->k, a->rope_cos, a->rope_sin, B, T, KV, D, a->pos, false);
         slm_attention_fwd_packed(b->att, b->lse, b->q, b->k, b->v, a->pos, B, T, H, KV, D);
@@ -412,32 +406,52 @@ static void block_forward(const slm_llama *m, int l, const slm_llama_acts *a, co
         slm_rope_apply(b->k, a->rope_cos, a->rope_sin, B, T, KV, D, 0, false);
         slm_attention_fwd(b->att, b->lse, b->q, b->k, b->v, B, T, H, KV, D);
     }
-    memcpy(b->xmid, xin, (size_t)N * C * sizeof(float));
-    slm_matmul_fwd(b->xmid, b->att, p + vw[BV_O].offset, N, HD, C, true); // residual add fused
-    if (lora) slm_lora_fwd(m, l, SLM_LORA_O, blk, b->att, b->xmid, N);
+}
+
+// Backward of attention_fwd: d(att) in a->dln -> a->dq, a->dk (rotated back), a->dv.
+static void attention_bwd(const slm_llama_config *c, const slm_llama_acts *a, const block_acts *b) {
+    int B = a->cur_B, T = a->cur_T, H = c->num_attention_heads, KV = c->num_key_value_heads;
+    int D = slm_llama_head_dim(c);
+    if (a->has_pos) {
+        slm_attention_bwd_packed(a->dq, a->dk, a->dv, a->dln, b->q, b->k, b->v, b->att, b->lse,
+                                 a->pos, B, T, H, KV, D);
+        slm_rope_apply_pos(a->dq, a->rope_cos, a->rope_sin, B, T, H, D, a->pos, true);
+        slm_rope_apply_pos(a->dk, a->rope_cos, a->rope_sin, B, T, KV, D, a->pos, true);
+    } else {
+        slm_attention_bwd(a->dq, a->dk, a->dv, a->dln, b->q, b->k, b->v, b->att, b->lse, B, T, H,
+                          KV, D);
+        // RoPE is a rotation: its backward rotates the gradient by the opposite angle.
+        slm_rope_apply(a->dq, a->rope_cos, a->rope_sin, B, T, H, D, 0, true);
+        slm_rope_apply(a->dk, a->rope_cos, a->rope_sin, B, T, KV, D, 0, true);
+    }
+}
+
+// Block l forward from xin [N, C] into the saved activations `b`; writes the block output into
+// xout [N, C] unless xout is NULL (the recomputation under activation checkpointing needs
+// everything but the output, which is the next block's saved input). Each projection includes
+// its LoRA adapter, if any (proj.c).
+static void block_forward(const slm_llama *m, int l, const slm_llama_acts *a, const float *xin,
+                          block_acts *b, float *xout) {
+    const slm_llama_config *c = &m->cfg;
+    const slm_param_view *vw = m->units[l].views;
+    slm_proj_ctx pc = block_proj(m, a, l, false);
+    int64_t N = pc.N, C = c->hidden_size, F = c->intermediate_size;
+    // attention branch: x + o_proj(attn(rope(q_proj(n)), rope(k_proj(n)), v_proj(n))), n = norm(x)
+    slm_rmsnorm_fwd(b->ln1, b->rstd1, xin, pc.p + vw[BV_LN1].offset, N, (int)C, c->rms_norm_eps);
+    slm_proj_fwd(&pc, SLM_LORA_Q, b->ln1, b->q, false);
+    slm_proj_fwd(&pc, SLM_LORA_K, b->ln1, b->k, false);
+    slm_proj_fwd(&pc, SLM_LORA_V, b->ln1, b->v, false);
+    attention_fwd(c, a, b);
+    memcpy(b->xmid, xin, (size_t)(N * C) * sizeof(float));
+    slm_proj_fwd(&pc, SLM_LORA_O, b->att, b->xmid, true); // residual add fused
     // MLP branch: xmid + down_proj(silu(gate_proj(n)) * up_proj(n)), n = norm(xmid)
-    slm_rmsnorm_fwd(b->ln2, b->rstd2, b->xmid, p + vw[BV_LN2].offset, N, C, c->rms_norm_eps);
-    slm_matmul_fwd(b->gate, b->ln2, p + vw[BV_GATE].offset, N, C, F, false);
-    slm_matmul_fwd(b->up, b->ln2, p + vw[BV_UP].offset, N, C, F, false);
-    if (lora) {
-        slm_lora_fwd(m, l, SLM_LORA_GATE, blk, b->ln2, b->gate, N);
-        slm_lora_fwd(m, l, SLM_LORA_UP, blk, b->ln2, b->up, N);
-    }
+    slm_rmsnorm_fwd(b->ln2, b->rstd2, b->xmid, pc.p + vw[BV_LN2].offset, N, (int)C,
+                    c->rms_norm_eps);
+    slm_proj_fwd(&pc, SLM_LORA_GATE, b->ln2, b->gate, false);
+    slm_proj_fwd(&pc, SLM_LORA_UP, b->ln2, b->up, false);
     slm_swiglu_fwd(b->h, b->gate, b->up, N, F);
-    if (xout) {
-        memcpy(xout, b->xmid, (size_t)N * C * sizeof(float));
-        slm_matmul_fwd(xout, b->h, p + vw[BV_DOWN].offset, N, F, C, true);
-    }
-    // (a recomputation still needs the down_proj adapter's saved activations)
-    if (lora && (m->lora.targets & (1u << SLM_LORA_DOWN))) {
-        if (xout) {
-            slm_lora_fwd(m, l, SLM_LORA_DOWN, blk, b->h, xout, N);
-        } else { // the output is not needed: add into scratch that is discarded
-            float *tmp = slm_xcalloc((size_t)(N * C), sizeof(float));
-            slm_lora_fwd(m, l, SLM_LORA_DOWN, blk, b->h, tmp, N);
-            free(tmp);
-        }
-    }
+    if (xout) memcpy(xout, b->xmid, (size_t)(N * C) * sizeof(float));
+    slm_proj_fwd(&pc, SLM_LORA_DOWN, b->h, xout, true); // xout NULL: the adapter's saved acts only
 }
 
 // Final norm -> lm_head -> cross-entropy in row chunks. With `grad`, the backward of the head
@@ -465,12 +479,13 @@ static float head_forward(slm_llama *m, const int32_t *targets, int64_t N, bool 
         n_valid++;
     }
     float dscale = (grad && n_valid > 0) ? 1.0f / (float)n_valid : 0.0f;
-    bool frozen = m->lora.rank > 0; // LoRA: no lm_head gradient, only d(lnf)
-    if (grad) {
-        if (!a->dwlm && !frozen) a->dwlm = falloc(a, V * C);
-        if (!frozen) memset(a->dwlm, 0, (size_t)(V * C) * sizeof(float));
-        memset(a->dlnf, 0, (size_t)(N * C) * sizeof(float));
+    float *dwlm = NULL; // a frozen base (LoRA) gets no lm_head gradient, only d(lnf)
+    if (grad && !slm_llama_base_frozen(m)) {
+        if (!a->dwlm) a->dwlm = falloc(a, V * C);
+        dwlm = a->dwlm;
+        memset(dwlm, 0, (size_t)(V * C) * sizeof(float));
     }
+    if (grad) memset(a->dlnf, 0, (size_t)(N * C) * sizeof(float));
     for (int64_t r0 = 0; r0 < N; r0 += a->chunk_rows) {
         int64_t rows = N - r0 < a->chunk_rows ? N - r0 : a->chunk_rows;
         float *lg = a->chunk; // [rows, V]
@@ -480,8 +495,7 @@ static float head_forward(slm_llama *m, const int32_t *targets, int64_t N, bool 
             slm_matmul_fwd(lg, a->lnf + r0 * C, Wlm, rows, C, V, false);
         slm_cross_entropy_fused(lg, a->losses + r0, targets + r0, rows, V, dscale);
         if (dscale != 0.0f)
-            slm_matmul_bwd(a->dlnf + r0 * C, frozen ? NULL : a->dwlm, lg, a->lnf + r0 * C, Wlm,
-                           rows, C, V);
+            slm_matmul_bwd(a->dlnf + r0 * C, dwlm, lg, a->lnf + r0 * C, Wlm, rows, C, V);
     }
     double sum = 0.0;
     for (int64_t i = 0; i < N; i++)
@@ -551,7 +565,7 @@ float slm_llama_forward_packed(slm_llama *m, const int32_t *tokens, const int32_
     a->blk0_layer = a->ckpt ? L - 1 : -1; // the last block's activations stay in blk[0]
     memcpy(a->tokens, tokens, (size_t)N * sizeof(int32_t));
     bool grad = targets != NULL && !m->loss_only;
-    if (m->lora.rank > 0) slm_lora_acts_ensure(m, a->n_blk, a->N, grad);
+    slm_lora_acts_ensure(m, a->n_blk, a->N, grad);
 
     HOOK(m, pre_forward, L);
     const float *root = unit_params(m, L);
@@ -559,7 +573,7 @@ float slm_llama_forward_packed(slm_llama *m, const int32_t *tokens, const int32_
     for (int l = 0; l < L; l++) {
         HOOK(m, pre_forward, l);
         block_acts *b = &a->blk[a->ckpt ? 0 : l];
-        block_forward(m, l, a, a->x + (int64_t)l * N * C, b, a->x + (int64_t)(l + 1) * N * C, B, T);
+        block_forward(m, l, a, a->x + (int64_t)l * N * C, b, a->x + (int64_t)(l + 1) * N * C);
         HOOK(m, post_forward, l);
     }
     float loss = 0.0f;
@@ -572,65 +586,37 @@ float slm_llama_forward_packed(slm_llama *m, const int32_t *tokens, const int32_
 // ---------------------------------------------------------------------------------------------
 // Backward
 
+// Where a norm weight's gradient goes: its place in the unit's gradients g, or scratch that is
+// discarded when the base is frozen (g NULL: LoRA).
+static float *norm_grad(slm_llama_acts *a, float *g, const slm_param_view *v) {
+    if (g) return g + v->offset;
+    if (!a->dnorm) a->dnorm = falloc(a, v->numel);
+    return a->dnorm;
+}
+
 // Block l backward. On entry a->dx holds dL/d(block output); on exit dL/d(block input).
-// Parameter gradients are added into grads[l].
+// Parameter gradients are added into grads[l] (and the adapters' into lora_grads[l]; with LoRA
+// the base gets none).
 static void block_backward(const slm_llama *m, int l, slm_llama_acts *a, const float *xin,
                            const block_acts *b) {
     const slm_llama_config *c = &m->cfg;
     const slm_param_view *vw = m->units[l].views;
-    int B = a->cur_B, T = a->cur_T;
-    int C = c->hidden_size, H = c->num_attention_heads, KV = c->num_key_value_heads;
-    int D = slm_llama_head_dim(c);
-    int64_t F = c->intermediate_size, N = (int64_t)B * T, KVD = (int64_t)KV * D,
-            HD = (int64_t)H * D;
-    const float *p = unit_params(m, l);
-    bool lora = m->lora.rank > 0; // LoRA: the base is frozen, only the adapters get gradients
-    float *g = lora ? NULL : unit_grads(m, l);
-    int blk = a->ckpt ? 0 : l;
-    size_t nc_bytes = (size_t)N * C * sizeof(float);
-#define GW(view) (g ? g + vw[view].offset : NULL)
-#define GN(view) (g ? g + vw[view].offset : a->dnorm)
+    slm_proj_ctx pc = block_proj(m, a, l, true);
+    int64_t N = pc.N, C = c->hidden_size, F = c->intermediate_size;
     // MLP branch; the residual passes dx through unchanged and the norm backward adds into it.
-    memset(a->dh, 0, (size_t)(N * F) * sizeof(float));
-    slm_matmul_bwd(a->dh, GW(BV_DOWN), a->dx, b->h, p + vw[BV_DOWN].offset, N, F, C);
-    if (lora) slm_lora_bwd(m, l, SLM_LORA_DOWN, blk, b->h, a->dx, a->dh, N);
+    slm_proj_bwd(&pc, b->h, a->dh, 1, (slm_proj_dy[]){{SLM_LORA_DOWN, a->dx}});
     slm_swiglu_bwd(a->dgate, a->dup, a->dh, b->gate, b->up, N, F);
-    memset(a->dln, 0, nc_bytes);
-    slm_matmul_bwd(a->dln, GW(BV_GATE), a->dgate, b->ln2, p + vw[BV_GATE].offset, N, C, F);
-    slm_matmul_bwd(a->dln, GW(BV_UP), a->dup, b->ln2, p + vw[BV_UP].offset, N, C, F);
-    if (lora) {
-        slm_lora_bwd(m, l, SLM_LORA_GATE, blk, b->ln2, a->dgate, a->dln, N);
-        slm_lora_bwd(m, l, SLM_LORA_UP, blk, b->ln2, a->dup, a->dln, N);
-    }
-    slm_rmsnorm_bwd(a->dx, GN(BV_LN2), a->dln, b->xmid, p + vw[BV_LN2].offset, b->rstd2, N, C);
+    slm_proj_bwd(&pc, b->ln2, a->dln, 2,
+                 (slm_proj_dy[]){{SLM_LORA_GATE, a->dgate}, {SLM_LORA_UP, a->dup}});
+    slm_rmsnorm_bwd(a->dx, norm_grad(a, pc.g, &vw[BV_LN2]), a->dln, b->xmid,
+                    pc.p + vw[BV_LN2].offset, b->rstd2, N, (int)C);
     // attention branch (a->dln holds d(att) first, then d(ln1))
-    memset(a->dln, 0, (size_t)(N * HD) * sizeof(float));
-    slm_matmul_bwd(a->dln, GW(BV_O), a->dx, b->att, p + vw[BV_O].offset, N, HD, C);
-    if (lora) slm_lora_bwd(m, l, SLM_LORA_O, blk, b->att, a->dx, a->dln, N);
-    if (a->has_pos) {
-        slm_attention_bwd_packed(a->dq, a->dk, a->dv, a->dln, b->q, b->k, b->v, b->att, b->lse,
-                                 a->pos, B, T, H, KV, D);
-        slm_rope_apply_pos(a->dq, a->rope_cos, a->rope_sin, B, T, H, D, a->pos, true);
-        slm_rope_apply_pos(a->dk, a->rope_cos, a->rope_sin, B, T, KV, D, a->pos, true);
-    } else {
-        slm_attention_bwd(a->dq, a->dk, a->dv, a->dln, b->q, b->k, b->v, b->att, b->lse, B, T, H,
-                          KV, D);
-        // RoPE is a rotation: its backward rotates the gradient by the opposite angle.
-        slm_rope_apply(a->dq, a->rope_cos, a->rope_sin, B, T, H, D, 0, true);
-        slm_rope_apply(a->dk, a->rope_cos, a->rope_sin, B, T, KV, D, 0, true);
-    }
-    memset(a->dln, 0, nc_bytes);
-    slm_matmul_bwd(a->dln, GW(BV_Q), a->dq, b->ln1, p + vw[BV_Q].offset, N, C, HD);
-    slm_matmul_bwd(a->dln, GW(BV_K), a->dk, b->ln1, p + vw[BV_K].offset, N, C, KVD);
-    slm_matmul_bwd(a->dln, GW(BV_V), a->dv, b->ln1, p + vw[BV_V].offset, N, C, KVD);
-    if (lora) {
-        slm_lora_bwd(m, l, SLM_LORA_Q, blk, b->ln1, a->dq, a->dln, N);
-        slm_lora_bwd(m, l, SLM_LORA_K, blk, b->ln1, a->dk, a->dln, N);
-        slm_lora_bwd(m, l, SLM_LORA_V, blk, b->ln1, a->dv, a->dln, N);
-    }
-    slm_rmsnorm_bwd(a->dx, GN(BV_LN1), a->dln, xin, p + vw[BV_LN1].offset, b->rstd1, N, C);
-#undef GW
-#undef GN
+    slm_proj_bwd(&pc, b->att, a->dln, 1, (slm_proj_dy[]){{SLM_LORA_O, a->dx}});
+    attention_bwd(c, a, b);
+    slm_proj_bwd(&pc, b->ln1, a->dln, 3,
+                 (slm_proj_dy[]){{SLM_LORA_Q, a->dq}, {SLM_LORA_K, a->dk}, {SLM_LORA_V, a->dv}});
+    slm_rmsnorm_bwd(a->dx, norm_grad(a, pc.g, &vw[BV_LN1]), a->dln, xin, pc.p + vw[BV_LN1].offset,
+                    b->rstd1, N, (int)C);
 }
 
 void slm_llama_backward(slm_llama *m, float loss_scale) {
@@ -647,11 +633,9 @@ void slm_llama_backward(slm_llama *m, float loss_scale) {
 
     HOOK(m, pre_backward, L);
     const float *root = unit_params(m, L);
-    bool frozen = m->lora.rank > 0; // LoRA: the root gets no gradient either
-    if (frozen && !a->dnorm) a->dnorm = falloc(a, C);
-    float *groot = frozen ? NULL : unit_grads(m, L);
+    float *groot = slm_llama_base_frozen(m) ? NULL : unit_grads(m, L); // LoRA: none
     // lm_head: the forward left d(mean loss)/dW in dwlm; scale and add.
-    if (!frozen) {
+    if (groot) {
         float *gW = groot + (c->tie_word_embeddings ? rv[RV_EMB].offset : rv[RV_LM].offset);
         const float *dwlm = a->dwlm;
         int64_t VC = V * C;
@@ -664,21 +648,21 @@ void slm_llama_backward(slm_llama *m, float loss_scale) {
             a->dlnf[i] *= loss_scale;
     }
     memset(a->dx, 0, (size_t)N * C * sizeof(float));
-    slm_rmsnorm_bwd(a->dx, frozen ? a->dnorm : groot + rv[RV_NORM].offset, a->dlnf,
-                    a->x + (int64_t)L * N * C, root + rv[RV_NORM].offset, a->rstdf, N, C);
+    slm_rmsnorm_bwd(a->dx, norm_grad(a, groot, &rv[RV_NORM]), a->dlnf, a->x + (int64_t)L * N * C,
+                    root + rv[RV_NORM].offset, a->rstdf, N, C);
     for (int l = L - 1; l >= 0; l--) {
         HOOK(m, pre_backward, l);
         const float *xin = a->x + (int64_t)l * N * C;
         block_acts *b = &a->blk[a->ckpt ? 0 : l];
         // Recompute, except for the last block, whose forward activations are still there.
         if (a->ckpt && a->blk0_layer != l) {
-            block_forward(m, l, a, xin, b, NULL, a->cur_B, a->cur_T);
+            block_forward(m, l, a, xin, b, NULL);
             a->blk0_layer = l;
         }
         block_backward(m, l, a, xin, b);
         HOOK(m, post_backward, l);
     }
-    if (!frozen) slm_embedding_bwd(groot + rv[RV_EMB].offset, a->tokens, a->dx, N, C);
+    if (groot) slm_embedding_bwd(groot + rv[RV_EMB].offset, a->tokens, a->dx, N, C);
     HOOK(m, post_backward, L);
 }
 

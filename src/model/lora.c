@@ -1,7 +1,7 @@
 // LoRA adapters around the block projections (Hu et al. 2021; PEFT's LoraLayer arithmetic):
 // config parsing, adapter unit layouts, PEFT's init, the adapter forward / backward that
-// llama.c calls after each targeted projection, inverted dropout from a counter-based hash,
-// and merging into the base weights. Contract in model.h.
+// proj.c runs with each targeted projection, inverted dropout from a counter-based hash, and
+// merging into the base weights. Contract in model.h (internals in model_internal.h).
 #include "model_internal.h"
 
 #include "kernels/kernels.h"
@@ -233,6 +233,7 @@ void slm_lora_acts_free(slm_lora_acts *a) {
 }
 
 void slm_lora_acts_ensure(slm_llama *m, int n_blk, int64_t N, bool train) {
+    if (m->lora.rank < 1) return;
     slm_lora_acts *a = m->lora_acts;
     if (!a || a->n_blk != n_blk || a->N < N) {
         slm_lora_acts_free(a);
@@ -333,7 +334,7 @@ void slm_lora_fwd(const slm_llama *m, int l, int t, int blk, const float *x, flo
     const float *u = adapter_input(m, l, t, x, N, in);
     slm_matmul_fwd(hs, u, p + vw[vi].offset, N, in, r, false);
     scale(hs, N * r, s);
-    slm_matmul_fwd(y, hs, p + vw[vi + 1].offset, N, r, o, true);
+    if (y) slm_matmul_fwd(y, hs, p + vw[vi + 1].offset, N, r, o, true);
 }
 
 void slm_lora_bwd(const slm_llama *m, int l, int t, int blk, const float *x, const float *dy,
@@ -369,18 +370,8 @@ void slm_lora_bwd(const slm_llama *m, int l, int t, int blk, const float *x, con
 // Merge and free
 
 void slm_lora_free(slm_llama *m) {
-    int L = m->cfg.num_hidden_layers;
-    if (m->lora_units)
-        for (int l = 0; l < L; l++)
-            free(m->lora_units[l].views);
-    if (m->lora_owns_buffers)
-        for (int l = 0; l < L; l++) {
-            if (m->lora_params) free(m->lora_params[l]);
-            if (m->lora_grads) free(m->lora_grads[l]);
-        }
-    free(m->lora_units);
-    free(m->lora_params);
-    free(m->lora_grads);
+    slm_units_free(m->cfg.num_hidden_layers, m->lora_units, m->lora_params, m->lora_grads,
+                   m->lora_owns_buffers);
     slm_lora_acts_free(m->lora_acts);
     m->lora_units = NULL;
     m->lora_params = m->lora_grads = NULL;
@@ -392,8 +383,6 @@ void slm_lora_free(slm_llama *m) {
 void slm_llama_lora_merge(slm_llama *m) {
     if (m->lora.rank < 1) return;
     int L = m->cfg.num_hidden_layers;
-    static const int base_view[SLM_LORA_N_TARGETS] = {BV_Q,    BV_K,  BV_V,   BV_O,
-                                                      BV_GATE, BV_UP, BV_DOWN};
     int64_t r = m->lora.rank;
     float s = m->lora.alpha / (float)m->lora.rank;
     for (int l = 0; l < L; l++) {
@@ -416,7 +405,7 @@ void slm_llama_lora_merge(slm_llama *m) {
             for (int64_t i = 0; i < o * r; i++)
                 sB[i] = s * B[i];
             // W[o, in] += sB[o, r] @ A[r, in] = sB @ At^T
-            slm_matmul_fwd(W + m->units[l].views[base_view[t]].offset, sB, At, o, r, in, true);
+            slm_matmul_fwd(W + m->units[l].views[slm_proj_view(t)].offset, sB, At, o, r, in, true);
             free(At);
             free(sB);
         }

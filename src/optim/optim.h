@@ -45,7 +45,10 @@ void slm_scale(float *x, int64_t n, float s);
 // place), as torch.nn.utils.clip_grad_norm_: norm = sqrt(sum of slm_sumsq over the buffers);
 // when max_norm > 0, the norm is finite and max_norm / (norm + 1e-6) < 1, every buffer is
 // multiplied by that coefficient (rounded to float). Returns the norm before clipping (NaN /
-// Inf propagate; nothing is scaled then). The world-of-one trainer's clipping.
+// Inf propagate; nothing is scaled then). For whole-model buffers: the reference training loop
+// of tests/train/test_train.c uses it; the trainer clips at every world size (one included)
+// with slm_fsdp_clip_grad_norm, which applies the same rule to the local shards after an
+// all-reduce of their sums of squares.
 double slm_clip_grad_norm(float *const *bufs, const int64_t *lens, int n_bufs, double max_norm);
 
 #endif
