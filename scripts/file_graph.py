@@ -14,7 +14,8 @@ Two ways to build the graph:
               <module>/*.c.o) with nm: the undefined symbols of A that B defines. Exact for what
               the compiler emitted; used to cross-check the parser (--compare BUILD prints both).
 
-Usage: scripts/file_graph.py [--nm BUILD | --compare BUILD] [--edges] [--allow FILE] [MODULE...]
+Usage: scripts/file_graph.py [--nm BUILD | --compare BUILD] [--edges] [--allow FILE] [--root DIR]
+                             [MODULE...]
 Prints every cycle as "cycle in MODULE: a.c -> b.c (sym, ...) -> a.c"; with --allow, the modules
 listed there (one per line, "MODULE | reason") are reported as allowed. Exits 1 when a cycle is
 found in a module that is not allowed, 0 otherwise.
@@ -164,8 +165,12 @@ def definitions(code):
 
 
 def module_files(module):
+    """The module's .c files, relative to src/<module>/ (subfolders too, as CMake's cpu/*.c)."""
     d = os.path.join(ROOT, "src", module)
-    return sorted(f for f in os.listdir(d) if f.endswith(".c"))
+    out = []
+    for root, _, names in os.walk(d):
+        out += [os.path.relpath(os.path.join(root, f), d) for f in names if f.endswith(".c")]
+    return sorted(out)
 
 
 def modules():
@@ -307,8 +312,12 @@ def main():
     ap.add_argument("--compare", metavar="BUILD", help="print edges where sources and nm differ")
     ap.add_argument("--edges", action="store_true", help="print every edge too")
     ap.add_argument("--allow", metavar="FILE", help="modules allowed to hold a cycle")
+    ap.add_argument("--root", metavar="DIR", help="the tree holding src/ (default: this one)")
     ap.add_argument("module", nargs="*")
     args = ap.parse_args()
+    if args.root:
+        global ROOT
+        ROOT = os.path.abspath(args.root)
     allow = read_allow(args.allow) if args.allow else {}
     fail = 0
     cyclic = set()
@@ -334,8 +343,9 @@ def main():
                     print(f"edge {mod}: {a} -> {b} ({', '.join(sorted(g[a][b]))})")
         for comp in cycles(g):
             cyclic.add(mod)
-            line = f"cycle in {mod}: {describe(g, cycle_path(g, comp))}"
-            if len(comp) > 2:
+            path = cycle_path(g, comp)
+            line = f"cycle in {mod}: {describe(g, path)}"
+            if len(set(path)) < len(comp): # the group holds files this path does not pass
                 line += f" [component: {' '.join(comp)}]"
             if mod in allow:
                 print(f"{line}  (allowed: {allow[mod]})")
