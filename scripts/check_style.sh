@@ -7,6 +7,9 @@
 #      reports through slm_status; tools/ prints and exits), except the lines listed with a
 #      reason in scripts/style_allow.txt;
 #  (c) clang-format --dry-run -Werror on every tracked .c / .h file.
+#  (d) no cycle between the files of a module: file A uses a non-static function or variable of
+#      file B and B (through any chain) one of A's (scripts/file_graph.py, which parses the
+#      sources, so this needs no build); modules listed in scripts/cycle_allow.txt are exempt.
 # Usage: scripts/check_style.sh   (from anywhere; needs python3, clang-format for (c))
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -136,5 +139,8 @@ else
     echo "check_style: clang-format not found (scripts/setup.sh installs it)" >&2
     rc=1
 fi
+# (d) file cycles inside a module
+python3 scripts/file_graph.py --allow scripts/cycle_allow.txt | sed 's/^/check_style: /'
+[ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 [ $rc -eq 0 ] && echo "check_style: ok"
 exit $rc

@@ -93,9 +93,15 @@ const char *slm_log_host(void);
 void slm_utc_timestamp(char out[32]);
 // Wall-clock seconds since the Unix epoch (CLOCK_REALTIME).
 double slm_unix_time_s(void);
-// Internal to base (status.c -> logfile.c).
-void slm_logfile_set_rank_(int rank, int world);
-void slm_logfile_record_(slm_log_level level, const char *msg, bool forward);
+// Internal to base: where slm_log lines go besides stderr. status.c calls no other file of
+// base; the owners register their outputs here instead: logfile.c (the per-rank file and the
+// forward queue) when the process starts, progress.c (erasing a bar's line before a log line)
+// when progress is first enabled. `set_rank` gets slm_log_set_rank's arguments; `record` every
+// message (forward: queue a warning / error for rank 0); `clear_line` runs before a line is
+// written to stderr.
+void slm_log_set_file_sink_(void (*set_rank)(int rank, int world),
+                            void (*record)(slm_log_level level, const char *msg, bool forward));
+void slm_log_set_clear_line_(void (*clear_line)(void));
 
 // The process's resource use now: resident set (/proc/self/statm), peak resident set
 // (getrusage ru_maxrss) and user + system CPU seconds; -1 where unknown.

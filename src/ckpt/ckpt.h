@@ -267,9 +267,10 @@ slm_status slm_ckpt_pick_newest(const char *root, bool full_verify, const char *
 slm_status slm_ckpt_repair_latest(const char *root, int64_t step);
 
 // ---------------------------------------------------------------------------------------------
-// Checkpoints on S3 (src/ckpt/remote.c; docs/formats.md "Checkpoints on S3"). Every reader below
-// (slm_ckpt_open, check_files, verify, read_range) also takes s3://BUCKET/PREFIX URIs: range GETs
-// of only the chunks asked for, each verified against the manifest's XXH64.
+// Checkpoints on S3 (src/ckpt/s3_read.c reads, remote.c picks and uploads; docs/formats.md
+// "Checkpoints on S3"). Every reader below (slm_ckpt_open, check_files, verify, read_range) also
+// takes s3://BUCKET/PREFIX URIs: range GETs of only the chunks asked for, each verified against
+// the manifest's XXH64.
 
 // --resume auto's pick under the run prefix URI, with the local rules (slm_ckpt_pick_resume):
 // of the step_N holding a manifest.json and newer than `above` (the local pick's step; -1:
