@@ -452,10 +452,10 @@ slm_status slm_peft_export_dir(const slm_llama *m, const char *src_dir, const ch
 // parent; a stale one of the same name is removed) and returns in *tmp (owned). Errors: SLM_E_IO
 // (OUT_DIR exists and is not a directory, or mkdir failed).
 slm_status slm_export_dir_begin(const char *out_dir, char **tmp);
-// Swaps the finished temp directory in: an existing OUT_DIR is renamed aside, tmp renamed to
-// OUT_DIR and the parent fsynced; then the previous directory is retired: its HF weight files
-// (model*.safetensors, model.safetensors.index.json), HF metadata (config.json,
-// generation_config.json, tokenizer.json, tokenizer.model, tokenizer_config.json,
+// Swaps the finished temp directory in (slm_publish_dir): tmp fsynced, an existing OUT_DIR
+// renamed aside, tmp renamed to OUT_DIR and the parent fsynced; then the previous directory is
+// retired: its HF weight files (model*.safetensors, model.safetensors.index.json), HF metadata
+// (config.json, generation_config.json, tokenizer.json, tokenizer.model, tokenizer_config.json,
 // special_tokens_map.json) and every name the new export also wrote are deleted, any other file
 // (the user's own) is moved into the new OUT_DIR (if that fails the old directory is kept and named
 // in a warning). So no file of an earlier export survives next to the new weights. Errors: SLM_E_IO
