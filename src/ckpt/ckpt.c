@@ -1085,147 +1085,124 @@ static slm_status parse_lora(const char *mp, const cJSON *o, slm_ckpt_meta *M) {
     return slm_json_hex64(mp, bm, "xxh64", &M->lora_base_xxh64);
 }
 
-slm_status slm_ckpt_parse_manifest(slm_ckpt *c, const char *text, size_t len) {
-    const char *mp = c->manifest_path;
-    cJSON *o = cJSON_ParseWithLength(text, len);
-    if (!cJSON_IsObject(o)) {
-        cJSON_Delete(o);
-        return slm_fail(SLM_E_FORMAT, "%s: not a JSON object", mp);
-    }
-    slm_status st = SLM_OK;
+// The header: format, format_version, step, tokens_seen, model_config.
+static slm_status parse_header(const char *mp, const cJSON *o, slm_ckpt_meta *M) {
     double d = 0;
-    slm_ckpt_meta *M = &c->meta;
+    slm_status st;
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(o, "format");
-    if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, "shardlm-checkpoint")) {
-        st = slm_fail(SLM_E_FORMAT, "%s: \"format\" is not \"shardlm-checkpoint\"", mp);
-        goto out;
-    }
-    if ((st = slm_json_num(mp, o, "format_version", 0, 1e9, true, &d))) goto out;
-    if ((int)d != SLM_CKPT_FORMAT_VERSION) {
-        st = slm_fail(SLM_E_UNSUPPORTED,
-                      "%s: format_version %d is not supported (this shardlm reads version %d)", mp,
-                      (int)d, SLM_CKPT_FORMAT_VERSION);
-        goto out;
-    }
+    if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, "shardlm-checkpoint"))
+        return slm_fail(SLM_E_FORMAT, "%s: \"format\" is not \"shardlm-checkpoint\"", mp);
+    if ((st = slm_json_num(mp, o, "format_version", 0, 1e9, true, &d))) return st;
+    if ((int)d != SLM_CKPT_FORMAT_VERSION)
+        return slm_fail(SLM_E_UNSUPPORTED,
+                        "%s: format_version %d is not supported (this shardlm reads version %d)",
+                        mp, (int)d, SLM_CKPT_FORMAT_VERSION);
     if ((st = slm_json_i64(mp, o, "step", 0, INT64_MAX, &M->step)) ||
         (st = slm_json_i64(mp, o, "tokens_seen", 0, INT64_MAX, &M->tokens_seen)))
-        goto out;
+        return st;
     const cJSON *cfg = slm_json_obj(o, "model_config");
-    if (!cfg) {
-        st = slm_fail(SLM_E_FORMAT, "%s: \"model_config\" missing", mp);
-        goto out;
-    }
-    {
-        char *ct = cJSON_PrintUnformatted(cfg);
-        st = slm_llama_config_parse(ct, strlen(ct), mp, &M->cfg);
-        free(ct);
-        if (st) goto out;
-    }
+    if (!cfg) return slm_fail(SLM_E_FORMAT, "%s: \"model_config\" missing", mp);
+    char *ct = cJSON_PrintUnformatted(cfg);
+    st = slm_llama_config_parse(ct, strlen(ct), mp, &M->cfg);
+    free(ct);
+    return st;
+}
+
+// "tokenizer": {"file": plain name, "xxh64": hex} (optional).
+static slm_status parse_tokenizer(const char *mp, const cJSON *o, slm_ckpt_meta *M) {
     const cJSON *tk = slm_json_obj(o, "tokenizer");
-    if (tk) {
-        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(tk, "file");
-        if (cJSON_IsString(fn) && fn->valuestring[0]) {
-            // Export writes OUT_DIR/<file> and reads RUN_DIR/<file>: a plain name only, never
-            // a path (the same rule as files[].file).
-            if (!safe_file_name(fn->valuestring) ||
-                strlen(fn->valuestring) >= sizeof M->tokenizer_file) {
-                st = slm_fail(SLM_E_FORMAT,
-                              "%s: tokenizer.file \"%.40s\" is not a plain file name (expected "
-                              "a name in the run directory: no '/', no \"..\", printable ASCII, "
-                              "under 32 bytes)",
-                              mp, fn->valuestring);
-                goto out;
-            }
-            snprintf(M->tokenizer_file, sizeof M->tokenizer_file, "%s", fn->valuestring);
-        } else if (fn && !cJSON_IsNull(fn) && !cJSON_IsString(fn)) {
-            st = slm_fail(SLM_E_FORMAT, "%s: tokenizer.file must be a string", mp);
-            goto out;
-        }
-        const cJSON *h = cJSON_GetObjectItemCaseSensitive(tk, "xxh64");
-        if (cJSON_IsString(h)) {
-            if ((st = slm_json_hex64(mp, tk, "xxh64", &M->tokenizer_xxh64))) goto out;
-            M->has_tokenizer = true;
-        }
+    if (!tk) return SLM_OK;
+    const cJSON *fn = cJSON_GetObjectItemCaseSensitive(tk, "file");
+    if (cJSON_IsString(fn) && fn->valuestring[0]) {
+        // Export writes OUT_DIR/<file> and reads RUN_DIR/<file>: a plain name only, never
+        // a path (the same rule as files[].file).
+        if (!safe_file_name(fn->valuestring) || strlen(fn->valuestring) >= sizeof M->tokenizer_file)
+            return slm_fail(SLM_E_FORMAT,
+                            "%s: tokenizer.file \"%.40s\" is not a plain file name (expected "
+                            "a name in the run directory: no '/', no \"..\", printable ASCII, "
+                            "under 32 bytes)",
+                            mp, fn->valuestring);
+        snprintf(M->tokenizer_file, sizeof M->tokenizer_file, "%s", fn->valuestring);
+    } else if (fn && !cJSON_IsNull(fn) && !cJSON_IsString(fn)) {
+        return slm_fail(SLM_E_FORMAT, "%s: tokenizer.file must be a string", mp);
     }
-    if ((st = slm_json_num(mp, o, "world_size", 1, 1e7, true, &d))) goto out;
+    const cJSON *h = cJSON_GetObjectItemCaseSensitive(tk, "xxh64");
+    if (cJSON_IsString(h)) {
+        slm_status st = slm_json_hex64(mp, tk, "xxh64", &M->tokenizer_xxh64);
+        if (st) return st;
+        M->has_tokenizer = true;
+    }
+    return SLM_OK;
+}
+
+// world_size and "sharding": {strategy, shard_group_size}.
+static slm_status parse_sharding(const char *mp, const cJSON *o, slm_ckpt_meta *M) {
+    double d = 0;
+    slm_status st = slm_json_num(mp, o, "world_size", 1, 1e7, true, &d);
+    if (st) return st;
     M->world = (int)d;
     const cJSON *sh = slm_json_obj(o, "sharding");
-    if (!sh) {
-        st = slm_fail(SLM_E_FORMAT, "%s: \"sharding\" missing", mp);
-        goto out;
-    }
-    {
-        const cJSON *s = cJSON_GetObjectItemCaseSensitive(sh, "strategy");
-        if (!cJSON_IsString(s)) {
-            st = slm_fail(SLM_E_FORMAT, "%s: sharding.strategy missing", mp);
-            goto out;
-        }
-        static const char *const known[] = {"NO_SHARD", "FULL_SHARD", "SHARD_GRAD_OP",
-                                            "HYBRID_SHARD"};
-        bool ok = false;
-        for (size_t k = 0; k < sizeof known / sizeof *known; k++)
-            ok = ok || !strcmp(s->valuestring, known[k]);
-        if (!ok) {
-            st = slm_fail(SLM_E_FORMAT,
-                          "%s: sharding.strategy \"%.40s\", expected NO_SHARD, FULL_SHARD, "
-                          "SHARD_GRAD_OP or HYBRID_SHARD",
-                          mp, s->valuestring);
-            goto out;
-        }
-        snprintf(M->strategy, sizeof M->strategy, "%s", s->valuestring);
-        if ((st = slm_json_num(mp, sh, "shard_group_size", 1, 1e7, true, &d))) goto out;
-        M->shard_group_size = (int)d;
-    }
-    if ((st = parse_lora(mp, o, M))) goto out;
-    if ((st = parse_batch(mp, o, M))) goto out;
-    if ((st = parse_skips(mp, o, M))) goto out;
+    if (!sh) return slm_fail(SLM_E_FORMAT, "%s: \"sharding\" missing", mp);
+    const cJSON *s = cJSON_GetObjectItemCaseSensitive(sh, "strategy");
+    if (!cJSON_IsString(s)) return slm_fail(SLM_E_FORMAT, "%s: sharding.strategy missing", mp);
+    static const char *const known[] = {"NO_SHARD", "FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD"};
+    bool ok = false;
+    for (size_t k = 0; k < sizeof known / sizeof *known; k++)
+        ok = ok || !strcmp(s->valuestring, known[k]);
+    if (!ok)
+        return slm_fail(SLM_E_FORMAT,
+                        "%s: sharding.strategy \"%.40s\", expected NO_SHARD, FULL_SHARD, "
+                        "SHARD_GRAD_OP or HYBRID_SHARD",
+                        mp, s->valuestring);
+    snprintf(M->strategy, sizeof M->strategy, "%s", s->valuestring);
+    if ((st = slm_json_num(mp, sh, "shard_group_size", 1, 1e7, true, &d))) return st;
+    M->shard_group_size = (int)d;
+    return SLM_OK;
+}
+
+// "optimizer", "lr_schedule", "loader" and "rng_state" (4 hex words).
+static slm_status parse_train_state(const char *mp, const cJSON *o, slm_ckpt_meta *M) {
     const cJSON *op = slm_json_obj(o, "optimizer"), *lr = slm_json_obj(o, "lr_schedule"),
                 *ld = slm_json_obj(o, "loader");
     const cJSON *rng = slm_json_arr(o, "rng_state");
-    if (!op || !lr || !ld || !rng || cJSON_GetArraySize(rng) != 4) {
-        st = slm_fail(SLM_E_FORMAT,
-                      "%s: \"optimizer\", \"lr_schedule\", \"loader\" or \"rng_state\" (4 hex "
-                      "words) missing",
-                      mp);
-        goto out;
+    if (!op || !lr || !ld || !rng || cJSON_GetArraySize(rng) != 4)
+        return slm_fail(SLM_E_FORMAT,
+                        "%s: \"optimizer\", \"lr_schedule\", \"loader\" or \"rng_state\" (4 hex "
+                        "words) missing",
+                        mp);
+    slm_status st;
+    double v[5] = {0}, d = 0;
+    const char *keys[5] = {"lr_peak", "beta1", "beta2", "eps", "weight_decay"};
+    for (int i = 0; i < 5; i++)
+        if ((st = slm_json_num(mp, op, keys[i], -1e30, 1e30, false, &v[i]))) return st;
+    M->adamw = (slm_adamw_hparams){(float)v[0], (float)v[1], (float)v[2], (float)v[3], (float)v[4]};
+    if ((st = slm_json_i64(mp, op, "step", 0, INT64_MAX, &M->opt_step))) return st;
+    if ((st = slm_json_i64(mp, lr, "step", 0, INT64_MAX, &M->lr_step)) ||
+        (st = slm_json_i64(mp, lr, "warmup", 0, INT64_MAX, &M->lr_warmup)) ||
+        (st = slm_json_i64(mp, lr, "total", 0, INT64_MAX, &M->lr_total)) ||
+        (st = slm_json_num(mp, lr, "lr_min", -1e30, 1e30, false, &d)))
+        return st;
+    M->lr_min = (float)d;
+    if ((st = slm_json_hex64(mp, ld, "seed", &M->loader.seed)) ||
+        (st = slm_json_i64(mp, ld, "epoch", 0, INT64_MAX, &M->loader.epoch)) ||
+        (st = slm_json_i64(mp, ld, "pos", 0, INT64_MAX, &M->loader.pos)))
+        return st;
+    for (int i = 0; i < 4; i++) {
+        const cJSON *x = cJSON_GetArrayItem(rng, i);
+        if (!cJSON_IsString(x) || !slm_parse_hex64(x->valuestring, &M->rng.s[i]))
+            return slm_fail(SLM_E_FORMAT, "%s: rng_state[%d] is not 16 hex digits", mp, i);
     }
-    {
-        double v[5] = {0};
-        const char *keys[5] = {"lr_peak", "beta1", "beta2", "eps", "weight_decay"};
-        for (int i = 0; i < 5; i++)
-            if ((st = slm_json_num(mp, op, keys[i], -1e30, 1e30, false, &v[i]))) goto out;
-        M->adamw =
-            (slm_adamw_hparams){(float)v[0], (float)v[1], (float)v[2], (float)v[3], (float)v[4]};
-        if ((st = slm_json_i64(mp, op, "step", 0, INT64_MAX, &M->opt_step))) goto out;
-        if ((st = slm_json_i64(mp, lr, "step", 0, INT64_MAX, &M->lr_step)) ||
-            (st = slm_json_i64(mp, lr, "warmup", 0, INT64_MAX, &M->lr_warmup)) ||
-            (st = slm_json_i64(mp, lr, "total", 0, INT64_MAX, &M->lr_total)) ||
-            (st = slm_json_num(mp, lr, "lr_min", -1e30, 1e30, false, &d)))
-            goto out;
-        M->lr_min = (float)d;
-        if ((st = slm_json_hex64(mp, ld, "seed", &M->loader.seed)) ||
-            (st = slm_json_i64(mp, ld, "epoch", 0, INT64_MAX, &M->loader.epoch)) ||
-            (st = slm_json_i64(mp, ld, "pos", 0, INT64_MAX, &M->loader.pos)))
-            goto out;
-        for (int i = 0; i < 4; i++) {
-            const cJSON *x = cJSON_GetArrayItem(rng, i);
-            if (!cJSON_IsString(x) || !slm_parse_hex64(x->valuestring, &M->rng.s[i])) {
-                st = slm_fail(SLM_E_FORMAT, "%s: rng_state[%d] is not 16 hex digits", mp, i);
-                goto out;
-            }
-        }
-    }
+    return SLM_OK;
+}
+
+// "units" and "files"; a source that needs every file's size gets them (S3).
+static slm_status parse_layout(slm_ckpt *c, const char *mp, const cJSON *o) {
     const cJSON *us = slm_json_arr(o, "units");
-    if (!us) {
-        st = slm_fail(SLM_E_FORMAT, "%s: \"units\" missing", mp);
-        goto out;
-    }
-    if ((st = parse_units(c, mp, us))) goto out;
+    if (!us) return slm_fail(SLM_E_FORMAT, "%s: \"units\" missing", mp);
+    slm_status st = parse_units(c, mp, us);
+    if (st) return st;
     const cJSON *fs = slm_json_arr(o, "files");
-    if (!fs) {
-        st = slm_fail(SLM_E_FORMAT, "%s: \"files\" missing", mp);
-        goto out;
-    }
+    if (!fs) return slm_fail(SLM_E_FORMAT, "%s: \"files\" missing", mp);
     st = parse_files(c, mp, fs);
     if (!st && c->src.ops->files) { // every file, for a source that needs them all
         slm_ckpt_src_file *sf = slm_xcalloc((size_t)c->n_files, sizeof *sf);
@@ -1234,7 +1211,25 @@ slm_status slm_ckpt_parse_manifest(slm_ckpt *c, const char *text, size_t len) {
         c->src.ops->files(c->src.impl, sf, c->n_files);
         free(sf);
     }
-out:
+    return st;
+}
+
+slm_status slm_ckpt_parse_manifest(slm_ckpt *c, const char *text, size_t len) {
+    const char *mp = c->manifest_path;
+    cJSON *o = cJSON_ParseWithLength(text, len);
+    if (!cJSON_IsObject(o)) {
+        cJSON_Delete(o);
+        return slm_fail(SLM_E_FORMAT, "%s: not a JSON object", mp);
+    }
+    slm_ckpt_meta *M = &c->meta;
+    slm_status st = parse_header(mp, o, M);
+    if (!st) st = parse_tokenizer(mp, o, M);
+    if (!st) st = parse_sharding(mp, o, M);
+    if (!st) st = parse_lora(mp, o, M);
+    if (!st) st = parse_batch(mp, o, M);
+    if (!st) st = parse_skips(mp, o, M);
+    if (!st) st = parse_train_state(mp, o, M);
+    if (!st) st = parse_layout(c, mp, o);
     cJSON_Delete(o);
     return st;
 }

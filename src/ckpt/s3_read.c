@@ -117,6 +117,118 @@ static void remote_free(slm_ckpt_remote *r) {
     free(r);
 }
 
+// Finds the checkpoint's manifest under L: the URI is a step directory (has manifest.json), a
+// checkpoints root (has latest) or a run prefix (has checkpoints/latest). On success *step_key is
+// "…/checkpoints/step_N/" (owned) and *text / *len the manifest (owned; also set, for the caller
+// to free, on some errors).
+static slm_status find_manifest(slm_ckpt_remote *r, const slm_ckpt_rlay *L, const char *uri,
+                                char **step_key, char **text, size_t *len) {
+    char *data = NULL;
+    size_t n = 0;
+    bool found = false;
+    slm_buf b = {0};
+    slm_buf_appendf(&b, "%smanifest.json", L->prefix);
+    slm_status st = slm_s3_get(r->s3, L->bucket, b.data, &data, &n, &found);
+    *step_key = NULL;
+    if (!st && found) {
+        *step_key = slm_xstrdup(L->prefix);
+        *text = data;
+        *len = n;
+        data = NULL;
+    }
+    for (int i = 0; !st && !*step_key && i < 2; i++) {
+        b.len = 0;
+        slm_buf_appendf(&b, "%s%slatest", L->prefix, i ? "checkpoints/" : "");
+        free(data);
+        data = NULL;
+        st = slm_s3_get(r->s3, L->bucket, b.data, &data, &n, &found);
+        if (st || !found) continue;
+        int64_t s;
+        if (!slm_ckpt_rlay_parse_step(data, n, &s)) {
+            st = slm_fail(SLM_E_FORMAT, "s3://%s/%s: does not name a step_N checkpoint", L->bucket,
+                          b.data);
+            break;
+        }
+        slm_buf sk = {0};
+        slm_buf_appendf(&sk, "%s%sstep_%08" PRId64 "/", L->prefix, i ? "checkpoints/" : "", s);
+        *step_key = sk.data;
+        free(data);
+        data = NULL;
+        b.len = 0;
+        slm_buf_appendf(&b, "%smanifest.json", *step_key);
+        st = slm_s3_get(r->s3, L->bucket, b.data, &data, &n, &found);
+        if (!st && !found)
+            st = slm_fail(SLM_E_IO, "s3://%s/%s: missing (`latest` names an incomplete checkpoint)",
+                          L->bucket, b.data);
+        if (!st) {
+            *text = data;
+            *len = n;
+            data = NULL;
+        }
+    }
+    free(data);
+    slm_buf_free(&b);
+    if (!st && !*step_key)
+        st = slm_fail(
+            SLM_E_IO,
+            "%s: no checkpoint here (neither manifest.json, latest nor checkpoints/latest)", uri);
+    if (st) {
+        free(*step_key);
+        *step_key = NULL;
+    }
+    return st;
+}
+
+// From step_key "…/checkpoints/step_N/" (its trailing '/' is cut): *step = N and L->prefix
+// becomes the run prefix (the key without "checkpoints/step_N/"), where rank files live, spread
+// over prefix shards as the manifest records.
+static slm_status split_step_key(slm_ckpt_rlay *L, char *step_key, int64_t *step) {
+    size_t sl = strlen(step_key);
+    char *end = step_key + sl - 1; // the trailing '/'
+    *end = 0;
+    char *slash = strrchr(step_key, '/');
+    const char *last = slash ? slash + 1 : step_key;
+    if (!slm_ckpt_rlay_parse_step(last, strlen(last), step))
+        return slm_fail(SLM_E_FORMAT, "s3://%s/%s: not a step_N checkpoint prefix", L->bucket,
+                        step_key);
+    free(L->prefix);
+    size_t keep = slash ? (size_t)(slash - step_key) + 1 : 0; // ".../checkpoints/"
+    const char *cp = "checkpoints/";
+    if (keep >= strlen(cp) && strncmp(step_key + keep - strlen(cp), cp, strlen(cp)) == 0)
+        keep -= strlen(cp);
+    L->prefix = slm_xmalloc(keep + 1);
+    memcpy(L->prefix, step_key, keep);
+    L->prefix[keep] = 0;
+    return SLM_OK;
+}
+
+// The manifest's S3 layout: s3_prefix_shards into L->shards, s3_objects into r->obj.
+static slm_status parse_objects(slm_ckpt_remote *r, slm_ckpt_rlay *L, const char *dir,
+                                const char *text, size_t len) {
+    cJSON *o = cJSON_ParseWithLength(text, len);
+    const cJSON *ks = o ? cJSON_GetObjectItemCaseSensitive(o, "s3_prefix_shards") : NULL;
+    if (cJSON_IsNumber(ks) && ks->valuedouble >= 1 && ks->valuedouble <= 100)
+        L->shards = (int)ks->valuedouble;
+    const cJSON *ob = o ? cJSON_GetObjectItemCaseSensitive(o, "s3_objects") : NULL, *e;
+    int no = cJSON_IsArray(ob) ? cJSON_GetArraySize(ob) : 0;
+    r->obj = slm_xcalloc((size_t)(no ? no : 1), sizeof *r->obj);
+    slm_status st = SLM_OK;
+    cJSON_ArrayForEach(e, ob) {
+        const cJSON *rk = cJSON_GetObjectItemCaseSensitive(e, "rank"),
+                    *ky = cJSON_GetObjectItemCaseSensitive(e, "key"),
+                    *of = cJSON_GetObjectItemCaseSensitive(e, "offset");
+        if (!cJSON_IsNumber(rk) || !cJSON_IsString(ky) || !cJSON_IsNumber(of) ||
+            of->valuedouble < 0) {
+            st = slm_fail(SLM_E_FORMAT, "%s/manifest.json: bad s3_objects entry", dir);
+            break;
+        }
+        r->obj[r->n_obj++] = (robj){(int)rk->valuedouble, slm_xstrdup(ky->valuestring),
+                                    (int64_t)of->valuedouble, -1};
+    }
+    cJSON_Delete(o);
+    return st;
+}
+
 static slm_status remote_resolve(const char *uri, slm_ckpt_remote **out, char **dir, char **text,
                                  size_t *len) {
     *out = NULL;
@@ -127,113 +239,18 @@ static slm_status remote_resolve(const char *uri, slm_ckpt_remote **out, char **
     if (st) return st;
     slm_ckpt_remote *r = slm_xcalloc(1, sizeof *r);
     r->buf_rank = -1;
+    char *step_key = NULL;
     st = slm_s3_open_default(NULL, NULL, &r->s3);
-    if (st) goto fail;
-    // URI: a step directory (has manifest.json), a checkpoints root (has latest) or a run
-    // prefix (has checkpoints/latest).
-    char *data = NULL;
-    size_t n = 0;
-    bool found = false;
-    slm_buf b = {0};
-    slm_buf_appendf(&b, "%smanifest.json", L.prefix);
-    st = slm_s3_get(r->s3, L.bucket, b.data, &data, &n, &found);
-    char *step_key = NULL; // "…/checkpoints/step_N/" of the checkpoint
-    if (!st && found) {
-        step_key = slm_xstrdup(L.prefix);
-        *text = data;
-        *len = n;
-        data = NULL;
+    if (!st) st = find_manifest(r, &L, uri, &step_key, text, len);
+    if (!st) st = split_step_key(&L, step_key, &r->step);
+    if (!st) {
+        slm_buf d = {0};
+        slm_buf_appendf(&d, "s3://%s/%s", L.bucket, step_key);
+        *dir = d.data;
+        st = parse_objects(r, &L, *dir, *text, *len);
     }
-    for (int i = 0; !st && !step_key && i < 2; i++) {
-        b.len = 0;
-        slm_buf_appendf(&b, "%s%slatest", L.prefix, i ? "checkpoints/" : "");
-        free(data);
-        data = NULL;
-        st = slm_s3_get(r->s3, L.bucket, b.data, &data, &n, &found);
-        if (st || !found) continue;
-        int64_t s;
-        if (!slm_ckpt_rlay_parse_step(data, n, &s)) {
-            st = slm_fail(SLM_E_FORMAT, "s3://%s/%s: does not name a step_N checkpoint", L.bucket,
-                          b.data);
-            break;
-        }
-        slm_buf sk = {0};
-        slm_buf_appendf(&sk, "%s%sstep_%08" PRId64 "/", L.prefix, i ? "checkpoints/" : "", s);
-        step_key = sk.data;
-        free(data);
-        data = NULL;
-        b.len = 0;
-        slm_buf_appendf(&b, "%smanifest.json", step_key);
-        st = slm_s3_get(r->s3, L.bucket, b.data, &data, &n, &found);
-        if (!st && !found)
-            st = slm_fail(SLM_E_IO, "s3://%s/%s: missing (`latest` names an incomplete checkpoint)",
-                          L.bucket, b.data);
-        if (!st) {
-            *text = data;
-            *len = n;
-            data = NULL;
-        }
-    }
-    free(data);
-    slm_buf_free(&b);
-    if (!st && !step_key)
-        st = slm_fail(
-            SLM_E_IO,
-            "%s: no checkpoint here (neither manifest.json, latest nor checkpoints/latest)", uri);
-    if (st) {
-        free(step_key);
-        goto fail;
-    }
-    // The run prefix is the step key without "checkpoints/step_N/"; rank files may be spread over
-    // prefix shards (recorded in the manifest).
-    size_t sl = strlen(step_key);
-    char *end = step_key + sl - 1; // the trailing '/'
-    *end = 0;
-    char *slash = strrchr(step_key, '/');
-    const char *last = slash ? slash + 1 : step_key;
-    int64_t step = -1;
-    if (!slm_ckpt_rlay_parse_step(last, strlen(last), &step)) {
-        st = slm_fail(SLM_E_FORMAT, "s3://%s/%s: not a step_N checkpoint prefix", L.bucket,
-                      step_key);
-        free(step_key);
-        goto fail;
-    }
-    r->step = step;
-    free(L.prefix);
-    size_t keep = slash ? (size_t)(slash - step_key) + 1 : 0; // ".../checkpoints/"
-    const char *cp = "checkpoints/";
-    if (keep >= strlen(cp) && strncmp(step_key + keep - strlen(cp), cp, strlen(cp)) == 0)
-        keep -= strlen(cp);
-    L.prefix = slm_xmalloc(keep + 1);
-    memcpy(L.prefix, step_key, keep);
-    L.prefix[keep] = 0;
-    slm_buf d = {0};
-    slm_buf_appendf(&d, "s3://%s/%s", L.bucket, step_key);
-    *dir = d.data;
     free(step_key);
-    cJSON *o = cJSON_ParseWithLength(*text, *len);
-    const cJSON *ks = o ? cJSON_GetObjectItemCaseSensitive(o, "s3_prefix_shards") : NULL;
-    if (cJSON_IsNumber(ks) && ks->valuedouble >= 1 && ks->valuedouble <= 100)
-        L.shards = (int)ks->valuedouble;
-    const cJSON *ob = o ? cJSON_GetObjectItemCaseSensitive(o, "s3_objects") : NULL, *e;
-    int no = cJSON_IsArray(ob) ? cJSON_GetArraySize(ob) : 0;
-    r->obj = slm_xcalloc((size_t)(no ? no : 1), sizeof *r->obj);
-    cJSON_ArrayForEach(e, ob) {
-        const cJSON *rk = cJSON_GetObjectItemCaseSensitive(e, "rank"),
-                    *ky = cJSON_GetObjectItemCaseSensitive(e, "key"),
-                    *of = cJSON_GetObjectItemCaseSensitive(e, "offset");
-        if (!cJSON_IsNumber(rk) || !cJSON_IsString(ky) || !cJSON_IsNumber(of) ||
-            of->valuedouble < 0) {
-            st = slm_fail(SLM_E_FORMAT, "%s/manifest.json: bad s3_objects entry", *dir);
-            cJSON_Delete(o);
-            r->L = L;
-            L = (slm_ckpt_rlay){0};
-            goto fail;
-        }
-        r->obj[r->n_obj++] = (robj){(int)rk->valuedouble, slm_xstrdup(ky->valuestring),
-                                    (int64_t)of->valuedouble, -1};
-    }
-    cJSON_Delete(o);
+    if (st) goto fail;
     r->L = L;
     *out = r;
     return SLM_OK;
