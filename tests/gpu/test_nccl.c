@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/base.h"
 #include "dist/dist.h"
@@ -149,12 +150,41 @@ static void all_collectives(void) {
         }
 }
 
+// The flight recorder holds the device collectives like the MPI ones: the last "test
+// allreduce" on the world is recorded there, done, with its bytes (1031 elements of bf16).
+static void test_flight(void) {
+    char path[256];
+    snprintf(path, sizeof path, "/tmp/slm_test_nccl_flight_%d_%d.json", (int)getpid(), g_rank);
+    slm_flight_set_dump_path(path, g_rank, g_world);
+    CHECK(slm_flight_dump("test"));
+    slm_flight_set_dump_path(NULL, g_rank, g_world);
+    char *text = NULL;
+    size_t len = 0;
+    CHECK_OK(slm_file_read_all(path, &text, &len));
+    remove(path);
+    slm_flight_file f;
+    slm_status st = slm_flight_parse(text, len, path, &f);
+    free(text);
+    CHECK_OK(st);
+    int found = -1;
+    for (int i = 0; i < f.n_entries; i++)
+        if (f.entries[i].what && !strcmp(f.entries[i].what, "test allreduce") &&
+            !strcmp(f.entries[i].group, "world"))
+            found = i; // the newest
+    bool ok = found >= 0 && !strcmp(f.entries[found].op, "allreduce") &&
+              !strcmp(f.entries[found].state, "done") && f.entries[found].bytes == 1031 * 2;
+    slm_flight_file_free(&f);
+    CHECK_MSG(ok, "no done \"test allreduce\" entry of 2062 bytes on group world (found %d)",
+              found);
+}
+
 static void run_kind(slm_dcomm_kind kind, const char *label) {
     slm_dcomm *dc = NULL;
     CHECK_OK(slm_dcomm_create(slm_comm_world(), kind, &dc));
     CHECK_EQ_INT(slm_dcomm_kind_of(dc), kind);
     g_dc = dc, g_label = label;
     all_collectives();
+    if (!slm_test_cur_failed_) test_flight();
     if (!slm_test_cur_failed_) { // HYBRID_SHARD: shard groups of 2 ranks, replica groups across
         slm_dcomm *shard = NULL, *rep = NULL;
         CHECK_OK(slm_dcomm_split(dc, g_rank / 2, g_rank, "shard group", &shard));
