@@ -105,11 +105,12 @@ int main(int argc, char **argv) {
         slm_fsdp_optimizer_step(&f, &h, 3e-4f);
         double d = slm_time_s() - t0;
         slm_dist_allreduce(&d, 1, SLM_DTYPE_F64, SLM_OP_MAX, "bench time");
-        double e = f.stats.exposed_comm_s / N;
+        slm_fsdp_stats fs = slm_fsdp_get_stats(&f);
+        double e = fs.exposed_comm_s / N;
         slm_dist_allreduce(&e, 1, SLM_DTYPE_F64, SLM_OP_SUM, "bench exposed");
         dt[s] = d;
         ex[s] = e;
-        comm_mib = (double)(f.stats.bytes_gathered + f.stats.bytes_reduced) / 1048576.0;
+        comm_mib = (double)(fs.bytes_gathered + fs.bytes_reduced) / 1048576.0;
     }
     // median over the steps after the first (first-touch page faults, thread start-up)
     int n = steps > 1 ? steps - 1 : 1;
@@ -119,7 +120,7 @@ int main(int argc, char **argv) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     double rss = (double)ru.ru_maxrss / 1024.0;
-    double state = (double)f.state_bytes, peak = (double)slm_fsdp_peak_bytes(&f);
+    double state = (double)slm_fsdp_state_bytes(&f), peak = (double)slm_fsdp_peak_bytes(&f);
     slm_dist_allreduce(&rss, 1, SLM_DTYPE_F64, SLM_OP_MAX, "bench rss");
     slm_dist_allreduce(&state, 1, SLM_DTYPE_F64, SLM_OP_MAX, "bench state");
     slm_dist_allreduce(&peak, 1, SLM_DTYPE_F64, SLM_OP_MAX, "bench peak");
@@ -127,7 +128,7 @@ int main(int argc, char **argv) {
         printf("model=%s sharding=%s N=%d S=%d threads=%d B_local=%d T=%d param=%s reduce=%s "
                "state_bytes=%.0f peak_bytes=%.0f rss_mib=%.1f tok_s=%.1f step_ms=%.1f "
                "exposed_ms=%.2f comm_mib=%.2f\n",
-               model, slm_sharding_name(fo.sharding), N, f.S, threads, B, T,
+               model, slm_sharding_name(fo.sharding), N, slm_fsdp_group_size(&f), threads, B, T,
                fo.param_dtype ? "bf16" : "fp32", fo.reduce_dtype ? "bf16" : "fp32", state, peak,
                rss, (double)B * T * N / d1[n / 2], d1[n / 2] * 1e3, e1[n / 2] * 1e3, comm_mib);
     free(dt), free(ex), free(inp), free(tgt);

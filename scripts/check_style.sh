@@ -6,7 +6,12 @@
 #  (b) no exit() / _exit() / printf / puts / putchar / fprintf(stdout, ...) in src/ (the library
 #      reports through slm_status; tools/ prints and exits), except the lines listed with a
 #      reason in scripts/style_allow.txt;
-#  (c) clang-format --dry-run -Werror on every tracked .c / .h file.
+#  (c) clang-format --dry-run -Werror on every tracked .c / .h / .cu / .cuh file.
+#  (d) no cycle between the files of a module: file A uses a non-static function or variable of
+#      file B and B (through any chain) one of A's (scripts/file_graph.py, which parses the
+#      sources, so this needs no build); modules listed in scripts/cycle_allow.txt are exempt;
+#  (e) no function over 120 lines in src/ and tools/ (scripts/check_lengths.py; its ALLOW table
+#      names the ones being split on an unmerged branch).
 # Usage: scripts/check_style.sh   (from anywhere; needs python3, clang-format for (c))
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -127,7 +132,7 @@ rc=0
 # (c) clang-format: every C source and header in the tree (.clang-format; the tree was
 #     reformatted once, so a diff here is a change that was not formatted)
 if command -v clang-format > /dev/null; then
-    mapfile -t fmt < <(git ls-files '*.c' '*.h')
+    mapfile -t fmt < <(git ls-files '*.c' '*.h' '*.cu' '*.cuh')
     if [ ${#fmt[@]} -gt 0 ]; then
         clang-format --dry-run -Werror "${fmt[@]}" 2>&1 | head -40
         [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
@@ -136,5 +141,11 @@ else
     echo "check_style: clang-format not found (scripts/setup.sh installs it)" >&2
     rc=1
 fi
+# (d) file cycles inside a module
+python3 scripts/file_graph.py --allow scripts/cycle_allow.txt | sed 's/^/check_style: /'
+[ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+# (e) function length
+python3 scripts/check_lengths.py | { grep -v '^check_lengths: no function' || true; } | sed 's/^/check_style: /'
+[ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 [ $rc -eq 0 ] && echo "check_style: ok"
 exit $rc

@@ -14,13 +14,19 @@
 # Logs go to $OUT (the device tool's output folder) when set, else to build-gpu/.
 # What it checks today (issue 22 item 1): every CUDA kernel against the CPU kernel (bf16 GEMM
 # against the CPU's bf16 path) on random inputs with derived bounds, outputs poisoned, and
-# repeatability. Not yet: training steps, checkpoints across devices, NCCL, the benchmark (they
-# need the device layer of issue 21).
+# repeatability; and the device collectives of dist/ (tests/gpu/test_nccl.c under mpirun -np 2,
+# with Debian's Open MPI carried in .gpu/debs, about 8 MB more, unpacked under /tmp/slm-deps and
+# run relocated through OPAL_PREFIX): the host-staged path with two ranks sharing GPU 0, NCCL's
+# refusal of that, and with two GPUs NCCL itself and its timeout abort. Not yet: training steps,
+# checkpoints across devices, the benchmark (they need the device layer of issue 21).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PKGS=(libopenblas-dev libopenblas-pthread-dev libopenblas0-pthread libopenblas0 libdnnl-dev
       libdnnl2 libcjson-dev libcjson1 libxxhash-dev libxxhash0 libgfortran5 libquadmath0
-      pkgconf pkgconf-bin libpkgconf3)
+      pkgconf pkgconf-bin libpkgconf3
+      libopenmpi-dev libopenmpi3 openmpi-bin openmpi-common libpmix2 libhwloc15 libevent-2.1-7
+      libevent-pthreads-2.1-7 libevent-core-2.1-7 libfabric1 libucx0 libpsm2-2
+      libpsm-infinipath1 libibverbs1 librdmacm1 libnl-3-200 libnl-route-3-200 libnuma1)
 
 if [ "${1:-}" = "--gather" ]; then
     mkdir -p .gpu/debs
@@ -46,7 +52,22 @@ ARCH=x86_64-linux-gnu
 OB="$D/usr/lib/$ARCH/openblas-pthread"
 export PKG_CONFIG_SYSROOT_DIR="$D"
 export PKG_CONFIG_LIBDIR="$OB/pkgconfig:$D/usr/lib/$ARCH/pkgconfig:$D/usr/share/pkgconfig"
-export LD_LIBRARY_PATH="$OB:$D/usr/lib/$ARCH${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+MPIL="$D/usr/lib/$ARCH/openmpi/lib"
+export LD_LIBRARY_PATH="$OB:$D/usr/lib/$ARCH:$MPIL${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# Open MPI relocated: its prefix, plugins and help files under $D; shared memory and TCP only.
+export OPAL_PREFIX="$D/usr" OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader,tcp
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+MPI_ARGS=()
+if [ -f "$MPIL/libmpi.so" ]; then
+    MPI_ARGS=(-DMPI_SKIP_COMPILER_WRAPPER=ON -DMPI_C_HEADER_DIR="$D/usr/lib/$ARCH/openmpi/include"
+              -DMPI_C_LIB_NAMES=mpi -DMPI_mpi_LIBRARY="$MPIL/libmpi.so")
+fi
+# NCCL: the CUDA toolkit's, else a wheel's (nvidia-nccl-*) under this python.
+if [ ! -f /usr/local/cuda/include/nccl.h ] && [ -z "${NCCL_HOME:-}" ]; then
+    NCCL_HOME=$(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))' \
+                2>/dev/null || true)
+    [ -n "$NCCL_HOME" ] && export NCCL_HOME && export LD_LIBRARY_PATH="$NCCL_HOME/lib:$LD_LIBRARY_PATH"
+fi
 PC=$(command -v pkg-config || true)
 [ -n "$PC" ] || PC="$D/usr/bin/pkgconf"
 nvcc_v=$(nvcc --version 2>/dev/null | tail -1 || echo "no nvcc")
@@ -54,7 +75,7 @@ row "GPU" "$(head -1 "$LOG/gpu.txt")"
 row "nvcc" "$nvcc_v"
 
 if cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DSLM_KERNELS_ONLY=ON -DSLM_CUDA=ON \
-        -DSLM_WERROR=ON -DPKG_CONFIG_EXECUTABLE="$PC" -DCMAKE_PREFIX_PATH="$D/usr" \
+        -DSLM_WERROR=ON -DPKG_CONFIG_EXECUTABLE="$PC" -DCMAKE_PREFIX_PATH="$D/usr" "${MPI_ARGS[@]}" \
         > "$LOG/configure.log" 2>&1 &&
     cmake --build build-gpu -j"$(nproc)" > "$LOG/build.log" 2>&1; then
     row "build (kernels, CUDA, -Werror)" "ok ($(($(date +%s) - t0)) s)"
@@ -72,6 +93,21 @@ case $rc in
 *) row "CUDA kernels vs CPU kernels" "FAILED (exit $rc)" ;;
 esac
 grep -E '^\[(ok|FAIL)|FAIL|outside|not repeatable' "$LOG/test_cuda_kernels.log" | head -40 || true
+
+# dist/'s device collectives: 2 ranks (sharing GPU 0 when there is one GPU: host-staged).
+if [ -x build-gpu/tests/gpu/test_nccl ]; then
+    n_rc=0
+    timeout 240 "$D/usr/bin/orterun" -np 2 --oversubscribe build-gpu/tests/gpu/test_nccl \
+        > "$LOG/test_nccl.log" 2>&1 || n_rc=$?
+    case $n_rc in
+    0) row "collectives (staged; NCCL if 2 GPUs)" "ok: $(grep -m1 'AUTO chose' "$LOG/test_nccl.log")" ;;
+    77) row "collectives (staged; NCCL if 2 GPUs)" "SKIPPED: $(grep -m1 skip "$LOG/test_nccl.log")" ;;
+    *) row "collectives (staged; NCCL if 2 GPUs)" "FAILED (exit $n_rc)"; rc=1 ;;
+    esac
+    grep -E '^\[(ok|FAIL)|FAIL|differs' "$LOG/test_nccl.log" | head -20 || true
+else
+    row "collectives (staged; NCCL if 2 GPUs)" "NOT BUILT (no MPI: see configure.log)"
+fi
 echo "== table ($(($(date +%s) - t0)) s)"
 cat "$LOG/table.txt"
 [ $rc -eq 0 ]

@@ -40,4 +40,21 @@ const slm_cli *slm_train_cli(void);
         .help = "instead of --model: HF config.json + safetensors (+ tokenizer)", .group = 1       \
     }
 
+// The options of a command that loads a model and computes with it (eval, generate): --threads
+// (OpenMP threads, into an int64_t field `threads`; left 0: the environment) and --quiet (into a
+// bool field `quiet`). OFF is the command's offsetof macro, as for SLM_MODEL_DIR_OPTS.
+#define SLM_MODEL_RUN_OPTS(OFF)                                                                    \
+    {.name = "--threads",                                                                          \
+     .type = SLM_OPT_INT64,                                                                        \
+     .off = OFF(threads),                                                                          \
+     .meta = "N",                                                                                  \
+     .help = "OpenMP threads",                                                                     \
+     .ilo = 1,                                                                                     \
+     .ihi = 4096,                                                                                  \
+     .def = "environment"},                                                                        \
+    {                                                                                              \
+        .name = "--quiet", .type = SLM_OPT_FLAG, .off = OFF(quiet),                                \
+        .help = "no progress line while a checkpoint loads (stderr)"                               \
+    }
+
 #endif

@@ -14,8 +14,8 @@
 
 typedef struct generate_args {
     const char *model, *hf, *prompt, *chat, *system;
-    int max_new, top_k, threads;
-    int64_t seed;
+    int max_new, top_k;
+    int64_t seed, threads;
     float temperature, top_p;
     bool no_bos, stop_at_eos, ids, quiet;
 } generate_args;
@@ -93,18 +93,7 @@ static const slm_opt k_generate_opts[] = {
      .type = SLM_OPT_FLAG,
      .off = A(ids),
      .help = "also print the generated ids on stderr at the end"},
-    {.name = "--threads",
-     .type = SLM_OPT_INT,
-     .off = A(threads),
-     .meta = "N",
-     .help = "OpenMP threads",
-     .ilo = 1,
-     .ihi = 4096,
-     .def = "environment"},
-    {.name = "--quiet",
-     .type = SLM_OPT_FLAG,
-     .off = A(quiet),
-     .help = "no progress line while a checkpoint loads (stderr)"},
+    SLM_MODEL_RUN_OPTS(A),
     {.type = SLM_OPT_END},
 };
 #undef A
@@ -161,7 +150,7 @@ int slm_cmd_generate(int argc, char **argv) {
                       .add_bos = !x.no_bos,
                       .stop_at_eos = x.stop_at_eos};
     bool print_ids = x.ids;
-    if (x.threads > 0) omp_set_num_threads(x.threads);
+    if (x.threads > 0) omp_set_num_threads((int)x.threads);
     slm_status st = SLM_OK;
     if (!run || !prompt) {
         slm_error("generate: --model RUN_DIR and --prompt TEXT are required");

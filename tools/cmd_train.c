@@ -12,577 +12,60 @@
 #include "objstore/objstore.h"
 #include "train/train.h"
 
-// Parsed command line: the library's options plus the values that need a step after parsing.
+// Parsed command line: the library's options (train/options.h) and the CLI's own.
 typedef struct train_args {
-    slm_train_opts o;
-    bool no_prefetch;
-    int on_ckpt_error; // index into k_ckpt_error
-    int on_nonfinite;  // index into k_nonfinite
-    int64_t seed;
+    slm_train_opts o; // first: the library table's offsets are offsets into train_args too
     double progress_us;
     bool quiet;
     const char *s3_endpoint, *s3_region;
 } train_args;
+_Static_assert(offsetof(train_args, o) == 0, "slm_train_options' offsets index train_args");
 
-static slm_status parse_sharding(const char *opt, const char *v, void *dst) {
-    (void)opt;
-    return slm_sharding_parse(v, dst);
-}
-
-static slm_status parse_precision(const char *opt, const char *v, void *dst) {
-    return slm_precision_parse(opt, v, dst);
-}
-
-static slm_status parse_lora_targets(const char *opt, const char *v, void *dst) {
-    (void)opt;
-    return slm_lora_parse_targets(v, dst);
-}
-
-static const char *const k_ckpt_error[] = {"continue", "abort", NULL};
-static const char *const k_nonfinite[] = {"abort", "skip", NULL};
-
-#define A(f) offsetof(train_args, f)
-#define INF INFINITY
-// ranges: integers [ilo, ihi]; reals by dlo / dhi and SLM_OPTF_LO_OPEN / HI_OPEN. Every train
-// option is compared across ranks by slm_train_agree (src/train/agree.c) unless PER_RANK.
-static const slm_opt k_train_opts[] = {
-    {.name = "--data",
-     .type = SLM_OPT_STRING,
-     .off = A(o.data_dir),
-     .meta = "DIR",
-     .help = "prepared dataset (manifest.json, shards, tokenizer)"},
-    {.name = "--synthetic",
-     .type = SLM_OPT_FLAG,
-     .off = A(o.synthetic),
-     .help = "uniform random tokens instead of --data (benchmarks); --out is optional with it "
-             "(nothing is saved without)"},
-    {.name = "--model",
-     .type = SLM_OPT_STRING,
-     .off = A(o.model),
-     .meta = "SPEC",
-     .help = "preset (tiny, small, gqa, ...) or HF config.json"},
-    {.name = "--vocab-size",
-     .type = SLM_OPT_INT,
-     .off = A(o.vocab_size),
-     .meta = "V",
-     .help = "override the model's vocab_size (must match the data)",
-     .ilo = 1,
-     .ihi = INT32_MAX,
-     .flags = SLM_OPTF_NODEF},
-    {.name = "--batch",
-     .type = SLM_OPT_INT,
-     .off = A(o.B),
-     .meta = "B",
-     .help = "sequences per micro-batch",
-     .ilo = 1,
-     .ihi = 1 << 20,
-     .flags = SLM_OPTF_NODEF},
-    {.name = "--seq",
-     .type = SLM_OPT_INT,
-     .off = A(o.T),
-     .meta = "T",
-     .help = "tokens per sequence (<= max_position_embeddings)",
-     .ilo = 1,
-     .ihi = 1 << 24,
-     .flags = SLM_OPTF_NODEF},
-    {.name = "--grad-accum",
-     .type = SLM_OPT_INT,
-     .off = A(o.grad_accum),
-     .meta = "K",
-     .help = "micro-batches per optimizer step",
-     .ilo = 1,
-     .ihi = 1 << 20},
-    {.name = "--steps",
-     .type = SLM_OPT_INT64,
-     .off = A(o.steps),
-     .meta = "N",
-     .help = "optimizer steps (length of the cosine schedule)",
-     .ilo = 1,
-     .ihi = INT64_MAX / 2,
-     .flags = SLM_OPTF_NODEF},
-    {.name = "--lr",
-     .type = SLM_OPT_FLOAT,
-     .off = A(o.adamw.lr_peak),
-     .meta = "LR",
-     .help = "peak learning rate",
-     .dlo = 0,
-     .dhi = INF,
-     .flags = SLM_OPTF_LO_OPEN},
-    {.name = "--min-lr",
-     .type = SLM_OPT_FLOAT,
-     .off = A(o.min_lr),
-     .meta = "LR",
-     .help = "floor of the cosine decay, at most --lr",
-     .dlo = 0,
-     .dhi = INF,
-     .def = "lr/10"},
-    {.name = "--warmup",
-     .type = SLM_OPT_INT64,
-     .off = A(o.warmup),
-     .meta = "W",
-     .help = "linear warmup steps",
-     .ilo = 0,
-     .ihi = INT64_MAX / 2},
-    {.name = "--weight-decay",
-     .type = SLM_OPT_FLOAT,
-     .off = A(o.adamw.weight_decay),
-     .meta = "WD",
-     .help = "AdamW decoupled weight decay on matmul weights",
-     .dlo = 0,
-     .dhi = INF},
-    {.name = "--beta1",
-     .type = SLM_OPT_FLOAT,
-     .off = A(o.adamw.beta1),
-     .meta = "B1",
-     .help = "AdamW beta1",
-     .dlo = 0,
-     .dhi = 1,
-     .flags = SLM_OPTF_HI_OPEN},
-    {.name = "--beta2",
-     .type = SLM_OPT_FLOAT,
-     .off = A(o.adamw.beta2),
-     .meta = "B2",
-     .help = "AdamW beta2",
-     .dlo = 0,
-     .dhi = 1,
-     .flags = SLM_OPTF_HI_OPEN},
-    {.name = "--eps",
-     .type = SLM_OPT_FLOAT,
-     .off = A(o.adamw.eps),
-     .meta = "E",
-     .help = "AdamW epsilon",
-     .dlo = 0,
-     .dhi = INF,
-     .flags = SLM_OPTF_LO_OPEN},
-    {.name = "--grad-clip",
-     .type = SLM_OPT_FLOAT,
-     .off = A(o.grad_clip),
-     .meta = "G",
-     .help = "max global gradient norm, 0 disables",
-     .dlo = 0,
-     .dhi = INF,
-     .range = ">= 0 and finite (0 = off)"},
-    {.name = "--seed",
-     .type = SLM_OPT_INT64,
-     .off = A(seed),
-     .meta = "S",
-     .help = "weight init and data order",
-     .ilo = 0,
-     .ihi = INT64_MAX},
-    {.name = "--eval-every",
-     .type = SLM_OPT_INT64,
-     .off = A(o.eval_every),
-     .meta = "K",
-     .help = "validation loss every K steps and at the end, 0 = off",
-     .ilo = 0,
-     .ihi = INT64_MAX / 2},
-    {.name = "--eval-batches",
-     .type = SLM_OPT_INT,
-     .off = A(o.eval_batches),
-     .meta = "M",
-     .help = "validation batches of B sequences, 0 = all",
-     .ilo = 0,
-     .ihi = 1 << 30},
-    {.name = "--activation-checkpointing",
-     .type = SLM_OPT_FLAG,
-     .off = A(o.activation_checkpointing),
-     .help = "recompute block activations in backward"},
-    {.name = "--threads",
-     .type = SLM_OPT_INT,
-     .off = A(o.threads),
-     .meta = "N",
-     .help = "OpenMP and BLAS threads",
-     .ilo = 1,
-     .ihi = 4096,
-     .def = "environment",
-     .flags = SLM_OPTF_PER_RANK},
-    {.name = "--max-minutes",
-     .type = SLM_OPT_DOUBLE,
-     .off = A(o.max_minutes),
-     .meta = "M",
-     .help = "stop and save after M minutes of training",
-     .dlo = 0,
-     .dhi = INF,
-     .flags = SLM_OPTF_LO_OPEN | SLM_OPTF_F32 | SLM_OPTF_NODEF},
-    {.name = "--time-schedule",
-     .type = SLM_OPT_FLAG,
-     .off = A(o.time_schedule),
-     .help = "with --max-minutes: the LR schedule follows the share of the time budget spent "
-             "when that is ahead of step/steps"},
-    {.name = "--peak-gflops",
-     .type = SLM_OPT_DOUBLE,
-     .off = A(o.peak_gflops),
-     .meta = "G",
-     .help = "MFU denominator",
-     .dlo = 0,
-     .dhi = INF,
-     .def = "measured sgemm peak",
-     .flags = SLM_OPTF_LO_OPEN | SLM_OPTF_F32 | SLM_OPTF_PER_RANK},
-    {.name = "--log-every",
-     .type = SLM_OPT_INT,
-     .off = A(o.log_every),
-     .meta = "K",
-     .help = "step line every K steps",
-     .ilo = 0,
-     .ihi = 1 << 30,
-     .flags = SLM_OPTF_PER_RANK},
-    {.name = "--quiet",
-     .type = SLM_OPT_FLAG,
-     .off = A(quiet),
-     .help = "no progress line (rank 0, stderr: step, tokens/s, ETA to the last step; "
-             "checkpoint load); step lines and logs stay",
-     .flags = SLM_OPTF_PER_RANK},
-    {.type = SLM_OPT_SECTION,
-     .help = "  under mpirun -np N (data parallel, FSDP; docs/cluster.md, docs/scaling.md):"},
-    {.name = "--sharding",
-     .type = SLM_OPT_CUSTOM,
-     .off = A(o.fsdp.sharding),
-     .meta = "S",
-     .help = "FULL_SHARD, SHARD_GRAD_OP, NO_SHARD or HYBRID_SHARD (any case)",
-     .parse = parse_sharding,
-     .def = "FULL_SHARD"},
-    {.name = "--shard-group-size",
-     .type = SLM_OPT_INT,
-     .off = A(o.fsdp.shard_group_size),
-     .meta = "G",
-     .help = "HYBRID_SHARD: shard within groups of G consecutive ranks",
-     .ilo = 1,
-     .ihi = 1 << 20,
-     .flags = SLM_OPTF_NODEF},
-    {.name = "--param-dtype",
-     .type = SLM_OPT_CUSTOM,
-     .off = A(o.fsdp.param_dtype),
-     .meta = "D",
-     .help = "fp32 or bf16: dtype of all-gathered parameters",
-     .parse = parse_precision,
-     .def = "fp32"},
-    {.name = "--reduce-dtype",
-     .type = SLM_OPT_CUSTOM,
-     .off = A(o.fsdp.reduce_dtype),
-     .meta = "D",
-     .help = "fp32 or bf16: dtype of gradient communication",
-     .parse = parse_precision,
-     .def = "fp32"},
-    {.name = "--limit-all-gathers",
-     .type = SLM_OPT_INT,
-     .off = A(o.fsdp.limit_all_gathers),
-     .meta = "K",
-     .help = "units gathered or in flight for prefetch",
-     .ilo = 0,
-     .ihi = 1 << 20},
-    {.name = "--no-prefetch",
-     .type = SLM_OPT_FLAG,
-     .off = A(no_prefetch),
-     .help = "no forward / backward prefetch of the next unit"},
-    {.name = "--collective-timeout",
-     .type = SLM_OPT_DOUBLE,
-     .off = A(o.collective_timeout_s),
-     .meta = "S",
-     .help = "abort the whole job (MPI_Abort, naming the op, step and group) when one "
-             "collective waits more than S seconds. It bounds the wait for the slowest rank, so "
-             "at scale keep it above the longest legitimate wait: the first step, a validation "
-             "pass, a checkpoint commit, start-up on a slow file system",
-     .dlo = 0,
-     .dhi = INF,
-     .flags = SLM_OPTF_LO_OPEN | SLM_OPTF_F32,
-     .range = "> 0 seconds and finite"},
-    {.name = "--progress-thread",
-     .type = SLM_OPT_DOUBLE,
-     .off = A(progress_us),
-     .meta = "US",
-     .help = "with world > 1 a thread polls MPI every US microseconds so all-gathers / "
-             "reduce-scatters progress during compute (MPI_THREAD_MULTIPLE; try 100)",
-     .dlo = 0,
-     .dhi = 1e6,
-     .flags = SLM_OPTF_HI_OPEN | SLM_OPTF_F32 | SLM_OPTF_PER_RANK,
-     .range = "in [0, 1e6) microseconds",
-     .def = "0 = off"},
-    {.name = "--simulate-compute",
-     .type = SLM_OPT_DOUBLE,
-     .off = A(o.simulate_gflops),
-     .meta = "GFLOPS",
-     .help = "emulation (bench/scaling/, docs/scaling.md): every collective real, each unit's "
-             "forward / backward arithmetic replaced by a wait of its FLOPs / GFLOPS; losses are "
-             "meaningless and not printed, the step line shows step time, simulated compute and "
-             "exposed communication",
-     .dlo = 0,
-     .dhi = INF,
-     .flags = SLM_OPTF_LO_OPEN | SLM_OPTF_F32 | SLM_OPTF_NODEF,
-     .range = "> 0 GFLOP/s and finite"},
-    {.type = SLM_OPT_SECTION, .help = "  Prometheus metrics (docs/observability.md):"},
-    {.name = "--metrics-addr",
-     .type = SLM_OPT_CUSTOM,
-     .off = A(o.metrics.addr),
-     .meta = "HOST:PORT",
-     .help = "rank 0 serves /metrics (Prometheus text format) on HOST:PORT; :PORT listens on "
-             "127.0.0.1, PORT 0 picks a free port (logged)",
-     .parse = slm_opt_parse_metrics_addr,
-     .def = "off",
-     .flags = SLM_OPTF_PER_RANK},
-    {.name = "--metrics-all-ranks",
-     .type = SLM_OPT_FLAG,
-     .off = A(o.metrics.all_ranks),
-     .help = "every rank given --metrics-addr serves its own /metrics, on PORT + rank (PORT "
-             "0: a free port each)",
-     .flags = SLM_OPTF_PER_RANK},
-    {.name = "--metrics-every",
-     .type = SLM_OPT_INT,
-     .off = A(o.metrics.every),
-     .meta = "N",
-     .help = "gather the per-rank metrics (memory, CPU, busy time, stragglers) to rank 0 every "
-             "N steps",
-     .ilo = 1,
-     .ihi = 1 << 30},
-    {.name = "--straggler-factor",
-     .type = SLM_OPT_DOUBLE,
-     .off = A(o.metrics.straggler_factor),
-     .meta = "F",
-     .help = "a rank whose busy time per step (iteration wall time minus collective waits) "
-             "exceeds F x the median of the ranks, and the median by 10 ms, ...",
-     .dlo = 1,
-     .dhi = INF,
-     .flags = SLM_OPTF_LO_OPEN | SLM_OPTF_F32},
-    {.name = "--straggler-windows",
-     .type = SLM_OPT_INT,
-     .off = A(o.metrics.straggler_windows),
-     .meta = "K",
-     .help = "... in K gathers in a row is a straggler (logged, counted in "
-             "shardlm_straggler_events_total)",
-     .ilo = 1,
-     .ihi = 1 << 20},
-    {.type = SLM_OPT_SECTION, .help = "  run directory, checkpoints and resume:"},
-    {.name = "--out",
-     .type = SLM_OPT_STRING,
-     .off = A(o.out_dir),
-     .meta = "RUN_DIR",
-     .help = "run directory: config.json, tokenizer, metrics.jsonl, checkpoints/ (the "
-             "weights; always one at the end / stop), run.lock (one run at a time); a non-empty "
-             "directory that is not a run directory is refused"},
-    {.name = "--ckpt-every-steps",
-     .type = SLM_OPT_INT64,
-     .off = A(o.ckpt_every_steps),
-     .meta = "N",
-     .help = "also checkpoint every N steps (asynchronous by default), 0 = off",
-     .ilo = 0,
-     .ihi = INT64_MAX / 2},
-    {.name = "--ckpt-every-minutes",
-     .type = SLM_OPT_DOUBLE,
-     .off = A(o.ckpt_every_minutes),
-     .meta = "M",
-     .help = "also checkpoint every M minutes",
-     .dlo = 0,
-     .dhi = INF,
-     .flags = SLM_OPTF_F32,
-     .range = ">= 0 and finite (0 = off)"},
-    {.name = "--ckpt-keep",
-     .type = SLM_OPT_INT,
-     .off = A(o.ckpt_keep),
-     .meta = "K",
-     .help = "keep the K newest checkpoints, 0 = all",
-     .ilo = 0,
-     .ihi = 1 << 30},
-    {.name = "--ckpt-sync",
-     .type = SLM_OPT_FLAG,
-     .off = A(o.ckpt_sync),
-     .help = "write checkpoints on the training thread (no overlap)"},
-    {.name = "--on-ckpt-error",
-     .type = SLM_OPT_ENUM,
-     .off = A(on_ckpt_error),
-     .meta = "WHAT",
-     .help = "a failed save is logged (continue) or fatal (abort)",
-     .choices = k_ckpt_error},
-    {.name = "--resume",
-     .type = SLM_OPT_STRING,
-     .off = A(o.resume),
-     .meta = "auto|PATH",
-     .help = "continue bitwise from RUN_DIR's newest checkpoint that verifies (auto: if any; "
-             "`latest` is only a hint, a bad newest one falls back to the previous with a "
-             "warning) or from a checkpoint PATH"},
-    {.name = "--no-packing",
-     .type = SLM_OPT_FLAG,
-     .off = A(o.no_packing),
-     .help = "instruction data (prep --format prompt-completion|chat): one sample per window, "
-             "padded, instead of packing several per window (each attends only to itself "
-             "either way; loss on completion / assistant tokens only); on a plain dataset it "
-             "has no effect and is warned about"},
-    {.name = "--verify-on-resume",
-     .type = SLM_OPT_FLAG,
-     .off = A(o.verify_on_resume),
-     .help = "also check every checkpoint file's XXH64 before resuming (default: manifest and "
-             "file sizes)"},
-    {.name = "--allow-batch-change",
-     .type = SLM_OPT_FLAG,
-     .off = A(o.allow_batch_change),
-     .help = "resume at another global batch (--batch x ranks x --grad-accum) than the "
-             "checkpoint's, with a warning (default: refused, exit 2, naming the --grad-accum "
-             "that keeps it; another world size with the same global batch needs no flag; "
-             "--seq must always match)"},
-    {.name = "--train-from-scratch",
-     .type = SLM_OPT_FLAG,
-     .off = A(o.train_from_scratch),
-     .help = "RUN_DIR holds checkpoints of an earlier run: move them to "
-             "RUN_DIR/checkpoints.replaced-DATE with the run's metrics.jsonl, config.json and "
-             "tokenizer (nothing is deleted) and train from a seeded init; without it such a "
-             "run is refused"},
-    {.name = "--init-from-hf",
-     .type = SLM_OPT_STRING,
-     .off = A(o.init_from_hf),
-     .meta = "DIR",
-     .help = "initial weights from a Hugging Face safetensors directory (not with --resume "
-             "PATH; with --resume auto only while RUN_DIR has no checkpoint)"},
-    {.name = "--init-from-gguf",
-     .type = SLM_OPT_STRING,
-     .off = A(o.init_from_gguf),
-     .meta = "FILE",
-     .help = "initial weights from a llama.cpp GGUF file (llama architecture; dequantized to "
-             "fp32); --model is the file (its metadata is the config; another --model is refused); "
-             "prepare the data "
-             "with its tokenizer (shardlm tokenizer from-gguf); as --init-from-hf otherwise"},
-    {.type = SLM_OPT_SECTION,
-     .help = "  LoRA fine-tuning (Hu et al. 2021, PEFT's arithmetic; docs/training.md):"},
-    {.name = "--lora-rank",
-     .type = SLM_OPT_INT,
-     .off = A(o.lora.rank),
-     .meta = "R",
-     .help = "train rank-R adapters on the --lora-targets projections of the frozen "
-             "--init-from-hf base (needs --init-from-hf); checkpoints hold the adapters only",
-     .ilo = 1,
-     .ihi = 1 << 16,
-     .flags = SLM_OPTF_NODEF},
-    {.name = "--lora-alpha",
-     .type = SLM_OPT_FLOAT,
-     .off = A(o.lora.alpha),
-     .meta = "A",
-     .help = "adapter scale alpha / R",
-     .dlo = 0,
-     .dhi = INF,
-     .def = "2 x R",
-     .flags = SLM_OPTF_LO_OPEN | SLM_OPTF_F32},
-    {.name = "--lora-dropout",
-     .type = SLM_OPT_FLOAT,
-     .off = A(o.lora.dropout),
-     .meta = "P",
-     .help = "dropout on the adapter input while training",
-     .dlo = 0,
-     .dhi = 1,
-     .flags = SLM_OPTF_HI_OPEN | SLM_OPTF_F32},
-    {.name = "--lora-targets",
-     .type = SLM_OPT_CUSTOM,
-     .off = A(o.lora.targets),
-     .meta = "LIST",
-     .help = "comma-separated projections among q_proj, k_proj, v_proj, o_proj, gate_proj, "
-             "up_proj, down_proj, or all",
-     .parse = parse_lora_targets,
-     .def = "q_proj,v_proj"},
-    {.type = SLM_OPT_SECTION, .help = "  operations (docs/operations.md):"},
-    {.name = "--heartbeat-dir",
-     .type = SLM_OPT_STRING,
-     .off = A(o.heartbeat_dir),
-     .meta = "DIR",
-     .help = "every rank atomically replaces DIR/rank_RRRRR.json (rank, pid, host, step, unix "
-             "time, loss, phase) at start, after each step and at the end, for a supervisor "
-             "(shardlm launch passes RUN_DIR/heartbeat)"},
-    {.name = "--preempt-grace",
-     .type = SLM_OPT_DOUBLE,
-     .off = A(o.preempt_grace_s),
-     .meta = "S",
-     .help = "SIGTERM / SIGUSR1 (preemption): finish the current micro-batch, commit a "
-             "checkpoint and exit 75; a save that took longer than S seconds after the signal "
-             "is logged as a warning (set S to the scheduler's grace period)",
-     .dlo = 0,
-     .dhi = INF,
-     .flags = SLM_OPTF_LO_OPEN | SLM_OPTF_F32,
-     .range = "> 0 seconds and finite"},
-    {.name = "--on-nonfinite",
-     .type = SLM_OPT_ENUM,
-     .off = A(on_nonfinite),
-     .meta = "WHAT",
-     .help = "a step whose loss or global gradient norm is NaN / inf stops the run (abort, exit "
-             "1) or is skipped on every rank (skip: no update, weights and AdamW moments "
-             "unchanged; the batch is consumed, counted in the log and metrics.jsonl)",
-     .choices = k_nonfinite},
-    {.name = "--max-nonfinite-skips",
-     .type = SLM_OPT_INT,
-     .off = A(o.max_nonfinite_skips),
-     .meta = "K",
-     .help = "with --on-nonfinite skip: more than K skipped steps in a row stop the run (exit 1)",
-     .ilo = 0,
-     .ihi = 1 << 30},
-    {.name = "--loss-spike-window",
-     .type = SLM_OPT_INT,
-     .off = A(o.spike_window),
-     .meta = "N",
-     .help = "loss-spike detector: z-score of each step's loss against the previous N steps' "
-             "losses (0 = off; else N >= 8: a smaller window flags ordinary noise)",
-     .ilo = 0,
-     .ihi = 1 << 20},
-    {.name = "--loss-spike-z",
-     .type = SLM_OPT_DOUBLE,
-     .off = A(o.spike_z),
-     .meta = "Z",
-     .help = "a loss more than Z standard deviations above the window's mean is logged as a "
-             "warning naming the step",
-     .dlo = 0,
-     .dhi = INF,
-     .flags = SLM_OPTF_LO_OPEN | SLM_OPTF_F32,
-     .range = "> 0 and finite"},
-    {.name = "--snapshot-every-steps",
-     .type = SLM_OPT_INT64,
-     .off = A(o.snapshot_every_steps),
-     .meta = "N",
-     .help = "also keep the newest state every N steps in node-local shared memory (checkpoint "
-             "format, synchronous); --resume auto prefers it when it is newer than the disk "
-             "checkpoint and verifies (one host, same world and model), 0 = off",
-     .ilo = 0,
-     .ihi = INT64_MAX / 2},
-    {.name = "--snapshot-dir",
-     .type = SLM_OPT_STRING,
-     .off = A(o.snapshot_dir),
-     .meta = "DIR",
-     .help = "where the snapshots go (a tmpfs; a new or empty directory, or this run's own: "
-             "refused when it holds other files or another run's snapshots)",
-     .def = "/dev/shm/shardlm-<XXH64 of the absolute --out>"},
-    {.type = SLM_OPT_SECTION, .help = "  object storage (S3; docs/storage.md):"},
-    {.name = "--ckpt-uri",
-     .type = SLM_OPT_STRING,
-     .off = A(o.ckpt_uri),
-     .meta = "s3://BUCKET/PREFIX/",
-     .help = "also upload every committed checkpoint there in the background (one uploader per "
-             "host; manifest, then `latest`, last; --ckpt-keep applies remotely); --resume auto "
-             "then picks the newest complete of RUN_DIR and the prefix (an empty disk resumes "
-             "from S3 alone); --resume s3://... reads a remote checkpoint directly"},
-    {.name = "--s3-prefix-shards",
-     .type = SLM_OPT_INT,
-     .off = A(o.s3_prefix_shards),
-     .meta = "K",
-     .help = "spread the rank files over K prefixes (PREFIX/sKK/...; S3 rate limits are per "
-             "prefix), recorded in the remote manifest",
-     .ilo = 1,
-     .ihi = 100,
-     .def = "1"},
-    {.name = "--data-cache",
-     .type = SLM_OPT_STRING,
-     .off = A(o.data_cache),
-     .meta = "DIR",
-     .help = "with --data s3://...: the local copy the loader maps (objects streamed in large "
-             "range GETs, XXH64-checked; verified files are reused; node-local NVMe is the place)",
-     .def = "$TMPDIR/shardlm-data-HASH"},
-    {.name = "--s3-endpoint",
-     .type = SLM_OPT_STRING,
-     .off = A(s3_endpoint),
-     .meta = "URL",
-     .help = "S3 endpoint (http[s]://HOST[:PORT]; default AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, "
-             "the profile's endpoint_url, else AWS for the region)"},
-    {.name = "--s3-region",
-     .type = SLM_OPT_STRING,
-     .off = A(s3_region),
-     .meta = "REGION",
-     .help = "S3 signing region (default AWS_REGION, AWS_DEFAULT_REGION, the profile's, else "
-             "us-east-1)"},
-    {.type = SLM_OPT_END},
+// The options that are not training options (they set up the process: progress line, MPI
+// progress thread, S3 defaults), each shown in --help after the training option it names.
+#define A(f) offsetof(train_args, f), .size = sizeof(((train_args *)0)->f)
+static const struct {
+    const char *after;
+    slm_opt opt;
+} k_cli_only[] = {
+    {"--log-every",
+     {.name = "--quiet",
+      .type = SLM_OPT_FLAG,
+      .off = A(quiet),
+      .help = "no progress line (rank 0, stderr: step, tokens/s, ETA to the last step; "
+              "checkpoint load); step lines and logs stay",
+      .flags = SLM_OPTF_PER_RANK}},
+    {"--collective-timeout",
+     {.name = "--progress-thread",
+      .type = SLM_OPT_DOUBLE,
+      .off = A(progress_us),
+      .meta = "US",
+      .help = "with world > 1 a thread polls MPI every US microseconds so all-gathers / "
+              "reduce-scatters progress during compute (MPI_THREAD_MULTIPLE; try 100)",
+      .dlo = 0,
+      .dhi = 1e6,
+      .flags = SLM_OPTF_HI_OPEN | SLM_OPTF_F32 | SLM_OPTF_PER_RANK,
+      .range = "in [0, 1e6) microseconds",
+      .def = "0 = off"}},
+    {"--data-cache",
+     {.name = "--s3-endpoint",
+      .type = SLM_OPT_STRING,
+      .off = A(s3_endpoint),
+      .meta = "URL",
+      .help = "S3 endpoint (http[s]://HOST[:PORT]; default AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, "
+              "the profile's endpoint_url, else AWS for the region)"}},
+    {"--s3-endpoint",
+     {.name = "--s3-region",
+      .type = SLM_OPT_STRING,
+      .off = A(s3_region),
+      .meta = "REGION",
+      .help = "S3 signing region (default AWS_REGION, AWS_DEFAULT_REGION, the profile's, else "
+              "us-east-1)"}},
 };
 #undef A
-#undef INF
+
+// The train command line: slm_train_options with k_cli_only merged in (built once).
+static slm_opt k_train_opts[SLM_OPT_MAX];
 
 static void train_footer(FILE *f);
 
@@ -596,7 +79,25 @@ static const slm_cli k_train_cli = {
     .footer_fn = train_footer, // names the per-rank options from the table
 };
 
+// Fills k_train_opts once: the library's table, each CLI-only option after the one it names.
 const slm_cli *slm_train_cli(void) {
+    size_t n = 0, n_cli = sizeof k_cli_only / sizeof *k_cli_only;
+    if (k_train_opts[0].type != SLM_OPT_END) return &k_train_cli;
+    for (const slm_opt *o = slm_train_options;; o++) {
+        const char *last = o->name;
+        k_train_opts[n++] = *o;
+        if (o->type == SLM_OPT_END) break;
+        for (bool more = last != NULL; more;) { // a CLI-only option may follow another
+            more = false;
+            for (size_t k = 0; k < n_cli; k++)
+                if (!strcmp(k_cli_only[k].after, last)) {
+                    k_train_opts[n++] = k_cli_only[k].opt;
+                    last = k_cli_only[k].opt.name;
+                    more = true;
+                }
+        }
+        if (n + n_cli + 1 > SLM_OPT_MAX) slm_fatal("train: more than %d options", SLM_OPT_MAX);
+    }
     return &k_train_cli;
 }
 
@@ -637,39 +138,14 @@ static bool same_file(const char *a, const char *b) {
            sa.st_ino == sb.st_ino;
 }
 
-// Checks between options, after parsing; SLM_EXIT_USAGE after the message, -1 when fine.
+// Checks of the command line as a whole, after parsing: what was given (required options,
+// --model with --init-from-gguf, LoRA settings without --lora-rank) and the CLI's own rules
+// (--out unless --synthetic; --synthetic or --data); then the library's checks of the options
+// (slm_train_opts_check: ranges and rules between options). SLM_EXIT_USAGE after the message,
+// -1 when fine.
 static int train_check(const train_args *t, const slm_opt_seen *seen) {
     const slm_train_opts *o = &t->o;
     const slm_cli *cli = &k_train_cli;
-    if (o->init_from_hf && slm_is_gguf_file(o->init_from_hf)) {
-        slm_error("train: --init-from-hf %s: a GGUF file, not a Hugging Face directory; give it "
-                  "as --init-from-gguf",
-                  o->init_from_hf);
-        return SLM_EXIT_USAGE;
-    }
-    if (o->init_from_hf && o->init_from_gguf) {
-        slm_error("train: --init-from-hf and --init-from-gguf exclude each other");
-        return SLM_EXIT_USAGE;
-    }
-    if (o->init_from_gguf && o->lora.rank > 0) {
-        slm_error("train: --lora-rank with --init-from-gguf is not supported (LoRA checkpoints "
-                  "record a Hugging Face base directory)");
-        return SLM_EXIT_USAGE;
-    }
-    if (o->init_from_gguf && o->resume && strcmp(o->resume, "auto") != 0) {
-        slm_error("train: --init-from-gguf %s and --resume %s conflict (a checkpoint carries its "
-                  "own weights)",
-                  o->init_from_gguf, o->resume);
-        return SLM_EXIT_USAGE;
-    }
-    if (o->init_from_hf && o->resume && strcmp(o->resume, "auto") != 0) {
-        // The checkpoint holds the weights: one of the two would be ignored.
-        slm_error("train: --init-from-hf %s and --resume %s conflict (a checkpoint carries its "
-                  "own weights); give one (--resume auto with --init-from-hf starts from the HF "
-                  "weights only while RUN_DIR has no checkpoint)",
-                  o->init_from_hf, o->resume);
-        return SLM_EXIT_USAGE;
-    }
     if (o->init_from_gguf && slm_opt_given(cli, seen, "--model") &&
         !same_file(o->model, o->init_from_gguf)) {
         slm_error("train: --model %s and --init-from-gguf %s exclude each other (the GGUF file "
@@ -700,21 +176,6 @@ static int train_check(const train_args *t, const slm_opt_seen *seen) {
                   "save nothing)");
         return SLM_EXIT_USAGE;
     }
-    if (o->train_from_scratch && o->resume) {
-        slm_error("train: --train-from-scratch and --resume exclude each other");
-        return SLM_EXIT_USAGE;
-    }
-    if ((o->train_from_scratch || o->verify_on_resume) && !o->out_dir) {
-        slm_error("train: %s needs --out RUN_DIR",
-                  o->train_from_scratch ? "--train-from-scratch" : "--verify-on-resume");
-        return SLM_EXIT_USAGE;
-    }
-    if (o->spike_window != 0 && o->spike_window < SLM_SPIKE_WINDOW_MIN) {
-        slm_error("train: --loss-spike-window %d: must be 0 (off) or at least %d (fewer losses "
-                  "give a standard deviation too noisy to judge a spike by)",
-                  o->spike_window, SLM_SPIKE_WINDOW_MIN);
-        return SLM_EXIT_USAGE;
-    }
     bool lora_opt = slm_opt_given(cli, seen, "--lora-alpha") ||
                     slm_opt_given(cli, seen, "--lora-dropout") ||
                     slm_opt_given(cli, seen, "--lora-targets");
@@ -722,25 +183,8 @@ static int train_check(const train_args *t, const slm_opt_seen *seen) {
         slm_error("train: --lora-alpha, --lora-dropout and --lora-targets need --lora-rank R");
         return SLM_EXIT_USAGE;
     }
-    if (o->lora.rank > 0 && !o->init_from_hf) {
-        slm_error("train: --lora-rank trains adapters on a frozen base: give the base with "
-                  "--init-from-hf DIR");
-        return SLM_EXIT_USAGE;
-    }
-    if ((o->snapshot_every_steps > 0 || o->snapshot_dir) && !o->out_dir) {
-        slm_error("train: --snapshot-every-steps / --snapshot-dir need --out RUN_DIR");
-        return SLM_EXIT_USAGE;
-    }
-    if (o->ckpt_uri && (!o->out_dir || !slm_s3_is_uri(o->ckpt_uri))) {
-        slm_error("train: --ckpt-uri %s: %s", o->ckpt_uri,
-                  !o->out_dir
-                      ? "needs --out RUN_DIR (checkpoints commit locally first, then upload)"
-                      : "expected s3://BUCKET/PREFIX/");
-        return SLM_EXIT_USAGE;
-    }
-    if (o->min_lr > o->adamw.lr_peak) {
-        slm_error("train: --min-lr %g: must be in [0, lr] = [0, %g]", (double)o->min_lr,
-                  (double)o->adamw.lr_peak);
+    if (slm_train_opts_check(o)) {
+        slm_error("train: %s", slm_errmsg());
         return SLM_EXIT_USAGE;
     }
     return -1;
@@ -885,16 +329,16 @@ static slm_status install_hooks(slm_train_opts *o, slm_train_std_hooks *std, slm
 int slm_cmd_train(int argc, char **argv) {
     train_args t = {0};
     slm_train_opts_default(&t.o);
-    t.seed = (int64_t)t.o.seed;
-    t.on_ckpt_error = t.o.ckpt_abort_on_error;
     // No MPI progress thread by default: on an idle machine with one rank per core it steals the
     // cores the kernels use (0.81 vs 0.94 of the 1 x 2-thread speed, docs/scaling.md); it helps
     // when ranks wait on each other's hooks under load (--progress-thread 100).
     t.progress_us = 0;
     slm_opt_seen seen;
-    int rc = slm_opt_parse(&k_train_cli, argc, argv, &t, &seen);
+    int rc = slm_opt_parse(slm_train_cli(), argc, argv, &t, &seen);
     if (rc >= 0) return rc;
     if (!t.o.model && t.o.init_from_gguf) t.o.model = t.o.init_from_gguf; // its metadata
+    if (t.o.lora.rank > 0 && !slm_opt_given(&k_train_cli, &seen, "--lora-alpha"))
+        t.o.lora.alpha = 2.0f * (float)t.o.lora.rank; // --help: "default 2 x R"
     if ((rc = train_check(&t, &seen)) >= 0) return rc;
     slm_fault_plan faults; // SHARDLM_FAULT / SHARDLM_ATTEMPT: a bad value is a usage error
     if (slm_fault_plan_from_env(&faults)) {
@@ -902,14 +346,8 @@ int slm_cmd_train(int argc, char **argv) {
         return SLM_EXIT_USAGE;
     }
     slm_train_opts o = t.o;
-    o.seed = (uint64_t)t.seed;
-    o.ckpt_abort_on_error = t.on_ckpt_error == 1;
-    o.nonfinite_skip = t.on_nonfinite == 1;
-    if (t.no_prefetch) o.fsdp.forward_prefetch = o.fsdp.backward_prefetch = false;
     if (t.quiet) slm_progress_enable(false);
     slm_s3_set_defaults(t.s3_endpoint, t.s3_region);
-    if (o.lora.rank > 0 && !slm_opt_given(&k_train_cli, &seen, "--lora-alpha"))
-        o.lora.alpha = 2.0f * (float)o.lora.rank;
     if (slm_opt_given(&k_train_cli, &seen, "--progress-thread"))
         slm_dist_request_progress_thread(t.progress_us);
     slm_status st;

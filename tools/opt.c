@@ -1,25 +1,15 @@
-// The option-table engine of the shardlm CLI (opt.h): parsing, range checks, usage errors and
-// --help, all from one slm_opt table per subcommand.
+// The option-table engine of the shardlm CLI (opt.h): argv parsing, usage errors and --help, all
+// from one slm_opt table per subcommand (one value's parsing and range: base/opt.c).
 #include "opt.h"
 
 #include "metrics/metrics.h"
 
-#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
-
-_Static_assert(sizeof(int) == sizeof(int32_t), "SLM_OPT_INT also stores int32_t fields");
 
 int slm_exit_code(slm_status st) {
     return st == SLM_OK ? SLM_EXIT_OK : st == SLM_E_ARG ? SLM_EXIT_USAGE : SLM_EXIT_ERROR;
-}
-
-void slm_opt_list_free(slm_opt_list *l) {
-    free(l->v);
-    l->v = NULL;
-    l->n = 0;
 }
 
 const slm_opt *slm_opt_find(const slm_cli *cli, const char *name) {
@@ -31,130 +21,6 @@ const slm_opt *slm_opt_find(const slm_cli *cli, const char *name) {
 int slm_opt_given(const slm_cli *cli, const slm_opt_seen *seen, const char *name) {
     const slm_opt *o = slm_opt_find(cli, name);
     return o ? seen->count[o - cli->opts] : 0;
-}
-
-// %g without an exponent for the round numbers of ranges (1e6 prints as 1000000).
-static void fmt_real(char *buf, size_t cap, double x) {
-    if (x == floor(x) && fabs(x) < 1e15)
-        snprintf(buf, cap, "%.0f", x);
-    else
-        snprintf(buf, cap, "%g", x);
-}
-
-void slm_opt_range_text(const slm_opt *o, char *buf, size_t cap) {
-    buf[0] = 0;
-    if (o->type == SLM_OPT_INT || o->type == SLM_OPT_INT64) {
-        if (o->ihi >= (INT64_C(1) << 30) && o->ilo > INT64_MIN)
-            snprintf(buf, cap, ">= %lld", (long long)o->ilo);
-        else if (o->ilo > INT64_MIN)
-            snprintf(buf, cap, "in [%lld, %lld]", (long long)o->ilo, (long long)o->ihi);
-    } else if (o->type == SLM_OPT_DOUBLE || o->type == SLM_OPT_FLOAT) {
-        if (o->range) {
-            snprintf(buf, cap, "%s", o->range);
-            return;
-        }
-        bool lo_open = o->flags & SLM_OPTF_LO_OPEN, hi_open = o->flags & SLM_OPTF_HI_OPEN;
-        char lo[32], hi[32];
-        fmt_real(lo, sizeof lo, o->dlo);
-        fmt_real(hi, sizeof hi, o->dhi);
-        if (isinf(o->dhi))
-            snprintf(buf, cap, "%s %s and finite", lo_open ? ">" : ">=", lo);
-        else
-            snprintf(buf, cap, "in %c%s, %s%c", lo_open ? '(' : '[', lo, hi, hi_open ? ')' : ']');
-    }
-}
-
-slm_status slm_opt_parse_size(const char *opt, const char *s, size_t *out) {
-    char *end;
-    double v = strtod(s, &end);
-    double mul = 1;
-    // Suffixes in any case, as transformers' convert_file_size_to_int (GB / MB / KB decimal,
-    // GiB / MiB / KiB binary).
-    if (!strcasecmp(end, "GB"))
-        mul = 1e9;
-    else if (!strcasecmp(end, "MB"))
-        mul = 1e6;
-    else if (!strcasecmp(end, "KB"))
-        mul = 1e3;
-    else if (!strcasecmp(end, "GiB"))
-        mul = 1073741824.0;
-    else if (!strcasecmp(end, "MiB"))
-        mul = 1048576.0;
-    else if (!strcasecmp(end, "KiB"))
-        mul = 1024.0;
-    else if (*end)
-        end = (char *)s; // an unknown suffix: refused below
-    // At least one byte, finite, an integer count of bytes (0.5, 1e-300GB, inf and nan are
-    // refused: (size_t)0 would mean "no limit").
-    double bytes = v * mul;
-    if (end == s || !(bytes >= 1) || !(bytes <= 1e18) || bytes != (double)(uint64_t)bytes)
-        return slm_fail(SLM_E_ARG,
-                        "%s \"%s\": expected e.g. 5GB, 500MB or a whole number of bytes >= 1 "
-                        "(finite)",
-                        opt, s);
-    *out = (size_t)bytes;
-    return SLM_OK;
-}
-
-// Parses one value into args at o->off.
-static slm_status set_value(const slm_opt *o, const char *v, char *args) {
-    void *dst = args + o->off;
-    int64_t iv = 0;
-    double dv = 0;
-    slm_status st = SLM_OK;
-    switch (o->type) {
-    case SLM_OPT_INT:
-    case SLM_OPT_INT64:
-        if ((st = slm_parse_i64(o->name, v, o->ilo, o->ihi, &iv))) return st;
-        if (o->type == SLM_OPT_INT)
-            *(int *)dst = (int)iv;
-        else
-            *(int64_t *)dst = iv;
-        return SLM_OK;
-    case SLM_OPT_DOUBLE:
-    case SLM_OPT_FLOAT: {
-        if ((st = slm_parse_f64(o->name, v, &dv))) return st;
-        bool f32 = o->type == SLM_OPT_FLOAT || (o->flags & SLM_OPTF_F32);
-        bool lo_ok = o->flags & SLM_OPTF_LO_OPEN ? dv > o->dlo : dv >= o->dlo;
-        bool hi_ok = o->flags & SLM_OPTF_HI_OPEN ? dv < o->dhi : dv <= o->dhi;
-        if (!(isfinite(dv) && (!f32 || isfinite((float)dv)) && lo_ok && hi_ok)) {
-            char r[96];
-            slm_opt_range_text(o, r, sizeof r);
-            return slm_fail(SLM_E_ARG, "%s %s: must be %s", o->name, v, r);
-        }
-        if (o->type == SLM_OPT_FLOAT)
-            *(float *)dst = (float)dv;
-        else
-            *(double *)dst = dv;
-        return SLM_OK;
-    }
-    case SLM_OPT_STRING:
-        *(const char **)dst = v;
-        return SLM_OK;
-    case SLM_OPT_ENUM: {
-        for (int k = 0; o->choices[k]; k++)
-            if (!strcmp(v, o->choices[k])) {
-                *(int *)dst = k;
-                return SLM_OK;
-            }
-        char list[160] = "";
-        for (int k = 0; o->choices[k]; k++) {
-            size_t n = strlen(list);
-            snprintf(list + n, sizeof list - n, "%s%s",
-                     k == 0              ? ""
-                     : o->choices[k + 1] ? ", "
-                                         : " or ",
-                     o->choices[k]);
-        }
-        return slm_fail(SLM_E_ARG, "%s \"%s\": expected %s", o->name, v, list);
-    }
-    case SLM_OPT_SIZE:
-        return slm_opt_parse_size(o->name, v, (size_t *)dst);
-    case SLM_OPT_CUSTOM:
-        return o->parse(o->name, v, dst);
-    default:
-        return slm_fail(SLM_E_ARG, "%s: not an option with a value", o->name);
-    }
 }
 
 static int usage_error(const slm_cli *cli, bool show_usage, const char *fmt, ...)
@@ -231,7 +97,8 @@ int slm_opt_parse(const slm_cli *cli, int argc, char **argv, void *args, slm_opt
                       cli->cmd, idx, o->name, SLM_OPT_MAX);
         if (seen->count[idx] < 255) seen->count[idx]++;
         if (o->type == SLM_OPT_FLAG) {
-            *(bool *)((char *)args + o->off) = true;
+            slm_status st = slm_opt_set(o, NULL, args);
+            if (st) return usage_error(cli, false, "%s", slm_errmsg());
             continue;
         }
         bool strict = cli->strict_values || o->type == SLM_OPT_LIST;
@@ -257,7 +124,7 @@ int slm_opt_parse(const slm_cli *cli, int argc, char **argv, void *args, slm_opt
             list = o;
             continue;
         }
-        slm_status st = set_value(o, v, args);
+        slm_status st = slm_opt_set(o, v, args);
         if (st) return usage_error(cli, false, "%s", slm_errmsg());
     }
     return -1;
@@ -290,7 +157,8 @@ static bool default_text(const slm_opt *o, const void *defaults, char *buf, size
         snprintf(buf, cap, "%s", *(const char *const *)p);
         return true;
     case SLM_OPT_ENUM:
-        snprintf(buf, cap, "%s", o->choices[*(const int *)p]);
+        snprintf(buf, cap, "%s",
+                 o->choices[o->flags & SLM_OPTF_BOOL ? *(const bool *)p : *(const int *)p]);
         return true;
     case SLM_OPT_SIZE:
         snprintf(buf, cap, "%zu bytes", *(const size_t *)p);

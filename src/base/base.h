@@ -93,9 +93,15 @@ const char *slm_log_host(void);
 void slm_utc_timestamp(char out[32]);
 // Wall-clock seconds since the Unix epoch (CLOCK_REALTIME).
 double slm_unix_time_s(void);
-// Internal to base (status.c -> logfile.c).
-void slm_logfile_set_rank_(int rank, int world);
-void slm_logfile_record_(slm_log_level level, const char *msg, bool forward);
+// Internal to base: where slm_log lines go besides stderr. status.c calls no other file of
+// base; the owners register their outputs here instead: logfile.c (the per-rank file and the
+// forward queue) when the process starts, progress.c (erasing a bar's line before a log line)
+// when progress is first enabled. `set_rank` gets slm_log_set_rank's arguments; `record` every
+// message (forward: queue a warning / error for rank 0); `clear_line` runs before a line is
+// written to stderr.
+void slm_log_set_file_sink_(void (*set_rank)(int rank, int world),
+                            void (*record)(slm_log_level level, const char *msg, bool forward));
+void slm_log_set_clear_line_(void (*clear_line)(void));
 
 // The process's resource use now: resident set (/proc/self/statm), peak resident set
 // (getrusage ru_maxrss) and user + system CPU seconds; -1 where unknown.
@@ -298,6 +304,47 @@ slm_status slm_rmdir_flat(const char *dir);
 // The same, best effort, for clean-up paths: failures are ignored and the calling thread's
 // current message (the error being reported) is kept.
 void slm_rmdir_flat_quiet(const char *dir);
+
+// ---------------------------------------------------------------------------------------------
+// Publishing a directory atomically (publish.c): the new directory is written into a hidden temp
+// sibling of the target (same file system, so the renames are atomic; hidden, so a walk over the
+// parent skips it) and swapped in whole, so the target never mixes files of two runs. A failed or
+// killed run leaves the previous target untouched (at worst a hidden sibling remains); a kill
+// between the two renames of the swap leaves the previous directory in the "old" sibling.
+
+// The path to publish at, for a path `path` the user gave: its real path when it exists (so a
+// symlink, "." or a trailing '/' name the directory itself), else `path` without trailing '/'.
+// Returns a new string (caller frees).
+char *slm_publish_target(const char *path);
+// "<parent>/.<base>.<tag>.<pid>" for `target` "<parent>/<base>" (".<base>.<tag>.<pid>" when it
+// has no '/'): the name of a temp or old sibling, e.g. tag "prep-tmp". New string (caller frees).
+char *slm_publish_sibling(const char *target, const char *tag, int64_t pid);
+
+// How one caller publishes: names for messages and which files of the previous directory are its
+// own (deleted) rather than the user's (moved into the new directory).
+typedef struct slm_publish {
+    const char *what;  // message prefix naming the command and option, e.g. "prep: --out"
+    const char *shown; // the target as the user gave it, for messages
+    // True when entry `name` of the previous directory `old` (already moved aside) belongs to the
+    // previous publication and is to be deleted; NULL: none is (everything is moved).
+    bool (*drop)(const char *old, const char *name, const char *target, void *arg);
+    void *arg;
+} slm_publish;
+
+// Creates the temp directory `tmp` (a sibling from slm_publish_sibling), its parent first when
+// missing, removing a stale `tmp` left by a killed run that had the same pid.
+// Errors: SLM_E_IO from creating the parent, or "<what> <shown>: cannot create temp directory TMP:
+// ...".
+slm_status slm_publish_begin(const char *tmp, const slm_publish *p);
+// Swaps the finished `tmp` in at `target`: fsyncs `tmp`, renames an existing `target` aside to
+// `old`, renames `tmp` to `target`, fsyncs the parent, then retires `old`: entries p->drop claims
+// are deleted, the rest moved into `target` unless the name is taken there; what cannot be is
+// kept in `old` and named in a warning (the new directory is in place by then). If the second
+// rename fails the previous directory is moved back. `tmp` is left for the caller to remove on
+// error. Errors: SLM_E_IO naming p->shown, the step and errno text: `target` exists and is not a
+// directory, the previous directory cannot be moved aside, `tmp` cannot be renamed into place.
+slm_status slm_publish_dir(const char *tmp, const char *target, const char *old,
+                           const slm_publish *p);
 
 // ---------------------------------------------------------------------------------------------
 // Little-endian byte order. Every on-disk integer and float of shardlm's formats (token shards,

@@ -14,17 +14,27 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+// Opens `path` read-only into *fd and fstats it into *st (on failure nothing stays open).
+// Errors: SLM_E_IO "PATH: cannot open: ..." / "PATH: cannot stat: ...".
+static slm_status open_read(const char *path, int *fd, struct stat *st) {
+    *fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (*fd < 0) return slm_fail(SLM_E_IO, "%s: cannot open: %s", path, strerror(errno));
+    if (fstat(*fd, st) != 0) {
+        int e = errno;
+        close(*fd);
+        *fd = -1;
+        return slm_fail(SLM_E_IO, "%s: cannot stat: %s", path, strerror(e));
+    }
+    return SLM_OK;
+}
+
 slm_status slm_file_read_all(const char *path, char **out, size_t *len) {
     *out = NULL;
     if (len) *len = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return slm_fail(SLM_E_IO, "%s: cannot open: %s", path, strerror(errno));
+    int fd;
     struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int e = errno;
-        close(fd);
-        return slm_fail(SLM_E_IO, "%s: cannot stat: %s", path, strerror(e));
-    }
+    slm_status rc = open_read(path, &fd, &st);
+    if (rc) return rc;
     if (S_ISDIR(st.st_mode)) {
         close(fd);
         return slm_fail(SLM_E_IO, "%s: is a directory, expected a file", path);
@@ -197,14 +207,10 @@ char *slm_path_parent(const char *path) {
 slm_status slm_map_file(const char *path, slm_map *m) {
     m->data = NULL;
     m->len = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return slm_fail(SLM_E_IO, "%s: cannot open: %s", path, strerror(errno));
+    int fd;
     struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int e = errno;
-        close(fd);
-        return slm_fail(SLM_E_IO, "%s: cannot stat: %s", path, strerror(e));
-    }
+    slm_status rc = open_read(path, &fd, &st);
+    if (rc) return rc;
     if (!S_ISREG(st.st_mode)) {
         close(fd);
         return slm_fail(SLM_E_IO, "%s: not a regular file", path);

@@ -53,7 +53,7 @@ double slm_unix_time_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-void slm_logfile_set_rank_(int rank, int world) {
+static void set_rank(int rank, int world) {
     pthread_mutex_lock(&g_mu);
     g_rank = rank, g_world = world;
     g_fwd_on = world > 1 && rank > 0;
@@ -90,7 +90,7 @@ static void emit_locked(const char *rank_host, slm_log_level level, const char *
     slm_buf_free(&b);
 }
 
-void slm_logfile_record_(slm_log_level level, const char *msg, bool forward) {
+static void record(slm_log_level level, const char *msg, bool forward) {
     pthread_mutex_lock(&g_mu);
     emit_locked(NULL, level, msg);
     if (forward && g_fwd_on && level >= SLM_LOG_WARN) {
@@ -108,6 +108,13 @@ void slm_logfile_record_(slm_log_level level, const char *msg, bool forward) {
         }
     }
     pthread_mutex_unlock(&g_mu);
+}
+
+// Every slm_log line is recorded from the start of the process (lines before slm_log_open_file
+// are kept for the file), so the sink is registered before main. This object is linked into every
+// program that can read what is recorded (the file, the forward queue: functions of this file).
+__attribute__((constructor)) static void register_sink(void) {
+    slm_log_set_file_sink_(set_rank, record);
 }
 
 slm_status slm_log_open_file(const char *path) {
@@ -143,7 +150,7 @@ void slm_log_file_only(slm_log_level level, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    slm_logfile_record_(level, msg, false);
+    record(level, msg, false);
 }
 
 size_t slm_log_forward_pending(void) {

@@ -16,6 +16,8 @@ static slm_progress *g_active = NULL; // the bar whose line is on the terminal n
 
 void slm_progress_enable(bool on) {
     g_enabled = on;
+    // A bar's line is drawn only after progress was enabled: from then on a log line erases it.
+    if (on) slm_log_set_clear_line_(slm_progress_clear_line);
 }
 
 bool slm_progress_enabled(void) {
@@ -70,7 +72,10 @@ void slm_progress_clear_line(void) {
     pthread_mutex_unlock(&g_mu);
 }
 
-static void render(slm_progress *p, double done, const char *extra, bool final) {
+// Draws p's line; `fmt` (NULL: none) with `ap` formats the text after the percentage.
+static void render(slm_progress *p, double done, const char *fmt, va_list ap, bool final) {
+    char extra[256] = "";
+    if (fmt) vsnprintf(extra, sizeof extra, fmt, ap);
     double now = slm_time_s(), dt = now - p->t0;
     double frac = p->total > 0 ? done / p->total : NAN;
     if (frac > 1) frac = 1;
@@ -121,33 +126,25 @@ void slm_progress_update(slm_progress *p, double done, const char *fmt, ...) {
             p->next_tenth++;
     }
     if (!due) return;
-    char extra[256] = "";
-    if (fmt) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(extra, sizeof extra, fmt, ap);
-        va_end(ap);
-    }
-    render(p, done, extra, false);
+    va_list ap;
+    va_start(ap, fmt);
+    render(p, done, fmt, ap, false);
+    va_end(ap);
 }
 
 void slm_progress_end(slm_progress *p, double done, const char *fmt, ...) {
     if (!p->on) return;
     if (!p->printed && slm_time_s() - p->t0 < after_s()) return; // short work shows nothing
-    char extra[256] = "";
-    if (fmt) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(extra, sizeof extra, fmt, ap);
-        va_end(ap);
-    }
     // A plain 100% line was printed already; a terminal line that other output erased is not
     // drawn again.
     if ((!p->tty && p->next_tenth > 10) || (p->tty && !p->shown)) {
         p->on = false;
         return;
     }
-    render(p, done, extra, true);
+    va_list ap;
+    va_start(ap, fmt);
+    render(p, done, fmt, ap, true);
+    va_end(ap);
     p->on = false;
 }
 

@@ -12,6 +12,20 @@ static _Thread_local char tl_msg[SLM_MSG_CAP];
 static int g_rank = 0, g_world = 1;
 static slm_log_level g_level = SLM_LOG_INFO;
 static void (*g_abort_hook)(int) = NULL;
+// The outputs registered by logfile.c and progress.c (base.h "Internal to base"); NULL: none.
+static void (*g_sink_set_rank)(int, int) = NULL;
+static void (*g_sink_record)(slm_log_level, const char *, bool) = NULL;
+static void (*g_clear_line)(void) = NULL;
+
+void slm_log_set_file_sink_(void (*set_rank)(int rank, int world),
+                            void (*record)(slm_log_level level, const char *msg, bool forward)) {
+    g_sink_set_rank = set_rank;
+    g_sink_record = record;
+}
+
+void slm_log_set_clear_line_(void (*clear_line)(void)) {
+    g_clear_line = clear_line;
+}
 
 slm_status slm_fail(slm_status code, const char *fmt, ...) {
     // Formatted aside first: an argument may be slm_errmsg() itself (the thread's buffer).
@@ -82,7 +96,7 @@ const char *slm_status_name(slm_status st) {
 void slm_log_set_rank(int rank, int world) {
     g_rank = rank;
     g_world = world;
-    slm_logfile_set_rank_(rank, world);
+    if (g_sink_set_rank) g_sink_set_rank(rank, world);
 }
 
 void slm_log_set_level(slm_log_level min_level) {
@@ -103,13 +117,13 @@ static void vlog(slm_log_level level, const char *fmt, va_list ap) {
     size_t len = strlen(line);
     line[len++] = '\n';
     // One fwrite per line keeps lines from different threads whole.
-    slm_progress_clear_line();
+    if (g_clear_line) g_clear_line();
     fwrite(line, 1, len, stderr);
     // The same message in the per-rank log file (and rank 0's queue for warnings / errors).
     char msg[SLM_MSG_CAP];
     vsnprintf(msg, sizeof msg, fmt, ap2);
     va_end(ap2);
-    slm_logfile_record_(level, msg, true);
+    if (g_sink_record) g_sink_record(level, msg, true);
 }
 
 void slm_log(slm_log_level level, const char *fmt, ...) {

@@ -1,7 +1,6 @@
 // Checkpoint format: rank files, sidecars, the manifest, the atomic commit, reading with
 // resharding and verification. Format: docs/formats.md "Checkpoints".
 #include "ckpt/ckpt_internal.h"
-#include "objstore/objstore.h"
 
 #include "base/json.h"
 #include <dirent.h>
@@ -747,7 +746,7 @@ typedef struct ck_file {
     int64_t n_chunks;
     uint64_t *chunk;        // [n_chunks]
     slm_ckpt_range *ranges; // [n_units]
-    int fd;                 // -1 until opened
+    bool checked;           // the source's head succeeded (exists with its manifest size)
 } ck_file;
 
 struct slm_ckpt {
@@ -763,9 +762,18 @@ struct slm_ckpt {
     int64_t cache_chunk;
     uint8_t *cache;
     size_t cache_len;
-    slm_ckpt_remote *remote; // s3:// checkpoints (remote.c); NULL for local ones
-    int64_t want_end;        // remote: end of the byte span read_bytes is reading (prefetch)
+    slm_ckpt_source src; // where the rank files are read from (local files or S3)
+    int64_t want_end;    // end of the byte span read_bytes is reading (a source may prefetch)
 };
+
+// The file as the reader names it to its source.
+static slm_ckpt_src_file src_file(const slm_ckpt *c, const ck_file *f) {
+    return (slm_ckpt_src_file){.index = (int)(f - c->files),
+                               .rank = f->rank,
+                               .name = f->name,
+                               .path = f->path,
+                               .bytes = f->bytes};
+}
 
 const char *slm_ckpt_dir(const slm_ckpt *c) {
     return c->dir;
@@ -789,11 +797,10 @@ void slm_ckpt_free(slm_ckpt *c) {
         free(c->files[i].path);
         free(c->files[i].chunk);
         free(c->files[i].ranges);
-        if (c->files[i].fd >= 0) close(c->files[i].fd);
     }
     free(c->files);
     free(c->cache);
-    slm_ckpt_remote_free(c->remote);
+    c->src.ops->free(c->src.impl);
     free(c->dir);
     free(c->manifest_path);
     free(c);
@@ -889,8 +896,6 @@ static slm_status parse_files(slm_ckpt *c, const char *mp, const cJSON *arr) {
         return slm_fail(SLM_E_FORMAT, "%s: \"files\" must be a non-empty array", mp);
     c->files = slm_xcalloc((size_t)n, sizeof *c->files);
     c->n_files = n;
-    for (int i = 0; i < n; i++)
-        c->files[i].fd = -1;
     slm_status st;
     for (int i = 0; i < n; i++) {
         const cJSON *fo = cJSON_GetArrayItem(arr, i);
@@ -1080,6 +1085,135 @@ static slm_status parse_lora(const char *mp, const cJSON *o, slm_ckpt_meta *M) {
     return slm_json_hex64(mp, bm, "xxh64", &M->lora_base_xxh64);
 }
 
+// The header: format, format_version, step, tokens_seen, model_config.
+static slm_status parse_header(const char *mp, const cJSON *o, slm_ckpt_meta *M) {
+    double d = 0;
+    slm_status st;
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(o, "format");
+    if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, "shardlm-checkpoint"))
+        return slm_fail(SLM_E_FORMAT, "%s: \"format\" is not \"shardlm-checkpoint\"", mp);
+    if ((st = slm_json_num(mp, o, "format_version", 0, 1e9, true, &d))) return st;
+    if ((int)d != SLM_CKPT_FORMAT_VERSION)
+        return slm_fail(SLM_E_UNSUPPORTED,
+                        "%s: format_version %d is not supported (this shardlm reads version %d)",
+                        mp, (int)d, SLM_CKPT_FORMAT_VERSION);
+    if ((st = slm_json_i64(mp, o, "step", 0, INT64_MAX, &M->step)) ||
+        (st = slm_json_i64(mp, o, "tokens_seen", 0, INT64_MAX, &M->tokens_seen)))
+        return st;
+    const cJSON *cfg = slm_json_obj(o, "model_config");
+    if (!cfg) return slm_fail(SLM_E_FORMAT, "%s: \"model_config\" missing", mp);
+    char *ct = cJSON_PrintUnformatted(cfg);
+    st = slm_llama_config_parse(ct, strlen(ct), mp, &M->cfg);
+    free(ct);
+    return st;
+}
+
+// "tokenizer": {"file": plain name, "xxh64": hex} (optional).
+static slm_status parse_tokenizer(const char *mp, const cJSON *o, slm_ckpt_meta *M) {
+    const cJSON *tk = slm_json_obj(o, "tokenizer");
+    if (!tk) return SLM_OK;
+    const cJSON *fn = cJSON_GetObjectItemCaseSensitive(tk, "file");
+    if (cJSON_IsString(fn) && fn->valuestring[0]) {
+        // Export writes OUT_DIR/<file> and reads RUN_DIR/<file>: a plain name only, never
+        // a path (the same rule as files[].file).
+        if (!safe_file_name(fn->valuestring) || strlen(fn->valuestring) >= sizeof M->tokenizer_file)
+            return slm_fail(SLM_E_FORMAT,
+                            "%s: tokenizer.file \"%.40s\" is not a plain file name (expected "
+                            "a name in the run directory: no '/', no \"..\", printable ASCII, "
+                            "under 32 bytes)",
+                            mp, fn->valuestring);
+        snprintf(M->tokenizer_file, sizeof M->tokenizer_file, "%s", fn->valuestring);
+    } else if (fn && !cJSON_IsNull(fn) && !cJSON_IsString(fn)) {
+        return slm_fail(SLM_E_FORMAT, "%s: tokenizer.file must be a string", mp);
+    }
+    const cJSON *h = cJSON_GetObjectItemCaseSensitive(tk, "xxh64");
+    if (cJSON_IsString(h)) {
+        slm_status st = slm_json_hex64(mp, tk, "xxh64", &M->tokenizer_xxh64);
+        if (st) return st;
+        M->has_tokenizer = true;
+    }
+    return SLM_OK;
+}
+
+// world_size and "sharding": {strategy, shard_group_size}.
+static slm_status parse_sharding(const char *mp, const cJSON *o, slm_ckpt_meta *M) {
+    double d = 0;
+    slm_status st = slm_json_num(mp, o, "world_size", 1, 1e7, true, &d);
+    if (st) return st;
+    M->world = (int)d;
+    const cJSON *sh = slm_json_obj(o, "sharding");
+    if (!sh) return slm_fail(SLM_E_FORMAT, "%s: \"sharding\" missing", mp);
+    const cJSON *s = cJSON_GetObjectItemCaseSensitive(sh, "strategy");
+    if (!cJSON_IsString(s)) return slm_fail(SLM_E_FORMAT, "%s: sharding.strategy missing", mp);
+    static const char *const known[] = {"NO_SHARD", "FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD"};
+    bool ok = false;
+    for (size_t k = 0; k < sizeof known / sizeof *known; k++)
+        ok = ok || !strcmp(s->valuestring, known[k]);
+    if (!ok)
+        return slm_fail(SLM_E_FORMAT,
+                        "%s: sharding.strategy \"%.40s\", expected NO_SHARD, FULL_SHARD, "
+                        "SHARD_GRAD_OP or HYBRID_SHARD",
+                        mp, s->valuestring);
+    snprintf(M->strategy, sizeof M->strategy, "%s", s->valuestring);
+    if ((st = slm_json_num(mp, sh, "shard_group_size", 1, 1e7, true, &d))) return st;
+    M->shard_group_size = (int)d;
+    return SLM_OK;
+}
+
+// "optimizer", "lr_schedule", "loader" and "rng_state" (4 hex words).
+static slm_status parse_train_state(const char *mp, const cJSON *o, slm_ckpt_meta *M) {
+    const cJSON *op = slm_json_obj(o, "optimizer"), *lr = slm_json_obj(o, "lr_schedule"),
+                *ld = slm_json_obj(o, "loader");
+    const cJSON *rng = slm_json_arr(o, "rng_state");
+    if (!op || !lr || !ld || !rng || cJSON_GetArraySize(rng) != 4)
+        return slm_fail(SLM_E_FORMAT,
+                        "%s: \"optimizer\", \"lr_schedule\", \"loader\" or \"rng_state\" (4 hex "
+                        "words) missing",
+                        mp);
+    slm_status st;
+    double v[5] = {0}, d = 0;
+    const char *keys[5] = {"lr_peak", "beta1", "beta2", "eps", "weight_decay"};
+    for (int i = 0; i < 5; i++)
+        if ((st = slm_json_num(mp, op, keys[i], -1e30, 1e30, false, &v[i]))) return st;
+    M->adamw = (slm_adamw_hparams){(float)v[0], (float)v[1], (float)v[2], (float)v[3], (float)v[4]};
+    if ((st = slm_json_i64(mp, op, "step", 0, INT64_MAX, &M->opt_step))) return st;
+    if ((st = slm_json_i64(mp, lr, "step", 0, INT64_MAX, &M->lr_step)) ||
+        (st = slm_json_i64(mp, lr, "warmup", 0, INT64_MAX, &M->lr_warmup)) ||
+        (st = slm_json_i64(mp, lr, "total", 0, INT64_MAX, &M->lr_total)) ||
+        (st = slm_json_num(mp, lr, "lr_min", -1e30, 1e30, false, &d)))
+        return st;
+    M->lr_min = (float)d;
+    if ((st = slm_json_hex64(mp, ld, "seed", &M->loader.seed)) ||
+        (st = slm_json_i64(mp, ld, "epoch", 0, INT64_MAX, &M->loader.epoch)) ||
+        (st = slm_json_i64(mp, ld, "pos", 0, INT64_MAX, &M->loader.pos)))
+        return st;
+    for (int i = 0; i < 4; i++) {
+        const cJSON *x = cJSON_GetArrayItem(rng, i);
+        if (!cJSON_IsString(x) || !slm_parse_hex64(x->valuestring, &M->rng.s[i]))
+            return slm_fail(SLM_E_FORMAT, "%s: rng_state[%d] is not 16 hex digits", mp, i);
+    }
+    return SLM_OK;
+}
+
+// "units" and "files"; a source that needs every file's size gets them (S3).
+static slm_status parse_layout(slm_ckpt *c, const char *mp, const cJSON *o) {
+    const cJSON *us = slm_json_arr(o, "units");
+    if (!us) return slm_fail(SLM_E_FORMAT, "%s: \"units\" missing", mp);
+    slm_status st = parse_units(c, mp, us);
+    if (st) return st;
+    const cJSON *fs = slm_json_arr(o, "files");
+    if (!fs) return slm_fail(SLM_E_FORMAT, "%s: \"files\" missing", mp);
+    st = parse_files(c, mp, fs);
+    if (!st && c->src.ops->files) { // every file, for a source that needs them all
+        slm_ckpt_src_file *sf = slm_xcalloc((size_t)c->n_files, sizeof *sf);
+        for (int i = 0; i < c->n_files; i++)
+            sf[i] = src_file(c, &c->files[i]);
+        c->src.ops->files(c->src.impl, sf, c->n_files);
+        free(sf);
+    }
+    return st;
+}
+
 slm_status slm_ckpt_parse_manifest(slm_ckpt *c, const char *text, size_t len) {
     const char *mp = c->manifest_path;
     cJSON *o = cJSON_ParseWithLength(text, len);
@@ -1087,142 +1221,15 @@ slm_status slm_ckpt_parse_manifest(slm_ckpt *c, const char *text, size_t len) {
         cJSON_Delete(o);
         return slm_fail(SLM_E_FORMAT, "%s: not a JSON object", mp);
     }
-    slm_status st = SLM_OK;
-    double d = 0;
     slm_ckpt_meta *M = &c->meta;
-    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(o, "format");
-    if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, "shardlm-checkpoint")) {
-        st = slm_fail(SLM_E_FORMAT, "%s: \"format\" is not \"shardlm-checkpoint\"", mp);
-        goto out;
-    }
-    if ((st = slm_json_num(mp, o, "format_version", 0, 1e9, true, &d))) goto out;
-    if ((int)d != SLM_CKPT_FORMAT_VERSION) {
-        st = slm_fail(SLM_E_UNSUPPORTED,
-                      "%s: format_version %d is not supported (this shardlm reads version %d)", mp,
-                      (int)d, SLM_CKPT_FORMAT_VERSION);
-        goto out;
-    }
-    if ((st = slm_json_i64(mp, o, "step", 0, INT64_MAX, &M->step)) ||
-        (st = slm_json_i64(mp, o, "tokens_seen", 0, INT64_MAX, &M->tokens_seen)))
-        goto out;
-    const cJSON *cfg = slm_json_obj(o, "model_config");
-    if (!cfg) {
-        st = slm_fail(SLM_E_FORMAT, "%s: \"model_config\" missing", mp);
-        goto out;
-    }
-    {
-        char *ct = cJSON_PrintUnformatted(cfg);
-        st = slm_llama_config_parse(ct, strlen(ct), mp, &M->cfg);
-        free(ct);
-        if (st) goto out;
-    }
-    const cJSON *tk = slm_json_obj(o, "tokenizer");
-    if (tk) {
-        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(tk, "file");
-        if (cJSON_IsString(fn) && fn->valuestring[0]) {
-            // Export writes OUT_DIR/<file> and reads RUN_DIR/<file>: a plain name only, never
-            // a path (the same rule as files[].file).
-            if (!safe_file_name(fn->valuestring) ||
-                strlen(fn->valuestring) >= sizeof M->tokenizer_file) {
-                st = slm_fail(SLM_E_FORMAT,
-                              "%s: tokenizer.file \"%.40s\" is not a plain file name (expected "
-                              "a name in the run directory: no '/', no \"..\", printable ASCII, "
-                              "under 32 bytes)",
-                              mp, fn->valuestring);
-                goto out;
-            }
-            snprintf(M->tokenizer_file, sizeof M->tokenizer_file, "%s", fn->valuestring);
-        } else if (fn && !cJSON_IsNull(fn) && !cJSON_IsString(fn)) {
-            st = slm_fail(SLM_E_FORMAT, "%s: tokenizer.file must be a string", mp);
-            goto out;
-        }
-        const cJSON *h = cJSON_GetObjectItemCaseSensitive(tk, "xxh64");
-        if (cJSON_IsString(h)) {
-            if ((st = slm_json_hex64(mp, tk, "xxh64", &M->tokenizer_xxh64))) goto out;
-            M->has_tokenizer = true;
-        }
-    }
-    if ((st = slm_json_num(mp, o, "world_size", 1, 1e7, true, &d))) goto out;
-    M->world = (int)d;
-    const cJSON *sh = slm_json_obj(o, "sharding");
-    if (!sh) {
-        st = slm_fail(SLM_E_FORMAT, "%s: \"sharding\" missing", mp);
-        goto out;
-    }
-    {
-        const cJSON *s = cJSON_GetObjectItemCaseSensitive(sh, "strategy");
-        if (!cJSON_IsString(s)) {
-            st = slm_fail(SLM_E_FORMAT, "%s: sharding.strategy missing", mp);
-            goto out;
-        }
-        static const char *const known[] = {"NO_SHARD", "FULL_SHARD", "SHARD_GRAD_OP",
-                                            "HYBRID_SHARD"};
-        bool ok = false;
-        for (size_t k = 0; k < sizeof known / sizeof *known; k++)
-            ok = ok || !strcmp(s->valuestring, known[k]);
-        if (!ok) {
-            st = slm_fail(SLM_E_FORMAT,
-                          "%s: sharding.strategy \"%.40s\", expected NO_SHARD, FULL_SHARD, "
-                          "SHARD_GRAD_OP or HYBRID_SHARD",
-                          mp, s->valuestring);
-            goto out;
-        }
-        snprintf(M->strategy, sizeof M->strategy, "%s", s->valuestring);
-        if ((st = slm_json_num(mp, sh, "shard_group_size", 1, 1e7, true, &d))) goto out;
-        M->shard_group_size = (int)d;
-    }
-    if ((st = parse_lora(mp, o, M))) goto out;
-    if ((st = parse_batch(mp, o, M))) goto out;
-    if ((st = parse_skips(mp, o, M))) goto out;
-    const cJSON *op = slm_json_obj(o, "optimizer"), *lr = slm_json_obj(o, "lr_schedule"),
-                *ld = slm_json_obj(o, "loader");
-    const cJSON *rng = slm_json_arr(o, "rng_state");
-    if (!op || !lr || !ld || !rng || cJSON_GetArraySize(rng) != 4) {
-        st = slm_fail(SLM_E_FORMAT,
-                      "%s: \"optimizer\", \"lr_schedule\", \"loader\" or \"rng_state\" (4 hex "
-                      "words) missing",
-                      mp);
-        goto out;
-    }
-    {
-        double v[5] = {0};
-        const char *keys[5] = {"lr_peak", "beta1", "beta2", "eps", "weight_decay"};
-        for (int i = 0; i < 5; i++)
-            if ((st = slm_json_num(mp, op, keys[i], -1e30, 1e30, false, &v[i]))) goto out;
-        M->adamw =
-            (slm_adamw_hparams){(float)v[0], (float)v[1], (float)v[2], (float)v[3], (float)v[4]};
-        if ((st = slm_json_i64(mp, op, "step", 0, INT64_MAX, &M->opt_step))) goto out;
-        if ((st = slm_json_i64(mp, lr, "step", 0, INT64_MAX, &M->lr_step)) ||
-            (st = slm_json_i64(mp, lr, "warmup", 0, INT64_MAX, &M->lr_warmup)) ||
-            (st = slm_json_i64(mp, lr, "total", 0, INT64_MAX, &M->lr_total)) ||
-            (st = slm_json_num(mp, lr, "lr_min", -1e30, 1e30, false, &d)))
-            goto out;
-        M->lr_min = (float)d;
-        if ((st = slm_json_hex64(mp, ld, "seed", &M->loader.seed)) ||
-            (st = slm_json_i64(mp, ld, "epoch", 0, INT64_MAX, &M->loader.epoch)) ||
-            (st = slm_json_i64(mp, ld, "pos", 0, INT64_MAX, &M->loader.pos)))
-            goto out;
-        for (int i = 0; i < 4; i++) {
-            const cJSON *x = cJSON_GetArrayItem(rng, i);
-            if (!cJSON_IsString(x) || !slm_parse_hex64(x->valuestring, &M->rng.s[i])) {
-                st = slm_fail(SLM_E_FORMAT, "%s: rng_state[%d] is not 16 hex digits", mp, i);
-                goto out;
-            }
-        }
-    }
-    const cJSON *us = slm_json_arr(o, "units");
-    if (!us) {
-        st = slm_fail(SLM_E_FORMAT, "%s: \"units\" missing", mp);
-        goto out;
-    }
-    if ((st = parse_units(c, mp, us))) goto out;
-    const cJSON *fs = slm_json_arr(o, "files");
-    if (!fs) {
-        st = slm_fail(SLM_E_FORMAT, "%s: \"files\" missing", mp);
-        goto out;
-    }
-    st = parse_files(c, mp, fs);
-out:
+    slm_status st = parse_header(mp, o, M);
+    if (!st) st = parse_tokenizer(mp, o, M);
+    if (!st) st = parse_sharding(mp, o, M);
+    if (!st) st = parse_lora(mp, o, M);
+    if (!st) st = parse_batch(mp, o, M);
+    if (!st) st = parse_skips(mp, o, M);
+    if (!st) st = parse_train_state(mp, o, M);
+    if (!st) st = parse_layout(c, mp, o);
     cJSON_Delete(o);
     return st;
 }
@@ -1232,7 +1239,13 @@ slm_ckpt *slm_ckpt_alloc(const char *dir) {
     c->dir = slm_xstrdup(dir);
     c->manifest_path = slm_path_join(dir, "manifest.json");
     c->cache_file = -1;
+    c->src = slm_ckpt_local_source();
     return c;
+}
+
+void slm_ckpt_set_source(slm_ckpt *c, slm_ckpt_source src) {
+    c->src.ops->free(c->src.impl);
+    c->src = src;
 }
 
 // Resolves PATH to a step directory (see slm_ckpt_open); caller frees.
@@ -1298,30 +1311,8 @@ static slm_status resolve_dir(const char *path, char **out) {
                     path);
 }
 
-static slm_status open_remote(const char *uri, slm_ckpt **out) {
-    slm_ckpt_remote *r = NULL;
-    char *dir = NULL, *text = NULL;
-    size_t len = 0;
-    slm_status st = slm_ckpt_remote_resolve(uri, &r, &dir, &text, &len);
-    if (st) return st;
-    slm_ckpt *c = slm_ckpt_alloc(dir);
-    free(dir);
-    c->remote = r;
-    st = slm_ckpt_parse_manifest(c, text, len);
-    free(text);
-    if (st) {
-        slm_ckpt_free(c);
-        return st;
-    }
-    for (int i = 0; i < c->n_files; i++)
-        slm_ckpt_remote_expect(r, c->files[i].rank, c->files[i].bytes);
-    *out = c;
-    return SLM_OK;
-}
-
-slm_status slm_ckpt_open(const char *path, slm_ckpt **out) {
+slm_status slm_ckpt_open_local(const char *path, slm_ckpt **out) {
     *out = NULL;
-    if (slm_s3_is_uri(path)) return open_remote(path, out);
     char *dir = NULL;
     slm_status st = resolve_dir(path, &dir);
     if (st) return st;
@@ -1340,30 +1331,13 @@ slm_status slm_ckpt_open(const char *path, slm_ckpt **out) {
     return SLM_OK;
 }
 
+// Checks once, through the source, that the file exists with its manifest size.
 static slm_status open_file(slm_ckpt *c, ck_file *f) {
-    if (f->fd >= 0) return SLM_OK;
-    if (c->remote) { // a HEAD checks existence and size once; fd -2 marks it checked
-        if (f->fd == -2) return SLM_OK;
-        slm_status st = slm_ckpt_remote_head(c->remote, f->rank, f->name, f->path, f->bytes);
-        if (!st) f->fd = -2;
-        return st;
-    }
-    int fd = open(f->path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return slm_fail(SLM_E_IO, "%s: cannot open rank %d's file: %s%s", f->path, f->rank,
-                        strerror(errno),
-                        errno == ENOENT ? "; HINT: the checkpoint is incomplete, resume from an "
-                                          "older one with --resume PATH"
-                                        : "");
-    struct stat sb;
-    if (fstat(fd, &sb) != 0 || sb.st_size != f->bytes) {
-        close(fd);
-        return slm_fail(SLM_E_IO, "%s: size %lld, manifest says %" PRId64 " bytes (truncated?)",
-                        f->path, (long long)sb.st_size, f->bytes);
-    }
-    f->fd = fd;
-    (void)c;
-    return SLM_OK;
+    if (f->checked) return SLM_OK;
+    slm_ckpt_src_file sf = src_file(c, f);
+    slm_status st = c->src.ops->head(c->src.impl, &sf);
+    if (!st) f->checked = true;
+    return st;
 }
 
 // Returns a pointer to verified chunk k of file fi (valid until the next call).
@@ -1381,27 +1355,16 @@ static slm_status get_chunk(slm_ckpt *c, int fi, int64_t k, const uint8_t **p, s
     int64_t off = k * (int64_t)SLM_CKPT_CHUNK_BYTES;
     size_t len =
         (size_t)(f->bytes - off < SLM_CKPT_CHUNK_BYTES ? f->bytes - off : SLM_CKPT_CHUNK_BYTES);
-    size_t got = 0;
-    if (c->remote) {
-        int64_t want = c->want_end < f->bytes ? c->want_end : f->bytes;
-        st = slm_ckpt_remote_read(c->remote, f->rank, f->name, off, len, want, c->cache);
-        if (st) return st;
-        got = len;
-    }
-    while (got < len) {
-        ssize_t r = pread(f->fd, c->cache + got, len - got, off + (off_t)got);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0)
-            return slm_fail(SLM_E_IO, "%s: read at byte %" PRId64 " failed: %s", f->path,
-                            off + (int64_t)got, r < 0 ? strerror(errno) : "unexpected end of file");
-        got += (size_t)r;
-    }
+    slm_ckpt_src_file sf = src_file(c, f);
+    int64_t want = c->want_end < f->bytes ? c->want_end : f->bytes;
+    st = c->src.ops->read(c->src.impl, &sf, off, len, want, c->cache);
+    if (st) return st;
     uint64_t h = XXH64(c->cache, len, 0);
     if (h != f->chunk[k]) {
         char a[17], b[17];
         slm_hex64(f->chunk[k], a);
         slm_hex64(h, b);
-        char *where = c->remote ? slm_ckpt_remote_where(c->remote, f->rank, f->name) : NULL;
+        char *where = c->src.ops->where ? c->src.ops->where(c->src.impl, &sf) : NULL;
         st = slm_fail(SLM_E_CHECKSUM,
                       "%s: checksum mismatch in chunk %" PRId64 " (bytes %" PRId64 "..%" PRId64
                       "; manifest %s, file %s%s); HINT: resume from an older checkpoint with "
@@ -1500,7 +1463,9 @@ slm_status slm_ckpt_verify(slm_ckpt *c) {
         ck_file *f = &c->files[i];
         slm_status st = open_file(c, f);
         if (st) return st;
-        if (c->remote) { // every chunk's XXH64 (the chunks cover the whole object) and the header
+        slm_ckpt_src_file sf = src_file(c, f);
+        if (!c->src.ops
+                 ->hash) { // every chunk's XXH64 (the chunks cover the whole file), the header
             c->want_end = f->bytes;
             for (int64_t k = 0; k < f->n_chunks; k++) {
                 const uint8_t *p;
@@ -1510,7 +1475,7 @@ slm_status slm_ckpt_verify(slm_ckpt *c) {
             continue;
         }
         uint64_t h;
-        if ((st = slm_file_xxh64(f->path, &h))) return st;
+        if ((st = c->src.ops->hash(c->src.impl, &sf, &h))) return st;
         if (h != f->xxh64) {
             char a[17], b[17];
             slm_hex64(f->xxh64, a);
@@ -1521,7 +1486,7 @@ slm_status slm_ckpt_verify(slm_ckpt *c) {
                             f->path, a, b);
         }
         uint8_t hdr[SLM_CKPT_HEADER_BYTES];
-        if (pread(f->fd, hdr, sizeof hdr, 0) != (ssize_t)sizeof hdr)
+        if (c->src.ops->read(c->src.impl, &sf, 0, sizeof hdr, sizeof hdr, hdr))
             return slm_fail(SLM_E_IO, "%s: cannot read the header", f->path);
         if (memcmp(hdr, SLM_CKPT_MAGIC, 8) || slm_get_le32(hdr + 8) != SLM_CKPT_FORMAT_VERSION ||
             (int)slm_get_le32(hdr + 20) != c->n_units)

@@ -243,11 +243,6 @@ int64_t slm_ckpt_sched_n_failed(const slm_ckpt_sched *s);
 void slm_ckpt_sched_settle(slm_ckpt_sched *s, bool collective);
 void slm_ckpt_sched_free(slm_ckpt_sched *s);
 
-// Resolves --resume: "auto" -> RUN_DIR/checkpoints if it has a `latest`, else *out = NULL
-// (fresh start); anything else is a path given to slm_ckpt_open. *out is owned by the caller.
-// Errors: SLM_E_ARG for "auto" without a run directory.
-slm_status slm_ckpt_resolve_resume(const char *spec, const char *run_dir, char **out);
-
 // Committed checkpoints (step_N directories, ".tmp" staging ones excluded) under ROOT: their
 // steps ascending into *steps (caller frees; NULL when none). Returns the count (0 if ROOT is
 // missing or empty).
@@ -272,9 +267,10 @@ slm_status slm_ckpt_pick_newest(const char *root, bool full_verify, const char *
 slm_status slm_ckpt_repair_latest(const char *root, int64_t step);
 
 // ---------------------------------------------------------------------------------------------
-// Checkpoints on S3 (src/ckpt/remote.c; docs/formats.md "Checkpoints on S3"). Every reader below
-// (slm_ckpt_open, check_files, verify, read_range) also takes s3://BUCKET/PREFIX URIs: range GETs
-// of only the chunks asked for, each verified against the manifest's XXH64.
+// Checkpoints on S3 (src/ckpt/s3_read.c reads, remote.c picks and uploads; docs/formats.md
+// "Checkpoints on S3"). Every reader below (slm_ckpt_open, check_files, verify, read_range) also
+// takes s3://BUCKET/PREFIX URIs: range GETs of only the chunks asked for, each verified against
+// the manifest's XXH64.
 
 // --resume auto's pick under the run prefix URI, with the local rules (slm_ckpt_pick_resume):
 // of the step_N holding a manifest.json and newer than `above` (the local pick's step; -1:
@@ -456,10 +452,10 @@ slm_status slm_peft_export_dir(const slm_llama *m, const char *src_dir, const ch
 // parent; a stale one of the same name is removed) and returns in *tmp (owned). Errors: SLM_E_IO
 // (OUT_DIR exists and is not a directory, or mkdir failed).
 slm_status slm_export_dir_begin(const char *out_dir, char **tmp);
-// Swaps the finished temp directory in: an existing OUT_DIR is renamed aside, tmp renamed to
-// OUT_DIR and the parent fsynced; then the previous directory is retired: its HF weight files
-// (model*.safetensors, model.safetensors.index.json), HF metadata (config.json,
-// generation_config.json, tokenizer.json, tokenizer.model, tokenizer_config.json,
+// Swaps the finished temp directory in (slm_publish_dir): tmp fsynced, an existing OUT_DIR
+// renamed aside, tmp renamed to OUT_DIR and the parent fsynced; then the previous directory is
+// retired: its HF weight files (model*.safetensors, model.safetensors.index.json), HF metadata
+// (config.json, generation_config.json, tokenizer.json, tokenizer.model, tokenizer_config.json,
 // special_tokens_map.json) and every name the new export also wrote are deleted, any other file
 // (the user's own) is moved into the new OUT_DIR (if that fails the old directory is kept and named
 // in a warning). So no file of an earlier export survives next to the new weights. Errors: SLM_E_IO

@@ -56,28 +56,72 @@ slm_status slm_ckpt_rmdir(const char *dir);
 slm_ckpt *slm_ckpt_alloc(const char *dir);
 slm_status slm_ckpt_parse_manifest(slm_ckpt *c, const char *text, size_t len);
 
-// Reading a checkpoint on S3 (remote.c): slm_ckpt_open of an s3:// URI resolves it (a step
-// prefix with manifest.json, a checkpoints prefix with `latest`, or a run prefix with
-// checkpoints/latest) to *dir ("s3://BUCKET/.../step_N", owned) and the manifest text (owned);
-// rank files are then read with range GETs of the chunks asked for (up to 8 chunks per request
-// batch, in parallel) and checked like local ones.
-typedef struct slm_ckpt_remote slm_ckpt_remote;
-slm_status slm_ckpt_remote_resolve(const char *uri, slm_ckpt_remote **out, char **dir, char **text,
-                                   size_t *len);
-// Records rank `rank`'s file size (the manifest's "files"), for the object size checks.
-void slm_ckpt_remote_expect(slm_ckpt_remote *r, int rank, int64_t bytes);
-// HEAD of rank `rank`'s object `name`: exists, with exactly the bytes of the files in it (this
-// file's `bytes` at its offset; the other files recorded with slm_ckpt_remote_expect). Messages
-// use `path`.
-slm_status slm_ckpt_remote_head(slm_ckpt_remote *r, int rank, const char *name, const char *path,
-                                int64_t bytes);
-// Bytes [off, off + len) of the rank's object into dst; prefetches up to want_end (bounded).
-slm_status slm_ckpt_remote_read(slm_ckpt_remote *r, int rank, const char *name, int64_t off,
-                                size_t len, int64_t want_end, uint8_t *dst);
-void slm_ckpt_remote_free(slm_ckpt_remote *r);
-// "; the file is in s3://BUCKET/KEY from byte OFF": where rank `rank`'s file `name` lies remotely,
-// for messages (caller frees).
-char *slm_ckpt_remote_where(slm_ckpt_remote *r, int rank, const char *name);
+// Where the reader (ckpt.c) gets a checkpoint's rank files: a source, which ckpt.c reads only
+// through these operations. Local files implement it (local.c), and so do S3 objects (s3_read.c).
+// A file is named to a source by its place in the manifest and the manifest's fields:
+typedef struct slm_ckpt_src_file {
+    int index;        // its position in the manifest's "files" (0-based)
+    int rank;         // files[].rank
+    const char *name; // files[].file, a plain name
+    const char *path; // DIR/name (a local path or an s3:// URI), used in messages
+    int64_t bytes;    // files[].bytes
+} slm_ckpt_src_file;
+
+typedef struct slm_ckpt_source_ops {
+    // Every file of the manifest, once it parsed (a source whose objects hold several files needs
+    // all their sizes to check one); NULL when the source does not need them.
+    void (*files)(void *impl, const slm_ckpt_src_file *f, int n);
+    // Head of file f: it exists with exactly f->bytes bytes (SLM_E_IO naming f->path otherwise).
+    // The reader calls it before reading f, until it succeeds once.
+    slm_status (*head)(void *impl, const slm_ckpt_src_file *f);
+    // Bytes [off, off + len) of f into dst (after its head succeeded); the reader reads on up to
+    // byte want_end (<= f->bytes), which a source may fetch ahead. Errors name f->path.
+    slm_status (*read)(void *impl, const slm_ckpt_src_file *f, int64_t off, size_t len,
+                       int64_t want_end, uint8_t *dst);
+    // XXH64 of all of f in one pass (slm_ckpt_verify); NULL: verify hashes every chunk read
+    // through `read` instead (the chunks cover the file).
+    slm_status (*hash)(void *impl, const slm_ckpt_src_file *f, uint64_t *out);
+    // Text to append to a checksum message about f ("; the file is in ...", caller frees); NULL
+    // when f->path says it all.
+    char *(*where)(void *impl, const slm_ckpt_src_file *f);
+    // Releases impl and whatever it holds open.
+    void (*free)(void *impl);
+} slm_ckpt_source_ops;
+
+typedef struct slm_ckpt_source {
+    const slm_ckpt_source_ops *ops;
+    void *impl; // owned by the checkpoint that reads through it
+} slm_ckpt_source;
+
+// Local files (local.c): files are opened on their head and closed when the source is freed.
+slm_ckpt_source slm_ckpt_local_source(void);
+// Replaces c's source (slm_ckpt_alloc gives a local one) with src, which c then owns. Set it
+// before slm_ckpt_parse_manifest (the source is told the files there).
+void slm_ckpt_set_source(slm_ckpt *c, slm_ckpt_source src);
+// slm_ckpt_open of a local PATH (ckpt.c) and of an s3:// URI (s3_read.c); open.c picks one.
+slm_status slm_ckpt_open_local(const char *path, slm_ckpt **out);
+// S3 (s3_read.c): the URI is resolved (a step prefix with manifest.json, a checkpoints prefix with
+// `latest`, or a run prefix with checkpoints/latest) to the step "s3://BUCKET/.../step_N"; rank
+// files are then read with range GETs of the chunks asked for (up to 8 chunks per request batch,
+// in parallel) and checked like local ones.
+slm_status slm_ckpt_open_s3(const char *uri, slm_ckpt **out);
+
+// The remote layout (s3_read.c; docs/formats.md "Checkpoints on S3"), shared with the remote
+// pick and the uploader (remote.c): bucket, run prefix and --s3-prefix-shards of an s3:// URI.
+typedef struct slm_ckpt_rlay {
+    char *bucket;
+    char *prefix; // run prefix, "" or ending in '/'
+    int shards;   // K of --s3-prefix-shards (>= 1)
+} slm_ckpt_rlay;
+slm_status slm_ckpt_rlay_parse(const char *uri, slm_ckpt_rlay *L);
+void slm_ckpt_rlay_free(slm_ckpt_rlay *L);
+// Keys (caller frees): PREFIX/checkpoints/step_N/NAME; the object of the rank files of the host
+// led by world rank `leader`; PREFIX/checkpoints/latest.
+char *slm_ckpt_rlay_key_step(const slm_ckpt_rlay *L, int64_t step, const char *name);
+char *slm_ckpt_rlay_key_host(const slm_ckpt_rlay *L, int64_t step, int leader);
+char *slm_ckpt_rlay_key_latest(const slm_ckpt_rlay *L);
+// "step_NNNNNNNN" (optionally followed by whitespace) -> N; false when it is not one.
+bool slm_ckpt_rlay_parse_step(const char *s, size_t len, int64_t *step);
 
 // --resume auto's candidate rules, shared by the local pick (slm_ckpt_pick_newest) and the remote
 // one (slm_ckpt_remote_pick): of `steps` (ascending, [n]) those above `above` (-1: all), newest

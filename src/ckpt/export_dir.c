@@ -4,37 +4,11 @@
 // survive next to new weights). Contracts in ckpt.h.
 #include "ckpt/ckpt.h"
 
-#include <dirent.h>
-#include <errno.h>
 #include <inttypes.h>
-#include <limits.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-// OUT_DIR as the path to operate on: its real path when it exists (a symlink, "." or a trailing
-// '/' name the directory itself), else the path without trailing slashes.
-static char *resolve(const char *out) {
-    struct stat st;
-    char real[PATH_MAX];
-    if (lstat(out, &st) == 0 && realpath(out, real)) return slm_xstrdup(real);
-    char *p = slm_xstrdup(out);
-    size_t n = strlen(p);
-    while (n > 1 && p[n - 1] == '/')
-        p[--n] = 0;
-    return p;
-}
-
-// "<parent>/.<base>.export-<tag>.<pid>".
-static char *sibling(const char *path, const char *tag) {
-    const char *slash = strrchr(path, '/');
-    slm_buf b = {0};
-    if (slash) slm_buf_appendf(&b, "%.*s/", (int)(slash - path) + (slash == path), path);
-    slm_buf_appendf(&b, ".%s.export-%s.%" PRId64, slash ? slash + 1 : path, tag, (int64_t)getpid());
-    return b.data;
-}
 
 void slm_export_dir_abort(const char *tmp) {
     if (tmp) slm_rmdir_flat_quiet(tmp);
@@ -42,26 +16,19 @@ void slm_export_dir_abort(const char *tmp) {
 
 slm_status slm_export_dir_begin(const char *out_dir, char **tmp) {
     *tmp = NULL;
-    char *out = resolve(out_dir);
+    char *out = slm_publish_target(out_dir);
     struct stat st;
     slm_status rc = SLM_OK;
     if (stat(out, &st) == 0 && !S_ISDIR(st.st_mode)) {
         rc = slm_fail(SLM_E_IO, "export: --hf %s exists and is not a directory", out_dir);
     } else {
-        char *parent = slm_path_parent(out);
-        rc = slm_mkdir_p(parent);
-        free(parent);
-    }
-    if (!rc) {
-        char *t = sibling(out, "tmp");
-        slm_export_dir_abort(t); // a stale one of a killed export that had the same pid
-        if (mkdir(t, 0777) != 0) {
-            rc = slm_fail(SLM_E_IO, "export: cannot create temp directory %s: %s", t,
-                          strerror(errno));
+        slm_publish p = {.what = "export: --hf", .shown = out_dir};
+        char *t = slm_publish_sibling(out, "export-tmp", (int64_t)getpid());
+        rc = slm_publish_begin(t, &p);
+        if (rc)
             free(t);
-        } else {
+        else
             *tmp = t;
-        }
     }
     free(out);
     return rc;
@@ -92,64 +59,24 @@ static bool superseded(const char *name, const char *new_dir) {
     return taken;
 }
 
+// slm_publish drop: the files of the previous export that the new one replaces (not directories).
+static bool drop_superseded(const char *old, const char *name, const char *new_dir, void *arg) {
+    (void)arg;
+    if (!superseded(name, new_dir)) return false;
+    char *p = slm_path_join(old, name);
+    struct stat fs;
+    bool file = lstat(p, &fs) == 0 && !S_ISDIR(fs.st_mode);
+    free(p);
+    return file;
+}
+
 slm_status slm_export_dir_commit(const char *tmp, const char *out_dir) {
-    char *out = resolve(out_dir), *old = sibling(out, "old");
-    struct stat st;
-    bool had_old = lstat(out, &st) == 0;
-    slm_status rc = SLM_OK;
-    if (had_old && !S_ISDIR(st.st_mode)) {
-        rc = slm_fail(SLM_E_IO, "export: --hf %s exists and is not a directory", out_dir);
-        goto done;
-    }
-    if (had_old && rename(out, old) != 0) {
-        rc = slm_fail(SLM_E_IO, "export: %s: cannot move the previous directory aside to %s: %s",
-                      out_dir, old, strerror(errno));
-        goto done;
-    }
-    if (rename(tmp, out) != 0) {
-        int e = errno;
-        if (had_old && rename(old, out) != 0)
-            rc = slm_fail(SLM_E_IO,
-                          "export: rename of %s to %s failed (%s) and the previous directory "
-                          "could not be moved back from %s: %s",
-                          tmp, out_dir, strerror(e), old, strerror(errno));
-        else
-            rc = slm_fail(SLM_E_IO, "export: rename of %s to %s failed: %s", tmp, out_dir,
-                          strerror(e));
-        goto done;
-    }
-    {
-        char *parent = slm_path_parent(out);
-        rc = slm_fsync_dir(parent);
-        free(parent);
-    }
-    if (had_old) {
-        // Retire the previous directory: its export files go, anything else (a README, the
-        // user's own files) moves into the new OUT_DIR.
-        int kept = 0;
-        DIR *d = opendir(old);
-        if (d) {
-            struct dirent *e;
-            while ((e = readdir(d))) {
-                if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-                char *from = slm_path_join(old, e->d_name), *to = slm_path_join(out, e->d_name);
-                struct stat fs;
-                if (superseded(e->d_name, out) && lstat(from, &fs) == 0 && !S_ISDIR(fs.st_mode)) {
-                    if (unlink(from) != 0) kept++;
-                } else if (lstat(to, &fs) == 0 || rename(from, to) != 0) {
-                    kept++;
-                }
-                free(from);
-                free(to);
-            }
-            closedir(d);
-        }
-        if (kept || rmdir(old) != 0)
-            slm_warn("export: %s: %d file(s) of the previous directory could not be removed or "
-                     "moved into the new export; they are kept in %s",
-                     out_dir, kept, old);
-    }
-done:
+    char *out = slm_publish_target(out_dir);
+    char *old = slm_publish_sibling(out, "export-old", (int64_t)getpid());
+    // The previous directory is retired: its export files go, anything else (a README, the
+    // user's own files) moves into the new OUT_DIR.
+    slm_publish p = {.what = "export: --hf", .shown = out_dir, .drop = drop_superseded};
+    slm_status rc = slm_publish_dir(tmp, out, old, &p);
     free(out);
     free(old);
     return rc;

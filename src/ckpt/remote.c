@@ -1,17 +1,6 @@
-// Checkpoints on S3 (docs/formats.md "Checkpoints on S3"): the remote layout, reading a
-// checkpoint through range GETs (only the chunks a reader needs, several in flight), picking the
-// newest complete remote checkpoint, and the background uploader (one per host, manifest then
-// `latest` last, retention after a newer one is complete).
-//
-// Remote layout under s3://BUCKET/PREFIX/ (mirrors the run directory):
-//   PREFIX/checkpoints/step_N/manifest.json   the local manifest plus "s3_prefix_shards": K and
-//                                              "s3_objects": [{rank, key, offset}] per rank file
-//   PREFIX/checkpoints/step_N/host_H.bin      K = 1: the rank files of the host whose leader is
-//                                              world rank H, concatenated in rank order (one PUT
-//                                              per host: PUTs scale with hosts, not ranks)
-//   PREFIX/sKK/checkpoints/step_N/host_H.bin  K > 1, KK = H mod K (two digits)
-//   PREFIX/checkpoints/latest                 "step_N\n", written after step N's manifest
-// A step_N without manifest.json is incomplete (an upload in progress or interrupted).
+// Checkpoints on S3 (docs/formats.md "Checkpoints on S3"), the writing side: picking the newest
+// complete remote checkpoint, and the background uploader (one per host, manifest then `latest`
+// last, retention after a newer one is complete). The remote layout and reading: s3_read.c.
 #include <cjson/cJSON.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -28,337 +17,6 @@
 #include "dist/dist.h"
 #include "objstore/objstore.h"
 
-#define PREFETCH_BYTES ((size_t)8 * SLM_CKPT_CHUNK_BYTES) // one reader's range-GET window
-
-typedef struct rlay {
-    char *bucket;
-    char *prefix; // run prefix, "" or ending in '/'
-    int shards;   // K of --s3-prefix-shards (>= 1)
-} rlay;
-
-static void rlay_free(rlay *L) {
-    free(L->bucket);
-    free(L->prefix);
-    memset(L, 0, sizeof *L);
-}
-
-static slm_status rlay_parse(const char *uri, rlay *L) {
-    memset(L, 0, sizeof *L);
-    char *p = NULL;
-    slm_status st = slm_s3_uri_parse(uri, &L->bucket, &p);
-    if (st) return st;
-    size_t n = strlen(p);
-    while (n && p[n - 1] == '/')
-        p[--n] = 0;
-    slm_buf b = {0};
-    slm_buf_appendf(&b, "%s%s", p, n ? "/" : "");
-    slm_buf_append(&b, "", 0);
-    free(p);
-    L->prefix = b.data;
-    L->shards = 1;
-    return SLM_OK;
-}
-
-static char *key_step(const rlay *L, int64_t step, const char *name) {
-    slm_buf b = {0};
-    slm_buf_appendf(&b, "%scheckpoints/step_%08" PRId64 "/%s", L->prefix, step, name);
-    return b.data;
-}
-
-// The object holding the rank files of the host led by world rank `leader`.
-static char *key_host(const rlay *L, int64_t step, int leader) {
-    char name[32];
-    snprintf(name, sizeof name, "host_%05d.bin", leader);
-    if (L->shards <= 1) return key_step(L, step, name);
-    slm_buf b = {0};
-    slm_buf_appendf(&b, "%ss%02d/checkpoints/step_%08" PRId64 "/%s", L->prefix, leader % L->shards,
-                    step, name);
-    return b.data;
-}
-
-static char *key_latest(const rlay *L) {
-    slm_buf b = {0};
-    slm_buf_appendf(&b, "%scheckpoints/latest", L->prefix);
-    return b.data;
-}
-
-// "step_NNNNNNNN" (optionally followed by whitespace) -> N.
-static bool parse_step(const char *s, size_t len, int64_t *step) {
-    if (len < 6 || strncmp(s, "step_", 5) != 0) return false;
-    int64_t v = 0;
-    size_t i = 5;
-    for (; i < len && s[i] >= '0' && s[i] <= '9'; i++) {
-        if (v > (INT64_MAX - 9) / 10) return false;
-        v = v * 10 + (s[i] - '0');
-    }
-    if (i == 5) return false;
-    for (; i < len; i++)
-        if (s[i] != '\n' && s[i] != ' ' && s[i] != '\r') return false;
-    *step = v;
-    return true;
-}
-
-// ---------------------------------------------------------------------------------------------
-// Reading
-
-typedef struct robj {
-    int rank;
-    char *key;      // object holding the rank's file
-    int64_t offset; // where the file starts in it
-    int64_t bytes;  // the file's size (manifest "files"; -1 until slm_ckpt_remote_expect)
-} robj;
-
-struct slm_ckpt_remote {
-    slm_s3 *s3;
-    rlay L;
-    int64_t step;
-    robj *obj; // the manifest's "s3_objects"
-    int n_obj;
-    uint8_t *buf; // prefetched bytes [buf_off, buf_off + buf_len) of rank buf_rank's file
-    int buf_rank;
-    int64_t buf_off;
-    size_t buf_len;
-};
-
-void slm_ckpt_remote_free(slm_ckpt_remote *r) {
-    if (!r) return;
-    for (int i = 0; i < r->n_obj; i++)
-        free(r->obj[i].key);
-    free(r->obj);
-    slm_s3_close(r->s3);
-    rlay_free(&r->L);
-    free(r->buf);
-    free(r);
-}
-
-slm_status slm_ckpt_remote_resolve(const char *uri, slm_ckpt_remote **out, char **dir, char **text,
-                                   size_t *len) {
-    *out = NULL;
-    *dir = *text = NULL;
-    *len = 0;
-    rlay L;
-    slm_status st = rlay_parse(uri, &L);
-    if (st) return st;
-    slm_ckpt_remote *r = slm_xcalloc(1, sizeof *r);
-    r->buf_rank = -1;
-    st = slm_s3_open_default(NULL, NULL, &r->s3);
-    if (st) goto fail;
-    // URI: a step directory (has manifest.json), a checkpoints root (has latest) or a run
-    // prefix (has checkpoints/latest).
-    char *data = NULL;
-    size_t n = 0;
-    bool found = false;
-    slm_buf b = {0};
-    slm_buf_appendf(&b, "%smanifest.json", L.prefix);
-    st = slm_s3_get(r->s3, L.bucket, b.data, &data, &n, &found);
-    char *step_key = NULL; // "…/checkpoints/step_N/" of the checkpoint
-    if (!st && found) {
-        step_key = slm_xstrdup(L.prefix);
-        *text = data;
-        *len = n;
-        data = NULL;
-    }
-    for (int i = 0; !st && !step_key && i < 2; i++) {
-        b.len = 0;
-        slm_buf_appendf(&b, "%s%slatest", L.prefix, i ? "checkpoints/" : "");
-        free(data);
-        data = NULL;
-        st = slm_s3_get(r->s3, L.bucket, b.data, &data, &n, &found);
-        if (st || !found) continue;
-        int64_t s;
-        if (!parse_step(data, n, &s)) {
-            st = slm_fail(SLM_E_FORMAT, "s3://%s/%s: does not name a step_N checkpoint", L.bucket,
-                          b.data);
-            break;
-        }
-        slm_buf sk = {0};
-        slm_buf_appendf(&sk, "%s%sstep_%08" PRId64 "/", L.prefix, i ? "checkpoints/" : "", s);
-        step_key = sk.data;
-        free(data);
-        data = NULL;
-        b.len = 0;
-        slm_buf_appendf(&b, "%smanifest.json", step_key);
-        st = slm_s3_get(r->s3, L.bucket, b.data, &data, &n, &found);
-        if (!st && !found)
-            st = slm_fail(SLM_E_IO, "s3://%s/%s: missing (`latest` names an incomplete checkpoint)",
-                          L.bucket, b.data);
-        if (!st) {
-            *text = data;
-            *len = n;
-            data = NULL;
-        }
-    }
-    free(data);
-    slm_buf_free(&b);
-    if (!st && !step_key)
-        st = slm_fail(
-            SLM_E_IO,
-            "%s: no checkpoint here (neither manifest.json, latest nor checkpoints/latest)", uri);
-    if (st) {
-        free(step_key);
-        goto fail;
-    }
-    // The run prefix is the step key without "checkpoints/step_N/"; rank files may be spread over
-    // prefix shards (recorded in the manifest).
-    size_t sl = strlen(step_key);
-    char *end = step_key + sl - 1; // the trailing '/'
-    *end = 0;
-    char *slash = strrchr(step_key, '/');
-    const char *last = slash ? slash + 1 : step_key;
-    int64_t step = -1;
-    if (!parse_step(last, strlen(last), &step)) {
-        st = slm_fail(SLM_E_FORMAT, "s3://%s/%s: not a step_N checkpoint prefix", L.bucket,
-                      step_key);
-        free(step_key);
-        goto fail;
-    }
-    r->step = step;
-    free(L.prefix);
-    size_t keep = slash ? (size_t)(slash - step_key) + 1 : 0; // ".../checkpoints/"
-    const char *cp = "checkpoints/";
-    if (keep >= strlen(cp) && strncmp(step_key + keep - strlen(cp), cp, strlen(cp)) == 0)
-        keep -= strlen(cp);
-    L.prefix = slm_xmalloc(keep + 1);
-    memcpy(L.prefix, step_key, keep);
-    L.prefix[keep] = 0;
-    slm_buf d = {0};
-    slm_buf_appendf(&d, "s3://%s/%s", L.bucket, step_key);
-    *dir = d.data;
-    free(step_key);
-    cJSON *o = cJSON_ParseWithLength(*text, *len);
-    const cJSON *ks = o ? cJSON_GetObjectItemCaseSensitive(o, "s3_prefix_shards") : NULL;
-    if (cJSON_IsNumber(ks) && ks->valuedouble >= 1 && ks->valuedouble <= 100)
-        L.shards = (int)ks->valuedouble;
-    const cJSON *ob = o ? cJSON_GetObjectItemCaseSensitive(o, "s3_objects") : NULL, *e;
-    int no = cJSON_IsArray(ob) ? cJSON_GetArraySize(ob) : 0;
-    r->obj = slm_xcalloc((size_t)(no ? no : 1), sizeof *r->obj);
-    cJSON_ArrayForEach(e, ob) {
-        const cJSON *rk = cJSON_GetObjectItemCaseSensitive(e, "rank"),
-                    *ky = cJSON_GetObjectItemCaseSensitive(e, "key"),
-                    *of = cJSON_GetObjectItemCaseSensitive(e, "offset");
-        if (!cJSON_IsNumber(rk) || !cJSON_IsString(ky) || !cJSON_IsNumber(of) ||
-            of->valuedouble < 0) {
-            st = slm_fail(SLM_E_FORMAT, "%s/manifest.json: bad s3_objects entry", *dir);
-            cJSON_Delete(o);
-            r->L = L;
-            L = (rlay){0};
-            goto fail;
-        }
-        r->obj[r->n_obj++] = (robj){(int)rk->valuedouble, slm_xstrdup(ky->valuestring),
-                                    (int64_t)of->valuedouble, -1};
-    }
-    cJSON_Delete(o);
-    r->L = L;
-    *out = r;
-    return SLM_OK;
-fail:
-    free(*text);
-    *text = NULL;
-    *len = 0;
-    free(*dir);
-    *dir = NULL;
-    rlay_free(&L);
-    slm_ckpt_remote_free(r);
-    return st;
-}
-
-// The object and offset of a rank's file: the manifest's s3_objects, else (a plain copy of a
-// step directory) the file under the step prefix.
-static const char *obj_of(slm_ckpt_remote *r, int rank, const char *name, int64_t *offset,
-                          char **owned) {
-    *owned = NULL;
-    for (int i = 0; i < r->n_obj; i++)
-        if (r->obj[i].rank == rank) {
-            *offset = r->obj[i].offset;
-            return r->obj[i].key;
-        }
-    *offset = 0;
-    *owned = key_step(&r->L, r->step, name);
-    return *owned;
-}
-
-char *slm_ckpt_remote_where(slm_ckpt_remote *r, int rank, const char *name) {
-    int64_t base;
-    char *own;
-    const char *key = obj_of(r, rank, name, &base, &own);
-    slm_buf b = {0};
-    slm_buf_appendf(&b, "; the file is in s3://%s/%s from byte %" PRId64, r->L.bucket, key, base);
-    free(own);
-    return b.data;
-}
-
-void slm_ckpt_remote_expect(slm_ckpt_remote *r, int rank, int64_t bytes) {
-    for (int i = 0; i < r->n_obj; i++)
-        if (r->obj[i].rank == rank) r->obj[i].bytes = bytes;
-}
-
-slm_status slm_ckpt_remote_head(slm_ckpt_remote *r, int rank, const char *name, const char *path,
-                                int64_t bytes) {
-    int64_t base;
-    char *own;
-    const char *key = obj_of(r, rank, name, &base, &own);
-    // The object's size: this file's end, or (a host object) the end of the last file in it,
-    // exactly, as a local rank file's size must equal the manifest's.
-    int64_t want = base + bytes;
-    for (int i = 0; !own && i < r->n_obj; i++)
-        if (r->obj[i].bytes >= 0 && strcmp(r->obj[i].key, key) == 0 &&
-            r->obj[i].offset + r->obj[i].bytes > want)
-            want = r->obj[i].offset + r->obj[i].bytes;
-    int64_t size = -1;
-    bool found = false;
-    slm_status st = slm_s3_head(r->s3, r->L.bucket, key, &size, &found);
-    if (!st && !found)
-        st = slm_fail(SLM_E_IO,
-                      "%s: rank %d's object s3://%s/%s is missing; HINT: the checkpoint is "
-                      "incomplete, resume from an older one with --resume",
-                      path, rank, r->L.bucket, key);
-    else if (!st && size != want)
-        st = slm_fail(SLM_E_IO,
-                      "%s: object s3://%s/%s has %" PRId64 " bytes, the manifest puts this file's "
-                      "%" PRId64 " bytes at offset %" PRId64 " and the object's files end at byte "
-                      "%" PRId64 " (%s?)",
-                      path, r->L.bucket, key, size, bytes, base, want,
-                      size < want ? "truncated" : "appended to");
-    free(own);
-    return st;
-}
-
-slm_status slm_ckpt_remote_read(slm_ckpt_remote *r, int rank, const char *name, int64_t off,
-                                size_t len, int64_t want_end, uint8_t *dst) {
-    if (r->buf_rank == rank && off >= r->buf_off &&
-        off + (int64_t)len <= r->buf_off + (int64_t)r->buf_len) {
-        memcpy(dst, r->buf + (off - r->buf_off), len);
-        return SLM_OK;
-    }
-    // Fetch [off, want_end) up to the window, as chunk-sized range GETs in parallel.
-    int64_t end = want_end > off + (int64_t)len ? want_end : off + (int64_t)len;
-    if (end - off > (int64_t)PREFETCH_BYTES) end = off + (int64_t)PREFETCH_BYTES;
-    if (end < off + (int64_t)len) end = off + (int64_t)len;
-    size_t span = (size_t)(end - off);
-    if (!r->buf) r->buf = slm_xmalloc(PREFETCH_BYTES > len ? PREFETCH_BYTES : len);
-    r->buf_rank = -1;
-    int64_t base;
-    char *own;
-    const char *key = obj_of(r, rank, name, &base, &own);
-    int n = (int)((span + SLM_CKPT_CHUNK_BYTES - 1) / SLM_CKPT_CHUNK_BYTES);
-    slm_s3_range *rg = slm_xcalloc((size_t)n, sizeof *rg);
-    for (int i = 0; i < n; i++) {
-        int64_t a = off + (int64_t)i * SLM_CKPT_CHUNK_BYTES;
-        int64_t b = a + SLM_CKPT_CHUNK_BYTES < end ? a + SLM_CKPT_CHUNK_BYTES : end;
-        rg[i] =
-            (slm_s3_range){.key = key, .offset = base + a, .len = b - a, .dst = r->buf + (a - off)};
-    }
-    slm_status st = slm_s3_get_ranges(r->s3, r->L.bucket, rg, n);
-    free(rg);
-    free(own);
-    if (st) return st;
-    r->buf_rank = rank;
-    r->buf_off = off;
-    r->buf_len = span;
-    memcpy(dst, r->buf, len);
-    return SLM_OK;
-}
-
 // ---------------------------------------------------------------------------------------------
 // Picking the newest complete remote checkpoint
 
@@ -371,19 +29,19 @@ slm_status slm_ckpt_remote_pick(const char *uri, int64_t above, bool full_verify
                                 char **step_uri) {
     *step = -1;
     *step_uri = NULL;
-    rlay L;
-    slm_status st = rlay_parse(uri, &L);
+    slm_ckpt_rlay L;
+    slm_status st = slm_ckpt_rlay_parse(uri, &L);
     if (st) return st;
     slm_s3 *s3 = NULL;
     st = slm_s3_open_default(NULL, NULL, &s3);
     // `latest`: only a hint for the log, as locally
-    char *lk = key_latest(&L), *data = NULL;
+    char *lk = slm_ckpt_rlay_key_latest(&L), *data = NULL;
     size_t n = 0;
     bool found = false;
     int64_t hint = -1;
     const char *state = "missing";
     if (!st) st = slm_s3_get(s3, L.bucket, lk, &data, &n, &found);
-    if (!st && found) state = parse_step(data, n, &hint) ? "ok" : "unreadable";
+    if (!st && found) state = slm_ckpt_rlay_parse_step(data, n, &hint) ? "ok" : "unreadable";
     // The candidates: every step_N holding a manifest (without one: an upload in progress or
     // interrupted, not a checkpoint yet).
     int64_t *steps = NULL;
@@ -396,7 +54,8 @@ slm_status slm_ckpt_remote_pick(const char *uri, int64_t above, bool full_verify
         const char *k = l.obj[i].key + pre.len;
         const char *sl = strchr(k, '/');
         int64_t v;
-        if (sl && strcmp(sl, "/manifest.json") == 0 && parse_step(k, (size_t)(sl - k), &v)) {
+        if (sl && strcmp(sl, "/manifest.json") == 0 &&
+            slm_ckpt_rlay_parse_step(k, (size_t)(sl - k), &v)) {
             steps = slm_xrealloc(steps, (size_t)(ns + 1) * sizeof *steps);
             steps[ns++] = v;
         }
@@ -415,7 +74,7 @@ slm_status slm_ckpt_remote_pick(const char *uri, int64_t above, bool full_verify
     slm_buf_free(&pre);
     free(data);
     free(lk);
-    rlay_free(&L);
+    slm_ckpt_rlay_free(&L);
     return st;
 }
 
@@ -428,7 +87,7 @@ typedef struct up_file {
 } up_file;
 
 struct slm_ckpt_uploader {
-    rlay L;
+    slm_ckpt_rlay L;
     char *uri;
     char *root; // local RUN_DIR/checkpoints
     int rank, world, keep;
@@ -528,7 +187,7 @@ static slm_status prune(slm_ckpt_uploader *u) {
         c += strlen("checkpoints/");
         const char *sl = strchr(c, '/');
         int64_t v;
-        if (!sl || !parse_step(c, (size_t)(sl - c), &v)) continue;
+        if (!sl || !slm_ckpt_rlay_parse_step(c, (size_t)(sl - c), &v)) continue;
         ks[i] = v;
         if (c - k == (int64_t)strlen("checkpoints/") && strcmp(sl, "/manifest.json") == 0) {
             complete = slm_xrealloc(complete, (size_t)(nc + 1) * sizeof *complete);
@@ -581,7 +240,7 @@ static slm_status do_final(slm_ckpt_uploader *u, int64_t step, const char *text,
     for (int lead = 0; lead < u->world; lead++) {
         if (u->leader_of[lead] != lead) continue;
         int64_t off = 0;
-        char *key = key_host(&u->L, step, lead);
+        char *key = slm_ckpt_rlay_key_host(&u->L, step, lead);
         for (int r = lead; r < u->world; r++) {
             if (u->leader_of[r] != lead) continue;
             for (int i = 0; i < nf; i++)
@@ -600,14 +259,14 @@ static slm_status do_final(slm_ckpt_uploader *u, int64_t step, const char *text,
     free(fb);
     char *js = cJSON_Print(o);
     cJSON_Delete(o);
-    char *mk = key_step(&u->L, step, "manifest.json");
+    char *mk = slm_ckpt_rlay_key_step(&u->L, step, "manifest.json");
     slm_status st = slm_s3_put(u->s3, u->L.bucket, mk, js, strlen(js));
     free(js);
     free(mk);
     if (!st) {
         char name[64];
         int nl = snprintf(name, sizeof name, "step_%08" PRId64 "\n", step);
-        char *lk = key_latest(&u->L);
+        char *lk = slm_ckpt_rlay_key_latest(&u->L);
         st = slm_s3_put(u->s3, u->L.bucket, lk, name, (size_t)nl);
         free(lk);
     }
@@ -681,7 +340,7 @@ static void *up_thread(void *arg) {
                 slm_s3_seg *sg = slm_xcalloc((size_t)n, sizeof *sg);
                 for (int i = 0; i < n; i++)
                     sg[i] = (slm_s3_seg){f[i].map.data, f[i].map.len};
-                char *key = key_host(&u->L, step, u->rank);
+                char *key = slm_ckpt_rlay_key_host(&u->L, step, u->rank);
                 st = slm_s3_put_segments(u->s3, u->L.bucket, key, sg, n);
                 free(key);
                 free(sg);
@@ -718,19 +377,19 @@ static int64_t host_id(void) {
 
 // Rank 0: refuses a prefix whose newest checkpoint is another run's (model config or tokenizer).
 static slm_status check_identity(slm_ckpt_uploader *u, const slm_ckpt_meta *meta) {
-    char *lk = key_latest(&u->L), *data = NULL;
+    char *lk = slm_ckpt_rlay_key_latest(&u->L), *data = NULL;
     size_t n = 0;
     bool found = false;
     slm_status st = slm_s3_get(u->s3, u->L.bucket, lk, &data, &n, &found);
     int64_t s;
-    if (st || !found || !parse_step(data, n, &s)) {
+    if (st || !found || !slm_ckpt_rlay_parse_step(data, n, &s)) {
         free(lk);
         free(data);
         return st;
     }
     free(data);
     data = NULL;
-    char *mk = key_step(&u->L, s, "manifest.json");
+    char *mk = slm_ckpt_rlay_key_step(&u->L, s, "manifest.json");
     st = slm_s3_get(u->s3, u->L.bucket, mk, &data, &n, &found);
     if (!st && found) {
         slm_buf where = {0};
@@ -781,16 +440,17 @@ static int64_t catchup_step(slm_ckpt_uploader *u) {
     char *lp = slm_path_join(u->root, "latest"), *txt = NULL;
     size_t n = 0;
     int64_t loc = -1, rem = -1;
-    if (slm_is_file(lp) && slm_file_read_all(lp, &txt, &n) == SLM_OK && !parse_step(txt, n, &loc))
+    if (slm_is_file(lp) && slm_file_read_all(lp, &txt, &n) == SLM_OK &&
+        !slm_ckpt_rlay_parse_step(txt, n, &loc))
         loc = -1;
     free(txt);
     free(lp);
     if (loc < 0) return -1;
-    char *lk = key_latest(&u->L), *data = NULL;
+    char *lk = slm_ckpt_rlay_key_latest(&u->L), *data = NULL;
     bool found = false;
     slm_status st = slm_s3_get(u->s3, u->L.bucket, lk, &data, &n, &found);
     free(lk);
-    if (!st && found && !parse_step(data, n, &rem)) rem = -1;
+    if (!st && found && !slm_ckpt_rlay_parse_step(data, n, &rem)) rem = -1;
     free(data);
     // (the server unreachable: its latest is unknown, so the local one goes up)
     if (!st) u->remote_done = rem;
@@ -822,7 +482,7 @@ slm_status slm_ckpt_uploader_new(const slm_ckpt_upload_opts *o, slm_ckpt_uploade
     pthread_cond_init(&u->cv, NULL);
     u->poll_v = slm_xcalloc(3, sizeof *u->poll_v);
     u->poll_step = u->defer_files = u->defer_final = -1;
-    slm_status st = rlay_parse(o->uri, &u->L);
+    slm_status st = slm_ckpt_rlay_parse(o->uri, &u->L);
     if (!st && (o->prefix_shards < 1 || o->prefix_shards > 100))
         st = slm_fail(SLM_E_ARG, "--s3-prefix-shards %d: expected 1..100", o->prefix_shards);
     if (!st) u->L.shards = o->prefix_shards;
@@ -1371,7 +1031,7 @@ void slm_ckpt_uploader_free(slm_ckpt_uploader *u) {
     files_free(u->files, u->n_files);
     files_free(u->defer_f, u->defer_n);
     slm_s3_close(u->s3);
-    rlay_free(&u->L);
+    slm_ckpt_rlay_free(&u->L);
     free(u->local_ranks);
     free(u->leader_of);
     free(u->root);

@@ -34,6 +34,119 @@ static int cmp_begin(const void *a, const void *b) {
     return (x->end > y->end) - (x->end < y->end);
 }
 
+// "__metadata__": an object of strings (its values are not used).
+static slm_status check_metadata(const char *name, const cJSON *e) {
+    const cJSON *x;
+    if (!cJSON_IsObject(e))
+        return slm_fail(SLM_E_FORMAT, "%s: __metadata__ is not an object", name);
+    cJSON_ArrayForEach(x, e) {
+        if (!cJSON_IsString(x))
+            return slm_fail(SLM_E_FORMAT, "%s: __metadata__.%s is not a string", name, x->string);
+    }
+    return SLM_OK;
+}
+
+// t->dtype from the header's dtype string d: F32, F16 or BF16; another safetensors dtype is
+// SLM_E_UNSUPPORTED, anything else SLM_E_FORMAT.
+static slm_status parse_dtype(const char *name, const char *d, slm_st_tensor *t) {
+    if (!strcmp(d, "F32"))
+        t->dtype = SLM_DTYPE_F32;
+    else if (!strcmp(d, "F16"))
+        t->dtype = SLM_DTYPE_F16;
+    else if (!strcmp(d, "BF16"))
+        t->dtype = SLM_DTYPE_BF16;
+    else {
+        static const char *known[] = {"F64", "I64", "I32",  "I16",     "I8",      "U64", "U32",
+                                      "U16", "U8",  "BOOL", "F8_E4M3", "F8_E5M2", NULL};
+        bool k = false;
+        for (int i = 0; known[i]; i++)
+            k |= !strcmp(d, known[i]);
+        return slm_fail(k ? SLM_E_UNSUPPORTED : SLM_E_FORMAT,
+                        "%s: tensor %s: dtype \"%.20s\" %s (expected F32, F16 or BF16)", name,
+                        t->name, d, k ? "is not supported" : "is unknown");
+    }
+    return SLM_OK;
+}
+
+// t->ndim, t->shape and t->numel from the "shape" array: at most 4 whole numbers, the byte
+// size representable.
+static slm_status parse_shape(const char *name, const cJSON *shp, slm_st_tensor *t) {
+    t->ndim = cJSON_GetArraySize(shp);
+    if (t->ndim > 4)
+        return slm_fail(SLM_E_UNSUPPORTED, "%s: tensor %s: %d dims (at most 4)", name, t->name,
+                        t->ndim);
+    t->numel = 1;
+    for (int i = 0; i < t->ndim; i++) {
+        const cJSON *x = cJSON_GetArrayItem(shp, i);
+        if (!cJSON_IsNumber(x) || x->valuedouble < 0 || x->valuedouble > 1e15 ||
+            x->valuedouble != floor(x->valuedouble))
+            return slm_fail(SLM_E_FORMAT, "%s: tensor %s: bad shape entry %d", name, t->name, i);
+        t->shape[i] = (int64_t)x->valuedouble;
+        if (t->shape[i] && t->numel > INT64_MAX / 8 / t->shape[i])
+            return slm_fail(SLM_E_FORMAT, "%s: tensor %s: shape too large", name, t->name);
+        t->numel *= t->shape[i];
+    }
+    return SLM_OK;
+}
+
+// One tensor entry e of the header into *t: name, dtype, shape and data_offsets (inside the
+// data_len bytes of data, spanning exactly numel elements of dtype).
+static slm_status parse_tensor(const char *name, const cJSON *e, size_t data_len,
+                               slm_st_tensor *t) {
+    slm_status st;
+    if (strlen(e->string) >= sizeof t->name || !cJSON_IsObject(e))
+        return slm_fail(SLM_E_FORMAT, "%s: tensor \"%.60s\": name too long or entry not an object",
+                        name, e->string);
+    snprintf(t->name, sizeof t->name, "%s", e->string);
+    const cJSON *dt = cJSON_GetObjectItemCaseSensitive(e, "dtype");
+    const cJSON *shp = cJSON_GetObjectItemCaseSensitive(e, "shape");
+    const cJSON *off = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
+    if (!cJSON_IsString(dt) || !cJSON_IsArray(shp) || !cJSON_IsArray(off) ||
+        cJSON_GetArraySize(off) != 2)
+        return slm_fail(SLM_E_FORMAT, "%s: tensor %s: needs dtype, shape and data_offsets [2]",
+                        name, t->name);
+    const char *d = dt->valuestring;
+    if ((st = parse_dtype(name, d, t)) || (st = parse_shape(name, shp, t))) return st;
+    double b = cJSON_GetArrayItem(off, 0)->valuedouble,
+           en = cJSON_GetArrayItem(off, 1)->valuedouble;
+    if (!cJSON_IsNumber(cJSON_GetArrayItem(off, 0)) ||
+        !cJSON_IsNumber(cJSON_GetArrayItem(off, 1)) ||
+        !(b >= 0 && en >= b && en <= (double)data_len) || b != floor(b) || en != floor(en))
+        return slm_fail(SLM_E_FORMAT,
+                        "%s: tensor %s: data_offsets [%.0f, %.0f] outside the data (%zu bytes)",
+                        name, t->name, b, en, data_len);
+    t->begin = (size_t)b;
+    t->end = (size_t)en;
+    if ((uint64_t)(t->end - t->begin) != (uint64_t)t->numel * slm_dtype_bytes(t->dtype))
+        return slm_fail(
+            SLM_E_FORMAT, "%s: tensor %s: data_offsets span %zu bytes, shape x %s needs %" PRId64,
+            name, t->name, t->end - t->begin, d, t->numel * (int64_t)slm_dtype_bytes(t->dtype));
+    return SLM_OK;
+}
+
+// No overlaps and no holes: the tensors tile the data exactly (as the reference requires).
+static slm_status check_tiling(const char *name, const slm_st_file *f, size_t data_len) {
+    slm_status st = SLM_OK;
+    const slm_st_tensor **order = slm_xcalloc((size_t)(f->n ? f->n : 1), sizeof *order);
+    for (int i = 0; i < f->n; i++)
+        order[i] = &f->t[i];
+    qsort(order, (size_t)f->n, sizeof *order, cmp_begin);
+    size_t pos = 0;
+    for (int i = 0; i < f->n && !st; i++) {
+        if (order[i]->begin < pos)
+            st = slm_fail(SLM_E_FORMAT, "%s: tensor %s overlaps tensor %s (data_offsets)", name,
+                          order[i]->name, order[i - 1]->name);
+        else if (order[i]->begin > pos)
+            st = slm_fail(SLM_E_FORMAT, "%s: hole in the data before tensor %s (byte %zu)", name,
+                          order[i]->name, pos);
+        pos = order[i]->end;
+    }
+    if (!st && pos != data_len)
+        st = slm_fail(SLM_E_FORMAT, "%s: tensors cover %zu of %zu data bytes", name, pos, data_len);
+    free(order);
+    return st;
+}
+
 slm_status slm_st_parse(const uint8_t *data, size_t len, const char *name, slm_st_file *f) {
     memset(f, 0, sizeof *f);
     f->path = slm_xstrdup(name);
@@ -50,128 +163,22 @@ slm_status slm_st_parse(const uint8_t *data, size_t len, const char *name, slm_s
     f->data_start = 8 + (size_t)n;
     size_t data_len = len - f->data_start;
     cJSON *o = cJSON_ParseWithLength((const char *)data + 8, (size_t)n);
-    slm_status st = SLM_OK;
-    slm_st_tensor **order = NULL;
     if (!cJSON_IsObject(o)) {
-        st = slm_fail(SLM_E_FORMAT, "%s: header is not a JSON object", name);
-        goto out;
+        cJSON_Delete(o);
+        return slm_fail(SLM_E_FORMAT, "%s: header is not a JSON object", name);
     }
     int cnt = cJSON_GetArraySize(o);
     f->t = slm_xcalloc((size_t)(cnt ? cnt : 1), sizeof *f->t);
+    slm_status st = SLM_OK;
     const cJSON *e;
     cJSON_ArrayForEach(e, o) {
-        if (!strcmp(e->string, "__metadata__")) {
-            const cJSON *x;
-            if (!cJSON_IsObject(e)) {
-                st = slm_fail(SLM_E_FORMAT, "%s: __metadata__ is not an object", name);
-                goto out;
-            }
-            cJSON_ArrayForEach(x, e) if (!cJSON_IsString(x)) {
-                st = slm_fail(SLM_E_FORMAT, "%s: __metadata__.%s is not a string", name, x->string);
-                goto out;
-            }
-            continue;
-        }
-        slm_st_tensor *t = &f->t[f->n];
-        if (strlen(e->string) >= sizeof t->name || !cJSON_IsObject(e)) {
-            st =
-                slm_fail(SLM_E_FORMAT, "%s: tensor \"%.60s\": name too long or entry not an object",
-                         name, e->string);
-            goto out;
-        }
-        snprintf(t->name, sizeof t->name, "%s", e->string);
-        const cJSON *dt = cJSON_GetObjectItemCaseSensitive(e, "dtype");
-        const cJSON *shp = cJSON_GetObjectItemCaseSensitive(e, "shape");
-        const cJSON *off = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
-        if (!cJSON_IsString(dt) || !cJSON_IsArray(shp) || !cJSON_IsArray(off) ||
-            cJSON_GetArraySize(off) != 2) {
-            st = slm_fail(SLM_E_FORMAT, "%s: tensor %s: needs dtype, shape and data_offsets [2]",
-                          name, t->name);
-            goto out;
-        }
-        const char *d = dt->valuestring;
-        if (!strcmp(d, "F32"))
-            t->dtype = SLM_DTYPE_F32;
-        else if (!strcmp(d, "F16"))
-            t->dtype = SLM_DTYPE_F16;
-        else if (!strcmp(d, "BF16"))
-            t->dtype = SLM_DTYPE_BF16;
-        else {
-            static const char *known[] = {"F64", "I64", "I32",  "I16",     "I8",      "U64", "U32",
-                                          "U16", "U8",  "BOOL", "F8_E4M3", "F8_E5M2", NULL};
-            bool k = false;
-            for (int i = 0; known[i]; i++)
-                k |= !strcmp(d, known[i]);
-            st = slm_fail(k ? SLM_E_UNSUPPORTED : SLM_E_FORMAT,
-                          "%s: tensor %s: dtype \"%.20s\" %s (expected F32, F16 or BF16)", name,
-                          t->name, d, k ? "is not supported" : "is unknown");
-            goto out;
-        }
-        t->ndim = cJSON_GetArraySize(shp);
-        if (t->ndim > 4) {
-            st = slm_fail(SLM_E_UNSUPPORTED, "%s: tensor %s: %d dims (at most 4)", name, t->name,
-                          t->ndim);
-            goto out;
-        }
-        t->numel = 1;
-        for (int i = 0; i < t->ndim; i++) {
-            const cJSON *x = cJSON_GetArrayItem(shp, i);
-            if (!cJSON_IsNumber(x) || x->valuedouble < 0 || x->valuedouble > 1e15 ||
-                x->valuedouble != floor(x->valuedouble)) {
-                st = slm_fail(SLM_E_FORMAT, "%s: tensor %s: bad shape entry %d", name, t->name, i);
-                goto out;
-            }
-            t->shape[i] = (int64_t)x->valuedouble;
-            if (t->shape[i] && t->numel > INT64_MAX / 8 / t->shape[i]) {
-                st = slm_fail(SLM_E_FORMAT, "%s: tensor %s: shape too large", name, t->name);
-                goto out;
-            }
-            t->numel *= t->shape[i];
-        }
-        double b = cJSON_GetArrayItem(off, 0)->valuedouble,
-               en = cJSON_GetArrayItem(off, 1)->valuedouble;
-        if (!cJSON_IsNumber(cJSON_GetArrayItem(off, 0)) ||
-            !cJSON_IsNumber(cJSON_GetArrayItem(off, 1)) ||
-            !(b >= 0 && en >= b && en <= (double)data_len) || b != floor(b) || en != floor(en)) {
-            st = slm_fail(SLM_E_FORMAT,
-                          "%s: tensor %s: data_offsets [%.0f, %.0f] outside the data (%zu bytes)",
-                          name, t->name, b, en, data_len);
-            goto out;
-        }
-        t->begin = (size_t)b;
-        t->end = (size_t)en;
-        if ((uint64_t)(t->end - t->begin) != (uint64_t)t->numel * slm_dtype_bytes(t->dtype)) {
-            st = slm_fail(SLM_E_FORMAT,
-                          "%s: tensor %s: data_offsets span %zu bytes, shape x %s needs %" PRId64,
-                          name, t->name, t->end - t->begin, d,
-                          t->numel * (int64_t)slm_dtype_bytes(t->dtype));
-            goto out;
-        }
-        f->n++;
+        if (!strcmp(e->string, "__metadata__"))
+            st = check_metadata(name, e);
+        else if (!(st = parse_tensor(name, e, data_len, &f->t[f->n])))
+            f->n++;
+        if (st) break;
     }
-    // No overlaps and no holes: the tensors tile the data exactly (as the reference requires).
-    order = slm_xcalloc((size_t)(f->n ? f->n : 1), sizeof *order);
-    for (int i = 0; i < f->n; i++)
-        order[i] = &f->t[i];
-    qsort(order, (size_t)f->n, sizeof *order, cmp_begin);
-    size_t pos = 0;
-    for (int i = 0; i < f->n; i++) {
-        if (order[i]->begin < pos) {
-            st = slm_fail(SLM_E_FORMAT, "%s: tensor %s overlaps tensor %s (data_offsets)", name,
-                          order[i]->name, order[i - 1]->name);
-            goto out;
-        }
-        if (order[i]->begin > pos) {
-            st = slm_fail(SLM_E_FORMAT, "%s: hole in the data before tensor %s (byte %zu)", name,
-                          order[i]->name, pos);
-            goto out;
-        }
-        pos = order[i]->end;
-    }
-    if (pos != data_len)
-        st = slm_fail(SLM_E_FORMAT, "%s: tensors cover %zu of %zu data bytes", name, pos, data_len);
-out:
-    free(order);
+    if (!st) st = check_tiling(name, f, data_len);
     cJSON_Delete(o);
     return st;
 }
@@ -477,133 +484,152 @@ static bool ends_with(const char *s, const char *suf) {
     return a >= b && !strcmp(s + a - b, suf);
 }
 
-slm_status slm_hf_load(slm_llama *m, const char *dir) {
-    char *cp = slm_path_join(dir, "config.json");
+// config.json of the directory (cp) must describe the model m was built with.
+static slm_status check_hf_config(const char *cp, const slm_llama *m) {
     slm_llama_config cfg;
     slm_status st = slm_llama_config_load(cp, &cfg);
-    if (!st) {
-        const slm_llama_config *a = &cfg, *b = &m->cfg;
-        if (a->vocab_size != b->vocab_size || a->hidden_size != b->hidden_size ||
-            a->intermediate_size != b->intermediate_size ||
-            a->num_hidden_layers != b->num_hidden_layers ||
-            a->num_attention_heads != b->num_attention_heads ||
-            a->num_key_value_heads != b->num_key_value_heads ||
-            a->tie_word_embeddings != b->tie_word_embeddings ||
-            slm_llama_head_dim(a) != slm_llama_head_dim(b) ||
-            !cfg_close(a->rms_norm_eps, b->rms_norm_eps) ||
-            !cfg_close(a->rope_theta, b->rope_theta) || !slm_llama_rope_same(a, b))
-            st = slm_fail(
-                SLM_E_ARG,
-                "%s: config (V=%d C=%d F=%d L=%d H=%d KV=%d tie=%d, or its head dim, "
-                "rms eps / RoPE settings) differs from the model's (V=%d C=%d F=%d L=%d H=%d "
-                "KV=%d tie=%d)",
-                cp, a->vocab_size, a->hidden_size, a->intermediate_size, a->num_hidden_layers,
-                a->num_attention_heads, a->num_key_value_heads, a->tie_word_embeddings,
-                b->vocab_size, b->hidden_size, b->intermediate_size, b->num_hidden_layers,
-                b->num_attention_heads, b->num_key_value_heads, b->tie_word_embeddings);
+    if (st) return st;
+    const slm_llama_config *a = &cfg, *b = &m->cfg;
+    if (a->vocab_size != b->vocab_size || a->hidden_size != b->hidden_size ||
+        a->intermediate_size != b->intermediate_size ||
+        a->num_hidden_layers != b->num_hidden_layers ||
+        a->num_attention_heads != b->num_attention_heads ||
+        a->num_key_value_heads != b->num_key_value_heads ||
+        a->tie_word_embeddings != b->tie_word_embeddings ||
+        slm_llama_head_dim(a) != slm_llama_head_dim(b) ||
+        !cfg_close(a->rms_norm_eps, b->rms_norm_eps) || !cfg_close(a->rope_theta, b->rope_theta) ||
+        !slm_llama_rope_same(a, b))
+        st = slm_fail(SLM_E_ARG,
+                      "%s: config (V=%d C=%d F=%d L=%d H=%d KV=%d tie=%d, or its head dim, "
+                      "rms eps / RoPE settings) differs from the model's (V=%d C=%d F=%d L=%d H=%d "
+                      "KV=%d tie=%d)",
+                      cp, a->vocab_size, a->hidden_size, a->intermediate_size, a->num_hidden_layers,
+                      a->num_attention_heads, a->num_key_value_heads, a->tie_word_embeddings,
+                      b->vocab_size, b->hidden_size, b->intermediate_size, b->num_hidden_layers,
+                      b->num_attention_heads, b->num_key_value_heads, b->tie_word_embeddings);
+    return st;
+}
+
+// What slm_hf_load has read so far.
+typedef struct hf_load {
+    slm_llama *m;
+    bool *seen; // [view index over all units]: loaded
+    // With tied embeddings an lm_head.weight in the files must equal the embedding (a copy, as
+    // some exporters write); one that differs is refused (transformers would silently drop it).
+    float *lm_head;
+    char *lm_head_file;
+} hf_load;
+
+// A tied model's lm_head.weight (tensor t of file f, path p): kept to compare with the embedding.
+static slm_status read_tied_lm_head(hf_load *L, const slm_st_file *f, const slm_st_tensor *t,
+                                    const char *p) {
+    int64_t V = L->m->cfg.vocab_size, C = L->m->cfg.hidden_size;
+    if (L->lm_head || t->ndim != 2 || t->shape[0] != V || t->shape[1] != C)
+        return slm_fail(SLM_E_FORMAT,
+                        "%s: tensor lm_head.weight %s (tie_word_embeddings is true: "
+                        "expected at most one copy of the embedding, [%" PRId64 ", %" PRId64 "])",
+                        p, L->lm_head ? "appears twice" : "has the wrong shape", V, C);
+    L->lm_head = slm_xmalloc((size_t)(V * C) * sizeof(float));
+    slm_st_read_f32(f, t, L->lm_head);
+    L->lm_head_file = slm_xstrdup(p);
+    return SLM_OK;
+}
+
+// Tensor t of file f (path p) into the model parameter of its name: once, of the parameter's
+// shape, finite.
+static slm_status read_param(hf_load *L, const slm_st_file *f, const slm_st_tensor *t,
+                             const char *p) {
+    slm_llama *m = L->m;
+    int unit;
+    const slm_param_view *v = slm_llama_find(m, t->name, &unit);
+    if (!v)
+        return slm_fail(SLM_E_FORMAT, "%s: unexpected tensor %s (not a parameter of this model)", p,
+                        t->name);
+    int base = 0;
+    for (int u = 0; u < unit; u++)
+        base += m->units[u].n_views;
+    int idx = base + (int)(v - m->units[unit].views);
+    if (L->seen[idx]) return slm_fail(SLM_E_FORMAT, "%s: tensor %s appears twice", p, t->name);
+    bool shape_ok = t->ndim == v->ndim && t->shape[0] == v->shape[0] &&
+                    (v->ndim < 2 || t->shape[1] == v->shape[1]);
+    if (!shape_ok)
+        return slm_fail(SLM_E_FORMAT,
+                        "%s: tensor %s has shape [%" PRId64 "%s%" PRId64 "] (%d dims), "
+                        "expected [%" PRId64 "%s%" PRId64 "]",
+                        p, t->name, t->ndim > 0 ? t->shape[0] : 0, t->ndim > 1 ? ", " : "",
+                        t->ndim > 1 ? t->shape[1] : 0, t->ndim, v->shape[0],
+                        v->ndim > 1 ? ", " : "", v->ndim > 1 ? v->shape[1] : 0);
+    slm_st_read_f32(f, t, m->params[unit] + v->offset);
+    slm_status st = slm_check_finite(&m->units[unit], unit, v->offset, m->params[unit] + v->offset,
+                                     v->numel, "weights", p);
+    if (!st) L->seen[idx] = true;
+    return st;
+}
+
+// Every tensor of the weight file p.
+static slm_status read_weight_file(hf_load *L, const char *p) {
+    slm_st_file f;
+    slm_status st = slm_st_open(p, &f);
+    for (int i = 0; !st && i < f.n; i++) {
+        const slm_st_tensor *t = &f.t[i];
+        if (ends_with(t->name, "rotary_emb.inv_freq")) continue; // a buffer, not a weight
+        if (L->m->cfg.tie_word_embeddings && !strcmp(t->name, "lm_head.weight"))
+            st = read_tied_lm_head(L, &f, t, p);
+        else
+            st = read_param(L, &f, t, p);
     }
+    slm_st_close(&f);
+    return st;
+}
+
+// After every file: no parameter missing, and a tied lm_head.weight equal to the embedding.
+static slm_status check_complete(const hf_load *L, const char *dir) {
+    const slm_llama *m = L->m;
+    for (int u = 0, idx = 0; u < m->n_units; u++)
+        for (int i = 0; i < m->units[u].n_views; i++, idx++)
+            if (!L->seen[idx])
+                return slm_fail(SLM_E_FORMAT, "%s: tensor %s missing", dir,
+                                m->units[u].views[i].name);
+    if (!L->lm_head) return SLM_OK;
+    const slm_param_view *emb = slm_llama_find(m, "model.embed_tokens.weight", NULL);
+    const float *e = m->params[m->n_units - 1] + emb->offset;
+    for (int64_t i = 0; i < emb->numel; i++)
+        if (memcmp(&L->lm_head[i], &e[i], sizeof(float)) != 0)
+            return slm_fail(SLM_E_FORMAT,
+                            "%s: tensor lm_head.weight differs from model.embed_tokens.weight "
+                            "(first at element %" PRId64 ": %g vs %g) but %s/config.json has "
+                            "tie_word_embeddings true, which uses the embedding as lm_head; "
+                            "HINT: set tie_word_embeddings to false to use this lm_head, or "
+                            "remove lm_head.weight to tie",
+                            L->lm_head_file, i, (double)L->lm_head[i], (double)e[i], dir);
+    return SLM_OK;
+}
+
+slm_status slm_hf_load(slm_llama *m, const char *dir) {
+    char *cp = slm_path_join(dir, "config.json");
+    slm_status st = check_hf_config(cp, m);
     free(cp);
     if (st) return st;
     // The file list: the index's weight_map values, or model.safetensors.
     int n_files = 0;
     char **files = NULL;
     st = hf_weight_files(dir, &files, &n_files);
-    // seen[u][i]: view i of unit u was loaded
     int total = 0;
     for (int u = 0; u < m->n_units; u++)
         total += m->units[u].n_views;
-    bool *seen = slm_xcalloc((size_t)total + 1, 1);
-    // With tied embeddings an lm_head.weight in the files must equal the embedding (a copy, as
-    // some exporters write); one that differs is refused (transformers would silently drop it).
-    float *lm_head = NULL;
-    char *lm_head_file = NULL;
+    hf_load L = {.m = m, .seen = slm_xcalloc((size_t)total + 1, 1)};
     for (int fi = 0; fi < n_files && !st; fi++) {
         char *p = slm_path_join(dir, files[fi]);
-        slm_st_file f;
-        st = slm_st_open(p, &f);
-        for (int i = 0; !st && i < f.n; i++) {
-            const slm_st_tensor *t = &f.t[i];
-            if (ends_with(t->name, "rotary_emb.inv_freq")) continue; // a buffer, not a weight
-            if (m->cfg.tie_word_embeddings && !strcmp(t->name, "lm_head.weight")) {
-                int64_t V = m->cfg.vocab_size, C = m->cfg.hidden_size;
-                if (lm_head || t->ndim != 2 || t->shape[0] != V || t->shape[1] != C) {
-                    st = slm_fail(SLM_E_FORMAT,
-                                  "%s: tensor lm_head.weight %s (tie_word_embeddings is true: "
-                                  "expected at most one copy of the embedding, [%" PRId64
-                                  ", %" PRId64 "])",
-                                  p, lm_head ? "appears twice" : "has the wrong shape", V, C);
-                    break;
-                }
-                lm_head = slm_xmalloc((size_t)(V * C) * sizeof(float));
-                slm_st_read_f32(&f, t, lm_head);
-                lm_head_file = slm_xstrdup(p);
-                continue;
-            }
-            int unit;
-            const slm_param_view *v = slm_llama_find(m, t->name, &unit);
-            if (!v) {
-                st = slm_fail(SLM_E_FORMAT,
-                              "%s: unexpected tensor %s (not a parameter of this model)", p,
-                              t->name);
-                break;
-            }
-            int base = 0;
-            for (int u = 0; u < unit; u++)
-                base += m->units[u].n_views;
-            int idx = base + (int)(v - m->units[unit].views);
-            if (seen[idx]) {
-                st = slm_fail(SLM_E_FORMAT, "%s: tensor %s appears twice", p, t->name);
-                break;
-            }
-            bool shape_ok = t->ndim == v->ndim && t->shape[0] == v->shape[0] &&
-                            (v->ndim < 2 || t->shape[1] == v->shape[1]);
-            if (!shape_ok) {
-                st = slm_fail(SLM_E_FORMAT,
-                              "%s: tensor %s has shape [%" PRId64 "%s%" PRId64 "] (%d dims), "
-                              "expected [%" PRId64 "%s%" PRId64 "]",
-                              p, t->name, t->ndim > 0 ? t->shape[0] : 0, t->ndim > 1 ? ", " : "",
-                              t->ndim > 1 ? t->shape[1] : 0, t->ndim, v->shape[0],
-                              v->ndim > 1 ? ", " : "", v->ndim > 1 ? v->shape[1] : 0);
-                break;
-            }
-            slm_st_read_f32(&f, t, m->params[unit] + v->offset);
-            st = slm_check_finite(&m->units[unit], unit, v->offset, m->params[unit] + v->offset,
-                                  v->numel, "weights", p);
-            if (st) break;
-            seen[idx] = true;
-        }
-        slm_st_close(&f);
+        st = read_weight_file(&L, p);
         free(p);
     }
-    for (int u = 0, idx = 0; !st && u < m->n_units; u++)
-        for (int i = 0; i < m->units[u].n_views; i++, idx++)
-            if (!seen[idx]) {
-                st =
-                    slm_fail(SLM_E_FORMAT, "%s: tensor %s missing", dir, m->units[u].views[i].name);
-                break;
-            }
-    if (!st && lm_head) {
-        int L = m->n_units - 1;
-        const slm_param_view *emb = slm_llama_find(m, "model.embed_tokens.weight", NULL);
-        const float *e = m->params[L] + emb->offset;
-        for (int64_t i = 0; i < emb->numel; i++)
-            if (memcmp(&lm_head[i], &e[i], sizeof(float)) != 0) {
-                st = slm_fail(SLM_E_FORMAT,
-                              "%s: tensor lm_head.weight differs from model.embed_tokens.weight "
-                              "(first at element %" PRId64 ": %g vs %g) but %s/config.json has "
-                              "tie_word_embeddings true, which uses the embedding as lm_head; "
-                              "HINT: set tie_word_embeddings to false to use this lm_head, or "
-                              "remove lm_head.weight to tie",
-                              lm_head_file, i, (double)lm_head[i], (double)e[i], dir);
-                break;
-            }
-    }
-    free(lm_head);
-    free(lm_head_file);
+    if (!st) st = check_complete(&L, dir);
+    free(L.lm_head);
+    free(L.lm_head_file);
     for (int i = 0; i < n_files; i++)
         free(files[i]);
     free(files);
-    free(seen);
+    free(L.seen);
     return st;
 }
 

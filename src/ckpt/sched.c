@@ -171,21 +171,3 @@ void slm_ckpt_sched_free(slm_ckpt_sched *s) {
     free(s->root);
     free(s);
 }
-
-slm_status slm_ckpt_resolve_resume(const char *spec, const char *run_dir, char **out) {
-    *out = NULL;
-    if (!spec) return SLM_OK;
-    if (strcmp(spec, "auto") != 0) {
-        *out = slm_xstrdup(spec);
-        return SLM_OK;
-    }
-    if (!run_dir) return slm_fail(SLM_E_ARG, "--resume auto needs a run directory (--out DIR)");
-    char *root = slm_path_join(run_dir, "checkpoints");
-    char *latest = slm_path_join(root, "latest");
-    if (slm_is_file(latest))
-        *out = root;
-    else
-        free(root);
-    free(latest);
-    return SLM_OK;
-}

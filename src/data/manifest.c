@@ -36,10 +36,32 @@ static bool safe_name(const char *s) {
     return true;
 }
 
-static slm_status parse_doc(const char *what, const cJSON *root, slm_dataset *ds) {
+// The optional "samples" object of a version-2 manifest: the sample format and chat template.
+static slm_status parse_samples(const char *what, const cJSON *samples, slm_dataset *ds) {
+    slm_status st;
+    char w[96];
+    snprintf(w, sizeof w, "%s: samples", what);
+    const char *sf = NULL;
+    if (!cJSON_IsObject(samples)) return slm_fail(SLM_E_FORMAT, "%s: not an object", w);
+    if ((st = slm_json_str(w, samples, "format", &sf))) return st;
+    if (strcmp(sf, "prompt-completion") && strcmp(sf, "chat"))
+        return slm_fail(SLM_E_FORMAT,
+                        "%s: format \"%.40s\", expected \"prompt-completion\" or \"chat\"", w, sf);
+    ds->sample_format = slm_xstrdup(sf);
+    const cJSON *ct = cJSON_GetObjectItemCaseSensitive(samples, "chat_template");
+    if (ct && !cJSON_IsNull(ct)) {
+        if (!cJSON_IsString(ct) || !ct->valuestring)
+            return slm_fail(SLM_E_FORMAT, "%s: chat_template is not a string or null", w);
+        ds->chat_template = slm_xstrdup(ct->valuestring);
+    }
+    return SLM_OK;
+}
+
+// The top-level scalars: format, format_version (and "samples" with it), seed, val_fraction,
+// token_bytes.
+static slm_status parse_header(const char *what, const cJSON *root, slm_dataset *ds) {
     slm_status st;
     double d = 0;
-    if (!cJSON_IsObject(root)) return slm_fail(SLM_E_FORMAT, "%s: not a JSON object", what);
     const char *fmt = NULL;
     if ((st = slm_json_str(what, root, "format", &fmt))) return st;
     if (strcmp(fmt, "shardlm-dataset") != 0)
@@ -52,31 +74,20 @@ static slm_status parse_doc(const char *what, const cJSON *root, slm_dataset *ds
     if (ds->masked != (samples != NULL))
         return slm_fail(SLM_E_FORMAT, "%s: format_version %.0f %s a \"samples\" object", what, d,
                         ds->masked ? "needs" : "does not allow");
-    if (samples) {
-        char w[96];
-        snprintf(w, sizeof w, "%s: samples", what);
-        const char *sf = NULL;
-        if (!cJSON_IsObject(samples)) return slm_fail(SLM_E_FORMAT, "%s: not an object", w);
-        if ((st = slm_json_str(w, samples, "format", &sf))) return st;
-        if (strcmp(sf, "prompt-completion") && strcmp(sf, "chat"))
-            return slm_fail(SLM_E_FORMAT,
-                            "%s: format \"%.40s\", expected \"prompt-completion\" or \"chat\"", w,
-                            sf);
-        ds->sample_format = slm_xstrdup(sf);
-        const cJSON *ct = cJSON_GetObjectItemCaseSensitive(samples, "chat_template");
-        if (ct && !cJSON_IsNull(ct)) {
-            if (!cJSON_IsString(ct) || !ct->valuestring)
-                return slm_fail(SLM_E_FORMAT, "%s: chat_template is not a string or null", w);
-            ds->chat_template = slm_xstrdup(ct->valuestring);
-        }
-    }
+    if (samples && (st = parse_samples(what, samples, ds))) return st;
     if ((st = slm_json_u64(what, root, "seed", &ds->seed))) return st;
     if ((st = slm_json_num(what, root, "val_fraction", 0, 1, false, &ds->val_fraction))) return st;
     if ((st = slm_json_num(what, root, "token_bytes", 2, 4, true, &d))) return st;
     ds->token_bytes = (uint32_t)d;
     if (ds->token_bytes == 3)
         return slm_fail(SLM_E_FORMAT, "%s: \"token_bytes\" is 3, expected 2 or 4", what);
+    return SLM_OK;
+}
 
+// The "tokenizer" object; needs ds->token_bytes (checked against the vocabulary size).
+static slm_status parse_tokenizer(const char *what, const cJSON *root, slm_dataset *ds) {
+    slm_status st;
+    double d = 0;
     const cJSON *tok = cJSON_GetObjectItemCaseSensitive(root, "tokenizer");
     if (!cJSON_IsObject(tok))
         return slm_fail(SLM_E_FORMAT, "%s: missing object field \"tokenizer\"", what);
@@ -102,7 +113,50 @@ static slm_status parse_doc(const char *what, const cJSON *root, slm_dataset *ds
                         what, ds->token_bytes, ds->vocab_size, want_tb);
     ds->tokenizer_file = slm_path_join(ds->dir, tfile);
     ds->tokenizer_type = slm_xstrdup(ttype);
+    return SLM_OK;
+}
 
+// One entry of "shards" (w names it): appended to its split, whose totals it adds to.
+static slm_status parse_shard(const char *w, const cJSON *e, slm_dataset *ds) {
+    slm_status st;
+    if (!cJSON_IsObject(e)) return slm_fail(SLM_E_FORMAT, "%s: not an object", w);
+    const char *file = NULL, *split = NULL;
+    if ((st = slm_json_str(w, e, "file", &file))) return st;
+    if (!safe_name(file))
+        return slm_fail(SLM_E_FORMAT, "%s: file \"%.60s\" is not a plain file name", w, file);
+    if ((st = slm_json_str(w, e, "split", &split))) return st;
+    slm_split_info *sp;
+    if (!strcmp(split, "train"))
+        sp = &ds->train;
+    else if (!strcmp(split, "val"))
+        sp = &ds->val;
+    else
+        return slm_fail(SLM_E_FORMAT, "%s: split \"%.20s\", expected \"train\" or \"val\"", w,
+                        split);
+    slm_shard_info *si = &sp->shards[sp->n_shards];
+    if ((st = slm_json_u64(w, e, "n_tokens", &si->n_tokens))) return st;
+    if ((st = slm_json_u64(w, e, "n_docs", &si->n_docs))) return st;
+    if ((st = slm_json_u64(w, e, "bytes", &si->bytes))) return st;
+    if ((st = slm_json_hex64(w, e, "xxh64", &si->xxh64))) return st;
+    uint64_t per = ds->token_bytes + (ds->masked ? 1u : 0u);
+    if (si->n_tokens > (uint64_t)SLM_JSON_MAX_EXACT ||
+        si->bytes != SLM_SHARD_HEADER_BYTES + si->n_tokens * per)
+        return slm_fail(SLM_E_FORMAT,
+                        "%s: bytes %" PRIu64 " != 64 + n_tokens %" PRIu64 " * %" PRIu64
+                        " (token_bytes%s)",
+                        w, si->bytes, si->n_tokens, per, ds->masked ? " + 1 flags byte" : "");
+    si->file = slm_xstrdup(file);
+    sp->n_shards++;
+    sp->n_tokens += si->n_tokens;
+    sp->n_docs += si->n_docs;
+    if (sp->n_tokens > (uint64_t)SLM_JSON_MAX_EXACT)
+        return slm_fail(SLM_E_FORMAT, "%s: split token count overflows", w);
+    return SLM_OK;
+}
+
+// The "shards" array, into ds->train and ds->val.
+static slm_status parse_shards(const char *what, const cJSON *root, slm_dataset *ds) {
+    slm_status st;
     const cJSON *shards = cJSON_GetObjectItemCaseSensitive(root, "shards");
     if (!cJSON_IsArray(shards))
         return slm_fail(SLM_E_FORMAT, "%s: missing array field \"shards\"", what);
@@ -114,61 +168,38 @@ static slm_status parse_doc(const char *what, const cJSON *root, slm_dataset *ds
     cJSON_ArrayForEach(e, shards) {
         char w[96];
         snprintf(w, sizeof w, "%s: shards[%d]", what, idx++);
-        if (!cJSON_IsObject(e)) return slm_fail(SLM_E_FORMAT, "%s: not an object", w);
-        const char *file = NULL, *split = NULL;
-        if ((st = slm_json_str(w, e, "file", &file))) return st;
-        if (!safe_name(file))
-            return slm_fail(SLM_E_FORMAT, "%s: file \"%.60s\" is not a plain file name", w, file);
-        if ((st = slm_json_str(w, e, "split", &split))) return st;
-        slm_split_info *sp;
-        if (!strcmp(split, "train"))
-            sp = &ds->train;
-        else if (!strcmp(split, "val"))
-            sp = &ds->val;
-        else
-            return slm_fail(SLM_E_FORMAT, "%s: split \"%.20s\", expected \"train\" or \"val\"", w,
-                            split);
-        slm_shard_info *si = &sp->shards[sp->n_shards];
-        if ((st = slm_json_u64(w, e, "n_tokens", &si->n_tokens))) return st;
-        if ((st = slm_json_u64(w, e, "n_docs", &si->n_docs))) return st;
-        if ((st = slm_json_u64(w, e, "bytes", &si->bytes))) return st;
-        if ((st = slm_json_hex64(w, e, "xxh64", &si->xxh64))) return st;
-        uint64_t per = ds->token_bytes + (ds->masked ? 1u : 0u);
-        if (si->n_tokens > (uint64_t)SLM_JSON_MAX_EXACT ||
-            si->bytes != SLM_SHARD_HEADER_BYTES + si->n_tokens * per)
-            return slm_fail(SLM_E_FORMAT,
-                            "%s: bytes %" PRIu64 " != 64 + n_tokens %" PRIu64 " * %" PRIu64
-                            " (token_bytes%s)",
-                            w, si->bytes, si->n_tokens, per, ds->masked ? " + 1 flags byte" : "");
-        si->file = slm_xstrdup(file);
-        sp->n_shards++;
-        sp->n_tokens += si->n_tokens;
-        sp->n_docs += si->n_docs;
-        if (sp->n_tokens > (uint64_t)SLM_JSON_MAX_EXACT)
-            return slm_fail(SLM_E_FORMAT, "%s: split token count overflows", w);
+        if ((st = parse_shard(w, e, ds))) return st;
     }
-    // Optional (older manifests lack it): documents read / written / skipped_empty by prep.
+    return SLM_OK;
+}
+
+// Optional (older manifests lack it): documents read / written / skipped_empty by prep.
+static slm_status parse_doc_counts(const char *what, const cJSON *root, slm_dataset *ds) {
+    slm_status st;
     const cJSON *docs = cJSON_GetObjectItemCaseSensitive(root, "documents");
-    if (docs) {
-        char w[96];
-        snprintf(w, sizeof w, "%s: documents", what);
-        if (!cJSON_IsObject(docs)) return slm_fail(SLM_E_FORMAT, "%s: not an object", w);
-        uint64_t written = 0;
-        if ((st = slm_json_u64(w, docs, "read", &ds->docs_read)) ||
-            (st = slm_json_u64(w, docs, "written", &written)) ||
-            (st = slm_json_u64(w, docs, "skipped_empty", &ds->docs_skipped)))
-            return st;
-        if (written + ds->docs_skipped != ds->docs_read ||
-            written != ds->train.n_docs + ds->val.n_docs)
-            return slm_fail(SLM_E_FORMAT,
-                            "%s: read %" PRIu64 ", written %" PRIu64 ", skipped_empty %" PRIu64
-                            ": expected read = written + skipped_empty and written = the splits' "
-                            "n_docs (%" PRIu64 ")",
-                            w, ds->docs_read, written, ds->docs_skipped,
-                            ds->train.n_docs + ds->val.n_docs);
-        ds->has_doc_counts = true;
-    }
-    // The split totals are redundant; checking them catches a hand-edited or mixed manifest.
+    if (!docs) return SLM_OK;
+    char w[96];
+    snprintf(w, sizeof w, "%s: documents", what);
+    if (!cJSON_IsObject(docs)) return slm_fail(SLM_E_FORMAT, "%s: not an object", w);
+    uint64_t written = 0;
+    if ((st = slm_json_u64(w, docs, "read", &ds->docs_read)) ||
+        (st = slm_json_u64(w, docs, "written", &written)) ||
+        (st = slm_json_u64(w, docs, "skipped_empty", &ds->docs_skipped)))
+        return st;
+    if (written + ds->docs_skipped != ds->docs_read || written != ds->train.n_docs + ds->val.n_docs)
+        return slm_fail(SLM_E_FORMAT,
+                        "%s: read %" PRIu64 ", written %" PRIu64 ", skipped_empty %" PRIu64
+                        ": expected read = written + skipped_empty and written = the splits' "
+                        "n_docs (%" PRIu64 ")",
+                        w, ds->docs_read, written, ds->docs_skipped,
+                        ds->train.n_docs + ds->val.n_docs);
+    ds->has_doc_counts = true;
+    return SLM_OK;
+}
+
+// The split totals are redundant; checking them catches a hand-edited or mixed manifest.
+static slm_status check_split_totals(const char *what, const cJSON *root, slm_dataset *ds) {
+    slm_status st;
     const cJSON *splits = cJSON_GetObjectItemCaseSensitive(root, "splits");
     if (!cJSON_IsObject(splits))
         return slm_fail(SLM_E_FORMAT, "%s: missing object field \"splits\"", what);
@@ -190,6 +221,16 @@ static slm_status parse_doc(const char *what, const cJSON *root, slm_dataset *ds
                             w, nt, nd, ns, sps[s]->n_tokens, sps[s]->n_docs, sps[s]->n_shards);
     }
     return SLM_OK;
+}
+
+static slm_status parse_doc(const char *what, const cJSON *root, slm_dataset *ds) {
+    slm_status st;
+    if (!cJSON_IsObject(root)) return slm_fail(SLM_E_FORMAT, "%s: not a JSON object", what);
+    if ((st = parse_header(what, root, ds))) return st;
+    if ((st = parse_tokenizer(what, root, ds))) return st;
+    if ((st = parse_shards(what, root, ds))) return st;
+    if ((st = parse_doc_counts(what, root, ds))) return st;
+    return check_split_totals(what, root, ds);
 }
 
 slm_status slm_dataset_parse(const char *dir, const char *what, const char *json, size_t len,

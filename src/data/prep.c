@@ -586,36 +586,6 @@ static void progress(prep_ctx *c, slm_progress *pg, double t0, bool final) {
 
 // --- Driver -------------------------------------------------------------------------------
 
-// --out as the path prep operates on: the real path when it exists (so a symlink, "." or a
-// trailing '/' name the directory itself), else the given path without trailing slashes.
-static char *resolve_out(const char *out) {
-    struct stat st;
-    char real[PATH_MAX];
-    if (lstat(out, &st) == 0 && realpath(out, real)) return slm_xstrdup(real);
-    char *p = slm_xstrdup(out);
-    size_t n = strlen(p);
-    while (n > 1 && p[n - 1] == '/')
-        p[--n] = 0;
-    return p;
-}
-
-// "<parent>/.<base>.prep-<tag>.<pid>": a hidden sibling of `out_path` (same file system, so
-// renames are atomic; hidden, so an input walk over the parent skips it).
-static char *sibling_path(const char *out_path, const char *tag, int64_t pid) {
-    const char *slash = strrchr(out_path, '/');
-    char name[80];
-    slm_buf b = {0};
-    if (slash) {
-        if (slash == out_path)
-            slm_buf_appendf(&b, "/");
-        else
-            slm_buf_appendf(&b, "%.*s/", (int)(slash - out_path), out_path);
-    }
-    snprintf(name, sizeof name, ".prep-%s.%" PRId64, tag, pid);
-    slm_buf_appendf(&b, ".%s%s", slash ? slash + 1 : out_path, name);
-    return b.data;
-}
-
 // Removes the temp siblings "<parent>/.<name>.prep-tmp.<pid>" that runs killed before they could
 // clean up (kill -9, OOM) left behind: those whose pid is not a running process on this host
 // (kill(pid, 0) fails with ESRCH), saying so. A temp directory of a live run is never touched.
@@ -655,76 +625,6 @@ static void remove_stale_work_dirs(const char *out_path) {
     }
     slm_buf_free(&prefix);
     free(parent);
-}
-
-// After the swap: `old` is the previous --out directory. The files of its dataset (manifest.json,
-// the tokenizer copy and the shards the manifest lists) are deleted; anything else in it (files
-// prep did not write) is moved into the new `out` unless that name is taken there, in which case
-// `old` is kept and named in a warning. Failures here only warn: the new dataset is in place.
-static void retire_old_dir(const char *old, const char *out, const char *shown) {
-    slm_dataset ods;
-    if (slm_dataset_open(old, &ods) == SLM_OK) {
-        for (int s = 0; s < 2; s++) {
-            const slm_split_info *sp = s ? &ods.val : &ods.train;
-            for (int i = 0; i < sp->n_shards; i++) {
-                char *p = slm_path_join(old, sp->shards[i].file);
-                unlink(p);
-                free(p);
-            }
-        }
-        if (ods.tokenizer_file) unlink(ods.tokenizer_file);
-        char *m = slm_path_join(old, "manifest.json");
-        unlink(m);
-        free(m);
-    }
-    slm_dataset_free(&ods);
-    DIR *d = opendir(old);
-    int kept = 0;
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d))) {
-            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-            char *from = slm_path_join(old, e->d_name), *to = slm_path_join(out, e->d_name);
-            struct stat st;
-            if (lstat(to, &st) == 0 || rename(from, to) != 0) kept++;
-            free(from);
-            free(to);
-        }
-        closedir(d);
-    }
-    if (kept || rmdir(old) != 0)
-        slm_warn("prep: %s: %d file(s) of the previous directory that prep did not write could "
-                 "not be moved into the new dataset; they are kept in %s",
-                 shown, kept, old);
-}
-
-// Replaces `out_path` by the finished `work` directory: rename the old directory aside, rename
-// the new one into place, fsync the parent, then retire the old one. A kill in between leaves
-// either the old dataset or nothing under `out_path`, never a mix.
-static slm_status swap_in(const char *work, const char *out_path, const char *old,
-                          const char *shown) {
-    struct stat st;
-    bool had_old = lstat(out_path, &st) == 0;
-    if (had_old && !S_ISDIR(st.st_mode))
-        return slm_fail(SLM_E_IO, "prep: --out %s exists and is not a directory", shown);
-    if (had_old && rename(out_path, old) != 0)
-        return slm_fail(SLM_E_IO, "prep: %s: cannot move the previous dataset aside to %s: %s",
-                        shown, old, strerror(errno));
-    if (rename(work, out_path) != 0) {
-        int e = errno;
-        if (had_old && rename(old, out_path) != 0)
-            return slm_fail(SLM_E_IO,
-                            "prep: %s: rename of %s into place failed (%s) and the previous "
-                            "dataset could not be moved back from %s: %s",
-                            shown, work, strerror(e), old, strerror(errno));
-        return slm_fail(SLM_E_IO, "prep: %s: rename of %s into place failed: %s", shown, work,
-                        strerror(e));
-    }
-    char *parent = slm_path_parent(out_path);
-    slm_status st2 = slm_fsync_dir(parent);
-    free(parent);
-    if (had_old) retire_old_dir(old, out_path, shown);
-    return st2;
 }
 
 // --out must not be (or contain) an --input: the swap would move the corpus. --out inside an
@@ -775,341 +675,442 @@ static slm_status check_opts(const slm_prep_opts *o) {
     return SLM_OK;
 }
 
-// Agrees on a status across ranks (no-op in a world of one).
-static slm_status agree(const prep_ctx *c, slm_status st) {
-    return c->world > 1 ? slm_dist_agree(st) : st;
-}
-
 static const char *base_name(const char *p) {
     const char *s = strrchr(p, '/');
     return s ? s + 1 : p;
 }
 
-slm_status slm_prep_run(const slm_prep_opts *o) {
-    prep_ctx c;
-    memset(&c, 0, sizeof c);
-    c.o = o;
-    c.rank = slm_dist_rank();
-    c.world = slm_dist_world();
+// The previous dataset in the directory moved aside by the swap, read once (slm_publish drop).
+typedef struct {
     slm_dataset ds;
-    memset(&ds, 0, sizeof ds);
-    int n_cap = 0, W = o->workers;
-    bool work_created = false, swapped = false;
-    char *tok_dst = NULL, *out_path = NULL, *old_dir = NULL;
-    int64_t *recv = NULL;
-    double t0 = slm_time_s();
+    int state; // 0: not read yet, 1: read, -1: unreadable (then nothing is deleted)
+} old_dataset;
 
-    slm_status st = check_opts(o);
-    if (st) return st;
-    // Interruptible from here on (handlers restored at the end).
-    slm_stop_reset();
-    slm_stop_install(NULL, NULL);
-    if (st == SLM_OK) st = slm_tokenizer_load(o->tokenizer_path, &c.tok);
+// slm_publish drop: the files of the previous dataset (manifest.json, the tokenizer copy and the
+// shards its manifest lists) are deleted; anything else in it (files prep did not write) is moved
+// into the new --out.
+static bool drop_old_dataset_file(const char *old, const char *name, const char *out, void *arg) {
+    (void)out;
+    old_dataset *od = arg;
+    if (!od->state) od->state = slm_dataset_open(old, &od->ds) == SLM_OK ? 1 : -1;
+    if (od->state < 0) return false;
+    if (!strcmp(name, "manifest.json")) return true;
+    if (od->ds.tokenizer_file && !strcmp(name, base_name(od->ds.tokenizer_file))) return true;
+    for (int s = 0; s < 2; s++) {
+        const slm_split_info *sp = s ? &od->ds.val : &od->ds.train;
+        for (int i = 0; i < sp->n_shards; i++)
+            if (!strcmp(name, sp->shards[i].file)) return true;
+    }
+    return false;
+}
+
+// Replaces --out by the finished temp directory (slm_publish_dir): a kill in between leaves
+// either the old dataset or nothing under `out_path`, never a mix.
+static slm_status swap_in(const char *work, const char *out_path, const char *old,
+                          const char *shown) {
+    old_dataset od = {.state = 0};
+    slm_publish p = {.what = "prep: --out", .shown = shown, .drop = drop_old_dataset_file};
+    p.arg = &od;
+    slm_status st = slm_publish_dir(work, out_path, old, &p);
+    slm_dataset_free(&od.ds);
+    return st;
+}
+
+// Agrees on a status across ranks (no-op in a world of one).
+static slm_status agree(const prep_ctx *c, slm_status st) {
+    return c->world > 1 ? slm_dist_agree(st) : st;
+}
+
+// SLM_E_INTERRUPTED when a stop was requested and `st` is SLM_OK; else `st`.
+static slm_status check_interrupted(slm_status st) {
+    if (st == SLM_OK && slm_stop_requested())
+        st =
+            slm_fail(SLM_E_INTERRUPTED, "prep: interrupted by signal %d; removed this run's output",
+                     slm_stop_signal());
+    return st;
+}
+
+// The state of one slm_prep_run: the context the workers share, and what the driver's steps
+// hand on to each other.
+typedef struct {
+    prep_ctx c;
+    slm_dataset ds; // the new manifest (shard lists on every rank, the rest on rank 0)
+    char *out_path; // --out resolved (slm_publish_target)
+    char *old_dir;  // where the previous --out goes during the swap
+    char *tok_dst;  // rank 0: the tokenizer copy in the temp directory
+    uint64_t total; // bytes of this rank's units
+    int started;    // worker threads started
+    bool work_created, swapped;
+    double t0;
+} prep_run;
+
+// Loads the tokenizer (its vocabulary must fit uint32 tokens) and the chat template.
+static slm_status load_tokenizer(prep_run *r) {
+    const slm_prep_opts *o = r->c.o;
+    slm_status st = slm_tokenizer_load(o->tokenizer_path, &r->c.tok);
     if (st == SLM_OK) {
-        int32_t v = slm_tokenizer_vocab_size(c.tok);
+        int32_t v = slm_tokenizer_vocab_size(r->c.tok);
         if (v <= 0)
             st = slm_fail(SLM_E_FORMAT,
                           "%s: vocab size %" PRId32 " does not fit the uint32 "
                           "token dtype",
                           o->tokenizer_path, v);
-        c.vocab = (uint32_t)v;
+        r->c.vocab = (uint32_t)v;
     }
-    if (st == SLM_OK && o->chat_template) st = slm_chat_template_load(o->chat_template, &c.tpl);
-    if (st == SLM_OK) st = slm_chat_template_check(c.tpl, c.tok);
+    if (st == SLM_OK && o->chat_template) st = slm_chat_template_load(o->chat_template, &r->c.tpl);
+    if (st == SLM_OK) st = slm_chat_template_check(r->c.tpl, r->c.tok);
+    return st;
+}
+
+// Checks --out and lists the inputs (every rank the same list: a shared file system is
+// assumed), after `st` (the tokenizer's status). Collective: every rank has listed its inputs
+// before rank 0 creates anything next to --out.
+static slm_status list_inputs(prep_run *r, slm_status st) {
+    const slm_prep_opts *o = r->c.o;
+    prep_ctx *c = &r->c;
+    int n_cap = 0;
     // --out: never one of the inputs; skipped by the walk when it lies inside an input dir.
-    out_path = resolve_out(o->out_dir);
+    r->out_path = slm_publish_target(o->out_dir);
     struct stat out_st;
-    bool out_exists = stat(out_path, &out_st) == 0;
+    bool out_exists = stat(r->out_path, &out_st) == 0;
     if (st == SLM_OK && out_exists && !S_ISDIR(out_st.st_mode))
         st = slm_fail(SLM_E_IO, "prep: --out %s exists and is not a directory", o->out_dir);
-    if (st == SLM_OK) st = check_out_vs_inputs(o, out_path);
-    // Inputs: every rank enumerates the same list (a shared file system is assumed).
+    if (st == SLM_OK) st = check_out_vs_inputs(o, r->out_path);
     for (int i = 0; i < o->n_inputs && st == SLM_OK; i++) {
         if (!strcmp(o->inputs[i], "-")) {
             source s = {slm_xstrdup("<stdin>"), false, true, 0, NULL};
-            if (c.rank == 0) st = read_stdin(&s.stdin_data, &s.size);
-            add_source(&c.srcs, &c.n_srcs, &n_cap, s);
+            if (c->rank == 0) st = read_stdin(&s.stdin_data, &s.size);
+            add_source(&c->srcs, &c->n_srcs, &n_cap, s);
         } else {
-            st = add_path(o->inputs[i], &c.srcs, &c.n_srcs, &n_cap, 0, out_exists ? &out_st : NULL);
+            st = add_path(o->inputs[i], &c->srcs, &c->n_srcs, &n_cap, 0,
+                          out_exists ? &out_st : NULL);
         }
     }
-    for (int i = 0; i < c.n_srcs && st == SLM_OK && o->format != SLM_PREP_TEXT; i++)
-        if (!c.srcs[i].jsonl)
-            st =
-                slm_fail(SLM_E_ARG, "prep: input %s: --format %s reads JSONL files (*.jsonl) only",
-                         c.srcs[i].path, o->format == SLM_PREP_CHAT ? "chat" : "prompt-completion");
-    // Every rank has listed its inputs before rank 0 creates anything next to --out.
-    st = agree(&c, st);
-    if (st) goto out;
-    // The new dataset is built in a hidden temp sibling of --out named after rank 0's pid, and
-    // swapped in only once complete (slm_prep_run's header comment).
-    {
-        int64_t pid = (int64_t)getpid();
-        if (c.world > 1) slm_dist_bcast(&pid, 1, SLM_DTYPE_I64, 0, "prep temp dir");
-        c.work_dir = sibling_path(out_path, "tmp", pid);
-        old_dir = sibling_path(out_path, "old", pid);
-    }
-    if (c.rank == 0) {
-        char *parent = slm_path_parent(out_path);
-        st = slm_mkdir_p(parent);
-        free(parent);
-        if (st == SLM_OK) {
-            remove_stale_work_dirs(out_path);
-            slm_rmdir_flat_quiet(c.work_dir); // a stale one from a killed run with the same pid
-            if (mkdir(c.work_dir, 0777) != 0)
-                st = slm_fail(SLM_E_IO, "prep: cannot create temp directory %s: %s", c.work_dir,
-                              strerror(errno));
-            else
-                work_created = true;
-        }
-        if (st == SLM_OK) {
-            tok_dst = slm_path_join(c.work_dir, base_name(o->tokenizer_path));
-            st = slm_file_copy(o->tokenizer_path, tok_dst, &ds.tokenizer_xxh64);
-        }
-    }
-    st = agree(&c, st); // the temp directory exists before any shard is written
-    if (st) goto out;
+    for (int i = 0; i < c->n_srcs && st == SLM_OK && o->format != SLM_PREP_TEXT; i++)
+        if (!c->srcs[i].jsonl)
+            st = slm_fail(SLM_E_ARG, "prep: input %s: --format %s reads JSONL files (*.jsonl) only",
+                          c->srcs[i].path,
+                          o->format == SLM_PREP_CHAT ? "chat" : "prompt-completion");
+    return agree(c, st);
+}
 
-    // Units: global index u over file sources -> rank u % world; stdin units stay on rank 0.
-    {
-        size_t ub = o->unit_bytes > 0 ? (size_t)o->unit_bytes : UNIT_BYTES;
-        int64_t u = 0;
-        int cap = 0;
-        for (int s = 0; s < c.n_srcs; s++) {
-            const source *src = &c.srcs[s];
-            for (size_t a = 0; a < src->size; a += ub) {
-                bool mine = src->is_stdin ? c.rank == 0 : (u % c.world) == c.rank;
-                if (!src->is_stdin) u++;
-                if (!mine) continue;
-                if (c.n_units == cap) {
-                    cap = cap ? 2 * cap : 64;
-                    c.units = slm_xrealloc(c.units, (size_t)cap * sizeof *c.units);
-                }
-                size_t b = a + ub < src->size ? a + ub : src->size;
-                c.units[c.n_units++] = (unit){s, a, b};
+// The new dataset is built in a hidden temp sibling of --out named after rank 0's pid, and
+// swapped in only once complete (slm_prep_run's header comment). Rank 0 creates it and copies
+// the tokenizer in. Collective: the temp directory exists before any shard is written.
+static slm_status create_work_dir(prep_run *r) {
+    prep_ctx *c = &r->c;
+    slm_status st = SLM_OK;
+    int64_t pid = (int64_t)getpid();
+    if (c->world > 1) slm_dist_bcast(&pid, 1, SLM_DTYPE_I64, 0, "prep temp dir");
+    c->work_dir = slm_publish_sibling(r->out_path, "prep-tmp", pid);
+    r->old_dir = slm_publish_sibling(r->out_path, "prep-old", pid);
+    if (c->rank == 0) {
+        remove_stale_work_dirs(r->out_path);
+        slm_publish p = {.what = "prep: --out", .shown = c->o->out_dir};
+        st = slm_publish_begin(c->work_dir, &p);
+        r->work_created = st == SLM_OK;
+        if (st == SLM_OK) {
+            r->tok_dst = slm_path_join(c->work_dir, base_name(c->o->tokenizer_path));
+            st = slm_file_copy(c->o->tokenizer_path, r->tok_dst, &r->ds.tokenizer_xxh64);
+        }
+    }
+    return agree(c, st);
+}
+
+// Units: global index u over file sources -> rank u % world; stdin units stay on rank 0.
+static void assign_units(prep_run *r) {
+    prep_ctx *c = &r->c;
+    size_t ub = c->o->unit_bytes > 0 ? (size_t)c->o->unit_bytes : UNIT_BYTES;
+    int64_t u = 0;
+    int cap = 0;
+    for (int s = 0; s < c->n_srcs; s++) {
+        const source *src = &c->srcs[s];
+        for (size_t a = 0; a < src->size; a += ub) {
+            bool mine = src->is_stdin ? c->rank == 0 : (u % c->world) == c->rank;
+            if (!src->is_stdin) u++;
+            if (!mine) continue;
+            if (c->n_units == cap) {
+                cap = cap ? 2 * cap : 64;
+                c->units = slm_xrealloc(c->units, (size_t)cap * sizeof *c->units);
             }
+            size_t b = a + ub < src->size ? a + ub : src->size;
+            c->units[c->n_units++] = (unit){s, a, b};
         }
     }
-    uint64_t total = 0;
-    for (int i = 0; i < c.n_units; i++)
-        total += c.units[i].end - c.units[i].begin;
+    for (int i = 0; i < c->n_units; i++)
+        r->total += c->units[i].end - c->units[i].begin;
     // val iff (hash >> 11) < val_fraction * 2^53, exact in doubles.
-    c.val_threshold = (uint64_t)(o->val_fraction * 9007199254740992.0);
+    c->val_threshold = (uint64_t)(c->o->val_fraction * 9007199254740992.0);
+}
 
-    c.workers = slm_xcalloc((size_t)W, sizeof *c.workers);
-    atomic_init(&c.failed, 0);
-    atomic_init(&c.done, 0);
-    atomic_init(&c.bytes_done, 0);
-    int started = 0;
+// Starts the workers, shows progress until they are done and collects their status.
+// Collective (the status agreed).
+static slm_status run_workers(prep_run *r) {
+    prep_ctx *c = &r->c;
+    int W = c->o->workers;
+    slm_status st = SLM_OK;
+    c->workers = slm_xcalloc((size_t)W, sizeof *c->workers);
+    atomic_init(&c->failed, 0);
+    atomic_init(&c->done, 0);
+    atomic_init(&c->bytes_done, 0);
     for (int i = 0; i < W; i++) {
-        c.workers[i].ctx = &c;
-        c.workers[i].id = i;
-        if (pthread_create(&c.workers[i].thread, NULL, worker_main, &c.workers[i]) != 0) {
+        c->workers[i].ctx = c;
+        c->workers[i].id = i;
+        if (pthread_create(&c->workers[i].thread, NULL, worker_main, &c->workers[i]) != 0) {
             st = slm_fail(SLM_E_IO, "prep: cannot start worker thread %d", i);
-            atomic_store(&c.failed, 1);
+            atomic_store(&c->failed, 1);
             break;
         }
-        started++;
+        r->started++;
     }
-    {
-        slm_progress pg;
-        slm_progress_begin(&pg, "prep", 0, (double)total);
-        pg.on = pg.on && o->progress && c.rank == 0;
-        while (atomic_load(&c.done) < started) {
-            struct timespec ts = {0, 100 * 1000 * 1000};
-            nanosleep(&ts, NULL);
-            progress(&c, &pg, t0, false);
-        }
-        for (int i = 0; i < started; i++)
-            pthread_join(c.workers[i].thread, NULL);
-        progress(&c, &pg, t0, true);
+    slm_progress pg;
+    slm_progress_begin(&pg, "prep", 0, (double)r->total);
+    pg.on = pg.on && c->o->progress && c->rank == 0;
+    while (atomic_load(&c->done) < r->started) {
+        struct timespec ts = {0, 100 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        progress(c, &pg, r->t0, false);
     }
-    for (int i = 0; i < started && st == SLM_OK; i++)
-        if (c.workers[i].st) {
-            st = c.workers[i].st;
-            slm_set_errmsg(c.workers[i].err);
+    for (int i = 0; i < r->started; i++)
+        pthread_join(c->workers[i].thread, NULL);
+    progress(c, &pg, r->t0, true);
+    for (int i = 0; i < r->started && st == SLM_OK; i++)
+        if (c->workers[i].st) {
+            st = c->workers[i].st;
+            slm_set_errmsg(c->workers[i].err);
         }
-    if (st == SLM_OK && slm_stop_requested())
-        st =
-            slm_fail(SLM_E_INTERRUPTED, "prep: interrupted by signal %d; removed this run's output",
-                     slm_stop_signal());
-    st = agree(&c, st);
-    if (st) goto out;
+    return agree(c, check_interrupted(st));
+}
 
-    // Gather every rank's shard records: counts first, then fixed-size rows.
-    {
-        int64_t n_local = 0, max_n = 0;
-        for (int i = 0; i < W; i++)
-            n_local += c.workers[i].n_recs;
-        int64_t *counts = slm_xcalloc((size_t)c.world, sizeof *counts);
-        if (c.world > 1)
-            slm_dist_allgather(&n_local, counts, 1, SLM_DTYPE_I64, "prep shard counts");
-        else
-            counts[0] = n_local;
-        for (int r = 0; r < c.world; r++)
-            max_n = counts[r] > max_n ? counts[r] : max_n;
-        int64_t row = (max_n > 0 ? max_n : 1) * REC_FIELDS;
-        int64_t *send = slm_xcalloc((size_t)row, sizeof *send);
-        recv = slm_xcalloc((size_t)(row * c.world), sizeof *recv);
-        int64_t k = 0;
-        for (int i = 0; i < W; i++)
-            for (int j = 0; j < c.workers[i].n_recs; j++) {
-                const shard_rec *r = &c.workers[i].recs[j];
-                int64_t *q = send + REC_FIELDS * k++;
-                q[0] = r->split;
-                q[1] = r->worker;
-                q[2] = r->index;
-                q[3] = r->n_tokens;
-                q[4] = r->n_docs;
-                q[5] = r->bytes;
-                memcpy(&q[6], &r->xxh64, 8);
+// This rank's shard records as fixed-size rows of REC_FIELDS into `send`.
+static void pack_records(const prep_ctx *c, int64_t *send) {
+    int64_t k = 0;
+    for (int i = 0; i < c->o->workers; i++)
+        for (int j = 0; j < c->workers[i].n_recs; j++) {
+            const shard_rec *r = &c->workers[i].recs[j];
+            int64_t *q = send + REC_FIELDS * k++;
+            q[0] = r->split;
+            q[1] = r->worker;
+            q[2] = r->index;
+            q[3] = r->n_tokens;
+            q[4] = r->n_docs;
+            q[5] = r->bytes;
+            memcpy(&q[6], &r->xxh64, 8);
+        }
+}
+
+// The manifest's shard lists from every rank's rows (`counts[r]` rows of rank r at recv + r *
+// row). Manifest order: split, then rank, worker, index (rows are rank-major; within a rank each
+// worker's records are in index order, workers in id order).
+static void list_shards(prep_run *r, const int64_t *counts, const int64_t *recv, int64_t row) {
+    prep_ctx *c = &r->c;
+    int64_t total_recs = 0;
+    for (int k = 0; k < c->world; k++)
+        total_recs += counts[k];
+    slm_split_info *sps[2] = {&r->ds.train, &r->ds.val};
+    for (int s = 0; s < 2; s++)
+        sps[s]->shards = slm_xcalloc((size_t)total_recs + 1, sizeof(slm_shard_info));
+    for (int s = 0; s < 2; s++)
+        for (int k = 0; k < c->world; k++)
+            for (int64_t i = 0; i < counts[k]; i++) {
+                const int64_t *q = recv + k * row + REC_FIELDS * i;
+                if (q[0] != s) continue;
+                slm_shard_info *si = &sps[s]->shards[sps[s]->n_shards++];
+                char *p = shard_path(c, s, q[1], q[2], k, false);
+                si->file = slm_xstrdup(base_name(p));
+                free(p);
+                si->n_tokens = (uint64_t)q[3];
+                si->n_docs = (uint64_t)q[4];
+                si->bytes = (uint64_t)q[5];
+                memcpy(&si->xxh64, &q[6], 8);
+                sps[s]->n_tokens += si->n_tokens;
+                sps[s]->n_docs += si->n_docs;
             }
-        if (c.world > 1)
-            slm_dist_allgather(send, recv, row, SLM_DTYPE_I64, "prep shard records");
-        else
-            memcpy(recv, send, (size_t)row * sizeof *send);
-        free(send);
+}
 
-        // Manifest order: split, then rank, worker, index (rows are rank-major; within a rank
-        // each worker's records are in index order, workers in id order).
-        int64_t total_recs = 0;
-        for (int r = 0; r < c.world; r++)
-            total_recs += counts[r];
-        slm_split_info *sps[2] = {&ds.train, &ds.val};
-        for (int s = 0; s < 2; s++)
-            sps[s]->shards = slm_xcalloc((size_t)total_recs + 1, sizeof(slm_shard_info));
-        for (int s = 0; s < 2; s++)
-            for (int r = 0; r < c.world; r++)
-                for (int64_t i = 0; i < counts[r]; i++) {
-                    const int64_t *q = recv + r * row + REC_FIELDS * i;
-                    if (q[0] != s) continue;
-                    slm_shard_info *si = &sps[s]->shards[sps[s]->n_shards++];
-                    char *p = shard_path(&c, s, q[1], q[2], r, false);
-                    si->file = slm_xstrdup(base_name(p));
-                    free(p);
-                    si->n_tokens = (uint64_t)q[3];
-                    si->n_docs = (uint64_t)q[4];
-                    si->bytes = (uint64_t)q[5];
-                    memcpy(&si->xxh64, &q[6], 8);
-                    sps[s]->n_tokens += si->n_tokens;
-                    sps[s]->n_docs += si->n_docs;
-                }
-        free(counts);
+// Gathers every rank's shard records (counts first, then fixed-size rows) into the manifest's
+// shard lists. Collective.
+static void gather_shards(prep_run *r) {
+    prep_ctx *c = &r->c;
+    int64_t n_local = 0, max_n = 0;
+    for (int i = 0; i < c->o->workers; i++)
+        n_local += c->workers[i].n_recs;
+    int64_t *counts = slm_xcalloc((size_t)c->world, sizeof *counts);
+    if (c->world > 1)
+        slm_dist_allgather(&n_local, counts, 1, SLM_DTYPE_I64, "prep shard counts");
+    else
+        counts[0] = n_local;
+    for (int k = 0; k < c->world; k++)
+        max_n = counts[k] > max_n ? counts[k] : max_n;
+    int64_t row = (max_n > 0 ? max_n : 1) * REC_FIELDS;
+    int64_t *send = slm_xcalloc((size_t)row, sizeof *send);
+    int64_t *recv = slm_xcalloc((size_t)(row * c->world), sizeof *recv);
+    pack_records(c, send);
+    if (c->world > 1)
+        slm_dist_allgather(send, recv, row, SLM_DTYPE_I64, "prep shard records");
+    else
+        memcpy(recv, send, (size_t)row * sizeof *send);
+    free(send);
+    list_shards(r, counts, recv, row);
+    free(recv);
+    free(counts);
+}
+
+// Documents read and skipped (empty, or encoded to no token), summed over every worker of
+// every rank; written = the shards' n_docs. Collective.
+static void sum_doc_counts(prep_run *r) {
+    int64_t dc[2] = {0, 0};
+    for (int i = 0; i < r->c.o->workers; i++) {
+        dc[0] += (int64_t)r->c.workers[i].docs_read;
+        dc[1] += (int64_t)r->c.workers[i].docs_skipped;
     }
-    {
-        // Documents read and skipped (empty, or encoded to no token), summed over every worker
-        // of every rank; written = the shards' n_docs.
-        int64_t dc[2] = {0, 0};
-        for (int i = 0; i < W; i++) {
-            dc[0] += (int64_t)c.workers[i].docs_read;
-            dc[1] += (int64_t)c.workers[i].docs_skipped;
-        }
-        if (c.world > 1)
-            slm_dist_allreduce(dc, 2, SLM_DTYPE_I64, SLM_OP_SUM, "prep document counts");
-        ds.has_doc_counts = true;
-        ds.docs_read = (uint64_t)dc[0];
-        ds.docs_skipped = (uint64_t)dc[1];
-    }
-    if (ds.train.n_docs + ds.val.n_docs == 0) {
-        st = slm_fail(SLM_E_ARG,
-                      "prep: empty corpus: no non-empty documents in the %d input(s) (%" PRIu64
-                      " read, %" PRIu64 " skipped as empty)",
-                      o->n_inputs, ds.docs_read, ds.docs_skipped);
-        goto out;
-    }
-    // Every shard is complete on every rank: give this rank's shards their final names.
-    for (int i = 0; i < W && st == SLM_OK; i++)
-        for (int j = 0; j < c.workers[i].n_recs && st == SLM_OK; j++) {
-            const shard_rec *r = &c.workers[i].recs[j];
-            char *from = shard_path(&c, (int)r->split, r->worker, r->index, c.rank, true);
-            char *to = shard_path(&c, (int)r->split, r->worker, r->index, c.rank, false);
+    if (r->c.world > 1)
+        slm_dist_allreduce(dc, 2, SLM_DTYPE_I64, SLM_OP_SUM, "prep document counts");
+    r->ds.has_doc_counts = true;
+    r->ds.docs_read = (uint64_t)dc[0];
+    r->ds.docs_skipped = (uint64_t)dc[1];
+}
+
+// Every shard is complete on every rank: gives this rank's shards their final names and fsyncs
+// the temp directory. Collective.
+static slm_status finish_shards(prep_run *r) {
+    prep_ctx *c = &r->c;
+    slm_status st = SLM_OK;
+    for (int i = 0; i < c->o->workers && st == SLM_OK; i++)
+        for (int j = 0; j < c->workers[i].n_recs && st == SLM_OK; j++) {
+            const shard_rec *s = &c->workers[i].recs[j];
+            char *from = shard_path(c, (int)s->split, s->worker, s->index, c->rank, true);
+            char *to = shard_path(c, (int)s->split, s->worker, s->index, c->rank, false);
             if (rename(from, to) != 0)
                 st = slm_fail(SLM_E_IO, "%s: rename to %s failed: %s", from, to, strerror(errno));
             free(from);
             free(to);
         }
-    if (st == SLM_OK) st = slm_fsync_dir(c.work_dir);
-    if (st == SLM_OK && slm_stop_requested())
-        st =
-            slm_fail(SLM_E_INTERRUPTED, "prep: interrupted by signal %d; removed this run's output",
-                     slm_stop_signal());
-    st = agree(&c, st);
-    if (st) goto out;
-    if (c.rank == 0) {
-        ds.dir = slm_xstrdup(c.work_dir);
-        ds.tokenizer_file = slm_xstrdup(tok_dst);
-        ds.tokenizer_type = slm_xstrdup(slm_tokenizer_type_name(c.tok));
-        ds.vocab_size = (int32_t)c.vocab;
-        ds.bos_id = slm_tokenizer_bos_id(c.tok);
-        ds.eos_id = slm_tokenizer_eos_id(c.tok);
-        ds.token_bytes = c.vocab <= 65536u ? 2 : 4;
-        ds.seed = o->seed;
-        ds.val_fraction = o->val_fraction;
-        ds.masked = o->format != SLM_PREP_TEXT;
-        if (ds.masked) {
-            ds.sample_format =
-                slm_xstrdup(o->format == SLM_PREP_CHAT ? "chat" : "prompt-completion");
-            if (c.tpl) ds.chat_template = slm_xstrdup(slm_chat_template_name(c.tpl));
-        }
-        st = slm_dataset_write(&ds);
-        if (st == SLM_OK && slm_stop_requested())
-            st = slm_fail(SLM_E_INTERRUPTED,
-                          "prep: interrupted by signal %d; removed this run's output",
-                          slm_stop_signal());
-        if (st == SLM_OK) {
-            st = swap_in(c.work_dir, out_path, old_dir, o->out_dir);
-            swapped = st == SLM_OK || !slm_is_dir(c.work_dir);
-        }
-    }
-    st = agree(&c, st);
-    if (st == SLM_OK && c.rank == 0 && o->progress) {
-        double dt = slm_time_s() - t0;
-        slm_info("prep: %s: train %" PRIu64 " tokens / %" PRIu64 " docs / %d shards, val %" PRIu64
-                 " tokens / %" PRIu64 " docs / %d shards; %.1f MB local input in %.2f s",
-                 o->out_dir, ds.train.n_tokens, ds.train.n_docs, ds.train.n_shards, ds.val.n_tokens,
-                 ds.val.n_docs, ds.val.n_shards, (double)total / 1e6, dt);
-        slm_info("prep: documents: %" PRIu64 " read, %" PRIu64 " written, %" PRIu64
-                 " skipped (empty: no text, or no token)",
-                 ds.docs_read, ds.train.n_docs + ds.val.n_docs, ds.docs_skipped);
-    }
+    if (st == SLM_OK) st = slm_fsync_dir(c->work_dir);
+    return agree(c, check_interrupted(st));
+}
 
-out:
-    if (st && !swapped) {
-        // Remove everything this run wrote: own shards, and on rank 0 the whole temp directory
-        // (manifest, tokenizer copy, other ranks' shards). --out itself was never touched.
-        for (int i = 0; c.workers && i < W; i++)
-            for (int j = 0; j < c.workers[i].n_recs; j++) {
-                const shard_rec *r = &c.workers[i].recs[j];
-                for (int partial = 0; partial < 2; partial++) {
-                    char *p = shard_path(&c, (int)r->split, r->worker, r->index, c.rank, partial);
-                    unlink(p);
-                    free(p);
-                }
+// Rank 0: the manifest's fields other than the shard lists and document counts.
+static void describe_dataset(prep_run *r) {
+    const slm_prep_opts *o = r->c.o;
+    slm_dataset *ds = &r->ds;
+    ds->dir = slm_xstrdup(r->c.work_dir);
+    ds->tokenizer_file = slm_xstrdup(r->tok_dst);
+    ds->tokenizer_type = slm_xstrdup(slm_tokenizer_type_name(r->c.tok));
+    ds->vocab_size = (int32_t)r->c.vocab;
+    ds->bos_id = slm_tokenizer_bos_id(r->c.tok);
+    ds->eos_id = slm_tokenizer_eos_id(r->c.tok);
+    ds->token_bytes = r->c.vocab <= 65536u ? 2 : 4;
+    ds->seed = o->seed;
+    ds->val_fraction = o->val_fraction;
+    ds->masked = o->format != SLM_PREP_TEXT;
+    if (ds->masked) {
+        ds->sample_format = slm_xstrdup(o->format == SLM_PREP_CHAT ? "chat" : "prompt-completion");
+        if (r->c.tpl) ds->chat_template = slm_xstrdup(slm_chat_template_name(r->c.tpl));
+    }
+}
+
+// Rank 0 writes manifest.json into the temp directory and swaps it in as --out. Collective.
+static slm_status publish(prep_run *r) {
+    slm_status st = SLM_OK;
+    if (r->c.rank == 0) {
+        describe_dataset(r);
+        st = check_interrupted(slm_dataset_write(&r->ds));
+        if (st == SLM_OK) {
+            st = swap_in(r->c.work_dir, r->out_path, r->old_dir, r->c.o->out_dir);
+            r->swapped = st == SLM_OK || !slm_is_dir(r->c.work_dir);
+        }
+    }
+    return agree(&r->c, st);
+}
+
+// Rank 0, with --progress: the summary lines.
+static void log_summary(const prep_run *r) {
+    const slm_dataset *ds = &r->ds;
+    if (r->c.rank != 0 || !r->c.o->progress) return;
+    double dt = slm_time_s() - r->t0;
+    slm_info("prep: %s: train %" PRIu64 " tokens / %" PRIu64 " docs / %d shards, val %" PRIu64
+             " tokens / %" PRIu64 " docs / %d shards; %.1f MB local input in %.2f s",
+             r->c.o->out_dir, ds->train.n_tokens, ds->train.n_docs, ds->train.n_shards,
+             ds->val.n_tokens, ds->val.n_docs, ds->val.n_shards, (double)r->total / 1e6, dt);
+    slm_info("prep: documents: %" PRIu64 " read, %" PRIu64 " written, %" PRIu64
+             " skipped (empty: no text, or no token)",
+             ds->docs_read, ds->train.n_docs + ds->val.n_docs, ds->docs_skipped);
+}
+
+// After a failure: removes everything this run wrote: own shards, and on rank 0 the whole temp
+// directory (manifest, tokenizer copy, other ranks' shards). --out itself was never touched.
+static void remove_output(prep_run *r) {
+    prep_ctx *c = &r->c;
+    for (int i = 0; c->workers && i < c->o->workers; i++)
+        for (int j = 0; j < c->workers[i].n_recs; j++) {
+            const shard_rec *s = &c->workers[i].recs[j];
+            for (int partial = 0; partial < 2; partial++) {
+                char *p = shard_path(c, (int)s->split, s->worker, s->index, c->rank, partial);
+                unlink(p);
+                free(p);
             }
-        if (c.rank == 0 && work_created) slm_rmdir_flat_quiet(c.work_dir);
+        }
+    if (c->rank == 0 && r->work_created) slm_rmdir_flat_quiet(c->work_dir);
+}
+
+static void free_run(prep_run *r) {
+    prep_ctx *c = &r->c;
+    for (int i = 0; c->workers && i < c->o->workers; i++) {
+        slm_ivec_free(&c->workers[i].buf[0]);
+        slm_ivec_free(&c->workers[i].buf[1]);
+        slm_buf_free(&c->workers[i].fbuf[0]);
+        slm_buf_free(&c->workers[i].fbuf[1]);
+        free(c->workers[i].recs);
     }
-    for (int i = 0; c.workers && i < W; i++) {
-        slm_ivec_free(&c.workers[i].buf[0]);
-        slm_ivec_free(&c.workers[i].buf[1]);
-        slm_buf_free(&c.workers[i].fbuf[0]);
-        slm_buf_free(&c.workers[i].fbuf[1]);
-        free(c.workers[i].recs);
+    free(c->workers);
+    for (int i = 0; i < c->n_srcs; i++) {
+        free(c->srcs[i].path);
+        free(c->srcs[i].stdin_data);
     }
-    free(c.workers);
-    for (int i = 0; i < c.n_srcs; i++) {
-        free(c.srcs[i].path);
-        free(c.srcs[i].stdin_data);
+    free(c->srcs);
+    free(c->units);
+    free(r->tok_dst);
+    free(r->out_path);
+    free(r->old_dir);
+    free(c->work_dir);
+    slm_dataset_free(&r->ds);
+    slm_tokenizer_free(c->tok);
+    slm_chat_template_free(c->tpl);
+}
+
+slm_status slm_prep_run(const slm_prep_opts *o) {
+    slm_status st = check_opts(o);
+    if (st) return st;
+    prep_run r;
+    memset(&r, 0, sizeof r);
+    r.c.o = o;
+    r.c.rank = slm_dist_rank();
+    r.c.world = slm_dist_world();
+    r.t0 = slm_time_s();
+    // Interruptible from here on (handlers restored at the end).
+    slm_stop_reset();
+    slm_stop_install(NULL, NULL);
+    st = list_inputs(&r, load_tokenizer(&r));
+    if (st == SLM_OK) st = create_work_dir(&r);
+    if (st == SLM_OK) {
+        assign_units(&r);
+        st = run_workers(&r);
     }
-    free(c.srcs);
-    free(c.units);
-    free(recv);
-    free(tok_dst);
-    free(out_path);
-    free(old_dir);
-    free(c.work_dir);
-    slm_dataset_free(&ds);
-    slm_tokenizer_free(c.tok);
-    slm_chat_template_free(c.tpl);
+    if (st == SLM_OK) {
+        gather_shards(&r);
+        sum_doc_counts(&r);
+        if (r.ds.train.n_docs + r.ds.val.n_docs == 0)
+            st = slm_fail(SLM_E_ARG,
+                          "prep: empty corpus: no non-empty documents in the %d input(s) (%" PRIu64
+                          " read, %" PRIu64 " skipped as empty)",
+                          o->n_inputs, r.ds.docs_read, r.ds.docs_skipped);
+    }
+    if (st == SLM_OK) st = finish_shards(&r);
+    if (st == SLM_OK) st = publish(&r);
+    if (st == SLM_OK) log_summary(&r);
+    if (st && !r.swapped) remove_output(&r);
+    free_run(&r);
     slm_stop_restore();
     return st;
 }

@@ -31,7 +31,7 @@ static slm_comm g_world_comm = {0, 0, 1, "world", -1, 0};
 // A collective's flight-recorder entry (sequence number = the group's next).
 static uint64_t fl_begin(slm_comm *c, const char *op, const char *what, int64_t count,
                          slm_dtype dt) {
-    return slm_flight_begin(c->fid, ++c->seq, op, what, count * (int64_t)slm_dtype_bytes(dt));
+    return slm_comm_flight_begin(c, op, what, count * (int64_t)slm_dtype_bytes(dt));
 }
 static MPI_Op g_bf16_sum = MPI_OP_NULL;
 
@@ -180,9 +180,7 @@ double slm_flight_abort_grace(double timeout_s) {
     return g < 10 ? g : 10;
 }
 
-// A timed-out wait: the flight recorder's dump, a grace for the peers waiting in the same
-// collective to time out and dump too, then the job's end.
-static void timed_out(const char *what, const slm_comm *c) {
+void slm_dist_timeout_dump(const char *what) {
     bool dumped = slm_flight_dump("collective timeout");
     if (dumped) {
         slm_error("collective %s timed out after %.0f s; flight recorder written to %s; aborting "
@@ -193,10 +191,32 @@ static void timed_out(const char *what, const slm_comm *c) {
         while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
         }
     }
-    slm_fatal("collective %s timed out after %.0f s (%s; group: %s, %d ranks); a peer rank "
-              "is dead or stuck; aborting the job",
-              what, g_timeout_s, g_ctx[0] ? g_ctx : "no context", c ? c->name : "world",
-              c ? c->size : g_world);
+}
+
+void slm_dist_timeout_text(char *buf, size_t n, const char *what, const char *group, int size) {
+    snprintf(buf, n,
+             "collective %s timed out after %.0f s (%s; group: %s, %d ranks); a peer rank is "
+             "dead or stuck",
+             what, g_timeout_s, g_ctx[0] ? g_ctx : "no context", group, size);
+}
+
+double slm_dist_timeout(void) {
+    return g_timeout_s;
+}
+void slm_dist_add_wait(double seconds) {
+    g_wait_s += seconds;
+}
+uint64_t slm_comm_flight_begin(slm_comm *c, const char *op, const char *what, int64_t bytes) {
+    return slm_flight_begin(c->fid, ++c->seq, op, what, bytes);
+}
+
+// A timed-out wait: the flight recorder's dump, a grace for the peers waiting in the same
+// collective to time out and dump too, then the job's end.
+static void timed_out(const char *what, const slm_comm *c) {
+    slm_dist_timeout_dump(what);
+    char msg[1536];
+    slm_dist_timeout_text(msg, sizeof msg, what, c ? c->name : "world", c ? c->size : g_world);
+    slm_fatal("%s; aborting the job", msg);
 }
 
 // Waits for `req` with the deadline; polls with a short sleep after a spin phase. `fl`: its

@@ -249,6 +249,121 @@ typedef struct slm_flight_verdict {
 // the parse errors of a dump (naming the file).
 slm_status slm_flight_analyze(const char *run_dir, slm_flight_verdict *v);
 
+// ---------------------------------------------------------------------------------------------
+// Device collectives (issue 22): communicators over CUDA device buffers (device.c)
+//
+// A parallel set beside slm_comm_* rather than a device flag on it: a device collective is
+// ordered on a CUDA stream, not on the host (it starts after the work queued before it on the
+// producing stream and completes through an event the consumer's stream can wait on without
+// blocking the host); it fails differently (an NCCL communicator is aborted and the failure
+// returned, where an MPI one ends the job); and the CPU path stays exactly as it is, with no
+// device branch in any host collective. The shapes are kept: the same collectives (all-gather,
+// reduce-scatter, all-reduce) with the same argument order, blocking-free starts that fill a
+// request, bounded waits on --collective-timeout with the MPI path's message, groups split with
+// (color, key, name), and the flight recorder's entries numbered in the wrapped host group.
+//
+// Two implementations: NCCL (a communicator bootstrapped through MPI: rank 0's ncclUniqueId is
+// broadcast on the host group; non-blocking NCCL config, so a wait can give up and
+// ncclCommAbort), and host-staged MPI (device -> pinned host on the communication stream, the
+// host collective of this module, pinned host -> device), the fallback when NCCL is not built or
+// when ranks of a group share a GPU (NCCL refuses that). Built only with the CUDA backend
+// (SLM_CUDA); otherwise every function below reports "built without CUDA" (SLM_E_UNSUPPORTED).
+// Device pointers and streams are CUDA's (cudaStream_t as void *; NULL: the legacy default
+// stream). Element types: F32 and BF16 (SUM only for reductions: NCCL's bf16 sum, the host
+// path's user op), plus F64 / I64 / U8 for all-gather.
+
+typedef enum {
+    SLM_DCOMM_AUTO = 0,  // NCCL when built and every rank of the group has its own GPU, else STAGED
+    SLM_DCOMM_NCCL = 1,  // NCCL; an error when not built
+    SLM_DCOMM_STAGED = 2 // host-staged MPI
+} slm_dcomm_kind;
+
+// A device communicator: wraps a host communicator (the world, or its own split) and owns a
+// communication stream (non-blocking w.r.t. the legacy stream) and, for NCCL, an ncclComm_t.
+typedef struct slm_dcomm slm_dcomm;
+
+// An in-flight device collective. Zero-initialised = inactive. Buffers stay valid and untouched
+// (by any stream) until it completes: slm_dcomm_test said done, or slm_dcomm_wait /
+// slm_dcomm_stream_wait returned (for the latter: until that stream passed the wait point).
+typedef struct slm_dcomm_req {
+    bool active;
+    slm_dcomm *dc;         // borrowed
+    const char *op, *what; // string literals
+    double t_start;        // MPI_Wtime at start
+    uint64_t flight;       // its flight-recorder entry (0: none)
+    void *done;            // cudaEvent_t recorded on the communication stream after it
+    int slot;              // staged: its pinned staging slot (-1: none)
+    slm_dist_req host;     // staged: the host collective
+    void *dst;             // staged: device destination of the copy back
+    const void *back;      // staged: its pinned source
+    size_t back_bytes;     // staged: its size
+    bool back_queued;      // staged: the copy back is queued (the host part is done)
+} slm_dcomm_req;
+
+// This rank's rank among the ranks of its node: OMPI_COMM_WORLD_LOCAL_RANK (mpirun), else
+// SLURM_LOCALID (srun), else MPI_LOCALRANKID (MPICH's Hydra), else 0 in a world of one, else
+// the rank in MPI_COMM_TYPE_SHARED of the world. Errors: SLM_E_ARG naming the variable when its
+// value is not an integer >= 0.
+slm_status slm_dist_local_rank(int *local_rank);
+// Picks and sets this rank's GPU: local rank % device count (cudaSetDevice), logged. *dev gets
+// it. Errors: SLM_E_UNSUPPORTED without CUDA or without a device; the local rank's errors.
+slm_status slm_dist_select_device(int *dev);
+// Whether this build has the implementation (NCCL: built with NCCL; STAGED / AUTO: with CUDA).
+bool slm_dcomm_available(slm_dcomm_kind kind);
+
+// Creates the device communicator of host communicator `host` (borrowed; must outlive it) on
+// the current device. Collective over `host`. AUTO decides the same on every rank (one
+// all-gather of each rank's host and device id). Errors: SLM_E_UNSUPPORTED (not built, or NCCL
+// asked for and ranks share a GPU), SLM_E_COMM (CUDA / NCCL failures, named), SLM_E_TIMEOUT
+// (NCCL's bootstrap past the timeout; the communicator aborted). *out NULL on error.
+slm_status slm_dcomm_create(slm_comm *host, slm_dcomm_kind kind, slm_dcomm **out);
+// Splits `parent` (HYBRID_SHARD's shard and replica groups) as slm_comm_split does: the host
+// group with MPI_Comm_split and, for NCCL, the device one with ncclCommSplit. Collective over
+// `parent`. Errors as slm_dcomm_create's.
+slm_status slm_dcomm_split(slm_dcomm *parent, int color, int key, const char *name,
+                           slm_dcomm **out);
+// Frees it (destroys the NCCL communicator, the stream and the staging buffers; frees a host
+// group it split). In-flight requests must be complete. NULL is ignored.
+void slm_dcomm_free(slm_dcomm *dc);
+slm_dcomm_kind slm_dcomm_kind_of(const slm_dcomm *dc); // NCCL or STAGED, never AUTO
+slm_comm *slm_dcomm_host(slm_dcomm *dc);               // the wrapped host group
+void *slm_dcomm_stream(slm_dcomm *dc);                 // the communication stream
+
+// Starts a collective on the communication stream after the work queued on `after` (the
+// producing stream: an event recorded there is waited on by the communication stream; the
+// host does not block, except the staged path, which waits for its device-to-host copy before
+// starting the MPI collective). Shapes as the host ones:
+//  iallgather:      send [count] -> recv [size * count] in rank order (send may be
+//                   recv + rank * count: in place);
+//  ireduce_scatter: send [size * count] -> recv [count], block r to rank r (SUM only);
+//  iallreduce:      in place on buf [count] (SUM only for BF16).
+// `what` names it in messages and the flight recorder (a string literal). Errors: SLM_E_ARG
+// (dtype / op not carried), SLM_E_COMM (CUDA / NCCL failures, or a communicator aborted by an
+// earlier timeout); the request stays inactive then.
+slm_status slm_dcomm_iallgather(slm_dcomm *dc, const void *send, void *recv, int64_t count,
+                                slm_dtype dt, void *after, const char *what, slm_dcomm_req *req);
+slm_status slm_dcomm_ireduce_scatter(slm_dcomm *dc, const void *send, void *recv, int64_t count,
+                                     slm_dtype dt, slm_redop op, void *after, const char *what,
+                                     slm_dcomm_req *req);
+slm_status slm_dcomm_iallreduce(slm_dcomm *dc, void *buf, int64_t count, slm_dtype dt, slm_redop op,
+                                void *after, const char *what, slm_dcomm_req *req);
+// Polls without blocking: *done true when complete (the request becomes inactive). Errors: an
+// asynchronous NCCL or CUDA error (the communicator is aborted).
+slm_status slm_dcomm_test(slm_dcomm_req *req, bool *done);
+// Waits on the host for completion, bounded by slm_dist_set_timeout from the wait's start.
+// NCCL: past the deadline the flight recorder is dumped (and the abort grace waited, as the MPI
+// path does), the communicator is aborted (ncclCommAbort; every later call on it fails) and
+// SLM_E_TIMEOUT returned with the MPI path's message ("collective WHAT timed out after T s
+// (CONTEXT; group: NAME, N ranks); a peer rank is dead or stuck; NCCL communicator aborted"):
+// the caller fails the step. Staged: the host collective's wait is the MPI path's own
+// (slm_dist_wait: on expiry it ends the job). No-op on an inactive request.
+slm_status slm_dcomm_wait(slm_dcomm_req *req);
+// Makes `stream` (compute) wait on the collective without blocking the host (the overlap:
+// start the next unit's all-gather, compute, then let the consumer's stream wait). NCCL: an
+// event wait; the request stays active so a later slm_dcomm_test / slm_dcomm_wait still bounds
+// it on the host. Staged: waits on the host for the MPI part (slm_dcomm_wait), then the same.
+slm_status slm_dcomm_stream_wait(slm_dcomm_req *req, void *stream);
+
 // Total time (seconds) this process spent blocked in slm_dist_wait / blocking collectives since
 // the last reset: the communication time not hidden behind compute ("exposed comm").
 double slm_dist_wait_seconds(void);

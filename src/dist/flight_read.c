@@ -202,17 +202,11 @@ static void list_ranks(slm_buf *b, const int *r, int n) {
         slm_buf_appendf(b, "%s%d", i ? (i + 1 == n ? " and " : ", ") : "", r[i]);
 }
 
-slm_status slm_flight_analyze(const char *run_dir, slm_flight_verdict *v) {
-    memset(v, 0, sizeof *v);
-    v->culprit = -1;
-    v->culprit_step = -1;
-    char *logs = slm_path_join(run_dir, "logs");
+// Reads every logs/flight_rank_RRRRR.json of the run into *F (*n of them, owned): at least one,
+// all of the same world, no rank twice. On error nothing is returned.
+static slm_status read_dumps(const char *logs, slm_flight_file **F_out, int *n_out) {
     DIR *d = opendir(logs);
-    if (!d) {
-        slm_status st = slm_fail(SLM_E_IO, "%s: no logs directory (no flight-recorder dump)", logs);
-        free(logs);
-        return st;
-    }
+    if (!d) return slm_fail(SLM_E_IO, "%s: no logs directory (no flight-recorder dump)", logs);
     int cap = 0, n = 0;
     slm_flight_file *F = NULL;
     slm_status st = SLM_OK;
@@ -246,29 +240,29 @@ slm_status slm_flight_analyze(const char *run_dir, slm_flight_verdict *v) {
             if (F[k].rank == F[i].rank)
                 st = slm_fail(SLM_E_FORMAT, "%s: two dumps of rank %d", logs, F[i].rank);
     }
-    free(logs);
     if (st) {
         for (int i = 0; i < n; i++)
             slm_flight_file_free(&F[i]);
         free(F);
         return st;
     }
-    v->world = W;
-    v->n_dumps = n;
-    // by_rank[r]: rank r's dump or NULL; votes[r]: waiting ranks that name r
-    const slm_flight_file **by_rank = slm_xcalloc((size_t)W, sizeof *by_rank);
+    *F_out = F;
+    *n_out = n;
+    return SLM_OK;
+}
+
+// The rank most waiting ranks name: a member of the group a rank is blocked in that has no
+// dump, no such group or an older sequence number in it (-1: none). *any_blocked: some rank
+// waits in a collective.
+static int vote_culprit(const slm_flight_file *F, int n, const slm_flight_file **by_rank, int W,
+                        bool *any_blocked) {
     int *votes = slm_xcalloc((size_t)W, sizeof(int));
-    double t_first = 0;
-    for (int i = 0; i < n; i++) {
-        by_rank[F[i].rank] = &F[i];
-        if (t_first == 0 || F[i].time < t_first) t_first = F[i].time;
-    }
-    bool any_blocked = false;
+    *any_blocked = false;
     for (int i = 0; i < n; i++) {
         const slm_flight_rec *b = blocked_in(&F[i]);
         const slm_flight_grp *G = b ? find_group(&F[i], b->group) : NULL;
         if (!G) continue;
-        any_blocked = true;
+        *any_blocked = true;
         for (int k = 0; k < G->n_ranks; k++) {
             int m = G->ranks[k];
             if (m == F[i].rank) continue;
@@ -276,76 +270,121 @@ slm_status slm_flight_analyze(const char *run_dir, slm_flight_verdict *v) {
             if (!by_rank[m] || !Gm || Gm->seq < b->seq) votes[m]++;
         }
     }
+    int culprit = -1;
     for (int r = 0; r < W; r++)
-        if (votes[r] && (v->culprit < 0 || votes[r] > votes[v->culprit])) v->culprit = r;
+        if (votes[r] && (culprit < 0 || votes[r] > votes[culprit])) culprit = r;
+    free(votes);
+    return culprit;
+}
+
+// The collective the culprit c never entered: the first waiting rank naming c gives it; the
+// ranks waiting in that same collective go to waiters (v->n_waiting of them).
+static const slm_flight_rec *missed_collective(const slm_flight_file *F, int n,
+                                               const slm_flight_file **by_rank, int c,
+                                               slm_flight_verdict *v, int *waiters) {
+    const slm_flight_rec *b = NULL;
+    for (int i = 0; i < n; i++) {
+        const slm_flight_rec *bi = blocked_in(&F[i]);
+        const slm_flight_grp *G = bi ? find_group(&F[i], bi->group) : NULL;
+        bool names = false;
+        for (int k = 0; G && k < G->n_ranks; k++)
+            names = names || G->ranks[k] == c;
+        const slm_flight_grp *Gc = by_rank[c] && bi ? find_group(by_rank[c], bi->group) : NULL;
+        if (!names || (Gc && Gc->seq >= bi->seq)) continue;
+        if (!b) b = bi;
+        if (!strcmp(bi->group, b->group) && bi->seq == b->seq) waiters[v->n_waiting++] = F[i].rank;
+    }
+    return b;
+}
+
+// Where the culprit was, from its dump C: step, phase, context and its last collective in the
+// group `group`.
+static void culprit_dump_note(slm_buf *t, slm_flight_verdict *v, const slm_flight_file *C,
+                              const char *group) {
+    int c = v->culprit;
+    v->culprit_dumped = true;
+    v->culprit_step = C->step;
+    snprintf(v->culprit_phase, sizeof v->culprit_phase, "%s", C->phase ? C->phase : "");
+    snprintf(v->culprit_context, sizeof v->culprit_context, "%s", C->context ? C->context : "");
+    const slm_flight_grp *Gc = find_group(C, group);
+    slm_buf_appendf(t,
+                    "  rank %d (host %s, pid %lld) was at step %lld, phase %s (%s); its "
+                    "last collective in %s is #%llu",
+                    c, C->host, (long long)C->pid, (long long)C->step, C->phase ? C->phase : "?",
+                    C->context ? C->context : "no context", group,
+                    (unsigned long long)(Gc ? Gc->seq : 0));
+    for (int i = C->n_entries - 1; i >= 0; i--)
+        if (!strcmp(C->entries[i].group, group)) {
+            slm_buf_appendf(t, " (%s \"%s\", %s)", C->entries[i].op,
+                            C->entries[i].what ? C->entries[i].what : "", C->entries[i].state);
+            break;
+        }
+    slm_buf_appendf(t, "\n");
+}
+
+// The verdict of a hang whose culprit is v->culprit: the collective it never entered, who waits
+// in it, and where the culprit was (its dump, else its heartbeat).
+static void describe_hang(slm_buf *t, slm_flight_verdict *v, const slm_flight_file *F, int n,
+                          const slm_flight_file **by_rank, const char *run_dir, double t_first) {
+    int c = v->culprit;
+    int *waiters = slm_xcalloc((size_t)v->world, sizeof(int));
+    v->hang = true;
+    const slm_flight_rec *b = missed_collective(F, n, by_rank, c, v, waiters);
+    snprintf(v->group, sizeof v->group, "%s", b->group);
+    snprintf(v->op, sizeof v->op, "%s", b->op);
+    snprintf(v->what, sizeof v->what, "%s", b->what ? b->what : "");
+    v->seq = b->seq;
+    slm_buf_appendf(t,
+                    "flight recorder: rank %d never entered collective #%llu of group %s (%s "
+                    "\"%s\" at step %lld, phase %s; last dist context: %s) that rank%s ",
+                    c, (unsigned long long)b->seq, b->group, b->op, b->what ? b->what : "",
+                    (long long)b->step, b->phase ? b->phase : "?",
+                    b->context && b->context[0] ? b->context : "none", v->n_waiting > 1 ? "s" : "");
+    list_ranks(t, waiters, v->n_waiting);
+    slm_buf_appendf(t, " wait%s in\n", v->n_waiting > 1 ? "" : "s");
+    free(waiters);
+    if (by_rank[c]) {
+        culprit_dump_note(t, v, by_rank[c], b->group);
+    } else {
+        slm_buf_appendf(t,
+                        "  rank %d wrote no flight record: it is stopped, hung outside MPI "
+                        "or dead",
+                        c);
+        heartbeat_note(t, run_dir, c, t_first, &v->culprit_step);
+        slm_buf_appendf(t, "\n");
+    }
+}
+
+slm_status slm_flight_analyze(const char *run_dir, slm_flight_verdict *v) {
+    memset(v, 0, sizeof *v);
+    v->culprit = -1;
+    v->culprit_step = -1;
+    char *logs = slm_path_join(run_dir, "logs");
+    int n = 0;
+    slm_flight_file *F = NULL;
+    slm_status st = read_dumps(logs, &F, &n);
+    free(logs);
+    if (st) return st;
+    int W = F[0].world;
+    v->world = W;
+    v->n_dumps = n;
+    // by_rank[r]: rank r's dump or NULL
+    const slm_flight_file **by_rank = slm_xcalloc((size_t)W, sizeof *by_rank);
+    double t_first = 0;
+    for (int i = 0; i < n; i++) {
+        by_rank[F[i].rank] = &F[i];
+        if (t_first == 0 || F[i].time < t_first) t_first = F[i].time;
+    }
+    bool any_blocked = false;
+    v->culprit = vote_culprit(F, n, by_rank, W, &any_blocked);
     slm_buf t = {0};
-    int *waiters = slm_xcalloc((size_t)W, sizeof(int));
-    if (v->culprit >= 0) {
-        int c = v->culprit;
-        v->hang = true;
-        // the collective: the first waiting rank naming c
-        const slm_flight_rec *b = NULL;
-        for (int i = 0; i < n; i++) {
-            const slm_flight_rec *bi = blocked_in(&F[i]);
-            const slm_flight_grp *G = bi ? find_group(&F[i], bi->group) : NULL;
-            bool names = false;
-            for (int k = 0; G && k < G->n_ranks; k++)
-                names = names || G->ranks[k] == c;
-            const slm_flight_grp *Gc = by_rank[c] && bi ? find_group(by_rank[c], bi->group) : NULL;
-            if (!names || (Gc && Gc->seq >= bi->seq)) continue;
-            if (!b) b = bi;
-            if (!strcmp(bi->group, b->group) && bi->seq == b->seq)
-                waiters[v->n_waiting++] = F[i].rank;
-        }
-        snprintf(v->group, sizeof v->group, "%s", b->group);
-        snprintf(v->op, sizeof v->op, "%s", b->op);
-        snprintf(v->what, sizeof v->what, "%s", b->what ? b->what : "");
-        v->seq = b->seq;
-        slm_buf_appendf(&t,
-                        "flight recorder: rank %d never entered collective #%llu of group %s (%s "
-                        "\"%s\" at step %lld, phase %s; last dist context: %s) that rank%s ",
-                        c, (unsigned long long)b->seq, b->group, b->op, b->what ? b->what : "",
-                        (long long)b->step, b->phase ? b->phase : "?",
-                        b->context && b->context[0] ? b->context : "none",
-                        v->n_waiting > 1 ? "s" : "");
-        list_ranks(&t, waiters, v->n_waiting);
-        slm_buf_appendf(&t, " wait%s in\n", v->n_waiting > 1 ? "" : "s");
-        const slm_flight_file *C = by_rank[c];
-        if (C) {
-            v->culprit_dumped = true;
-            v->culprit_step = C->step;
-            snprintf(v->culprit_phase, sizeof v->culprit_phase, "%s", C->phase ? C->phase : "");
-            snprintf(v->culprit_context, sizeof v->culprit_context, "%s",
-                     C->context ? C->context : "");
-            const slm_flight_grp *Gc = find_group(C, b->group);
-            slm_buf_appendf(&t,
-                            "  rank %d (host %s, pid %lld) was at step %lld, phase %s (%s); its "
-                            "last collective in %s is #%llu",
-                            c, C->host, (long long)C->pid, (long long)C->step,
-                            C->phase ? C->phase : "?", C->context ? C->context : "no context",
-                            b->group, (unsigned long long)(Gc ? Gc->seq : 0));
-            for (int i = C->n_entries - 1; i >= 0; i--)
-                if (!strcmp(C->entries[i].group, b->group)) {
-                    slm_buf_appendf(&t, " (%s \"%s\", %s)", C->entries[i].op,
-                                    C->entries[i].what ? C->entries[i].what : "",
-                                    C->entries[i].state);
-                    break;
-                }
-            slm_buf_appendf(&t, "\n");
-        } else {
-            slm_buf_appendf(&t,
-                            "  rank %d wrote no flight record: it is stopped, hung outside MPI "
-                            "or dead",
-                            c);
-            heartbeat_note(&t, run_dir, c, t_first, &v->culprit_step);
-            slm_buf_appendf(&t, "\n");
-        }
-    } else if (any_blocked) {
+    if (v->culprit >= 0)
+        describe_hang(&t, v, F, n, by_rank, run_dir, t_first);
+    else if (any_blocked)
         slm_buf_appendf(&t, "flight recorder: ranks wait in collectives every member entered (a "
                             "communication problem, not a missing rank)\n");
-    } else {
+    else
         slm_buf_appendf(&t, "flight recorder: no rank waits in a collective\n");
-    }
     slm_buf_appendf(&t, "  dumps from %d of %d ranks", n, W);
     int missing = 0;
     for (int r = 0; r < W; r++)
@@ -353,9 +392,7 @@ slm_status slm_flight_analyze(const char *run_dir, slm_flight_verdict *v) {
     slm_buf_appendf(&t, "\n");
     snprintf(v->text, sizeof v->text, "%s", t.data);
     slm_buf_free(&t);
-    free(waiters);
     free(by_rank);
-    free(votes);
     for (int i = 0; i < n; i++)
         slm_flight_file_free(&F[i]);
     free(F);

@@ -146,15 +146,20 @@ static void gather_complete(slm_fsdp *f, int u) {
     *param_slot(f, u) = x->full;
 }
 
+// Whether request r is complete: waited for when `block` (the wait counts as exposed
+// communication), else polled (a completed request stays inactive: true again).
+static bool req_done(slm_fsdp *f, slm_dist_req *r, bool block) {
+    if (!block) return slm_dist_test(r);
+    double t0 = slm_time_s();
+    slm_dist_wait(r);
+    f->stats.exposed_comm_s += slm_time_s() - t0;
+    return true;
+}
+
 static void gather_wait(slm_fsdp *f, int u) {
     slm_fsdp_unit *x = &f->units[u];
     if (x->gstate == G_FREE) gather_start(f, u);
-    if (x->gstate == G_FLIGHT) {
-        double t0 = slm_time_s();
-        slm_dist_wait(&x->greq);
-        f->stats.exposed_comm_s += slm_time_s() - t0;
-        gather_complete(f, u);
-    }
+    if (x->gstate == G_FLIGHT && req_done(f, &x->greq, true)) gather_complete(f, u);
 }
 
 static void release(slm_fsdp *f, int u) {
@@ -230,16 +235,7 @@ static void reduce_progress(slm_fsdp *f, int must) {
         slm_fsdp_unit *x = &f->units[f->rq[i]];
         bool block = i <= must;
         if (x->rstate == R_RS) {
-            bool done;
-            if (block) {
-                double t0 = slm_time_s();
-                slm_dist_wait(&x->rreq);
-                f->stats.exposed_comm_s += slm_time_s() - t0;
-                done = true;
-            } else {
-                done = slm_dist_test(&x->rreq); // a completed request stays inactive (true)
-            }
-            if (!done || !ordered) {
+            if (!req_done(f, &x->rreq, block) || !ordered) {
                 ordered = false;
                 continue;
             }
@@ -259,18 +255,7 @@ static void reduce_progress(slm_fsdp *f, int must) {
                 continue;
             }
         }
-        if (x->rstate == R_AR) {
-            bool done;
-            if (block) {
-                double t0 = slm_time_s();
-                slm_dist_wait(&x->rreq);
-                f->stats.exposed_comm_s += slm_time_s() - t0;
-                done = true;
-            } else {
-                done = slm_dist_test(&x->rreq);
-            }
-            if (done) reduce_finish(f, f->rq[i]);
-        }
+        if (x->rstate == R_AR && req_done(f, &x->rreq, block)) reduce_finish(f, f->rq[i]);
     }
     int k = 0;
     for (int i = 0; i < f->rq_len; i++)
@@ -644,8 +629,16 @@ double slm_fsdp_estimate_bytes(const slm_fsdp_opts *o, int world, double n_param
     return state + 2.0 * 2.0 * big_unit_numel * sizeof(float);
 }
 
+slm_fsdp_stats slm_fsdp_get_stats(const slm_fsdp *f) {
+    return f->stats;
+}
+
 void slm_fsdp_reset_stats(slm_fsdp *f) {
     memset(&f->stats, 0, sizeof f->stats);
+}
+
+size_t slm_fsdp_state_bytes(const slm_fsdp *f) {
+    return f->state_bytes;
 }
 
 size_t slm_fsdp_peak_bytes(const slm_fsdp *f) {

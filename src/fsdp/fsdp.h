@@ -90,7 +90,8 @@ typedef struct slm_fsdp_unit {
     slm_dist_req rreq;
 } slm_fsdp_unit;
 
-// Per-step counters of one rank (reset by slm_fsdp_reset_stats).
+// Counters of one rank since slm_fsdp_init or the last slm_fsdp_reset_stats (the trainer never
+// resets them: its step timing reports totals since the start).
 typedef struct slm_fsdp_stats {
     double exposed_comm_s;  // time waiting for / polling collectives (not hidden by compute)
     int64_t bytes_gathered; // bytes received by all-gathers (full buffers)
@@ -125,15 +126,15 @@ typedef struct slm_fsdp {
 // or after) over the world communicator: splits the shard and replica groups, allocates the
 // shards, initialises the masters with slm_llama_init_unit_weights(m, seed, u) (so the weights
 // equal the single-process init for any world size) and installs m->hooks.
-// Errors: SLM_E_ARG (HYBRID_SHARD with a G that does not divide the world; m allocated its own
-// buffers). Collective over the world: every rank, same m config and opts.
+// With LoRA (m->lora.rank > 0, adapters attached with alloc == false before this call) the
+// model's units are frozen (master shards only: no gradient shard, no AdamW m / v, no
+// reduction; the model computes no base gradient), and every block's adapter unit is one more
+// FSDP unit, index m->n_units + l for block l: gathered and released with its block, its
+// gradient reduced after the block's backward (as any unit's), trained by AdamW, initialised
+// with slm_llama_lora_init_unit_weights. The unit index functions below take these indices too.
+// Errors: SLM_E_ARG (HYBRID_SHARD with a G that does not divide the world; m or its adapters
+// allocated their own buffers). Collective over the world: every rank, same m config and opts.
 slm_status slm_fsdp_init(slm_fsdp *f, slm_llama *m, const slm_fsdp_opts *o, uint64_t seed);
-// LoRA (m->lora.rank > 0, adapters attached with alloc == false before this call): the model's
-// units are frozen (master shards only: no gradient shard, no AdamW m / v, no reduction; the
-// model computes no base gradient), and every block's adapter unit is one more FSDP unit,
-// index m->n_units + l for block l, gathered and released with its block, its gradient
-// reduce-scattered after the block's backward, trained by AdamW, initialised with
-// slm_llama_lora_init_unit_weights. The unit index functions below take these indices too.
 // Waits for outstanding requests, frees everything, clears the model's hooks and pointers.
 // Safe on a zeroed struct. Collective (frees communicators).
 void slm_fsdp_free(slm_fsdp *f);
@@ -161,6 +162,8 @@ void slm_fsdp_gather_unit(slm_fsdp *f, int u, float *out);
 void slm_fsdp_load_unit(slm_fsdp *f, int u, const float *full);
 // Releases all gathered parameters (after changing masters outside slm_fsdp_optimizer_step).
 void slm_fsdp_release_all(slm_fsdp *f);
+// This rank's communication counters (slm_fsdp_stats), and their reset to zero.
+slm_fsdp_stats slm_fsdp_get_stats(const slm_fsdp *f);
 void slm_fsdp_reset_stats(slm_fsdp *f);
 
 // This rank's shard of unit u: elements [begin, end) of the unit's FlatParameter (end may run
@@ -199,7 +202,11 @@ double slm_fsdp_estimate_bytes(const slm_fsdp_opts *o, int world, double n_param
 // parameters of about two units (world > 1).
 double slm_fsdp_estimate_bytes_lora(const slm_fsdp_opts *o, int world, double n_base,
                                     double n_adapter, double big_unit_numel);
-// state_bytes + peak_transient_bytes: the most parameter / gradient / optimizer bytes held.
+// This rank's persistent bytes: fp32 master, gradient and AdamW m / v shards (masters only for
+// frozen LoRA base units).
+size_t slm_fsdp_state_bytes(const slm_fsdp *f);
+// slm_fsdp_state_bytes + the peak of the transient bytes (gathered parameters, full gradients,
+// bf16 staging): the most parameter / gradient / optimizer bytes held.
 size_t slm_fsdp_peak_bytes(const slm_fsdp *f);
 
 #endif

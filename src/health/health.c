@@ -166,145 +166,199 @@ static double sigm(double g) {
     return 1.0 / (1.0 + exp(-g));
 }
 
-static void check_model(slm_health_rank *r, uint32_t inject, uint64_t *hash) {
-    float *x = slm_xmalloc(sizeof(float) * MN * MC), *wg = slm_xmalloc(sizeof(float) * MF * MC);
-    float *wu = slm_xmalloc(sizeof(float) * MF * MC), *wo = slm_xmalloc(sizeof(float) * MV * MF);
-    fill_uniform(x, MN * MC, 11, 1.0f);
-    fill_uniform(wg, MF * MC, 12, 0.5f);
-    fill_uniform(wu, MF * MC, 13, 0.5f);
-    fill_uniform(wo, MV * MF, 14, 0.5f);
+// The model's inputs (fixed by seed) and the fp32 results of the training kernels.
+typedef struct mmodel {
+    float *x, *wg, *wu, *wo; // [MN, MC], [MF, MC], [MF, MC], [MV, MF]
     int32_t tgt[MN];
-    for (int n = 0; n < MN; n++)
-        tgt[n] = (n * 7 + 3) % MV;
-    // fp32 through the training kernels
+    float loss;
+    float *dwo, *dx; // [MV, MF], [MN, MC]
+} mmodel;
+
+// fp32 through the training kernels: loss, dW_out and dx (dx perturbed with inject).
+static void model_fp32(mmodel *m, uint32_t inject) {
     float *gate = slm_xmalloc(sizeof(float) * MN * MF), *up = slm_xmalloc(sizeof(float) * MN * MF);
     float *h = slm_xmalloc(sizeof(float) * MN * MF), *z = slm_xmalloc(sizeof(float) * MN * MV);
     float losses[MN];
-    slm_matmul_fwd(gate, x, wg, MN, MC, MF, false);
-    slm_matmul_fwd(up, x, wu, MN, MC, MF, false);
+    slm_matmul_fwd(gate, m->x, m->wg, MN, MC, MF, false);
+    slm_matmul_fwd(up, m->x, m->wu, MN, MC, MF, false);
     slm_swiglu_fwd(h, gate, up, MN, MF);
-    slm_matmul_fwd(z, h, wo, MN, MF, MV, false);
-    slm_cross_entropy_fused(z, losses, tgt, MN, MV, 1.0f / MN); // z becomes dloss/dz
+    slm_matmul_fwd(z, h, m->wo, MN, MF, MV, false);
+    slm_cross_entropy_fused(z, losses, m->tgt, MN, MV, 1.0f / MN); // z becomes dloss/dz
     float loss = 0;
     for (int n = 0; n < MN; n++)
         loss += losses[n];
-    loss /= MN;
+    m->loss = loss / MN;
     float *dh = calloc(MN * MF, sizeof(float)), *dwo = calloc(MV * MF, sizeof(float));
     float *dgate = slm_xmalloc(sizeof(float) * MN * MF),
           *dup = slm_xmalloc(sizeof(float) * MN * MF);
     float *dx = calloc(MN * MC, sizeof(float));
     if (!dh || !dwo || !dx) slm_fatal("healthcheck: out of memory");
-    slm_matmul_bwd(dh, dwo, z, h, wo, MN, MF, MV);
+    slm_matmul_bwd(dh, dwo, z, h, m->wo, MN, MF, MV);
     slm_swiglu_bwd(dgate, dup, dh, gate, up, MN, MF);
-    slm_matmul_bwd(dx, NULL, dgate, x, wg, MN, MC, MF);
-    slm_matmul_bwd(dx, NULL, dup, x, wu, MN, MC, MF);
+    slm_matmul_bwd(dx, NULL, dgate, m->x, m->wg, MN, MC, MF);
+    slm_matmul_bwd(dx, NULL, dup, m->x, m->wu, MN, MC, MF);
     if (inject & SLM_HEALTH_MODEL) dx[5] += 1e-2f * (1.0f + fabsf(dx[5]));
+    m->dwo = dwo, m->dx = dx;
+    free(gate), free(up), free(h), free(z), free(dh), free(dgate), free(dup);
+}
 
-    // fp64 reference with first-order absolute bounds (file comment)
-    enum { NF = MN * MF, NV = MN * MV };
+// The fp64 reference: each value with its first-order absolute error bound (e*).
+enum { NF = MN * MF, NV = MN * MV };
+typedef struct mref {
+    double *R; // one allocation holding all below
+    double *g, *eg, *u, *eu, *s, *es, *hh, *eh, *dhr, *edh, *dgr, *edg, *dur, *edu; // [MN, MF]
+    double *zr, *ez, *dz, *edz;                                                     // [MN, MV]
+    double *dwor, *edwo;                                                            // [MV, MF]
+    double *dxr, *edx;                                                              // [MN, MC]
+    double loss, eloss;
+} mref;
+
+static void mref_alloc(mref *q) {
     double *R = calloc((size_t)16 * NF + 4 * NV + 2 * MV * MF + 2 * MN * MC, sizeof(double));
     if (!R) slm_fatal("healthcheck: out of memory");
-    double *g = R, *eg = g + NF, *u = eg + NF, *eu = u + NF, *s = eu + NF, *es = s + NF;
-    double *hh = es + NF, *eh = hh + NF, *dhr = eh + NF, *edh = dhr + NF, *dgr = edh + NF;
-    double *edg = dgr + NF, *dur = edg + NF, *edu = dur + NF, *zr = edu + NF;
-    double *ez = zr + NV, *dz = ez + NV, *edz = dz + NV, *dwor = edz + NV, *edwo = dwor + MV * MF;
-    double *dxr = edwo + MV * MF, *edx = dxr + MN * MC;
-    double gC = gamma_n(MC, U32), gF = gamma_n(MF, U32), gV = gamma_n(MV, U32);
-    double gN = gamma_n(MN, U32), g2F = gamma_n(2 * MF, U32);
+    q->R = R;
+    q->g = R, q->eg = q->g + NF, q->u = q->eg + NF, q->eu = q->u + NF, q->s = q->eu + NF;
+    q->es = q->s + NF, q->hh = q->es + NF, q->eh = q->hh + NF, q->dhr = q->eh + NF;
+    q->edh = q->dhr + NF, q->dgr = q->edh + NF, q->edg = q->dgr + NF, q->dur = q->edg + NF;
+    q->edu = q->dur + NF, q->zr = q->edu + NF, q->ez = q->zr + NV, q->dz = q->ez + NV;
+    q->edz = q->dz + NV, q->dwor = q->edz + NV, q->edwo = q->dwor + MV * MF;
+    q->dxr = q->edwo + MV * MF, q->edx = q->dxr + MN * MC;
+}
+
+// Reference forward of the MLP: gate, up, silu(gate) and h.
+static void ref_mlp(const mmodel *m, mref *q) {
+    double gC = gamma_n(MC, U32);
     for (int n = 0; n < MN; n++)
         for (int f = 0; f < MF; f++) {
             double a = 0, ma = 0, b = 0, mb = 0;
             for (int c = 0; c < MC; c++) {
-                double xv = x[n * MC + c];
-                a += xv * wg[f * MC + c], ma += fabs(xv * wg[f * MC + c]);
-                b += xv * wu[f * MC + c], mb += fabs(xv * wu[f * MC + c]);
+                double xv = m->x[n * MC + c];
+                a += xv * m->wg[f * MC + c], ma += fabs(xv * m->wg[f * MC + c]);
+                b += xv * m->wu[f * MC + c], mb += fabs(xv * m->wu[f * MC + c]);
             }
             int i = n * MF + f;
-            g[i] = a, eg[i] = gC * ma, u[i] = b, eu[i] = gC * mb;
-            s[i] = a * sigm(a);
-            es[i] = 1.1 * eg[i] + C_ELEM * U32 * fabs(s[i]);
-            hh[i] = s[i] * b;
-            eh[i] = fabs(b) * es[i] + fabs(s[i]) * eu[i] + U32 * fabs(hh[i]);
+            q->g[i] = a, q->eg[i] = gC * ma, q->u[i] = b, q->eu[i] = gC * mb;
+            q->s[i] = a * sigm(a);
+            q->es[i] = 1.1 * q->eg[i] + C_ELEM * U32 * fabs(q->s[i]);
+            q->hh[i] = q->s[i] * b;
+            q->eh[i] = fabs(b) * q->es[i] + fabs(q->s[i]) * q->eu[i] + U32 * fabs(q->hh[i]);
         }
+}
+
+// Reference logits, mean cross-entropy and its gradient dz.
+static void ref_loss(const mmodel *m, mref *q) {
+    double gF = gamma_n(MF, U32), gN = gamma_n(MN, U32);
     double loss_ref = 0, eloss = 0;
     for (int n = 0; n < MN; n++) {
         double zmax = -INFINITY, ezmax = 0;
         for (int v = 0; v < MV; v++) {
-            double a = 0, m = 0, e = 0;
+            double a = 0, mm = 0, e = 0;
             for (int f = 0; f < MF; f++) {
-                a += hh[n * MF + f] * wo[v * MF + f];
-                m += fabs(hh[n * MF + f] * wo[v * MF + f]);
-                e += eh[n * MF + f] * fabs(wo[v * MF + f]);
+                a += q->hh[n * MF + f] * m->wo[v * MF + f];
+                mm += fabs(q->hh[n * MF + f] * m->wo[v * MF + f]);
+                e += q->eh[n * MF + f] * fabs(m->wo[v * MF + f]);
             }
-            zr[n * MV + v] = a, ez[n * MV + v] = gF * m + e;
+            q->zr[n * MV + v] = a, q->ez[n * MV + v] = gF * mm + e;
             if (a > zmax) zmax = a;
-            if (ez[n * MV + v] > ezmax) ezmax = ez[n * MV + v];
+            if (q->ez[n * MV + v] > ezmax) ezmax = q->ez[n * MV + v];
         }
         double se = 0;
         for (int v = 0; v < MV; v++)
-            se += exp(zr[n * MV + v] - zmax);
-        double lse = zmax + log(se), ln = lse - zr[n * MV + tgt[n]];
+            se += exp(q->zr[n * MV + v] - zmax);
+        double lse = zmax + log(se), ln = lse - q->zr[n * MV + m->tgt[n]];
         loss_ref += ln / MN;
         eloss +=
-            (2 * ezmax + (MV + C_ELEM) * U32 * (fabs(lse) + fabs(zr[n * MV + tgt[n]]) + 1)) / MN;
+            (2 * ezmax + (MV + C_ELEM) * U32 * (fabs(lse) + fabs(q->zr[n * MV + m->tgt[n]]) + 1)) /
+            MN;
         for (int v = 0; v < MV; v++) {
-            double p = exp(zr[n * MV + v] - lse);
-            dz[n * MV + v] = (p - (v == tgt[n])) / MN;
-            edz[n * MV + v] =
-                (2 * p * ezmax + (MV + C_ELEM) * U32 * p) / MN + U32 * fabs(dz[n * MV + v]);
+            double p = exp(q->zr[n * MV + v] - lse);
+            q->dz[n * MV + v] = (p - (v == m->tgt[n])) / MN;
+            q->edz[n * MV + v] =
+                (2 * p * ezmax + (MV + C_ELEM) * U32 * p) / MN + U32 * fabs(q->dz[n * MV + v]);
         }
     }
     eloss += gN * fabs(loss_ref);
+    q->loss = loss_ref, q->eloss = eloss;
+}
+
+// Reference backward through the output projection and the SwiGLU: dh, dgate, dup and dW_out.
+static void ref_backward_out(const mmodel *m, mref *q) {
+    double gV = gamma_n(MV, U32), gN = gamma_n(MN, U32);
     for (int n = 0; n < MN; n++)
         for (int f = 0; f < MF; f++) {
-            double a = 0, m = 0, e = 0;
+            double a = 0, mm = 0, e = 0;
             for (int v = 0; v < MV; v++) {
-                a += dz[n * MV + v] * wo[v * MF + f];
-                m += fabs(dz[n * MV + v] * wo[v * MF + f]);
-                e += edz[n * MV + v] * fabs(wo[v * MF + f]);
+                a += q->dz[n * MV + v] * m->wo[v * MF + f];
+                mm += fabs(q->dz[n * MV + v] * m->wo[v * MF + f]);
+                e += q->edz[n * MV + v] * fabs(m->wo[v * MF + f]);
             }
             int i = n * MF + f;
-            dhr[i] = a, edh[i] = gV * m + e;
-            double sg = sigm(g[i]), d1 = sg * (1 + g[i] * (1 - sg));
-            dgr[i] = a * u[i] * d1;
-            edg[i] = fabs(u[i] * d1) * edh[i] + fabs(a * d1) * eu[i] +
-                     0.5 * fabs(a * u[i]) * eg[i] + C_ELEM * U32 * fabs(dgr[i]);
-            dur[i] = a * s[i];
-            edu[i] = fabs(s[i]) * edh[i] + fabs(a) * es[i] + U32 * fabs(dur[i]);
+            q->dhr[i] = a, q->edh[i] = gV * mm + e;
+            double sg = sigm(q->g[i]), d1 = sg * (1 + q->g[i] * (1 - sg));
+            q->dgr[i] = a * q->u[i] * d1;
+            q->edg[i] = fabs(q->u[i] * d1) * q->edh[i] + fabs(a * d1) * q->eu[i] +
+                        0.5 * fabs(a * q->u[i]) * q->eg[i] + C_ELEM * U32 * fabs(q->dgr[i]);
+            q->dur[i] = a * q->s[i];
+            q->edu[i] = fabs(q->s[i]) * q->edh[i] + fabs(a) * q->es[i] + U32 * fabs(q->dur[i]);
         }
     for (int v = 0; v < MV; v++)
         for (int f = 0; f < MF; f++) {
-            double a = 0, m = 0, e = 0;
+            double a = 0, mm = 0, e = 0;
             for (int n = 0; n < MN; n++) {
-                a += dz[n * MV + v] * hh[n * MF + f];
-                m += fabs(dz[n * MV + v] * hh[n * MF + f]);
-                e += edz[n * MV + v] * fabs(hh[n * MF + f]) + fabs(dz[n * MV + v]) * eh[n * MF + f];
+                a += q->dz[n * MV + v] * q->hh[n * MF + f];
+                mm += fabs(q->dz[n * MV + v] * q->hh[n * MF + f]);
+                e += q->edz[n * MV + v] * fabs(q->hh[n * MF + f]) +
+                     fabs(q->dz[n * MV + v]) * q->eh[n * MF + f];
             }
-            dwor[v * MF + f] = a, edwo[v * MF + f] = gN * m + e;
+            q->dwor[v * MF + f] = a, q->edwo[v * MF + f] = gN * mm + e;
         }
+}
+
+// Reference dx through the gate and up projections.
+static void ref_backward_in(const mmodel *m, mref *q) {
+    double g2F = gamma_n(2 * MF, U32);
     for (int n = 0; n < MN; n++)
         for (int c = 0; c < MC; c++) {
-            double a = 0, m = 0, e = 0;
+            double a = 0, mm = 0, e = 0;
             for (int f = 0; f < MF; f++) {
                 int i = n * MF + f;
-                a += dgr[i] * wg[f * MC + c] + dur[i] * wu[f * MC + c];
-                m += fabs(dgr[i] * wg[f * MC + c]) + fabs(dur[i] * wu[f * MC + c]);
-                e += edg[i] * fabs(wg[f * MC + c]) + edu[i] * fabs(wu[f * MC + c]);
+                a += q->dgr[i] * m->wg[f * MC + c] + q->dur[i] * m->wu[f * MC + c];
+                mm += fabs(q->dgr[i] * m->wg[f * MC + c]) + fabs(q->dur[i] * m->wu[f * MC + c]);
+                e += q->edg[i] * fabs(m->wg[f * MC + c]) + q->edu[i] * fabs(m->wu[f * MC + c]);
             }
-            dxr[n * MC + c] = a, edx[n * MC + c] = g2F * m + e;
+            q->dxr[n * MC + c] = a, q->edx[n * MC + c] = g2F * mm + e;
         }
+}
+
+static void check_model(slm_health_rank *r, uint32_t inject, uint64_t *hash) {
+    mmodel m = {0};
+    m.x = slm_xmalloc(sizeof(float) * MN * MC), m.wg = slm_xmalloc(sizeof(float) * MF * MC);
+    m.wu = slm_xmalloc(sizeof(float) * MF * MC), m.wo = slm_xmalloc(sizeof(float) * MV * MF);
+    fill_uniform(m.x, MN * MC, 11, 1.0f);
+    fill_uniform(m.wg, MF * MC, 12, 0.5f);
+    fill_uniform(m.wu, MF * MC, 13, 0.5f);
+    fill_uniform(m.wo, MV * MF, 14, 0.5f);
+    for (int n = 0; n < MN; n++)
+        m.tgt[n] = (n * 7 + 3) % MV;
+    model_fp32(&m, inject);
+    // fp64 reference with first-order absolute bounds (file comment)
+    mref q;
+    mref_alloc(&q);
+    ref_mlp(&m, &q);
+    ref_loss(&m, &q);
+    ref_backward_out(&m, &q);
+    ref_backward_in(&m, &q);
     mcheck mc = {r, -1};
-    mcmp(&mc, "loss", &loss, &loss_ref, &eloss, 1);
-    mcmp(&mc, "dW_out", dwo, dwor, edwo, MV * MF);
-    mcmp(&mc, "dx", dx, dxr, edx, MN * MC);
+    mcmp(&mc, "loss", &m.loss, &q.loss, &q.eloss, 1);
+    mcmp(&mc, "dW_out", m.dwo, q.dwor, q.edwo, MV * MF);
+    mcmp(&mc, "dx", m.dx, q.dxr, q.edx, MN * MC);
     uint64_t hs = *hash;
-    hs = slm_xxh64(&loss, sizeof loss, hs);
-    hs = slm_xxh64(dwo, sizeof(float) * MV * MF, hs);
-    hs = slm_xxh64(dx, sizeof(float) * MN * MC, hs);
+    hs = slm_xxh64(&m.loss, sizeof m.loss, hs);
+    hs = slm_xxh64(m.dwo, sizeof(float) * MV * MF, hs);
+    hs = slm_xxh64(m.dx, sizeof(float) * MN * MC, hs);
     *hash = hs;
-    free(R);
-    free(x), free(wg), free(wu), free(wo), free(gate), free(up), free(h), free(z);
-    free(dh), free(dwo), free(dgate), free(dup), free(dx);
+    free(q.R);
+    free(m.x), free(m.wg), free(m.wu), free(m.wo), free(m.dwo), free(m.dx);
 }
 
 // ---------------------------------------------------------------------------------------------

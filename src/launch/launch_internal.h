@@ -189,7 +189,7 @@ void lm_attempt(int n, int world); // attempt n (1-based) starts
 void lm_restart(void);
 void lm_health_failed(void);
 void lm_heartbeat(double time, int64_t step); // the newest record's time, the highest step
-void lm_host_excluded(const char *host, int n_excluded);
+void lm_host_excluded(const char *host, int n_hosts_excluded);
 void lm_exit(const char *result, const char *reason); // the attempt that ended
 
 // heartbeat.c: the scan of an attempt's heartbeat directory (hb_state; h->last owned: free)

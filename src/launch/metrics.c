@@ -125,8 +125,8 @@ void lm_state(int s) {
         slm_metric_set(g_m.state[i], i == s ? 1 : 0);
 }
 
-void lm_host_excluded(const char *host, int n_excluded) {
-    slm_metric_set(g_m.excluded, n_excluded);
+void lm_host_excluded(const char *host, int n_hosts_excluded) {
+    slm_metric_set(g_m.excluded, n_hosts_excluded);
     slm_metric *s = NULL;
     if (g_m.host_excluded && slm_metrics_series(g_m.host_excluded, &host, &s) == SLM_OK)
         slm_metric_set(s, 1);

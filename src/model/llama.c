@@ -159,18 +159,6 @@ slm_status slm_llama_init(slm_llama *m, const slm_llama_config *cfg, bool alloc)
 
 static void acts_free(slm_llama_acts *a);
 
-void slm_units_free(int n, slm_unit_layout *units, float **params, float **grads, bool owns) {
-    for (int u = 0; units && u < n; u++)
-        free(units[u].views);
-    for (int u = 0; owns && u < n; u++) {
-        if (params) free(params[u]);
-        if (grads) free(grads[u]);
-    }
-    free(units);
-    free(params);
-    free(grads);
-}
-
 void slm_llama_free(slm_llama *m) {
     if (!m) return;
     slm_units_free(m->n_units, m->units, m->params, m->grads, m->owns_buffers);

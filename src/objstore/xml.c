@@ -89,6 +89,54 @@ void slm_s3_list_free(slm_s3_list *l) {
     memset(l, 0, sizeof *l);
 }
 
+// *dst = the text of n (a string it owns), freeing what *dst held.
+static void take_text(char **dst, const xmlNode *n) {
+    free(*dst);
+    *dst = text_of(n);
+}
+
+// "ETag" without its quotes, truncated to fit o->etag.
+static void set_etag(slm_s3_object *o, const xmlNode *c) {
+    char *t = text_of(c);
+    const char *s = t;
+    if (*s == '"') s++;
+    size_t k = strlen(s);
+    if (k && s[k - 1] == '"') k--;
+    if (k >= sizeof o->etag) k = sizeof o->etag - 1;
+    memcpy(o->etag, s, k);
+    o->etag[k] = 0;
+    free(t);
+}
+
+// One <Contents> of a ListObjectsV2 answer into *o (o->key owned; nothing on error).
+static slm_status parse_contents(const xmlNode *n, slm_s3_object *o) {
+    *o = (slm_s3_object){0};
+    o->size = -1;
+    for (const xmlNode *c = n->children; c; c = c->next) {
+        if (is(c, "Key")) {
+            take_text(&o->key, c);
+        } else if (is(c, "Size")) {
+            char *t = text_of(c), *e = NULL;
+            long long v = strtoll(t, &e, 10);
+            bool okv = *t && !*e && v >= 0;
+            free(t);
+            if (!okv) {
+                free(o->key);
+                return slm_fail(SLM_E_FORMAT, "ListObjectsV2 answer: bad <Size>");
+            }
+            o->size = v;
+        } else if (is(c, "ETag")) {
+            set_etag(o, c);
+        }
+    }
+    if (!o->key || o->size < 0) {
+        free(o->key);
+        return slm_fail(SLM_E_FORMAT, "ListObjectsV2 answer: <Contents> without <Key> or "
+                                      "<Size>");
+    }
+    return SLM_OK;
+}
+
 slm_status slm_s3_xml_list(const char *xml, size_t len, slm_s3_list *l, bool *truncated,
                            char **next_token) {
     *truncated = false;
@@ -97,49 +145,15 @@ slm_status slm_s3_xml_list(const char *xml, size_t len, slm_s3_list *l, bool *tr
     const xmlNode *root;
     slm_status st = open_answer(xml, len, "ListObjectsV2", "ListBucketResult", &d, &root);
     if (st) return st;
-    for (const xmlNode *n = root->children; n; n = n->next) {
+    for (const xmlNode *n = root->children; n && !st; n = n->next) {
         if (is(n, "IsTruncated")) {
             *truncated = is_true(n);
         } else if (is(n, "NextContinuationToken")) {
-            free(*next_token);
-            *next_token = text_of(n);
+            take_text(next_token, n);
         } else if (is(n, "Contents")) {
-            slm_s3_object o = {0};
-            o.size = -1;
-            for (const xmlNode *c = n->children; c; c = c->next) {
-                if (is(c, "Key")) {
-                    free(o.key);
-                    o.key = text_of(c);
-                } else if (is(c, "Size")) {
-                    char *t = text_of(c), *e = NULL;
-                    long long v = strtoll(t, &e, 10);
-                    bool okv = *t && !*e && v >= 0;
-                    free(t);
-                    if (!okv) {
-                        free(o.key);
-                        st = slm_fail(SLM_E_FORMAT, "ListObjectsV2 answer: bad <Size>");
-                        goto out;
-                    }
-                    o.size = v;
-                } else if (is(c, "ETag")) {
-                    char *t = text_of(c);
-                    const char *s = t;
-                    if (*s == '"') s++;
-                    size_t k = strlen(s);
-                    if (k && s[k - 1] == '"') k--;
-                    if (k >= sizeof o.etag) k = sizeof o.etag - 1;
-                    memcpy(o.etag, s, k);
-                    o.etag[k] = 0;
-                    free(t);
-                }
-            }
-            if (!o.key || o.size < 0) {
-                free(o.key);
-                st = slm_fail(SLM_E_FORMAT, "ListObjectsV2 answer: <Contents> without <Key> or "
-                                            "<Size>");
-                goto out;
-            }
-            list_push(l, o);
+            slm_s3_object o;
+            st = parse_contents(n, &o);
+            if (!st) list_push(l, o);
         } else if (is(n, "CommonPrefixes")) {
             const xmlNode *p = find(n->children, "Prefix");
             if (p) {
@@ -149,7 +163,6 @@ slm_status slm_s3_xml_list(const char *xml, size_t len, slm_s3_list *l, bool *tr
             }
         }
     }
-out:
     if (st) {
         free(*next_token);
         *next_token = NULL;
@@ -167,38 +180,31 @@ slm_status slm_s3_xml_uploads(const char *xml, size_t len, slm_s3_list *l, bool 
     slm_status st =
         open_answer(xml, len, "ListMultipartUploads", "ListMultipartUploadsResult", &d, &root);
     if (st) return st;
-    for (const xmlNode *n = root->children; n; n = n->next) {
+    for (const xmlNode *n = root->children; n && !st; n = n->next) {
         if (is(n, "IsTruncated")) {
             *truncated = is_true(n);
         } else if (is(n, "NextKeyMarker")) {
-            free(*next_key);
-            *next_key = text_of(n);
+            take_text(next_key, n);
         } else if (is(n, "NextUploadIdMarker")) {
-            free(*next_upload_id);
-            *next_upload_id = text_of(n);
+            take_text(next_upload_id, n);
         } else if (is(n, "Upload")) {
             slm_s3_object o = {0};
             o.size = -1;
-            for (const xmlNode *c = n->children; c; c = c->next) {
-                if (is(c, "Key")) {
-                    free(o.key);
-                    o.key = text_of(c);
-                } else if (is(c, "UploadId")) {
-                    free(o.upload_id);
-                    o.upload_id = text_of(c);
-                }
-            }
+            for (const xmlNode *c = n->children; c; c = c->next)
+                if (is(c, "Key"))
+                    take_text(&o.key, c);
+                else if (is(c, "UploadId"))
+                    take_text(&o.upload_id, c);
             if (!o.key || !o.upload_id) {
                 free(o.key);
                 free(o.upload_id);
                 st = slm_fail(SLM_E_FORMAT,
                               "ListMultipartUploads answer: <Upload> without <Key> or <UploadId>");
-                goto out;
+            } else {
+                list_push(l, o);
             }
-            list_push(l, o);
         }
     }
-out:
     if (st) {
         free(*next_key);
         free(*next_upload_id);

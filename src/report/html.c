@@ -168,16 +168,16 @@ static void line_path(slm_buf *b, const frame *f, const series *s, const double 
     }
 }
 
-static void render_chart(slm_buf *b, chart *c) {
-    frame f = {INFINITY, -INFINITY, INFINITY, -INFINITY, MT};
+// The y values to draw, one array per series (stacked areas as running sums over the layers,
+// which share the same x), and the data's bounds in f (x0 = +inf when nothing is drawable).
+static double **stack_layers(const chart *c, frame *f) {
     size_t n_max = 0;
     for (int i = 0; i < c->ns; i++)
         if (c->s[i].n > n_max) n_max = c->s[i].n;
-    // Stacked layers: running sums over the layers (all share the same x).
     double **tops = slm_xcalloc((size_t)c->ns + 1, sizeof *tops);
     double *acc = slm_xcalloc(n_max ? n_max : 1, sizeof *acc);
     for (int i = 0; i < c->ns; i++) {
-        series *s = &c->s[i];
+        const series *s = &c->s[i];
         tops[i] = slm_xmalloc((s->n ? s->n : 1) * sizeof(double));
         for (size_t k = 0; k < s->n; k++) {
             double y = s->y[k];
@@ -190,41 +190,43 @@ static void render_chart(slm_buf *b, chart *c) {
             if (c->y_log && y <= 0) continue;
             double yy = c->y_log ? log10(y) : y;
             if (fabs(yy) > 1e15 || fabs(s->x[k]) > 1e15) continue; // no axis for such values
-            if (s->x[k] < f.x0) f.x0 = s->x[k];
-            if (s->x[k] > f.x1) f.x1 = s->x[k];
-            if (yy < f.y0) f.y0 = yy;
-            if (yy > f.y1) f.y1 = yy;
+            if (s->x[k] < f->x0) f->x0 = s->x[k];
+            if (s->x[k] > f->x1) f->x1 = s->x[k];
+            if (yy < f->y0) f->y0 = yy;
+            if (yy > f->y1) f->y1 = yy;
         }
     }
-    bool empty = !isfinite(f.x0);
-    if (empty) f = (frame){0, 1, 0, 1, MT};
-    // The legend sits right of the title; when both do not fit in one row it gets its own.
-    double legend_w = 0;
-    for (int i = 0; i < c->ns; i++)
-        if (c->s[i].name) legend_w += 22 + LEGEND_CHAR_W * (double)strlen(c->s[i].name);
-    bool legend_row = ML + 9.0 * (double)strlen(c->title) + 24 + legend_w > CW - MR;
-    if (legend_row) f.mt = MT + 18;
-    if (c->y_zero && !c->y_log && f.y0 > 0) f.y0 = 0;
-    if (f.y1 <= f.y0) { // a flat series: drawn mid-height, its value labelled
-        double d = f.y0 != 0 ? fabs(f.y0) * 0.05 : 1;
-        if (c->y_zero && f.y0 == 0)
-            f.y1 = d;
+    free(acc);
+    return tops;
+}
+
+// The axes' ranges from the data's bounds: a flat series gets a band around it, y ends on
+// ticks (whole decades on a log axis). Returns the y tick step.
+static double fit_axes(const chart *c, frame *f) {
+    if (c->y_zero && !c->y_log && f->y0 > 0) f->y0 = 0;
+    if (f->y1 <= f->y0) { // a flat series: drawn mid-height, its value labelled
+        double d = f->y0 != 0 ? fabs(f->y0) * 0.05 : 1;
+        if (c->y_zero && f->y0 == 0)
+            f->y1 = d;
         else
-            f.y0 -= d, f.y1 += d;
+            f->y0 -= d, f->y1 += d;
     }
-    if (f.x1 <= f.x0) f.x0 -= 1, f.x1 += 1;
-    double ystep = nice_step(f.y1 - f.y0, 5);
+    if (f->x1 <= f->x0) f->x0 -= 1, f->x1 += 1;
+    double ystep = nice_step(f->y1 - f->y0, 5);
     if (!c->y_log) {
-        f.y0 = c->y_zero && f.y0 >= 0 ? 0 : floor(f.y0 / ystep) * ystep;
-        f.y1 = ceil(f.y1 / ystep - 1e-9) * ystep;
-        if (f.y1 <= f.y0) f.y1 = f.y0 + ystep;
+        f->y0 = c->y_zero && f->y0 >= 0 ? 0 : floor(f->y0 / ystep) * ystep;
+        f->y1 = ceil(f->y1 / ystep - 1e-9) * ystep;
+        if (f->y1 <= f->y0) f->y1 = f->y0 + ystep;
     } else {
-        f.y0 = floor(f.y0), f.y1 = ceil(f.y1);
-        if (f.y1 <= f.y0) f.y1 = f.y0 + 1;
+        f->y0 = floor(f->y0), f->y1 = ceil(f->y1);
+        if (f->y1 <= f->y0) f->y1 = f->y0 + 1;
         ystep = 1;
     }
-    double xstep = 1; // below, with the labels
+    return ystep;
+}
 
+// The <svg> element's start: title, background and the title text.
+static void chart_head(slm_buf *b, const chart *c) {
     slm_buf_appendf(b,
                     "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chart\" id=\"%s\" "
                     "viewBox=\"0 0 %.0f %.0f\" role=\"img\" aria-labelledby=\"%s-t\">\n<title "
@@ -238,109 +240,126 @@ static void render_chart(slm_buf *b, chart *c) {
     slm_buf_appendf(b, "<text x=\"%.0f\" y=\"22\" class=\"ct\">", ML);
     esc(b, c->title);
     slm_buf_appendf(b, "</text>\n");
-    // grid and y ticks
-    slm_buf_appendf(b, "<g class=\"grid\">");
-    // Ticks by count (at most MAX_TICKS): a step below the values' resolution cannot loop
-    // forever.
-    char(*lab)[32] = slm_xmalloc(MAX_TICKS * sizeof *lab);
+}
+
+// Grid lines and labels of the y ticks. Ticks by count (at most MAX_TICKS): a step below the
+// values' resolution cannot loop forever.
+static void y_ticks(slm_buf *b, const chart *c, const frame *f, double ystep, char lab[][32]) {
     int nt = 0;
-    while (nt < MAX_TICKS && f.y0 + nt * ystep <= f.y1 + ystep * 1e-6)
+    while (nt < MAX_TICKS && f->y0 + nt * ystep <= f->y1 + ystep * 1e-6)
         nt++;
-    axis_labels(f.y0, ystep, nt, fmax(fabs(f.y0), fabs(f.y1)), lab);
+    axis_labels(f->y0, ystep, nt, fmax(fabs(f->y0), fabs(f->y1)), lab);
     for (int t = 0; t < nt; t++) {
-        double y = f.y0 + t * ystep, yy = py(&f, y);
+        double y = f->y0 + t * ystep, yy = py(f, y);
         if (c->y_log) snprintf(lab[t], 32, "1e%d", (int)lround(y));
         slm_buf_appendf(b,
                         "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\"/><text x=\"%.0f\" "
                         "y=\"%.1f\" class=\"yt\">%s</text>",
                         ML, yy, CW - MR, yy, ML - 6, yy + 4, lab[t]);
     }
-    // x ticks: fewer while their labels (11 px, about 6.6 px per character) would not fit
-    // side by side
-    double xfirst = 0;
+}
+
+// Grid lines and labels of the x ticks: fewer while their labels (11 px, about 6.6 px per
+// character) would not fit side by side.
+static void x_ticks(slm_buf *b, const frame *f, char lab[][32]) {
+    double xfirst = 0, xstep = 1;
+    int nt = 0;
     for (int target = 6; target >= 1; target--) {
-        xstep = fmax(1, nice_step(f.x1 - f.x0, target));
-        xfirst = ceil(f.x0 / xstep) * xstep;
+        xstep = fmax(1, nice_step(f->x1 - f->x0, target));
+        xfirst = ceil(f->x0 / xstep) * xstep;
         nt = 0;
-        while (nt < MAX_TICKS && xfirst + nt * xstep <= f.x1 + xstep * 1e-6)
+        while (nt < MAX_TICKS && xfirst + nt * xstep <= f->x1 + xstep * 1e-6)
             nt++;
-        axis_labels(xfirst, xstep, nt, fmax(fabs(f.x0), fabs(f.x1)), lab);
+        axis_labels(xfirst, xstep, nt, fmax(fabs(f->x0), fabs(f->x1)), lab);
         size_t w = 0;
         for (int t = 0; t < nt; t++)
             w = strlen(lab[t]) > w ? strlen(lab[t]) : w;
         if (nt < 2 || (6.6 * (double)w + 12) * nt <= CW - ML - MR) break;
     }
     for (int t = 0; t < nt; t++) {
-        double x = xfirst + t * xstep, xx = px(&f, x);
+        double x = xfirst + t * xstep, xx = px(f, x);
         // a label centred on a tick near the right edge would be cut: it ends at the tick
         bool edge = xx + 3.3 * (double)strlen(lab[t]) > CW - 2;
         slm_buf_appendf(b,
                         "<line class=\"xg\" x1=\"%.1f\" y1=\"%.0f\" x2=\"%.1f\" y2=\"%.0f\"/>"
                         "<text x=\"%.1f\" y=\"%.0f\" class=\"xt\"%s>%s</text>",
-                        xx, f.mt, xx, CH - MB, xx, CH - MB + 16,
+                        xx, f->mt, xx, CH - MB, xx, CH - MB + 16,
                         edge ? " style=\"text-anchor:end\"" : "", lab[t]);
     }
-    free(lab);
-    slm_buf_appendf(b, "</g>\n");
-    // axes
+}
+
+// The axes with their labels, and a marked line at each restart inside the x range.
+static void axes_and_restarts(slm_buf *b, const chart *c, const frame *f) {
     slm_buf_appendf(b,
                     "<path class=\"axis\" d=\"M%.0f %.0f L%.0f %.0f L%.0f %.0f\"/>\n"
                     "<text class=\"xl\" x=\"%.0f\" y=\"%.0f\">step</text>\n"
                     "<text class=\"yl\" transform=\"translate(14 %.0f) rotate(-90)\">",
-                    ML, f.mt, ML, CH - MB, CW - MR, CH - MB, (ML + CW - MR) / 2, CH - 8,
-                    (f.mt + CH - MB) / 2);
+                    ML, f->mt, ML, CH - MB, CW - MR, CH - MB, (ML + CW - MR) / 2, CH - 8,
+                    (f->mt + CH - MB) / 2);
     esc(b, c->ylabel);
     slm_buf_appendf(b, "</text>\n");
-    // restarts
     for (size_t i = 0; i < c->nv; i++) {
-        if (c->vlines[i] < f.x0 || c->vlines[i] > f.x1) continue;
-        double xx = px(&f, c->vlines[i]);
+        if (c->vlines[i] < f->x0 || c->vlines[i] > f->x1) continue;
+        double xx = px(f, c->vlines[i]);
         slm_buf_appendf(b,
                         "<line class=\"restart\" x1=\"%.1f\" y1=\"%.0f\" x2=\"%.1f\" "
                         "y2=\"%.0f\"/><text class=\"rl\" x=\"%.1f\" y=\"%.0f\">restart</text>\n",
-                        xx, f.mt, xx, CH - MB, xx + 3, f.mt + 10);
+                        xx, f->mt, xx, CH - MB, xx + 3, f->mt + 10);
     }
-    // series: areas first (top layer down to the one below), then lines and dots
+}
+
+// A filled area from ys down to the nearest area layer below with as many points (the x axis
+// when none).
+static void draw_area(slm_buf *b, const chart *c, const frame *f, int i, double **tops) {
+    const series *s = &c->s[i];
+    const double *ys = tops[i], *below = NULL;
+    for (int j = i - 1; j >= 0; j--)
+        if (c->s[j].style == S_AREA && c->s[j].n == s->n) {
+            below = tops[j];
+            break;
+        }
+    slm_buf_appendf(b, "<path class=\"area\" fill=\"%s\" d=\"", s->colour);
+    for (size_t k = 0; k < s->n; k++)
+        slm_buf_appendf(b, "%s%.1f %.1f", k ? " L" : "M", px(f, s->x[k]),
+                        py(f, isfinite(ys[k]) ? ys[k] : 0));
+    for (size_t k = s->n; k-- > 0;)
+        slm_buf_appendf(b, " L%.1f %.1f", px(f, s->x[k]),
+                        py(f, below && isfinite(below[k]) ? below[k] : f->y0));
+    slm_buf_appendf(b, " Z\"/>\n");
+}
+
+// The series in order (areas, lines, dots as each one's style says); on a log axis tops
+// becomes log10 of the values first.
+static void draw_series(slm_buf *b, const chart *c, const frame *f, double **tops) {
     for (int i = 0; i < c->ns; i++) {
-        series *s = &c->s[i];
+        const series *s = &c->s[i];
         if (s->n == 0) continue;
-        frame fl = f;
         double *ys = tops[i];
         if (c->y_log)
             for (size_t k = 0; k < s->n; k++)
                 ys[k] = ys[k] > 0 ? log10(ys[k]) : NAN;
         if (s->style == S_AREA) {
-            const double *below = NULL;
-            for (int j = i - 1; j >= 0; j--)
-                if (c->s[j].style == S_AREA && c->s[j].n == s->n) {
-                    below = tops[j];
-                    break;
-                }
-            slm_buf_appendf(b, "<path class=\"area\" fill=\"%s\" d=\"", s->colour);
-            for (size_t k = 0; k < s->n; k++)
-                slm_buf_appendf(b, "%s%.1f %.1f", k ? " L" : "M", px(&fl, s->x[k]),
-                                py(&fl, isfinite(ys[k]) ? ys[k] : 0));
-            for (size_t k = s->n; k-- > 0;)
-                slm_buf_appendf(b, " L%.1f %.1f", px(&fl, s->x[k]),
-                                py(&fl, below && isfinite(below[k]) ? below[k] : f.y0));
-            slm_buf_appendf(b, " Z\"/>\n");
+            draw_area(b, c, f, i, tops);
         } else if (s->style == S_DOTS) {
             slm_buf_appendf(b, "<path class=\"dline\" stroke=\"%s\" d=\"", s->colour);
-            line_path(b, &fl, s, ys);
+            line_path(b, f, s, ys);
             slm_buf_appendf(b, "\"/>\n<g fill=\"%s\">", s->colour);
             for (size_t k = 0; k < s->n && s->n <= 400; k++)
                 if (isfinite(ys[k]))
-                    slm_buf_appendf(b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\"/>",
-                                    px(&fl, s->x[k]), py(&fl, ys[k]));
+                    slm_buf_appendf(b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\"/>", px(f, s->x[k]),
+                                    py(f, ys[k]));
             slm_buf_appendf(b, "</g>\n");
         } else {
             slm_buf_appendf(b, "<path class=\"%s\" stroke=\"%s\" d=\"",
                             s->style == S_FAINT ? "faint" : "line", s->colour);
-            line_path(b, &fl, s, ys);
+            line_path(b, f, s, ys);
             slm_buf_appendf(b, "\"/>\n");
         }
     }
-    // legend (named series only), right-aligned in the title row
+}
+
+// The legend (named series only), right-aligned in the title row or in a row of its own.
+static void draw_legend(slm_buf *b, const chart *c, bool legend_row) {
     double lx = CW - MR, ly = legend_row ? 31 : 13;
     for (int i = c->ns - 1; i >= 0; i--) {
         if (!c->s[i].name) continue;
@@ -353,6 +372,31 @@ static void render_chart(slm_buf *b, chart *c) {
         esc(b, c->s[i].name);
         slm_buf_appendf(b, "</text>\n");
     }
+}
+
+static void render_chart(slm_buf *b, chart *c) {
+    frame f = {INFINITY, -INFINITY, INFINITY, -INFINITY, MT};
+    double **tops = stack_layers(c, &f);
+    bool empty = !isfinite(f.x0);
+    if (empty) f = (frame){0, 1, 0, 1, MT};
+    // The legend sits right of the title; when both do not fit in one row it gets its own.
+    double legend_w = 0;
+    for (int i = 0; i < c->ns; i++)
+        if (c->s[i].name) legend_w += 22 + LEGEND_CHAR_W * (double)strlen(c->s[i].name);
+    bool legend_row = ML + 9.0 * (double)strlen(c->title) + 24 + legend_w > CW - MR;
+    if (legend_row) f.mt = MT + 18;
+    double ystep = fit_axes(c, &f);
+
+    chart_head(b, c);
+    slm_buf_appendf(b, "<g class=\"grid\">");
+    char(*lab)[32] = slm_xmalloc(MAX_TICKS * sizeof *lab);
+    y_ticks(b, c, &f, ystep, lab);
+    x_ticks(b, &f, lab);
+    free(lab);
+    slm_buf_appendf(b, "</g>\n");
+    axes_and_restarts(b, c, &f);
+    draw_series(b, c, &f, tops);
+    draw_legend(b, c, legend_row);
     if (empty || c->note) {
         slm_buf_appendf(b, "<text class=\"note\" x=\"%.0f\" y=\"%.0f\">", (ML + CW - MR) / 2,
                         (f.mt + CH - MB) / 2);
@@ -362,7 +406,7 @@ static void render_chart(slm_buf *b, chart *c) {
     slm_buf_appendf(b, "</svg>\n");
     for (int i = 0; i < c->ns; i++)
         free(tops[i]);
-    free(tops), free(acc);
+    free(tops);
 }
 
 // Centered moving average of y over a window of w points (NaN-aware).

@@ -551,139 +551,139 @@ out:
     return st;
 }
 
-slm_status slm_bpe_load_json(const char *path, const char *data, size_t len, slm_tokenizer *t) {
-    slm_bpe_init_bytemap();
-    const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(data, len, &end, 0);
-    if (!root) {
-        size_t off = end && end >= data && end <= data + len ? (size_t)(end - data) : 0;
-        int line = 1;
-        for (size_t i = 0; i < off; i++)
-            line += data[i] == '\n';
-        return slm_fail(SLM_E_FORMAT, "%s: malformed JSON near line %d (byte %zu)", path, line,
-                        off);
-    }
-    bpe_model *m = slm_xcalloc(1, sizeof *m);
-    piece_map pm = {0};
-    slm_buf tmp = {0};
-    slm_status st = SLM_OK;
-    if (!cJSON_IsObject(root)) {
-        st = slm_fail(SLM_E_FORMAT, "%s: expected a JSON object at the top level", path);
-        goto out;
-    }
-    const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
-    if (!cJSON_IsObject(model)) {
-        st = slm_fail(SLM_E_FORMAT, "%s: model: expected an object", path);
-        goto out;
-    }
-    if ((st = parse_model_options(path, model, m))) goto out;
+// The error for JSON that does not parse: the line and byte near `end` (cJSON's stop).
+static slm_status json_syntax_error(const char *path, const char *data, size_t len,
+                                    const char *end) {
+    size_t off = end && end >= data && end <= data + len ? (size_t)(end - data) : 0;
+    int line = 1;
+    for (size_t i = 0; i < off; i++)
+        line += data[i] == '\n';
+    return slm_fail(SLM_E_FORMAT, "%s: malformed JSON near line %d (byte %zu)", path, line, off);
+}
+
+// The top level: an object with a "model" object (returned in *model), a null normalizer and a
+// ByteLevel (or null) decoder.
+static slm_status check_top_level(const char *path, const cJSON *root, const cJSON **model) {
+    if (!cJSON_IsObject(root))
+        return slm_fail(SLM_E_FORMAT, "%s: expected a JSON object at the top level", path);
+    *model = cJSON_GetObjectItemCaseSensitive(root, "model");
+    if (!cJSON_IsObject(*model))
+        return slm_fail(SLM_E_FORMAT, "%s: model: expected an object", path);
+    return SLM_OK;
+}
+
+static slm_status check_normalizer_decoder(const char *path, const cJSON *root) {
     const cJSON *norm = cJSON_GetObjectItemCaseSensitive(root, "normalizer");
     if (!slm_json_absent_or_null(norm)) {
         const char *ty = json_type_name(norm);
-        st = slm_fail(SLM_E_UNSUPPORTED,
-                      "%s: normalizer \"%s\": shardlm implements only null for "
-                      "byte-level BPE",
-                      path, ty ? ty : "?");
-        goto out;
+        return slm_fail(SLM_E_UNSUPPORTED,
+                        "%s: normalizer \"%s\": shardlm implements only null for "
+                        "byte-level BPE",
+                        path, ty ? ty : "?");
     }
     const cJSON *dec = cJSON_GetObjectItemCaseSensitive(root, "decoder");
     if (!slm_json_absent_or_null(dec) &&
-        (!json_type_name(dec) || strcmp(json_type_name(dec), "ByteLevel"))) {
-        st = slm_fail(SLM_E_UNSUPPORTED, "%s: decoder.type \"%s\": shardlm implements ByteLevel",
-                      path, json_type_name(dec) ? json_type_name(dec) : "?");
-        goto out;
-    }
-    if ((st =
-             parse_pre_tokenizer(path, cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer"), m)))
-        goto out;
-    if ((st = parse_vocab(path, cJSON_GetObjectItemCaseSensitive(model, "vocab"),
-                          cJSON_GetObjectItemCaseSensitive(root, "added_tokens"), m)))
-        goto out;
+        (!json_type_name(dec) || strcmp(json_type_name(dec), "ByteLevel")))
+        return slm_fail(SLM_E_UNSUPPORTED, "%s: decoder.type \"%s\": shardlm implements ByteLevel",
+                        path, json_type_name(dec) ? json_type_name(dec) : "?");
+    return SLM_OK;
+}
 
-    // Piece -> id over model tokens, for merges and the byte table.
-    pm.cap = pow2_at_least(2 * (size_t)m->n_ids + 2);
-    pm.slot = slm_xmalloc(pm.cap * sizeof *pm.slot);
-    memset(pm.slot, 0xff, pm.cap * sizeof *pm.slot);
+// Piece -> id over model tokens, for merges and the byte table; a piece listed twice is an error.
+static slm_status build_piece_map(const char *path, const bpe_model *m, piece_map *pm) {
+    pm->cap = pow2_at_least(2 * (size_t)m->n_ids + 2);
+    pm->slot = slm_xmalloc(pm->cap * sizeof *pm->slot);
+    memset(pm->slot, 0xff, pm->cap * sizeof *pm->slot);
     for (int32_t id = 0; id < m->n_ids; id++) {
-        int32_t dup = (m->flags[id] & BPE_IN_VOCAB) ? piece_map_put(&pm, m->piece, id) : -1;
-        if (dup >= 0) {
-            st = slm_fail(SLM_E_FORMAT, "%s: model.vocab: \"%s\" is listed twice (ids %d and %d)",
-                          path, m->piece[id], dup, id);
-            goto out;
-        }
+        int32_t dup = (m->flags[id] & BPE_IN_VOCAB) ? piece_map_put(pm, m->piece, id) : -1;
+        if (dup >= 0)
+            return slm_fail(SLM_E_FORMAT, "%s: model.vocab: \"%s\" is listed twice (ids %d and %d)",
+                            path, m->piece[id], dup, id);
     }
-    // A byte whose symbol is not in the vocabulary is dropped when encoding, as HF tokenizers'
-    // BPE does with unk_token null: SmolLM2's vocabulary lacks a few control bytes and bytes
-    // that are rare or invalid in UTF-8. Such a tokenizer is not lossless for those bytes (a
-    // warning says so at load). A missing printable ASCII byte is refused: no real byte-level
-    // vocabulary lacks one, a file that does is not one.
+    return SLM_OK;
+}
+
+// The id of each byte's symbol. A byte whose symbol is not in the vocabulary is dropped when
+// encoding, as HF tokenizers' BPE does with unk_token null: SmolLM2's vocabulary lacks a few
+// control bytes and bytes that are rare or invalid in UTF-8. Such a tokenizer is not lossless
+// for those bytes (a warning says so at load). A missing printable ASCII byte is refused: no
+// real byte-level vocabulary lacks one, a file that does is not one.
+static slm_status map_bytes(const char *path, const piece_map *pm, bpe_model *m) {
+    slm_buf tmp = {0};
+    slm_status st = SLM_OK;
     int n_missing = 0, first_missing = -1;
-    for (int b = 0; b < 256; b++) {
+    for (int b = 0; b < 256 && !st; b++) {
         uint8_t c = (uint8_t)b;
         tmp.len = 0;
         slm_bpe_bytes_to_symbols(&c, 1, &tmp);
-        m->byte_id[b] = piece_map_get(&pm, m->piece, tmp.data, tmp.len);
+        m->byte_id[b] = piece_map_get(pm, m->piece, tmp.data, tmp.len);
         if (m->byte_id[b] >= 0) continue;
-        if (b >= 0x20 && b < 0x7f) {
+        if (b >= 0x20 && b < 0x7f)
             st = slm_fail(SLM_E_FORMAT,
                           "%s: model.vocab lacks \"%s\", the byte-level symbol of byte 0x%02x "
                           "(a byte-level BPE needs every printable ASCII byte)",
                           path, tmp.data, b);
-            goto out;
-        }
-        if (n_missing++ == 0) first_missing = b;
+        else if (n_missing++ == 0)
+            first_missing = b;
     }
-    if (n_missing)
+    slm_buf_free(&tmp);
+    if (!st && n_missing)
         slm_warn("%s: model.vocab lacks the byte-level symbols of %d byte value(s) (the first "
                  "0x%02x); those bytes are dropped when encoding, as Hugging Face tokenizers "
                  "does",
                  path, n_missing, first_missing);
-    if ((st = parse_merges(path, cJSON_GetObjectItemCaseSensitive(model, "merges"), &pm, m)))
-        goto out;
+    return st;
+}
 
-    // Raw bytes of every id: model tokens are byte-level symbols (so a merge's bytes are its
-    // parts' bytes and encode/decode round-trip), tokens only in added_tokens literal text.
+// Raw bytes of every id: model tokens are byte-level symbols (so a merge's bytes are its parts'
+// bytes and encode/decode round-trip), tokens only in added_tokens literal text.
+static slm_status build_raw(const char *path, bpe_model *m) {
+    slm_buf tmp = {0};
     m->raw_off = slm_xmalloc(((size_t)m->n_ids + 1) * sizeof *m->raw_off);
-    tmp.len = 0;
     for (int32_t id = 0; id < m->n_ids; id++) {
         m->raw_off[id] = (int64_t)tmp.len;
         if (!(m->flags[id] & BPE_IN_VOCAB)) { // added token only: literal text
             slm_buf_append(&tmp, m->piece[id], strlen(m->piece[id]));
         } else if (!symbols_to_bytes(m->piece[id], &tmp)) {
-            st = slm_fail(SLM_E_UNSUPPORTED,
-                          "%s: model.vocab token %d \"%.40s\" has a character outside the 256 "
-                          "byte-level symbols (not a byte-level BPE vocab)",
-                          path, id, m->piece[id]);
-            goto out;
+            slm_buf_free(&tmp);
+            return slm_fail(SLM_E_UNSUPPORTED,
+                            "%s: model.vocab token %d \"%.40s\" has a character outside the 256 "
+                            "byte-level symbols (not a byte-level BPE vocab)",
+                            path, id, m->piece[id]);
         }
     }
     m->raw_off[m->n_ids] = (int64_t)tmp.len;
     m->raw = slm_xmalloc(tmp.len + 1);
     if (tmp.len) memcpy(m->raw, tmp.data, tmp.len);
+    slm_buf_free(&tmp);
+    return SLM_OK;
+}
 
-    if (m->ignore_merges) {
-        m->vcap = pow2_at_least(2 * (size_t)m->n_ids + 2);
-        m->vmap = slm_xmalloc(m->vcap * sizeof *m->vmap);
-        memset(m->vmap, 0xff, m->vcap * sizeof *m->vmap);
-        for (int32_t id = 0; id < m->n_ids; id++) {
-            if (!(m->flags[id] & BPE_IN_VOCAB)) continue;
-            size_t n;
-            const char *r = raw_of(m, id, &n);
-            if (vmap_get(m, (const uint8_t *)r, n) >= 0) continue; // first id wins
-            size_t mask = m->vcap - 1, i = hash_bytes(r, n) & mask;
-            while (m->vmap[i] >= 0)
-                i = (i + 1) & mask;
-            m->vmap[i] = id;
-        }
+// ignore_merges: raw bytes -> id over model tokens (the first id wins), for whole-word lookups.
+static void build_vocab_map(bpe_model *m) {
+    m->vcap = pow2_at_least(2 * (size_t)m->n_ids + 2);
+    m->vmap = slm_xmalloc(m->vcap * sizeof *m->vmap);
+    memset(m->vmap, 0xff, m->vcap * sizeof *m->vmap);
+    for (int32_t id = 0; id < m->n_ids; id++) {
+        if (!(m->flags[id] & BPE_IN_VOCAB)) continue;
+        size_t n;
+        const char *r = raw_of(m, id, &n);
+        if (vmap_get(m, (const uint8_t *)r, n) >= 0) continue; // first id wins
+        size_t mask = m->vcap - 1, i = hash_bytes(r, n) & mask;
+        while (m->vmap[i] >= 0)
+            i = (i + 1) & mask;
+        m->vmap[i] = id;
     }
+}
 
+// The pre-tokenizer regex compiled, the added tokens' first bytes, and the tokenizer's type,
+// size and special ids (model.shardlm_special_ids when given).
+static slm_status finish_model(const char *path, bpe_model *m, slm_tokenizer *t) {
     char err[256];
     m->re = slm_bpe_compile_regex(m->regex, err);
-    if (!m->re) {
-        st = slm_fail(SLM_E_UNSUPPORTED, "%s: pre_tokenizer regex does not compile with PCRE2: %s",
-                      path, err);
-        goto out;
-    }
+    if (!m->re)
+        return slm_fail(SLM_E_UNSUPPORTED,
+                        "%s: pre_tokenizer regex does not compile with PCRE2: %s", path, err);
     for (int32_t k = 0; k < m->n_added; k++) {
         size_t n;
         const char *r = raw_of(m, m->added_ids[k], &n);
@@ -696,21 +696,42 @@ slm_status slm_bpe_load_json(const char *path, const char *data, size_t len, slm
     if (m->special_given) {
         int32_t *dst[4] = {&t->bos_id, &t->eos_id, &t->pad_id, &t->unk_id};
         for (int i = 0; i < 4; i++) {
-            if (m->sp_ids[i] >= m->n_ids) {
-                st = slm_fail(SLM_E_FORMAT,
-                              "%s: model.shardlm_special_ids: id %d is outside the vocabulary "
-                              "[0, %d)",
-                              path, m->sp_ids[i], m->n_ids);
-                goto out;
-            }
+            if (m->sp_ids[i] >= m->n_ids)
+                return slm_fail(SLM_E_FORMAT,
+                                "%s: model.shardlm_special_ids: id %d is outside the vocabulary "
+                                "[0, %d)",
+                                path, m->sp_ids[i], m->n_ids);
             *dst[i] = m->sp_ids[i];
         }
         t->no_default_bos = !m->sp_add_bos;
     }
-    t->impl = m;
-out:
+    return SLM_OK;
+}
+
+slm_status slm_bpe_load_json(const char *path, const char *data, size_t len, slm_tokenizer *t) {
+    slm_bpe_init_bytemap();
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(data, len, &end, 0);
+    if (!root) return json_syntax_error(path, data, len, end);
+    bpe_model *m = slm_xcalloc(1, sizeof *m);
+    piece_map pm = {0};
+    const cJSON *model = NULL;
+    slm_status st = check_top_level(path, root, &model);
+    if (!st) st = parse_model_options(path, model, m);
+    if (!st) st = check_normalizer_decoder(path, root);
+    if (!st)
+        st = parse_pre_tokenizer(path, cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer"), m);
+    if (!st)
+        st = parse_vocab(path, cJSON_GetObjectItemCaseSensitive(model, "vocab"),
+                         cJSON_GetObjectItemCaseSensitive(root, "added_tokens"), m);
+    if (!st) st = build_piece_map(path, m, &pm);
+    if (!st) st = map_bytes(path, &pm, m);
+    if (!st) st = parse_merges(path, cJSON_GetObjectItemCaseSensitive(model, "merges"), &pm, m);
+    if (!st) st = build_raw(path, m);
+    if (!st && m->ignore_merges) build_vocab_map(m);
+    if (!st) st = finish_model(path, m, t);
+    if (!st) t->impl = m;
     free(pm.slot);
-    slm_buf_free(&tmp);
     cJSON_Delete(root);
     if (st) slm_bpe_free(m);
     return st;

@@ -534,13 +534,9 @@ static void build_json(const trainer *T, const int32_t *ml, const int32_t *mr, i
     slm_bpe_free(m);
 }
 
-slm_status slm_bpe_train(const slm_bpe_train_opts *o, slm_tokenizer **out) {
-    *out = NULL;
-    slm_bpe_init_bytemap();
-    // specials == NULL means the default set; a non-NULL array with n_specials == 0 means none.
-    static const char *const default_specials[] = {"<|bos|>", "<|eos|>", "<|pad|>"};
-    const char *const *specials = o->specials ? o->specials : default_specials;
-    int n_specials = o->specials ? o->n_specials : 3;
+// The special tokens: non-empty UTF-8, no two alike; the vocabulary size leaves room for them.
+static slm_status check_train_opts(const slm_bpe_train_opts *o, const char *const *specials,
+                                   int n_specials) {
     if (o->n_inputs <= 0) return slm_fail(SLM_E_ARG, "tokenizer train: no input files given");
     for (int i = 0; i < n_specials; i++) {
         if (!specials[i][0] || !valid_utf8(specials[i]))
@@ -555,162 +551,212 @@ slm_status slm_bpe_train(const slm_bpe_train_opts *o, slm_tokenizer **out) {
         return slm_fail(SLM_E_ARG,
                         "tokenizer train: vocab size %d must be in [256 + %d specials, 4194304]",
                         o->vocab_size, n_specials);
+    return SLM_OK;
+}
+
+// The distinct words of `total` in cmp_wc order (*n of them; caller frees).
+static wc_entry *sorted_words(const word_counter *total, size_t *n) {
+    wc_entry *ents = slm_xmalloc(total->n * sizeof *ents);
+    *n = 0;
+    for (size_t i = 0; i < total->cap; i++)
+        if (total->slot[i].h) ents[(*n)++] = total->slot[i];
+    qsort_r(ents, *n, sizeof *ents, cmp_wc, total->bytes.data);
+    return ents;
+}
+
+// The trainer's words: each word's bytes as symbols 0..255, with its count.
+static void init_words(trainer *T, const wc_entry *ents, size_t n, const word_counter *total) {
+    T->n_words = (int32_t)n;
+    T->sym = slm_xmalloc((total->bytes.len + 1) * sizeof *T->sym);
+    T->woff = slm_xmalloc(n * sizeof *T->woff);
+    T->wlen = slm_xmalloc(n * sizeof *T->wlen);
+    T->wcnt = slm_xmalloc(n * sizeof *T->wcnt);
+    T->wstamp = slm_xmalloc(n * sizeof *T->wstamp);
+    int64_t off = 0;
+    for (size_t w = 0; w < n; w++) {
+        const uint8_t *p = (const uint8_t *)total->bytes.data + ents[w].off;
+        T->woff[w] = off;
+        T->wlen[w] = (int32_t)ents[w].len;
+        T->wcnt[w] = ents[w].count;
+        T->wstamp[w] = -1;
+        for (uint32_t i = 0; i < ents[w].len; i++)
+            T->sym[off + i] = p[i];
+        off += ents[w].len;
+    }
+}
+
+// The 256 byte tokens, the counts of every adjacent pair and the heap over them.
+static void init_pairs(trainer *T) {
+    T->tok_cap = 1024;
+    T->tok_off = slm_xmalloc((size_t)T->tok_cap * sizeof *T->tok_off);
+    T->tok_len = slm_xmalloc((size_t)T->tok_cap * sizeof *T->tok_len);
+    T->tcap = 2048;
+    T->tmap = slm_xmalloc(T->tcap * sizeof *T->tmap);
+    memset(T->tmap, 0xff, T->tcap * sizeof *T->tmap);
+    for (int b = 0; b < 256; b++) {
+        uint8_t c = (uint8_t)b;
+        (void)add_token(T, &c, 1);
+    }
+    T->pcap = 1 << 16;
+    T->pkey = slm_xmalloc(T->pcap * sizeof *T->pkey);
+    T->pidx = slm_xmalloc(T->pcap * sizeof *T->pidx);
+    memset(T->pkey, 0xff, T->pcap * sizeof *T->pkey);
+    for (int32_t w = 0; w < T->n_words; w++) {
+        const int32_t *s = T->sym + T->woff[w];
+        for (int32_t i = 0; i + 1 < T->wlen[w]; i++)
+            pair_inc(T, s[i], s[i + 1], T->wcnt[w], w);
+    }
+    for (int32_t k = 0; k < T->n_touched; k++)
+        heap_push(T, (heap_entry){T->pairs[T->touched[k]].count, T->touched[k]});
+    T->n_touched = 0;
+}
+
+// The most frequent pair ({0, -1} when none is left); stale heap entries are dropped or
+// pushed back with their current count.
+static heap_entry pop_best(trainer *T) {
+    while (T->nh) {
+        heap_entry e = heap_pop(T);
+        int64_t cur = T->pairs[e.pair].count;
+        if (cur <= 0) continue;
+        if (e.count != cur) { // stale: a smaller current count goes back in
+            if (e.count > cur) heap_push(T, (heap_entry){cur, e.pair});
+            continue;
+        }
+        return e;
+    }
+    return (heap_entry){0, -1};
+}
+
+// The merges learned so far, in order: merge i joins tokens left[i] and right[i].
+typedef struct {
+    int32_t *left, *right;
+    int32_t n, cap;
+} merge_list;
+
+// Merges the pair `best` everywhere: a new token (or the existing one with the same bytes), the
+// merge recorded, every word that holds the pair rewritten and the touched pairs re-queued.
+static void apply_merge(trainer *T, heap_entry best, merge_list *M, slm_buf *cat) {
+    T->step++;
+    uint64_t key = T->pairs[best.pair].key;
+    int32_t a = (int32_t)(key >> 32), b = (int32_t)(key & 0xffffffffu);
+    cat->len = 0;
+    slm_buf_append(cat, tok_data(T, a), (size_t)T->tok_len[a]);
+    slm_buf_append(cat, tok_data(T, b), (size_t)T->tok_len[b]);
+    int32_t nw = tmap_get(T, (const uint8_t *)cat->data, cat->len);
+    if (nw < 0) nw = add_token(T, (const uint8_t *)cat->data, cat->len);
+    if (M->n == M->cap) {
+        M->cap = M->cap ? 2 * M->cap : 1024;
+        M->left = slm_xrealloc(M->left, (size_t)M->cap * sizeof *M->left);
+        M->right = slm_xrealloc(M->right, (size_t)M->cap * sizeof *M->right);
+    }
+    M->left[M->n] = a;
+    M->right[M->n++] = b;
+    // Take the occurrence list: the merge only adds pairs that contain `nw`, never (a, b).
+    pair *p = &T->pairs[best.pair];
+    int32_t *occ = p->occ, occ_n = p->occ_n;
+    p->occ = NULL;
+    p->occ_n = p->occ_cap = 0;
+    for (int32_t k = 0; k < occ_n; k++) {
+        int32_t w = occ[k];
+        if (T->wstamp[w] == T->step) continue;
+        T->wstamp[w] = T->step;
+        merge_in_word(T, w, a, b, nw);
+    }
+    free(occ);
+    SLM_ASSERT(T->pairs[best.pair].count == 0); // every occurrence was in the list
+    for (int32_t k = 0; k < T->n_touched; k++) {
+        int64_t c = T->pairs[T->touched[k]].count;
+        if (c > 0) heap_push(T, (heap_entry){c, T->touched[k]});
+    }
+    T->n_touched = 0;
+}
+
+// Merges the most frequent pair until the vocabulary holds `target` tokens or no pair is left.
+static void merge_until(trainer *T, int32_t target, bool verbose, merge_list *M) {
+    const int32_t n_first = T->n_tokens; // merges to do: target - n_first
+    slm_buf cat = {0};
+    slm_progress pg;
+    slm_progress_begin(&pg, "tokenizer train", 0, target - n_first);
+    while (T->n_tokens < target) {
+        heap_entry best = pop_best(T);
+        if (best.pair < 0) break; // no pair left: the corpus is fully merged
+        apply_merge(T, best, M, &cat);
+        if (verbose && slm_progress_enabled())
+            slm_progress_update(&pg, M->n, "%d of %d merges, vocab %d", M->n, target - n_first,
+                                T->n_tokens);
+        else if (verbose && M->n % 2000 == 0)
+            slm_info("tokenizer train: %d merges, vocab %d (last count %lld)", M->n, T->n_tokens,
+                     (long long)best.count);
+    }
+    slm_progress_end(&pg, M->n, "%d merges, vocab %d", M->n, T->n_tokens);
+    slm_buf_free(&cat);
+}
+
+// The trained tokenizer, loaded from the tokenizer.json text build_json writes (*out owned).
+static slm_status load_trained(const trainer *T, const merge_list *M, const char *const *specials,
+                               int n_specials, slm_tokenizer **out) {
+    slm_buf json = {0};
+    build_json(T, M->left, M->right, M->n, specials, n_specials, &json);
+    slm_tokenizer *t = slm_xcalloc(1, sizeof *t);
+    t->bos_id = t->eos_id = t->unk_id = t->pad_id = -1;
+    slm_status st = slm_bpe_load_json("(trained tokenizer.json)", json.data, json.len, t);
+    if (st) {
+        free(t);
+        t = NULL;
+    } else {
+        t->hash = slm_xxh64(json.data, json.len, 0);
+    }
+    slm_buf_free(&json);
+    *out = t;
+    return st;
+}
+
+slm_status slm_bpe_train(const slm_bpe_train_opts *o, slm_tokenizer **out) {
+    *out = NULL;
+    slm_bpe_init_bytemap();
+    // specials == NULL means the default set; a non-NULL array with n_specials == 0 means none.
+    static const char *const default_specials[] = {"<|bos|>", "<|eos|>", "<|pad|>"};
+    const char *const *specials = o->specials ? o->specials : default_specials;
+    int n_specials = o->specials ? o->n_specials : 3;
+    slm_status st = check_train_opts(o, specials, n_specials);
+    if (st) return st;
     double t0 = slm_time_s(), mb = 0;
     word_counter total = {0};
     trainer T = {0};
-    wc_entry *ents = NULL;
-    int32_t *ml = NULL, *mr = NULL;
-    int32_t n_merges = 0, merges_cap = 0;
-    slm_buf json = {0}, cat = {0};
+    merge_list M = {0};
     slm_tokenizer *t = NULL;
-    slm_status st = count_words(o, &total, &mb);
-    if (st) goto out;
-    if (total.n == 0) {
+    st = count_words(o, &total, &mb);
+    if (st == SLM_OK && total.n == 0)
         st = slm_fail(SLM_E_FORMAT, "tokenizer train: the inputs contain no text");
-        goto out;
-    }
-    if (total.n > INT32_MAX / 2 || total.bytes.len > (size_t)INT32_MAX * 4) {
+    if (st == SLM_OK && (total.n > INT32_MAX / 2 || total.bytes.len > (size_t)INT32_MAX * 4))
         st = slm_fail(SLM_E_ARG, "tokenizer train: too many distinct words (%zu)", total.n);
-        goto out;
-    }
-    ents = slm_xmalloc(total.n * sizeof *ents);
+    if (st) goto out;
     size_t n = 0;
-    for (size_t i = 0; i < total.cap; i++)
-        if (total.slot[i].h) ents[n++] = total.slot[i];
-    qsort_r(ents, n, sizeof *ents, cmp_wc, total.bytes.data);
+    wc_entry *ents = sorted_words(&total, &n);
     double t_count = slm_time_s();
     if (o->verbose)
         slm_info("tokenizer train: %.1f MB, %zu distinct pre-tokens, counted in %.2f s", mb, n,
                  t_count - t0);
-
-    T.n_words = (int32_t)n;
-    T.sym = slm_xmalloc((total.bytes.len + 1) * sizeof *T.sym);
-    T.woff = slm_xmalloc(n * sizeof *T.woff);
-    T.wlen = slm_xmalloc(n * sizeof *T.wlen);
-    T.wcnt = slm_xmalloc(n * sizeof *T.wcnt);
-    T.wstamp = slm_xmalloc(n * sizeof *T.wstamp);
-    int64_t off = 0;
-    for (size_t w = 0; w < n; w++) {
-        const uint8_t *p = (const uint8_t *)total.bytes.data + ents[w].off;
-        T.woff[w] = off;
-        T.wlen[w] = (int32_t)ents[w].len;
-        T.wcnt[w] = ents[w].count;
-        T.wstamp[w] = -1;
-        for (uint32_t i = 0; i < ents[w].len; i++)
-            T.sym[off + i] = p[i];
-        off += ents[w].len;
-    }
+    init_words(&T, ents, n, &total);
     free(ents);
-    ents = NULL;
     wc_free(&total);
-
-    T.tok_cap = 1024;
-    T.tok_off = slm_xmalloc((size_t)T.tok_cap * sizeof *T.tok_off);
-    T.tok_len = slm_xmalloc((size_t)T.tok_cap * sizeof *T.tok_len);
-    T.tcap = 2048;
-    T.tmap = slm_xmalloc(T.tcap * sizeof *T.tmap);
-    memset(T.tmap, 0xff, T.tcap * sizeof *T.tmap);
-    for (int b = 0; b < 256; b++) {
-        uint8_t c = (uint8_t)b;
-        (void)add_token(&T, &c, 1);
-    }
-    T.pcap = 1 << 16;
-    T.pkey = slm_xmalloc(T.pcap * sizeof *T.pkey);
-    T.pidx = slm_xmalloc(T.pcap * sizeof *T.pidx);
-    memset(T.pkey, 0xff, T.pcap * sizeof *T.pkey);
-    for (int32_t w = 0; w < T.n_words; w++) {
-        const int32_t *s = T.sym + T.woff[w];
-        for (int32_t i = 0; i + 1 < T.wlen[w]; i++)
-            pair_inc(&T, s[i], s[i + 1], T.wcnt[w], w);
-    }
-    for (int32_t k = 0; k < T.n_touched; k++)
-        heap_push(&T, (heap_entry){T.pairs[T.touched[k]].count, T.touched[k]});
-    T.n_touched = 0;
-
+    init_pairs(&T);
     const int32_t target = o->vocab_size - n_specials;
-    const int32_t n_first = T.n_tokens; // merges to do: target - n_first
-    slm_progress pg;
-    slm_progress_begin(&pg, "tokenizer train", 0, target - n_first);
-    while (T.n_tokens < target) {
-        heap_entry best = {0, -1};
-        while (T.nh) {
-            heap_entry e = heap_pop(&T);
-            int64_t cur = T.pairs[e.pair].count;
-            if (cur <= 0) continue;
-            if (e.count != cur) { // stale: a smaller current count goes back in
-                if (e.count > cur) heap_push(&T, (heap_entry){cur, e.pair});
-                continue;
-            }
-            best = e;
-            break;
-        }
-        if (best.pair < 0) break; // no pair left: the corpus is fully merged
-        T.step++;
-        uint64_t key = T.pairs[best.pair].key;
-        int32_t a = (int32_t)(key >> 32), b = (int32_t)(key & 0xffffffffu);
-        cat.len = 0;
-        slm_buf_append(&cat, tok_data(&T, a), (size_t)T.tok_len[a]);
-        slm_buf_append(&cat, tok_data(&T, b), (size_t)T.tok_len[b]);
-        int32_t nw = tmap_get(&T, (const uint8_t *)cat.data, cat.len);
-        if (nw < 0) nw = add_token(&T, (const uint8_t *)cat.data, cat.len);
-        if (n_merges == merges_cap) {
-            merges_cap = merges_cap ? 2 * merges_cap : 1024;
-            ml = slm_xrealloc(ml, (size_t)merges_cap * sizeof *ml);
-            mr = slm_xrealloc(mr, (size_t)merges_cap * sizeof *mr);
-        }
-        ml[n_merges] = a;
-        mr[n_merges++] = b;
-        // Take the occurrence list: the merge only adds pairs that contain `nw`, never (a, b).
-        pair *p = &T.pairs[best.pair];
-        int32_t *occ = p->occ, occ_n = p->occ_n;
-        p->occ = NULL;
-        p->occ_n = p->occ_cap = 0;
-        for (int32_t k = 0; k < occ_n; k++) {
-            int32_t w = occ[k];
-            if (T.wstamp[w] == T.step) continue;
-            T.wstamp[w] = T.step;
-            merge_in_word(&T, w, a, b, nw);
-        }
-        free(occ);
-        SLM_ASSERT(T.pairs[best.pair].count == 0); // every occurrence was in the list
-        for (int32_t k = 0; k < T.n_touched; k++) {
-            int64_t c = T.pairs[T.touched[k]].count;
-            if (c > 0) heap_push(&T, (heap_entry){c, T.touched[k]});
-        }
-        T.n_touched = 0;
-        if (o->verbose && slm_progress_enabled())
-            slm_progress_update(&pg, n_merges, "%d of %d merges, vocab %d", n_merges,
-                                target - n_first, T.n_tokens);
-        else if (o->verbose && n_merges % 2000 == 0)
-            slm_info("tokenizer train: %d merges, vocab %d (last count %lld)", n_merges, T.n_tokens,
-                     (long long)best.count);
-    }
-    slm_progress_end(&pg, n_merges, "%d merges, vocab %d", n_merges, T.n_tokens);
+    merge_until(&T, target, o->verbose, &M);
     if (T.n_tokens < target)
         slm_warn("tokenizer train: the corpus has no pair left to merge after %d merges: the "
                  "tokenizer has %d ids, fewer than the %d asked for (a larger corpus gives more)",
-                 n_merges, T.n_tokens + n_specials, o->vocab_size);
-    build_json(&T, ml, mr, n_merges, specials, n_specials, &json);
-    t = slm_xcalloc(1, sizeof *t);
-    t->bos_id = t->eos_id = t->unk_id = t->pad_id = -1;
-    st = slm_bpe_load_json("(trained tokenizer.json)", json.data, json.len, t);
-    if (st) {
-        free(t);
-        t = NULL;
-        goto out;
-    }
-    t->hash = slm_xxh64(json.data, json.len, 0);
+                 M.n, T.n_tokens + n_specials, o->vocab_size);
+    st = load_trained(&T, &M, specials, n_specials, &t);
+    if (st) goto out;
     if (o->verbose)
-        slm_info("tokenizer train: %d merges, %d ids (%d specials) in %.2f s (merging %.2f s)",
-                 n_merges, t->vocab_size, n_specials, slm_time_s() - t0, slm_time_s() - t_count);
+        slm_info("tokenizer train: %d merges, %d ids (%d specials) in %.2f s (merging %.2f s)", M.n,
+                 t->vocab_size, n_specials, slm_time_s() - t0, slm_time_s() - t_count);
     *out = t;
 out:
-    free(ents);
     wc_free(&total);
     trainer_free(&T);
-    free(ml);
-    free(mr);
-    slm_buf_free(&json);
-    slm_buf_free(&cat);
+    free(M.left);
+    free(M.right);
     return st;
 }

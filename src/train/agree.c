@@ -1,6 +1,7 @@
 // Cross-rank agreement on a training run's settings (slm_train_agree, train.h): the list of
 // (name, canonical value) pairs every rank must hold identically, compared by
-// slm_dist_agree_values before any other collective.
+// slm_dist_agree_values before any other collective. The options come from the option table
+// (train/options.c: every entry not marked SLM_OPTF_PER_RANK), then what they point at.
 #include <dirent.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -41,9 +42,6 @@ static const char *on_off(bool b) {
 }
 static const char *str_or_unset(const char *s) {
     return s ? s : "(unset)";
-}
-static const char *prec(slm_dtype p) {
-    return p == SLM_DTYPE_BF16 ? "bf16" : "fp32";
 }
 
 // "xxh64 0123456789abcdef" of a file, or why it cannot be read (the reason is the same text on
@@ -115,78 +113,39 @@ static void add_hf_weights_hash(agree_list *l, const char *dir) {
         add(l, "--init-from-hf weights", SLM_E_FORMAT, "unreadable (%s)", dir);
 }
 
+// The value ranks compare for the options whose field alone is not it: --data of a synthetic
+// run, --min-lr as resolved (< 0: lr / 10), --s3-prefix-shards (0 is 1). False for the other
+// options (their text is slm_opt_value_text's).
+static bool compared_value(const slm_opt *e, const slm_train_opts *o, char *buf, size_t cap) {
+    if (!strcmp(e->name, "--data"))
+        snprintf(buf, cap, "%s", o->synthetic ? "(--synthetic)" : str_or_unset(o->data_dir));
+    else if (!strcmp(e->name, "--min-lr"))
+        snprintf(buf, cap, "%.9g", (double)(o->min_lr >= 0 ? o->min_lr : o->adamw.lr_peak / 10.0f));
+    else if (!strcmp(e->name, "--s3-prefix-shards"))
+        snprintf(buf, cap, "%d", o->s3_prefix_shards > 1 ? o->s3_prefix_shards : 1);
+    else
+        return false;
+    return true;
+}
+
 slm_status slm_train_agree(const slm_train_opts *o) {
     if (slm_dist_world() == 1) return SLM_OK;
     agree_list *l = slm_xcalloc(1, sizeof *l);
     const slm_status A = SLM_E_ARG;
-    // Options, as parsed (canonical numbers), in --help order.
-    add(l, "--data", A, "%s", o->synthetic ? "(--synthetic)" : str_or_unset(o->data_dir));
-    add(l, "--model", A, "%s", str_or_unset(o->model));
-    add(l, "--vocab-size", A, "%d", o->vocab_size);
-    add(l, "--batch", A, "%d", o->B);
-    add(l, "--seq", A, "%d", o->T);
-    add(l, "--grad-accum", A, "%d", o->grad_accum);
-    add(l, "--steps", A, "%lld", (long long)o->steps);
-    add(l, "--lr", A, "%.9g", (double)o->adamw.lr_peak);
-    add(l, "--min-lr", A, "%.9g", (double)(o->min_lr >= 0 ? o->min_lr : o->adamw.lr_peak / 10.0f));
-    add(l, "--warmup", A, "%lld", (long long)o->warmup);
-    add(l, "--weight-decay", A, "%.9g", (double)o->adamw.weight_decay);
-    add(l, "--beta1", A, "%.9g", (double)o->adamw.beta1);
-    add(l, "--beta2", A, "%.9g", (double)o->adamw.beta2);
-    add(l, "--eps", A, "%.9g", (double)o->adamw.eps);
-    add(l, "--grad-clip", A, "%.9g", (double)o->grad_clip);
-    add(l, "--seed", A, "%llu", (unsigned long long)o->seed);
-    add(l, "--eval-every", A, "%lld", (long long)o->eval_every);
-    add(l, "--eval-batches", A, "%d", o->eval_batches);
-    add(l, "--activation-checkpointing", A, "%s", on_off(o->activation_checkpointing));
-    add(l, "--max-minutes", A, "%.17g", o->max_minutes);
-    add(l, "--time-schedule", A, "%s", on_off(o->time_schedule));
-    add(l, "--sharding", A, "%s", slm_sharding_name(o->fsdp.sharding));
-    add(l, "--shard-group-size", A, "%d", o->fsdp.shard_group_size);
-    add(l, "--param-dtype", A, "%s", prec(o->fsdp.param_dtype));
-    add(l, "--reduce-dtype", A, "%s", prec(o->fsdp.reduce_dtype));
-    add(l, "--limit-all-gathers", A, "%d", o->fsdp.limit_all_gathers);
-    add(l, "--no-prefetch", A, "forward prefetch %s, backward prefetch %s",
-        on_off(o->fsdp.forward_prefetch), on_off(o->fsdp.backward_prefetch));
-    add(l, "--collective-timeout", A, "%.17g", o->collective_timeout_s);
-    add(l, "--simulate-compute", A, "%.17g", o->simulate_gflops);
-    add(l, "--metrics-every", A, "%d", o->metrics.every); // the gather is a collective
-    add(l, "--straggler-factor", A, "%.17g", o->metrics.straggler_factor);
-    add(l, "--straggler-windows", A, "%d", o->metrics.straggler_windows);
-    add(l, "--out", A, "%s", str_or_unset(o->out_dir));
-    add_abs_path(l, "--out (from each rank's working directory)", o->out_dir);
-    add(l, "--ckpt-every-steps", A, "%lld", (long long)o->ckpt_every_steps);
-    add(l, "--ckpt-every-minutes", A, "%.17g", o->ckpt_every_minutes);
-    add(l, "--ckpt-keep", A, "%d", o->ckpt_keep);
-    add(l, "--ckpt-sync", A, "%s", on_off(o->ckpt_sync));
-    add(l, "--on-ckpt-error", A, "%s", o->ckpt_abort_on_error ? "abort" : "continue");
-    add(l, "--resume", A, "%s", str_or_unset(o->resume));
-    add(l, "--init-from-hf", A, "%s", str_or_unset(o->init_from_hf));
-    add(l, "--init-from-gguf", A, "%s", str_or_unset(o->init_from_gguf));
-    add(l, "--verify-on-resume", A, "%s", on_off(o->verify_on_resume));
-    add(l, "--allow-batch-change", A, "%s", on_off(o->allow_batch_change));
-    add(l, "--no-packing", A, "%s", on_off(o->no_packing));
-    add(l, "--train-from-scratch", A, "%s", on_off(o->train_from_scratch));
-    add(l, "--lora-rank", A, "%d", o->lora.rank);
-    add(l, "--lora-alpha", A, "%.9g", (double)o->lora.alpha);
-    add(l, "--lora-dropout", A, "%.9g", (double)o->lora.dropout);
-    char targets[128] = "";
-    for (int t = 0; t < SLM_LORA_N_TARGETS; t++)
-        if (o->lora.targets & (1u << t))
-            snprintf(targets + strlen(targets), sizeof targets - strlen(targets), "%s%s",
-                     targets[0] ? "," : "", slm_lora_target_name(t));
-    add(l, "--lora-targets", A, "%s", targets[0] ? targets : "(none)");
-    add_abs_path(l, "--heartbeat-dir", o->heartbeat_dir);
-    add(l, "--preempt-grace", A, "%.17g", o->preempt_grace_s);
-    add(l, "--on-nonfinite", A, "%s", o->nonfinite_skip ? "skip" : "abort");
-    add(l, "--max-nonfinite-skips", A, "%d", o->max_nonfinite_skips);
-    add(l, "--loss-spike-window", A, "%d", o->spike_window);
-    add(l, "--loss-spike-z", A, "%.17g", o->spike_z);
-    add(l, "--snapshot-every-steps", A, "%lld", (long long)o->snapshot_every_steps);
-    add(l, "--snapshot-dir", A, "%s", str_or_unset(o->snapshot_dir));
-    add(l, "--ckpt-uri", A, "%s", str_or_unset(o->ckpt_uri));
-    add(l, "--data-cache", A, "%s", str_or_unset(o->data_cache));
-    add(l, "--s3-prefix-shards", A, "%d", o->s3_prefix_shards > 1 ? o->s3_prefix_shards : 1);
+    // The options of the table (options.c) that ranks must agree on, in --help order, as
+    // canonical text (slm_opt_value_text) or as the run resolves them (compared_value).
+    for (const slm_opt *e = slm_train_options; e->type != SLM_OPT_END; e++) {
+        if (e->type == SLM_OPT_SECTION || (e->flags & SLM_OPTF_PER_RANK)) continue;
+        if (!strcmp(e->name, "--heartbeat-dir")) { // one directory, seen from every rank
+            add_abs_path(l, e->name, o->heartbeat_dir);
+            continue;
+        }
+        char v[AGREE_VAL];
+        if (!compared_value(e, o, v, sizeof v)) slm_opt_value_text(e, o, v, sizeof v);
+        add(l, e->name, A, "%s", v);
+        if (!strcmp(e->name, "--out"))
+            add_abs_path(l, "--out (from each rank's working directory)", o->out_dir);
+    }
     {
         // Endpoint and region as each rank resolves them (option, environment, profile).
         slm_s3_config c;

@@ -1,5 +1,5 @@
 // Evaluation: mean loss / perplexity on a prepared split or on a file of token ids, and the
-// unigram entropy of a split (the quick start's yardstick). Contracts in train.h.
+// unigram entropy of a split (the quick start's yardstick). Contracts in train/eval.h.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

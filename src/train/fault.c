@@ -1,16 +1,20 @@
 // Fault injection for tests (SHARDLM_FAULT): the actions the trainer fires (a slow, killed,
-// stopped or exiting rank before a step; a flipped checkpoint byte). The parser and the attempt
+// stopped or exiting rank before a step; NaN loss and gradients; a flipped checkpoint byte), and
+// the hook (slm_train_faults) through which the run reaches them. The parser and the attempt
 // rule are base/fault.c; contract in train.h and base/fault.h; docs/operations.md.
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "train/train.h"
+#include "train/train_internal.h"
 
 void slm_fault_before_step(const slm_fault_plan *p, int rank, int64_t step) {
     for (int i = 0; p && i < p->n; i++) {
@@ -67,3 +71,42 @@ slm_status slm_fault_flip_byte(const char *path) {
         slm_warn("fault injection (SHARDLM_FAULT): flipped byte %lld of %s", (long long)at, path);
     return st;
 }
+
+// ---------------------------------------------------------------------------------------------
+// The trainer's fault hook (train_internal.h): the plan's actions at the run's named points
+
+static void at_step_start(slm_trainer *tr) {
+    slm_fault_before_step(&tr->faults, tr->rank, tr->step + 1);
+}
+
+// nan-grad:step=S[:rank=R]: this rank's first micro-batch of step S gets a NaN loss and
+// (through a NaN loss scale) NaN gradients.
+static void at_micro_batch(slm_trainer *tr, int k, float *loss, float *scale) {
+    int64_t step = tr->step + 1;
+    const slm_fault *f = k == 0 ? slm_fault_find(&tr->faults, SLM_FAULT_NAN_GRAD, step) : NULL;
+    if (!f || (f->rank < 0 ? 0 : f->rank) != tr->rank) return;
+    slm_warn("fault injection (SHARDLM_FAULT): nan-grad:step=%lld: NaN loss and gradients on "
+             "rank %d",
+             (long long)step, tr->rank);
+    *loss = NAN;
+    *scale = NAN;
+}
+
+static void at_after_ckpt(slm_trainer *tr) {
+    const slm_fault *f = slm_fault_find(&tr->faults, SLM_FAULT_CORRUPT_CKPT, -1);
+    if (!f || tr->fault_corrupted || tr->rank != 0 || !tr->o->out_dir) return;
+    char name[96];
+    snprintf(name, sizeof name, "checkpoints/step_%08lld", (long long)f->step);
+    char *dir = slm_path_join(tr->o->out_dir, name);
+    snprintf(name, sizeof name, "rank_%05d.bin", f->rank < 0 ? 0 : f->rank);
+    char *file = slm_path_join(dir, name);
+    if (slm_is_dir(dir)) {
+        tr->fault_corrupted = true;
+        if (slm_fault_flip_byte(file)) slm_warn("fault injection: %s", slm_errmsg());
+    }
+    free(file);
+    free(dir);
+}
+
+const slm_train_fault_hook slm_train_faults = {
+    .step_start = at_step_start, .micro_batch = at_micro_batch, .after_ckpt = at_after_ckpt};

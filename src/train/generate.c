@@ -1,5 +1,5 @@
 // Generation: KV-cache decoding with temperature, top-k and nucleus (top-p) sampling, streamed
-// through a callback as the decoded text grows. Contracts in train.h.
+// through a callback as the decoded text grows. Contracts in train/generate.h.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

@@ -58,15 +58,16 @@ slm_status slm_heartbeat_write(const char *dir, int rank, int64_t step, double l
     return st;
 }
 
+// The hook's per-run state, in the caller's slm_train_std_hooks (heartbeat): made by on_start,
+// freed by on_finish.
 typedef struct hb_state {
     bool warned; // a failed write is reported once per run, then training goes on
 } hb_state;
-static hb_state g_hb; // one run at a time per process (as the other library hooks)
 
 static slm_status hb_start(void *ctx, slm_trainer *tr) {
-    (void)ctx;
+    hb_state **hb = ctx;
+    *hb = slm_xcalloc(1, sizeof **hb);
     const char *dir = slm_trainer_opts(tr)->heartbeat_dir;
-    g_hb.warned = false;
     slm_status st = slm_mkdir_p(dir);
     if (!st)
         st = slm_heartbeat_write(dir, slm_trainer_rank(tr), slm_trainer_steps_done(tr), NAN,
@@ -75,38 +76,42 @@ static slm_status hb_start(void *ctx, slm_trainer *tr) {
 }
 
 // A failed write is one warning.
-static void hb_put(slm_trainer *tr, int64_t step, double loss, const char *phase) {
+static void hb_put(hb_state *hb, slm_trainer *tr, int64_t step, double loss, const char *phase) {
     slm_status st = slm_heartbeat_write(slm_trainer_opts(tr)->heartbeat_dir, slm_trainer_rank(tr),
                                         step, loss, phase);
-    if (st && !g_hb.warned) {
+    if (st && !hb->warned) {
         if (!strcmp(phase, "train"))
             slm_warn("%s (training goes on; a supervisor may take this rank for hung)",
                      slm_errmsg());
         else
             slm_warn("%s (the final heartbeat record, phase %s)", slm_errmsg(), phase);
-        g_hb.warned = true;
+        hb->warned = true;
     }
 }
 
 static slm_status hb_step(void *ctx, slm_trainer *tr, const slm_step_metrics *m) {
-    (void)ctx;
-    hb_put(tr, m->step, m->loss, "train");
+    hb_put(*(hb_state **)ctx, tr, m->step, m->loss, "train");
     return SLM_OK;
 }
 
 static slm_status hb_finish(void *ctx, slm_trainer *tr, slm_status st) {
-    (void)ctx;
+    hb_state **hb = ctx;
     const slm_train_result *r = slm_trainer_result(tr);
-    hb_put(tr, slm_trainer_steps_done(tr), st ? NAN : r->final_loss,
+    hb_put(*hb, tr, slm_trainer_steps_done(tr), st ? NAN : r->final_loss,
            st               ? "error"
            : r->interrupted ? "stopped"
                             : "end");
+    free(*hb);
+    *hb = NULL;
     return SLM_OK;
 }
 
-slm_status slm_train_add_heartbeat_hook(slm_train_opts *o) {
+slm_status slm_train_add_heartbeat_hook(slm_train_opts *o, slm_train_std_hooks *h) {
     if (!o->heartbeat_dir) return SLM_OK;
-    slm_train_hook k = {
-        .name = "heartbeat", .on_start = hb_start, .on_step = hb_step, .on_finish = hb_finish};
+    slm_train_hook k = {.name = "heartbeat",
+                        .ctx = &h->heartbeat,
+                        .on_start = hb_start,
+                        .on_step = hb_step,
+                        .on_finish = hb_finish};
     return slm_train_attach(o, &k);
 }

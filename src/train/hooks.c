@@ -550,7 +550,7 @@ static slm_status ckpt_step(void *ctx, slm_trainer *tr, const slm_step_metrics *
     slm_ckpt_sched *cs = *(slm_ckpt_sched **)ctx;
     if (!cs) return SLM_OK;
     slm_status st = ckpt_poll(cs, tr, slm_ckpt_sched_due(cs, m->step, false));
-    slm_trainer_fault_after_ckpt(tr);
+    tr->fault->after_ckpt(tr);
     return st;
 }
 
@@ -583,7 +583,7 @@ static slm_status ckpt_finish(void *ctx, slm_trainer *tr, slm_status st) {
         if (!r) ckpt_summary(*cs, tr->o->out_dir);
         if (r) slm_ckpt_sched_settle(*cs, tr->W == 1);
     }
-    slm_trainer_fault_after_ckpt(tr);
+    tr->fault->after_ckpt(tr);
     slm_ckpt_sched_free(*cs); // joins a background write before the shards are freed
     *cs = NULL;
     return r;
@@ -603,7 +603,7 @@ slm_status slm_train_add_std_hooks(slm_train_opts *o, slm_train_std_hooks *h) {
     slm_status st = slm_train_add_stop_hook(o);
     if (!st) st = slm_train_add_ckpt_hook(o, h);
     if (!st) st = slm_train_add_metrics_hook(o, h);
-    if (!st) st = slm_train_add_heartbeat_hook(o);
-    if (!st) st = slm_train_add_snapshot_hook(o);
+    if (!st) st = slm_train_add_heartbeat_hook(o, h);
+    if (!st) st = slm_train_add_snapshot_hook(o, h);
     return st;
 }

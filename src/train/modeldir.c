@@ -1,5 +1,5 @@
 // Opening a model directory (run directory, checkpoint or Hugging Face directory) for every
-// reader of weights. Contract in train.h ("Model directories").
+// reader of weights. Contract in train/modeldir.h.
 #include "train/train.h"
 
 #include <errno.h>
@@ -55,13 +55,6 @@ static char *run_dir_of_step(const char *step) {
 static char *recorded_tokenizer(const char *run_dir, const char *name) {
     char *p = file_in(run_dir, name);
     if (!p) slm_warn("%s/%s: not found (the checkpoint recorded it); no tokenizer", run_dir, name);
-    return p;
-}
-
-// An HF directory's tokenizer: tokenizer.json, else tokenizer.model.
-static char *find_tokenizer(const char *dir) {
-    char *p = file_in(dir, "tokenizer.json");
-    if (!p) p = file_in(dir, "tokenizer.model");
     return p;
 }
 
@@ -172,7 +165,7 @@ static slm_status open_hf(slm_model_dir *d) {
     slm_status st = slm_llama_config_load(cp, &d->cfg);
     free(cp);
     if (st) return st;
-    d->tokenizer = find_tokenizer(d->path);
+    d->tokenizer = slm_train_find_tokenizer(d->path);
     return SLM_OK;
 }
 

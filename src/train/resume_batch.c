@@ -1,5 +1,6 @@
 // A resume keeps the run's batch geometry: the global batch (sequences per optimizer step) and
-// the sequence length of the run that saved the checkpoint (docs/formats.md "Batch geometry").
+// the sequence length of the run that saved the checkpoint (docs/formats.md "Batch geometry");
+// and another --steps re-stretches the LR schedule with a warning. Contract in train_internal.h.
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -82,4 +83,44 @@ slm_status slm_train_check_resume_batch(const slm_ckpt_meta *M, const char *ckpt
                     " sequences at %d rank%s: %s; or pass --allow-batch-change to continue with "
                     "the new global batch",
                     ckpt_dir, a, b, G, now.W, now.W == 1 ? "" : "s", fix);
+}
+
+slm_status slm_train_check_resume_fit(const char *path, const slm_train_opts *o, slm_batch_geom now,
+                                      float min_lr, slm_ckpt **ckpt, bool *changed,
+                                      slm_batch_geom *saved) {
+    *changed = false;
+    slm_status st = slm_ckpt_open(path, ckpt);
+    const slm_ckpt_meta *M = st ? NULL : slm_ckpt_get_meta(*ckpt);
+    if (M && !M->has_batch)
+        slm_warn("checkpoint %s records no batch geometry (written before shardlm recorded "
+                 "it): the global batch and --seq of this run (--batch %d x %d rank%s x "
+                 "--grad-accum %d, --seq %d) are not checked against the run that saved it",
+                 slm_ckpt_dir(*ckpt), now.B, now.W, now.W == 1 ? "" : "s", now.K, now.T);
+    if (M)
+        st = slm_train_check_resume_batch(M, slm_ckpt_dir(*ckpt), now, o->allow_batch_change,
+                                          changed);
+    if (M && *changed) {
+        *saved = (slm_batch_geom){M->batch, M->seq, M->grad_accum, M->world};
+        char a[128], b[128];
+        slm_batch_geom_describe(*saved, a, sizeof a);
+        slm_batch_geom_describe(now, b, sizeof b);
+        slm_warn("--allow-batch-change: the global batch changes from %s (checkpoint %s, "
+                 "step %lld) to %s: the optimisation from here differs from the run that "
+                 "saved it",
+                 a, slm_ckpt_dir(*ckpt), (long long)M->step, b);
+    }
+    // Another --steps stretches or squeezes the cosine schedule from the resumed step on
+    // (slm_lr_at follows the new total): allowed, but never silent.
+    if (M && !st && M->lr_total > 0 && M->lr_total != o->steps) {
+        float was = slm_lr_at(M->lr_step, M->lr_warmup, M->lr_total, M->adamw.lr_peak, M->lr_min);
+        float now_lr = slm_lr_at(M->lr_step, o->warmup, o->steps, o->adamw.lr_peak, min_lr);
+        slm_warn("--steps %lld differs from the %lld steps checkpoint %s (step %lld) was "
+                 "scheduled for: the LR schedule is re-stretched to --steps %lld; the LR at "
+                 "the resumed step is %.3e (%.3e under --steps %lld)%s",
+                 (long long)o->steps, (long long)M->lr_total, slm_ckpt_dir(*ckpt),
+                 (long long)M->step, (long long)o->steps, now_lr, was, (long long)M->lr_total,
+                 M->step >= M->lr_total ? ", where that run's cosine had ended" : "");
+    }
+    if (st) st = slm_fail_wrap(st, "--resume %s", path);
+    return st;
 }

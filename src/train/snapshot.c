@@ -1,238 +1,25 @@
-// Node-local snapshots (--snapshot-every-steps N): the newest sharded state kept in shared
-// memory (/dev/shm) in checkpoint format, and the restart rule that prefers it to an older disk
-// checkpoint. Contract in train.h; docs/operations.md "Snapshots".
-#include <dirent.h>
+// Node-local snapshots (--snapshot-every-steps N): the hook that keeps the newest sharded state
+// in shared memory (/dev/shm) in checkpoint format. Its directory is snapdir.c's; the restart
+// rule that prefers a snapshot to an older disk checkpoint is resume.c's. Contract in train.h;
+// docs/operations.md "Snapshots".
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
 
 #include "ckpt/ckpt.h"
 #include "dist/dist.h"
 #include "train/train.h"
 #include "train/train_internal.h"
 
-// The absolute --out path into buf (what names the run a snapshot directory belongs to).
-static void abs_out(const slm_train_opts *o, char *buf, size_t cap) {
-    char cwd[4096] = "";
-    if (o->out_dir && o->out_dir[0] != '/' && getcwd(cwd, sizeof cwd))
-        snprintf(buf, cap, "%s/%s", cwd, o->out_dir);
-    else
-        snprintf(buf, cap, "%s", o->out_dir ? o->out_dir : "");
-}
-
-char *slm_train_snapshot_root(const slm_train_opts *o) {
-    if (o->snapshot_dir) return slm_xstrdup(o->snapshot_dir);
-    char buf[4200];
-    abs_out(o, buf, sizeof buf);
-    char root[64];
-    snprintf(root, sizeof root, "/dev/shm/shardlm-%016llx",
-             (unsigned long long)slm_xxh64(buf, strlen(buf), 0x736e6170ull));
-    return slm_xstrdup(root);
-}
-
-// The marker file naming the run (absolute --out) a snapshot directory belongs to. Snapshots
-// delete what they do not keep, so they only ever delete inside a directory that carries it
-// (or that they created), and never restore another run's state from a shared --snapshot-dir.
-#define SNAP_MARKER ".shardlm-snapshots"
-
-// Whose snapshots ROOT holds: 1 this run's (marker names o's --out), 0 no marker, -1 another
-// run's (its --out into other, when given).
-static int root_owner(const slm_train_opts *o, const char *root, char *other, size_t cap) {
-    char *mp = slm_path_join(root, SNAP_MARKER), *txt = NULL;
-    size_t len = 0;
-    char *keep = slm_xstrdup(slm_errmsg());
-    int r = 0;
-    if (slm_is_file(mp) && slm_file_read_all(mp, &txt, &len) == SLM_OK) {
-        char me[4200];
-        abs_out(o, me, sizeof me);
-        size_t n = len;
-        while (n && (txt[n - 1] == '\n' || txt[n - 1] == '\r'))
-            n--;
-        r = n == strlen(me) && !memcmp(txt, me, n) ? 1 : -1;
-        if (r < 0 && other) snprintf(other, cap, "%.*s", (int)(n < 1024 ? n : 1024), txt);
-    }
-    slm_set_errmsg(keep);
-    free(keep);
-    free(txt);
-    free(mp);
-    return r;
-}
-
-// Writes ROOT's marker naming this run.
-static slm_status write_marker(const slm_train_opts *o, const char *root) {
-    char me[4200];
-    abs_out(o, me, sizeof me - 1);
-    size_t n = strlen(me);
-    me[n++] = '\n';
-    char *mp = slm_path_join(root, SNAP_MARKER);
-    slm_status st = slm_file_write_atomic(mp, me, n);
-    free(mp);
-    return st;
-}
-
-// True for the entries snapshots write into their directory: step_N (committed, .tmp,
-// .replaced.tmp), latest and its temporary, the marker.
-static bool snapshot_entry(const char *name) {
-    return !strncmp(name, "step_", 5) || !strcmp(name, "latest") ||
-           !strncmp(name, "latest.tmp.", 11) || !strcmp(name, SNAP_MARKER);
-}
-
-// Removes ROOT's snapshot entries (step_N directories, flat; `latest`; the marker) and ROOT
-// itself when that leaves it empty; anything else in it is left alone. Only called on a
-// directory that carries this run's marker. Errors are ignored (a snapshot is a cache).
-static void remove_root(const slm_train_opts *o, const char *root) {
-    DIR *d = opendir(root);
-    if (!d) return;
-    for (struct dirent *e; (e = readdir(d));) {
-        if (!snapshot_entry(e->d_name) || !strcmp(e->d_name, SNAP_MARKER)) continue;
-        char *p = slm_path_join(root, e->d_name);
-        if (!strncmp(e->d_name, "step_", 5))
-            slm_rmdir_flat_quiet(p);
-        else
-            unlink(p);
-        free(p);
-    }
-    closedir(d);
-    // the marker goes last, and only when nothing else is left (what could not be removed
-    // stays claimed by this run)
-    char *mp = slm_path_join(root, SNAP_MARKER);
-    if (rmdir(root) != 0 && unlink(mp) == 0 && rmdir(root) != 0) {
-        (void)write_marker(o, root);
-    }
-    free(mp);
-}
-
-// True when ROOT is missing or an empty directory.
-static bool empty_or_missing(const char *root) {
-    DIR *d = opendir(root);
-    if (!d) return !slm_is_dir(root) && access(root, F_OK) != 0;
-    bool empty = true;
-    for (struct dirent *e; empty && (e = readdir(d));)
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) empty = false;
-    closedir(d);
-    return empty;
-}
-
-// Rank 0 at start: makes ROOT this run's snapshot directory. A fresh run (no resume) clears its
-// own earlier snapshots. Refuses a directory that holds another run's snapshots, or that is not
-// empty and carries no marker (a user's directory: snapshots would delete in it), except the
-// default one under /dev/shm, which is this run's by its name.
-static slm_status claim_root(const slm_train_opts *o, const char *root, bool fresh) {
-    char other[1100] = "";
-    int own = root_owner(o, root, other, sizeof other);
-    if (own < 0)
-        return slm_fail(SLM_E_ARG,
-                        "--snapshot-dir %s holds the snapshots of another run (--out %s, in "
-                        "%s/" SNAP_MARKER "): give each run its own snapshot directory",
-                        root, other, root);
-    if (own == 0 && o->snapshot_dir && !empty_or_missing(root))
-        return slm_fail(
-            SLM_E_ARG,
-            "--snapshot-dir %s: not empty and not a shardlm snapshot directory (no " SNAP_MARKER
-            "); snapshots delete what they do not keep, so name a new or "
-            "empty directory",
-            root);
-    // an earlier run's, never resumed (the default directory is this run's by its name, marker
-    // or not)
-    if (fresh && (own > 0 || !o->snapshot_dir)) remove_root(o, root);
-    slm_status st = slm_mkdir_p(root);
-    if (!st && root_owner(o, root, NULL, 0) <= 0) st = write_marker(o, root);
-    return st;
-}
-
-// One host for the whole world (snapshots are node-local: a world over several hosts cannot
-// resume from them, since no host holds every rank's file). Collective.
-static bool one_host(void) {
-    char host[256] = "";
-    gethostname(host, sizeof host - 1);
-    int64_t h = (int64_t)slm_xxh64(host, strlen(host), 0), lo = h, hi = h;
-    slm_dist_allreduce(&lo, 1, SLM_DTYPE_I64, SLM_OP_MIN, "snapshot host check");
-    slm_dist_allreduce(&hi, 1, SLM_DTYPE_I64, SLM_OP_MAX, "snapshot host check");
-    return lo == hi;
-}
-
-// Rank 0: the step of a snapshot under root that verifies in full (every file's XXH64) and fits
-// this run (world, model); -1 otherwise, with the reason logged.
-static int64_t usable_snapshot(const slm_trainer *tr, const char *root, int64_t disk_step) {
-    if (!slm_is_dir(root)) return -1;
-    char other[1100] = "";
-    int own = root_owner(tr->o, root, other, sizeof other);
-    if (own < 0 || (own == 0 && tr->o->snapshot_dir)) {
-        if (own < 0 || !empty_or_missing(root))
-            slm_warn("snapshots under %s: %s; not used (resuming from the disk checkpoint)", root,
-                     own < 0 ? "they are another run's (--out of " SNAP_MARKER " differs)"
-                             : "no " SNAP_MARKER " naming this run");
-        return -1;
-    }
-    char *dir = NULL;
-    int64_t s = -1;
-    if (slm_ckpt_pick_newest(root, true, "found snapshot", &dir, &s)) {
-        slm_warn("snapshots under %s: %s; resuming from the disk checkpoint", root, slm_errmsg());
-        return -1;
-    }
-    int64_t use = -1;
-    slm_ckpt *c = NULL;
-    if (s >= 0 && s <= disk_step) {
-        slm_info("snapshot step %lld is not newer than the disk checkpoint (step %lld): not used",
-                 (long long)s, (long long)disk_step);
-    } else if (s >= 0 && slm_ckpt_open(dir, &c) == SLM_OK) {
-        const slm_ckpt_meta *M = slm_ckpt_get_meta(c);
-        const slm_llama_config *a = &M->cfg, *b = &tr->cfg;
-        bool same_model = a->vocab_size == b->vocab_size && a->hidden_size == b->hidden_size &&
-                          a->intermediate_size == b->intermediate_size &&
-                          a->num_hidden_layers == b->num_hidden_layers &&
-                          a->num_attention_heads == b->num_attention_heads &&
-                          a->num_key_value_heads == b->num_key_value_heads;
-        if (M->world != tr->W || !same_model)
-            slm_warn("snapshot %s was saved by %s (%d ranks); this run has %d ranks: not used "
-                     "(resuming from the disk checkpoint)",
-                     dir, same_model ? "the same model" : "another model", M->world, tr->W);
-        else
-            use = s;
-        slm_ckpt_free(c);
-    }
-    free(dir);
-    return use;
-}
-
-slm_status slm_trainer_pick_snapshot(slm_trainer *tr) {
-    const slm_train_opts *o = tr->o;
-    if (!o->out_dir || o->snapshot_every_steps <= 0) return SLM_OK;
-    tr->snap_one_host = one_host();
-    if (!o->resume || strcmp(o->resume, "auto") || !tr->resume_path) return SLM_OK;
-    int64_t use = -1, disk = -1;
-    char *root = slm_train_snapshot_root(o);
-    if (tr->rank == 0 && tr->snap_one_host) {
-        slm_ckpt *c = NULL;
-        if (slm_ckpt_open(tr->resume_path, &c) == SLM_OK) disk = slm_ckpt_get_meta(c)->step;
-        slm_ckpt_free(c);
-        use = usable_snapshot(tr, root, disk);
-    }
-    slm_dist_bcast(&use, 1, SLM_DTYPE_I64, 0, "snapshot pick");
-    if (use >= 0) {
-        char name[32];
-        snprintf(name, sizeof name, "step_%08lld", (long long)use);
-        free(tr->resume_path);
-        tr->resume_path = slm_path_join(root, name);
-        if (tr->rank == 0)
-            slm_info("resuming from the node-local snapshot %s (step %lld, newer than the disk "
-                     "checkpoint of step %lld)",
-                     tr->resume_path, (long long)use, (long long)disk);
-    }
-    free(root);
-    return SLM_OK;
-}
-
 // ---------------------------------------------------------------------------------------------
 // The hook
 
-static slm_ckpt_sched *g_snap; // one run at a time per process (as the other library hooks)
+// The hook's state is the snapshot schedule, in the caller's slm_train_std_hooks (snapshot):
+// made by on_start (NULL when no snapshots are taken), freed by on_finish.
 
 static slm_status snap_start(void *ctx, slm_trainer *tr) {
-    (void)ctx;
+    slm_ckpt_sched **snap = ctx;
     const slm_train_opts *o = tr->o;
-    g_snap = NULL;
+    *snap = NULL;
     if (!o->out_dir || o->snapshot_every_steps <= 0) return SLM_OK;
     if (!tr->snap_one_host) {
         if (tr->rank == 0)
@@ -241,14 +28,14 @@ static slm_status snap_start(void *ctx, slm_trainer *tr) {
         return SLM_OK;
     }
     char *root = slm_train_snapshot_root(o);
-    slm_status st = slm_dist_agree(tr->rank == 0 ? claim_root(o, root, !tr->resume_path) : SLM_OK);
+    slm_status st =
+        slm_dist_agree(tr->rank == 0 ? slm_snapdir_claim(o, root, !tr->resume_path) : SLM_OK);
     slm_ckpt_policy pol = {.root = root,
                            .every_steps = o->snapshot_every_steps,
                            .keep = 1,
                            .sync = true,
                            .abort_on_error = false};
-    if (!st)
-        st = slm_ckpt_sched_new(&pol, tr->rank, tr->W, slm_fsdp_is_replica(&tr->fsdp), &g_snap);
+    if (!st) st = slm_ckpt_sched_new(&pol, tr->rank, tr->W, slm_fsdp_is_replica(&tr->fsdp), snap);
     if (!st && tr->rank == 0)
         slm_info("snapshots: every %lld steps into %s (node-local, newest kept)",
                  (long long)o->snapshot_every_steps, root);
@@ -257,24 +44,24 @@ static slm_status snap_start(void *ctx, slm_trainer *tr) {
 }
 
 static slm_status snap_step(void *ctx, slm_trainer *tr, const slm_step_metrics *m) {
-    (void)ctx;
-    if (!g_snap) return SLM_OK;
+    slm_ckpt_sched *snap = *(slm_ckpt_sched **)ctx;
+    if (!snap) return SLM_OK;
     int NU = 0;
     const slm_unit_layout *lay = slm_trainer_ckpt_layout(tr, &NU); // LoRA: the adapters
     slm_ckpt_meta meta;
     slm_ckpt_shard *sh = slm_xcalloc((size_t)NU, sizeof *sh);
     slm_trainer_ckpt_state(tr, tr->step, &meta, sh);
     slm_status st =
-        slm_ckpt_sched_step(g_snap, slm_ckpt_sched_due(g_snap, m->step, false), &meta, lay, NU, sh);
+        slm_ckpt_sched_step(snap, slm_ckpt_sched_due(snap, m->step, false), &meta, lay, NU, sh);
     free(sh);
     return st;
 }
 
 static slm_status snap_finish(void *ctx, slm_trainer *tr, slm_status st) {
-    (void)ctx;
-    if (!g_snap) return SLM_OK;
-    slm_status r = st ? SLM_OK : slm_ckpt_sched_finish(g_snap);
-    if (st) slm_ckpt_sched_settle(g_snap, tr->W == 1);
+    slm_ckpt_sched **snap = ctx;
+    if (!*snap) return SLM_OK;
+    slm_status r = st ? SLM_OK : slm_ckpt_sched_finish(*snap);
+    if (st) slm_ckpt_sched_settle(*snap, tr->W == 1);
     // A snapshot is a cache: its last save failing (a full /dev/shm, ...) is no reason to fail a
     // run whose disk checkpoints are fine (the ranks agreed on r, so all of them go on).
     if (r) {
@@ -287,9 +74,9 @@ static slm_status snap_finish(void *ctx, slm_trainer *tr, slm_status st) {
     }
     int64_t n;
     double stall_total, stall_max;
-    slm_ckpt_sched_stats(g_snap, &n, &stall_total, &stall_max);
-    slm_ckpt_sched_free(g_snap);
-    g_snap = NULL;
+    slm_ckpt_sched_stats(*snap, &n, &stall_total, &stall_max);
+    slm_ckpt_sched_free(*snap);
+    *snap = NULL;
     if (tr->rank == 0)
         slm_info("snapshots: %lld taken, %.1f ms max, %.1f ms total", (long long)n, stall_max * 1e3,
                  stall_total * 1e3);
@@ -300,16 +87,17 @@ static slm_status snap_finish(void *ctx, slm_trainer *tr, slm_status st) {
     char *final = slm_path_join(tr->o->out_dir, name);
     if (!st && !r && tr->rank == 0 && slm_is_dir(final)) {
         char *root = slm_train_snapshot_root(tr->o);
-        if (root_owner(tr->o, root, NULL, 0) > 0) remove_root(tr->o, root);
+        if (slm_snapdir_owner(tr->o, root, NULL, 0) > 0) slm_snapdir_remove(tr->o, root);
         free(root);
     }
     free(final);
     return r;
 }
 
-slm_status slm_train_add_snapshot_hook(slm_train_opts *o) {
+slm_status slm_train_add_snapshot_hook(slm_train_opts *o, slm_train_std_hooks *h) {
     if (o->snapshot_every_steps <= 0) return SLM_OK;
     slm_train_hook k = {.name = "snapshots",
+                        .ctx = &h->snapshot,
                         .on_start = snap_start,
                         .on_step = snap_step,
                         .on_finish = snap_finish};

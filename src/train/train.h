@@ -12,7 +12,7 @@
 //   run.lock       flock'ed by rank 0 for the whole run; "pid P on host H" of the holder
 //   checkpoints/   step_N/ checkpoints and `latest` (src/ckpt/ckpt.h): the run's weights;
 //                  every run with a run directory ends with one (also when stopped)
-// Readers open it through slm_model_dir_open (below).
+// Readers open it through slm_model_dir_open (train/modeldir.h).
 //
 // Invariants: the same options, seed and thread count give bitwise-identical losses and
 // weights. The loop polls the want_stop hooks (the stop flag set by SIGINT / SIGTERM through
@@ -39,6 +39,11 @@
 #include "metrics/metrics.h"
 #include "optim/optim.h"
 #include "tokenizer/tokenizer.h"
+#include "train/eval.h"     // evaluation
+#include "train/flops.h"    // the FLOPs model of MFU, --simulate-compute
+#include "train/generate.h" // generation
+#include "train/modeldir.h" // model directories
+#include "train/options.h"  // the option table (defaults, validation, agreement)
 
 // ---------------------------------------------------------------------------------------------
 // Per-step metrics and hooks (heartbeats, Prometheus and checkpoints attach here)
@@ -248,7 +253,7 @@ slm_status slm_train_add_hook(slm_train_opts *o, slm_step_hook_fn fn, void *ctx)
 // slm_train_run that wants them. Each keeps its per-run state in caller-owned storage (zeroed
 // before the run; one run at a time; on_finish releases it).
 typedef struct slm_train_std_hooks {
-    void *metrics, *ckpt; // private state
+    void *metrics, *ckpt, *heartbeat, *snapshot; // private state
 } slm_train_std_hooks;
 // The stop flag (slm_train_request_stop, SIGINT / SIGTERM) as a want_stop hook.
 slm_status slm_train_add_stop_hook(slm_train_opts *o);
@@ -282,7 +287,7 @@ slm_status slm_train_add_ckpt_hook(slm_train_opts *o, slm_train_std_hooks *h);
 // that step and its loss) and at on_finish ("end", "stopped" after a stop / preemption, or
 // "error"; the last step). DIR is created at on_start (its failure fails the start); a failed
 // write later is one warning and training goes on. Local (no collectives).
-slm_status slm_train_add_heartbeat_hook(slm_train_opts *o);
+slm_status slm_train_add_heartbeat_hook(slm_train_opts *o, slm_train_std_hooks *h);
 // One heartbeat record as above (the hook's writer; `loss` non-finite is written as null).
 // Errors: SLM_E_IO naming the file.
 slm_status slm_heartbeat_write(const char *dir, int rank, int64_t step, double loss,
@@ -295,7 +300,7 @@ slm_status slm_heartbeat_write(const char *dir, int rank, int64_t step, double l
 // same world size and model, and all ranks run on one host (snapshots are node-local; on
 // several hosts none are taken). A run that ends without an error with its final checkpoint
 // committed removes its snapshots. Collective (every rank must install it).
-slm_status slm_train_add_snapshot_hook(slm_train_opts *o);
+slm_status slm_train_add_snapshot_hook(slm_train_opts *o, slm_train_std_hooks *h);
 // The snapshot directory: o->snapshot_dir, else /dev/shm/shardlm-XXXXXXXXXXXXXXXX (XXH64 of
 // the absolute --out path, so reruns of one run directory find it). Owned by the caller.
 char *slm_train_snapshot_root(const slm_train_opts *o);
@@ -462,48 +467,6 @@ bool slm_train_stop_requested(void);
 // Clears the stop flag (tests, or a caller that starts another run in the same process).
 void slm_train_reset_stop(void);
 
-// The MFU denominator (src/train/peak.c; docs/training.md "MFU"): the best sgemm rate seen for
-// this CPU model and thread count, cached across runs in a small file and raised by the trainer
-// whenever a step runs faster than it, so MFU never exceeds 100 %.
-// slm_peak_key: "CPU model name|threads=N" (/proc/cpuinfo) into out[cap].
-void slm_peak_key(int threads, char *out, size_t cap);
-// The cache file: $SHARDLM_CACHE_DIR/sgemm_peak.tsv ($SHARDLM_CACHE_DIR empty: NULL, no cache),
-// else $XDG_CACHE_HOME/shardlm/..., else $HOME/.cache/shardlm/...; NULL without any. Caller
-// frees.
-char *slm_peak_cache_path(void);
-// The cached GFLOP/s of `key`; NaN when there is no cache, no such line or it does not parse.
-double slm_peak_cache_get(const char *key);
-// Records `gflops` for `key` unless the cache already holds as much (other lines kept; the file
-// and its directory made as needed, written atomically). SLM_OK without a cache. Errors: SLM_E_IO
-// naming the file.
-slm_status slm_peak_cache_raise(const char *key, double gflops);
-
-// FLOPs per trained token: 6 N + 12 L A T (Kaplan et al. 2020 / PaLM appendix B), N =
-// slm_llama_n_matmul_params (embedding excluded, lm_head included; with an explicit head_dim
-// the q/k/v/o shapes use heads x head_dim), A = slm_train_attn_width.
-double slm_train_flops_per_token(const slm_llama_config *c, int T);
-// The width A of the attention score and value products per token: heads x head_dim with an
-// explicit head_dim (HF config field), else hidden_size C (the count without head_dim).
-double slm_train_attn_width(const slm_llama_config *c);
-// FLOPs of one FSDP unit (0..L-1 blocks, L the root) for one micro-batch of B x T tokens, split
-// as the model spends them between the unit's hooks (model.h): *fwd between pre_forward and
-// post_forward, *bwd between pre_backward and post_backward. Same counting as
-// slm_train_flops_per_token (2 FLOPs per multiply-add, forward 1x, backward 2x the matmuls;
-// attention scores and values 4 A T per token forward, not halved for the causal mask): the
-// units' fwd + bwd sum to slm_train_flops_per_token x B x T. Block: 2 N P_b + 4 N T A forward,
-// twice that backward (plus the forward again under activation checkpointing, except for the
-// last block, whose activations are kept). Root: the lm_head's forward AND backward (6 N V C) in
-// *fwd, because the model runs the head's backward chunk by chunk inside the forward; *bwd 0
-// (the final norm and embedding gradients are not matmuls).
-void slm_train_unit_flops(const slm_llama_config *c, int B, int T, bool activation_checkpointing,
-                          int unit, double *fwd, double *bwd);
-// One micro-batch's forward + backward of `m` under --simulate-compute: calls m's unit hooks in
-// exactly the order slm_llama_forward / slm_llama_backward do (model.h), and between each pre and
-// post hook sleeps until FLOPs / (gflops x 1e9) seconds have passed since the pre hook returned
-// (clock_nanosleep: no CPU used). No arithmetic, the activations are untouched. Returns the
-// seconds slept in total.
-double slm_train_sim_forward_backward(slm_llama *m, int B, int T, double gflops);
-
 // ---------------------------------------------------------------------------------------------
 // Fault injection (tests of the supervisor; docs/operations.md "Fault injection"): the
 // SHARDLM_FAULT syntax, slm_fault_plan and its parser are in base/fault.h; the trainer's
@@ -515,188 +478,5 @@ void slm_fault_before_step(const slm_fault_plan *p, int rank, int64_t step);
 // corrupt-ckpt's action: flips (XOR 0xff) the byte at size / 2 of `path` in place and fsyncs,
 // with a warning naming the file and offset. Errors: SLM_E_IO naming the file.
 slm_status slm_fault_flip_byte(const char *path);
-
-// ---------------------------------------------------------------------------------------------
-// Evaluation
-
-typedef struct slm_eval_result {
-    double loss;          // mean cross-entropy, nats per target token
-    double perplexity;    // exp(loss)
-    int64_t n_tokens;     // target tokens evaluated
-    int64_t n_seqs;       // sequences (windows or lines)
-    bool completion_only; // instruction data: loss and n_tokens over the completion / assistant
-                          // tokens only (the dataset's target mask), samples packed
-} slm_eval_result;
-
-// Mean loss over a prepared split: windows of T+1 tokens in order, `max_batches` batches of B
-// (0: all). Instruction data (manifest format_version 2): windows of packed samples and the
-// loss over their target (completion / assistant) tokens only. Errors: those of slm_loader_open;
-// SLM_E_ARG on vocab mismatch or T too long; SLM_E_NUMERIC on a non-finite loss.
-slm_status slm_eval_split(slm_llama *m, const char *data_dir, const char *split, int B, int T,
-                          int64_t max_batches, slm_eval_result *res);
-// Mean loss over a text file of whitespace-separated token ids, one sequence per line
-// (inputs = ids[:-1], targets = ids[1:]); lines with fewer than 2 ids are skipped; all lines'
-// target tokens weigh equally. Errors: SLM_E_IO; SLM_E_FORMAT naming the line and column of a
-// non-integer; SLM_E_ARG naming the line of an id >= vocab_size or a line longer than
-// max_position_embeddings + 1.
-slm_status slm_eval_token_ids(slm_llama *m, const char *path, slm_eval_result *res);
-// Unigram entropy of a split, nats/token: H = -sum_v p(v) ln p(v) with p the split's token
-// frequencies (the loss of the best context-free model, the quick start's yardstick).
-// Errors: those of slm_loader_open / slm_dataset_open.
-slm_status slm_unigram_entropy(const char *data_dir, const char *split, double *nats,
-                               int64_t *n_tokens);
-
-// ---------------------------------------------------------------------------------------------
-// Generation
-
-typedef struct slm_gen_opts {
-    int max_new;       // tokens to generate after the prompt
-    float temperature; // 0: greedy (argmax)
-    int top_k;         // 0: off
-    float top_p;       // 1: off (nucleus sampling, Holtzman et al. 2020)
-    uint64_t seed;
-    bool add_bos;     // prepend the tokenizer's BOS id (if it has one)
-    bool stop_at_eos; // stop when the EOS id is sampled
-    bool stop_at_id;  // also stop when stop_id is sampled (a chat template's end of turn)
-    int32_t stop_id;
-} slm_gen_opts;
-
-// Called after each new token with the text it completed (the bytes no later token can change:
-// a character split over several tokens comes whole with its last token); `len` may be 0 (a
-// special token, or part of a character). If generation ends inside a character, a last call
-// with token -1 carries the rest. The concatenated bytes equal the one-shot decode of the new
-// tokens' text.
-typedef void (*slm_gen_emit_fn)(void *ctx, int32_t token, const char *bytes, size_t len);
-
-// Encodes `prompt`, runs it through the KV cache, then samples max_new tokens (or until EOS /
-// the context is full), calling emit after each new token. Deterministic for a fixed seed.
-// Errors: SLM_E_ARG for an empty prompt without BOS, or options out of range.
-// slm_generate_ids: the same from prompt ids (e.g. a chat template's, slm_chat_prompt_ids) instead
-// of text; o->add_bos is not applied.
-slm_status slm_generate(slm_llama *m, const slm_tokenizer *tok, const char *prompt,
-                        const slm_gen_opts *o, slm_gen_emit_fn emit, void *ctx, slm_ivec *out_ids);
-slm_status slm_generate_ids(slm_llama *m, const slm_tokenizer *tok, const int32_t *prompt_ids,
-                            size_t n_prompt, const slm_gen_opts *o, slm_gen_emit_fn emit, void *ctx,
-                            slm_ivec *out_ids);
-// Samples one id from logits[V] (modified in place) with the options' temperature / top-k /
-// top-p and the RNG. Deterministic.
-int32_t slm_sample_logits(float *logits, int32_t V, const slm_gen_opts *o, slm_rng *rng);
-
-// ---------------------------------------------------------------------------------------------
-// Model directories
-//
-// A model directory: the one place eval, generate, ckpt export and train --init-from-hf find a
-// model's weights, config and tokenizer. Three kinds are recognised:
-//   run directory   written by shardlm train: its weights are its checkpoints; the newest
-//                   committed checkpoint under RUN_DIR/checkpoints that verifies is read (a
-//                   checkpoints root, with `latest` or step_N directories, is taken the same way)
-//   checkpoint      a step_N directory (has manifest.json): that checkpoint
-//   Hugging Face    config.json + model.safetensors (or model.safetensors.index.json)
-// Checkpoints load in one process whatever world saved them (ckpt/ reshards on read). The
-// config comes with the weights (the checkpoint's manifest, or the HF config.json); a run
-// directory's config.json must describe the same model. The tokenizer is the run directory's
-// copy under the file name the checkpoint recorded (none when it recorded none; for a step_N
-// directory, only when it sits in RUN_DIR/checkpoints/), or the HF directory's tokenizer.json /
-// tokenizer.model. This module does not parse command lines.
-
-//   GGUF file       a llama.cpp GGUF file of the llama architecture (ckpt/: config from its
-//                   metadata, weights dequantized to fp32); its tokenizer is written as
-//                   tokenizer.json into a temp directory (tmp_dir) when the file's tokenizer is
-//                   one shardlm imports (else none, with a warning)
-
-typedef enum {
-    SLM_MODEL_DIR_RUN,
-    SLM_MODEL_DIR_CKPT,
-    SLM_MODEL_DIR_HF,
-    SLM_MODEL_DIR_GGUF
-} slm_model_dir_kind;
-
-// An opened model directory (nothing large is read yet). Fields are read-only for callers.
-typedef struct slm_model_dir {
-    slm_model_dir_kind kind;
-    char *path;                // as given (owned)
-    char *weights_dir;         // the step_N directory (RUN / CKPT) or the HF directory (owned)
-    slm_llama_config cfg;      // the weights' config (manifest.json or the HF config.json)
-    slm_ckpt *ckpt;            // RUN / CKPT: the opened checkpoint (owned); NULL for HF
-    int64_t step;              // RUN / CKPT: the checkpoint's step; -1 for HF
-    char *tokenizer;           // tokenizer file path, NULL if there is none (owned)
-    char *tmp_dir;             // s3:// PATH / GGUF: local temp directory holding the fetched or
-                               // converted tokenizer, removed by slm_model_dir_close (owned; NULL
-                               // otherwise)
-    int tmp_track[2];          // slm_tmp_track slots + 1 of tmp_dir and its tokenizer file (0:
-                               // none): a signal's exit removes them too
-    slm_gguf_file *gguf;       // GGUF: the mapped, parsed file (owned); NULL otherwise
-    const char *chat_template; // GGUF: the built-in template its tokenizer.chat_template
-                               // matches ("chatml", "llama3", "llama2"; static), or NULL
-    // A LoRA checkpoint (adapters only; slm_model_dir_is_lora): the caller may set these
-    // before loading. keep_lora: keep the adapters unmerged (PEFT export); otherwise they are
-    // merged into the base (slm_llama_lora_merge), so eval / generate / export see one model.
-    // lora_base: the base HF directory instead of the one the checkpoint recorded (borrowed;
-    // its XXH64 must still match).
-    bool keep_lora;
-    const char *lora_base;
-} slm_model_dir;
-// True when d is a LoRA checkpoint: its weights are the recorded base plus adapters.
-bool slm_model_dir_is_lora(const slm_model_dir *d);
-
-// Opens PATH as one of the three kinds above and reads its config (and, for a checkpoint, its
-// manifest and rank file sizes; a run directory's newest checkpoint is checked in full, XXH64
-// included, falling back to older ones with a warning, as slm_ckpt_pick_newest). Warns when the
-// tokenizer file's XXH64 differs from the one the checkpoint recorded. On error *d is zeroed.
-// Errors: SLM_E_IO for a PATH that is not a directory or holds no weights (naming what was
-// looked for; a run directory without a committed checkpoint says so), SLM_E_FORMAT when a run
-// directory's config.json describes another model than its checkpoint (naming both files and
-// the field) or no checkpoint verifies, and the errors of slm_ckpt_open /
-// slm_llama_config_load.
-slm_status slm_model_dir_open(const char *path, slm_model_dir *d);
-// Releases everything; safe on a zeroed or already closed struct.
-void slm_model_dir_close(slm_model_dir *d);
-// Allocates *m for d->cfg (parameters and gradients: slm_llama_init; free with slm_llama_free)
-// after checking, before any allocation, the weights' shapes against the config (the
-// checkpoint's layout: slm_ckpt_check_model, SLM_E_ARG naming manifest.json and the unit; HF:
-// slm_hf_check_shapes) and that they fit in the memory available (slm_mem_check: SLM_E_NOMEM
-// naming the size and the limit), then reads the weights into it
-// (slm_model_dir_read_weights). On error *m is freed.
-slm_status slm_model_dir_load_model(slm_model_dir *d, slm_llama *m);
-// Reads the weights into an initialised model whose params are allocated; its config must be
-// the weights' (checked: slm_ckpt_check_model / slm_hf_load). A LoRA checkpoint reads the base
-// from the HF directory its manifest names (or d->lora_base), refusing one whose
-// slm_hf_dir_xxh64 differs from the recorded one (SLM_E_FORMAT naming both), attaches and reads
-// the adapters and merges them unless d->keep_lora. Every byte read is verified
-// (checkpoint chunk XXH64) and checked finite. Errors: SLM_E_ARG / SLM_E_FORMAT for a model
-// that does not match, SLM_E_IO, SLM_E_CHECKSUM, naming the file.
-slm_status slm_model_dir_read_weights(slm_model_dir *d, slm_llama *m);
-// Loads d's tokenizer into *tok (owned; NULL when there is none and !need). Errors: SLM_E_IO
-// when need and there is none (naming the directory), the loader's, SLM_E_ARG when its vocab
-// is larger than the model's vocab_size.
-slm_status slm_model_dir_load_tokenizer(const slm_model_dir *d, slm_tokenizer **tok, bool need);
-// Whether PATH is a GGUF file (a regular file starting with the magic "GGUF").
-bool slm_is_gguf_file(const char *path);
-// train --init-from-gguf: reads the GGUF file's weights into an initialised model with allocated
-// params (slm_gguf_open + slm_gguf_load). Errors: those of open and load.
-slm_status slm_model_gguf_init_weights(const char *path, slm_llama *m);
-// Checks a GGUF file's tensors against cfg without reading their data (slm_gguf_check_shapes).
-slm_status slm_model_gguf_check_shapes(const char *path, const slm_llama_config *cfg);
-// Checks that the dataset DATA_DIR was prepared with d's tokenizer (its XXH64 against
-// manifest.json's); a model directory without a tokenizer passes. Errors: SLM_E_FORMAT naming
-// both tokenizer files and the dataset; those of slm_dataset_open.
-slm_status slm_model_dir_check_dataset(const slm_model_dir *d, const char *data_dir);
-// Opens PATH, loads the model (slm_model_dir_load_model) and, if tok is non-NULL, the tokenizer
-// (slm_model_dir_load_tokenizer), then closes PATH. `hf_only`: PATH must be a Hugging Face
-// directory (--init-from-hf; SLM_E_ARG otherwise). On error nothing is left allocated.
-slm_status slm_model_dir_load(const char *path, bool hf_only, slm_llama *m, slm_tokenizer **tok,
-                              bool need_tokenizer);
-// The --init-from-hf options' check, from the names in PATH alone (nothing is read): SLM_OK
-// unless PATH is a run directory, a checkpoints root or a step_N directory (SLM_E_ARG naming
-// what it is and, for a run directory, that --model takes it).
-slm_status slm_model_dir_require_hf(const char *path);
-// The identity of a Hugging Face directory's weights (the base a LoRA checkpoint refers to): one
-// XXH64 folding in, in name order, the XXH64 of config.json and of every *.safetensors file and
-// model.safetensors.index.json (reads the files once). Errors: SLM_E_IO naming the file.
-slm_status slm_hf_dir_xxh64(const char *dir, uint64_t *out);
-// train --init-from-hf: reads the Hugging Face directory DIR's weights into an initialised
-// model with allocated params (slm_model_dir_open + slm_model_dir_read_weights). Errors:
-// SLM_E_ARG when DIR is a run or checkpoint directory, those of open and read.
-slm_status slm_model_dir_init_weights(const char *dir, slm_llama *m);
 
 #endif

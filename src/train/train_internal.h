@@ -7,6 +7,7 @@
 #include "train/train.h"
 
 typedef struct slm_rundir slm_rundir;
+typedef struct slm_train_fault_hook slm_train_fault_hook;
 
 // A run's batch geometry: per-rank micro-batch B (--batch), sequence length T (--seq), gradient
 // accumulation K (--grad-accum), world size W. A step's global batch is B x W x K sequences.
@@ -67,6 +68,9 @@ struct slm_trainer {
                                  // resume_from (the batch checked is the one loaded)
     bool batch_changed;          // --allow-batch-change accepted another global batch
     slm_batch_geom batch_saved;  // then: the checkpoint's geometry (metrics "batch_change")
+
+    // Where fault injection acts (slm_train_faults, set by init; see below).
+    const slm_train_fault_hook *fault;
 };
 
 // Fills a checkpoint's meta and this rank's shards for the state after `step` steps
@@ -77,15 +81,22 @@ void slm_trainer_ckpt_state(const slm_trainer *tr, int64_t step, slm_ckpt_meta *
 // with LoRA the adapter units. Borrowed.
 const slm_unit_layout *slm_trainer_ckpt_layout(const slm_trainer *tr, int *n_units);
 
-// After the resume decision: with snapshots and --resume auto, replaces tr->resume_path by the
-// node-local snapshot when it is newer than the disk checkpoint and usable (snapshot.c; rank 0
-// decides, broadcast). Collective.
-slm_status slm_trainer_pick_snapshot(slm_trainer *tr);
-
-// corrupt-ckpt (SHARDLM_FAULT): rank 0, once step S's checkpoint directory is committed under
-// out_dir/checkpoints, flips a byte of its rank_R file. Called by the checkpoint hook after each
-// poll (fault.c's rule; a no-op without that fault).
-void slm_trainer_fault_after_ckpt(slm_trainer *tr);
+// Fault injection (SHARDLM_FAULT, tr->faults; docs/operations.md) enters a run only at these
+// named points: the step calls them through tr->fault, the checkpoint hook calls after_ckpt. Each
+// is a no-op unless an armed fault names this point, rank and step.
+struct slm_train_fault_hook {
+    // Before step tr->step + 1, ahead of its stop check: slow sleeps; kill, stop and exit of this
+    // rank act (slm_fault_before_step).
+    void (*step_start)(slm_trainer *tr);
+    // After micro-batch k's forward: may replace its loss and the loss scale its backward gets
+    // (nan-grad: NaN for both on micro-batch 0 of step S on rank R, with a warning).
+    void (*micro_batch)(slm_trainer *tr, int k, float *loss, float *scale);
+    // After each checkpoint poll: corrupt-ckpt (rank 0), once step S's checkpoint directory is
+    // committed under out_dir/checkpoints, flips a byte of its rank_R file.
+    void (*after_ckpt)(slm_trainer *tr);
+};
+// SHARDLM_FAULT's actions at those points (fault.c).
+extern const slm_train_fault_hook slm_train_faults;
 
 // Resolves a preset / config.json, applies a vocab override (> 0), validates, and checks
 // T <= max_position_embeddings. Errors: SLM_E_ARG naming the spec and the field.
@@ -104,6 +115,28 @@ int64_t slm_train_split_masked(const int32_t *win, const uint8_t *wtgt, const in
 // B_global 1, from its current position. Errors: SLM_E_NUMERIC on a non-finite loss.
 slm_status slm_train_eval_loader(slm_llama *m, slm_loader *l, int B, int T, int64_t max_batches,
                                  slm_eval_result *res);
+
+// ---------------------------------------------------------------------------------------------
+// The node-local snapshot directory (snapdir.c; the hook is snapshot.c's). ROOT is
+// slm_train_snapshot_root(o); its marker file names the run (absolute --out) that owns it.
+
+// Whose snapshots ROOT holds: 1 this run's, 0 no marker, -1 another run's (that run's --out into
+// other[cap] when other is not NULL). Keeps the thread's error message.
+int slm_snapdir_owner(const slm_train_opts *o, const char *root, char *other, size_t cap);
+// Removes ROOT's snapshot entries (step_N, `latest`, the marker) and ROOT when that leaves it
+// empty; anything else is left alone. Only for a ROOT this run owns. Errors are ignored.
+void slm_snapdir_remove(const slm_train_opts *o, const char *root);
+// Rank 0 at start: makes ROOT this run's snapshot directory (marker written); `fresh` (no
+// resume) clears this run's earlier snapshots. Errors: SLM_E_ARG for a ROOT holding another
+// run's snapshots, or a non-empty --snapshot-dir without a marker; SLM_E_IO.
+slm_status slm_snapdir_claim(const slm_train_opts *o, const char *root, bool fresh);
+// True when every rank runs on one host (snapshots are node-local). Collective.
+bool slm_snapdir_one_host(void);
+// Rank 0: the step of the newest snapshot under ROOT that verifies in full (every file's XXH64),
+// is newer than disk_step and was saved by W ranks of the model cfg; -1 otherwise, with the
+// reason logged (another run's ROOT, none newer, another world or model).
+int64_t slm_snapdir_usable(const slm_train_opts *o, const slm_llama_config *cfg, int W,
+                           const char *root, int64_t disk_step);
 
 // Straggler detection over one gather window (prom.c): busy[W] is each rank's mean busy time
 // per step (iteration wall time minus collective waits); med = their median (the mean of the two
@@ -126,23 +159,17 @@ int slm_train_stragglers(const double *busy, int W, double factor, double min_ex
 // a checkpoints/ holding a `latest` file or a step_N entry. An empty checkpoints/ or a
 // metrics.jsonl of other content alone does not make one (a user's folder).
 bool slm_rundir_is_run_dir(const char *dir);
-// Rank 0, before anything is written: refuses an --out that exists and is not a directory, or is
-// a non-empty directory that is not a run directory (SLM_E_ARG); creates it; takes the
-// exclusive flock on RUN_DIR/run.lock for the whole run (SLM_E_IO naming the holder's pid and
-// host when another run has it); then the checkpoints an earlier run left: none (step_N
-// directories; an empty checkpoints/ holds none): fresh start; with o->train_from_scratch:
-// moved to checkpoints.replaced-DATE; without --resume: SLM_E_ARG naming --resume auto and
-// --train-from-scratch; --resume auto: slm_ckpt_pick_resume (with o->verify_on_resume's full
-// checksums), and if none verifies an error naming --resume PATH and --train-from-scratch;
-// --resume PATH: that path (verified with o->verify_on_resume). *out (release with
-// slm_rundir_close, which drops the lock) and *resume_path (caller frees; NULL: fresh start).
-slm_status slm_rundir_prepare(const slm_train_opts *o, slm_rundir **out, char **resume_path);
+// Rank 0, before anything is written: refuses --train-from-scratch with --resume (SLM_E_ARG),
+// an --out that exists and is not a directory, or is a non-empty directory that is not a run
+// directory (SLM_E_ARG); creates it; takes the exclusive flock on RUN_DIR/run.lock for the whole
+// run (SLM_E_IO naming the holder's pid and host when another run has it). *out: release with
+// slm_rundir_close, which drops the lock. What to do with the checkpoints an earlier run left is
+// slm_resume_decide's.
+slm_status slm_rundir_prepare(const slm_train_opts *o, slm_rundir **out);
 // Releases the lock and frees. Safe on NULL.
 void slm_rundir_close(slm_rundir *rd);
-// World > 1, every rank after rank 0's slm_rundir_prepare succeeded: ranks != 0 get the same
-// checkpoint to resume from (rank 0's --resume auto pick, broadcast). Collective.
-slm_status slm_rundir_share_resume(const slm_train_opts *o, const slm_rundir *rd, int rank,
-                                   char **resume_path);
+// DIR/tokenizer.json, else DIR/tokenizer.model (caller frees); NULL if DIR has neither.
+char *slm_train_find_tokenizer(const char *dir);
 // If DIR ships a tokenizer (tokenizer.json / tokenizer.model), its XXH64 must equal the one the
 // dataset was prepared with. `what` names DIR's role in the message ("--init-from-hf"), `hint`
 // says what to do. Errors: SLM_E_FORMAT naming both files and both hashes; SLM_E_IO.
@@ -153,7 +180,37 @@ slm_status slm_train_check_dir_tokenizer(const char *dir, const slm_dataset *ds,
 slm_status slm_train_check_ckpt_tokenizer(bool has_tokenizer, uint64_t xxh64, const char *ckpt_dir,
                                           const slm_dataset *ds);
 // Before a resumed run copies the dataset's tokenizer into RUN_DIR: the checkpoint to resume
-// (slm_train_check_ckpt_tokenizer) and RUN_DIR's own tokenizer copy must both match the dataset.
+// (opened: its manifest's tokenizer hash, slm_train_check_ckpt_tokenizer) and RUN_DIR's own
+// tokenizer copy (slm_train_check_dir_tokenizer) must both match the dataset. Errors: those
+// checks', and slm_ckpt_open's wrapped with "--resume PATH".
+slm_status slm_train_check_resume_tokenizer(const char *run_dir, const char *resume_path,
+                                            const slm_dataset *ds);
+
+// ---------------------------------------------------------------------------------------------
+// Resume (resume.c): what a run continues from, decided in one place (the rules are written at
+// the top of resume.c: no --resume, --resume PATH, --resume auto's local, remote and snapshot
+// candidates).
+
+// What the decision reads of the run being opened (all borrowed).
+typedef struct slm_resume_in {
+    const slm_train_opts *o;
+    int rank, W;
+    const slm_llama_config *cfg; // the run's model: a snapshot must hold it
+    const slm_dataset *ds;       // the dataset (tokenizer checks); NULL: --synthetic
+} slm_resume_in;
+// Every rank, after rank 0's slm_rundir_prepare (with --out) succeeded: *path is the checkpoint
+// to resume from (a step directory, an s3:// step URI or a node-local snapshot; caller frees;
+// NULL: fresh start), the same on every rank. Rank 0 applies the rules with --out (moving
+// checkpoints aside for --train-from-scratch, committing a pending save, repairing `latest`) and
+// checks the pick's tokenizer. *snap_one_host (written only with --out and
+// --snapshot-every-steps): every rank runs on one host. Errors (agreed by every rank): the
+// rules' refusals (SLM_E_ARG, SLM_E_FORMAT, SLM_E_IO naming the checkpoint and the options that
+// fix it) and the tokenizer checks'. Collective.
+slm_status slm_resume_decide(const slm_resume_in *in, char **path, bool *snap_one_host);
+
+// ---------------------------------------------------------------------------------------------
+// A resume keeps the run's batch geometry (resume_batch.c)
+
 // B x W x K (sequences per optimizer step).
 int64_t slm_batch_global(slm_batch_geom g);
 // "--batch B x W ranks x --grad-accum K = G sequences" into buf[n].
@@ -169,7 +226,16 @@ void slm_batch_geom_describe(slm_batch_geom g, char *buf, size_t n);
 // world sizes that divide G; and --allow-batch-change.
 slm_status slm_train_check_resume_batch(const slm_ckpt_meta *M, const char *ckpt_dir,
                                         slm_batch_geom now, bool allow_change, bool *changed);
-slm_status slm_train_check_resume_tokenizer(const char *run_dir, const char *resume_path,
-                                            const slm_dataset *ds);
+// Rank 0, before the model is built: opens the checkpoint to resume at PATH (*ckpt, kept for the
+// restore; caller frees) and checks that it fits this run at geometry `now`: its global batch
+// and --seq (slm_train_check_resume_batch with o->allow_batch_change; a change accepted there is
+// warned about, *changed set and the checkpoint's geometry in *saved, for the metrics.jsonl
+// "batch_change" event, hooks.c); a checkpoint without a batch record is warned about; another
+// --steps than it was scheduled for is warned about (the LR at the resumed step under both,
+// min_lr the run's resolved minimum LR). Errors: slm_ckpt_open's and the batch check's,
+// wrapped with "--resume PATH".
+slm_status slm_train_check_resume_fit(const char *path, const slm_train_opts *o, slm_batch_geom now,
+                                      float min_lr, slm_ckpt **ckpt, bool *changed,
+                                      slm_batch_geom *saved);
 
 #endif

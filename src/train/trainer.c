@@ -20,40 +20,9 @@
 // ---------------------------------------------------------------------------------------------
 // Open
 
+// The options' ranges and the rules between them: train/options.c, the one place.
 static slm_status check_opts(const slm_train_opts *o) {
-    if (o->B < 1) return slm_fail(SLM_E_ARG, "--batch must be >= 1 (got %d)", o->B);
-    if (o->T < 1) return slm_fail(SLM_E_ARG, "--seq must be >= 1 (got %d)", o->T);
-    if (o->grad_accum < 1)
-        return slm_fail(SLM_E_ARG, "--grad-accum must be >= 1 (got %d)", o->grad_accum);
-    if (o->steps < 1)
-        return slm_fail(SLM_E_ARG, "--steps must be >= 1 (got %lld)", (long long)o->steps);
-    if (o->warmup < 0) return slm_fail(SLM_E_ARG, "--warmup must be >= 0");
-    if (o->spike_window != 0 && o->spike_window < SLM_SPIKE_WINDOW_MIN)
-        return slm_fail(SLM_E_ARG,
-                        "--loss-spike-window %d: must be 0 (off) or at least %d (fewer losses "
-                        "give a standard deviation too noisy to judge a spike by)",
-                        o->spike_window, SLM_SPIKE_WINDOW_MIN);
-    if (!(o->adamw.lr_peak > 0) || !isfinite(o->adamw.lr_peak))
-        return slm_fail(SLM_E_ARG, "--lr must be a positive number");
-    if (!(o->adamw.weight_decay >= 0)) return slm_fail(SLM_E_ARG, "--weight-decay must be >= 0");
-    if (!o->synthetic && !o->data_dir)
-        return slm_fail(SLM_E_ARG, "no dataset given (--data DIR, or --synthetic)");
-    if (!(o->simulate_gflops >= 0) || !isfinite(o->simulate_gflops))
-        return slm_fail(SLM_E_ARG, "--simulate-compute must be a positive GFLOP/s rate");
-    if (o->simulate_gflops > 0 && o->eval_every > 0 && !o->synthetic)
-        return slm_fail(SLM_E_ARG, "--simulate-compute: validation losses would be meaningless (no "
-                                   "arithmetic runs); HINT: use --eval-every 0");
-    if (o->simulate_gflops > 0 && o->lora.rank > 0)
-        return slm_fail(SLM_E_ARG, "--simulate-compute: its FLOP count is that of full training, "
-                                   "not of LoRA adapters (--lora-rank); use one or the other");
-    if (o->lora.rank > 0) {
-        slm_status st = slm_lora_config_validate(&o->lora);
-        if (st) return st;
-        if (!o->init_from_hf)
-            return slm_fail(SLM_E_ARG, "--lora-rank trains adapters on a frozen base: give the "
-                                       "base with --init-from-hf DIR");
-    }
-    return SLM_OK;
+    return slm_train_opts_check(o);
 }
 
 // Up-front estimate of one rank's memory (before any allocation or file): parameters,
@@ -218,18 +187,14 @@ static slm_status open_data(slm_trainer *tr) {
     return st ? st : open_loaders(tr);
 }
 
-// Rank 0: the run directory. A fresh run never mixes with an earlier run's files: its
-// checkpoints would be resumed by a later --resume auto (refused unless --train-from-scratch
-// moves them aside; never deleted), its metrics.jsonl starts empty. Not a run directory, or
-// locked by another run: refused (slm_rundir_prepare).
+// Rank 0, after the resume decision: the run directory's files. A fresh run never mixes with an
+// earlier run's files: its checkpoints would be resumed by a later --resume auto (refused unless
+// --train-from-scratch moves them aside; never deleted: resume.c), its metrics.jsonl starts
+// empty.
 static slm_status write_rundir(slm_trainer *tr) {
     const slm_train_opts *o = tr->o;
-    slm_status st = slm_rundir_prepare(o, &tr->rundir, &tr->resume_path);
-    if (!st && tr->resume_path && tr->ds_open) // before the dataset's tokenizer replaces the run's
-        st = slm_train_check_resume_tokenizer(o->out_dir, tr->resume_path, &tr->ds);
-    if (st) return st;
     char *p = slm_path_join(o->out_dir, "config.json");
-    st = slm_llama_config_save(&tr->cfg, p);
+    slm_status st = slm_llama_config_save(&tr->cfg, p);
     free(p);
     if (!st && tr->tok) { // under its canonical name, where slm_model_dir_open looks for it
         p = slm_path_join(o->out_dir, slm_tokenizer_type(tr->tok) == SLM_TOK_SPM_BPE
@@ -253,17 +218,20 @@ static slm_status write_rundir(slm_trainer *tr) {
     return st;
 }
 
-// Rank 0 writes the run directory; the others learn of its failure, then of its resume pick.
+// Rank 0 locks the run directory (not a run directory, or locked by another run: refused,
+// slm_rundir_prepare); every rank learns what to resume from (resume.c); then rank 0 writes the
+// run directory's files. The others learn of rank 0's failures.
 static slm_status open_rundir(slm_trainer *tr) {
     const slm_train_opts *o = tr->o;
     slm_status st = SLM_OK;
-    if (o->out_dir && tr->rank == 0) st = write_rundir(tr);
+    if (o->out_dir && tr->rank == 0) st = slm_rundir_prepare(o, &tr->rundir);
     st = slm_dist_agree(st);
-    if (!st && o->out_dir && tr->W > 1)
-        st = slm_rundir_share_resume(o, tr->rundir, tr->rank, &tr->resume_path);
-    if (!st && !o->out_dir) // with a run directory this was resolved above ("auto" needs one)
-        st = slm_ckpt_resolve_resume(o->resume, NULL, &tr->resume_path);
-    return st;
+    slm_resume_in in = {
+        .o = o, .rank = tr->rank, .W = tr->W, .cfg = &tr->cfg, .ds = tr->ds_open ? &tr->ds : NULL};
+    if (!st) st = slm_resume_decide(&in, &tr->resume_path, &tr->snap_one_host);
+    if (st) return st; // agreed: every rank has it
+    if (o->out_dir && tr->rank == 0) st = write_rundir(tr);
+    return slm_dist_agree(st);
 }
 
 // Dumps of an earlier attempt in LOGS would mix with this attempt's in `shardlm flight` (a rank
@@ -308,51 +276,15 @@ static slm_status open_flight(slm_trainer *tr) {
     return slm_dist_agree(st);
 }
 
-// Rank 0, before the model is built: the checkpoint to resume keeps the run's global batch and
-// --seq (slm_train_check_resume_batch); --allow-batch-change accepts another global batch with a
-// warning (and a metrics.jsonl "batch_change" event, hooks.c). Agreed by every rank. The opened
-// checkpoint is kept for resume_from.
+// Rank 0, before the model is built: the checkpoint to resume fits this run
+// (slm_train_check_resume_fit). Agreed by every rank. The opened checkpoint is kept for
+// resume_from.
 static slm_status check_resume_batch(slm_trainer *tr) {
     slm_status st = SLM_OK;
-    if (tr->resume_path && tr->rank == 0) {
-        st = slm_ckpt_open(tr->resume_path, &tr->resume_ckpt);
-        slm_batch_geom now = {tr->B, tr->T, tr->K, tr->W};
-        const slm_ckpt_meta *M = st ? NULL : slm_ckpt_get_meta(tr->resume_ckpt);
-        if (M && !M->has_batch)
-            slm_warn("checkpoint %s records no batch geometry (written before shardlm recorded "
-                     "it): the global batch and --seq of this run (--batch %d x %d rank%s x "
-                     "--grad-accum %d, --seq %d) are not checked against the run that saved it",
-                     slm_ckpt_dir(tr->resume_ckpt), tr->B, tr->W, tr->W == 1 ? "" : "s", tr->K,
-                     tr->T);
-        if (M)
-            st = slm_train_check_resume_batch(M, slm_ckpt_dir(tr->resume_ckpt), now,
-                                              tr->o->allow_batch_change, &tr->batch_changed);
-        if (M && tr->batch_changed) {
-            tr->batch_saved = (slm_batch_geom){M->batch, M->seq, M->grad_accum, M->world};
-            char a[128], b[128];
-            slm_batch_geom_describe(tr->batch_saved, a, sizeof a);
-            slm_batch_geom_describe(now, b, sizeof b);
-            slm_warn("--allow-batch-change: the global batch changes from %s (checkpoint %s, "
-                     "step %lld) to %s: the optimisation from here differs from the run that "
-                     "saved it",
-                     a, slm_ckpt_dir(tr->resume_ckpt), (long long)M->step, b);
-        }
-        // Another --steps stretches or squeezes the cosine schedule from the resumed step on
-        // (slm_lr_at follows the new total): allowed, but never silent.
-        const slm_train_opts *o = tr->o;
-        if (M && !st && M->lr_total > 0 && M->lr_total != o->steps) {
-            float was =
-                slm_lr_at(M->lr_step, M->lr_warmup, M->lr_total, M->adamw.lr_peak, M->lr_min);
-            float now_lr = slm_lr_at(M->lr_step, o->warmup, o->steps, o->adamw.lr_peak, tr->min_lr);
-            slm_warn("--steps %lld differs from the %lld steps checkpoint %s (step %lld) was "
-                     "scheduled for: the LR schedule is re-stretched to --steps %lld; the LR at "
-                     "the resumed step is %.3e (%.3e under --steps %lld)%s",
-                     (long long)o->steps, (long long)M->lr_total, slm_ckpt_dir(tr->resume_ckpt),
-                     (long long)M->step, (long long)o->steps, now_lr, was, (long long)M->lr_total,
-                     M->step >= M->lr_total ? ", where that run's cosine had ended" : "");
-        }
-        if (st) st = slm_fail_wrap(st, "--resume %s", tr->resume_path);
-    }
+    if (tr->resume_path && tr->rank == 0)
+        st = slm_train_check_resume_fit(tr->resume_path, tr->o,
+                                        (slm_batch_geom){tr->B, tr->T, tr->K, tr->W}, tr->min_lr,
+                                        &tr->resume_ckpt, &tr->batch_changed, &tr->batch_saved);
     return slm_dist_agree(st);
 }
 
@@ -401,7 +333,6 @@ slm_status slm_train_open(const slm_train_opts *o, slm_trainer **out) {
     }
     if (!st) st = open_data(tr);
     if (!st) st = open_rundir(tr);
-    if (!st) st = slm_trainer_pick_snapshot(tr);
     if (!st) st = check_resume_batch(tr);
     if (!st) st = open_flight(tr);
     if (st) {
@@ -668,7 +599,8 @@ static void log_state(slm_trainer *tr) {
     const slm_llama_config *c = &tr->cfg;
     const slm_lora_config *lc = &tr->model.lora;
     int64_t n = slm_llama_n_params(c);
-    tr->res.state_bytes = (int64_t)tr->fsdp.state_bytes;
+    size_t bytes = slm_fsdp_state_bytes(&tr->fsdp);
+    tr->res.state_bytes = (int64_t)bytes;
     tr->res.trainable_params = lc->rank > 0 ? slm_lora_n_params(c, lc) : n;
     if (tr->rank != 0) return;
     char a[32];
@@ -679,10 +611,10 @@ static void log_state(slm_trainer *tr) {
                  lc->rank, (double)lc->alpha, (double)lc->dropout,
                  (long long)tr->res.trainable_params,
                  100.0 * (double)tr->res.trainable_params / (double)n, (long long)n,
-                 slm_fmt_bytes((double)tr->fsdp.state_bytes, a), (long long)tr->fsdp.state_bytes);
+                 slm_fmt_bytes((double)bytes, a), (long long)bytes);
     else
         slm_info("state per rank %s (%lld bytes: params, grads, AdamW m / v)",
-                 slm_fmt_bytes((double)tr->fsdp.state_bytes, a), (long long)tr->fsdp.state_bytes);
+                 slm_fmt_bytes((double)bytes, a), (long long)bytes);
 }
 
 slm_status slm_train_init(slm_trainer *tr) {
@@ -692,6 +624,7 @@ slm_status slm_train_init(slm_trainer *tr) {
     slm_status st = slm_llama_init(&tr->model, &tr->cfg, false);
     if (st) return st;
     tr->model_init = true;
+    tr->fault = &slm_train_faults; // SHARDLM_FAULT's points (no-ops without a plan)
     if (o->lora.rank > 0 && (st = slm_llama_lora_init(&tr->model, &o->lora, false, o->seed)))
         return st;
     tr->fsdp_opts = o->fsdp;
@@ -783,6 +716,46 @@ static void spike_check(slm_trainer *tr, double loss, slm_step_metrics *m) {
     tr->spike_n++;
 }
 
+// Where a step started: what its timing counts from, and what a stop between micro-batches
+// rewinds the loader and the synthetic RNG to.
+typedef struct step_mark {
+    double t0;
+    slm_loader_state pos;
+    slm_rng synth;
+} step_mark;
+
+static step_mark mark_step(slm_trainer *tr) {
+    step_mark k = {.t0 = slm_time_s(), .synth = tr->synth};
+    tr->step_wait0 = slm_dist_wait_seconds();
+    if (tr->train_l) k.pos = slm_loader_get_state(tr->train_l);
+    return k;
+}
+
+// An agreed stop (agree_stop's 1 or 2) ends the run. At the step boundary (partial NULL)
+// nothing of the step ran. Between micro-batches (partial: the step's mark) the pending
+// reduce-scatters complete (the partial gradients are dropped), the gathered units are released
+// and the loader and the synthetic RNG rewind to the step's start, so the checkpoint resumes by
+// replaying the whole step.
+static slm_status stop_run(slm_trainer *tr, int stop, const step_mark *partial) {
+    slm_status st = SLM_OK;
+    if (partial) {
+        slm_fsdp_sync_grads(&tr->fsdp);
+        slm_fsdp_release_all(&tr->fsdp);
+        if (tr->train_l) st = slm_loader_set_state(tr->train_l, partial->pos);
+        tr->synth = partial->synth;
+    }
+    tr->done = true;
+    tr->interrupted = stop == 1;
+    if (stop == 2 && !partial)
+        slm_info("--max-minutes %.3g reached after %lld steps; stopping", tr->o->max_minutes,
+                 (long long)tr->step);
+    else if (stop == 2)
+        slm_info("--max-minutes %.3g reached during step %lld; stopping after %lld steps (the "
+                 "partial step is discarded)",
+                 tr->o->max_minutes, (long long)tr->step + 1, (long long)tr->step);
+    return st;
+}
+
 // Draws the step's K micro-batches of windows (synthetic: every rank draws the global batch and
 // keeps its slice) and returns the GLOBAL count of target tokens (>= 1).
 static int64_t draw_batch(slm_trainer *tr) {
@@ -820,25 +793,37 @@ static int64_t draw_batch(slm_trainer *tr) {
     return n[0] ? n[0] : 1;
 }
 
+// Micro-batch k's forward (its windows split into inputs and targets); *n: its target count.
+static float forward(slm_trainer *tr, int k, int64_t *n) {
+    int64_t off = k * (int64_t)tr->B * (tr->T + 1);
+    // LoRA dropout masks: a function of (seed, step, micro-batch, rank) only, so a resume
+    // replays them bitwise.
+    tr->model.lora_dropout_key =
+        slm_mix64(slm_mix64(slm_mix64(tr->o->seed ^ 0x10a4d40ull) ^ (uint64_t)tr->step) ^
+                  ((uint64_t)k << 32 | (uint64_t)(uint32_t)tr->rank));
+    if (tr->masked) { // packed samples; loss on target tokens only (the rest are -1)
+        *n = slm_train_split_masked(tr->win + off, tr->wtgt + off, tr->wpos + off, tr->B, tr->T,
+                                    tr->inp, tr->tgt, tr->pos);
+        return slm_llama_forward_packed(&tr->model, tr->inp, tr->tgt, tr->pos, tr->B, tr->T);
+    }
+    *n = slm_train_split_windows(tr->win + off, tr->B, tr->T, tr->inp, tr->tgt);
+    return slm_llama_forward(&tr->model, tr->inp, tr->tgt, tr->B, tr->T);
+}
+
+// What forward_backward saw on this rank.
+typedef struct fb_sums {
+    double loss_sum; // loss x target tokens, summed over the micro-batches
+    int bad;         // the first micro-batch with a non-finite loss (-1: none)
+    float bad_loss;  // its loss
+} fb_sums;
+
 // Forward and backward of the K micro-batches, each loss scaled by its share of the global
-// step's target tokens (fsdp/ sums the gradients over the ranks). *loss_sum: sum of loss x
-// tokens over this rank's micro-batches; *bad: first micro-batch with a non-finite loss (-1:
-// none; the step goes on, so no rank leaves the collective schedule alone). Returns the agreed
-// stop (agree_stop) if one came between micro-batches, else 0.
-static int forward_backward(slm_trainer *tr, int64_t n_total, double *loss_sum, int *bad,
-                            float *bad_loss) {
-    int64_t per_win = (int64_t)tr->B * (tr->T + 1);
-    *loss_sum = 0;
-    *bad = -1;
+// step's target tokens (fsdp/ sums the gradients over the ranks). A non-finite loss goes on
+// (fb->bad), so no rank leaves the collective schedule alone. Returns the agreed stop
+// (agree_stop) if one came between micro-batches, else 0.
+static int forward_backward(slm_trainer *tr, int64_t n_total, fb_sums *fb) {
+    *fb = (fb_sums){.bad = -1};
     slm_fsdp_zero_grad(&tr->fsdp);
-    // SHARDLM_FAULT nan-grad:step=S[:rank=R]: this rank's first micro-batch of step S gets a NaN
-    // loss and (through a NaN loss scale) NaN gradients.
-    const slm_fault *nan_fault = slm_fault_find(&tr->faults, SLM_FAULT_NAN_GRAD, tr->step + 1);
-    bool poison = nan_fault && (nan_fault->rank < 0 ? 0 : nan_fault->rank) == tr->rank;
-    if (poison)
-        slm_warn("fault injection (SHARDLM_FAULT): nan-grad:step=%lld: NaN loss and gradients "
-                 "on rank %d",
-                 (long long)tr->step + 1, tr->rank);
     tr->step_sim_s = 0;
     for (int k = 0; k < tr->K; k++) {
         int stop = k > 0 ? agree_stop(tr, "stop flags (micro-batch)") : 0;
@@ -848,52 +833,63 @@ static int forward_backward(slm_trainer *tr, int64_t n_total, double *loss_sum, 
                 slm_train_sim_forward_backward(&tr->model, tr->B, tr->T, tr->o->simulate_gflops);
             continue;
         }
-        // LoRA dropout masks: a function of (seed, step, micro-batch, rank) only, so a resume
-        // replays them bitwise.
-        tr->model.lora_dropout_key =
-            slm_mix64(slm_mix64(slm_mix64(tr->o->seed ^ 0x10a4d40ull) ^ (uint64_t)tr->step) ^
-                      ((uint64_t)k << 32 | (uint64_t)(uint32_t)tr->rank));
         int64_t n;
-        float loss;
-        if (tr->masked) { // packed samples; loss on target tokens only (the rest are -1)
-            n = slm_train_split_masked(tr->win + k * per_win, tr->wtgt + k * per_win,
-                                       tr->wpos + k * per_win, tr->B, tr->T, tr->inp, tr->tgt,
-                                       tr->pos);
-            loss = slm_llama_forward_packed(&tr->model, tr->inp, tr->tgt, tr->pos, tr->B, tr->T);
-        } else {
-            n = slm_train_split_windows(tr->win + k * per_win, tr->B, tr->T, tr->inp, tr->tgt);
-            loss = slm_llama_forward(&tr->model, tr->inp, tr->tgt, tr->B, tr->T);
-        }
-        if (poison && k == 0) loss = NAN;
-        if (!isfinite(loss) && *bad < 0) *bad = k, *bad_loss = loss;
+        float loss = forward(tr, k, &n);
         // d(mean over the step's tokens)/dp = sum_k (n_k / n_total) d(mean_k)/dp
-        slm_llama_backward(&tr->model,
-                           poison && k == 0 ? NAN : (float)((double)n / (double)n_total));
-        *loss_sum += (double)loss * (double)n;
+        float scale = (float)((double)n / (double)n_total);
+        tr->fault->micro_batch(tr, k, &loss, &scale);
+        if (!isfinite(loss) && fb->bad < 0) fb->bad = k, fb->bad_loss = loss;
+        slm_llama_backward(&tr->model, scale);
+        fb->loss_sum += (double)loss * (double)n;
     }
     return 0;
 }
 
-// A stop between micro-batches: complete the pending reduce-scatters (the partial gradients are
-// dropped), release the gathered units, and rewind the loader and the synthetic RNG to the
-// step's start, so the checkpoint resumes by replaying the whole step.
-static slm_status discard_step(slm_trainer *tr, int stop, slm_loader_state pos, slm_rng synth) {
-    slm_fsdp_sync_grads(&tr->fsdp);
-    slm_fsdp_release_all(&tr->fsdp);
-    slm_status st = tr->train_l ? slm_loader_set_state(tr->train_l, pos) : SLM_OK;
-    tr->synth = synth;
-    tr->done = true;
-    if (stop == 1)
-        tr->interrupted = true;
-    else
-        slm_info("--max-minutes %.3g reached during step %lld; stopping after %lld steps (the "
-                 "partial step is discarded)",
-                 tr->o->max_minutes, (long long)tr->step + 1, (long long)tr->step);
-    return st;
+// How a step ends.
+typedef enum {
+    STEP_UPDATED,   // clipped AdamW update
+    STEP_NONFINITE, // --on-nonfinite skip: non-finite loss or gradient norm, no update
+    STEP_EMPTY,     // no target token in the global batch, no update
+} step_outcome;
+
+// A non-finite loss without --on-nonfinite skip, naming the micro-batch when it was this rank's.
+static slm_status nonfinite_loss(const slm_trainer *tr, double loss, const fb_sums *fb) {
+    float lr = tr->o->adamw.lr_peak;
+    if (fb->bad >= 0)
+        return slm_fail(SLM_E_NUMERIC,
+                        "step %lld, micro-batch %d: training loss is %f; HINT: lower --lr (now "
+                        "%g) or --grad-clip",
+                        (long long)tr->step + 1, fb->bad, (double)fb->bad_loss, (double)lr);
+    return slm_fail(SLM_E_NUMERIC,
+                    "step %lld: training loss is %f (on another rank); HINT: lower --lr (now %g) "
+                    "or --grad-clip",
+                    (long long)tr->step + 1, loss, (double)lr);
+}
+
+// The step's outcome once its gradients are summed: an empty batch (the all-reduced target
+// count is 0: nothing to learn), a non-finite loss or global gradient norm (skipped under
+// --on-nonfinite skip, else SLM_E_NUMERIC naming the step), else an update. Every rank decides
+// alike (loss, count and norm are all-reduced). *gnorm: the norm before clipping (0 if empty).
+static slm_status clip_or_skip(slm_trainer *tr, double loss, const fb_sums *fb, double *gnorm,
+                               step_outcome *out) {
+    const slm_train_opts *o = tr->o;
+    *gnorm = 0;
+    *out = STEP_EMPTY;
+    if (tr->step_targets == 0) return SLM_OK;
+    if (!isfinite(loss) && !o->nonfinite_skip) return nonfinite_loss(tr, loss, fb);
+    // Global norm over the shards and clipping (a non-finite norm scales nothing). Collective.
+    *gnorm = slm_fsdp_clip_grad_norm(&tr->fsdp, o->grad_clip);
+    *out = isfinite(loss) && isfinite(*gnorm) ? STEP_UPDATED : STEP_NONFINITE;
+    if (*out == STEP_NONFINITE && !o->nonfinite_skip)
+        return slm_fail(SLM_E_NUMERIC,
+                        "step %lld: gradient norm is %f (loss %.4f); HINT: lower --lr",
+                        (long long)tr->step + 1, *gnorm, loss);
+    return SLM_OK;
 }
 
 // The learning rate of this step. With time_schedule the schedule advances by whichever is
 // further along: steps or the share of max_minutes spent, so it completes within the budget.
+// Collective under --time-schedule: every rank calls it alike, whatever the outcome.
 static float step_lr(const slm_trainer *tr) {
     const slm_train_opts *o = tr->o;
     int64_t sched_step = tr->step;
@@ -918,111 +914,48 @@ static slm_status validate(slm_trainer *tr, double *val_loss) {
     return st;
 }
 
-// Schedule and AdamW after clipping (gnorm: the global norm before clipping); fills m's fields.
-static slm_status update_clipped(slm_trainer *tr, double loss, double gnorm, double t0,
-                                 slm_step_metrics *m) {
+// The before_update hooks (the gradients are final), then AdamW on this rank's shards.
+static slm_status update(slm_trainer *tr, float lr) {
     const slm_train_opts *o = tr->o;
-    slm_flight_set_where(tr->step + 1, "optimizer");
     tr->skip_run = 0;
-    float lr = step_lr(tr);
     for (int h = 0; h < o->n_hooks; h++)
         if (o->hooks[h].before_update) o->hooks[h].before_update(o->hooks[h].ctx, tr);
-    slm_fsdp_optimizer_step(&tr->fsdp, &o->adamw, lr); // AdamW on this rank's shards
-    double dt = slm_time_s() - t0;
-    tr->step_comm_s = slm_dist_wait_seconds() - tr->step_wait0; // exposed communication
-    int64_t step_tokens = tr->step_tokens;                      // global (draw_batch)
-    tr->tokens_seen += step_tokens;
-    tr->step++;
-    *m = (slm_step_metrics){.step = tr->step,
-                            .total_steps = o->steps,
-                            .loss = loss,
-                            .lr = lr,
-                            .grad_norm = gnorm,
-                            .tokens_per_s = (double)step_tokens / dt,
-                            .ms_per_step = dt * 1e3,
-                            .val_loss = NAN,
-                            .tokens_seen = tr->tokens_seen};
-    m->mfu = step_mfu(tr, m->tokens_per_s); // peak is one process's
-    m->nonfinite_skips = tr->n_skipped;
-    spike_check(tr, loss, m);
-    tr->last_loss = loss;
-    // The first step pays for first-touch page faults and thread start-up: kept out of the
-    // means when there is more than one step.
-    if (tr->step > 1 || o->steps == 1) {
-        tr->sum_tok += (double)step_tokens;
-        tr->sum_dt += dt;
-        tr->n_rate++;
-    }
+    slm_fsdp_optimizer_step(&tr->fsdp, &o->adamw, lr);
     return SLM_OK;
-}
-
-// Clip, schedule, AdamW: the update of a step whose mean loss is `loss`; fills m's step fields.
-static slm_status update(slm_trainer *tr, double loss, double t0, slm_step_metrics *m) {
-    const slm_train_opts *o = tr->o;
-    // Global norm over the shards and clipping (before the finiteness check: a non-finite
-    // norm scales nothing).
-    double gnorm = slm_fsdp_clip_grad_norm(&tr->fsdp, o->grad_clip);
-    if (!isfinite(gnorm))
-        return slm_fail(SLM_E_NUMERIC,
-                        "step %lld: gradient norm is %f (loss %.4f); HINT: lower --lr",
-                        (long long)tr->step + 1, gnorm, loss);
-    return update_clipped(tr, loss, gnorm, t0, m);
 }
 
 // --on-nonfinite skip: every rank got the same non-finite loss or gradient norm (both are
 // all-reduced), so every rank skips the same update: weights, gradients' effect and AdamW
 // m / v / t unchanged; the batch is consumed and the step counter and LR schedule advance (so
 // the data order and the rest of the run are those of a run without the bad batch's update).
-static slm_status skip_step(slm_trainer *tr, double loss, double gnorm, double t0,
-                            slm_step_metrics *m) {
+// More than --max-nonfinite-skips in a row is SLM_E_NUMERIC.
+static slm_status skip_nonfinite(slm_trainer *tr, double loss, double gnorm) {
     const slm_train_opts *o = tr->o;
-    float lr = step_lr(tr); // collective under --time-schedule: every rank calls it alike
     slm_fsdp_release_all(&tr->fsdp);
     tr->n_skipped++;
     tr->skip_run++;
+    const char *what = isfinite(loss) ? "gradient norm" : "loss";
     if (tr->skip_run > o->max_nonfinite_skips)
         return slm_fail(SLM_E_NUMERIC,
                         "step %lld: non-finite %s (loss %f, gradient norm %f) in %lld steps in "
                         "a row, more than --max-nonfinite-skips %d; HINT: lower --lr (now %g) or "
                         "--grad-clip",
-                        (long long)tr->step + 1, isfinite(loss) ? "gradient norm" : "loss", loss,
-                        gnorm, (long long)tr->skip_run, o->max_nonfinite_skips,
-                        (double)o->adamw.lr_peak);
+                        (long long)tr->step + 1, what, loss, gnorm, (long long)tr->skip_run,
+                        o->max_nonfinite_skips, (double)o->adamw.lr_peak);
     if (tr->rank == 0)
         slm_warn("step %lld: non-finite %s (loss %f, gradient norm %f): update skipped on every "
                  "rank (--on-nonfinite skip; %lld in a row, %lld in this run)",
-                 (long long)tr->step + 1, isfinite(loss) ? "gradient norm" : "loss", loss, gnorm,
-                 (long long)tr->skip_run, (long long)tr->n_skipped);
-    double dt = slm_time_s() - t0;
-    int64_t step_tokens = tr->step_tokens;
-    tr->tokens_seen += step_tokens;
-    tr->step++;
-    *m = (slm_step_metrics){.step = tr->step,
-                            .total_steps = o->steps,
-                            .loss = loss,
-                            .lr = lr,
-                            .grad_norm = gnorm,
-                            .tokens_per_s = (double)step_tokens / dt,
-                            .ms_per_step = dt * 1e3,
-                            .val_loss = NAN,
-                            .tokens_seen = tr->tokens_seen,
-                            .skipped = true,
-                            .nonfinite_skips = tr->n_skipped,
-                            .loss_z = NAN};
-    m->mfu = step_mfu(tr, m->tokens_per_s);
-    tr->last_loss = loss;
+                 (long long)tr->step + 1, what, loss, gnorm, (long long)tr->skip_run,
+                 (long long)tr->n_skipped);
     return SLM_OK;
 }
 
 // A step whose global batch holds no target token (instruction data with --no-packing and
-// samples whose targets lie beyond the window, or all-padding windows): the target count is
-// all-reduced, so every rank sees 0 and skips alike. Nothing to learn from: no update (weights,
-// AdamW m / v / t unchanged; the zero gradients are dropped), warned and counted like an
-// --on-nonfinite skip; the batch is consumed and the step counter and LR schedule advance.
-static slm_status empty_step(slm_trainer *tr, double t0, slm_step_metrics *m) {
-    const slm_train_opts *o = tr->o;
-    slm_flight_set_where(tr->step + 1, "optimizer");
-    float lr = step_lr(tr); // collective under --time-schedule: every rank calls it alike
+// samples whose targets lie beyond the window, or all-padding windows): every rank sees the
+// all-reduced count 0 and skips alike. Nothing to learn from: no update (weights, AdamW m / v / t
+// unchanged; the zero gradients are dropped), warned and counted like an --on-nonfinite skip;
+// the batch is consumed and the step counter and LR schedule advance.
+static slm_status skip_empty(slm_trainer *tr) {
     slm_fsdp_sync_grads(&tr->fsdp);
     slm_fsdp_release_all(&tr->fsdp);
     tr->n_empty++;
@@ -1031,26 +964,45 @@ static slm_status empty_step(slm_trainer *tr, double t0, slm_step_metrics *m) {
                  "window(s): update skipped on every rank (%lld such steps in this run); HINT: "
                  "raise --seq or drop --no-packing",
                  (long long)tr->step + 1, tr->B * tr->K * tr->W, (long long)tr->n_empty);
-    double dt = slm_time_s() - t0;
-    int64_t step_tokens = tr->step_tokens;
-    tr->tokens_seen += step_tokens;
+    return SLM_OK;
+}
+
+// Ends a step, whatever its outcome: its wall time and exposed communication from the mark,
+// tokens (global, draw_batch's count), the step counter, and its metrics into *m (val_loss NaN
+// until after_step). An empty step's loss is NaN and not the run's last loss; only an update's
+// loss feeds the spike detector, and only updates count in the run's token rate (the first step
+// pays for first-touch page faults and thread start-up: kept out when there is more than one).
+static void finish_step(slm_trainer *tr, step_outcome out, double loss, double gnorm, float lr,
+                        const step_mark *mark, slm_step_metrics *m) {
+    const slm_train_opts *o = tr->o;
+    double dt = slm_time_s() - mark->t0;
+    tr->step_comm_s = slm_dist_wait_seconds() - tr->step_wait0; // exposed communication
+    tr->tokens_seen += tr->step_tokens;
     tr->step++;
     *m = (slm_step_metrics){.step = tr->step,
                             .total_steps = o->steps,
-                            .loss = NAN,
+                            .loss = out == STEP_EMPTY ? NAN : loss,
                             .lr = lr,
-                            .grad_norm = 0,
-                            .tokens_per_s = (double)step_tokens / dt,
+                            .grad_norm = gnorm,
+                            .tokens_per_s = (double)tr->step_tokens / dt,
                             .ms_per_step = dt * 1e3,
                             .val_loss = NAN,
                             .tokens_seen = tr->tokens_seen,
-                            .skipped = true,
+                            .skipped = out != STEP_UPDATED,
                             .nonfinite_skips = tr->n_skipped,
-                            .no_target = true,
+                            .no_target = out == STEP_EMPTY,
                             .empty_skips = tr->n_empty,
                             .loss_z = NAN};
-    m->mfu = step_mfu(tr, m->tokens_per_s);
-    return SLM_OK;
+    m->mfu = step_mfu(tr, m->tokens_per_s); // peak is one process's
+    if (out == STEP_EMPTY) return;
+    tr->last_loss = loss;
+    if (out == STEP_NONFINITE) return;
+    spike_check(tr, loss, m);
+    if (tr->step > 1 || o->steps == 1) {
+        tr->sum_tok += (double)tr->step_tokens;
+        tr->sum_dt += dt;
+        tr->n_rate++;
+    }
 }
 
 // Validation when due, then the on_step / observe hooks.
@@ -1071,61 +1023,40 @@ static slm_status after_step(slm_trainer *tr, slm_step_metrics *m) {
     return st;
 }
 
+// One optimizer step, top-down: stop check, the K micro-batches' forward / backward with the
+// gradients summed over micro-batches and ranks, the global loss, then clip and AdamW (or a
+// skip), the step's metrics, validation and the hooks. Fault injection acts at the named points
+// of tr->fault (no-ops without SHARDLM_FAULT).
 slm_status slm_train_step(slm_trainer *tr, slm_step_metrics *m) {
-    const slm_train_opts *o = tr->o;
-    memset(m, 0, sizeof *m);
-    m->val_loss = NAN;
+    *m = (slm_step_metrics){.val_loss = NAN};
     if (slm_train_done(tr)) return SLM_OK;
-    slm_fault_before_step(&tr->faults, tr->rank, tr->step + 1);
+    tr->fault->step_start(tr);
     slm_flight_set_where(tr->step + 1, "step start");
     int stop = agree_stop(tr, "stop flags");
-    if (stop) {
-        tr->done = true;
-        tr->interrupted = stop == 1;
-        if (stop == 2)
-            slm_info("--max-minutes %.3g reached after %lld steps; stopping", o->max_minutes,
-                     (long long)tr->step);
-        return SLM_OK;
-    }
-    double t0 = slm_time_s();
-    tr->step_wait0 = slm_dist_wait_seconds();
-    slm_loader_state pos = {0};
-    if (tr->train_l) pos = slm_loader_get_state(tr->train_l);
-    slm_rng synth = tr->synth;
+    if (stop) return stop_run(tr, stop, NULL);
+    step_mark mark = mark_step(tr);
     // All micro-batches first, so the loss scale is known before the first backward.
     slm_flight_set_where(tr->step + 1, "data");
     int64_t n_total = draw_batch(tr);
     slm_flight_set_where(tr->step + 1, "forward/backward");
-    double loss_sum;
-    int bad;
-    float bad_loss = 0;
-    stop = forward_backward(tr, n_total, &loss_sum, &bad, &bad_loss);
-    if (stop) return discard_step(tr, stop, pos, synth);
-    slm_dist_allreduce(&loss_sum, 1, SLM_DTYPE_F64, SLM_OP_SUM, "step loss");
-    double loss = loss_sum / (double)n_total;
-    if (tr->step_targets == 0) {
-        slm_status st = empty_step(tr, t0, m);
-        return st ? st : after_step(tr, m);
-    }
-    if (o->nonfinite_skip) {
-        slm_flight_set_where(tr->step + 1, "optimizer");
-        double gnorm = slm_fsdp_clip_grad_norm(&tr->fsdp, o->grad_clip); // collective
-        slm_status st = isfinite(loss) && isfinite(gnorm) ? update_clipped(tr, loss, gnorm, t0, m)
-                                                          : skip_step(tr, loss, gnorm, t0, m);
-        return st ? st : after_step(tr, m);
-    }
-    if (!isfinite(loss) && bad >= 0)
-        return slm_fail(SLM_E_NUMERIC,
-                        "step %lld, micro-batch %d: training loss is %f; HINT: lower --lr (now "
-                        "%g) or --grad-clip",
-                        (long long)tr->step + 1, bad, (double)bad_loss, (double)o->adamw.lr_peak);
-    if (!isfinite(loss))
-        return slm_fail(SLM_E_NUMERIC,
-                        "step %lld: training loss is %f (on another rank); HINT: lower --lr (now "
-                        "%g) or --grad-clip",
-                        (long long)tr->step + 1, loss, (double)o->adamw.lr_peak);
-    slm_status st = update(tr, loss, t0, m);
-    return st ? st : after_step(tr, m);
+    fb_sums fb;
+    stop = forward_backward(tr, n_total, &fb);
+    if (stop) return stop_run(tr, stop, &mark);
+    slm_dist_allreduce(&fb.loss_sum, 1, SLM_DTYPE_F64, SLM_OP_SUM, "step loss");
+    double loss = fb.loss_sum / (double)n_total, gnorm;
+    // Clip and AdamW, or no update (an empty batch; a non-finite loss or norm under
+    // --on-nonfinite skip); either way the step is counted and its metrics made once.
+    slm_flight_set_where(tr->step + 1, "optimizer");
+    step_outcome out;
+    slm_status st = clip_or_skip(tr, loss, &fb, &gnorm, &out);
+    if (st) return st;
+    float lr = step_lr(tr);
+    st = out == STEP_UPDATED     ? update(tr, lr)
+         : out == STEP_NONFINITE ? skip_nonfinite(tr, loss, gnorm)
+                                 : skip_empty(tr);
+    if (st) return st;
+    finish_step(tr, out, loss, gnorm, lr, &mark, m);
+    return after_step(tr, m);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1258,27 +1189,12 @@ int64_t slm_trainer_steps_done(const slm_trainer *tr) {
     return tr->step;
 }
 void slm_trainer_step_timing(const slm_trainer *tr, slm_step_timing *t) {
+    slm_fsdp_stats fs = slm_fsdp_get_stats(&tr->fsdp);
     *t = (slm_step_timing){.data_s = tr->step_data_s,
                            .comm_s = tr->step_comm_s,
-                           .bytes_gathered = tr->fsdp.stats.bytes_gathered,
-                           .bytes_reduced = tr->fsdp.stats.bytes_reduced,
+                           .bytes_gathered = fs.bytes_gathered,
+                           .bytes_reduced = fs.bytes_reduced,
                            .sim_compute_s = tr->step_sim_s};
-}
-
-void slm_trainer_fault_after_ckpt(slm_trainer *tr) {
-    const slm_fault *f = slm_fault_find(&tr->faults, SLM_FAULT_CORRUPT_CKPT, -1);
-    if (!f || tr->fault_corrupted || tr->rank != 0 || !tr->o->out_dir) return;
-    char name[96];
-    snprintf(name, sizeof name, "checkpoints/step_%08lld", (long long)f->step);
-    char *dir = slm_path_join(tr->o->out_dir, name);
-    snprintf(name, sizeof name, "rank_%05d.bin", f->rank < 0 ? 0 : f->rank);
-    char *file = slm_path_join(dir, name);
-    if (slm_is_dir(dir)) {
-        tr->fault_corrupted = true;
-        if (slm_fault_flip_byte(file)) slm_warn("fault injection: %s", slm_errmsg());
-    }
-    free(file);
-    free(dir);
 }
 
 void slm_trainer_ckpt_state(const slm_trainer *tr, int64_t step, slm_ckpt_meta *meta,

@@ -1,15 +1,18 @@
-// The CLI option-table engine (tools/opt.c) and the train table against src/train/agree.c:
+// The CLI option-table engine (tools/opt.c, base/opt.c) and the train option table
+// (src/train/options.c):
 //  - parsing: ints / reals / sizes / enums / flags / lists into the args struct, range errors
 //    naming the option and the range, unknown options, missing values, bare arguments,
 //    exclusion groups, exit codes (0 / 1 / 2);
 //  - --help: every option, its range and its default from the defaults struct;
-//  - train: every option of the table is either compared across ranks by slm_train_agree (its
-//    name appears in agree.c's list) or marked per-rank, and the per-rank ones are exactly the
-//    ones docs/cluster.md lists; every name agree.c compares is a train option.
+//  - train: the table covers every field of slm_train_opts with an entry of the field's type;
+//    its defaults pass the library's checks; every agreed option's compared text changes with
+//    its value; the library's checks word the errors the CLI prints; the per-rank options are
+//    exactly the ones docs/cluster.md lists.
 #include <stddef.h>
 
 #include "cmd.h"
 #include "test.h"
+#include "train/train.h"
 
 typedef struct toy {
     int n;
@@ -265,64 +268,194 @@ static char *slurp(const char *rel) {
     return txt;
 }
 
-// Whether `name` (e.g. "--lr") appears in text as the quoted string "\"--lr\"".
-static bool has_quoted(const char *text, const char *name) {
-    char q[96];
-    snprintf(q, sizeof q, "\"%s\"", name);
-    return strstr(text, q) != NULL;
-}
-
-static void test_train_table_vs_agree(void) {
-    char *agree = slurp("src/train/agree.c");
+// The per-rank options of the train command line (library table and CLI-only ones) are exactly
+// the ones docs/cluster.md lists as allowed to differ per rank.
+static void test_train_per_rank_documented(void) {
     char *cluster = slurp("docs/cluster.md");
-    CHECK_MSG(agree && cluster, "cannot read src/train/agree.c or docs/cluster.md");
-    if (!agree || !cluster) goto out;
-    const slm_cli *tc = slm_train_cli();
-    // Options agree.c compares under another option's name (--synthetic is shown in --data's
-    // value as "(--synthetic)").
-    static const char *const compared_as[][2] = {{"--synthetic", "--data"}};
-    // The per-rank list of docs/cluster.md ("Allowed to differ per rank ...: `--threads`, ...
-    // (train)").
+    CHECK_MSG(cluster != NULL, "cannot read docs/cluster.md");
+    if (!cluster) return;
+    // "Allowed to differ per rank ...: `--threads`, ... (train)"
     const char *doc = strstr(cluster, "Allowed to differ per rank");
     const char *doc_end = doc ? strstr(doc, "(train)") : NULL;
     CHECK_MSG(doc && doc_end, "docs/cluster.md has no per-rank list for train");
-    if (!doc || !doc_end) goto out;
+    const slm_cli *tc = slm_train_cli();
     int n_per_rank = 0;
-    for (const slm_opt *o = tc->opts; o->type != SLM_OPT_END; o++) {
+    for (const slm_opt *o = tc->opts; doc && doc_end && o->type != SLM_OPT_END; o++) {
         if (o->type == SLM_OPT_SECTION) continue;
-        const char *name = o->name;
-        for (size_t k = 0; k < sizeof compared_as / sizeof *compared_as; k++)
-            if (!strcmp(name, compared_as[k][0])) name = compared_as[k][1];
         char bq[96];
         snprintf(bq, sizeof bq, "`%s`", o->name);
         const char *in_doc = strstr(doc, bq);
         bool documented = in_doc && in_doc < doc_end;
-        if (o->flags & SLM_OPTF_PER_RANK) {
-            n_per_rank++;
-            CHECK_MSG(!has_quoted(agree, o->name), "%s is per-rank but agree.c compares it",
-                      o->name);
-            CHECK_MSG(documented, "%s is per-rank but docs/cluster.md does not say so", o->name);
-        } else {
-            CHECK_MSG(has_quoted(agree, name),
-                      "train option %s is neither in agree.c's list nor marked per-rank", o->name);
-            CHECK_MSG(!documented, "docs/cluster.md lists %s as per-rank; the table does not",
-                      o->name);
-        }
+        bool per_rank = o->flags & SLM_OPTF_PER_RANK;
+        n_per_rank += per_rank;
+        CHECK_MSG(documented == per_rank, "%s: %s per-rank, docs/cluster.md %s", o->name,
+                  per_rank ? "" : "not", documented ? "lists it" : "does not");
     }
-    CHECK(n_per_rank == 7);
-    // every "--name" agree.c compares is a train option (not a stale one)
-    for (const char *p = agree; (p = strstr(p, "add(l, \"--")) != NULL;) {
-        p += strlen("add(l, \"");
-        size_t n = strcspn(p, "\" "); // "--init-from-hf config.json": a file read for it
-        char name[96];
-        snprintf(name, sizeof name, "%.*s", (int)n, p);
-        const slm_opt *o = slm_opt_find(tc, name);
-        CHECK_MSG(o != NULL, "agree.c compares %s, which train does not have", name);
-        if (o) CHECK_MSG(!(o->flags & SLM_OPTF_PER_RANK), "agree.c compares per-rank %s", name);
-    }
-out:
-    free(agree);
+    CHECK_EQ_INT(n_per_rank, 7);
     free(cluster);
+}
+
+// The alignment a field of `size` bytes can need (scalars: their size; structs: at most 8).
+static size_t align_of_size(size_t size) {
+    return size >= 8 ? 8 : size >= 4 ? 4 : size >= 2 ? 2 : 1;
+}
+
+typedef struct span {
+    size_t lo, hi;
+    const char *name;
+} span;
+
+static int cmp_span(const void *a, const void *b) {
+    const span *x = a, *y = b;
+    return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+// Each entry of slm_train_options names a field of slm_train_opts of its type's size, and every
+// field of slm_train_opts is an option's, or one of the hooks: the bytes no entry covers are
+// padding (shorter than the next field's alignment). A new field without an entry shows as a
+// gap (one small enough to pass for padding, e.g. a bool after a bool, is not caught).
+static void test_train_table_covers_struct(void) {
+    span s[SLM_OPT_MAX + 2];
+    int n = 0;
+    for (const slm_opt *o = slm_train_options; o->type != SLM_OPT_END; o++) {
+        if (o->type == SLM_OPT_SECTION) continue;
+        size_t want = 0;
+        switch (o->type) {
+        case SLM_OPT_INT:
+        case SLM_OPT_FLOAT:
+            want = 4;
+            break;
+        case SLM_OPT_INT64:
+        case SLM_OPT_DOUBLE:
+            want = 8;
+            break;
+        case SLM_OPT_STRING:
+            want = sizeof(const char *);
+            break;
+        case SLM_OPT_FLAG:
+            want = o->parse ? o->size : sizeof(bool);
+            break;
+        case SLM_OPT_ENUM:
+            want = o->flags & SLM_OPTF_BOOL ? sizeof(bool) : sizeof(int);
+            break;
+        default:
+            want = o->size; // CUSTOM: its parser's
+        }
+        CHECK_MSG(o->size > 0 && o->size == want, "%s: field of %zu bytes, type wants %zu", o->name,
+                  o->size, want);
+        CHECK_MSG(o->off + o->size <= sizeof(slm_train_opts), "%s: outside slm_train_opts",
+                  o->name);
+        bool agreed = !(o->flags & SLM_OPTF_PER_RANK);
+        if (agreed && (o->type == SLM_OPT_CUSTOM || (o->type == SLM_OPT_FLAG && o->parse)))
+            CHECK_MSG(o->show != NULL, "%s: no canonical text for slm_train_agree", o->name);
+        s[n++] = (span){o->off, o->off + o->size, o->name};
+    }
+    s[n++] = (span){offsetof(slm_train_opts, n_hooks),
+                    offsetof(slm_train_opts, n_hooks) + sizeof(int), "n_hooks"};
+    s[n++] =
+        (span){offsetof(slm_train_opts, hooks),
+               offsetof(slm_train_opts, hooks) + sizeof(((slm_train_opts *)0)->hooks), "hooks"};
+    qsort(s, (size_t)n, sizeof *s, cmp_span);
+    size_t end = 0;
+    for (int k = 0; k < n; k++) {
+        if (s[k].lo > end)
+            CHECK_MSG(s[k].lo - end < align_of_size(s[k].hi - s[k].lo),
+                      "slm_train_opts bytes [%zu, %zu) before %s: a field without an option", end,
+                      s[k].lo, s[k].name);
+        if (s[k].hi > end) end = s[k].hi;
+    }
+    CHECK_MSG(sizeof(slm_train_opts) - end < 8,
+              "slm_train_opts bytes [%zu, %zu) at the end: a "
+              "field without an option",
+              end, sizeof(slm_train_opts));
+}
+
+// The defaults (slm_train_opts_default, from the table) pass the library's own checks (the
+// required options aside), and the rank-agreement text of every compared option changes with its
+// value (so slm_train_agree tells any two different settings apart).
+static void test_train_defaults_and_agreement(void) {
+    slm_train_opts d;
+    slm_train_opts_default(&d);
+    for (const slm_opt *o = slm_train_options; o->type != SLM_OPT_END; o++) {
+        if (o->type == SLM_OPT_SECTION) continue;
+        slm_status st = slm_opt_check(o, &d);
+        if (o->flags & SLM_OPTF_REQUIRED)
+            CHECK_MSG(st == SLM_E_ARG, "%s: required, yet its zeroed field passes", o->name);
+        else
+            CHECK_MSG(st == SLM_OK, "%s: default fails its range: %s", o->name, slm_errmsg());
+    }
+    // a valid whole: the required options given
+    d.B = d.T = 1;
+    d.steps = 1;
+    d.synthetic = true;
+    CHECK_MSG(slm_train_opts_check(&d) == SLM_OK, "defaults: %s", slm_errmsg());
+    // another value of each option, as text a command line could give
+    static const char *const custom[][2] = {{"--sharding", "NO_SHARD"},
+                                            {"--param-dtype", "bf16"},
+                                            {"--reduce-dtype", "bf16"},
+                                            {"--lora-targets", "all"},
+                                            {"--metrics-addr", ":9100"}};
+    for (const slm_opt *o = slm_train_options; o->type != SLM_OPT_END; o++) {
+        if (o->type == SLM_OPT_SECTION || (o->flags & SLM_OPTF_PER_RANK)) continue;
+        char v[64] = "x", before[256], after[256];
+        if (o->type == SLM_OPT_INT || o->type == SLM_OPT_INT64)
+            snprintf(v, sizeof v, "%lld", (long long)(o->ilo > 0 ? o->ilo + 1 : 7));
+        else if (o->type == SLM_OPT_FLOAT || o->type == SLM_OPT_DOUBLE)
+            snprintf(v, sizeof v, "%.17g", o->dlo + (o->dhi - o->dlo > 1 ? 0.625 : 0.25));
+        else if (o->type == SLM_OPT_ENUM)
+            snprintf(v, sizeof v, "%s", o->choices[1]);
+        for (size_t k = 0; k < sizeof custom / sizeof *custom; k++)
+            if (!strcmp(o->name, custom[k][0])) snprintf(v, sizeof v, "%s", custom[k][1]);
+        slm_train_opts x;
+        slm_train_opts_default(&x);
+        slm_opt_value_text(o, &x, before, sizeof before);
+        slm_status st = slm_opt_set(o, o->type == SLM_OPT_FLAG ? NULL : v, &x);
+        CHECK_MSG(st == SLM_OK, "%s %s: %s", o->name, v, slm_errmsg());
+        slm_opt_value_text(o, &x, after, sizeof after);
+        CHECK_MSG(strcmp(before, after) != 0, "%s: agreement text \"%s\" unchanged by %s", o->name,
+                  before, o->type == SLM_OPT_FLAG ? "the flag" : v);
+    }
+}
+
+// The library checks what used to be checked twice (CLI and slm_train_open) and what only the
+// CLI checked: the message is the library's, the CLI prints it after "train: ".
+static void test_train_library_checks(void) {
+    static const struct {
+        const char *what, *want;
+    } cases[] = {
+        {"spike", "--loss-spike-window 3: must be 0 (off) or at least 8"},
+        {"lora", "--lora-rank trains adapters on a frozen base: give the base with --init-from-hf"},
+        {"minlr", "--min-lr 0.5: must be in [0, lr] = [0, 0.25]"},
+        {"batch", "--batch: 0 is out of range [1, 1048576]"},
+        {"beta", "--beta2 1: must be in [0, 1)"},
+        {"timeout", "--collective-timeout"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        slm_train_opts o;
+        slm_train_opts_default(&o);
+        o.B = o.T = 1;
+        o.steps = 1;
+        o.synthetic = true;
+        const char *w = cases[k].what;
+        if (!strcmp(w, "spike")) o.spike_window = 3;
+        if (!strcmp(w, "lora")) o.lora.rank = 4, o.lora.alpha = 8;
+        if (!strcmp(w, "minlr")) o.adamw.lr_peak = 0.25f, o.min_lr = 0.5f;
+        if (!strcmp(w, "batch")) o.B = 0;
+        if (!strcmp(w, "beta")) o.adamw.beta2 = 1.0f;
+        if (!strcmp(w, "timeout")) o.collective_timeout_s = 1e300; // not finite as a float
+        CHECK_EQ_INT(slm_train_opts_check(&o), SLM_E_ARG);
+        CHECK_MSG(strstr(slm_errmsg(), cases[k].want) != NULL, "%s: \"%s\" lacks \"%s\"", w,
+                  slm_errmsg(), cases[k].want);
+    }
+    // the "not given" values pass: min-lr < 0 (lr/10), threads / vocab-size / lora-rank 0
+    slm_train_opts o;
+    slm_train_opts_default(&o);
+    o.B = o.T = 1;
+    o.steps = 1;
+    o.synthetic = true;
+    o.min_lr = -1;
+    o.threads = 0;
+    CHECK_EQ_INT(slm_train_opts_check(&o), SLM_OK);
 }
 
 // The train table is well formed: unique --names, a help line, a value placeholder exactly for
@@ -352,7 +485,10 @@ int main(void) {
     RUN(test_sizes_and_lists);
     RUN(test_exit_codes);
     RUN(test_help);
-    RUN(test_train_table_vs_agree);
+    RUN(test_train_per_rank_documented);
+    RUN(test_train_table_covers_struct);
+    RUN(test_train_defaults_and_agreement);
+    RUN(test_train_library_checks);
     RUN(test_train_table_sane);
     return TEST_SUMMARY();
 }
