@@ -52,6 +52,14 @@ const slm_cli *slm_train_cli(void);
      .ilo = 1,                                                                                     \
      .ihi = 4096,                                                                                  \
      .def = "environment"},                                                                        \
+        {.name = "--compute-dtype",                                                                \
+         .type = SLM_OPT_CUSTOM,                                                                   \
+         .off = OFF(compute_dtype),                                                                \
+         .meta = "D",                                                                              \
+         .help =                                                                                   \
+             "fp32 or bf16 (matmul inputs rounded to bf16, fp32 accumulation; train's option)",    \
+         .parse = slm_opt_parse_compute_dtype,                                                     \
+         .def = "fp32"},                                                                           \
     {                                                                                              \
         .name = "--quiet", .type = SLM_OPT_FLAG, .off = OFF(quiet),                                \
         .help = "no progress line while a checkpoint loads (stderr)"                               \

@@ -14,6 +14,7 @@
 typedef struct eval_args {
     const char *model, *hf, *data, *split, *ids;
     int64_t B, T, max_batches, threads;
+    slm_dtype compute_dtype;
     bool unigram, quiet;
 } eval_args;
 
@@ -154,6 +155,7 @@ int slm_cmd_eval(int argc, char **argv) {
         st = slm_model_dir_load_model(&d, &m);
         slm_model_dir_close(&d);
         if (st) goto fail;
+        m.bf16_compute = x.compute_dtype == SLM_DTYPE_BF16;
         slm_eval_result r;
         if (ids) {
             st = slm_eval_token_ids(&m, ids, &r);

@@ -16,6 +16,7 @@ typedef struct generate_args {
     const char *model, *hf, *prompt, *chat, *system;
     int max_new, top_k;
     int64_t seed, threads;
+    slm_dtype compute_dtype;
     float temperature, top_p;
     bool no_bos, stop_at_eos, ids, quiet;
 } generate_args;
@@ -164,6 +165,7 @@ int slm_cmd_generate(int argc, char **argv) {
         slm_error("generate: %s", slm_errmsg());
         return slm_exit_code(st);
     }
+    m.bf16_compute = x.compute_dtype == SLM_DTYPE_BF16;
     // A tokenizer whose file says not to prepend BOS (a GGUF import with add_bos_token false)
     if (!slm_tokenizer_add_bos(tok)) o.add_bos = false;
     slm_ivec ids = {0};

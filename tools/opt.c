@@ -2,6 +2,7 @@
 // from one slm_opt table per subcommand (one value's parsing and range: base/opt.c).
 #include "opt.h"
 
+#include "fsdp/fsdp.h"
 #include "metrics/metrics.h"
 
 #include <stdarg.h>
@@ -242,6 +243,10 @@ void slm_opt_help(FILE *f, const slm_cli *cli, const void *defaults) {
     fwrite(buf, 1, len, f);
     fflush(f);
     free(buf);
+}
+
+slm_status slm_opt_parse_compute_dtype(const char *opt, const char *v, void *dst) {
+    return slm_precision_parse(opt, v, dst);
 }
 
 slm_status slm_opt_parse_metrics_addr(const char *opt, const char *v, void *dst) {

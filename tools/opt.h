@@ -75,6 +75,10 @@ int slm_opt_given(const slm_cli *cli, const slm_opt_seen *seen, const char *name
 // into *(const char **)dst. SLM_E_ARG naming `opt` and the address on a bad one.
 slm_status slm_opt_parse_metrics_addr(const char *opt, const char *v, void *dst);
 
+// A CUSTOM option's parser for a compute dtype (--compute-dtype of eval and generate): "fp32" or
+// "bf16" into *(slm_dtype *)dst. SLM_E_ARG naming `opt` otherwise.
+slm_status slm_opt_parse_compute_dtype(const char *opt, const char *v, void *dst);
+
 // The process exit code of a status: 0 for SLM_OK, 2 for SLM_E_ARG (usage), 1 otherwise.
 int slm_exit_code(slm_status st);
 

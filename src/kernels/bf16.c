@@ -198,6 +198,33 @@ void slm_gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const floa
     SLM_ASSERT(ok && "oneDNN bf16 matmul failed after its primitive was created");
 }
 
+void slm_linear_fwd(bool bf16, float *out, const float *inp, const float *W, int64_t N, int64_t I,
+                    int64_t O, bool accumulate) {
+    if (!bf16) {
+        slm_matmul_fwd(out, inp, W, N, I, O, accumulate);
+        return;
+    }
+    if (N <= 0 || O <= 0) return;
+    slm_gemm_bf16(false, true, N, O, I, inp, I, W, I, accumulate, out, O); // inp W^T
+}
+
+void slm_linear_bwd(bool bf16, float *dinp, float *dW, const float *dout, const float *inp,
+                    const float *W, int64_t N, int64_t I, int64_t O) {
+    if (!bf16) {
+        slm_matmul_bwd(dinp, dW, dout, inp, W, N, I, O);
+        return;
+    }
+    if (N <= 0 || O <= 0 || I <= 0) return;
+    if (dinp) slm_gemm_bf16(false, false, N, I, O, dout, O, W, I, true, dinp, I); // dout W
+    if (dW) slm_gemm_bf16(true, false, O, I, N, dout, O, inp, I, true, dW, I);    // dout^T inp
+}
+
+void slm_round_bf16(float *x, int64_t n) {
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (int64_t i = 0; i < n; i++)
+        x[i] = slm_bf16_to_f32_1(slm_f32_to_bf16_1(x[i]));
+}
+
 const char *slm_bf16_gemm_isa(void) {
     switch (dnnl_get_effective_cpu_isa()) {
     case dnnl_cpu_isa_avx512_core_amx:

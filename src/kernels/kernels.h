@@ -112,6 +112,17 @@ double slm_sgemm_peak_gflops(int n, int reps);
 // serialize); must not be called inside an OpenMP parallel region.
 void slm_gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
                    const float *B, int64_t ldb, bool accumulate, float *Cm, int64_t ldc);
+// nn.Linear without bias in the compute dtype: bf16 false is slm_matmul_fwd / slm_matmul_bwd
+// (fp32); true computes the same products through slm_gemm_bf16 (every operand, weights and
+// activations, gradients in backward too, rounded to bf16; fp32 accumulation and outputs), as
+// autocast(bfloat16) and tensor cores do. Same shapes and accumulate rules as the fp32 ones.
+void slm_linear_fwd(bool bf16, float *out, const float *inp, const float *W, int64_t N, int64_t I,
+                    int64_t O, bool accumulate);
+void slm_linear_bwd(bool bf16, float *dinp, float *dW, const float *dout, const float *inp,
+                    const float *W, int64_t N, int64_t I, int64_t O);
+// x[i] = fp32(bf16(x[i])) in place (round to nearest even): what bf16 compute does to the
+// activations it multiplies (attention's q, k, v).
+void slm_round_bf16(float *x, int64_t n);
 // oneDNN's view of this CPU, e.g. "avx512_core_bf16 (AVX512-BF16)" (static string).
 const char *slm_bf16_gemm_isa(void);
 // Measured bf16 GEMM rate of this machine in GFLOP/s (square n x n x n through slm_gemm_bf16,

@@ -128,11 +128,16 @@ void slm_llama_decode_step(slm_llama *m, slm_kv_cache *kc, int32_t token, int po
         const slm_param_view *vw = m->units[l].views;
         // view order: ln1, q, k, v, o, ln2, gate, up, down (see llama.c)
         slm_rmsnorm_fwd(kc->ln, kc->rstd, kc->x, p + vw[BV_LN1].offset, 1, C, eps);
-        slm_matmul_fwd(kc->q, kc->ln, p + vw[BV_Q].offset, 1, C, HD, false);
-        slm_matmul_fwd(kc->kt, kc->ln, p + vw[BV_K].offset, 1, C, KVD, false);
-        slm_matmul_fwd(kc->vt, kc->ln, p + vw[BV_V].offset, 1, C, KVD, false);
+        slm_linear_fwd(m->bf16_compute, kc->q, kc->ln, p + vw[BV_Q].offset, 1, C, HD, false);
+        slm_linear_fwd(m->bf16_compute, kc->kt, kc->ln, p + vw[BV_K].offset, 1, C, KVD, false);
+        slm_linear_fwd(m->bf16_compute, kc->vt, kc->ln, p + vw[BV_V].offset, 1, C, KVD, false);
         slm_rope_apply(kc->q, kc->rope_cos, kc->rope_sin, 1, 1, H, D, pos, false);
         slm_rope_apply(kc->kt, kc->rope_cos, kc->rope_sin, 1, 1, KV, D, pos, false);
+        if (m->bf16_compute) { // attention's inputs, as llama.c's attention_fwd rounds them
+            slm_round_bf16(kc->q, (int64_t)H * D);
+            slm_round_bf16(kc->kt, (int64_t)KV * D);
+            slm_round_bf16(kc->vt, (int64_t)KV * D);
+        }
         float *kl = kc->k + l * kc->layer_stride, *vl = kc->v + l * kc->layer_stride;
         for (int g = 0; g < KV; g++) {
             int64_t at = ((int64_t)g * kc->max_T + pos) * D;
@@ -150,17 +155,17 @@ void slm_llama_decode_step(slm_llama *m, slm_kv_cache *kc, int32_t token, int po
             memset(og, 0, (size_t)(rep * D) * sizeof(float));
             slm_matmul_bwd(og, NULL, kc->scores, NULL, Vg, rep, D, n);
         }
-        slm_matmul_fwd(kc->x, kc->att, p + vw[BV_O].offset, 1, HD, C, true);
+        slm_linear_fwd(m->bf16_compute, kc->x, kc->att, p + vw[BV_O].offset, 1, HD, C, true);
         slm_rmsnorm_fwd(kc->ln, kc->rstd, kc->x, p + vw[BV_LN2].offset, 1, C, eps);
-        slm_matmul_fwd(kc->gate, kc->ln, p + vw[BV_GATE].offset, 1, C, F, false);
-        slm_matmul_fwd(kc->up, kc->ln, p + vw[BV_UP].offset, 1, C, F, false);
+        slm_linear_fwd(m->bf16_compute, kc->gate, kc->ln, p + vw[BV_GATE].offset, 1, C, F, false);
+        slm_linear_fwd(m->bf16_compute, kc->up, kc->ln, p + vw[BV_UP].offset, 1, C, F, false);
         slm_swiglu_fwd(kc->h, kc->gate, kc->up, 1, F);
-        slm_matmul_fwd(kc->x, kc->h, p + vw[BV_DOWN].offset, 1, F, C, true);
+        slm_linear_fwd(m->bf16_compute, kc->x, kc->h, p + vw[BV_DOWN].offset, 1, F, C, true);
         if (m->hooks.post_forward) m->hooks.post_forward(m->hooks.ctx, l);
     }
     const float *root = m->params[L];
     slm_rmsnorm_fwd(kc->ln, kc->rstd, kc->x, root + rv[RV_NORM].offset, 1, C, eps);
     const float *Wlm = root + (c->tie_word_embeddings ? rv[RV_EMB].offset : rv[RV_LM].offset);
-    slm_matmul_fwd(logits, kc->ln, Wlm, 1, C, V, false);
+    slm_linear_fwd(m->bf16_compute, logits, kc->ln, Wlm, 1, C, V, false);
     if (m->hooks.post_forward) m->hooks.post_forward(m->hooks.ctx, L);
 }

@@ -381,17 +381,28 @@ static slm_proj_ctx block_proj(const slm_llama *m, const slm_llama_acts *a, int 
 }
 
 // RoPE on b's q and k, then causal attention into b->att, b->lse (packed samples: positions
-// restart per sample and attention stays inside it).
-static void attention_fwd(const slm_llama_config *c, const slm_llama_acts *a, block_acts *b) {
+// restart per sample and attention stays inside it). With bf16 compute q, k and v are rounded
+// to bf16 first (the attention matmuls' inputs; backward then works on the rounded values, and
+// the gradient passes the rounding unchanged, as autocast's casts do).
+static void attention_fwd(const slm_llama_config *c, const slm_llama_acts *a, block_acts *b,
+                          bool bf16) {
     int B = a->cur_B, T = a->cur_T, H = c->num_attention_heads, KV = c->num_key_value_heads;
     int D = slm_llama_head_dim(c);
     if (a->has_pos) {
         slm_rope_apply_pos(b->q, a->rope_cos, a->rope_sin, B, T, H, D, a->pos, false);
         slm_rope_apply_pos(b->k, a->rope_cos, a->rope_sin, B, T, KV, D, a->pos, false);
-        slm_attention_fwd_packed(b->att, b->lse, b->q, b->k, b->v, a->pos, B, T, H, KV, D);
     } else {
         slm_rope_apply(b->q, a->rope_cos, a->rope_sin, B, T, H, D, 0, false);
         slm_rope_apply(b->k, a->rope_cos, a->rope_sin, B, T, KV, D, 0, false);
+    }
+    if (bf16) {
+        slm_round_bf16(b->q, (int64_t)B * T * H * D);
+        slm_round_bf16(b->k, (int64_t)B * T * KV * D);
+        slm_round_bf16(b->v, (int64_t)B * T * KV * D);
+    }
+    if (a->has_pos) {
+        slm_attention_fwd_packed(b->att, b->lse, b->q, b->k, b->v, a->pos, B, T, H, KV, D);
+    } else {
         slm_attention_fwd(b->att, b->lse, b->q, b->k, b->v, B, T, H, KV, D);
     }
 }
@@ -429,7 +440,7 @@ static void block_forward(const slm_llama *m, int l, const slm_llama_acts *a, co
     slm_proj_fwd(&pc, SLM_LORA_Q, b->ln1, b->q, false);
     slm_proj_fwd(&pc, SLM_LORA_K, b->ln1, b->k, false);
     slm_proj_fwd(&pc, SLM_LORA_V, b->ln1, b->v, false);
-    attention_fwd(c, a, b);
+    attention_fwd(c, a, b, m->bf16_compute);
     memcpy(b->xmid, xin, (size_t)(N * C) * sizeof(float));
     slm_proj_fwd(&pc, SLM_LORA_O, b->att, b->xmid, true); // residual add fused
     // MLP branch: xmid + down_proj(silu(gate_proj(n)) * up_proj(n)), n = norm(xmid)
@@ -455,7 +466,7 @@ static float head_forward(slm_llama *m, const int32_t *targets, int64_t N, bool 
     const float *Wlm = root + (c->tie_word_embeddings ? rv[RV_EMB].offset : rv[RV_LM].offset);
     slm_rmsnorm_fwd(a->lnf, a->rstdf, a->x + (int64_t)L * N * C, root + rv[RV_NORM].offset, N,
                     (int)C, c->rms_norm_eps);
-    if (a->keep_logits) slm_matmul_fwd(a->logits, a->lnf, Wlm, N, C, V, false);
+    if (a->keep_logits) slm_linear_fwd(m->bf16_compute, a->logits, a->lnf, Wlm, N, C, V, false);
     if (!targets) return 0.0f;
     int64_t n_valid = 0;
     for (int64_t i = 0; i < N; i++) {
@@ -480,10 +491,11 @@ static float head_forward(slm_llama *m, const int32_t *targets, int64_t N, bool 
         if (a->keep_logits)
             memcpy(lg, a->logits + r0 * V, (size_t)(rows * V) * sizeof(float));
         else
-            slm_matmul_fwd(lg, a->lnf + r0 * C, Wlm, rows, C, V, false);
+            slm_linear_fwd(m->bf16_compute, lg, a->lnf + r0 * C, Wlm, rows, C, V, false);
         slm_cross_entropy_fused(lg, a->losses + r0, targets + r0, rows, V, dscale);
         if (dscale != 0.0f)
-            slm_matmul_bwd(a->dlnf + r0 * C, dwlm, lg, a->lnf + r0 * C, Wlm, rows, C, V);
+            slm_linear_bwd(m->bf16_compute, a->dlnf + r0 * C, dwlm, lg, a->lnf + r0 * C, Wlm, rows,
+                           C, V);
     }
     double sum = 0.0;
     for (int64_t i = 0; i < N; i++)

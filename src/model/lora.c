@@ -332,9 +332,9 @@ void slm_lora_fwd(const slm_llama *m, int l, int t, int blk, const float *x, flo
     float s = m->lora.alpha / (float)m->lora.rank;
     float *hs = a->hs[blk * SLM_LORA_N_TARGETS + t];
     const float *u = adapter_input(m, l, t, x, N, in);
-    slm_matmul_fwd(hs, u, p + vw[vi].offset, N, in, r, false);
+    slm_linear_fwd(m->bf16_compute, hs, u, p + vw[vi].offset, N, in, r, false);
     scale(hs, N * r, s);
-    if (y) slm_matmul_fwd(y, hs, p + vw[vi + 1].offset, N, r, o, true);
+    if (y) slm_linear_fwd(m->bf16_compute, y, hs, p + vw[vi + 1].offset, N, r, o, true);
 }
 
 void slm_lora_bwd(const slm_llama *m, int l, int t, int blk, const float *x, const float *dy,
@@ -352,17 +352,20 @@ void slm_lora_bwd(const slm_llama *m, int l, int t, int blk, const float *x, con
     const float *hs = a->hs[blk * SLM_LORA_N_TARGETS + t];
     // y += hs B^T: dB += dy^T hs, d(hs) = dy B, d(h) = s d(hs)
     memset(a->dh, 0, (size_t)(N * r) * sizeof(float));
-    slm_matmul_bwd(a->dh, g + vw[vi + 1].offset, dy, hs, p + vw[vi + 1].offset, N, r, o);
+    slm_linear_bwd(m->bf16_compute, a->dh, g + vw[vi + 1].offset, dy, hs, p + vw[vi + 1].offset, N,
+                   r, o);
     scale(a->dh, N * r, s);
     // h = u A^T: dA += dh^T u, du = dh A; u = dropout(x): dx += mask * du / (1 - p)
     bool drop = a->train && m->lora.dropout > 0;
     const float *u = adapter_input(m, l, t, x, N, in);
     if (!drop) {
-        slm_matmul_bwd(dx, g + vw[vi].offset, a->dh, u, p + vw[vi].offset, N, in, r);
+        slm_linear_bwd(m->bf16_compute, dx, g + vw[vi].offset, a->dh, u, p + vw[vi].offset, N, in,
+                       r);
         return;
     }
     memset(a->du, 0, (size_t)(N * in) * sizeof(float));
-    slm_matmul_bwd(a->du, g + vw[vi].offset, a->dh, u, p + vw[vi].offset, N, in, r);
+    slm_linear_bwd(m->bf16_compute, a->du, g + vw[vi].offset, a->dh, u, p + vw[vi].offset, N, in,
+                   r);
     dropout_apply(m->lora_dropout_key, l, t, m->lora.dropout, a->du, NULL, dx, N * in);
 }
 

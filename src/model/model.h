@@ -182,6 +182,10 @@ typedef struct slm_llama {
     bool owns_buffers;      // params/grads allocated by slm_llama_init (freed by slm_llama_free)
     slm_unit_hooks hooks;
     bool activation_checkpointing; // keep block inputs only, recompute in backward
+    // bf16 compute (--compute-dtype bf16): every matmul (projections, LoRA, lm_head, attention's
+    // q, k, v) takes its inputs rounded to bf16 and accumulates in fp32 (kernels.h
+    // slm_linear_fwd); norms, softmax, loss and the parameters stay fp32. false: all fp32.
+    bool bf16_compute;
     bool loss_only;       // forward with targets computes the loss only (eval): no head backward,
                           // no slm_llama_backward possible. Default false.
     int head_chunk_rows;  // rows per lm_head + cross-entropy chunk; 0 = automatic (~16 MiB of

@@ -12,7 +12,7 @@ void slm_proj_fwd(const slm_proj_ctx *pc, int t, const float *x, float *y, bool 
     int64_t out, in;
     slm_lora_target_shape(&pc->m->cfg, t, &out, &in);
     const float *W = pc->p + pc->m->units[pc->l].views[slm_proj_view(t)].offset;
-    if (y) slm_matmul_fwd(y, x, W, pc->N, in, out, acc);
+    if (y) slm_linear_fwd(pc->m->bf16_compute, y, x, W, pc->N, in, out, acc);
     slm_lora_fwd(pc->m, pc->l, t, pc->blk, x, y, pc->N);
 }
 
@@ -27,7 +27,8 @@ void slm_proj_bwd(const slm_proj_ctx *pc, const float *x, float *dx, int n,
         int64_t off = vw[slm_proj_view(dys[i].t)].offset;
         slm_lora_target_shape(&pc->m->cfg, dys[i].t, &out, &in);
         SLM_ASSERT(in == in0); // one input shared by all
-        slm_matmul_bwd(dx, pc->g ? pc->g + off : NULL, dys[i].dy, x, pc->p + off, pc->N, in, out);
+        slm_linear_bwd(pc->m->bf16_compute, dx, pc->g ? pc->g + off : NULL, dys[i].dy, x,
+                       pc->p + off, pc->N, in, out);
     }
     for (int i = 0; i < n; i++)
         slm_lora_bwd(pc->m, pc->l, dys[i].t, pc->blk, x, dys[i].dy, dx, pc->N);

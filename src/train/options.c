@@ -229,6 +229,17 @@ const slm_opt slm_train_options[] = {
      .type = SLM_OPT_FLAG,
      F(activation_checkpointing),
      .help = "recompute block activations in backward"},
+    {.name = "--compute-dtype",
+     .type = SLM_OPT_CUSTOM,
+     F(compute_dtype),
+     .meta = "D",
+     .help = "fp32 or bf16: bf16 rounds every matmul's inputs (weights, activations, gradients) "
+             "to bf16 and accumulates in fp32, as autocast(bfloat16) and tensor cores do (oneDNN's "
+             "AVX512-BF16 / AMX kernels where the CPU has them); norms, softmax, loss, optimizer "
+             "and master weights stay fp32",
+     .parse = parse_precision,
+     .show = show_precision,
+     .def = "fp32"},
     {.name = "--threads",
      .type = SLM_OPT_INT,
      F(threads),

@@ -158,16 +158,18 @@ typedef struct slm_train_opts {
     int64_t eval_every;      // validate every this many steps (and at the end); 0: never
     int eval_batches;        // micro-batches of B sequences per validation (0: the whole split)
     bool activation_checkpointing;
-    int threads;        // OpenMP / BLAS threads; 0: leave as configured
-    double max_minutes; // > 0: stop (and save) after this much wall time
-    bool time_schedule; // with max_minutes: the LR schedule's step is max(step, share of
-                        // max_minutes elapsed x steps), so the cosine ends on time on a
-                        // machine of unknown speed (not bitwise reproducible)
-    double peak_gflops; // > 0: MFU denominator; else this machine's cached peak (slm_peak_*),
+    slm_dtype compute_dtype; // SLM_DTYPE_F32, or SLM_DTYPE_BF16: matmul inputs rounded to bf16
+                             // with fp32 accumulation (slm_llama.bf16_compute)
+    int threads;             // OpenMP / BLAS threads; 0: leave as configured
+    double max_minutes;      // > 0: stop (and save) after this much wall time
+    bool time_schedule;      // with max_minutes: the LR schedule's step is max(step, share of
+                             // max_minutes elapsed x steps), so the cosine ends on time on a
+                             // machine of unknown speed (not bitwise reproducible)
+    double peak_gflops;      // > 0: MFU denominator; else this machine's cached peak (slm_peak_*),
                         // measured at start (slm_sgemm_peak_gflops) when none is cached. Either
                         // is raised to a step's rate when a step runs faster (logged)
-    int log_every;      // step line every this many steps (0: never; default 1); read by
-                        // the printing hook of tools/, not by the library
+    int log_every; // step line every this many steps (0: never; default 1); read by
+                   // the printing hook of tools/, not by the library
     // Checkpoints (src/ckpt, docs/formats.md "Checkpoints") under out_dir/checkpoints when
     // out_dir is set: every ckpt_every_steps steps / ckpt_every_minutes minutes, and always at
     // the end and when stopped. Asynchronous (copy and write behind the next step) unless

@@ -632,6 +632,12 @@ slm_status slm_train_init(slm_trainer *tr) {
     st = slm_fsdp_init(&tr->fsdp, &tr->model, &tr->fsdp_opts, o->seed);
     if (st) return st;
     tr->model.activation_checkpointing = o->activation_checkpointing;
+    tr->model.bf16_compute = o->compute_dtype == SLM_DTYPE_BF16;
+    if (tr->model.bf16_compute && tr->rank == 0)
+        slm_log(SLM_LOG_INFO,
+                "train: bf16 compute (matmul inputs rounded to bf16, fp32 "
+                "accumulation); oneDNN reports this CPU as %s",
+                slm_bf16_gemm_isa());
     slm_llama_set_shape(&tr->model, tr->B, tr->T, false);
     tr->win = slm_xmalloc((size_t)tr->K * tr->B * (tr->T + 1) * sizeof(int32_t));
     tr->inp = slm_xmalloc((size_t)tr->B * tr->T * sizeof(int32_t));

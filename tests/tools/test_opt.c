@@ -390,11 +390,9 @@ static void test_train_defaults_and_agreement(void) {
     d.synthetic = true;
     CHECK_MSG(slm_train_opts_check(&d) == SLM_OK, "defaults: %s", slm_errmsg());
     // another value of each option, as text a command line could give
-    static const char *const custom[][2] = {{"--sharding", "NO_SHARD"},
-                                            {"--param-dtype", "bf16"},
-                                            {"--reduce-dtype", "bf16"},
-                                            {"--lora-targets", "all"},
-                                            {"--metrics-addr", ":9100"}};
+    static const char *const custom[][2] = {
+        {"--sharding", "NO_SHARD"},  {"--param-dtype", "bf16"}, {"--reduce-dtype", "bf16"},
+        {"--compute-dtype", "bf16"}, {"--lora-targets", "all"}, {"--metrics-addr", ":9100"}};
     for (const slm_opt *o = slm_train_options; o->type != SLM_OPT_END; o++) {
         if (o->type == SLM_OPT_SECTION || (o->flags & SLM_OPTF_PER_RANK)) continue;
         char v[64] = "x", before[256], after[256];

@@ -2,6 +2,8 @@
 // accumulation 2, warmup + cosine LR, clipping, AdamW with decay ranges) from a seeded init,
 // replayed by the independent reference (tests/reference/llama_ref.py + torch.optim.AdamW in
 // float64, tests/train/train_ref_check.py). Losses must agree to rel 1e-4, weights to 1e-3.
+// With --compute-dtype bf16 the replay runs the float32 reference under
+// torch.autocast("cpu", bfloat16); the bound is train_ref_check.py's (stated there).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,7 +33,7 @@ static void add_weights(slm_tensor_set *s, const slm_llama *m, const char *prefi
         }
 }
 
-static void test_ten_steps_vs_torch(void) {
+static void ten_steps_vs_torch(slm_dtype compute) {
     char dir[] = "/tmp/slm_test_train_ref_XXXXXX";
     CHECK(mkdtemp(dir) != NULL);
     char *cfg = slm_path_join(dir, "config.json"), *run = slm_path_join(dir, "run");
@@ -54,6 +56,8 @@ static void test_ten_steps_vs_torch(void) {
     o.seed = 7;
     o.log_every = 0;
     o.peak_gflops = 1;
+    o.compute_dtype = compute;
+    g_n = 0;
     slm_train_std_hooks std = {0}; // the final checkpoint holds the weights read back below
     CHECK_OK(slm_train_add_std_hooks(&o, &std));
     slm_train_add_hook(&o, hook, NULL);
@@ -87,11 +91,11 @@ static void test_ten_steps_vs_torch(void) {
     snprintf(meta, sizeof meta,
              "{\"B\": %d, \"T\": %d, \"K\": %d, \"steps\": %lld, \"warmup\": %lld, \"lr\": %.9g,"
              " \"min_lr\": %.9g, \"weight_decay\": %.9g, \"grad_clip\": %.9g, \"beta1\": %.9g,"
-             " \"beta2\": %.9g, \"eps\": %.9g}",
+             " \"beta2\": %.9g, \"eps\": %.9g, \"compute\": \"%s\"}",
              o.B, o.T, o.grad_accum, (long long)o.steps, (long long)o.warmup,
              (double)o.adamw.lr_peak, (double)o.min_lr, (double)o.adamw.weight_decay,
-             (double)o.grad_clip, (double)o.adamw.beta1, (double)o.adamw.beta2,
-             (double)o.adamw.eps);
+             (double)o.grad_clip, (double)o.adamw.beta1, (double)o.adamw.beta2, (double)o.adamw.eps,
+             compute == SLM_DTYPE_BF16 ? "bf16" : "fp32");
     slm_tset_set_meta(&s, meta);
     CHECK_OK(slm_tset_save(&s, dump));
     slm_tset_free(&s);
@@ -106,6 +110,15 @@ static void test_ten_steps_vs_torch(void) {
     snprintf(cmd, sizeof cmd, "rm -rf \"%s\"", dir);
     if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", dir);
     free(cfg), free(run), free(dump);
+}
+
+static void test_ten_steps_vs_torch(void) {
+    ten_steps_vs_torch(SLM_DTYPE_F32);
+}
+
+// bf16 compute against PyTorch's autocast(bfloat16) on the CPU, same weights and batches.
+static void test_ten_steps_bf16_vs_autocast(void) {
+    ten_steps_vs_torch(SLM_DTYPE_BF16);
 }
 
 // slm_eval_token_ids on lines of different lengths vs the reference's mean loss over all targets.
@@ -191,6 +204,7 @@ static void test_eval_token_ids_vs_torch(void) {
 
 int main(void) {
     RUN(test_ten_steps_vs_torch);
+    RUN(test_ten_steps_bf16_vs_autocast);
     RUN(test_eval_token_ids_vs_torch);
     return TEST_SUMMARY();
 }
