@@ -120,8 +120,9 @@ def run_steps(model, opt, args, rank, world):
             dist.barrier()
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=False)
-        _, loss = model(x, y)
-        loss.backward()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.autocast == "bf16"):
+            _, loss = model(x, y)
+        loss.float().backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         lv = float(loss.detach())
@@ -189,6 +190,8 @@ def main():
     ap.add_argument("--world", type=int, default=2)
     ap.add_argument("--attn", choices=["sdpa", "naive"], default="sdpa")
     ap.add_argument("--optim", choices=["auto", "fused", "foreach"], default="auto")
+    ap.add_argument("--autocast", choices=["off", "bf16"], default="off",
+                    help="bf16: forward under torch.autocast('cpu', bfloat16) (mixed precision)")
     args = ap.parse_args()
     if args.steps < 2:
         ap.error("--steps must be >= 2 (the first step is excluded from the timing)")

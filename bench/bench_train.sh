@@ -5,12 +5,16 @@
 # run per row, all in the same run; not a test. Measure on an idle machine.
 #
 #   bench/bench_train.sh [--threads N] [--steps S] [--configs "tiny small gqa"] [--no-dist]
-#                        [--debian-torch]
+#                        [--debian-torch] [--no-bf16]
 #
 # Rows per config (B x T is the global batch):
 #   1 x N     shardlm, PyTorch 2.x eager, PyTorch 2.x torch.compile (one process, N threads)
 #   2 x 1     (unless --no-dist) shardlm `mpirun -np 2 ... --threads 1` NO_SHARD and FULL_SHARD,
 #             PyTorch 2.x DDP and FSDP2 (fully_shard per decoder block), gloo, 2 ranks x 1 thread
+#   bf16      (unless --no-bf16) shardlm --compute-dtype bf16 and PyTorch eager / torch.compile
+#             under autocast(bfloat16), 1 x N; their MFU column is against the measured bf16 GEMM
+#             peak (`shardlm bench-peak --bf16`, oneDNN), the fp32 rows' against the sgemm peak;
+#             the header names the ISA oneDNN reports (AVX512-BF16 / AMX, or none)
 #   --debian-torch adds the old reference (bench/bench_train_torch.py on .venv/bin/python, i.e.
 #             Debian's torch 1.13, whose OpenBLAS falls back to generic kernels on this CPU) as
 #             a labelled extra row; it is never the comparison.
@@ -25,7 +29,7 @@
 # Writes the table to stdout and bench/out/bench_train.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-THREADS=2 STEPS=6 CONFIGS="tiny small gqa" DIST=1 DEBIAN=0
+THREADS=2 STEPS=6 CONFIGS="tiny small gqa" DIST=1 DEBIAN=0 BF16=1
 while [ $# -gt 0 ]; do
     case "$1" in
         --threads) THREADS="$2"; shift 2 ;;
@@ -33,7 +37,8 @@ while [ $# -gt 0 ]; do
         --configs) CONFIGS="$2"; shift 2 ;;
         --no-dist) DIST=0; shift ;;
         --debian-torch) DEBIAN=1; shift ;;
-        *) echo "usage: $0 [--threads N] [--steps S] [--configs LIST] [--no-dist] [--debian-torch]" >&2
+        --no-bf16) BF16=0; shift ;;
+        *) echo "usage: $0 [--threads N] [--steps S] [--configs LIST] [--no-dist] [--debian-torch] [--no-bf16]" >&2
            exit 2 ;;
     esac
 done
@@ -52,13 +57,17 @@ mkdir -p "$OUT"
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
 
-PEAK=$("$BIN" bench-peak --threads "$THREADS" --n 2048 --reps 5 | awk '{print $3}')
+"$BIN" bench-peak --threads "$THREADS" --n 2048 --reps 5 --bf16 > "$W/peak.txt"
+PEAK=$(awk '/^sgemm peak/ {print $3}' "$W/peak.txt")
+PEAK16=$(awk '/^bf16 GEMM peak/ {print $4}' "$W/peak.txt")
+ISA16=$(sed -n 's/.*oneDNN ISA \(.*\))$/\1/p' "$W/peak.txt")
 rss_kb() { awk '/Maximum resident set size/ {print $6}' "$@" | sort -n | tail -1; }
 kv() { awk -v k="$1" '$1 == k {print $2}' "$2"; }
 slm_tps() { awk '/^done:/ { for (i = 1; i <= NF; i++) if ($i == "tok/s") print $(i-1) }' "$1"; }
-# row CONFIG BT IMPL TPS RSS_KB FPT [REF_TPS REF_RSS_KB]: one table line
+# row CONFIG BT IMPL TPS RSS_KB FPT [REF_TPS REF_RSS_KB]: one table line (MFU against $PK)
+PK=$PEAK
 row() {
-    awk -v c="$1" -v bt="$2" -v im="$3" -v t="$4" -v r="$5" -v f="$6" -v pk="$PEAK" \
+    awk -v c="$1" -v bt="$2" -v im="$3" -v t="$4" -v r="$5" -v f="$6" -v pk="$PK" \
         -v rt="${7:-}" -v rr="${8:-}" 'BEGIN {
         rat = (rt != "" && t > 0) ? sprintf("%.2fx", rt / t) : ""
         rar = (rr != "" && r > 0) ? sprintf("%.2fx", rr / r) : ""
@@ -68,13 +77,15 @@ row() {
 # torch2 MODE CONFIG.json B T THREADS [WORLD] -> $W/pt.out, $W/pt.time
 torch2() {
     "$TPY" bench/bench_torch2.py --mode "$1" --config "$2" --batch "$3" --seq "$4" \
-        --steps "$STEPS" --threads "$5" --world "${6:-2}" > "$W/pt.out" 2> "$W/pt.err" \
+        --steps "$STEPS" --threads "$5" --world "${6:-2}" --autocast "${AUTOCAST:-off}" \
+        > "$W/pt.out" 2> "$W/pt.err" \
         || { cat "$W/pt.err" >&2; echo "bench_torch2.py --mode $1 failed" >&2; exit 1; }
 }
 
 {
 echo "machine: $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')),"\
-     "sgemm peak $PEAK GFLOP/s ($THREADS threads), $STEPS steps (first excluded), PyTorch $TV"
+     "sgemm peak $PEAK GFLOP/s, bf16 GEMM peak ${PEAK16:-?} GFLOP/s (oneDNN: ${ISA16:-?})"\
+     "($THREADS threads), $STEPS steps (first excluded), PyTorch $TV"
 echo
 echo "| config | B x T | impl (ranks x threads) | tokens/s | GFLOP/s | MFU | peak RSS MiB/rank | shardlm / this, tok/s | shardlm / this, RSS |"
 echo "|---|---|---|---:|---:|---:|---:|---:|---:|"
@@ -105,6 +116,23 @@ for cfg in $CONFIGS; do
             "$(kv tokens_per_s "$W/pt.out")" "$(bc <<<"$(kv rss_mib_max "$W/pt.out") * 1024")" \
             "$FPT" "$S_TPS" "$S_RSS"
     done
+    if [ "$BF16" = 1 ]; then # bf16 compute rows, MFU against the bf16 GEMM peak
+        PK=$PEAK16
+        /usr/bin/time -v "$BIN" train --synthetic --model "$cfg" --batch $B --seq $T \
+            --steps "$STEPS" --threads "$THREADS" --peak-gflops "$PEAK16" --log-every 0 \
+            --compute-dtype bf16 > "$W/slm16.out" 2> "$W/slm16.time"
+        B_TPS=$(slm_tps "$W/slm16.out") B_RSS=$(rss_kb "$W/slm16.time")
+        row "$cfg" "$B x $T" "shardlm --compute-dtype bf16 (1 x $THREADS)" "$B_TPS" "$B_RSS" "$FPT" \
+            "$S_TPS" "$S_RSS"
+        for mode in eager compile; do
+            AUTOCAST=bf16 torch2 $mode "$run/config.json" $B $T "$THREADS" 1
+            name="PyTorch $TV eager, autocast bf16"
+            [ $mode = compile ] && name="PyTorch $TV torch.compile, autocast bf16"
+            row "$cfg" "$B x $T" "$name (1 x $THREADS)" "$(kv tokens_per_s "$W/pt.out")" \
+                "$(bc <<<"$(kv rss_mib_max "$W/pt.out") * 1024")" "$FPT" "$B_TPS" "$B_RSS"
+        done
+        PK=$PEAK
+    fi
     if [ "$DIST" = 1 ] && [ $((B % 2)) = 0 ]; then
         for s in NO_SHARD FULL_SHARD; do
             mpirun -np 2 --oversubscribe -x OMP_NUM_THREADS=1 -x OPENBLAS_NUM_THREADS=1 \
