@@ -244,25 +244,10 @@ const char *slm_bf16_gemm_isa(void) {
     }
 }
 
+static void gemm_bf16_square(int n, const float *a, const float *b, float *c) {
+    slm_gemm_bf16(false, true, n, n, n, a, n, b, n, false, c, n);
+}
+
 double slm_bf16_gemm_peak_gflops(int n, int reps) {
-    if (n <= 0) n = 1024;
-    if (reps <= 0) reps = 3;
-    size_t bytes = (size_t)n * (size_t)n * sizeof(float);
-    float *a = slm_xaligned(bytes), *b = slm_xaligned(bytes), *c = slm_xaligned(bytes);
-    for (int64_t i = 0; i < (int64_t)n * n; i++) {
-        a[i] = (float)((i * 7 + 3) % 13) * 0.01f;
-        b[i] = (float)((i * 5 + 1) % 11) * 0.01f;
-    }
-    slm_gemm_bf16(false, true, n, n, n, a, n, b, n, false, c, n); // primitive, threads, pages
-    double best = 1e30;
-    for (int r = 0; r < reps; r++) {
-        double t0 = slm_time_s();
-        slm_gemm_bf16(false, true, n, n, n, a, n, b, n, false, c, n);
-        double dt = slm_time_s() - t0;
-        if (dt < best) best = dt;
-    }
-    free(a);
-    free(b);
-    free(c);
-    return 2.0 * (double)n * (double)n * (double)n / best * 1e-9;
+    return slm_square_gemm_peak(n, reps, gemm_bf16_square);
 }

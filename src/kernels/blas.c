@@ -132,7 +132,8 @@ void slm_matmul_bwd(float *dinp, float *dW, const float *dout, const float *inp,
     if (dW) sgemm_par(true, false, O, I, N, 1.0f, dout, O, inp, I, 1.0f, dW, I);
 }
 
-double slm_sgemm_peak_gflops(int n, int reps) {
+double slm_square_gemm_peak(int n, int reps,
+                            void (*gemm)(int n, const float *a, const float *b, float *c)) {
     if (n <= 0) n = 1024;
     if (reps <= 0) reps = 3;
     size_t bytes = (size_t)n * (size_t)n * sizeof(float);
@@ -142,13 +143,12 @@ double slm_sgemm_peak_gflops(int n, int reps) {
         b[i] = (float)((i * 5 + 1) % 11) * 0.01f;
         c[i] = 0.0f;
     }
-    // One untimed call warms up the threads and OpenBLAS's buffers. Timed: the same threaded
-    // path the model's matmuls take.
-    sgemm_par(false, true, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+    // One untimed call warms up the threads, the library's buffers (and oneDNN's primitive).
+    gemm(n, a, b, c);
     double best = 1e30;
     for (int r = 0; r < reps; r++) {
         double t0 = slm_time_s();
-        sgemm_par(false, true, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+        gemm(n, a, b, c);
         double dt = slm_time_s() - t0;
         if (dt < best) best = dt;
     }
@@ -156,4 +156,13 @@ double slm_sgemm_peak_gflops(int n, int reps) {
     free(b);
     free(c);
     return 2.0 * (double)n * (double)n * (double)n / best * 1e-9;
+}
+
+// Timed: the same threaded path the model's matmuls take.
+static void sgemm_square(int n, const float *a, const float *b, float *c) {
+    sgemm_par(false, true, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+}
+
+double slm_sgemm_peak_gflops(int n, int reps) {
+    return slm_square_gemm_peak(n, reps, sgemm_square);
 }

@@ -21,6 +21,12 @@ void slm_sgemm_rowmajor(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const
                         int64_t lda, const float *B, int64_t ldb, float beta, float *Cm,
                         int64_t ldc);
 
+// The best rate in GFLOP/s of `reps` timed calls gemm(n, a, b, c) computing c = a b^T on n x n
+// fp32 matrices of fixed non-zero values (after one untimed warm-up call); n <= 0: 1024, reps
+// <= 0: 3. The sgemm and bf16 peaks of kernels.h.
+double slm_square_gemm_peak(int n, int reps,
+                            void (*gemm)(int n, const float *a, const float *b, float *c));
+
 // exp(x) in fp32, max relative error ~2e-7 (about 2 ulp); exactly 0 below ln(FLT_MIN) and
 // saturating at exp(88) above 88 (callers pass arguments <= 0 after a max subtraction, or
 // -gate in sigmoid, where exp(88) instead of inf changes nothing); NaN in, NaN out.
