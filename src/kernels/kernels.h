@@ -1,10 +1,12 @@
-// kernels: the compute ops of the Llama model, forward and backward, on the CPU (fp32,
-// OpenBLAS sgemm for matmuls, OpenMP for the rest), over host memory. This is the only backend:
-// there is no device memory or device backend yet (issue 21 plans one under the model, FSDP and
-// the optimizer). Callers: model/ (its matmuls, norms, RoPE, attention, SwiGLU, embedding and
-// loss; the model still does some host work itself: copies, the loss sum, the lm_head gradient
-// add, LoRA's scaling and dropout, decode's softmax and KV cache), health/ (the self-check's
-// small MLP step) and the trainer and `bench-peak` (slm_sgemm_peak_gflops).
+// kernels: the compute ops of the Llama model, forward and backward. The CPU backend (fp32:
+// OpenBLAS sgemm for matmuls, OpenMP for the rest; bf16 compute: oneDNN's matmul, bf16.c) runs
+// over host memory and is what the model calls today. The CUDA backend (kernels/cuda/, the
+// section at the end; built when nvcc is found) has device twins of most ops on device memory,
+// compiled in CI but not yet run on a GPU nor called by the model: the device layer of issue 21
+// will choose between them. Callers: model/ (its matmuls, norms, RoPE, attention, SwiGLU,
+// embedding and loss; the model still does some host work itself: copies, the loss sum, the
+// lm_head gradient add, LoRA's scaling and dropout, decode's softmax and KV cache), health/ (the
+// self-check's small MLP step), the trainer and `bench-peak` (the measured GEMM peaks).
 //
 // Conventions: row-major; N = B*T rows of tokens; C = hidden size, H heads, KV key/value heads,
 // D = head dim, F = ffn size, V = vocab. Backward functions ACCUMULATE (+=) into parameter
