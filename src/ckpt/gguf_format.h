@@ -138,6 +138,7 @@ static inline int slm_ggml_type_size(uint32_t t) {
 #define SLM_GGUF_KEY_TOK_PAD "tokenizer.ggml.padding_token_id"
 #define SLM_GGUF_KEY_TOK_ADD_BOS "tokenizer.ggml.add_bos_token"
 #define SLM_GGUF_KEY_TOK_ADD_EOS "tokenizer.ggml.add_eos_token"
+#define SLM_GGUF_KEY_TOK_ADD_SPACE_PREFIX "tokenizer.ggml.add_space_prefix"
 #define SLM_GGUF_KEY_CHAT_TEMPLATE "tokenizer.chat_template"
 
 // Token types (tokenizer.ggml.token_type, i32 per token).

@@ -144,7 +144,7 @@ static slm_status tokenizer_kvs(kvbuf *kv, const slm_tokenizer *t, int32_t V, co
     // shardlm generate / eval prepend BOS when the tokenizer has one, and never append EOS
     kv_bool(kv, SLM_GGUF_KEY_TOK_ADD_BOS, slm_tokenizer_add_bos(t));
     kv_bool(kv, SLM_GGUF_KEY_TOK_ADD_EOS, false);
-    if (spm) kv_bool(kv, "tokenizer.ggml.add_space_prefix", slm_tokenizer_adds_space_prefix(t));
+    if (spm) kv_bool(kv, SLM_GGUF_KEY_TOK_ADD_SPACE_PREFIX, slm_tokenizer_adds_space_prefix(t));
     // GGUF has no key for it: llama.cpp (and transformers' GGUF tokenizer) keep every space
     if (slm_tokenizer_removes_extra_spaces(t))
         slm_warn("export --gguf: tokenizer %s collapses runs of spaces "
