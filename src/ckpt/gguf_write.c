@@ -226,35 +226,6 @@ static int64_t src_row(const gt *t, int64_t r) {
     return h * D + (j % 2) * (D / 2) + j / 2;
 }
 
-// GGUF name and handling of the HF view `hf` (NULL name: not a tensor llama.cpp knows).
-static bool map_name(const char *hf, char *out, size_t cap, int *permute,
-                     const slm_llama_config *c) {
-    static const struct {
-        const char *hf, *gguf;
-    } blk[] = {{"input_layernorm.weight", SLM_GGUF_T_ATTN_NORM},
-               {"self_attn.q_proj.weight", SLM_GGUF_T_ATTN_Q},
-               {"self_attn.k_proj.weight", SLM_GGUF_T_ATTN_K},
-               {"self_attn.v_proj.weight", SLM_GGUF_T_ATTN_V},
-               {"self_attn.o_proj.weight", SLM_GGUF_T_ATTN_OUT},
-               {"post_attention_layernorm.weight", SLM_GGUF_T_FFN_NORM},
-               {"mlp.gate_proj.weight", SLM_GGUF_T_FFN_GATE},
-               {"mlp.up_proj.weight", SLM_GGUF_T_FFN_UP},
-               {"mlp.down_proj.weight", SLM_GGUF_T_FFN_DOWN}};
-    *permute = 0;
-    if (!strcmp(hf, "model.embed_tokens.weight")) return snprintf(out, cap, SLM_GGUF_T_TOKEN_EMBD);
-    if (!strcmp(hf, "model.norm.weight")) return snprintf(out, cap, SLM_GGUF_T_OUTPUT_NORM);
-    if (!strcmp(hf, "lm_head.weight")) return snprintf(out, cap, SLM_GGUF_T_OUTPUT);
-    int l, n = 0;
-    if (sscanf(hf, "model.layers.%d.%n", &l, &n) != 1 || n == 0) return false;
-    for (size_t i = 0; i < sizeof blk / sizeof *blk; i++)
-        if (!strcmp(hf + n, blk[i].hf)) {
-            if (i == 1) *permute = c->num_attention_heads;
-            if (i == 2) *permute = c->num_key_value_heads;
-            return snprintf(out, cap, "blk.%d.%s.weight", l, blk[i].gguf) > 0;
-        }
-    return false;
-}
-
 // --- File ------------------------------------------------------------------------------------
 
 static uint64_t align_up(uint64_t x, uint64_t a) {
@@ -384,7 +355,7 @@ slm_status slm_gguf_export(const slm_llama *m, const char *out_path,
                 bool emb = !strcmp(v->name, "model.embed_tokens.weight");
                 if ((pass == 0) != emb) continue;
                 gt *t = &ts[n];
-                if (!map_name(v->name, t->name, sizeof t->name, &t->permute_heads, c)) {
+                if (!slm_gguf_name_of(v->name, c, t->name, sizeof t->name, &t->permute_heads)) {
                     st = slm_fail(SLM_E_UNSUPPORTED,
                                   "export --gguf: tensor %s has no llama.cpp name", v->name);
                     break;
