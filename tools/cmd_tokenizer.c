@@ -131,9 +131,11 @@ static const slm_cli k_tok_cli[] = {
               "  prints the type, vocab size, BOS/EOS/UNK/PAD ids and the file's XXH64.\n",
      .opts = k_info_opts},
     {.cmd = "tokenizer from-gguf",
-     .usage = "usage: shardlm tokenizer from-gguf --gguf FILE --out tokenizer.json [--overwrite]\n"
-              "  writes the tokenizer a GGUF file carries as a tokenizer.json (the one eval,\n"
-              "  generate and train --init-from-gguf use for that file).\n",
+     .usage = "usage: shardlm tokenizer from-gguf --gguf FILE --out OUT [--overwrite]\n"
+              "  writes the tokenizer a GGUF file carries as shardlm's tokenizer file (the one\n"
+              "  eval, generate and train --init-from-gguf use for that file): tokenizer.json\n"
+              "  text for a byte-level BPE (tokenizer.ggml.model gpt2), a SentencePiece\n"
+              "  tokenizer.model for model llama; name OUT accordingly.\n",
      .opts = k_gguf_opts},
 };
 enum { TOK_TRAIN, TOK_ENCODE, TOK_DECODE, TOK_INFO, TOK_GGUF, TOK_N };
@@ -513,7 +515,7 @@ static int cmd_from_gguf(int argc, char **argv) {
     slm_gguf_file g;
     slm_buf b = {0};
     slm_status st = slm_gguf_open(x.tokenizer, &g);
-    if (!st) st = slm_gguf_tokenizer_json(&g, &b);
+    if (!st) st = slm_gguf_tokenizer_file(&g, &b, NULL);
     if (!st) st = slm_file_write_atomic(x.out, b.data, b.len);
     slm_buf_free(&b);
     slm_gguf_close(&g);

@@ -619,14 +619,21 @@ slm_status slm_gguf_check_shapes(const slm_gguf_file *f, const slm_llama_config 
 // Errors: those of slm_gguf_check_shapes, SLM_E_NUMERIC naming a non-finite weight.
 slm_status slm_gguf_load(slm_llama *m, const slm_gguf_file *f);
 
-// The tokenizer f carries (tokenizer.ggml.model gpt2: tokens, token types, merges, the
-// pre-tokenizer named by tokenizer.ggml.pre, BOS / EOS / pad ids and add_bos_token) as
-// tokenizer.json text appended to out (slm_tokenizer_vocab_json). Errors: SLM_E_UNSUPPORTED
-// naming tokenizer.ggml.model (another tokenizer model) or tokenizer.ggml.pre (an unknown
-// pre-tokenizer); SLM_E_FORMAT naming a missing or mistyped key.
-slm_status slm_gguf_tokenizer_json(const slm_gguf_file *f, slm_buf *out);
-// Writes that tokenizer as DIR/tokenizer.json (atomically), loads it back once, and returns the
-// path in *path (owned). Errors: those of slm_gguf_tokenizer_json, SLM_E_IO, the loader's.
+// The tokenizer f carries, as the bytes of the shardlm tokenizer file it converts to, appended
+// to out, and that file's name in *name (static; NULL allowed): tokenizer.ggml.model gpt2
+// (tokens, token types, merges, the pre-tokenizer named by tokenizer.ggml.pre, BOS / EOS / pad
+// ids, add_bos_token default false) -> tokenizer.json text (slm_tokenizer_vocab_json); llama
+// (SentencePiece BPE: tokens, scores, token types, BOS / EOS / UNK / pad ids, add_bos_token
+// default true, add_space_prefix default true) -> a tokenizer.model (slm_tokenizer_vocab_spm).
+// Deterministic bytes (train --init-from-gguf compares their XXH64 with the dataset's).
+// Errors: SLM_E_UNSUPPORTED naming tokenizer.ggml.model (another model), tokenizer.ggml.pre
+// (an unknown pre-tokenizer) or tokenizer.ggml.add_eos_token (true: shardlm never appends EOS
+// by default); SLM_E_FORMAT naming the file and a missing, mistyped or inconsistent key (scores
+// or types not one per token, a token type outside 1..6, an empty token, ...).
+slm_status slm_gguf_tokenizer_file(const slm_gguf_file *f, slm_buf *out, const char **name);
+// Writes that tokenizer as DIR/tokenizer.json or DIR/tokenizer.model (atomically), loads it
+// back once, and returns the path in *path (owned). Errors: those of slm_gguf_tokenizer_file,
+// SLM_E_IO, the loader's.
 slm_status slm_gguf_write_tokenizer(const slm_gguf_file *f, const char *dir, char **path);
 // The built-in chat template ("chatml", "llama3", "llama2") whose markers the Jinja text in
 // tokenizer.chat_template writes; NULL when none matches or the key is absent (*present says

@@ -539,26 +539,11 @@ static void scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m) {
     }
 }
 
-static void deq_q4_k(const uint8_t *b, float *y) {
+// Q4_K and Q5_K: 8 sub-blocks of 32 values, each with a 6-bit scale and min; Q5_K adds a fifth
+// bit per value from qh (NULL for Q4_K), two bit planes per 64 values.
+static void deq_q45_k(const uint8_t *b, const uint8_t *qh, const uint8_t *q, float *y) {
     const float d = h2f(b), min = h2f(b + 2);
-    const uint8_t *sc = b + 4, *q = b + 4 + SLM_GGML_K_SCALE_SIZE;
-    for (int j = 0, is = 0; j < SLM_GGML_QK_K; j += 64, is += 2) {
-        uint8_t s, m;
-        scale_min_k4(is, sc, &s, &m);
-        const float d1 = d * s, m1 = min * m;
-        scale_min_k4(is + 1, sc, &s, &m);
-        const float d2 = d * s, m2 = min * m;
-        for (int l = 0; l < 32; l++)
-            *y++ = mul_sub(d1, (float)(q[l] & 0xF), m1);
-        for (int l = 0; l < 32; l++)
-            *y++ = mul_sub(d2, (float)(q[l] >> 4), m2);
-        q += 32;
-    }
-}
-
-static void deq_q5_k(const uint8_t *b, float *y) {
-    const float d = h2f(b), min = h2f(b + 2);
-    const uint8_t *sc = b + 4, *qh = b + 4 + SLM_GGML_K_SCALE_SIZE, *ql = qh + SLM_GGML_QK_K / 8;
+    const uint8_t *sc = b + 4;
     uint8_t u1 = 1, u2 = 2;
     for (int j = 0, is = 0; j < SLM_GGML_QK_K; j += 64, is += 2) {
         uint8_t s, m;
@@ -567,13 +552,22 @@ static void deq_q5_k(const uint8_t *b, float *y) {
         scale_min_k4(is + 1, sc, &s, &m);
         const float d2 = d * s, m2 = min * m;
         for (int l = 0; l < 32; l++)
-            *y++ = mul_sub(d1, (float)((ql[l] & 0xF) + (qh[l] & u1 ? 16 : 0)), m1);
+            *y++ = mul_sub(d1, (float)((q[l] & 0xF) + (qh && (qh[l] & u1) ? 16 : 0)), m1);
         for (int l = 0; l < 32; l++)
-            *y++ = mul_sub(d2, (float)((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)), m2);
-        ql += 32;
+            *y++ = mul_sub(d2, (float)((q[l] >> 4) + (qh && (qh[l] & u2) ? 16 : 0)), m2);
+        q += 32;
         u1 = (uint8_t)(u1 << 2);
         u2 = (uint8_t)(u2 << 2);
     }
+}
+
+static void deq_q4_k(const uint8_t *b, float *y) {
+    deq_q45_k(b, NULL, b + 4 + SLM_GGML_K_SCALE_SIZE, y);
+}
+
+static void deq_q5_k(const uint8_t *b, float *y) {
+    const uint8_t *qh = b + 4 + SLM_GGML_K_SCALE_SIZE;
+    deq_q45_k(b, qh, qh + SLM_GGML_QK_K / 8, y);
 }
 
 static void deq_q6_k(const uint8_t *b, float *y) {

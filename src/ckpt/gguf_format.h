@@ -10,6 +10,8 @@
 #ifndef SLM_CKPT_GGUF_FORMAT_H
 #define SLM_CKPT_GGUF_FORMAT_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #define SLM_GGUF_MAGIC 0x46554747u // "GGUF" read as a little-endian u32
@@ -138,6 +140,7 @@ static inline int slm_ggml_type_size(uint32_t t) {
 #define SLM_GGUF_KEY_TOK_PAD "tokenizer.ggml.padding_token_id"
 #define SLM_GGUF_KEY_TOK_ADD_BOS "tokenizer.ggml.add_bos_token"
 #define SLM_GGUF_KEY_TOK_ADD_EOS "tokenizer.ggml.add_eos_token"
+#define SLM_GGUF_KEY_TOK_ADD_SPACE_PREFIX "tokenizer.ggml.add_space_prefix"
 #define SLM_GGUF_KEY_CHAT_TEMPLATE "tokenizer.chat_template"
 
 // Token types (tokenizer.ggml.token_type, i32 per token).
@@ -164,5 +167,14 @@ enum {
 #define SLM_GGUF_T_FFN_UP "ffn_up"
 #define SLM_GGUF_T_FFN_DOWN "ffn_down"
 #define SLM_GGUF_T_ROPE_FREQS "rope_freqs.weight"
+
+// The GGUF tensor name of HF view `hf` ("model.layers.3.self_attn.q_proj.weight" ->
+// "blk.3.attn_q.weight") into out[cap], and in *rope_heads the head count whose rows llama.cpp's
+// converter permutes for its RoPE layout (q: attention heads, k: KV heads; 0: none). False for
+// a name llama.cpp's llama architecture has no tensor for. (gguf_llama.c; the reader and the
+// writer share it.)
+struct slm_llama_config;
+bool slm_gguf_name_of(const char *hf, const struct slm_llama_config *c, char *out, size_t cap,
+                      int *rope_heads);
 
 #endif

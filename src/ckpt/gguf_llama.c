@@ -208,10 +208,8 @@ slm_status slm_gguf_llama_config(const slm_gguf_file *f, slm_llama_config *c) {
     return st ? slm_fail_wrap(st, "%s: the llama metadata", f->path) : SLM_OK;
 }
 
-// The GGUF name of HF view `hf` ("model.layers.3.self_attn.q_proj.weight" ->
-// "blk.3.attn_q.weight"); *rope_heads: the head count whose row permutation to undo (0: none).
-static bool gguf_name_of(const char *hf, const slm_llama_config *c, char *out, size_t cap,
-                         int *rope_heads) {
+bool slm_gguf_name_of(const char *hf, const slm_llama_config *c, char *out, size_t cap,
+                      int *rope_heads) {
     static const char *const map[][2] = {
         {"input_layernorm.weight", SLM_GGUF_T_ATTN_NORM},
         {"self_attn.q_proj.weight", SLM_GGUF_T_ATTN_Q},
@@ -262,7 +260,7 @@ static slm_status walk(const slm_gguf_file *f, const slm_llama *lay, slm_llama *
             const slm_param_view *v = &lay->units[u].views[i];
             char name[128];
             int heads = 0;
-            if (!gguf_name_of(v->name, &lay->cfg, name, sizeof name, &heads))
+            if (!slm_gguf_name_of(v->name, &lay->cfg, name, sizeof name, &heads))
                 slm_fatal("gguf: no GGUF name for parameter %s", v->name);
             const slm_gguf_tensor *t = slm_gguf_tensor_find(f, name);
             if (!t) {

@@ -144,7 +144,7 @@ static slm_status tokenizer_kvs(kvbuf *kv, const slm_tokenizer *t, int32_t V, co
     // shardlm generate / eval prepend BOS when the tokenizer has one, and never append EOS
     kv_bool(kv, SLM_GGUF_KEY_TOK_ADD_BOS, slm_tokenizer_add_bos(t));
     kv_bool(kv, SLM_GGUF_KEY_TOK_ADD_EOS, false);
-    if (spm) kv_bool(kv, "tokenizer.ggml.add_space_prefix", slm_tokenizer_adds_space_prefix(t));
+    if (spm) kv_bool(kv, SLM_GGUF_KEY_TOK_ADD_SPACE_PREFIX, slm_tokenizer_adds_space_prefix(t));
     // GGUF has no key for it: llama.cpp (and transformers' GGUF tokenizer) keep every space
     if (slm_tokenizer_removes_extra_spaces(t))
         slm_warn("export --gguf: tokenizer %s collapses runs of spaces "
@@ -224,35 +224,6 @@ static int64_t src_row(const gt *t, int64_t r) {
     if (!t->permute_heads) return r;
     int64_t D = t->rows / t->permute_heads, h = r / D, j = r % D;
     return h * D + (j % 2) * (D / 2) + j / 2;
-}
-
-// GGUF name and handling of the HF view `hf` (NULL name: not a tensor llama.cpp knows).
-static bool map_name(const char *hf, char *out, size_t cap, int *permute,
-                     const slm_llama_config *c) {
-    static const struct {
-        const char *hf, *gguf;
-    } blk[] = {{"input_layernorm.weight", SLM_GGUF_T_ATTN_NORM},
-               {"self_attn.q_proj.weight", SLM_GGUF_T_ATTN_Q},
-               {"self_attn.k_proj.weight", SLM_GGUF_T_ATTN_K},
-               {"self_attn.v_proj.weight", SLM_GGUF_T_ATTN_V},
-               {"self_attn.o_proj.weight", SLM_GGUF_T_ATTN_OUT},
-               {"post_attention_layernorm.weight", SLM_GGUF_T_FFN_NORM},
-               {"mlp.gate_proj.weight", SLM_GGUF_T_FFN_GATE},
-               {"mlp.up_proj.weight", SLM_GGUF_T_FFN_UP},
-               {"mlp.down_proj.weight", SLM_GGUF_T_FFN_DOWN}};
-    *permute = 0;
-    if (!strcmp(hf, "model.embed_tokens.weight")) return snprintf(out, cap, SLM_GGUF_T_TOKEN_EMBD);
-    if (!strcmp(hf, "model.norm.weight")) return snprintf(out, cap, SLM_GGUF_T_OUTPUT_NORM);
-    if (!strcmp(hf, "lm_head.weight")) return snprintf(out, cap, SLM_GGUF_T_OUTPUT);
-    int l, n = 0;
-    if (sscanf(hf, "model.layers.%d.%n", &l, &n) != 1 || n == 0) return false;
-    for (size_t i = 0; i < sizeof blk / sizeof *blk; i++)
-        if (!strcmp(hf + n, blk[i].hf)) {
-            if (i == 1) *permute = c->num_attention_heads;
-            if (i == 2) *permute = c->num_key_value_heads;
-            return snprintf(out, cap, "blk.%d.%s.weight", l, blk[i].gguf) > 0;
-        }
-    return false;
 }
 
 // --- File ------------------------------------------------------------------------------------
@@ -384,7 +355,7 @@ slm_status slm_gguf_export(const slm_llama *m, const char *out_path,
                 bool emb = !strcmp(v->name, "model.embed_tokens.weight");
                 if ((pass == 0) != emb) continue;
                 gt *t = &ts[n];
-                if (!map_name(v->name, t->name, sizeof t->name, &t->permute_heads, c)) {
+                if (!slm_gguf_name_of(v->name, c, t->name, sizeof t->name, &t->permute_heads)) {
                     st = slm_fail(SLM_E_UNSUPPORTED,
                                   "export --gguf: tensor %s has no llama.cpp name", v->name);
                     break;

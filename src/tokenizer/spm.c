@@ -154,25 +154,26 @@ static slm_status pb_expect(pb_reader *r, uint32_t field, int wt, int want, cons
                     r->path, r->msg, name, field, pb_off(r), wt, want);
 }
 
-// Reads a varint field into an int32 (proto int32/enum: the low 32 bits, two's complement).
-static slm_status pb_int32(pb_reader *r, uint32_t field, int wt, const char *name, int32_t *out) {
+// Reads the value of varint field `name`.
+static slm_status pb_varint_field(pb_reader *r, uint32_t field, int wt, const char *name,
+                                  uint64_t *v) {
     slm_status st = pb_expect(r, field, wt, PB_VARINT, name);
-    if (st) return st;
+    return st ? st : pb_varint(r, v, name);
+}
+
+// A varint field as an int32 (proto int32/enum: the low 32 bits, two's complement).
+static slm_status pb_int32(pb_reader *r, uint32_t field, int wt, const char *name, int32_t *out) {
     uint64_t v = 0;
-    st = pb_varint(r, &v, name);
-    if (st) return st;
-    *out = (int32_t)(uint32_t)v;
-    return SLM_OK;
+    slm_status st = pb_varint_field(r, field, wt, name, &v);
+    if (!st) *out = (int32_t)(uint32_t)v;
+    return st;
 }
 
 static slm_status pb_bool(pb_reader *r, uint32_t field, int wt, const char *name, bool *out) {
-    slm_status st = pb_expect(r, field, wt, PB_VARINT, name);
-    if (st) return st;
     uint64_t v = 0;
-    st = pb_varint(r, &v, name);
-    if (st) return st;
-    *out = v != 0;
-    return SLM_OK;
+    slm_status st = pb_varint_field(r, field, wt, name, &v);
+    if (!st) *out = v != 0;
+    return st;
 }
 
 // Reads a string/bytes field into a new owned NUL-terminated copy (replacing *out).
@@ -218,6 +219,9 @@ typedef struct raw_spec {
     char *denorm_charsmap;
     size_t denorm_charsmap_len;
     bool denorm_add_dummy_prefix, denorm_remove_extra_ws, denorm_escape_ws;
+    // shardlm's extension (SPM_EXT_FIELD): ids unk, bos, eos, pad
+    bool has_ext, ext_add_bos;
+    int32_t ext_ids[4];
     // pieces (text copied into `strings`)
     slm_buf strings;
     spm_piece *pieces;
@@ -295,6 +299,7 @@ static slm_status parse_piece(pb_reader *r, raw_spec *s) {
 }
 
 static slm_status parse_trainer(pb_reader *r, raw_spec *s) {
+    static const char *const id_names[] = {"unk_id", "bos_id", "eos_id", "pad_id"};
     int32_t ignored;
     while (r->p < r->end) {
         uint32_t f = 0;
@@ -311,19 +316,13 @@ static slm_status parse_trainer(pb_reader *r, raw_spec *s) {
         case 35:
             st = pb_bool(r, f, wt, "byte_fallback", &s->byte_fallback);
             break;
-        // The ids of the special pieces are checked against their types below; the processor
-        // itself finds them by piece text (bos_piece etc.), so the numbers are only validated.
+        // The processor finds the special pieces by text (bos_piece etc.) and checks their
+        // types below, so the id fields are only validated.
         case 40:
-            st = pb_int32(r, f, wt, "unk_id", &ignored);
-            break;
         case 41:
-            st = pb_int32(r, f, wt, "bos_id", &ignored);
-            break;
         case 42:
-            st = pb_int32(r, f, wt, "eos_id", &ignored);
-            break;
         case 43:
-            st = pb_int32(r, f, wt, "pad_id", &ignored);
+            st = pb_int32(r, f, wt, id_names[f - 40], &ignored);
             break;
         case 44:
             st = pb_string(r, f, wt, "unk_surface", &s->unk_surface, &s->unk_surface_len);
@@ -381,6 +380,26 @@ static slm_status parse_normalizer(pb_reader *r, char **name, char **charsmap, s
     return SLM_OK;
 }
 
+// shardlm's extension message (spm.h SPM_EXT_*).
+static slm_status parse_ext(pb_reader *r, raw_spec *s) {
+    static const char *const names[] = {"add_bos", "unk_id", "bos_id", "eos_id", "pad_id"};
+    s->has_ext = true;
+    while (r->p < r->end) {
+        uint32_t f = 0;
+        int wt = 0;
+        slm_status st = pb_tag(r, &f, &wt);
+        if (st) return st;
+        if (f == SPM_EXT_ADD_BOS)
+            st = pb_bool(r, f, wt, names[0], &s->ext_add_bos);
+        else if (f >= SPM_EXT_UNK_ID && f < SPM_EXT_UNK_ID + 4)
+            st = pb_int32(r, f, wt, names[f - SPM_EXT_ADD_BOS], &s->ext_ids[f - SPM_EXT_UNK_ID]);
+        else
+            st = pb_skip(r, f, wt, 0);
+        if (st) return st;
+    }
+    return SLM_OK;
+}
+
 static slm_status parse_model(pb_reader *r, raw_spec *s) {
     while (r->p < r->end) {
         uint32_t f = 0;
@@ -412,6 +431,11 @@ static slm_status parse_model(pb_reader *r, raw_spec *s) {
                                       &s->denorm_charsmap_len, &s->denorm_add_dummy_prefix,
                                       &s->denorm_remove_extra_ws, &s->denorm_escape_ws);
             }
+        } else if (f == SPM_EXT_FIELD) {
+            st = pb_expect(r, f, wt, PB_LEN, "shardlm extension");
+            if (!st) st = pb_bytes(r, &d, &n, "shardlm extension");
+            pb_reader sub = pb_sub(r, d, n, "shardlm extension");
+            if (!st) st = parse_ext(&sub, s);
         } else {
             st = pb_skip(r, f, wt, 0);
         }
@@ -526,6 +550,7 @@ static int32_t special_id(const spm_model *m, const char *text, int want) {
 slm_status slm_spm_load(const char *path, const uint8_t *data, size_t len, slm_tokenizer *t) {
     raw_spec s = {0};
     s.model_type = 1;
+    s.ext_ids[0] = s.ext_ids[1] = s.ext_ids[2] = s.ext_ids[3] = -1;
     s.add_dummy_prefix = s.remove_extra_ws = s.escape_ws = true;
     s.denorm_add_dummy_prefix = s.denorm_remove_extra_ws = s.denorm_escape_ws = true;
     spm_model *m = NULL;
@@ -661,6 +686,20 @@ slm_status slm_spm_load(const char *path, const uint8_t *data, size_t len, slm_t
     t->bos_id = special_id(m, s.bos_piece ? s.bos_piece : "<s>", SPM_CONTROL);
     t->eos_id = special_id(m, s.eos_piece ? s.eos_piece : "</s>", SPM_CONTROL);
     t->pad_id = special_id(m, s.pad_piece ? s.pad_piece : "<pad>", SPM_CONTROL);
+    if (s.has_ext) { // a GGUF import: its ids as given, and its add_bos_token
+        int32_t *dst[4] = {&t->unk_id, &t->bos_id, &t->eos_id, &t->pad_id};
+        for (int i = 0; i < 4; i++) {
+            if (s.ext_ids[i] < -1 || s.ext_ids[i] >= m->n_pieces) {
+                st = slm_fail(SLM_E_FORMAT,
+                              "%s: shardlm extension: special id %d is outside the vocabulary "
+                              "[0, %d)",
+                              path, s.ext_ids[i], m->n_pieces);
+                goto out;
+            }
+            *dst[i] = s.ext_ids[i];
+        }
+        t->no_default_bos = !s.ext_add_bos;
+    }
     t->impl = m;
     m = NULL;
 out:

@@ -20,6 +20,17 @@ enum {
     SPM_BYTE = 6,
 };
 
+// shardlm's extension of ModelProto (a field number in its extension range 200..max, which
+// SentencePiece keeps as an unknown field): a message written for GGUF imports (spm_write.c),
+// whose fields override what spm.c would derive from the pieces: whether BOS is prepended by
+// default (bool) and the unk / bos / eos / pad ids (int32, -1: none) exactly as the file gave
+// them.
+enum {
+    SPM_EXT_FIELD = 4096,
+    SPM_EXT_ADD_BOS = 1,
+    SPM_EXT_UNK_ID = 2, // then bos 3, eos 4, pad 5
+};
+
 // One vocabulary entry. The text lives in spm_model.strings at `off` (NUL-terminated, `len`
 // bytes without the NUL; a piece may in principle contain NUL bytes, `len` is authoritative).
 typedef struct spm_piece {

@@ -165,7 +165,8 @@ bool slm_tokenizer_adds_space_prefix(const slm_tokenizer *t);
 // Whether a SentencePiece model collapses runs of spaces and strips them at the ends
 // (normalizer remove_extra_whitespaces); false for byte-level BPE.
 bool slm_tokenizer_removes_extra_spaces(const slm_tokenizer *t);
-// A byte-level BPE vocabulary given as arrays (GGUF's tokenizer.ggml.* metadata, model gpt2).
+// A vocabulary given as arrays (GGUF's tokenizer.ggml.* metadata): byte-level BPE (model gpt2)
+// or SentencePiece (model llama: scores and token types, no merges).
 typedef struct slm_tok_vocab {
     int32_t n_tokens;
     const char *const *tokens; // [n_tokens] byte-level symbol spelling (not NUL-terminated)
@@ -177,6 +178,8 @@ typedef struct slm_tok_vocab {
     const char *pre; // pre-tokenizer name (tokenizer.ggml.pre): gpt2, smollm, starcoder, llama-bpe
     int32_t bos_id, eos_id, pad_id, unk_id; // -1: none
     bool add_bos;
+    const float *scores;   // [n_tokens] SentencePiece scores (NULL for byte-level BPE)
+    bool add_space_prefix; // SentencePiece: prepend a space (tokenizer.ggml.add_space_prefix)
 } slm_tok_vocab;
 // Appends the tokenizer.json text of vocabulary v to out: model BPE (vocab, merges; control
 // tokens added as special, user-defined ones as plain added tokens), the pre-tokenizer as
@@ -185,5 +188,13 @@ typedef struct slm_tok_vocab {
 // messages. Errors: SLM_E_UNSUPPORTED naming an unknown pre-tokenizer; SLM_E_FORMAT for a
 // special id outside the vocabulary or a merge that is not two tokens.
 slm_status slm_tokenizer_vocab_json(const slm_tok_vocab *v, const char *what, slm_buf *out);
+// Appends a SentencePiece ModelProto (tokenizer.model bytes) of vocabulary v to out: BPE, every
+// token a piece with its score and type (1 normal .. 6 byte; byte fallback when there are byte
+// pieces), the identity normalizer with v->add_space_prefix and spaces kept, and in shardlm's
+// extension field v's special ids and add_bos (SentencePiece ignores it). The bytes are loaded
+// once before returning. Errors (messages name `what`): SLM_E_ARG without scores or types;
+// SLM_E_FORMAT for a special id outside the vocabulary, an empty or duplicate piece, a type
+// outside 1..6, no UNKNOWN piece, a BYTE piece that is not <0xXX>.
+slm_status slm_tokenizer_vocab_spm(const slm_tok_vocab *v, const char *what, slm_buf *out);
 
 #endif

@@ -141,12 +141,12 @@ static slm_status open_loaders(slm_trainer *tr) {
 
 // Dataset, tokenizer, loaders: every mismatch is an error before anything is written.
 // --init-from-gguf: the dataset must be prepared with the tokenizer the GGUF file carries (the
-// tokenizer.json `shardlm tokenizer from-gguf` writes, compared by XXH64).
+// tokenizer file `shardlm tokenizer from-gguf` writes, compared by XXH64).
 static slm_status check_gguf_tokenizer(const char *path, const slm_dataset *ds) {
     slm_gguf_file g;
     slm_buf b = {0};
     slm_status st = slm_gguf_open(path, &g);
-    if (!st) st = slm_gguf_tokenizer_json(&g, &b);
+    if (!st) st = slm_gguf_tokenizer_file(&g, &b, NULL);
     slm_gguf_close(&g);
     uint64_t h = st ? 0 : slm_xxh64(b.data, b.len, 0);
     slm_buf_free(&b);
@@ -162,8 +162,8 @@ static slm_status check_gguf_tokenizer(const char *path, const slm_dataset *ds) 
         st = slm_fail(SLM_E_FORMAT,
                       "--init-from-gguf %s carries a tokenizer of xxh64 %s, but dataset %s was "
                       "prepared with %s (xxh64 %s): the token ids would mean other text; HINT: "
-                      "shardlm tokenizer from-gguf --gguf %s --out tokenizer.json, then prep "
-                      "--tokenizer tokenizer.json",
+                      "shardlm tokenizer from-gguf --gguf %s --out TOKENIZER, then prep "
+                      "--tokenizer TOKENIZER",
                       path, a, ds->dir, ds->tokenizer_file, c, path);
     }
     return st;

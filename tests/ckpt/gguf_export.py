@@ -498,11 +498,12 @@ def check_spm(w, text, hostile):
         kind[i] = (2 if sp.is_unknown(i) else 3 if sp.is_control(i) else 5 if sp.is_unused(i)
                    else 6 if sp.is_byte(i) else 1)
     check(g.fields["tokenizer.ggml.model"].contents() == "llama", "spm: tokenizer.ggml.model")
-    # shardlm imports only gpt2 tokenizers from a GGUF: the hint names options that exist
-    r = run("tokenizer", "from-gguf", "--gguf", out, "--out", os.path.join(d, "t.json"), ok=False)
-    check(r.returncode == 1 and b"Hugging Face directory" in r.stderr and
-          b"--model / --init-from-hf" in r.stderr and b"with --tokenizer" not in r.stderr,
-          f"spm: from-gguf of a llama tokenizer: exit {r.returncode} {r.stderr[-300:]!r}")
+    # the import side (tokenizer from-gguf of a llama vocabulary): a tokenizer.model that encodes
+    # as the run's own, checked on every text below
+    back = os.path.join(d, "t.model")
+    r = run("tokenizer", "from-gguf", "--gguf", out, "--out", back, ok=False)
+    check(r.returncode == 0, f"spm: from-gguf of a llama tokenizer: exit {r.returncode} "
+                             f"{r.stderr[-300:]!r}")
     check("tokenizer.ggml.merges" not in g.fields and "tokenizer.ggml.pre" not in g.fields,
           "spm: merges / pre written for a SentencePiece model")
     check(toks == [sp.id_to_piece(i) for i in range(n)], "spm: tokens")
@@ -527,6 +528,10 @@ def check_spm(w, text, hostile):
                                    "--whole", data=s.encode()).stdout.split()]
         got = t(s)["input_ids"]
         m += len(ref)
+        rt = [int(x) for x in run("tokenizer", "encode", "--tokenizer", back, "--bos", "--whole",
+                                  data=s.encode()).stdout.split()]
+        check(rt == ref, f"spm: from-gguf's tokenizer.model({s[:40]!r}) = {rt[:12]} vs the run's "
+                         f"{ref[:12]}")
         if not check(got == ref, f"spm: GGUF tokenizer({s[:40]!r}) = {got[:12]} vs shardlm "
                                  f"{ref[:12]}"):
             break
@@ -535,7 +540,8 @@ def check_spm(w, text, hostile):
     r = run("ckpt", "export", rd2, "--gguf", os.path.join(d2, "x.gguf"), "--quiet")
     check(b"remove_extra_whitespaces" in r.stderr, f"spm: no warning: {r.stderr[-300:]!r}")
     print(f"spm: tokens / scores / types equal to sentencepiece's; {len(texts)} texts, {m} ids "
-          f"equal ({type(t).__name__} from the GGUF)", file=sys.stderr)
+          f"equal ({type(t).__name__} from the GGUF, and tokenizer from-gguf's tokenizer.model)",
+          file=sys.stderr)
 
 
 def train(w, name, cfg, extra=()):

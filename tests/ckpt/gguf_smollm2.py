@@ -71,6 +71,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "reference"))
 from llama_ref import read_tensors, write_tensors  # noqa: E402
+from hostile_strings import HOSTILE  # noqa: E402
 
 TOOL = sys.argv[1]
 U = 2.0 ** -24
@@ -90,16 +91,6 @@ def run(*args):
     return r
 
 
-HOSTILE = [
-    "", " ", "\n", "\t\t", "\r\n\r\n", "a\x00b", "\x01\x02\x03\x04\x7f", "\x1b[31mred\x1b[0m",
-    " " * 100, "x" + " " * 37 + "y", "  1", "   12  345 ", "0" * 200, "3.14159265358979",
-    "1,000,000 and 2024-12-01", "12abc34", "Ünïcödé café naïve", "日本語のテキスト",
-    "Ελληνικά και русский", "مرحبا بالعالم", "emoji 😀👍🏽 👨‍👩‍👧 🇫🇷", "ZWJ\u200dand\ufeffBOM",
-    "tab\tnewline\nmixed  \t\n  ", "'s 't 're 've 'm 'll 'd", "I'M DON'T",
-    "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n", "<|endoftext|>",
-    "text<|im_end|>more", "<|im_start|", "<repo_name>x<file_sep>", "\xff\xfe invalid? no: str",
-    "a" * 3000, "😀" * 50,
-]
 
 
 def shardlm_encode(tokjson, text, special):

@@ -66,7 +66,7 @@ static void export_with(const char *pre, const char *want) {
               "%s: tokenizer.ggml.pre \"%.*s\", expected %s", pre, (int)n, s ? s : "", want);
     // read back: the imported tokenizer.json splits as the exported one
     slm_buf b = {0};
-    CHECK_OK(slm_gguf_tokenizer_json(&f, &b));
+    CHECK_OK(slm_gguf_tokenizer_file(&f, &b, NULL));
     slm_gguf_close(&f);
     char tj2[256];
     snprintf(tj2, sizeof tj2, "%s/%s.back.json", g_dir, pre);

@@ -1,6 +1,7 @@
 // libFuzzer target: the GGUF parser (slm_gguf_parse: header, counts, keys and values, arrays,
-// alignment, tensor infos and their placement), the typed getters on every key, then
-// dequantization of every accepted tensor (bounded size) to f32.
+// alignment, tensor infos and their placement), the typed getters on every key, the tokenizer
+// conversion (gpt2 -> tokenizer.json, llama -> a SentencePiece tokenizer.model, loaded once),
+// then dequantization of every accepted tensor (bounded size) to f32.
 #include "ckpt/ckpt.h"
 #include "ckpt/gguf_format.h"
 
@@ -36,6 +37,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 free(ls);
             }
         }
+        slm_buf tok = {0};
+        (void)slm_gguf_tokenizer_file(&f, &tok, NULL);
+        slm_buf_free(&tok);
         for (int64_t i = 0; i < f.n_tensors; i++) {
             const slm_gguf_tensor *t = &f.t[i];
             if (f.data_start + t->offset + t->nbytes > size) __builtin_trap();

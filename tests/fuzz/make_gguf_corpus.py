@@ -1,6 +1,7 @@
 """Writes the seed corpus of the GGUF fuzz target (tests/fuzz/corpus/ckpt_gguf/) with gguf-py:
 small files holding one block of every tensor type shardlm reads, llama metadata (the keys
-slm_gguf_llama_config reads), tokenizer arrays and general.alignment 64. Run it again after a
+slm_gguf_llama_config reads), tokenizer arrays (a gpt2 and a llama / SentencePiece vocabulary)
+and general.alignment 64. Run it again after a
 format change: python3 tests/fuzz/make_gguf_corpus.py  (needs numpy and gguf)."""
 
 import os
@@ -49,6 +50,28 @@ def main():
     w.add_eos_token_id(1)
     w.add_chat_template("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{% endfor %}")
     w.add_tensor("token_embd.weight", rng.standard_normal((8, 32)).astype(np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+    # a SentencePiece (`llama`) vocabulary as llama.cpp's converter writes it: <unk>, <s>, </s>,
+    # the 256 byte pieces, then pieces with scores
+    pieces = ["\u2581a", "\u2581b", "ab", "\u2581ab", "c"]
+    toks = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + pieces
+    types = [2, 3, 3] + [6] * 256 + [1] * len(pieces)
+    scores = [0.0, 0.0, 0.0] + [0.0] * 256 + [-float(i) for i in range(len(pieces))]
+    w = gguf.GGUFWriter(os.path.join(OUT, "spm_meta.gguf"), arch="llama")
+    w.add_tokenizer_model("llama")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(toks)
+    w.add_token_scores(scores)
+    w.add_token_types(types)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_unk_token_id(0)
+    w.add_add_bos_token(True)
+    w.add_add_space_prefix(True)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
