@@ -2,8 +2,9 @@
 # Commit-message habits (docs/style.md, issue 24 item 9), for every commit after the one that
 # introduced this check (RULE_BASE), merges included:
 #   - the subject is at most 72 characters;
-#   - a non-merge commit's subject starts with an area prefix, `area: ` (lower case; `a/b: ` and
-#     `a, b: ` for two areas), then a blank line and a body that says why and what was measured.
+#   - a non-merge commit's subject starts with an area prefix, `area: ` (a module, folder or
+#     file, e.g. `ckpt: `, `README: `; `a/b: ` and `a, b: ` for two areas), then a blank line
+#     and a body that says why and what was measured.
 # Earlier history is left as it is. A clone without RULE_BASE (shallow) is not checked (said so).
 # Usage: scripts/check_commits.sh [REV]   (default HEAD). Exit 1 listing every offending commit.
 set -euo pipefail
@@ -21,7 +22,7 @@ while read -r c; do
     why=()
     [ ${#subj} -le 72 ] || why+=("subject is ${#subj} characters (at most 72)")
     if [ "$parents" -lt 2 ]; then
-        [[ $subj =~ ^[a-z0-9][a-z0-9_./+-]*(,\ [a-z0-9][a-z0-9_./+-]*)*:\ [^\ ] ]] ||
+        [[ $subj =~ ^[A-Za-z0-9][A-Za-z0-9_./+-]*(,\ [A-Za-z0-9][A-Za-z0-9_./+-]*)*:\ [^\ ] ]] ||
             why+=("no area prefix ('area: ...')")
         line2=$(git log -1 --format=%B "$c" | sed -n 2p)
         body=$(git log -1 --format=%b "$c" | grep -c '[^[:space:]]' || true)

@@ -85,34 +85,9 @@ static bool known_llama_key(const char *k) {
     return false;
 }
 
-slm_status slm_gguf_llama_config(const slm_gguf_file *f, slm_llama_config *c) {
-    memset(c, 0, sizeof *c);
-    const char *arch;
-    size_t alen;
-    slm_status st = slm_gguf_get_str(f, SLM_GGUF_KEY_ARCH, &arch, &alen, NULL);
-    if (st) return st;
-    if (alen != 5 || memcmp(arch, "llama", 5))
-        return slm_fail(SLM_E_UNSUPPORTED,
-                        "%s: key %s is \"%.*s\" (shardlm imports the \"llama\" architecture)",
-                        f->path, SLM_GGUF_KEY_ARCH, (int)(alen > 40 ? 40 : alen), arch);
-    bool found;
-    if ((st = get_i32(f, SLM_GGUF_KEY_BLOCK_COUNT, 1, &c->num_hidden_layers, NULL)) ||
-        (st = get_i32(f, SLM_GGUF_KEY_EMBEDDING_LENGTH, 1, &c->hidden_size, NULL)) ||
-        (st = get_i32(f, SLM_GGUF_KEY_FEED_FORWARD_LENGTH, 1, &c->intermediate_size, NULL)) ||
-        (st = get_i32(f, SLM_GGUF_KEY_HEAD_COUNT, 1, &c->num_attention_heads, NULL)) ||
-        (st = get_i32(f, SLM_GGUF_KEY_CONTEXT_LENGTH, 1, &c->max_position_embeddings, NULL)))
-        return st;
-    c->num_key_value_heads = c->num_attention_heads; // llama.cpp's default
-    if ((st = get_i32(f, SLM_GGUF_KEY_HEAD_COUNT_KV, 1, &c->num_key_value_heads, &found)))
-        return st;
-    double v = 0;
-    if ((st = slm_gguf_get_float(f, SLM_GGUF_KEY_RMS_EPS, &v, NULL))) return st;
-    c->rms_norm_eps = (float)v;
-    c->rope_theta = 10000.0f; // llama.cpp's default
-    if ((st = slm_gguf_get_float(f, SLM_GGUF_KEY_ROPE_BASE, &v, &found))) return st;
-    if (found) c->rope_theta = (float)v;
-    c->initializer_range = 0.02f;
-    // Head dim: key_length (= value_length), else C / H; RoPE over all of it.
+// Head dim: key_length (= value_length), else C / H; RoPE over all of it.
+static slm_status head_dim_of(const slm_gguf_file *f, slm_llama_config *c) {
+    slm_status st;
     int32_t kl = 0, vl = 0, rd = 0;
     bool has_kl = false, has_vl = false, has_rd = false;
     if ((st = get_i32(f, SLM_GGUF_KEY_KEY_LENGTH, 1, &kl, &has_kl)) ||
@@ -132,7 +107,14 @@ slm_status slm_gguf_llama_config(const slm_gguf_file *f, slm_llama_config *c) {
                         "%s: key %s is %d but the head dim is %d: partial rotary embeddings are "
                         "not supported",
                         f->path, SLM_GGUF_KEY_ROPE_DIM, rd, D);
-    // RoPE scaling: none or linear (rope.scaling.type / the older rope.scale_linear).
+    return SLM_OK;
+}
+
+// RoPE scaling: none or linear (rope.scaling.type / the older rope.scale_linear); Llama 3.1's
+// per-frequency factors (tensor rope_freqs.weight) are refused.
+static slm_status rope_scaling_of(const slm_gguf_file *f, slm_llama_config *c) {
+    slm_status st;
+    bool found;
     const char *ty = NULL;
     size_t tlen = 0;
     if ((st = slm_gguf_get_str(f, SLM_GGUF_KEY_ROPE_SCALING_TYPE, &ty, &tlen, &found))) return st;
@@ -165,7 +147,12 @@ slm_status slm_gguf_llama_config(const slm_gguf_file *f, slm_llama_config *c) {
                         "%s: tensor %s (per-frequency RoPE factors, Llama 3.1's scaling as "
                         "llama.cpp stores it) is not supported",
                         f->path, SLM_GGUF_T_ROPE_FREQS);
-    // Keys that would change the math (refused unless neutral).
+    return SLM_OK;
+}
+
+// Keys that would change the math are refused unless neutral; unknown llama.* keys warned of.
+static slm_status refuse_math_keys(const slm_gguf_file *f) {
+    slm_status st;
     if ((st = refuse_unless(f, "llama.expert_count", 0, "a mixture of experts")) ||
         (st = refuse_unless(f, "llama.attention.clamp_kqv", 0, "clamping Q, K, V")) ||
         (st = refuse_unless(f, "llama.attention.max_alibi_bias", 0, "ALiBi")) ||
@@ -190,7 +177,13 @@ slm_status slm_gguf_llama_config(const slm_gguf_file *f, slm_llama_config *c) {
         if (!strncmp(f->kv[i].key, "llama.", 6) && !known_llama_key(f->kv[i].key))
             slm_warn("%s: key %s is not known to shardlm's GGUF import and is ignored", f->path,
                      f->kv[i].key);
-    // Vocabulary: the embedding's rows (llama.vocab_size, when present, must agree).
+    return SLM_OK;
+}
+
+// Vocabulary: the embedding's rows (llama.vocab_size, when present, must agree).
+static slm_status vocab_of(const slm_gguf_file *f, slm_llama_config *c) {
+    slm_status st;
+    bool found;
     const slm_gguf_tensor *emb = slm_gguf_tensor_find(f, SLM_GGUF_T_TOKEN_EMBD);
     if (!emb)
         return slm_fail(SLM_E_FORMAT, "%s: tensor %s missing", f->path, SLM_GGUF_T_TOKEN_EMBD);
@@ -203,6 +196,39 @@ slm_status slm_gguf_llama_config(const slm_gguf_file *f, slm_llama_config *c) {
     if (found && vs != c->vocab_size)
         return slm_fail(SLM_E_FORMAT, "%s: key %s is %d but tensor %s has %" PRId64 " rows",
                         f->path, SLM_GGUF_KEY_VOCAB_SIZE, vs, SLM_GGUF_T_TOKEN_EMBD, emb->ne[1]);
+    return SLM_OK;
+}
+
+slm_status slm_gguf_llama_config(const slm_gguf_file *f, slm_llama_config *c) {
+    memset(c, 0, sizeof *c);
+    const char *arch;
+    size_t alen;
+    slm_status st = slm_gguf_get_str(f, SLM_GGUF_KEY_ARCH, &arch, &alen, NULL);
+    if (st) return st;
+    if (alen != 5 || memcmp(arch, "llama", 5))
+        return slm_fail(SLM_E_UNSUPPORTED,
+                        "%s: key %s is \"%.*s\" (shardlm imports the \"llama\" architecture)",
+                        f->path, SLM_GGUF_KEY_ARCH, (int)(alen > 40 ? 40 : alen), arch);
+    bool found;
+    if ((st = get_i32(f, SLM_GGUF_KEY_BLOCK_COUNT, 1, &c->num_hidden_layers, NULL)) ||
+        (st = get_i32(f, SLM_GGUF_KEY_EMBEDDING_LENGTH, 1, &c->hidden_size, NULL)) ||
+        (st = get_i32(f, SLM_GGUF_KEY_FEED_FORWARD_LENGTH, 1, &c->intermediate_size, NULL)) ||
+        (st = get_i32(f, SLM_GGUF_KEY_HEAD_COUNT, 1, &c->num_attention_heads, NULL)) ||
+        (st = get_i32(f, SLM_GGUF_KEY_CONTEXT_LENGTH, 1, &c->max_position_embeddings, NULL)))
+        return st;
+    c->num_key_value_heads = c->num_attention_heads; // llama.cpp's default
+    if ((st = get_i32(f, SLM_GGUF_KEY_HEAD_COUNT_KV, 1, &c->num_key_value_heads, &found)))
+        return st;
+    double v = 0;
+    if ((st = slm_gguf_get_float(f, SLM_GGUF_KEY_RMS_EPS, &v, NULL))) return st;
+    c->rms_norm_eps = (float)v;
+    c->rope_theta = 10000.0f; // llama.cpp's default
+    if ((st = slm_gguf_get_float(f, SLM_GGUF_KEY_ROPE_BASE, &v, &found))) return st;
+    if (found) c->rope_theta = (float)v;
+    c->initializer_range = 0.02f;
+    if ((st = head_dim_of(f, c)) || (st = rope_scaling_of(f, c)) || (st = refuse_math_keys(f)) ||
+        (st = vocab_of(f, c)))
+        return st;
     c->tie_word_embeddings = slm_gguf_tensor_find(f, SLM_GGUF_T_OUTPUT) == NULL;
     st = slm_llama_config_validate(c);
     return st ? slm_fail_wrap(st, "%s: the llama metadata", f->path) : SLM_OK;

@@ -307,9 +307,9 @@ static slm_status publish(const char *tmp, const char *out, bool overwrite) {
     return st;
 }
 
-slm_status slm_gguf_export(const slm_llama *m, const char *out_path,
-                           const slm_gguf_export_opts *o) {
-    const slm_llama_config *c = &m->cfg;
+// The output path and options, before anything is read: a file name in an existing directory,
+// not a directory, existing only with --overwrite; a tokenizer; a supported type.
+static slm_status check_export_args(const char *out_path, const slm_gguf_export_opts *o) {
     struct stat sb;
     size_t ol = strlen(out_path);
     if (!ol || out_path[ol - 1] == '/')
@@ -338,152 +338,179 @@ slm_status slm_gguf_export(const slm_llama *m, const char *out_path,
     if (o->type != SLM_GGML_F32 && o->type != SLM_GGML_F16 && o->type != SLM_GGML_BF16 &&
         o->type != SLM_GGML_Q8_0)
         return slm_fail(SLM_E_ARG, "export --gguf: type %u is not f32, f16, bf16 or q8_0", o->type);
-    slm_tokenizer *tok = NULL;
-    slm_status st = slm_tokenizer_load(o->tokenizer_path, &tok);
-    if (st) return st;
+    return SLM_OK;
+}
 
-    // Tensors: the root's embedding first, the blocks, then the final norm and lm_head.
-    int n_views = 0;
-    for (int u = 0; u < m->n_units; u++)
-        n_views += m->units[u].n_views;
-    gt *ts = slm_xcalloc((size_t)n_views + 1, sizeof *ts);
-    int n = 0, n_fallback = 0;
-    for (int pass = 0; pass < 2 && !st; pass++)
-        for (int u = 0; u < m->n_units && !st; u++)
+// The tensor list ts (room for every view + 1): the root's embedding first, the blocks, then
+// the final norm and lm_head, each with its llama.cpp name and type (norms f32; q8_0 rows not a
+// multiple of 32 fall back to f16, as llama.cpp's converter does). *n receives the count.
+static slm_status collect_tensors(const slm_llama *m, uint32_t type, gt *ts, int *n) {
+    int n_fallback = 0;
+    *n = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int u = 0; u < m->n_units; u++)
             for (int i = 0; i < m->units[u].n_views; i++) {
                 const slm_param_view *v = &m->units[u].views[i];
                 bool emb = !strcmp(v->name, "model.embed_tokens.weight");
                 if ((pass == 0) != emb) continue;
-                gt *t = &ts[n];
-                if (!slm_gguf_name_of(v->name, c, t->name, sizeof t->name, &t->permute_heads)) {
-                    st = slm_fail(SLM_E_UNSUPPORTED,
-                                  "export --gguf: tensor %s has no llama.cpp name", v->name);
-                    break;
-                }
+                gt *t = &ts[*n];
+                if (!slm_gguf_name_of(v->name, &m->cfg, t->name, sizeof t->name, &t->permute_heads))
+                    return slm_fail(SLM_E_UNSUPPORTED,
+                                    "export --gguf: tensor %s has no llama.cpp name", v->name);
                 t->src = m->params[u] + v->offset;
                 t->ndim = v->ndim;
                 t->rows = v->ndim == 2 ? v->shape[0] : 1;
                 t->cols = v->ndim == 2 ? v->shape[1] : v->shape[0];
-                t->type = v->ndim == 1 ? SLM_GGML_F32 : o->type; // norms stay f32
+                t->type = v->ndim == 1 ? SLM_GGML_F32 : type; // norms stay f32
                 if (t->type == SLM_GGML_Q8_0 && t->cols % SLM_GGML_QK) {
                     t->type = SLM_GGML_F16; // as llama.cpp's converter falls back
                     n_fallback++;
                 }
                 t->bytes = row_bytes(t->type, t->cols) * (uint64_t)t->rows;
-                n++;
+                (*n)++;
             }
     if (n_fallback)
         slm_warn("export --gguf: %d tensor(s) with rows not a multiple of 32 written as f16 "
                  "instead of q8_0",
                  n_fallback);
-    // llama 3 scaling: llama.cpp reads per-frequency divisors from rope_freqs.weight
+    return SLM_OK;
+}
+
+// llama 3 scaling: llama.cpp reads per-frequency divisors from rope_freqs.weight. Fills tensor
+// t and returns its data (owned by the caller).
+static float *rope_freqs_tensor(const slm_llama_config *c, gt *t) {
     int D = slm_llama_head_dim(c);
-    float *freqs = NULL;
-    if (!st && c->rope_type == SLM_ROPE_LLAMA3) {
-        double *scaled = slm_xmalloc((size_t)D / 2 * sizeof *scaled);
-        double *plain = slm_xmalloc((size_t)D / 2 * sizeof *plain);
-        slm_llama_config pc = *c;
-        pc.rope_type = SLM_ROPE_DEFAULT;
-        slm_llama_rope_inv_freq(c, D, scaled);
-        slm_llama_rope_inv_freq(&pc, D, plain);
-        freqs = slm_xmalloc((size_t)D / 2 * sizeof *freqs);
-        for (int i = 0; i < D / 2; i++)
-            freqs[i] = (float)(plain[i] / scaled[i]);
-        free(scaled);
-        free(plain);
-        gt *t = &ts[n++];
-        snprintf(t->name, sizeof t->name, SLM_GGUF_T_ROPE_FREQS);
-        t->src = freqs;
-        t->ndim = 1;
-        t->rows = 1;
-        t->cols = D / 2;
-        t->type = SLM_GGML_F32;
-        t->bytes = (uint64_t)D / 2 * 4;
-    }
+    double *scaled = slm_xmalloc((size_t)D / 2 * sizeof *scaled);
+    double *plain = slm_xmalloc((size_t)D / 2 * sizeof *plain);
+    slm_llama_config pc = *c;
+    pc.rope_type = SLM_ROPE_DEFAULT;
+    slm_llama_rope_inv_freq(c, D, scaled);
+    slm_llama_rope_inv_freq(&pc, D, plain);
+    float *freqs = slm_xmalloc((size_t)D / 2 * sizeof *freqs);
+    for (int i = 0; i < D / 2; i++)
+        freqs[i] = (float)(plain[i] / scaled[i]);
+    free(scaled);
+    free(plain);
+    snprintf(t->name, sizeof t->name, SLM_GGUF_T_ROPE_FREQS);
+    t->src = freqs;
+    t->ndim = 1;
+    t->rows = 1;
+    t->cols = D / 2;
+    t->type = SLM_GGML_F32;
+    t->bytes = (uint64_t)D / 2 * 4;
+    return freqs;
+}
 
-    kvbuf kv = {0};
-    if (!st) {
-        kv_str(&kv, SLM_GGUF_KEY_ARCH, "llama");
-        kv_str(&kv, SLM_GGUF_KEY_NAME, o->name ? o->name : "shardlm export");
-        kv_u32(&kv, SLM_GGUF_KEY_ALIGNMENT, SLM_GGUF_DEFAULT_ALIGNMENT);
-        uint32_t ft = o->type == SLM_GGML_F32    ? FTYPE_ALL_F32
-                      : o->type == SLM_GGML_F16  ? FTYPE_MOSTLY_F16
-                      : o->type == SLM_GGML_BF16 ? FTYPE_MOSTLY_BF16
-                                                 : FTYPE_MOSTLY_Q8_0;
-        kv_u32(&kv, SLM_GGUF_KEY_FILE_TYPE, ft);
-        kv_u32(&kv, "general.quantization_version", 2); // ggml's GGML_QNT_VERSION
-        kv_u32(&kv, SLM_GGUF_KEY_VOCAB_SIZE, (uint32_t)c->vocab_size);
-        kv_u32(&kv, SLM_GGUF_KEY_CONTEXT_LENGTH, (uint32_t)c->max_position_embeddings);
-        kv_u32(&kv, SLM_GGUF_KEY_EMBEDDING_LENGTH, (uint32_t)c->hidden_size);
-        kv_u32(&kv, SLM_GGUF_KEY_BLOCK_COUNT, (uint32_t)c->num_hidden_layers);
-        kv_u32(&kv, SLM_GGUF_KEY_FEED_FORWARD_LENGTH, (uint32_t)c->intermediate_size);
-        kv_u32(&kv, SLM_GGUF_KEY_HEAD_COUNT, (uint32_t)c->num_attention_heads);
-        kv_u32(&kv, SLM_GGUF_KEY_HEAD_COUNT_KV, (uint32_t)c->num_key_value_heads);
-        kv_u32(&kv, SLM_GGUF_KEY_ROPE_DIM, (uint32_t)D);
-        if (D != c->hidden_size / c->num_attention_heads) {
-            kv_u32(&kv, SLM_GGUF_KEY_KEY_LENGTH, (uint32_t)D);
-            kv_u32(&kv, SLM_GGUF_KEY_VALUE_LENGTH, (uint32_t)D);
-        }
-        kv_f32(&kv, SLM_GGUF_KEY_ROPE_BASE, c->rope_theta);
-        kv_f32(&kv, SLM_GGUF_KEY_RMS_EPS, c->rms_norm_eps);
-        if (c->rope_type == SLM_ROPE_LINEAR) {
-            kv_str(&kv, SLM_GGUF_KEY_ROPE_SCALING_TYPE, "linear");
-            kv_f32(&kv, SLM_GGUF_KEY_ROPE_SCALING_FACTOR, c->rope_factor);
-        }
-        st = tokenizer_kvs(&kv, tok, c->vocab_size, o->tokenizer_path);
-        if (!st && o->chat_template) kv_str(&kv, SLM_GGUF_KEY_CHAT_TEMPLATE, o->chat_template);
+// The llama architecture's metadata, the tokenizer's and the chat template into kv.
+static slm_status model_kvs(kvbuf *kv, const slm_llama_config *c, const slm_tokenizer *tok,
+                            const slm_gguf_export_opts *o) {
+    int D = slm_llama_head_dim(c);
+    kv_str(kv, SLM_GGUF_KEY_ARCH, "llama");
+    kv_str(kv, SLM_GGUF_KEY_NAME, o->name ? o->name : "shardlm export");
+    kv_u32(kv, SLM_GGUF_KEY_ALIGNMENT, SLM_GGUF_DEFAULT_ALIGNMENT);
+    uint32_t ft = o->type == SLM_GGML_F32    ? FTYPE_ALL_F32
+                  : o->type == SLM_GGML_F16  ? FTYPE_MOSTLY_F16
+                  : o->type == SLM_GGML_BF16 ? FTYPE_MOSTLY_BF16
+                                             : FTYPE_MOSTLY_Q8_0;
+    kv_u32(kv, SLM_GGUF_KEY_FILE_TYPE, ft);
+    kv_u32(kv, "general.quantization_version", 2); // ggml's GGML_QNT_VERSION
+    kv_u32(kv, SLM_GGUF_KEY_VOCAB_SIZE, (uint32_t)c->vocab_size);
+    kv_u32(kv, SLM_GGUF_KEY_CONTEXT_LENGTH, (uint32_t)c->max_position_embeddings);
+    kv_u32(kv, SLM_GGUF_KEY_EMBEDDING_LENGTH, (uint32_t)c->hidden_size);
+    kv_u32(kv, SLM_GGUF_KEY_BLOCK_COUNT, (uint32_t)c->num_hidden_layers);
+    kv_u32(kv, SLM_GGUF_KEY_FEED_FORWARD_LENGTH, (uint32_t)c->intermediate_size);
+    kv_u32(kv, SLM_GGUF_KEY_HEAD_COUNT, (uint32_t)c->num_attention_heads);
+    kv_u32(kv, SLM_GGUF_KEY_HEAD_COUNT_KV, (uint32_t)c->num_key_value_heads);
+    kv_u32(kv, SLM_GGUF_KEY_ROPE_DIM, (uint32_t)D);
+    if (D != c->hidden_size / c->num_attention_heads) {
+        kv_u32(kv, SLM_GGUF_KEY_KEY_LENGTH, (uint32_t)D);
+        kv_u32(kv, SLM_GGUF_KEY_VALUE_LENGTH, (uint32_t)D);
     }
-    slm_tokenizer_free(tok);
-
-    slm_buf hdr = {0};
-    if (!st) {
-        put32(&hdr, SLM_GGUF_MAGIC);
-        put32(&hdr, SLM_GGUF_VERSION);
-        put64(&hdr, (uint64_t)n);
-        put64(&hdr, kv.n);
-        slm_buf_append(&hdr, kv.b.data, kv.b.len);
-        uint64_t off = 0;
-        for (int i = 0; i < n; i++) {
-            gt *t = &ts[i];
-            putstr(&hdr, t->name);
-            put32(&hdr, (uint32_t)t->ndim);
-            put64(&hdr, (uint64_t)t->cols); // ne0: the contiguous dimension first
-            if (t->ndim == 2) put64(&hdr, (uint64_t)t->rows);
-            put32(&hdr, t->type);
-            put64(&hdr, off);
-            t->offset = off;
-            off = align_up(off + t->bytes, SLM_GGUF_DEFAULT_ALIGNMENT);
-        }
+    kv_f32(kv, SLM_GGUF_KEY_ROPE_BASE, c->rope_theta);
+    kv_f32(kv, SLM_GGUF_KEY_RMS_EPS, c->rms_norm_eps);
+    if (c->rope_type == SLM_ROPE_LINEAR) {
+        kv_str(kv, SLM_GGUF_KEY_ROPE_SCALING_TYPE, "linear");
+        kv_f32(kv, SLM_GGUF_KEY_ROPE_SCALING_FACTOR, c->rope_factor);
     }
-    slm_buf_free(&kv.b);
-    // the tensor offsets are relative to the aligned end of the header
-    for (int i = 0; !st && i < n; i++)
-        ts[i].offset += align_up(hdr.len, SLM_GGUF_DEFAULT_ALIGNMENT);
+    slm_status st = tokenizer_kvs(kv, tok, c->vocab_size, o->tokenizer_path);
+    if (!st && o->chat_template) kv_str(kv, SLM_GGUF_KEY_CHAT_TEMPLATE, o->chat_template);
+    return st;
+}
 
-    char *tmp = st ? NULL : tmp_sibling(out_path);
-    FILE *fp = NULL;
-    int tslot = -1; // removed by a signal's exit too (tools/shardlm.c)
-    if (!st && !(fp = fopen(tmp, "wb")))
-        st = slm_fail(SLM_E_IO, "export: cannot create %s: %s", tmp, strerror(errno));
-    if (fp) tslot = slm_tmp_track(tmp);
+// The header: magic, version, counts, the metadata, then each tensor's info; sets each
+// tensor's offset, relative to the aligned end of the header.
+static void build_header(slm_buf *hdr, const kvbuf *kv, gt *ts, int n) {
+    put32(hdr, SLM_GGUF_MAGIC);
+    put32(hdr, SLM_GGUF_VERSION);
+    put64(hdr, (uint64_t)n);
+    put64(hdr, kv->n);
+    slm_buf_append(hdr, kv->b.data, kv->b.len);
+    uint64_t off = 0;
+    for (int i = 0; i < n; i++) {
+        gt *t = &ts[i];
+        putstr(hdr, t->name);
+        put32(hdr, (uint32_t)t->ndim);
+        put64(hdr, (uint64_t)t->cols); // ne0: the contiguous dimension first
+        if (t->ndim == 2) put64(hdr, (uint64_t)t->rows);
+        put32(hdr, t->type);
+        put64(hdr, off);
+        t->offset = off;
+        off = align_up(off + t->bytes, SLM_GGUF_DEFAULT_ALIGNMENT);
+    }
+    for (int i = 0; i < n; i++)
+        ts[i].offset += align_up(hdr->len, SLM_GGUF_DEFAULT_ALIGNMENT);
+}
+
+// Writes header and tensors to a temp sibling of out_path (removed on failure and by a signal's
+// exit), then renames it into place.
+static slm_status write_and_publish(const char *out_path, bool overwrite, const slm_buf *hdr,
+                                    const gt *ts, int n) {
+    char *tmp = tmp_sibling(out_path);
+    FILE *fp = fopen(tmp, "wb");
+    slm_status st = SLM_OK;
+    if (!fp) st = slm_fail(SLM_E_IO, "export: cannot create %s: %s", tmp, strerror(errno));
+    int tslot = fp ? slm_tmp_track(tmp) : -1; // removed by a signal's exit too (tools/shardlm.c)
     if (!st) {
         double total = 0;
         for (int i = 0; i < n; i++)
             total += (double)ts[i].bytes;
         slm_progress pg;
         slm_progress_begin(&pg, "ckpt export", 0, total);
-        st = write_file(fp, tmp, &hdr, ts, n, &pg);
+        st = write_file(fp, tmp, hdr, ts, n, &pg);
         if (fclose(fp) != 0 && !st)
             st = slm_fail(SLM_E_IO, "export: %s: close failed: %s", tmp, strerror(errno));
-        if (!st) st = publish(tmp, out_path, o->overwrite);
+        if (!st) st = publish(tmp, out_path, overwrite);
         if (st)
             slm_progress_abandon(&pg);
         else
             slm_progress_end(&pg, total, "%.0f MB, %d tensors", total / 1e6, n);
     }
     slm_tmp_untrack(tslot);
-    if (tmp) unlink(tmp); // gone after a rename; removes the temp file of a failed export
+    unlink(tmp); // gone after a rename; removes the temp file of a failed export
     free(tmp);
+    return st;
+}
+
+slm_status slm_gguf_export(const slm_llama *m, const char *out_path,
+                           const slm_gguf_export_opts *o) {
+    slm_status st = check_export_args(out_path, o);
+    if (st) return st;
+    slm_tokenizer *tok = NULL;
+    if ((st = slm_tokenizer_load(o->tokenizer_path, &tok))) return st;
+    int n_views = 0, n = 0;
+    for (int u = 0; u < m->n_units; u++)
+        n_views += m->units[u].n_views;
+    gt *ts = slm_xcalloc((size_t)n_views + 1, sizeof *ts);
+    float *freqs = NULL;
+    kvbuf kv = {0};
+    slm_buf hdr = {0};
+    st = collect_tensors(m, o->type, ts, &n);
+    if (!st && m->cfg.rope_type == SLM_ROPE_LLAMA3) freqs = rope_freqs_tensor(&m->cfg, &ts[n++]);
+    if (!st) st = model_kvs(&kv, &m->cfg, tok, o);
+    slm_tokenizer_free(tok);
+    if (!st) build_header(&hdr, &kv, ts, n);
+    slm_buf_free(&kv.b);
+    if (!st) st = write_and_publish(out_path, o->overwrite, &hdr, ts, n);
     slm_buf_free(&hdr);
     free(ts);
     free(freqs);

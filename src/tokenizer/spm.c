@@ -547,76 +547,99 @@ static int32_t special_id(const spm_model *m, const char *text, int want) {
     return (id >= 0 && m->pieces[id].type == want) ? id : -1;
 }
 
-slm_status slm_spm_load(const char *path, const uint8_t *data, size_t len, slm_tokenizer *t) {
-    raw_spec s = {0};
-    s.model_type = 1;
-    s.ext_ids[0] = s.ext_ids[1] = s.ext_ids[2] = s.ext_ids[3] = -1;
-    s.add_dummy_prefix = s.remove_extra_ws = s.escape_ws = true;
-    s.denorm_add_dummy_prefix = s.denorm_remove_extra_ws = s.denorm_escape_ws = true;
-    spm_model *m = NULL;
-    pb_reader r = {data, data, data + len, path, "ModelProto"};
-    slm_status st = parse_model(&r, &s);
-    if (st) goto out;
-
-    // What SentencePiece itself refuses, and what shardlm does not implement.
-    if (s.model_type != 2) {
+// What SentencePiece itself refuses, and what shardlm does not implement.
+static slm_status check_spec(const char *path, const raw_spec *s) {
+    if (s->model_type != 2) {
         static const char *const kinds[] = {"?", "UNIGRAM", "BPE", "WORD", "CHAR"};
-        st = slm_fail(SLM_E_UNSUPPORTED,
-                      "%s: SentencePiece model_type %s (%d): shardlm implements only BPE (2)", path,
-                      (s.model_type >= 1 && s.model_type <= 4) ? kinds[s.model_type] : "unknown",
-                      s.model_type);
-        goto out;
+        return slm_fail(
+            SLM_E_UNSUPPORTED,
+            "%s: SentencePiece model_type %s (%d): shardlm implements only BPE (2)", path,
+            (s->model_type >= 1 && s->model_type <= 4) ? kinds[s->model_type] : "unknown",
+            s->model_type);
     }
-    if (s.charsmap_len > 0) {
-        st = slm_fail(SLM_E_UNSUPPORTED,
-                      "%s: normalizer \"%s\" uses a precompiled_charsmap (%zu bytes); shardlm "
-                      "implements only the identity normalizer (as in Llama 2's tokenizer.model). "
-                      "HINT: train with --normalization_rule_name=identity",
-                      path, s.norm_name ? s.norm_name : "", s.charsmap_len);
-        goto out;
-    }
-    if (!s.escape_ws) {
-        st = slm_fail(SLM_E_UNSUPPORTED,
-                      "%s: normalizer_spec.escape_whitespaces=false is not implemented", path);
-        goto out;
-    }
-    if (s.has_denorm && s.denorm_charsmap_len > 0) {
-        st = slm_fail(SLM_E_UNSUPPORTED,
-                      "%s: denormalizer_spec \"%s\" with a precompiled_charsmap is not implemented",
-                      path, s.denorm_name ? s.denorm_name : "");
-        goto out;
-    }
-    if (s.treat_ws_as_suffix) {
-        st = slm_fail(SLM_E_UNSUPPORTED,
-                      "%s: trainer_spec.treat_whitespace_as_suffix=true is not implemented", path);
-        goto out;
-    }
-    if (s.n_pieces == 0) {
-        st = slm_fail(SLM_E_FORMAT, "%s: ModelProto has no pieces", path);
-        goto out;
-    }
+    if (s->charsmap_len > 0)
+        return slm_fail(
+            SLM_E_UNSUPPORTED,
+            "%s: normalizer \"%s\" uses a precompiled_charsmap (%zu bytes); shardlm "
+            "implements only the identity normalizer (as in Llama 2's tokenizer.model). "
+            "HINT: train with --normalization_rule_name=identity",
+            path, s->norm_name ? s->norm_name : "", s->charsmap_len);
+    if (!s->escape_ws)
+        return slm_fail(SLM_E_UNSUPPORTED,
+                        "%s: normalizer_spec.escape_whitespaces=false is not implemented", path);
+    if (s->has_denorm && s->denorm_charsmap_len > 0)
+        return slm_fail(
+            SLM_E_UNSUPPORTED,
+            "%s: denormalizer_spec \"%s\" with a precompiled_charsmap is not implemented", path,
+            s->denorm_name ? s->denorm_name : "");
+    if (s->treat_ws_as_suffix)
+        return slm_fail(SLM_E_UNSUPPORTED,
+                        "%s: trainer_spec.treat_whitespace_as_suffix=true is not implemented",
+                        path);
+    if (s->n_pieces == 0) return slm_fail(SLM_E_FORMAT, "%s: ModelProto has no pieces", path);
+    return SLM_OK;
+}
 
-    m = slm_xcalloc(1, sizeof *m);
-    m->n_pieces = (int32_t)s.n_pieces;
-    m->pieces = s.pieces;
-    s.pieces = NULL;
-    m->strings = s.strings.data;
-    s.strings = (slm_buf){0};
+// A model that takes over the spec's pieces, strings and unk surface (s keeps the rest).
+static spm_model *model_from_spec(raw_spec *s) {
+    spm_model *m = slm_xcalloc(1, sizeof *m);
+    m->n_pieces = (int32_t)s->n_pieces;
+    m->pieces = s->pieces;
+    s->pieces = NULL;
+    m->strings = s->strings.data;
+    s->strings = (slm_buf){0};
     m->unk_id = -1;
     for (int i = 0; i < 256; i++)
         m->byte_id[i] = -1;
-    m->byte_fallback = s.byte_fallback;
-    m->add_dummy_prefix = s.add_dummy_prefix;
-    m->remove_extra_ws = s.remove_extra_ws;
-    if (s.unk_surface) {
-        m->unk_surface = s.unk_surface;
-        m->unk_surface_len = s.unk_surface_len;
-        s.unk_surface = NULL;
+    m->byte_fallback = s->byte_fallback;
+    m->add_dummy_prefix = s->add_dummy_prefix;
+    m->remove_extra_ws = s->remove_extra_ws;
+    if (s->unk_surface) {
+        m->unk_surface = s->unk_surface;
+        m->unk_surface_len = s->unk_surface_len;
+        s->unk_surface = NULL;
     } else {
         m->unk_surface = slm_xstrdup(" \xE2\x81\x87 "); // " ⁇ " (U+2047), the proto default
         m->unk_surface_len = strlen(m->unk_surface);
     }
+    return m;
+}
 
+// Piece i of type CONTROL / UNKNOWN / BYTE into m's special list, unk id and byte table.
+static slm_status index_special(const char *path, spm_model *m, int32_t i) {
+    const spm_piece *p = &m->pieces[i];
+    const char *text = m->strings + p->off;
+    if (p->type == SPM_CONTROL || p->type == SPM_UNKNOWN) {
+        if (m->n_special % 16 == 0)
+            m->special = slm_xrealloc(m->special, (size_t)(m->n_special + 16) * sizeof(int32_t));
+        m->special[m->n_special++] = i;
+        uint8_t b = (uint8_t)text[0];
+        m->special_first[b >> 3] |= (uint8_t)(1u << (b & 7));
+    }
+    if (p->type == SPM_UNKNOWN) {
+        if (m->unk_id >= 0)
+            return slm_fail(SLM_E_FORMAT, "%s: pieces %d and %d are both of type UNKNOWN", path,
+                            m->unk_id, i);
+        m->unk_id = i;
+    }
+    if (p->type == SPM_BYTE) {
+        if (!m->byte_fallback)
+            return slm_fail(SLM_E_FORMAT,
+                            "%s: byte piece %d \"%s\" found although trainer_spec.byte_fallback "
+                            "is false",
+                            path, i, text);
+        int b = piece_to_byte(text, p->len);
+        if (b < 0)
+            return slm_fail(SLM_E_FORMAT, "%s: piece %d \"%s\" of type BYTE is not <0xXX>", path, i,
+                            text);
+        m->byte_id[b] = i;
+    }
+    return SLM_OK;
+}
+
+// The lookup tables over m's pieces (normal, reserved, user-defined), the special pieces, the
+// byte pieces and the unknown piece; duplicates and malformed pieces are refused.
+static slm_status index_pieces(const char *path, spm_model *m) {
     int64_t n_user = 0;
     for (int32_t i = 0; i < m->n_pieces; i++)
         if (m->pieces[i].type == SPM_USER_DEFINED) n_user++;
@@ -628,11 +651,9 @@ slm_status slm_spm_load(const char *path, const uint8_t *data, size_t len, slm_t
         const char *text = m->strings + p->off;
         bool normal = p->type == SPM_NORMAL || p->type == SPM_USER_DEFINED || p->type == SPM_UNUSED;
         int32_t prev = table_insert(m, normal ? &m->normal : &m->reserved, i);
-        if (prev >= 0) {
-            st = slm_fail(SLM_E_FORMAT, "%s: piece %d \"%s\" is already defined as piece %d", path,
-                          i, text, prev);
-            goto out;
-        }
+        if (prev >= 0)
+            return slm_fail(SLM_E_FORMAT, "%s: piece %d \"%s\" is already defined as piece %d",
+                            path, i, text, prev);
         if (normal && p->len > m->max_normal_len) m->max_normal_len = p->len;
         if (p->type == SPM_UNUSED) m->has_unused = true;
         if (p->type == SPM_USER_DEFINED) {
@@ -641,68 +662,60 @@ slm_status slm_spm_load(const char *path, const uint8_t *data, size_t len, slm_t
             uint8_t b = (uint8_t)text[0];
             m->user_first[b >> 3] |= (uint8_t)(1u << (b & 7));
         }
-        if (p->type == SPM_CONTROL || p->type == SPM_UNKNOWN) {
-            if (m->n_special % 16 == 0)
-                m->special =
-                    slm_xrealloc(m->special, (size_t)(m->n_special + 16) * sizeof(int32_t));
-            m->special[m->n_special++] = i;
-            uint8_t b = (uint8_t)text[0];
-            m->special_first[b >> 3] |= (uint8_t)(1u << (b & 7));
-        }
-        if (p->type == SPM_UNKNOWN) {
-            if (m->unk_id >= 0) {
-                st = slm_fail(SLM_E_FORMAT, "%s: pieces %d and %d are both of type UNKNOWN", path,
-                              m->unk_id, i);
-                goto out;
-            }
-            m->unk_id = i;
-        }
-        if (p->type == SPM_BYTE) {
-            if (!m->byte_fallback) {
-                st = slm_fail(SLM_E_FORMAT,
-                              "%s: byte piece %d \"%s\" found although trainer_spec.byte_fallback "
-                              "is false",
-                              path, i, text);
-                goto out;
-            }
-            int b = piece_to_byte(text, p->len);
-            if (b < 0) {
-                st = slm_fail(SLM_E_FORMAT, "%s: piece %d \"%s\" of type BYTE is not <0xXX>", path,
-                              i, text);
-                goto out;
-            }
-            m->byte_id[b] = i;
-        }
+        slm_status st = index_special(path, m, i);
+        if (st) return st;
     }
-    if (m->unk_id < 0) {
-        st = slm_fail(SLM_E_FORMAT, "%s: no piece of type UNKNOWN (SentencePiece requires <unk>)",
-                      path);
-        goto out;
-    }
+    if (m->unk_id < 0)
+        return slm_fail(SLM_E_FORMAT, "%s: no piece of type UNKNOWN (SentencePiece requires <unk>)",
+                        path);
+    return SLM_OK;
+}
 
-    t->type = SLM_TOK_SPM_BPE;
-    t->vocab_size = m->n_pieces;
-    t->unk_id = special_id(m, s.unk_piece ? s.unk_piece : "<unk>", SPM_UNKNOWN);
-    t->bos_id = special_id(m, s.bos_piece ? s.bos_piece : "<s>", SPM_CONTROL);
-    t->eos_id = special_id(m, s.eos_piece ? s.eos_piece : "</s>", SPM_CONTROL);
-    t->pad_id = special_id(m, s.pad_piece ? s.pad_piece : "<pad>", SPM_CONTROL);
-    if (s.has_ext) { // a GGUF import: its ids as given, and its add_bos_token
-        int32_t *dst[4] = {&t->unk_id, &t->bos_id, &t->eos_id, &t->pad_id};
-        for (int i = 0; i < 4; i++) {
-            if (s.ext_ids[i] < -1 || s.ext_ids[i] >= m->n_pieces) {
-                st = slm_fail(SLM_E_FORMAT,
-                              "%s: shardlm extension: special id %d is outside the vocabulary "
-                              "[0, %d)",
-                              path, s.ext_ids[i], m->n_pieces);
-                goto out;
-            }
-            *dst[i] = s.ext_ids[i];
-        }
-        t->no_default_bos = !s.ext_add_bos;
+// t's special ids: by the spec's piece names, or a GGUF import's ids as given (and its
+// add_bos_token).
+static slm_status set_special_ids(const char *path, const raw_spec *s, const spm_model *m,
+                                  slm_tokenizer *t) {
+    t->unk_id = special_id(m, s->unk_piece ? s->unk_piece : "<unk>", SPM_UNKNOWN);
+    t->bos_id = special_id(m, s->bos_piece ? s->bos_piece : "<s>", SPM_CONTROL);
+    t->eos_id = special_id(m, s->eos_piece ? s->eos_piece : "</s>", SPM_CONTROL);
+    t->pad_id = special_id(m, s->pad_piece ? s->pad_piece : "<pad>", SPM_CONTROL);
+    if (!s->has_ext) return SLM_OK;
+    int32_t *dst[4] = {&t->unk_id, &t->bos_id, &t->eos_id, &t->pad_id};
+    for (int i = 0; i < 4; i++) {
+        if (s->ext_ids[i] < -1 || s->ext_ids[i] >= m->n_pieces)
+            return slm_fail(SLM_E_FORMAT,
+                            "%s: shardlm extension: special id %d is outside the vocabulary "
+                            "[0, %d)",
+                            path, s->ext_ids[i], m->n_pieces);
+        *dst[i] = s->ext_ids[i];
     }
-    t->impl = m;
-    m = NULL;
-out:
+    t->no_default_bos = !s->ext_add_bos;
+    return SLM_OK;
+}
+
+slm_status slm_spm_load(const char *path, const uint8_t *data, size_t len, slm_tokenizer *t) {
+    raw_spec s = {0};
+    s.model_type = 1;
+    s.ext_ids[0] = s.ext_ids[1] = s.ext_ids[2] = s.ext_ids[3] = -1;
+    s.add_dummy_prefix = s.remove_extra_ws = s.escape_ws = true;
+    s.denorm_add_dummy_prefix = s.denorm_remove_extra_ws = s.denorm_escape_ws = true;
+    spm_model *m = NULL;
+    pb_reader r = {data, data, data + len, path, "ModelProto"};
+    slm_status st = parse_model(&r, &s);
+    if (!st) st = check_spec(path, &s);
+    if (!st) {
+        m = model_from_spec(&s);
+        st = index_pieces(path, m);
+    }
+    if (!st) {
+        t->type = SLM_TOK_SPM_BPE;
+        t->vocab_size = m->n_pieces;
+        st = set_special_ids(path, &s, m, t);
+    }
+    if (!st) {
+        t->impl = m;
+        m = NULL;
+    }
     spm_model_free(m);
     raw_spec_free(&s);
     return st;
