@@ -555,8 +555,8 @@ void slm_fsdp_optimizer_step(slm_fsdp *f, const slm_adamw_hparams *h, float lr) 
     for (int u = 0; u < f->n_units; u++) {
         slm_fsdp_unit *x = &f->units[u];
         if (x->frozen) continue;
-        slm_adamw_step(x->master, x->grad, x->m, x->v, x->shard_numel, h, lr, f->t, x->ranges,
-                       x->n_ranges);
+        slm_adamw_step(f->model->dev, x->master, x->grad, x->m, x->v, x->shard_numel, h, lr, f->t,
+                       x->ranges, x->n_ranges);
     }
     slm_fsdp_release_all(f);
 }

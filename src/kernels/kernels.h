@@ -131,6 +131,37 @@ const char *slm_bf16_gemm_isa(void);
 // best of `reps`, rounding of the operands included), for bf16 MFU denominators.
 double slm_bf16_gemm_peak_gflops(int n, int reps);
 
+// Vector kernels (kernels/vec.c); n elements, elementwise ones parallel with a static schedule.
+// y[i] += a * x[i]
+void slm_vec_axpy(float *y, float a, const float *x, int64_t n);
+// x[i] *= s
+void slm_vec_scale(float *x, float s, int64_t n);
+// x[i] = v
+void slm_vec_fill(float *x, float v, int64_t n);
+// Sum of x[i]^2 in double: blocks of 16384 elements each summed in order, the block sums added
+// in block order (the same bits for any thread count).
+double slm_vec_sumsq(const float *x, int64_t n);
+// Sum of x[i] in double, in index order (single thread).
+double slm_vec_sum(const float *x, int64_t n);
+// The AdamW update of one segment (torch.optim.AdamW's single-tensor path; optim.h):
+//   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
+//   p = p * decay_mul - step_size * m / (sqrt(v) / bc2_sqrt + eps)
+void slm_adamw_update(float *p, const float *g, float *m, float *v, int64_t n, float b1, float b2,
+                      float eps, float decay_mul, float step_size, float bc2_sqrt);
+// acc[i] += fp32(x[i]), x bf16 bit patterns.
+void slm_bf16_accumulate(float *acc, const uint16_t *x, int64_t n);
+// Counter-based inverted dropout: group g of 4 elements hashes h = slm_mix64(key ^ g); element
+// 4g + k is kept when its 16-bit lane (h >> 16k) & 0xffff >= thr. y non-NULL: y[i] = kept ?
+// x[i] * scale : 0; y NULL: acc[i] += x[i] * scale for kept elements only.
+void slm_dropout_apply(uint64_t key, uint32_t thr, float scale, const float *x, float *y,
+                       float *acc, int64_t n);
+// Row-wise softmax of s [rows, n] after scaling by `scale`: max-subtracted, exp in fp32, row sum
+// in double, one reciprocal per row.
+void slm_softmax_rows(float *s, int64_t rows, int64_t n, float scale);
+// The OpenMP threads every CPU kernel runs on: sets them (n > 0) and returns the count in effect.
+int slm_kernels_set_threads(int n);
+int slm_kernels_threads(void);
+
 // ---------------------------------------------------------------------------------------------
 // CUDA backend (kernels/cuda/*.cu, built when CMake finds nvcc: SLM_HAVE_CUDA; issue 22). The
 // device twins of the CPU kernels above, on device pointers, each queued on `stream` (a

@@ -22,6 +22,7 @@
 #define SLM_MODEL_H
 
 #include "base/base.h"
+#include "device/device.h"
 
 // Hugging Face LlamaConfig fields (same names, same meaning).
 typedef struct slm_llama_config {
@@ -175,6 +176,9 @@ typedef struct slm_llama_acts slm_llama_acts; // activation workspace (private)
 
 typedef struct slm_llama {
     slm_llama_config cfg;
+    // The device every buffer of the model lives on and every op runs on (device.h; NULL: the
+    // CPU device). Set before slm_llama_init's allocation (slm_llama_init_on) and never changed.
+    slm_device *dev;
     int n_units;            // L + 1
     slm_unit_layout *units; // [n_units], owned
     float **params;         // [n_units] -> [units[u].numel] f32 FlatParameter of each unit

@@ -2,44 +2,19 @@
 // and scaling helpers behind global gradient-norm clipping. See optim.h for the contracts.
 #include "optim/optim.h"
 
+#include "device/device.h"
+
 #include <math.h>
 #include <stdlib.h>
-
-// Elements per OpenMP work item below which a loop stays on one thread: the fork/join cost of a
-// parallel region exceeds the work for a norm weight of a few hundred elements.
-#define SLM_OPTIM_PAR_MIN 32768
-
-// Fixed block size of the sum-of-squares reduction. Each block is summed in order in double and
-// the block sums are added in block order, so the result does not depend on the thread count.
-#define SLM_SUMSQ_BLOCK 16384
-
-// The AdamW update of one contiguous segment. Follows torch.optim.AdamW (single-tensor path):
-//   p *= 1 - lr*wd                          (decoupled weight decay, only when `decay`)
-//   m  = b1*m + (1-b1)*g ;  v = b2*v + (1-b2)*g^2
-//   p -= (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps),   bc_i = 1 - b_i^t
-// Elementwise, so any thread partition gives bitwise-identical results.
-static void adamw_segment(float *p, const float *g, float *m, float *v, int64_t n, float b1,
-                          float b2, float eps, float decay_mul, float step_size, float bc2_sqrt) {
-#pragma omp parallel for schedule(static) if (n >= SLM_OPTIM_PAR_MIN)
-    for (int64_t i = 0; i < n; i++) {
-        float gi = g[i];
-        float mi = b1 * m[i] + (1.0f - b1) * gi;
-        float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
-        m[i] = mi;
-        v[i] = vi;
-        float denom = sqrtf(vi) / bc2_sqrt + eps;
-        p[i] = p[i] * decay_mul - step_size * (mi / denom);
-    }
-}
 
 static int cmp_range(const void *a, const void *b) {
     const slm_decay_range *x = a, *y = b;
     return (x->begin > y->begin) - (x->begin < y->begin);
 }
 
-void slm_adamw_step(float *params, const float *grads, float *m, float *v, int64_t n,
-                    const slm_adamw_hparams *h, float lr, int64_t t, const slm_decay_range *ranges,
-                    int n_ranges) {
+void slm_adamw_step(slm_device *dev, float *params, const float *grads, float *m, float *v,
+                    int64_t n, const slm_adamw_hparams *h, float lr, int64_t t,
+                    const slm_decay_range *ranges, int n_ranges) {
     SLM_ASSERT(n >= 0 && t >= 1 && n_ranges >= 0);
     if (n == 0) return;
     double bc1 = 1.0 - pow((double)h->beta1, (double)t);
@@ -61,7 +36,7 @@ void slm_adamw_step(float *params, const float *grads, float *m, float *v, int64
         int64_t gap_end = i < n_ranges ? r[i].begin : n;
         if (gap_end > n) gap_end = n;
         if (gap_end > pos) {
-            adamw_segment(params + pos, grads + pos, m + pos, v + pos, gap_end - pos, h->beta1,
+            slm_dev_adamw(dev, params + pos, grads + pos, m + pos, v + pos, gap_end - pos, h->beta1,
                           h->beta2, h->eps, mul_decay, step_size, bc2_sqrt);
             pos = gap_end;
         }
@@ -70,8 +45,8 @@ void slm_adamw_step(float *params, const float *grads, float *m, float *v, int64
         int64_t e = r[i].end > n ? n : r[i].end;
         SLM_ASSERT(r[i].begin >= 0 && r[i].end >= r[i].begin);
         if (e > b)
-            adamw_segment(params + b, grads + b, m + b, v + b, e - b, h->beta1, h->beta2, h->eps,
-                          r[i].decay ? mul_decay : 1.0f, step_size, bc2_sqrt);
+            slm_dev_adamw(dev, params + b, grads + b, m + b, v + b, e - b, h->beta1, h->beta2,
+                          h->eps, r[i].decay ? mul_decay : 1.0f, step_size, bc2_sqrt);
         if (e > pos) pos = e;
     }
     free(r);
@@ -94,29 +69,11 @@ float slm_lr_at(int64_t step, int64_t warmup, int64_t total, float lr_peak, floa
 }
 
 double slm_sumsq(const float *x, int64_t n) {
-    if (n <= 0) return 0.0;
-    int64_t nb = (n + SLM_SUMSQ_BLOCK - 1) / SLM_SUMSQ_BLOCK;
-    double stack_parts[64];
-    double *parts = nb <= 64 ? stack_parts : slm_xmalloc((size_t)nb * sizeof(double));
-#pragma omp parallel for schedule(static) if (n >= SLM_OPTIM_PAR_MIN)
-    for (int64_t b = 0; b < nb; b++) {
-        int64_t lo = b * SLM_SUMSQ_BLOCK, hi = lo + SLM_SUMSQ_BLOCK < n ? lo + SLM_SUMSQ_BLOCK : n;
-        double s = 0.0;
-        for (int64_t i = lo; i < hi; i++)
-            s += (double)x[i] * (double)x[i];
-        parts[b] = s;
-    }
-    double total = 0.0;
-    for (int64_t b = 0; b < nb; b++)
-        total += parts[b];
-    if (parts != stack_parts) free(parts);
-    return total;
+    return slm_dev_sumsq(NULL, x, n);
 }
 
 void slm_scale(float *x, int64_t n, float s) {
-#pragma omp parallel for schedule(static) if (n >= SLM_OPTIM_PAR_MIN)
-    for (int64_t i = 0; i < n; i++)
-        x[i] *= s;
+    slm_dev_scale(NULL, x, s, n);
 }
 
 double slm_clip_grad_norm(float *const *bufs, const int64_t *lens, int n_bufs, double max_norm) {

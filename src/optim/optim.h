@@ -11,6 +11,7 @@
 #define SLM_OPTIM_H
 
 #include "base/base.h"
+#include "device/device.h"
 
 typedef struct slm_adamw_hparams {
     float lr_peak; // peak learning rate
@@ -27,18 +28,20 @@ typedef struct slm_decay_range {
 // One AdamW step on `n` elements: params, grads (read), m, v (updated in place), with
 // `lr` for this step and `t` the 1-based step count for bias correction. Ranges not covered
 // by `ranges` are decayed (n_ranges == 0: decay everything).
-void slm_adamw_step(float *params, const float *grads, float *m, float *v, int64_t n,
-                    const slm_adamw_hparams *h, float lr, int64_t t, const slm_decay_range *ranges,
-                    int n_ranges);
+// params, grads, m, v are memory of device `dev` (NULL: the CPU device); the segments run there
+// (device.h slm_dev_adamw).
+void slm_adamw_step(slm_device *dev, float *params, const float *grads, float *m, float *v,
+                    int64_t n, const slm_adamw_hparams *h, float lr, int64_t t,
+                    const slm_decay_range *ranges, int n_ranges);
 
 // Linear warmup over `warmup` steps from 0 to lr_peak, then cosine decay to lr_min at
 // `total` steps; constant lr_min after. `step` is 0-based.
 float slm_lr_at(int64_t step, int64_t warmup, int64_t total, float lr_peak, float lr_min);
 
-// Sum of squares of n floats, accumulated in double (global norm = sqrt of the sum over all
-// buffers / ranks).
+// Sum of squares of n floats of host (CPU device) memory, accumulated in double (global norm =
+// sqrt of the sum over all buffers / ranks); device.h slm_dev_sumsq on the CPU device.
 double slm_sumsq(const float *x, int64_t n);
-// Multiplies n floats by s.
+// Multiplies n floats of host memory by s (slm_dev_scale on the CPU device).
 void slm_scale(float *x, int64_t n, float s);
 
 // Global-norm gradient clipping over n_bufs buffers (bufs[i] holds lens[i] floats, scaled in

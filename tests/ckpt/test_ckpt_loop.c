@@ -92,7 +92,7 @@ static double tr_step(trainer *t, slm_ckpt_saver *fence) {
     slm_ckpt_saver_fence(fence);
     float lr = slm_lr_at(t->step, 3, STEPS, k_h.lr_peak, k_h.lr_peak / 10);
     for (int u = 0; u < t->model.n_units; u++)
-        slm_adamw_step(t->model.params[u], t->model.grads[u], t->m[u], t->v[u],
+        slm_adamw_step(NULL, t->model.params[u], t->model.grads[u], t->m[u], t->v[u],
                        t->model.units[u].numel, &k_h, lr, t->step + 1, t->ranges[u],
                        t->model.units[u].n_views);
     t->step++;

@@ -247,7 +247,7 @@ static void run_reference(slm_llama *ref, double *losses, double *norms) {
                 rg[i] = (slm_decay_range){lay->views[i].offset,
                                           lay->views[i].offset + lay->views[i].numel,
                                           lay->views[i].weight_decay};
-            slm_adamw_step(bf16_params ? mst[u] : ref->params[u], ref->grads[u], m[u], v[u],
+            slm_adamw_step(NULL, bf16_params ? mst[u] : ref->params[u], ref->grads[u], m[u], v[u],
                            lay->numel, &k_h, lr_at(step), step + 1, rg, lay->n_views);
         }
     }

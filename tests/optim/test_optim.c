@@ -94,7 +94,7 @@ static void test_adamw_vs_torch(void) {
     fclose(f);
 
     for (int64_t k = 0; k < K; k++)
-        slm_adamw_step(p, g + k * n, m, v, n, &h, lrs[k], k + 1, ranges, nr);
+        slm_adamw_step(NULL, p, g + k * n, m, v, n, &h, lrs[k], k + 1, ranges, nr);
 
     int rc = run_ref("adamw", in, out);
     CHECK_MSG(rc == 0, "reference failed (rc %d)", rc);
@@ -146,21 +146,22 @@ static void test_adamw_deterministic_threads(void) {
         const float *gt = g + (t - 1) * n;
         float lr = 1e-3f * (float)t;
         omp_set_num_threads(1);
-        slm_adamw_step(p[0], gt, m[0], v[0], n, &h, lr, t, ranges, 1);
+        slm_adamw_step(NULL, p[0], gt, m[0], v[0], n, &h, lr, t, ranges, 1);
         omp_set_num_threads(4); // more threads than this machine may have cores: still a team
 #pragma omp parallel
         {
 #pragma omp single
             team = omp_get_num_threads();
         }
-        slm_adamw_step(p[1], gt, m[1], v[1], n, &h, lr, t, ranges, 1);
+        slm_adamw_step(NULL, p[1], gt, m[1], v[1], n, &h, lr, t, ranges, 1);
         for (int64_t off = 0; off < n; off += 1000) { // pieces, each with its ranges shifted
             int64_t len = off + 1000 < n ? 1000 : n - off;
             slm_decay_range rr = {
                 .begin = ranges[0].begin - off, .end = ranges[0].end - off, .decay = false};
             if (rr.begin < 0) rr.begin = 0;
             if (rr.end < rr.begin) rr.end = rr.begin;
-            slm_adamw_step(p[2] + off, gt + off, m[2] + off, v[2] + off, len, &h, lr, t, &rr, 1);
+            slm_adamw_step(NULL, p[2] + off, gt + off, m[2] + off, v[2] + off, len, &h, lr, t, &rr,
+                           1);
         }
     }
     omp_set_num_threads(saved);

@@ -453,8 +453,8 @@ static void test_world_of_one_is_plain(void) {
         CHECK(gn > o.grad_clip);
         float lr = slm_lr_at(step, o.warmup, o.steps, o.adamw.lr_peak, min_lr);
         for (int u = 0; u < NU; u++)
-            slm_adamw_step(m.params[u], m.grads[u], mo[u], vo[u], lens[u], &o.adamw, lr, step + 1,
-                           rg[u], m.units[u].n_views);
+            slm_adamw_step(NULL, m.params[u], m.grads[u], mo[u], vo[u], lens[u], &o.adamw, lr,
+                           step + 1, rg[u], m.units[u].n_views);
         CHECK_MSG(a.loss[step] == loss_sum / (double)n_total, "step %lld: loss %.17g vs %.17g",
                   (long long)step + 1, a.loss[step], loss_sum / (double)n_total);
         CHECK_MSG(a.gnorm[step] == gn, "step %lld: grad norm %.17g vs %.17g", (long long)step + 1,
