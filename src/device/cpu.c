@@ -4,7 +4,6 @@
 #include "device/device_internal.h"
 
 #include <stdlib.h>
-#include <string.h>
 
 #include "kernels/kernels.h"
 
@@ -20,12 +19,12 @@ static void cpu_free(slm_device *d, void *p) {
 
 static void cpu_zero(slm_device *d, void *p, size_t bytes) {
     (void)d;
-    if (bytes) memset(p, 0, bytes);
+    if (bytes) slm_vec_copy(p, NULL, bytes);
 }
 
 static void cpu_copy(slm_device *d, void *dst, const void *src, size_t bytes, slm_copy_dir dir) {
     (void)d, (void)dir;
-    if (bytes && dst != src) memcpy(dst, src, bytes);
+    if (bytes && dst != src) slm_vec_copy(dst, src, bytes);
 }
 
 static void cpu_sync(slm_device *d) {

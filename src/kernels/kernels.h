@@ -23,6 +23,7 @@
 #define SLM_KERNELS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 // nn.Linear without bias: out[N, O] = inp[N, I] @ W[O, I]^T   (accumulate: out += ...)
@@ -158,6 +159,9 @@ void slm_dropout_apply(uint64_t key, uint32_t thr, float scale, const float *x, 
 // Row-wise softmax of s [rows, n] after scaling by `scale`: max-subtracted, exp in fp32, row sum
 // in double, one reciprocal per row.
 void slm_softmax_rows(float *s, int64_t rows, int64_t n, float scale);
+// dst <- src (src NULL: zeros), `bytes` bytes; from 4 MiB on in 1 MiB pieces over the OpenMP
+// threads (the CPU device's copies and zeroing: checkpoint staging, gathers).
+void slm_vec_copy(void *dst, const void *src, size_t bytes);
 // The OpenMP threads every CPU kernel runs on: sets them (n > 0) and returns the count in effect.
 int slm_kernels_set_threads(int n);
 int slm_kernels_threads(void);

@@ -121,6 +121,26 @@ void slm_softmax_rows(float *s, int64_t rows, int64_t n, float scale) {
     }
 }
 
+void slm_vec_copy(void *dst, const void *src, size_t bytes) {
+    const size_t piece = (size_t)1 << 20;
+    if (bytes < 4 * piece) {
+        if (src)
+            memcpy(dst, src, bytes);
+        else
+            memset(dst, 0, bytes);
+        return;
+    }
+    int64_t n = (int64_t)((bytes + piece - 1) / piece);
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+        size_t off = (size_t)i * piece, len = bytes - off < piece ? bytes - off : piece;
+        if (src)
+            memcpy((uint8_t *)dst + off, (const uint8_t *)src + off, len);
+        else
+            memset((uint8_t *)dst + off, 0, len);
+    }
+}
+
 int slm_kernels_set_threads(int n) {
     if (n > 0) omp_set_num_threads(n);
     return omp_get_max_threads();
