@@ -5,7 +5,7 @@
 # run per row, all in the same run; not a test. Measure on an idle machine.
 #
 #   bench/bench_train.sh [--threads N] [--steps S] [--configs "tiny small gqa"] [--no-dist]
-#                        [--debian-torch] [--no-bf16]
+#                        [--debian-torch] [--no-bf16] [--before BINARY]
 #
 # Rows per config (B x T is the global batch):
 #   1 x N     shardlm, PyTorch 2.x eager, PyTorch 2.x torch.compile (one process, N threads)
@@ -15,6 +15,10 @@
 #             under autocast(bfloat16), 1 x N; their MFU column is against the measured bf16 GEMM
 #             peak (`shardlm bench-peak --bf16`, oneDNN), the fp32 rows' against the sgemm peak;
 #             the header names the ISA oneDNN reports (AVX512-BF16 / AMX, or none)
+#   --before  adds, after each shardlm 1 x N row (fp32, and bf16 unless --no-bf16), the same run
+#             on BINARY (another build of shardlm, e.g. of the commit before a refactor) with the
+#             ratio new / before in the tokens/s and RSS columns: "not slower than before",
+#             measured in the same run on the same machine
 #   --debian-torch adds the old reference (bench/bench_train_torch.py on .venv/bin/python, i.e.
 #             Debian's torch 1.13, whose OpenBLAS falls back to generic kernels on this CPU) as
 #             a labelled extra row; it is never the comparison.
@@ -29,7 +33,7 @@
 # Writes the table to stdout and bench/out/bench_train.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-THREADS=2 STEPS=6 CONFIGS="tiny small gqa" DIST=1 DEBIAN=0 BF16=1
+THREADS=2 STEPS=6 CONFIGS="tiny small gqa" DIST=1 DEBIAN=0 BF16=1 BEFORE=
 while [ $# -gt 0 ]; do
     case "$1" in
         --threads) THREADS="$2"; shift 2 ;;
@@ -38,7 +42,8 @@ while [ $# -gt 0 ]; do
         --no-dist) DIST=0; shift ;;
         --debian-torch) DEBIAN=1; shift ;;
         --no-bf16) BF16=0; shift ;;
-        *) echo "usage: $0 [--threads N] [--steps S] [--configs LIST] [--no-dist] [--debian-torch] [--no-bf16]" >&2
+        --before) BEFORE="$2"; shift 2 ;;
+        *) echo "usage: $0 [--threads N] [--steps S] [--configs LIST] [--no-dist] [--debian-torch] [--no-bf16] [--before BINARY]" >&2
            exit 2 ;;
     esac
 done
@@ -46,6 +51,7 @@ BIN="${SHARDLM:-build/shardlm}"
 PY="${SLM_PYTHON:-.venv/bin/python}"
 TPY="${SLM_TORCH_PYTHON:-bench/.venv-torch/bin/python}"
 [ -x "$BIN" ] || { echo "$BIN not built (cmake --build build)" >&2; exit 2; }
+[ -z "$BEFORE" ] || [ -x "$BEFORE" ] || { echo "--before $BEFORE: not an executable" >&2; exit 2; }
 [ -x "$TPY" ] || { echo "$TPY missing: run bench/setup_torch.sh (PyTorch 2.x from PyPI)" >&2; exit 2; }
 TV=$("$TPY" -c 'import torch; print(torch.__version__)')
 export OMP_NUM_THREADS="$THREADS" OPENBLAS_NUM_THREADS="$THREADS"
@@ -73,6 +79,18 @@ row() {
         rar = (rr != "" && r > 0) ? sprintf("%.2fx", rr / r) : ""
         printf "| %s | %s | %s | %.0f | %.1f | %.1f%% | %.0f | %s | %s |\n", c, bt, im, t,
                t * f / 1e9, 100 * t * f / 1e9 / pk, r / 1024, rat, rar }'
+}
+# before CONFIG B T LABEL TPS RSS [ARGS...]: the same shardlm 1 x N run on $BEFORE (if given),
+# as a row whose ratio columns are this build / before
+before() {
+    [ -n "$BEFORE" ] || return 0
+    local c=$1 b=$2 t=$3 label=$4 tps=$5 rss=$6
+    shift 6
+    /usr/bin/time -v "$BEFORE" train --synthetic --model "$c" --batch "$b" --seq "$t" \
+        --steps "$STEPS" --threads "$THREADS" --log-every 0 --out "$(mktemp -d -p "$W")/run" "$@" \
+        > "$W/before.out" 2> "$W/before.time"
+    row "$c" "$b x $t" "before: $label" "$(slm_tps "$W/before.out")" "$(rss_kb "$W/before.time")" \
+        "$FPT" "$tps" "$rss"
 }
 # torch2 MODE CONFIG.json B T THREADS [WORLD] -> $W/pt.out, $W/pt.time
 torch2() {
@@ -107,6 +125,7 @@ for cfg in $CONFIGS; do
     FPT=$(sed -n 's/.*"flops_per_token":\([0-9.e+]*\).*/\1/p' "$run/metrics.jsonl")
     {
     row "$cfg" "$B x $T" "shardlm (1 x $THREADS)" "$S_TPS" "$S_RSS" "$FPT"
+    before "$cfg" $B $T "$BEFORE (1 x $THREADS)" "$S_TPS" "$S_RSS" --peak-gflops "$PEAK"
     for mode in eager compile; do
         torch2 $mode "$run/config.json" $B $T "$THREADS" 1
         [ $mode = eager ] && kv rss_mib_import "$W/pt.out" > "$W/import_rss"
@@ -124,6 +143,8 @@ for cfg in $CONFIGS; do
         B_TPS=$(slm_tps "$W/slm16.out") B_RSS=$(rss_kb "$W/slm16.time")
         row "$cfg" "$B x $T" "shardlm --compute-dtype bf16 (1 x $THREADS)" "$B_TPS" "$B_RSS" "$FPT" \
             "$S_TPS" "$S_RSS"
+        before "$cfg" $B $T "$BEFORE --compute-dtype bf16 (1 x $THREADS)" "$B_TPS" "$B_RSS" \
+            --peak-gflops "$PEAK16" --compute-dtype bf16
         for mode in eager compile; do
             AUTOCAST=bf16 torch2 $mode "$run/config.json" $B $T "$THREADS" 1
             name="PyTorch $TV eager, autocast bf16"
