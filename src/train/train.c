@@ -9,7 +9,6 @@
 
 #include "data/data.h"
 #include "dist/dist.h"
-#include "kernels/kernels.h"
 #include "train/train.h"
 #include "train/train_internal.h"
 #include "ckpt/ckpt.h"
