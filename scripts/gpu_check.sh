@@ -9,16 +9,18 @@
 #   scripts/gpu_check.sh              there, from the repository root, with .gpu carried
 #                                     (device tool: carry [".gpu"]): unpacks the packages under
 #                                     /tmp/slm-deps (never over /), builds base/ + kernels/ (CPU
-#                                     and CUDA, sm_80 + sm_90) and tests/gpu with
+#                                     and CUDA, sm_80 + sm_90) + device/ and tests/gpu with
 #                                     -DSLM_KERNELS_ONLY=ON, runs them, prints a table last.
 # Logs go to $OUT (the device tool's output folder) when set, else to build-gpu/.
 # What it checks today (issue 22 item 1): every CUDA kernel against the CPU kernel (bf16 GEMM
 # against the CPU's bf16 path) on random inputs with derived bounds, outputs poisoned, and
-# repeatability; and the device collectives of dist/ (tests/gpu/test_nccl.c under mpirun -np 2,
+# repeatability; the CUDA device of device.h (device/cuda.c: memory, copies, every op through
+# the backend table) against the CPU device (tests/gpu/test_cuda_device.c); and the device
+# collectives of dist/ (tests/gpu/test_nccl.c under mpirun -np 2,
 # with Debian's Open MPI carried in .gpu/debs, about 8 MB more, unpacked under /tmp/slm-deps and
 # run relocated through OPAL_PREFIX): the host-staged path with two ranks sharing GPU 0, NCCL's
 # refusal of that, and with two GPUs NCCL itself and its timeout abort. Not yet: training steps,
-# checkpoints across devices, the benchmark (they need the device layer of issue 21).
+# checkpoints across devices, the benchmark (they need the trainer on the CUDA device).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PKGS=(libopenblas-dev libopenblas-pthread-dev libopenblas0-pthread libopenblas0 libdnnl-dev
@@ -93,6 +95,15 @@ case $rc in
 *) row "CUDA kernels vs CPU kernels" "FAILED (exit $rc)" ;;
 esac
 grep -E '^\[(ok|FAIL)|FAIL|outside|not repeatable' "$LOG/test_cuda_kernels.log" | head -40 || true
+# The CUDA device of device.h (memory, copies, every op's dispatch) against the CPU device.
+d_rc=0
+./build-gpu/tests/gpu/test_cuda_device > "$LOG/test_cuda_device.log" 2>&1 || d_rc=$?
+case $d_rc in
+0) row "CUDA device vs CPU device (device.h)" "ok" ;;
+77) row "CUDA device vs CPU device (device.h)" "SKIPPED: $(grep -m1 SKIP "$LOG/test_cuda_device.log")" ;;
+*) row "CUDA device vs CPU device (device.h)" "FAILED (exit $d_rc)"; rc=1 ;;
+esac
+grep -E '^\[(ok|FAIL)|FAIL|outside|bitwise' "$LOG/test_cuda_device.log" | head -40 || true
 
 # dist/'s device collectives: 2 ranks (sharing GPU 0 when there is one GPU: host-staged).
 if [ -x build-gpu/tests/gpu/test_nccl ]; then

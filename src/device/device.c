@@ -60,17 +60,34 @@ slm_status slm_device_open(const char *spec, slm_device **out) {
             return SLM_OK;
         }
     }
-    if (spec && (strcmp(spec, "cuda") == 0 || strncmp(spec, "cuda:", 5) == 0))
-        return slm_fail(SLM_E_UNSUPPORTED,
-                        "device \"%s\": the CUDA backend is not attached to the device layer yet "
-                        "(kernels/cuda/ compiles; issue 22)",
-                        spec);
-    return slm_fail(SLM_E_ARG, "device \"%s\": expected \"cpu\" or \"sleep:GFLOPS\" (GFLOPS > 0)",
+    int ordinal = -1;
+    if (spec && strcmp(spec, "cuda") == 0) ordinal = 0;
+    if (spec && strncmp(spec, "cuda:", 5) == 0) {
+        char *end = NULL;
+        long o = strtol(spec + 5, &end, 10);
+        if (end != spec + 5 && *end == '\0' && o >= 0 && o < 4096) ordinal = (int)o;
+    }
+    if (ordinal >= 0) {
+        slm_device *d = slm_xcalloc(1, sizeof *d);
+        d->owned = true;
+        slm_status st = slm_device_cuda_open(d, ordinal);
+        if (st) {
+            free(d);
+            return st;
+        }
+        *out = d;
+        return SLM_OK;
+    }
+    return slm_fail(SLM_E_ARG,
+                    "device \"%s\": expected \"cpu\", \"sleep:GFLOPS\" (GFLOPS > 0), \"cuda\" "
+                    "or \"cuda:N\"",
                     spec ? spec : "(null)");
 }
 
 void slm_device_close(slm_device *d) {
-    if (d && d->owned) free(d);
+    if (!d || !d->owned) return;
+    if (d->kind == SLM_DEVICE_CUDA) slm_device_cuda_close(d);
+    free(d);
 }
 
 slm_device_kind slm_device_kind_of(const slm_device *d) {

@@ -9,7 +9,8 @@
 //   SLEEP  --simulate-compute GFLOPS: host memory; GEMM-like ops (linear, attention) sleep for
 //          their FLOPs / rate, every other op does nothing, so the real schedule (unit hooks,
 //          collectives, optimizer calls) runs unchanged on a few cores without the arithmetic.
-//   CUDA   (issue 22: kernels/cuda/ exists, not yet attached here.)
+//   CUDA   device memory (cudaMalloc), one compute stream, kernels/cuda/ and cuBLASLt bf16 GEMMs
+//          (cuda.c; compiled in CI, NOT YET RUN on a GPU). bf16 compute only.
 // Device pointers: `float *` / `void *` values that only this interface may dereference.
 // On the CPU and SLEEP devices they are host addresses; code above the device layer must
 // still read and write them only through slm_dev_copy (or the ops), so that a CUDA device can
@@ -35,8 +36,9 @@ typedef struct slm_device slm_device;
 slm_device *slm_device_cpu(void);
 // A SLEEP device computing at `gflops` GFLOP/s (> 0). Owned: slm_device_close.
 slm_device *slm_device_sleep(double gflops);
-// Opens a device from a spec: "cpu", "sleep:GFLOPS". Errors: SLM_E_ARG naming the spec and the
-// accepted forms; SLM_E_UNSUPPORTED for "cuda" (not attached yet).
+// Opens a device from a spec: "cpu", "sleep:GFLOPS", "cuda" (= "cuda:0"), "cuda:N". Errors:
+// SLM_E_ARG naming the spec and the accepted forms; SLM_E_UNSUPPORTED for a CUDA device in a
+// build without the CUDA backend, or when none (or not N) is visible, saying which.
 slm_status slm_device_open(const char *spec, slm_device **out);
 void slm_device_close(slm_device *d);
 slm_device_kind slm_device_kind_of(const slm_device *d);

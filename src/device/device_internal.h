@@ -69,11 +69,17 @@ struct slm_device {
     double gflops;   // SLEEP: the simulated rate
     double deadline; // SLEEP: CLOCK_MONOTONIC seconds the simulated compute runs until
     double slept_s;  // SLEEP: total simulated compute
+    void *impl;      // backend state (CUDA: cuda.c's stream, cuBLASLt context, scratch)
 };
 
 // The CPU backend's table (cpu.c), whose memory functions the SLEEP backend reuses.
 extern const slm_device_ops slm_device_cpu_ops;
 // The SLEEP backend's table (sleep.c).
 extern const slm_device_ops slm_device_sleep_ops;
+// Opens CUDA device `ordinal` into d (kind, ops, impl set); cuda.c. Errors: SLM_E_UNSUPPORTED
+// (a build without the CUDA backend, no device visible, ordinal out of range) naming why.
+slm_status slm_device_cuda_open(slm_device *d, int ordinal);
+// Frees what slm_device_cuda_open made (stream, cuBLASLt context, scratch).
+void slm_device_cuda_close(slm_device *d);
 
 #endif

@@ -228,6 +228,25 @@ int slm_cuda_sumsq(double *out, const float *x, int64_t n, void *stream);
 int slm_cuda_adamw(float *p, const float *g, float *m, float *v, void *p_bf16, int64_t n, float lr,
                    float beta1, float beta2, float eps, float wd, int64_t t, void *stream);
 
+// *out (a device double) = sum of x[i] (fixed tree, as slm_cuda_sumsq).
+int slm_cuda_sum(double *out, const float *x, int64_t n, void *stream);
+// slm_adamw_update on the device (its float expressions; nvcc may contract to FMA).
+int slm_cuda_adamw_segment(float *p, const float *g, float *m, float *v, int64_t n, float b1,
+                           float b2, float eps, float decay_mul, float step_size, float bc2_sqrt,
+                           void *stream);
+// The vector kernels of kernels/vec.c on the device (kernels/cuda/vec.cu); x of
+// slm_cuda_bf16_accumulate is bf16.
+int slm_cuda_axpy(float *y, float a, const float *x, int64_t n, void *stream);
+int slm_cuda_scale(float *x, float s, int64_t n, void *stream);
+int slm_cuda_fill(float *x, float v, int64_t n, void *stream);
+int slm_cuda_add(float *out, const float *a, const float *b, int64_t n, void *stream);
+int slm_cuda_round_bf16(float *x, int64_t n, void *stream);
+int slm_cuda_bf16_accumulate(float *acc, const void *x, int64_t n, void *stream);
+int slm_cuda_dropout(uint64_t key, uint32_t thr, float scale, const float *x, float *y, float *acc,
+                     int64_t n, void *stream);
+// Row softmax (slm_softmax_rows), one block per row, double sum over a fixed tree.
+int slm_cuda_softmax_rows(float *s, int64_t rows, int64_t n, float scale, void *stream);
+
 // Causal attention with GQA (slm_attention_fwd / _bwd; pos [B, T] NULL, or packed positions as
 // slm_attention_fwd_packed), D <= 256, H a multiple of KV. The backward writes dq, dk, dv (=) and
 // needs `scratch`, B * H * T floats of device memory (the rows' D = rowsum(dO * O)).

@@ -99,11 +99,11 @@ __global__ void k_xent(float *logits, float *losses, const int32_t *targets, int
         x[v] = (expf(x[v] - lse) - (v == t ? 1.0f : 0.0f)) * dscale;
 }
 
-// Pass 1 of the sum of squares: block b sums its grid-stride share in double.
-__global__ void k_sumsq_part(double *part, const float *x, int64_t n) {
+// Pass 1 of the sum (of squares when SQ): block b sums its grid-stride share in double.
+template <bool SQ> __global__ void k_sumsq_part(double *part, const float *x, int64_t n) {
     __shared__ double sh[RED_THREADS];
     double s = 0;
-    SLM_CUDA_FOR(i, n) s += (double)x[i] * x[i];
+    SLM_CUDA_FOR(i, n) s += SQ ? (double)x[i] * x[i] : (double)x[i];
     s = block_sum(s, sh);
     if (threadIdx.x == 0) part[blockIdx.x] = s;
 }
@@ -138,6 +138,24 @@ __global__ void k_adamw(float *p, const float *g, float *m, float *v, __nv_bfloa
     }
 }
 
+// *out (device double) = sum of x[i]^2 (or of x[i]); the grid is a function of n only
+// (determinism).
+template <bool SQ> static int sum_impl(double *out, const float *x, int64_t n, void *stream) {
+    cudaStream_t s = slm_cuda_stream_(stream);
+    int nb = (int)slm_cuda_blocks_(n, RED_THREADS);
+    if (nb > 1024) nb = 1024;
+    double *part = NULL;
+    SLM_CUDA_TRY(cudaMallocAsync((void **)&part, (size_t)nb * sizeof(double), s));
+    k_sumsq_part<SQ><<<(unsigned)nb, RED_THREADS, 0, s>>>(part, x, n);
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess) {
+        k_sumsq_final<<<1, RED_THREADS, 0, s>>>(out, part, nb);
+        e = cudaGetLastError();
+    }
+    cudaError_t f = cudaFreeAsync(part, s);
+    return (int)(e != cudaSuccess ? e : f);
+}
+
 extern "C" {
 
 int slm_cuda_rmsnorm_fwd(float *out, float *rstd, const float *inp, const float *w, int64_t N,
@@ -166,21 +184,21 @@ int slm_cuda_cross_entropy(float *logits, float *losses, const int32_t *targets,
     SLM_CUDA_LAUNCHED();
 }
 
-// *out (device double) = sum of x[i]^2; the grid is a function of n only (determinism).
 int slm_cuda_sumsq(double *out, const float *x, int64_t n, void *stream) {
-    cudaStream_t s = slm_cuda_stream_(stream);
-    int nb = (int)slm_cuda_blocks_(n, RED_THREADS);
-    if (nb > 1024) nb = 1024;
-    double *part = NULL;
-    SLM_CUDA_TRY(cudaMallocAsync((void **)&part, (size_t)nb * sizeof(double), s));
-    k_sumsq_part<<<(unsigned)nb, RED_THREADS, 0, s>>>(part, x, n);
-    cudaError_t e = cudaGetLastError();
-    if (e == cudaSuccess) {
-        k_sumsq_final<<<1, RED_THREADS, 0, s>>>(out, part, nb);
-        e = cudaGetLastError();
-    }
-    cudaError_t f = cudaFreeAsync(part, s);
-    return (int)(e != cudaSuccess ? e : f);
+    return sum_impl<true>(out, x, n, stream);
+}
+
+int slm_cuda_sum(double *out, const float *x, int64_t n, void *stream) {
+    return sum_impl<false>(out, x, n, stream);
+}
+
+int slm_cuda_adamw_segment(float *p, const float *g, float *m, float *v, int64_t n, float b1,
+                           float b2, float eps, float decay_mul, float step_size, float bc2_sqrt,
+                           void *stream) {
+    if (n <= 0) return 0;
+    k_adamw<<<slm_cuda_blocks_(n, 256), 256, 0, slm_cuda_stream_(stream)>>>(
+        p, g, m, v, NULL, n, b1, b2, eps, decay_mul, step_size, bc2_sqrt);
+    SLM_CUDA_LAUNCHED();
 }
 
 int slm_cuda_adamw(float *p, const float *g, float *m, float *v, void *p_bf16, int64_t n, float lr,
