@@ -104,6 +104,14 @@ static int cu_threads(const slm_device *d) {
     return slm_kernels_threads();
 }
 
+static void cu_mem_info(slm_device *d, double *free_b, double *total_b) {
+    size_t fr = 0, tot = 0;
+    ck(slm_cuda_mem_info(&fr, &tot), "cudaMemGetInfo");
+    (void)d;
+    *free_b = (double)fr;
+    *total_b = (double)tot;
+}
+
 static void need_bf16(bool bf16) {
     if (!bf16)
         slm_fatal("device cuda: fp32 compute is not implemented on the GPU; use --compute-dtype "
@@ -322,6 +330,7 @@ static const slm_device_ops k_cuda_ops = {
     .sync = cu_sync,
     .set_threads = cu_set_threads,
     .threads = cu_threads,
+    .mem_info = cu_mem_info,
     .linear_fwd = cu_linear_fwd,
     .linear_bwd = cu_linear_bwd,
     .rmsnorm_fwd = cu_rmsnorm_fwd,

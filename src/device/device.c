@@ -3,6 +3,8 @@
 #include "device/device_internal.h"
 
 #include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -110,6 +112,37 @@ int slm_device_threads(const slm_device *d) {
 
 double slm_device_slept_s(const slm_device *d) {
     return cdev(d)->slept_s;
+}
+
+void slm_device_mem_info(slm_device *d, double *free_b, double *total_b) {
+    d = dev(d);
+    if (d->ops->mem_info) {
+        d->ops->mem_info(d, free_b, total_b);
+        return;
+    }
+    slm_mem_info m;
+    slm_mem_probe(&m);
+    *free_b = m.bytes;
+    *total_b = m.bytes;
+}
+
+slm_status slm_dev_mem_check(slm_device *d, double need_bytes, const char *fmt, ...) {
+    d = dev(d);
+    char what[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    if (!d->ops->mem_info) return slm_mem_check(need_bytes, "%s", what);
+    double fr = 0, tot = 0;
+    d->ops->mem_info(d, &fr, &tot);
+    if (!(need_bytes == need_bytes)) need_bytes = 1e300; // NaN: too much
+    if (need_bytes <= fr) return SLM_OK;
+    char a[32], b[32], c[32];
+    return slm_fail(SLM_E_NOMEM,
+                    "%s needs about %s of %s memory, more than the %s free (of %s on the device)",
+                    what, slm_fmt_bytes(need_bytes, a), d->ops->name, slm_fmt_bytes(fr, b),
+                    slm_fmt_bytes(tot, c));
 }
 
 // ---------------------------------------------------------------------------------------------

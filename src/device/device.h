@@ -51,6 +51,15 @@ int slm_device_threads(const slm_device *d);
 // Seconds the SLEEP device slept since it was created (0 on the others).
 double slm_device_slept_s(const slm_device *d);
 
+// Free and total bytes of the device's memory: CPU and SLEEP: what this process can still
+// allocate (base.h slm_mem_probe; total = free there); CUDA: cudaMemGetInfo.
+void slm_device_mem_info(slm_device *d, double *free_b, double *total_b);
+// SLM_OK when `need_bytes` fit in the device's free memory, else SLM_E_NOMEM: "<what> needs about
+// N of <device> memory, more than the F free (...)" (`what` printf-style). The check every
+// subcommand runs before allocating a model on a device (CPU: base.h slm_mem_check).
+slm_status slm_dev_mem_check(slm_device *d, double need_bytes, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 // ---------------------------------------------------------------------------------------------
 // Memory. Buffers are 64-byte aligned, contents undefined until written (slm_dev_zero).
 void *slm_dev_alloc(slm_device *d, size_t bytes);

@@ -16,6 +16,8 @@ typedef struct slm_device_ops {
     void (*sync)(slm_device *d);
     int (*set_threads)(slm_device *d, int n);
     int (*threads)(const slm_device *d);
+    // free / total bytes (CUDA only: NULL means the host's memory, base.h slm_mem_probe)
+    void (*mem_info)(slm_device *d, double *free_b, double *total_b);
     void (*linear_fwd)(slm_device *d, bool bf16, float *out, const float *inp, const float *W,
                        int64_t N, int64_t I, int64_t O, bool accumulate);
     void (*linear_bwd)(slm_device *d, bool bf16, float *dinp, float *dW, const float *dout,

@@ -297,6 +297,18 @@ static void test_sleep(void) {
     slm_device_close(d);
 }
 
+// Memory checks: the CPU device's is base.h's (a huge need fails naming the device's view, a
+// small one passes); free <= total.
+static void test_mem_check(void) {
+    double fr = 0, tot = 0;
+    slm_device_mem_info(NULL, &fr, &tot);
+    CHECK(fr >= 0 && fr <= tot);
+    CHECK_OK(slm_dev_mem_check(NULL, 1024.0, "a small model"));
+    CHECK_EQ_INT(slm_dev_mem_check(NULL, 1e18, "model \"%s\"", "huge"), SLM_E_NOMEM);
+    CHECK_MSG(strstr(slm_errmsg(), "model \"huge\" needs about"), "message: %s", slm_errmsg());
+    CHECK_EQ_INT(slm_dev_mem_check(NULL, NAN, "nan"), SLM_E_NOMEM);
+}
+
 static void test_open_errors(void) {
     slm_device *d = (slm_device *)1;
     CHECK_OK(slm_device_open("cpu", &d));
@@ -321,6 +333,7 @@ int main(void) {
     RUN(test_dropout);
     RUN(test_softmax);
     RUN(test_sleep);
+    RUN(test_mem_check);
     RUN(test_open_errors);
     return TEST_SUMMARY();
 }
