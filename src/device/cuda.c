@@ -41,6 +41,7 @@ typedef struct cuda_state {
     size_t att_cap;   // bytes
     double *scalar;   // one device double: sums come back through it
     char isa[64];     // "cuBLASLt bf16 (sm_90)"
+    char pci[32];     // PCI bus id (NVML finds the GPU by it)
 } cuda_state;
 
 static cuda_state *st(slm_device *d) {
@@ -110,6 +111,14 @@ static void cu_mem_info(slm_device *d, double *free_b, double *total_b) {
     (void)d;
     *free_b = (double)fr;
     *total_b = (double)tot;
+}
+
+static void cu_stats(slm_device *d, slm_device_stats *out) {
+    slm_device_nvml_read(st(d)->pci, out);
+}
+
+static const char *cu_describe(slm_device *d) {
+    return d->desc;
 }
 
 static void need_bf16(bool bf16) {
@@ -331,6 +340,8 @@ static const slm_device_ops k_cuda_ops = {
     .set_threads = cu_set_threads,
     .threads = cu_threads,
     .mem_info = cu_mem_info,
+    .stats = cu_stats,
+    .describe = cu_describe,
     .linear_fwd = cu_linear_fwd,
     .linear_bwd = cu_linear_bwd,
     .rmsnorm_fwd = cu_rmsnorm_fwd,
@@ -383,6 +394,10 @@ slm_status slm_device_cuda_open(slm_device *d, int ordinal) {
     ck(slm_cuda_gemm_create(&s->gemm), "cuBLASLt context");
     ck(slm_cuda_malloc((void **)&s->scalar, sizeof(double)), "cudaMalloc (scalar)");
     snprintf(s->isa, sizeof s->isa, "cuBLASLt bf16 (CUDA device %d)", ordinal);
+    char name[64] = "?";
+    slm_cuda_device_name(ordinal, name, (int)sizeof name);
+    snprintf(d->desc, sizeof d->desc, "cuda:%d %s", ordinal, name);
+    if (slm_cuda_pci_bus_id(ordinal, s->pci, (int)sizeof s->pci)) s->pci[0] = '\0';
     return SLM_OK;
 }
 

@@ -114,6 +114,23 @@ double slm_device_slept_s(const slm_device *d) {
     return cdev(d)->slept_s;
 }
 
+void slm_device_stats_read(slm_device *d, slm_device_stats *out) {
+    d = dev(d);
+    memset(out, 0, sizeof *out);
+    out->ecc_uncorrected = -1;
+    if (d->ops->stats) d->ops->stats(d, out);
+}
+
+const char *slm_device_describe(slm_device *d) {
+    d = dev(d);
+    if (d->ops->describe) return d->ops->describe(d);
+    if (d->kind == SLM_DEVICE_SLEEP) {
+        snprintf(d->desc, sizeof d->desc, "sleep (%.6g GFLOP/s)", d->gflops);
+        return d->desc;
+    }
+    return d->ops->name;
+}
+
 void slm_device_mem_info(slm_device *d, double *free_b, double *total_b) {
     d = dev(d);
     if (d->ops->mem_info) {

@@ -51,6 +51,22 @@ int slm_device_threads(const slm_device *d);
 // Seconds the SLEEP device slept since it was created (0 on the others).
 double slm_device_slept_s(const slm_device *d);
 
+// Counters of a GPU as DCGM's exporter reports them (NVML, device/nvml.c), for Prometheus gauges
+// and the health check. valid is false where there are none (CPU, SLEEP, no NVML library): the
+// fields are then meaningless, never "zero".
+typedef struct slm_device_stats {
+    bool valid;
+    double mem_used_b, mem_total_b; // device memory in use (all processes), total
+    double util_ratio;              // busy fraction of the last sample period, [0, 1]
+    double power_w;                 // board power draw
+    double temp_c;                  // GPU temperature
+    double ecc_uncorrected;         // uncorrected ECC errors since the driver loaded (-1: n/a)
+} slm_device_stats;
+void slm_device_stats_read(slm_device *d, slm_device_stats *out);
+// What the device is, e.g. "cpu", "sleep (500 GFLOP/s)", "cuda:0 NVIDIA H200 (sm_90)" (valid
+// until slm_device_close).
+const char *slm_device_describe(slm_device *d);
+
 // Free and total bytes of the device's memory: CPU and SLEEP: what this process can still
 // allocate (base.h slm_mem_probe; total = free there); CUDA: cudaMemGetInfo.
 void slm_device_mem_info(slm_device *d, double *free_b, double *total_b);

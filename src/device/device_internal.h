@@ -18,6 +18,9 @@ typedef struct slm_device_ops {
     int (*threads)(const slm_device *d);
     // free / total bytes (CUDA only: NULL means the host's memory, base.h slm_mem_probe)
     void (*mem_info)(slm_device *d, double *free_b, double *total_b);
+    // counters (NULL: none, valid = false) and a description (NULL: the name)
+    void (*stats)(slm_device *d, slm_device_stats *out);
+    const char *(*describe)(slm_device *d);
     void (*linear_fwd)(slm_device *d, bool bf16, float *out, const float *inp, const float *W,
                        int64_t N, int64_t I, int64_t O, bool accumulate);
     void (*linear_bwd)(slm_device *d, bool bf16, float *dinp, float *dW, const float *dout,
@@ -71,6 +74,7 @@ struct slm_device {
     double gflops;   // SLEEP: the simulated rate
     double deadline; // SLEEP: CLOCK_MONOTONIC seconds the simulated compute runs until
     double slept_s;  // SLEEP: total simulated compute
+    char desc[96];   // slm_device_describe's text
     void *impl;      // backend state (CUDA: cuda.c's stream, cuBLASLt context, scratch)
 };
 
@@ -81,6 +85,8 @@ extern const slm_device_ops slm_device_sleep_ops;
 // Opens CUDA device `ordinal` into d (kind, ops, impl set); cuda.c. Errors: SLM_E_UNSUPPORTED
 // (a build without the CUDA backend, no device visible, ordinal out of range) naming why.
 slm_status slm_device_cuda_open(slm_device *d, int ordinal);
+// NVML's counters of the GPU at `pci_bus_id` (nvml.c); valid = false without NVML.
+void slm_device_nvml_read(const char *pci_bus_id, slm_device_stats *out);
 // Frees what slm_device_cuda_open made (stream, cuBLASLt context, scratch).
 void slm_device_cuda_close(slm_device *d);
 

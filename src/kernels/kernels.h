@@ -180,6 +180,10 @@ int slm_kernels_threads(void);
 // Devices visible (0 without a driver or device: not an error).
 int slm_cuda_device_count(int *n);
 int slm_cuda_set_device(int dev);
+// PCI bus id of device `dev` ("0000:19:00.0"; NVML finds the same GPU by it) and its name with
+// the compute capability ("NVIDIA H200 (sm_90)"), into buf [len].
+int slm_cuda_pci_bus_id(int dev, char *buf, int len);
+int slm_cuda_device_name(int dev, char *buf, int len);
 // Free and total device memory in bytes (cudaMemGetInfo).
 int slm_cuda_mem_info(size_t *free_b, size_t *total_b);
 // Device memory (cudaMalloc; never managed memory) and pinned host memory for staging.

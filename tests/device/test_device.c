@@ -307,6 +307,14 @@ static void test_mem_check(void) {
     CHECK_EQ_INT(slm_dev_mem_check(NULL, 1e18, "model \"%s\"", "huge"), SLM_E_NOMEM);
     CHECK_MSG(strstr(slm_errmsg(), "model \"huge\" needs about"), "message: %s", slm_errmsg());
     CHECK_EQ_INT(slm_dev_mem_check(NULL, NAN, "nan"), SLM_E_NOMEM);
+    // the CPU device has no GPU counters: reported as unavailable, not as zeros
+    slm_device_stats s;
+    slm_device_stats_read(NULL, &s);
+    CHECK(!s.valid && s.ecc_uncorrected == -1);
+    CHECK_EQ_STR(slm_device_describe(NULL), "cpu");
+    slm_device *d = slm_device_sleep(250);
+    CHECK_EQ_STR(slm_device_describe(d), "sleep (250 GFLOP/s)");
+    slm_device_close(d);
 }
 
 static void test_open_errors(void) {

@@ -194,6 +194,25 @@ static void test_linear(void) {
     free(x), free(W), free(dy), free(init_dx), free(init_dW);
 }
 
+// NVML's counters of the device (libnvidia-ml comes with the driver, so with a GPU they must be
+// there): memory total equal to what CUDA reports, ranges physically possible.
+static void test_stats(void) {
+    slm_device_stats s;
+    slm_device_stats_read(g_cu, &s);
+    CHECK_MSG(s.valid, "NVML counters unavailable on a GPU machine (libnvidia-ml.so.1?)");
+    double fr = 0, tot = 0;
+    slm_device_mem_info(g_cu, &fr, &tot);
+    CHECK(tot > 0 && fr <= tot);
+    CHECK_CLOSE(s.mem_total_b, tot, 0.05, 0); // NVML counts a reserved region CUDA does not
+    CHECK(s.mem_used_b > 0 && s.mem_used_b <= s.mem_total_b);
+    CHECK(s.util_ratio >= 0 && s.util_ratio <= 1);
+    CHECK(s.power_w > 0 && s.power_w < 2000);
+    CHECK(s.temp_c > 0 && s.temp_c < 120);
+    printf("device: %s; NVML: %.1f of %.1f GiB used, %.0f%% busy, %.0f W, %.0f C, ECC %g\n",
+           slm_device_describe(g_cu), s.mem_used_b / 1073741824.0, s.mem_total_b / 1073741824.0,
+           100 * s.util_ratio, s.power_w, s.temp_c, s.ecc_uncorrected);
+}
+
 int main(void) {
     slm_status st = slm_device_open("cuda:0", &g_cu);
     if (st == SLM_E_UNSUPPORTED) {
@@ -209,6 +228,7 @@ int main(void) {
     RUN(test_casts_and_sums);
     RUN(test_adamw_softmax);
     RUN(test_linear);
+    RUN(test_stats);
     slm_device_close(g_cu);
     return TEST_SUMMARY();
 }

@@ -1,6 +1,7 @@
 // CUDA device, memory and stream primitives behind kernels.h's "CUDA backend" section: plain
 // cudaMalloc (never managed memory), explicit copies, streams and events. Issue 22.
 #include <cublas_api.h>
+#include <stdio.h>
 
 #include "cuda_common.cuh"
 
@@ -20,6 +21,18 @@ int slm_cuda_device_count(int *n) {
 
 int slm_cuda_set_device(int dev) {
     return (int)cudaSetDevice(dev);
+}
+
+int slm_cuda_pci_bus_id(int dev, char *buf, int len) {
+    return (int)cudaDeviceGetPCIBusId(buf, len, dev);
+}
+
+int slm_cuda_device_name(int dev, char *buf, int len) {
+    cudaDeviceProp p;
+    cudaError_t e = cudaGetDeviceProperties(&p, dev);
+    if (e != cudaSuccess) return (int)e;
+    snprintf(buf, (size_t)len, "%s (sm_%d%d)", p.name, p.major, p.minor);
+    return 0;
 }
 
 int slm_cuda_mem_info(size_t *free_b, size_t *total_b) {
