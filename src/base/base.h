@@ -184,6 +184,13 @@ uint64_t slm_rng_below(slm_rng *r, uint64_t n);
 uint64_t slm_mix64(uint64_t x);
 
 // ---------------------------------------------------------------------------------------------
+// Host task parallelism: runs fn(ctx, i) for every i in [0, n) on the OpenMP threads, one task
+// at a time per thread (dynamic schedule), and returns when all are done. For independent host
+// work of uneven size (seeded weight init, one RNG stream per task), whose result does not
+// depend on the schedule; fn must not fail (slm_fatal on a broken invariant).
+void slm_parallel_tasks(int n, void (*fn)(void *ctx, int i), void *ctx);
+
+// ---------------------------------------------------------------------------------------------
 // Memory probe. Every subcommand estimates what it will allocate and calls slm_mem_check before
 // the allocation, so running out of memory is a clean error (SLM_E_NOMEM, exit 1) instead of an
 // abort in slm_xmalloc or the kernel's OOM killer.

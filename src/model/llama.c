@@ -4,9 +4,10 @@
 // Shapes: N = B*T token rows, C hidden, H heads, KV kv heads, D = C/H head dim, F ffn, V vocab.
 // Every tensor of a block is [N, features] row-major, so q_proj's output [N, H*D] is already the
 // [B, T, H, D] layout the attention kernel takes: no transposes anywhere.
+// Every buffer that holds parameters, gradients or activations is device memory (m->dev,
+// device.h), reached only through the slm_dev_* calls; host memory here is metadata (unit
+// layouts, view tables, the workspace struct) and the seeded init's staging buffers.
 #include "model_internal.h"
-
-#include "kernels/kernels.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -29,6 +30,7 @@ typedef struct block_acts {
 } block_acts;
 
 struct slm_llama_acts {
+    slm_device *dev;  // where every buffer below lives (the model's device)
     int B, T;         // capacity: B*T rows, T positions
     int64_t N;        // B * T
     bool keep_logits; // logits [N, V] retained
@@ -44,11 +46,12 @@ struct slm_llama_acts {
     float *logits;    // [N, V] (keep_logits only)
     float *chunk;     // [chunk_rows, V] logits / dlogits of one row chunk
     int64_t chunk_rows;
-    float *losses;   // [N] per-row cross-entropy
-    float *dlnf;     // [N, C] d(mean loss)/d(lnf), from the forward's fused head
-    float *dwlm;     // [V, C] d(mean loss)/d(lm_head weight), lazily allocated
-    int32_t *tokens; // [N] copy of the last forward's tokens (embedding backward)
-    int32_t *pos;    // [N] positions of the last packed forward (has_pos), else unused
+    float *losses;    // [N] per-row cross-entropy
+    float *dlnf;      // [N, C] d(mean loss)/d(lnf), from the forward's fused head
+    float *dwlm;      // [V, C] d(mean loss)/d(lm_head weight), lazily allocated
+    int32_t *tokens;  // [N] copy of the last forward's tokens (embedding, its backward)
+    int32_t *targets; // [N] copy of the last forward's targets (cross-entropy)
+    int32_t *pos;     // [N] positions of the last packed forward (has_pos), else unused
     bool has_pos;
     // backward scratch, lazily allocated
     float *dx;               // [N, C] gradient of the residual stream
@@ -70,20 +73,19 @@ enum { BLOCK_ACTS_N = 13 };
 static void block_tensors(block_acts *b, float **t[BLOCK_ACTS_N]) {
     float **l[BLOCK_ACTS_N] = {&b->ln1,  &b->rstd1, &b->q,     &b->k,    &b->v,  &b->att, &b->lse,
                                &b->xmid, &b->ln2,   &b->rstd2, &b->gate, &b->up, &b->h};
-    memcpy(t, l, sizeof l);
+    memcpy(t, l, sizeof l); // host table of pointers to the device pointers
 }
 
 static void block_widths(const slm_llama_config *c, int64_t w[BLOCK_ACTS_N]) {
     int64_t C = c->hidden_size, F = c->intermediate_size, H = c->num_attention_heads;
     int64_t D = slm_llama_head_dim(c), HD = H * D, KVD = c->num_key_value_heads * D;
     int64_t l[BLOCK_ACTS_N] = {C, 1, HD, KVD, KVD, HD, H, C, C, 1, F, F, F};
-    memcpy(w, l, sizeof l);
+    memcpy(w, l, sizeof l); // host table of widths
 }
 
 static float *falloc(slm_llama_acts *a, int64_t n) {
-    size_t bytes = (size_t)n * sizeof(float);
-    a->bytes += bytes;
-    return slm_xaligned(bytes ? bytes : 64);
+    a->bytes += (size_t)n * sizeof(float);
+    return slm_dev_alloc_f32(a->dev, n);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -92,7 +94,7 @@ static float *falloc(slm_llama_acts *a, int64_t n) {
 static void add_view(slm_unit_layout *u, const char *name, int ndim, int64_t d0, int64_t d1,
                      bool wd) {
     slm_param_view *v = &u->views[u->n_views++];
-    memset(v, 0, sizeof *v);
+    memset(v, 0, sizeof *v); // host view table
     snprintf(v->name, sizeof v->name, "%s", name);
     v->ndim = ndim;
     v->shape[0] = d0;
@@ -136,8 +138,10 @@ static void build_layout(slm_llama *m) {
     if (!c->tie_word_embeddings) add_view(r, "lm_head.weight", 2, V, C, true);
 }
 
-slm_status slm_llama_init(slm_llama *m, const slm_llama_config *cfg, bool alloc) {
-    memset(m, 0, sizeof *m);
+slm_status slm_llama_init_on(slm_llama *m, slm_device *dev, const slm_llama_config *cfg,
+                             bool alloc) {
+    memset(m, 0, sizeof *m); // the host struct (metadata and pointers)
+    m->dev = dev;
     slm_status st = slm_llama_config_validate(cfg);
     if (st) return st;
     m->cfg = *cfg;
@@ -147,24 +151,28 @@ slm_status slm_llama_init(slm_llama *m, const slm_llama_config *cfg, bool alloc)
     m->owns_buffers = alloc;
     if (alloc) {
         for (int u = 0; u < m->n_units; u++) {
-            size_t bytes = (size_t)m->units[u].numel * sizeof(float);
-            m->params[u] = slm_xaligned(bytes);
-            m->grads[u] = slm_xaligned(bytes);
-            memset(m->params[u], 0, bytes);
-            memset(m->grads[u], 0, bytes);
+            int64_t n = m->units[u].numel;
+            m->params[u] = slm_dev_alloc_f32(dev, n);
+            m->grads[u] = slm_dev_alloc_f32(dev, n);
+            slm_dev_zero(dev, m->params[u], (size_t)n * sizeof(float));
+            slm_dev_zero(dev, m->grads[u], (size_t)n * sizeof(float));
         }
     }
     return SLM_OK;
+}
+
+slm_status slm_llama_init(slm_llama *m, const slm_llama_config *cfg, bool alloc) {
+    return slm_llama_init_on(m, NULL, cfg, alloc);
 }
 
 static void acts_free(slm_llama_acts *a);
 
 void slm_llama_free(slm_llama *m) {
     if (!m) return;
-    slm_units_free(m->n_units, m->units, m->params, m->grads, m->owns_buffers);
+    slm_units_free(m->dev, m->n_units, m->units, m->params, m->grads, m->owns_buffers);
     acts_free(m->acts);
     slm_lora_free(m);
-    memset(m, 0, sizeof *m);
+    memset(m, 0, sizeof *m); // the host struct
 }
 
 const slm_param_view *slm_llama_find(const slm_llama *m, const char *name, int *unit) {
@@ -208,18 +216,62 @@ void slm_llama_init_unit_weights(const slm_llama *m, uint64_t seed, int unit, fl
         init_view(m, seed, unit, i, flat);
 }
 
+// Floats of host staging slm_llama_init_weights fills before copying to the device (64 MiB, or
+// the largest unit, or the whole model if smaller).
+#define INIT_STAGE_FLOATS ((int64_t)1 << 24)
+
+// One group of units [u0, ...) initialised on the host: unit u at stage + off[u].
+typedef struct init_group {
+    const slm_llama *m;
+    uint64_t seed;
+    int u0;
+    float *stage;       // host staging
+    const int64_t *off; // [n_units] each unit's place in stage
+} init_group;
+
+// Task t of a group: the t-th (unit, view) pair counted from unit u0.
+static void init_task(void *ctx, int t) {
+    const init_group *g = ctx;
+    int u = g->u0, i = t;
+    while (i >= g->m->units[u].n_views)
+        i -= g->m->units[u++].n_views;
+    if (g->m->params[u]) init_view(g->m, g->seed, u, i, g->stage + g->off[u]);
+}
+
 void slm_llama_init_weights(slm_llama *m, uint64_t seed) {
-    // One task per (unit, view): independent streams, so any schedule gives the same bits.
-    int total = 0;
-    for (int u = 0; u < m->n_units; u++)
-        total += m->units[u].n_views;
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int t = 0; t < total; t++) {
-        int u = 0, i = t;
-        while (i >= m->units[u].n_views)
-            i -= m->units[u++].n_views;
-        if (m->params[u]) init_view(m, seed, u, i, m->params[u]);
+    // Groups of units are generated on a host staging buffer, one task per (unit, view) (each an
+    // independent stream, so any schedule gives the same bits), then copied to the device.
+    int64_t cap = INIT_STAGE_FLOATS, total = 0;
+    for (int u = 0; u < m->n_units; u++) {
+        int64_t n = m->params[u] ? m->units[u].numel : 0;
+        total += n;
+        if (n > cap) cap = n;
     }
+    if (cap > total) cap = total;
+    init_group g = {.m = m, .seed = seed};
+    g.stage = slm_dev_host_alloc(m->dev, (size_t)cap * sizeof(float)); // host staging
+    int64_t *off = slm_xcalloc((size_t)m->n_units, sizeof *off);
+    g.off = off;
+    for (int u0 = 0; u0 < m->n_units;) {
+        int u1 = u0, tasks = 0;
+        int64_t used = 0;
+        for (; u1 < m->n_units; u1++) {
+            int64_t n = m->params[u1] ? m->units[u1].numel : 0;
+            if (u1 > u0 && used + n > cap) break;
+            off[u1] = used;
+            used += n;
+            tasks += m->units[u1].n_views;
+        }
+        g.u0 = u0;
+        slm_parallel_tasks(tasks, init_task, &g);
+        for (int u = u0; u < u1; u++)
+            if (m->params[u])
+                slm_dev_copy(m->dev, m->params[u], g.stage + off[u],
+                             (size_t)m->units[u].numel * sizeof(float), SLM_H2D);
+        u0 = u1;
+    }
+    free(off);
+    slm_dev_host_free(m->dev, g.stage);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -227,34 +279,19 @@ void slm_llama_init_weights(slm_llama *m, uint64_t seed) {
 
 static void acts_free(slm_llama_acts *a) {
     if (!a) return;
-    free(a->rope_cos);
-    free(a->rope_sin);
-    free(a->x);
     for (int i = 0; i < a->n_blk; i++) {
         float **t[BLOCK_ACTS_N];
         block_tensors(&a->blk[i], t);
         for (int j = 0; j < BLOCK_ACTS_N; j++)
-            free(*t[j]);
+            slm_dev_free(a->dev, *t[j]);
     }
-    free(a->blk);
-    free(a->lnf);
-    free(a->rstdf);
-    free(a->logits);
-    free(a->chunk);
-    free(a->losses);
-    free(a->dlnf);
-    free(a->dwlm);
-    free(a->tokens);
-    free(a->pos);
-    free(a->dx);
-    free(a->dln);
-    free(a->dq);
-    free(a->dk);
-    free(a->dv);
-    free(a->dh);
-    free(a->dgate);
-    free(a->dup);
-    free(a->dnorm);
+    free(a->blk); // host array of block_acts
+    void *dev_bufs[] = {a->rope_cos, a->rope_sin, a->x,    a->lnf,  a->rstdf,  a->logits,
+                        a->chunk,    a->losses,   a->dlnf, a->dwlm, a->tokens, a->targets,
+                        a->pos,      a->dx,       a->dln,  a->dq,   a->dk,     a->dv,
+                        a->dh,       a->dgate,    a->dup,  a->dnorm};
+    for (size_t i = 0; i < sizeof dev_bufs / sizeof dev_bufs[0]; i++)
+        slm_dev_free(a->dev, dev_bufs[i]);
     free(a);
 }
 
@@ -263,6 +300,7 @@ static slm_llama_acts *acts_new(const slm_llama *m, int B, int T, bool keep_logi
     int L = c->num_hidden_layers;
     int64_t C = c->hidden_size, V = c->vocab_size, D = slm_llama_head_dim(c);
     slm_llama_acts *a = slm_xcalloc(1, sizeof *a);
+    a->dev = m->dev;
     a->B = B;
     a->T = T;
     a->N = (int64_t)B * T;
@@ -275,7 +313,7 @@ static slm_llama_acts *acts_new(const slm_llama *m, int B, int T, bool keep_logi
     {
         double *inv_freq = slm_xcalloc((size_t)(D / 2), sizeof *inv_freq);
         slm_llama_rope_inv_freq(c, (int)D, inv_freq); // scaled RoPE (rope_scaling) included
-        slm_rope_tables_freq(a->rope_cos, a->rope_sin, a->rope_T, (int)(D / 2), inv_freq);
+        slm_dev_rope_tables(a->dev, a->rope_cos, a->rope_sin, a->rope_T, (int)(D / 2), inv_freq);
         free(inv_freq);
     }
     a->x = falloc(a, (int64_t)(L + 1) * N * C);
@@ -301,8 +339,10 @@ static slm_llama_acts *acts_new(const slm_llama *m, int B, int T, bool keep_logi
     a->chunk = falloc(a, rows * V);
     a->losses = falloc(a, N);
     a->dlnf = falloc(a, N * C);
-    a->tokens = slm_xmalloc((size_t)N * sizeof(int32_t));
-    a->pos = slm_xmalloc((size_t)N * sizeof(int32_t));
+    // ids (not counted in bytes, as slm_llama_act_bytes reports float activations)
+    a->tokens = slm_dev_alloc(a->dev, (size_t)N * sizeof(int32_t));
+    a->targets = slm_dev_alloc(a->dev, (size_t)N * sizeof(int32_t));
+    a->pos = slm_dev_alloc(a->dev, (size_t)N * sizeof(int32_t));
     return a;
 }
 
@@ -346,12 +386,20 @@ double slm_llama_act_bytes_estimate(const slm_llama_config *c, int B, int T,
                     (activation_checkpointing ? 1 : L) * per_block + N * C + N + rows * V + N +
                     N * C                                                         // forward
                     + N * (C + (HD > C ? HD : C) + HD + 2 * KVD + 3 * F) + V * C; // bwd, dwlm
-    return floats * sizeof(float) + N * sizeof(int32_t);
+    return floats * sizeof(float) + 3 * N * sizeof(int32_t); // tokens, targets, positions
 }
 
 const float *slm_llama_logits(const slm_llama *m) {
     SLM_ASSERT(m->acts && m->acts->keep_logits);
     return m->acts->logits;
+}
+
+void slm_llama_logits_to_host(const slm_llama *m, int64_t row0, int64_t rows, float *host) {
+    SLM_ASSERT(m->acts && m->acts->keep_logits && host);
+    const slm_llama_acts *a = m->acts;
+    int64_t V = m->cfg.vocab_size, N = (int64_t)a->cur_B * a->cur_T;
+    SLM_ASSERT(row0 >= 0 && rows >= 0 && row0 + rows <= N);
+    slm_dev_copy(m->dev, host, a->logits + row0 * V, (size_t)(rows * V) * sizeof(float), SLM_D2H);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -388,41 +436,27 @@ static void attention_fwd(const slm_llama_config *c, const slm_llama_acts *a, bl
                           bool bf16) {
     int B = a->cur_B, T = a->cur_T, H = c->num_attention_heads, KV = c->num_key_value_heads;
     int D = slm_llama_head_dim(c);
-    if (a->has_pos) {
-        slm_rope_apply_pos(b->q, a->rope_cos, a->rope_sin, B, T, H, D, a->pos, false);
-        slm_rope_apply_pos(b->k, a->rope_cos, a->rope_sin, B, T, KV, D, a->pos, false);
-    } else {
-        slm_rope_apply(b->q, a->rope_cos, a->rope_sin, B, T, H, D, 0, false);
-        slm_rope_apply(b->k, a->rope_cos, a->rope_sin, B, T, KV, D, 0, false);
-    }
+    const int32_t *pos = a->has_pos ? a->pos : NULL;
+    slm_dev_rope_apply(a->dev, b->q, a->rope_cos, a->rope_sin, B, T, H, D, 0, pos, false);
+    slm_dev_rope_apply(a->dev, b->k, a->rope_cos, a->rope_sin, B, T, KV, D, 0, pos, false);
     if (bf16) {
-        slm_round_bf16(b->q, (int64_t)B * T * H * D);
-        slm_round_bf16(b->k, (int64_t)B * T * KV * D);
-        slm_round_bf16(b->v, (int64_t)B * T * KV * D);
+        slm_dev_round_bf16(a->dev, b->q, (int64_t)B * T * H * D);
+        slm_dev_round_bf16(a->dev, b->k, (int64_t)B * T * KV * D);
+        slm_dev_round_bf16(a->dev, b->v, (int64_t)B * T * KV * D);
     }
-    if (a->has_pos) {
-        slm_attention_fwd_packed(b->att, b->lse, b->q, b->k, b->v, a->pos, B, T, H, KV, D);
-    } else {
-        slm_attention_fwd(b->att, b->lse, b->q, b->k, b->v, B, T, H, KV, D);
-    }
+    slm_dev_attention_fwd(a->dev, b->att, b->lse, b->q, b->k, b->v, pos, B, T, H, KV, D);
 }
 
 // Backward of attention_fwd: d(att) in a->dln -> a->dq, a->dk (rotated back), a->dv.
 static void attention_bwd(const slm_llama_config *c, const slm_llama_acts *a, const block_acts *b) {
     int B = a->cur_B, T = a->cur_T, H = c->num_attention_heads, KV = c->num_key_value_heads;
     int D = slm_llama_head_dim(c);
-    if (a->has_pos) {
-        slm_attention_bwd_packed(a->dq, a->dk, a->dv, a->dln, b->q, b->k, b->v, b->att, b->lse,
-                                 a->pos, B, T, H, KV, D);
-        slm_rope_apply_pos(a->dq, a->rope_cos, a->rope_sin, B, T, H, D, a->pos, true);
-        slm_rope_apply_pos(a->dk, a->rope_cos, a->rope_sin, B, T, KV, D, a->pos, true);
-    } else {
-        slm_attention_bwd(a->dq, a->dk, a->dv, a->dln, b->q, b->k, b->v, b->att, b->lse, B, T, H,
-                          KV, D);
-        // RoPE is a rotation: its backward rotates the gradient by the opposite angle.
-        slm_rope_apply(a->dq, a->rope_cos, a->rope_sin, B, T, H, D, 0, true);
-        slm_rope_apply(a->dk, a->rope_cos, a->rope_sin, B, T, KV, D, 0, true);
-    }
+    const int32_t *pos = a->has_pos ? a->pos : NULL;
+    slm_dev_attention_bwd(a->dev, a->dq, a->dk, a->dv, a->dln, b->q, b->k, b->v, b->att, b->lse,
+                          pos, B, T, H, KV, D);
+    // RoPE is a rotation: its backward rotates the gradient by the opposite angle.
+    slm_dev_rope_apply(a->dev, a->dq, a->rope_cos, a->rope_sin, B, T, H, D, 0, pos, true);
+    slm_dev_rope_apply(a->dev, a->dk, a->rope_cos, a->rope_sin, B, T, KV, D, 0, pos, true);
 }
 
 // Block l forward from xin [N, C] into the saved activations `b`; writes the block output into
@@ -435,21 +469,24 @@ static void block_forward(const slm_llama *m, int l, const slm_llama_acts *a, co
     const slm_param_view *vw = m->units[l].views;
     slm_proj_ctx pc = block_proj(m, a, l, false);
     int64_t N = pc.N, C = c->hidden_size, F = c->intermediate_size;
+    slm_device *d = m->dev;
+    size_t row_bytes = (size_t)(N * C) * sizeof(float);
     // attention branch: x + o_proj(attn(rope(q_proj(n)), rope(k_proj(n)), v_proj(n))), n = norm(x)
-    slm_rmsnorm_fwd(b->ln1, b->rstd1, xin, pc.p + vw[BV_LN1].offset, N, (int)C, c->rms_norm_eps);
+    slm_dev_rmsnorm_fwd(d, b->ln1, b->rstd1, xin, pc.p + vw[BV_LN1].offset, N, (int)C,
+                        c->rms_norm_eps);
     slm_proj_fwd(&pc, SLM_LORA_Q, b->ln1, b->q, false);
     slm_proj_fwd(&pc, SLM_LORA_K, b->ln1, b->k, false);
     slm_proj_fwd(&pc, SLM_LORA_V, b->ln1, b->v, false);
     attention_fwd(c, a, b, m->bf16_compute);
-    memcpy(b->xmid, xin, (size_t)(N * C) * sizeof(float));
+    slm_dev_copy(d, b->xmid, xin, row_bytes, SLM_D2D);
     slm_proj_fwd(&pc, SLM_LORA_O, b->att, b->xmid, true); // residual add fused
     // MLP branch: xmid + down_proj(silu(gate_proj(n)) * up_proj(n)), n = norm(xmid)
-    slm_rmsnorm_fwd(b->ln2, b->rstd2, b->xmid, pc.p + vw[BV_LN2].offset, N, (int)C,
-                    c->rms_norm_eps);
+    slm_dev_rmsnorm_fwd(d, b->ln2, b->rstd2, b->xmid, pc.p + vw[BV_LN2].offset, N, (int)C,
+                        c->rms_norm_eps);
     slm_proj_fwd(&pc, SLM_LORA_GATE, b->ln2, b->gate, false);
     slm_proj_fwd(&pc, SLM_LORA_UP, b->ln2, b->up, false);
-    slm_swiglu_fwd(b->h, b->gate, b->up, N, F);
-    if (xout) memcpy(xout, b->xmid, (size_t)(N * C) * sizeof(float));
+    slm_dev_swiglu_fwd(d, b->h, b->gate, b->up, N, F);
+    if (xout) slm_dev_copy(d, xout, b->xmid, row_bytes, SLM_D2D);
     slm_proj_fwd(&pc, SLM_LORA_DOWN, b->h, xout, true); // xout NULL: the adapter's saved acts only
 }
 
@@ -464,9 +501,11 @@ static float head_forward(slm_llama *m, const int32_t *targets, int64_t N, bool 
     const float *root = unit_params(m, L);
     const slm_param_view *rv = m->units[L].views;
     const float *Wlm = root + (c->tie_word_embeddings ? rv[RV_EMB].offset : rv[RV_LM].offset);
-    slm_rmsnorm_fwd(a->lnf, a->rstdf, a->x + (int64_t)L * N * C, root + rv[RV_NORM].offset, N,
-                    (int)C, c->rms_norm_eps);
-    if (a->keep_logits) slm_linear_fwd(m->bf16_compute, a->logits, a->lnf, Wlm, N, C, V, false);
+    slm_device *d = m->dev;
+    slm_dev_rmsnorm_fwd(d, a->lnf, a->rstdf, a->x + (int64_t)L * N * C, root + rv[RV_NORM].offset,
+                        N, (int)C, c->rms_norm_eps);
+    if (a->keep_logits)
+        slm_dev_linear_fwd(d, m->bf16_compute, a->logits, a->lnf, Wlm, N, C, V, false);
     if (!targets) return 0.0f;
     int64_t n_valid = 0;
     for (int64_t i = 0; i < N; i++) {
@@ -477,29 +516,28 @@ static float head_forward(slm_llama *m, const int32_t *targets, int64_t N, bool 
                       targets[i], (long long)i, (long long)V);
         n_valid++;
     }
+    slm_dev_copy(d, a->targets, targets, (size_t)N * sizeof(int32_t), SLM_H2D); // validated
     float dscale = (grad && n_valid > 0) ? 1.0f / (float)n_valid : 0.0f;
     float *dwlm = NULL; // a frozen base (LoRA) gets no lm_head gradient, only d(lnf)
     if (grad && !slm_llama_base_frozen(m)) {
-        if (!a->dwlm) a->dwlm = falloc(a, V * C);
+        if (!a->dwlm) a->dwlm = falloc(a, V * C); // once per workspace
         dwlm = a->dwlm;
-        memset(dwlm, 0, (size_t)(V * C) * sizeof(float));
+        slm_dev_zero(d, dwlm, (size_t)(V * C) * sizeof(float));
     }
-    if (grad) memset(a->dlnf, 0, (size_t)(N * C) * sizeof(float));
+    if (grad) slm_dev_zero(d, a->dlnf, (size_t)(N * C) * sizeof(float));
     for (int64_t r0 = 0; r0 < N; r0 += a->chunk_rows) {
         int64_t rows = N - r0 < a->chunk_rows ? N - r0 : a->chunk_rows;
         float *lg = a->chunk; // [rows, V]
         if (a->keep_logits)
-            memcpy(lg, a->logits + r0 * V, (size_t)(rows * V) * sizeof(float));
+            slm_dev_copy(d, lg, a->logits + r0 * V, (size_t)(rows * V) * sizeof(float), SLM_D2D);
         else
-            slm_linear_fwd(m->bf16_compute, lg, a->lnf + r0 * C, Wlm, rows, C, V, false);
-        slm_cross_entropy_fused(lg, a->losses + r0, targets + r0, rows, V, dscale);
+            slm_dev_linear_fwd(d, m->bf16_compute, lg, a->lnf + r0 * C, Wlm, rows, C, V, false);
+        slm_dev_cross_entropy(d, lg, a->losses + r0, a->targets + r0, rows, V, dscale);
         if (dscale != 0.0f)
-            slm_linear_bwd(m->bf16_compute, a->dlnf + r0 * C, dwlm, lg, a->lnf + r0 * C, Wlm, rows,
-                           C, V);
+            slm_dev_linear_bwd(d, m->bf16_compute, a->dlnf + r0 * C, dwlm, lg, a->lnf + r0 * C, Wlm,
+                               rows, C, V);
     }
-    double sum = 0.0;
-    for (int64_t i = 0; i < N; i++)
-        sum += a->losses[i];
+    double sum = slm_dev_sum(d, a->losses, N);
     return n_valid ? (float)(sum / (double)n_valid) : 0.0f;
 }
 
@@ -556,20 +594,20 @@ float slm_llama_forward_packed(slm_llama *m, const int32_t *tokens, const int32_
                           "and grow by one inside a sample, below %d",
                           pos[i], (long long)i, (long long)t, a->rope_T);
         }
-        memcpy(a->pos, pos, (size_t)N * sizeof(int32_t));
+        slm_dev_copy(a->dev, a->pos, pos, (size_t)N * sizeof(int32_t), SLM_H2D); // validated
     }
     a->has_pos = pos != NULL;
     a->cur_B = B;
     a->cur_T = T;
     a->can_backward = false;
     a->blk0_layer = a->ckpt ? L - 1 : -1; // the last block's activations stay in blk[0]
-    memcpy(a->tokens, tokens, (size_t)N * sizeof(int32_t));
+    slm_dev_copy(a->dev, a->tokens, tokens, (size_t)N * sizeof(int32_t), SLM_H2D); // validated
     bool grad = targets != NULL && !m->loss_only;
     slm_lora_acts_ensure(m, a->n_blk, a->N, grad);
 
     HOOK(m, pre_forward, L);
     const float *root = unit_params(m, L);
-    slm_embedding_fwd(a->x, tokens, root + m->units[L].views[RV_EMB].offset, N, C);
+    slm_dev_embedding_fwd(a->dev, a->x, a->tokens, root + m->units[L].views[RV_EMB].offset, N, C);
     for (int l = 0; l < L; l++) {
         HOOK(m, pre_forward, l);
         block_acts *b = &a->blk[a->ckpt ? 0 : l];
@@ -603,20 +641,21 @@ static void block_backward(const slm_llama *m, int l, slm_llama_acts *a, const f
     const slm_param_view *vw = m->units[l].views;
     slm_proj_ctx pc = block_proj(m, a, l, true);
     int64_t N = pc.N, C = c->hidden_size, F = c->intermediate_size;
+    slm_device *d = m->dev;
     // MLP branch; the residual passes dx through unchanged and the norm backward adds into it.
     slm_proj_bwd(&pc, b->h, a->dh, 1, (slm_proj_dy[]){{SLM_LORA_DOWN, a->dx}});
-    slm_swiglu_bwd(a->dgate, a->dup, a->dh, b->gate, b->up, N, F);
+    slm_dev_swiglu_bwd(d, a->dgate, a->dup, a->dh, b->gate, b->up, N, F);
     slm_proj_bwd(&pc, b->ln2, a->dln, 2,
                  (slm_proj_dy[]){{SLM_LORA_GATE, a->dgate}, {SLM_LORA_UP, a->dup}});
-    slm_rmsnorm_bwd(a->dx, norm_grad(a, pc.g, &vw[BV_LN2]), a->dln, b->xmid,
-                    pc.p + vw[BV_LN2].offset, b->rstd2, N, (int)C);
+    slm_dev_rmsnorm_bwd(d, a->dx, norm_grad(a, pc.g, &vw[BV_LN2]), a->dln, b->xmid,
+                        pc.p + vw[BV_LN2].offset, b->rstd2, N, (int)C);
     // attention branch (a->dln holds d(att) first, then d(ln1))
     slm_proj_bwd(&pc, b->att, a->dln, 1, (slm_proj_dy[]){{SLM_LORA_O, a->dx}});
     attention_bwd(c, a, b);
     slm_proj_bwd(&pc, b->ln1, a->dln, 3,
                  (slm_proj_dy[]){{SLM_LORA_Q, a->dq}, {SLM_LORA_K, a->dk}, {SLM_LORA_V, a->dv}});
-    slm_rmsnorm_bwd(a->dx, norm_grad(a, pc.g, &vw[BV_LN1]), a->dln, xin, pc.p + vw[BV_LN1].offset,
-                    b->rstd1, N, (int)C);
+    slm_dev_rmsnorm_bwd(d, a->dx, norm_grad(a, pc.g, &vw[BV_LN1]), a->dln, xin,
+                        pc.p + vw[BV_LN1].offset, b->rstd1, N, (int)C);
 }
 
 void slm_llama_backward(slm_llama *m, float loss_scale) {
@@ -635,21 +674,15 @@ void slm_llama_backward(slm_llama *m, float loss_scale) {
     const float *root = unit_params(m, L);
     float *groot = slm_llama_base_frozen(m) ? NULL : unit_grads(m, L); // LoRA: none
     // lm_head: the forward left d(mean loss)/dW in dwlm; scale and add.
+    slm_device *d = m->dev;
     if (groot) {
         float *gW = groot + (c->tie_word_embeddings ? rv[RV_EMB].offset : rv[RV_LM].offset);
-        const float *dwlm = a->dwlm;
-        int64_t VC = V * C;
-#pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < VC; i++)
-            gW[i] += loss_scale * dwlm[i];
+        slm_dev_axpy(d, gW, loss_scale, a->dwlm, V * C);
     }
-    if (loss_scale != 1.0f) {
-        for (int64_t i = 0; i < N * C; i++)
-            a->dlnf[i] *= loss_scale;
-    }
-    memset(a->dx, 0, (size_t)N * C * sizeof(float));
-    slm_rmsnorm_bwd(a->dx, norm_grad(a, groot, &rv[RV_NORM]), a->dlnf, a->x + (int64_t)L * N * C,
-                    root + rv[RV_NORM].offset, a->rstdf, N, C);
+    if (loss_scale != 1.0f) slm_dev_scale(d, a->dlnf, loss_scale, N * C);
+    slm_dev_zero(d, a->dx, (size_t)N * C * sizeof(float));
+    slm_dev_rmsnorm_bwd(d, a->dx, norm_grad(a, groot, &rv[RV_NORM]), a->dlnf,
+                        a->x + (int64_t)L * N * C, root + rv[RV_NORM].offset, a->rstdf, N, C);
     for (int l = L - 1; l >= 0; l--) {
         HOOK(m, pre_backward, l);
         const float *xin = a->x + (int64_t)l * N * C;
@@ -662,12 +695,13 @@ void slm_llama_backward(slm_llama *m, float loss_scale) {
         block_backward(m, l, a, xin, b);
         HOOK(m, post_backward, l);
     }
-    if (groot) slm_embedding_bwd(groot + rv[RV_EMB].offset, a->tokens, a->dx, N, C);
+    if (groot) slm_dev_embedding_bwd(d, groot + rv[RV_EMB].offset, a->tokens, a->dx, N, C);
     HOOK(m, post_backward, L);
 }
 
 void slm_llama_zero_grad(slm_llama *m) {
     for (int u = 0; u < m->n_units; u++) {
-        if (m->grads[u]) memset(m->grads[u], 0, (size_t)m->units[u].numel * sizeof(float));
+        if (m->grads[u])
+            slm_dev_zero(m->dev, m->grads[u], (size_t)m->units[u].numel * sizeof(float));
     }
 }

@@ -2,9 +2,9 @@
 // config parsing, adapter unit layouts, PEFT's init, the adapter forward / backward that
 // proj.c runs with each targeted projection, inverted dropout from a counter-based hash, and
 // merging into the base weights. Contract in model.h (internals in model_internal.h).
+// Adapter parameters, gradients and activations are device memory (m->dev), reached through
+// slm_dev_*; the host holds the layouts and the staging buffers of init and merge.
 #include "model_internal.h"
-
-#include "kernels/kernels.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -119,7 +119,7 @@ int slm_llama_lora_view(const slm_llama *m, int t) {
 
 static void add_lora_view(slm_unit_layout *u, const char *name, int64_t d0, int64_t d1) {
     slm_param_view *v = &u->views[u->n_views++];
-    memset(v, 0, sizeof *v);
+    memset(v, 0, sizeof *v); // host view table
     snprintf(v->name, sizeof v->name, "%s", name);
     v->ndim = 2;
     v->shape[0] = d0;
@@ -157,13 +157,17 @@ slm_status slm_llama_lora_init(slm_llama *m, const slm_lora_config *lc, bool all
     }
     m->lora_owns_buffers = alloc;
     if (alloc) {
+        // Every adapter unit has the same numel: one host staging buffer for the init.
+        size_t b = (size_t)m->lora_units[0].numel * sizeof(float);
+        float *stage = slm_dev_host_alloc(m->dev, b);
         for (int l = 0; l < L; l++) {
-            size_t b = (size_t)m->lora_units[l].numel * sizeof(float);
-            m->lora_params[l] = slm_xaligned(b ? b : 64);
-            m->lora_grads[l] = slm_xaligned(b ? b : 64);
-            memset(m->lora_grads[l], 0, b);
-            slm_llama_lora_init_unit_weights(m, seed, l, m->lora_params[l]);
+            m->lora_params[l] = slm_dev_alloc_f32(m->dev, m->lora_units[l].numel);
+            m->lora_grads[l] = slm_dev_alloc_f32(m->dev, m->lora_units[l].numel);
+            slm_dev_zero(m->dev, m->lora_grads[l], b);
+            slm_llama_lora_init_unit_weights(m, seed, l, stage);
+            slm_dev_copy(m->dev, m->lora_params[l], stage, b, SLM_H2D);
         }
+        slm_dev_host_free(m->dev, stage);
     }
     return SLM_OK;
 }
@@ -175,7 +179,8 @@ void slm_llama_lora_init_unit_weights(const slm_llama *m, uint64_t seed, int l, 
         const slm_param_view *v = &u->views[vi];
         float *p = flat + v->offset;
         if (vi % 2 == 1) { // lora_B: zeros, so the adapted model starts as the base
-            memset(p, 0, (size_t)v->numel * sizeof(float));
+            for (int64_t i = 0; i < v->numel; i++)
+                p[i] = 0.0f; // flat is a host buffer
             continue;
         }
         slm_rng r;
@@ -199,36 +204,32 @@ const slm_param_view *slm_llama_lora_find(const slm_llama *m, const char *name, 
 void slm_llama_lora_zero_grad(slm_llama *m) {
     for (int l = 0; m->lora.rank > 0 && l < m->cfg.num_hidden_layers; l++)
         if (m->lora_grads[l])
-            memset(m->lora_grads[l], 0, (size_t)m->lora_units[l].numel * sizeof(float));
-}
-
-static void scale(float *x, int64_t n, float s) {
-    for (int64_t i = 0; i < n; i++)
-        x[i] *= s;
+            slm_dev_zero(m->dev, m->lora_grads[l], (size_t)m->lora_units[l].numel * sizeof(float));
 }
 
 // ---------------------------------------------------------------------------------------------
 // Activations
 
 struct slm_lora_acts {
-    int n_blk;  // blocks of saved adapter activations (L, or 1 under checkpointing)
-    int64_t N;  // row capacity
-    bool train; // the last forward was a training forward (dropout applied)
-    float **hs; // [n_blk * SLM_LORA_N_TARGETS] -> [N, r]: s * (dropout(x) A^T)
-    float *u;   // [N, max_in] dropout(x) scratch (dropout > 0)
-    float *du;  // [N, max_in] d(dropout(x)) scratch (dropout > 0)
-    float *dh;  // [N, r]
+    slm_device *dev; // where the buffers below live (the model's device)
+    int n_blk;       // blocks of saved adapter activations (L, or 1 under checkpointing)
+    int64_t N;       // row capacity
+    bool train;      // the last forward was a training forward (dropout applied)
+    float **hs;      // [n_blk * SLM_LORA_N_TARGETS] -> [N, r]: s * (dropout(x) A^T)
+    float *u;        // [N, max_in] dropout(x) scratch (dropout > 0)
+    float *du;       // [N, max_in] d(dropout(x)) scratch (dropout > 0)
+    float *dh;       // [N, r]
     int64_t in_max;
 };
 
 void slm_lora_acts_free(slm_lora_acts *a) {
     if (!a) return;
     for (int i = 0; i < a->n_blk * SLM_LORA_N_TARGETS; i++)
-        free(a->hs[i]);
-    free(a->hs);
-    free(a->u);
-    free(a->du);
-    free(a->dh);
+        slm_dev_free(a->dev, a->hs[i]);
+    free(a->hs); // host array of device pointers
+    slm_dev_free(a->dev, a->u);
+    slm_dev_free(a->dev, a->du);
+    slm_dev_free(a->dev, a->dh);
     free(a);
 }
 
@@ -238,6 +239,7 @@ void slm_lora_acts_ensure(slm_llama *m, int n_blk, int64_t N, bool train) {
     if (!a || a->n_blk != n_blk || a->N < N) {
         slm_lora_acts_free(a);
         a = slm_xcalloc(1, sizeof *a);
+        a->dev = m->dev;
         a->n_blk = n_blk;
         a->N = N;
         int64_t r = m->lora.rank;
@@ -245,17 +247,16 @@ void slm_lora_acts_ensure(slm_llama *m, int n_blk, int64_t N, bool train) {
         for (int b = 0; b < n_blk; b++)
             for (int t = 0; t < SLM_LORA_N_TARGETS; t++)
                 if (m->lora.targets & (1u << t))
-                    a->hs[b * SLM_LORA_N_TARGETS + t] =
-                        slm_xaligned((size_t)(N * r) * sizeof(float));
-        a->dh = slm_xaligned((size_t)(N * r) * sizeof(float));
+                    a->hs[b * SLM_LORA_N_TARGETS + t] = slm_dev_alloc_f32(a->dev, N * r);
+        a->dh = slm_dev_alloc_f32(a->dev, N * r);
         for (int t = 0; t < SLM_LORA_N_TARGETS; t++) {
             int64_t o, i;
             slm_lora_target_shape(&m->cfg, t, &o, &i);
             if (i > a->in_max) a->in_max = i;
         }
         if (m->lora.dropout > 0) {
-            a->u = slm_xaligned((size_t)(N * a->in_max) * sizeof(float));
-            a->du = slm_xaligned((size_t)(N * a->in_max) * sizeof(float));
+            a->u = slm_dev_alloc_f32(a->dev, N * a->in_max);
+            a->du = slm_dev_alloc_f32(a->dev, N * a->in_max);
         }
         m->lora_acts = a;
     }
@@ -274,10 +275,15 @@ size_t slm_lora_act_bytes(const slm_llama *m) {
 }
 
 // One 64-bit hash per group of 4 elements, 16 bits each: (block, target) in the top 24 bits of
-// the hashed word, the group index below.
-static uint64_t drop_word(uint64_t key, int l, int t, int64_t g) {
+// the hashed word, the group index below. drop_key is the part without the group, the key
+// slm_dev_dropout hashes with each group index.
+static uint64_t drop_key(uint64_t key, int l, int t) {
     uint64_t bt = (uint64_t)(uint32_t)l * SLM_LORA_N_TARGETS + (uint64_t)t;
-    return slm_mix64(key ^ (bt << 40) ^ (uint64_t)g);
+    return key ^ (bt << 40);
+}
+
+static uint64_t drop_word(uint64_t key, int l, int t, int64_t g) {
+    return slm_mix64(drop_key(key, l, t) ^ (uint64_t)g);
 }
 
 // Elements whose 16-bit lane is below this are dropped: P(drop) = thr / 65536 ~ p.
@@ -291,23 +297,12 @@ bool slm_lora_dropout_keep(uint64_t key, int l, int t, int64_t i, float p) {
 }
 
 // y[i] = keep(i) ? x[i] * scale : 0 over n elements (y may be NULL: then x[i] * scale is added
-// into acc[i] for kept elements instead), computing each hash once per 4 elements.
-static void dropout_apply(uint64_t key, int l, int t, float p, const float *x, float *y, float *acc,
+// into acc[i] for kept elements instead), on the device (slm_dev_dropout: the same mask).
+static void dropout_apply(const slm_llama *m, int l, int t, const float *x, float *y, float *acc,
                           int64_t n) {
-    uint32_t thr = drop_threshold(p);
-    float scale = 1.0f / (1.0f - p);
-    int64_t ng = (n + 3) / 4;
-#pragma omp parallel for schedule(static)
-    for (int64_t g = 0; g < ng; g++) {
-        uint64_t h = drop_word(key, l, t, g);
-        for (int64_t i = 4 * g, k = 0; k < 4 && i < n; i++, k++) {
-            bool kept = ((h >> (16 * k)) & 0xffffu) >= thr;
-            if (y)
-                y[i] = kept ? x[i] * scale : 0.0f;
-            else if (kept)
-                acc[i] += x[i] * scale;
-        }
-    }
+    float p = m->lora.dropout;
+    slm_dev_dropout(m->dev, drop_key(m->lora_dropout_key, l, t), drop_threshold(p),
+                    1.0f / (1.0f - p), x, y, acc, n);
 }
 
 // dropout(x) into a->u (training forward with p > 0), else x itself.
@@ -316,7 +311,7 @@ static const float *adapter_input(const slm_llama *m, int l, int t, const float 
     const slm_lora_acts *a = m->lora_acts;
     float p = m->lora.dropout;
     if (!(a->train && p > 0)) return x;
-    dropout_apply(m->lora_dropout_key, l, t, p, x, a->u, NULL, N * in);
+    dropout_apply(m, l, t, x, a->u, NULL, N * in);
     return a->u;
 }
 
@@ -332,9 +327,9 @@ void slm_lora_fwd(const slm_llama *m, int l, int t, int blk, const float *x, flo
     float s = m->lora.alpha / (float)m->lora.rank;
     float *hs = a->hs[blk * SLM_LORA_N_TARGETS + t];
     const float *u = adapter_input(m, l, t, x, N, in);
-    slm_linear_fwd(m->bf16_compute, hs, u, p + vw[vi].offset, N, in, r, false);
-    scale(hs, N * r, s);
-    if (y) slm_linear_fwd(m->bf16_compute, y, hs, p + vw[vi + 1].offset, N, r, o, true);
+    slm_dev_linear_fwd(m->dev, m->bf16_compute, hs, u, p + vw[vi].offset, N, in, r, false);
+    slm_dev_scale(m->dev, hs, s, N * r);
+    if (y) slm_dev_linear_fwd(m->dev, m->bf16_compute, y, hs, p + vw[vi + 1].offset, N, r, o, true);
 }
 
 void slm_lora_bwd(const slm_llama *m, int l, int t, int blk, const float *x, const float *dy,
@@ -351,67 +346,96 @@ void slm_lora_bwd(const slm_llama *m, int l, int t, int blk, const float *x, con
     float s = m->lora.alpha / (float)m->lora.rank;
     const float *hs = a->hs[blk * SLM_LORA_N_TARGETS + t];
     // y += hs B^T: dB += dy^T hs, d(hs) = dy B, d(h) = s d(hs)
-    memset(a->dh, 0, (size_t)(N * r) * sizeof(float));
-    slm_linear_bwd(m->bf16_compute, a->dh, g + vw[vi + 1].offset, dy, hs, p + vw[vi + 1].offset, N,
-                   r, o);
-    scale(a->dh, N * r, s);
+    slm_device *d = m->dev;
+    slm_dev_zero(d, a->dh, (size_t)(N * r) * sizeof(float));
+    slm_dev_linear_bwd(d, m->bf16_compute, a->dh, g + vw[vi + 1].offset, dy, hs,
+                       p + vw[vi + 1].offset, N, r, o);
+    slm_dev_scale(d, a->dh, s, N * r);
     // h = u A^T: dA += dh^T u, du = dh A; u = dropout(x): dx += mask * du / (1 - p)
     bool drop = a->train && m->lora.dropout > 0;
     const float *u = adapter_input(m, l, t, x, N, in);
     if (!drop) {
-        slm_linear_bwd(m->bf16_compute, dx, g + vw[vi].offset, a->dh, u, p + vw[vi].offset, N, in,
-                       r);
+        slm_dev_linear_bwd(d, m->bf16_compute, dx, g + vw[vi].offset, a->dh, u, p + vw[vi].offset,
+                           N, in, r);
         return;
     }
-    memset(a->du, 0, (size_t)(N * in) * sizeof(float));
-    slm_linear_bwd(m->bf16_compute, a->du, g + vw[vi].offset, a->dh, u, p + vw[vi].offset, N, in,
-                   r);
-    dropout_apply(m->lora_dropout_key, l, t, m->lora.dropout, a->du, NULL, dx, N * in);
+    slm_dev_zero(d, a->du, (size_t)(N * in) * sizeof(float));
+    slm_dev_linear_bwd(d, m->bf16_compute, a->du, g + vw[vi].offset, a->dh, u, p + vw[vi].offset, N,
+                       in, r);
+    dropout_apply(m, l, t, a->du, NULL, dx, N * in);
 }
 
 // ---------------------------------------------------------------------------------------------
 // Merge and free
 
 void slm_lora_free(slm_llama *m) {
-    slm_units_free(m->cfg.num_hidden_layers, m->lora_units, m->lora_params, m->lora_grads,
+    slm_units_free(m->dev, m->cfg.num_hidden_layers, m->lora_units, m->lora_params, m->lora_grads,
                    m->lora_owns_buffers);
     slm_lora_acts_free(m->lora_acts);
     m->lora_units = NULL;
     m->lora_params = m->lora_grads = NULL;
     m->lora_acts = NULL;
     m->lora_owns_buffers = false;
-    memset(&m->lora, 0, sizeof m->lora);
+    memset(&m->lora, 0, sizeof m->lora); // the host config
+}
+
+// Merge buffers: host staging of one target's A, its transpose and s * B, and their device
+// copies (every target's A [r, in] and B [out, r] fit in `cap` floats).
+typedef struct merge_bufs {
+    float *hA, *hAt, *hsB; // host
+    float *At, *sB;        // device
+} merge_bufs;
+
+// W[o, in] += s * B[o, r] @ A[r, in] for target t of block l: A^T and s * B are formed on the
+// host (export time, not a training step) and W's update runs on the device.
+static void merge_target(slm_llama *m, int l, int t, const merge_bufs *mb, float s) {
+    slm_device *d = m->dev;
+    const float *p = m->lora_params[l];
+    const slm_param_view *vw = m->lora_units[l].views;
+    int vi = slm_llama_lora_view(m, t);
+    int64_t o, in, r = m->lora.rank;
+    slm_lora_target_shape(&m->cfg, t, &o, &in);
+    slm_dev_copy(d, mb->hA, p + vw[vi].offset, (size_t)(r * in) * sizeof(float), SLM_D2H);
+    slm_dev_copy(d, mb->hsB, p + vw[vi + 1].offset, (size_t)(o * r) * sizeof(float), SLM_D2H);
+    for (int64_t k = 0; k < r; k++)
+        for (int64_t i = 0; i < in; i++)
+            mb->hAt[i * r + k] = mb->hA[k * in + i];
+    for (int64_t i = 0; i < o * r; i++)
+        mb->hsB[i] = s * mb->hsB[i];
+    slm_dev_copy(d, mb->At, mb->hAt, (size_t)(in * r) * sizeof(float), SLM_H2D);
+    slm_dev_copy(d, mb->sB, mb->hsB, (size_t)(o * r) * sizeof(float), SLM_H2D);
+    // W[o, in] += sB[o, r] @ A[r, in] = sB @ At^T (fp32, as PEFT merges)
+    float *W = m->params[l] + m->units[l].views[slm_proj_view(t)].offset;
+    slm_dev_linear_fwd(d, false, W, mb->sB, mb->At, o, r, in, true);
 }
 
 void slm_llama_lora_merge(slm_llama *m) {
     if (m->lora.rank < 1) return;
     int L = m->cfg.num_hidden_layers;
-    int64_t r = m->lora.rank;
     float s = m->lora.alpha / (float)m->lora.rank;
-    for (int l = 0; l < L; l++) {
-        float *W = m->params[l];
-        const float *p = m->lora_params[l];
-        if (!W || !p)
-            slm_fatal("model: merging LoRA needs the base weights and adapters in memory");
-        const slm_param_view *vw = m->lora_units[l].views;
-        for (int t = 0; t < SLM_LORA_N_TARGETS; t++) {
-            int vi = slm_llama_lora_view(m, t);
-            if (vi < 0) continue;
-            int64_t o, in;
-            slm_lora_target_shape(&m->cfg, t, &o, &in);
-            const float *A = p + vw[vi].offset, *B = p + vw[vi + 1].offset;
-            float *At = slm_xmalloc((size_t)(in * r) * sizeof(float));
-            float *sB = slm_xmalloc((size_t)(o * r) * sizeof(float));
-            for (int64_t k = 0; k < r; k++)
-                for (int64_t i = 0; i < in; i++)
-                    At[i * r + k] = A[k * in + i];
-            for (int64_t i = 0; i < o * r; i++)
-                sB[i] = s * B[i];
-            // W[o, in] += sB[o, r] @ A[r, in] = sB @ At^T
-            slm_matmul_fwd(W + m->units[l].views[slm_proj_view(t)].offset, sB, At, o, r, in, true);
-            free(At);
-            free(sB);
-        }
+    int64_t cap = 0;
+    for (int t = 0; t < SLM_LORA_N_TARGETS; t++) {
+        int64_t o, in;
+        slm_lora_target_shape(&m->cfg, t, &o, &in);
+        cap = o > cap ? o : cap;
+        cap = in > cap ? in : cap;
     }
+    cap *= m->lora.rank;
+    size_t bytes = (size_t)cap * sizeof(float);
+    slm_device *d = m->dev;
+    merge_bufs mb = {slm_dev_host_alloc(d, bytes), slm_dev_host_alloc(d, bytes),
+                     slm_dev_host_alloc(d, bytes), slm_dev_alloc_f32(d, cap),
+                     slm_dev_alloc_f32(d, cap)};
+    for (int l = 0; l < L; l++) {
+        if (!m->params[l] || !m->lora_params[l])
+            slm_fatal("model: merging LoRA needs the base weights and adapters in memory");
+        for (int t = 0; t < SLM_LORA_N_TARGETS; t++)
+            if (slm_llama_lora_view(m, t) >= 0) merge_target(m, l, t, &mb, s);
+    }
+    slm_dev_host_free(d, mb.hA);
+    slm_dev_host_free(d, mb.hAt);
+    slm_dev_host_free(d, mb.hsB);
+    slm_dev_free(d, mb.At);
+    slm_dev_free(d, mb.sB);
     slm_lora_free(m);
 }

@@ -1,5 +1,5 @@
 // model: the Llama-2 architecture (Touvron et al. 2023) on flat parameter buffers, with
-// forward, backward and a KV-cache decode step for the CPU.
+// forward, backward and a KV-cache decode step, on a device (device.h; the CPU by default).
 //
 // Parameter storage (what makes FSDP, checkpoints and resharding simple): the model is split
 // into units, as FSDP's transformer wrap policy does: unit l (0 <= l < L) is decoder block l, and
@@ -210,9 +210,15 @@ typedef struct slm_llama {
     slm_lora_acts *lora_acts;    // owned
 } slm_llama;
 
-// Builds the unit layout for `cfg` and, if `alloc` is true, allocates zeroed params and grads
-// (64-byte aligned). With alloc == false params[u] / grads[u] are NULL for the caller (fsdp/)
-// to point at its own buffers. Errors: slm_llama_config_validate's.
+// Builds the unit layout for `cfg` on device `dev` (NULL: the CPU device) and, if `alloc` is
+// true, allocates zeroed params and grads there (slm_dev_alloc). With alloc == false params[u] /
+// grads[u] are NULL for the caller (fsdp/) to point at its own buffers (on the same device).
+// params, grads, lora_params, lora_grads, the activation workspace and KV caches are device
+// memory: other modules read or write them through slm_dev_copy (host addresses on the CPU
+// device). Errors: slm_llama_config_validate's.
+slm_status slm_llama_init_on(slm_llama *m, slm_device *dev, const slm_llama_config *cfg,
+                             bool alloc);
+// slm_llama_init_on on the CPU device.
 slm_status slm_llama_init(slm_llama *m, const slm_llama_config *cfg, bool alloc);
 void slm_llama_free(slm_llama *m);
 // Finds a view by HF name; returns NULL if absent. *unit receives its unit index.
@@ -223,14 +229,15 @@ const slm_param_view *slm_llama_find(const slm_llama *m, const char *name, int *
 slm_status slm_check_finite(const slm_unit_layout *lay, int unit, int64_t begin, const float *x,
                             int64_t n, const char *what, const char *src);
 
-// Initializes one unit's FlatParameter `flat` [units[unit].numel] exactly as
+// Initializes one unit's FlatParameter `flat` [units[unit].numel], a HOST buffer, exactly as
 // slm_llama_init_weights does for that unit (for callers that own the unit buffers).
 void slm_llama_init_unit_weights(const slm_llama *m, uint64_t seed, int unit, float *flat);
 
 // Seeded init (documented in docs/model.md): every matmul weight and the embedding ~ N(0,
 // initializer_range), norms = 1, drawn unit by unit, view by view from one xoshiro stream per
 // view seeded by (seed, unit, view index), so the result does not depend on threads or sharding.
-// Units whose params[u] is NULL are skipped.
+// Units whose params[u] is NULL are skipped. Generated on the host (slm_parallel_tasks, host
+// staging of at most 64 MiB or one unit) and copied to the device.
 void slm_llama_init_weights(slm_llama *m, uint64_t seed);
 
 // Attaches LoRA adapters to an initialised model (before fsdp/ takes it, if it does): builds
@@ -238,9 +245,9 @@ void slm_llama_init_weights(slm_llama *m, uint64_t seed);
 // initialises them as PEFT does (slm_llama_lora_init_unit_weights). Errors:
 // slm_lora_config_validate's.
 slm_status slm_llama_lora_init(slm_llama *m, const slm_lora_config *lc, bool alloc, uint64_t seed);
-// PEFT's init of adapter unit l into flat [lora_units[l].numel]: A ~ kaiming_uniform(a = sqrt 5),
-// i.e. U(-1/sqrt(in), 1/sqrt(in)), B = 0; one xoshiro stream per A seeded by (seed, L + 1 + l,
-// view index), so it does not depend on threads or sharding.
+// PEFT's init of adapter unit l into the HOST buffer flat [lora_units[l].numel]: A ~
+// kaiming_uniform(a = sqrt 5), i.e. U(-1/sqrt(in), 1/sqrt(in)), B = 0; one xoshiro stream per A
+// seeded by (seed, L + 1 + l, view index), so it does not depend on threads or sharding.
 void slm_llama_lora_init_unit_weights(const slm_llama *m, uint64_t seed, int l, float *flat);
 // Finds an adapter view by name ("model.layers.0.self_attn.q_proj.lora_A.weight"); NULL if
 // absent. *l receives its block.
@@ -305,18 +312,26 @@ size_t slm_llama_act_bytes(const slm_llama *m);
 // without activation checkpointing. Used for the up-front memory checks of train.
 double slm_llama_act_bytes_estimate(const slm_llama_config *c, int B, int T,
                                     bool activation_checkpointing);
-// Logits [B, T, V] f32 of the last forward (requires keep_logits). Borrowed.
+// Logits [B, T, V] f32 of the last forward (requires keep_logits): DEVICE memory, borrowed (for
+// device-side consumers; the host reads them with slm_llama_logits_to_host).
 const float *slm_llama_logits(const slm_llama *m);
+// Copies rows [row0, row0 + rows) of the last forward's logits (row = b * T + t; each V floats)
+// into the host buffer `host` [rows, V]. Requires keep_logits and rows inside the last forward's
+// B * T (assertion).
+void slm_llama_logits_to_host(const slm_llama *m, int64_t row0, int64_t rows, float *host);
 
 // KV-cache decoding for generation: cache for `max_T` positions of batch 1; k and v of every
-// layer after RoPE, [L, KV, max_T, D] f32. Owned by the caller (slm_kv_cache_free).
+// layer after RoPE, [L, KV, max_T, D] f32, on the model's device. Owned by the caller
+// (slm_kv_cache_free).
 typedef struct slm_kv_cache slm_kv_cache;
 slm_kv_cache *slm_kv_cache_new(const slm_llama *m, int max_T);
 // Bytes slm_kv_cache_new(m, max_T) allocates for a model of config `c` (K and V caches, RoPE
-// tables, scores and per-token vectors), so callers can check memory before creating it.
+// tables, scores, per-token vectors and the logits), so callers can check memory before
+// creating it.
 double slm_kv_cache_bytes_estimate(const slm_llama_config *c, int64_t max_T);
 void slm_kv_cache_free(slm_kv_cache *c);
-// Runs one token at position `pos` (0-based, < max_T) and writes logits [V] f32. Positions
+// Runs one token at position `pos` (0-based, < max_T) and writes logits [V] f32 into the HOST
+// buffer `logits` (the cache belongs to the same model, hence device). Positions
 // must be fed in order 0, 1, ... (re-feeding pos p overwrites p and forgets later ones). The
 // logits equal the full forward's at that position (up to fp32 summation order).
 void slm_llama_decode_step(slm_llama *m, slm_kv_cache *c, int32_t token, int pos, float *logits);

@@ -53,8 +53,10 @@ void slm_proj_fwd(const slm_proj_ctx *pc, int t, const float *x, float *y, bool 
 void slm_proj_bwd(const slm_proj_ctx *pc, const float *x, float *dx, int n, const slm_proj_dy *dys);
 
 // Frees n unit layouts (their views) and the units / params / grads arrays, and with `owns` the
-// buffers params[u] / grads[u] (arrays may be NULL). The base units' and the adapters' alike.
-void slm_units_free(int n, slm_unit_layout *units, float **params, float **grads, bool owns);
+// device buffers params[u] / grads[u] on `dev` (arrays may be NULL). The base units' and the
+// adapters' alike.
+void slm_units_free(slm_device *dev, int n, slm_unit_layout *units, float **params, float **grads,
+                    bool owns);
 
 // LoRA internals (lora.c) behind proj.c. slm_lora_fwd adds target t's adapter output for input
 // x [N, in] into y [N, out] (y NULL: skipped) and saves what its backward needs in slot `blk`;

@@ -4,12 +4,13 @@
 
 #include <stdlib.h>
 
-void slm_units_free(int n, slm_unit_layout *units, float **params, float **grads, bool owns) {
+void slm_units_free(slm_device *dev, int n, slm_unit_layout *units, float **params, float **grads,
+                    bool owns) {
     for (int u = 0; units && u < n; u++)
-        free(units[u].views);
+        free(units[u].views); // host view tables
     for (int u = 0; owns && u < n; u++) {
-        if (params) free(params[u]);
-        if (grads) free(grads[u]);
+        if (params) slm_dev_free(dev, params[u]);
+        if (grads) slm_dev_free(dev, grads[u]);
     }
     free(units);
     free(params);

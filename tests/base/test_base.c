@@ -1,5 +1,5 @@
 // base/: hashing against published XXH64 values, RNG determinism and ranges, buffers, atomic
-// writes (a failed write leaves the old file), number parsing.
+// writes (a failed write leaves the old file), number parsing, host task parallelism.
 #include "base/base.h"
 #include "test.h"
 
@@ -110,11 +110,38 @@ static void test_parse(void) {
     CHECK_EQ_INT(slm_parse_f64("--lr", "", &d), SLM_E_ARG);
 }
 
+// slm_parallel_tasks runs every task index exactly once (tasks of very uneven sizes, so the
+// dynamic schedule interleaves them) and nothing for n == 0.
+typedef struct task_ctx {
+    int calls[1000];
+    double sink[1000];
+} task_ctx;
+static void count_task(void *ctx, int i) {
+    task_ctx *c = ctx;
+    c->calls[i]++;
+    double s = 0;
+    for (int k = 0; k < (i % 7) * 1000; k++)
+        s += (double)k * 1e-9;
+    c->sink[i] = s;
+}
+static void test_parallel_tasks(void) {
+    task_ctx *c = calloc(1, sizeof *c);
+    slm_parallel_tasks(1000, count_task, c);
+    int bad = 0;
+    for (int i = 0; i < 1000; i++)
+        bad += c->calls[i] != 1;
+    CHECK_EQ_INT(bad, 0);
+    slm_parallel_tasks(0, count_task, c);
+    CHECK_EQ_INT(c->calls[0], 1);
+    free(c);
+}
+
 int main(void) {
     RUN(test_xxh64_known_values);
     RUN(test_rng);
     RUN(test_buf);
     RUN(test_atomic_write);
     RUN(test_parse);
+    RUN(test_parallel_tasks);
     return TEST_SUMMARY();
 }

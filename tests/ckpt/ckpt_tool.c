@@ -42,7 +42,10 @@ static int logits_out(slm_llama *m, const char *tokens_path, const char *out) {
     m->loss_only = true;
     slm_llama_forward(m, t->data, NULL, B, T);
     int64_t shape[3] = {B, T, m->cfg.vocab_size};
-    slm_tset_add(&res, "logits", SLM_T_F32, 3, shape, slm_llama_logits(m));
+    float *logits = slm_xmalloc((size_t)(B * T) * (size_t)m->cfg.vocab_size * sizeof(float));
+    slm_llama_logits_to_host(m, 0, (int64_t)B * T, logits);
+    slm_tset_add(&res, "logits", SLM_T_F32, 3, shape, logits);
+    free(logits);
     slm_status st = slm_tset_save(&res, out);
     slm_tset_free(&in);
     slm_tset_free(&res);

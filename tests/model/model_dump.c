@@ -153,7 +153,10 @@ int main(int argc, char **argv) {
     slm_llama_set_shape(&m, B, T, true);
     m.loss_only = true;
     float loss_eval = slm_llama_forward_packed(&m, tokens, targets, pos, B, T);
-    slm_tset_add(&s, "logits", SLM_T_F32, 3, btv, slm_llama_logits(&m));
+    float *logits = slm_xmalloc((size_t)(B * T * V) * sizeof(float));
+    slm_llama_logits_to_host(&m, 0, (int64_t)B * T, logits);
+    slm_tset_add(&s, "logits", SLM_T_F32, 3, btv, logits);
+    free(logits);
     slm_tset_add(&s, "loss_eval", SLM_T_F32, 1, one, &loss_eval);
 
     // 2) training forward + backward (chunked fused head unless --keep)

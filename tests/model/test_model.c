@@ -432,6 +432,34 @@ static void test_init(void) {
     slm_llama_free(&b);
 }
 
+// slm_llama_init_weights stages groups of units on the host (at most 2^24 floats, or the
+// largest unit): a root unit larger than that (vocab 140000 x 64, untied: 17.9M floats) puts
+// the blocks and the root in separate groups. Every unit must equal the host per-unit init, a
+// unit whose params are NULL must be skipped, and the result must not depend on threads.
+static void test_init_staged(void) {
+    slm_llama_config c = small_cfg(140000, 64, 128, 2, 2, 2, false);
+    slm_llama a;
+    CHECK_OK(slm_llama_init(&a, &c, true));
+    CHECK(a.units[2].numel > ((int64_t)1 << 24));
+    float *keep = a.params[1];
+    a.params[1] = NULL; // skipped: stays zero
+    omp_set_num_threads(2);
+    slm_llama_init_weights(&a, 7);
+    a.params[1] = keep;
+    float *flat = slm_xmalloc((size_t)a.units[2].numel * 4);
+    for (int u = 0; u < a.n_units; u++) {
+        size_t bytes = (size_t)a.units[u].numel * 4;
+        if (u == 1) {
+            memset(flat, 0, bytes);
+        } else {
+            slm_llama_init_unit_weights(&a, 7, u, flat);
+        }
+        CHECK_MSG(memcmp(flat, a.params[u], bytes) == 0, "unit %d differs", u);
+    }
+    free(flat);
+    slm_llama_free(&a);
+}
+
 typedef struct hook_log {
     char text[512];
 } hook_log;
@@ -705,7 +733,12 @@ static void test_decode_matches_forward(void) {
         fill_tokens(tok, NULL, T, 67, 3);
         slm_llama_set_shape(&m, 1, T, true);
         slm_llama_forward(&m, tok, NULL, 1, T);
-        const float *full = slm_llama_logits(&m);
+        // host copy in two pieces (row0 > 0 included); on the CPU device the logits are host
+        // memory, so the copy must equal them bit for bit
+        float full[T * 67];
+        slm_llama_logits_to_host(&m, 0, 31, full);
+        slm_llama_logits_to_host(&m, 31, T - 31, full + 31 * 67);
+        CHECK(memcmp(full, slm_llama_logits(&m), sizeof full) == 0);
         slm_kv_cache *kc = slm_kv_cache_new(&m, 80);
         float logits[67];
         double worst = 0;
@@ -794,6 +827,7 @@ int main(void) {
     RUN(test_hooks_gather);
     RUN(test_finite_differences);
     RUN(test_decode_matches_forward);
+    RUN(test_init_staged);
     rmdir(g_tmpdir);
     return TEST_SUMMARY();
 }
