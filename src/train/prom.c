@@ -22,7 +22,24 @@
 
 // The per-rank vector all-gathered every `every` steps (means over the window where per step).
 // Busy = wall time of an iteration (step to step) minus its collective waits.
-enum { V_BUSY, V_STEP, V_DATA, V_COMM, V_RSS, V_PEAK_RSS, V_CPU_S, V_CPU_CORES, V_CKPT_BYTES, NV };
+// The V_DEV_* values are the rank's GPU counters (device.h slm_device_stats; NaN when it has none).
+enum {
+    V_BUSY,
+    V_STEP,
+    V_DATA,
+    V_COMM,
+    V_RSS,
+    V_PEAK_RSS,
+    V_CPU_S,
+    V_CPU_CORES,
+    V_CKPT_BYTES,
+    V_DEV_MEM,
+    V_DEV_UTIL,
+    V_DEV_POWER,
+    V_DEV_TEMP,
+    V_DEV_ECC,
+    NV
+};
 
 enum { PH_COMPUTE, PH_COMM, PH_DATA, PH_CKPT, N_PHASES };
 static const char *const k_phase[N_PHASES] = {"compute", "comm", "data", "checkpoint"};
@@ -30,6 +47,9 @@ static const char *const k_phase[N_PHASES] = {"compute", "comm", "data", "checkp
 // Per rank series (index = rank).
 typedef struct rank_series {
     slm_metric *busy, *data, *comm, *rss, *peak_rss, *cpu_s, *cpu_cores, *straggler, *events;
+    // GPU gauges (registered only when some rank's device has counters: dev_gauges)
+    slm_metric *dev_mem, *dev_peak, *dev_util, *dev_power, *dev_temp, *dev_ecc;
+    double dev_peak_seen;
 } rank_series;
 
 struct slm_train_prom {
@@ -48,6 +68,8 @@ struct slm_train_prom {
     slm_metric *busy_min, *busy_max, *busy_median, *slowest, *n_stragglers;
     slm_metric_family *val_fam;
     rank_series *rs; // [world]
+    slm_device *dev; // the model's device (counters sampled at each gather)
+    bool dev_gauges; // some rank's device has counters: the shardlm_device_* series exist
     // window sums since the last gather (this rank)
     double w_busy, w_step, w_data, w_comm;
     int w_n;
@@ -190,6 +212,42 @@ int slm_train_stragglers(const double *busy, int W, double factor, double min_ex
 // ---------------------------------------------------------------------------------------------
 // Registration (on_start)
 
+// The GPU gauges per rank, as DCGM's exporter names them in spirit (NVML's counters of the
+// rank's device, sampled at each gather).
+static slm_status register_device(slm_train_prom *p) {
+    const struct {
+        size_t off;
+        const char *name, *help;
+    } k[] = {
+        {offsetof(rank_series, dev_mem), "shardlm_device_memory_used_bytes",
+         "Device memory in use on the rank's GPU (all processes; NVML)."},
+        {offsetof(rank_series, dev_peak), "shardlm_device_memory_peak_bytes",
+         "Highest device memory in use seen on the rank's GPU at a sample."},
+        {offsetof(rank_series, dev_util), "shardlm_device_utilization_ratio",
+         "Fraction of the last NVML sample period the rank's GPU was busy."},
+        {offsetof(rank_series, dev_power), "shardlm_device_power_watts",
+         "Board power draw of the rank's GPU."},
+        {offsetof(rank_series, dev_temp), "shardlm_device_temperature_celsius",
+         "Temperature of the rank's GPU."},
+        {offsetof(rank_series, dev_ecc), "shardlm_device_ecc_uncorrected_errors",
+         "Uncorrected ECC errors of the rank's GPU since the driver loaded (NaN: no ECC)."},
+    };
+    const char *rl = "rank";
+    for (size_t i = 0; i < sizeof k / sizeof *k; i++) {
+        slm_metric_family *f;
+        slm_status st =
+            slm_metrics_family(p->reg, SLM_METRIC_GAUGE, k[i].name, k[i].help, 1, &rl, 0, NULL, &f);
+        for (int q = 0; !st && q < p->world; q++) {
+            char rv[16];
+            snprintf(rv, sizeof rv, "%d", q);
+            const char *v = rv;
+            st = slm_metrics_series(f, &v, (slm_metric **)((char *)&p->rs[q] + k[i].off));
+        }
+        if (st) return st;
+    }
+    return SLM_OK;
+}
+
 static slm_status register_all(slm_train_prom *p) {
     slm_metrics *r = p->reg;
 #define G(field, name, help)                                                                       \
@@ -306,7 +364,7 @@ static slm_status register_all(slm_train_prom *p) {
         }
         if (st) return st;
     }
-    return SLM_OK;
+    return p->dev_gauges ? register_device(p) : SLM_OK;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -320,6 +378,13 @@ static slm_status prom_start(void *ctx, slm_trainer *tr) {
     p->active = any != 0;
     if (!p->active) return SLM_OK;
     p->world = tr->W; // the trainer's world
+    p->dev = tr->model.dev;
+    slm_device_stats ds;
+    slm_device_stats_read(p->dev, &ds);
+    int64_t dev_any = ds.valid;
+    if (tr->W > 1)
+        slm_dist_allreduce(&dev_any, 1, SLM_DTYPE_I64, SLM_OP_MAX, "metrics: any GPU counters");
+    p->dev_gauges = dev_any != 0;
     p->vec = slm_xcalloc(NV, sizeof *p->vec);
     p->all = slm_xcalloc((size_t)tr->W * NV, sizeof *p->all);
     p->busy = slm_xcalloc((size_t)tr->W, sizeof *p->busy);
@@ -391,6 +456,13 @@ static void gather(slm_train_prom *p, int64_t step, double ck_bytes_local) {
     v[V_CPU_S] = cpu;
     v[V_CPU_CORES] = wall > p->wall0 ? (cpu - p->cpu0) / (wall - p->wall0) : 0;
     v[V_CKPT_BYTES] = ck_bytes_local;
+    slm_device_stats ds;
+    slm_device_stats_read(p->dev, &ds);
+    v[V_DEV_MEM] = ds.valid ? ds.mem_used_b : NAN;
+    v[V_DEV_UTIL] = ds.valid ? ds.util_ratio : NAN;
+    v[V_DEV_POWER] = ds.valid ? ds.power_w : NAN;
+    v[V_DEV_TEMP] = ds.valid ? ds.temp_c : NAN;
+    v[V_DEV_ECC] = ds.valid && ds.ecc_uncorrected >= 0 ? ds.ecc_uncorrected : NAN;
     p->cpu0 = cpu, p->wall0 = wall;
     p->w_busy = p->w_step = p->w_data = p->w_comm = 0;
     p->w_n = 0;
@@ -440,6 +512,14 @@ static void gather(slm_train_prom *p, int64_t step, double ck_bytes_local) {
         slm_metric_set(s->cpu_s, a[V_CPU_S]);
         slm_metric_set(s->cpu_cores, a[V_CPU_CORES]);
         slm_metric_set(s->straggler, p->streak[r] >= p->o.straggler_windows);
+        if (!p->dev_gauges) continue;
+        if (a[V_DEV_MEM] > s->dev_peak_seen) s->dev_peak_seen = a[V_DEV_MEM];
+        slm_metric_set(s->dev_mem, a[V_DEV_MEM]);
+        slm_metric_set(s->dev_peak, s->dev_peak_seen);
+        slm_metric_set(s->dev_util, a[V_DEV_UTIL]);
+        slm_metric_set(s->dev_power, a[V_DEV_POWER]);
+        slm_metric_set(s->dev_temp, a[V_DEV_TEMP]);
+        slm_metric_set(s->dev_ecc, a[V_DEV_ECC]);
     }
     for (int i = 0; i < n_new; i++)
         slm_metric_inc(p->rs[p->newly[i]].events, 1);
