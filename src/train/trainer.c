@@ -5,7 +5,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
-#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,7 +12,6 @@
 #include "ckpt/ckpt.h"
 #include "data/data.h"
 #include "dist/dist.h"
-#include "kernels/kernels.h"
 #include "train/train.h"
 #include "train/train_internal.h"
 
@@ -319,8 +317,9 @@ slm_status slm_train_open(const slm_train_opts *o, slm_trainer **out) {
                      "attempt %d; append :always to fire on every attempt)",
                      getenv("SHARDLM_FAULT"), tr->faults.attempt);
     }
-    // kernels/ splits GEMMs over the OpenMP threads itself (OpenBLAS stays single-threaded).
-    if (o->threads > 0) omp_set_num_threads(o->threads);
+    // The device's compute threads (CPU: kernels/ splits GEMMs over them itself; OpenBLAS stays
+    // single-threaded); threads <= 0 leaves them as the environment set them.
+    slm_device_set_threads(NULL, o->threads);
     st = slm_train_resolve_config(o->model, o->vocab_size, o->T, &tr->cfg);
     if (!st) st = check_memory(o, &tr->cfg, tr->W);
     if (!st && o->init_from_hf) { // the HF weights' shapes against the config, before allocating
@@ -539,7 +538,7 @@ static const char *const k_peak_src[] = {"--peak-gflops", "cached for this CPU a
 static void cache_peak(const slm_trainer *tr) {
     if (tr->rank != 0 || tr->peak_src == 0) return;
     char key[256];
-    slm_peak_key(omp_get_max_threads(), key, sizeof key);
+    slm_peak_key(slm_device_threads(NULL), key, sizeof key);
     if (slm_peak_cache_raise(key, tr->peak)) slm_warn("MFU peak not cached: %s", slm_errmsg());
 }
 
@@ -549,14 +548,14 @@ static void cache_peak(const slm_trainer *tr) {
 static void init_peak(slm_trainer *tr) {
     const slm_train_opts *o = tr->o;
     char key[256];
-    slm_peak_key(omp_get_max_threads(), key, sizeof key);
+    slm_peak_key(slm_device_threads(NULL), key, sizeof key);
     double c = o->peak_gflops > 0 ? NAN : slm_peak_cache_get(key);
     if (o->peak_gflops > 0) {
         tr->peak = o->peak_gflops, tr->peak_src = 0;
     } else if (isfinite(c)) {
         tr->peak = c, tr->peak_src = 1;
     } else {
-        tr->peak = slm_sgemm_peak_gflops(2048, 5), tr->peak_src = 2;
+        tr->peak = slm_dev_gemm_peak_gflops(NULL, false, 2048, 5), tr->peak_src = 2;
         cache_peak(tr);
     }
     tr->peak_logged = tr->peak;
@@ -637,7 +636,7 @@ slm_status slm_train_init(slm_trainer *tr) {
         slm_log(SLM_LOG_INFO,
                 "train: bf16 compute (matmul inputs rounded to bf16, fp32 "
                 "accumulation); oneDNN reports this CPU as %s",
-                slm_bf16_gemm_isa());
+                slm_dev_bf16_isa(tr->model.dev));
     slm_llama_set_shape(&tr->model, tr->B, tr->T, false);
     tr->win = slm_xmalloc((size_t)tr->K * tr->B * (tr->T + 1) * sizeof(int32_t));
     tr->inp = slm_xmalloc((size_t)tr->B * tr->T * sizeof(int32_t));
