@@ -619,9 +619,16 @@ static void log_state(slm_trainer *tr) {
 slm_status slm_train_init(slm_trainer *tr) {
     const slm_train_opts *o = tr->o;
     // The model holds no buffers; fsdp/ owns the shards and points params / grads at them
-    // through the unit hooks. Its init equals slm_llama_init_weights.
+    // through the unit hooks. Its init equals slm_llama_init_weights. --simulate-compute runs it
+    // on the SLEEP device (device.h): the real forward, backward, collectives and optimizer
+    // calls, the GEMM-like ops waiting for their FLOPs / rate instead of computing.
+    slm_device *dev = o->simulate_gflops > 0 ? slm_device_sleep(o->simulate_gflops) : NULL;
     slm_status st = slm_llama_init(&tr->model, &tr->cfg, false);
-    if (st) return st;
+    if (st) {
+        slm_device_close(dev);
+        return st;
+    }
+    tr->model.dev = dev; // closed by slm_train_close
     tr->model_init = true;
     tr->fault = &slm_train_faults; // SHARDLM_FAULT's points (no-ops without a plan)
     if (o->lora.rank > 0 && (st = slm_llama_lora_init(&tr->model, &o->lora, false, o->seed)))
@@ -829,23 +836,21 @@ typedef struct fb_sums {
 static int forward_backward(slm_trainer *tr, int64_t n_total, fb_sums *fb) {
     *fb = (fb_sums){.bad = -1};
     slm_fsdp_zero_grad(&tr->fsdp);
+    double slept0 = slm_device_slept_s(tr->model.dev); // the SLEEP device's waits (else 0)
     tr->step_sim_s = 0;
     for (int k = 0; k < tr->K; k++) {
         int stop = k > 0 ? agree_stop(tr, "stop flags (micro-batch)") : 0;
         if (stop) return stop;
-        if (tr->o->simulate_gflops > 0) { // --simulate-compute: real collectives, no arithmetic
-            tr->step_sim_s +=
-                slm_train_sim_forward_backward(&tr->model, tr->B, tr->T, tr->o->simulate_gflops);
-            continue;
-        }
         int64_t n;
         float loss = forward(tr, k, &n);
+        if (tr->o->simulate_gflops > 0) loss = 0; // the SLEEP device computes no values
         // d(mean over the step's tokens)/dp = sum_k (n_k / n_total) d(mean_k)/dp
         float scale = (float)((double)n / (double)n_total);
         tr->fault->micro_batch(tr, k, &loss, &scale);
         if (!isfinite(loss) && fb->bad < 0) fb->bad = k, fb->bad_loss = loss;
         slm_llama_backward(&tr->model, scale);
         fb->loss_sum += (double)loss * (double)n;
+        tr->step_sim_s = slm_device_slept_s(tr->model.dev) - slept0;
     }
     return 0;
 }
@@ -1173,7 +1178,9 @@ void slm_train_close(slm_trainer *tr) {
     if (tr->tok) slm_tokenizer_free(tr->tok);
     if (tr->ds_open) slm_dataset_free(&tr->ds);
     slm_fsdp_free(&tr->fsdp);
+    slm_device *dev = tr->model.dev; // --simulate-compute's SLEEP device (else NULL)
     if (tr->model_init) slm_llama_free(&tr->model);
+    slm_device_close(dev);
     slm_rundir_close(tr->rundir); // last: the lock is held until everything is written
     free(tr);
 }
