@@ -10,12 +10,12 @@
 // Usage: mpirun -np N bench_fsdp [--model tiny] [--sharding S] [--shard-group-size G]
 //        [--param-dtype D] [--reduce-dtype D] [--batch B_LOCAL] [--seq T] [--steps S]
 //        [--threads K] [--limit-all-gathers K] [--no-prefetch] [--progress-thread POLL_US]
-#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 
+#include "device/device.h"
 #include "dist/dist.h"
 #include "fsdp/fsdp.h"
 
@@ -73,7 +73,7 @@ int main(int argc, char **argv) {
             die();
         }
     }
-    omp_set_num_threads(threads);
+    slm_device_set_threads(NULL, threads); // the CPU device's compute threads
     int N = slm_dist_world(), R = slm_dist_rank();
     slm_llama_config cfg;
     if (slm_llama_config_preset(model, &cfg)) die();

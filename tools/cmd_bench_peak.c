@@ -1,7 +1,6 @@
 // shardlm bench-peak: the measured sgemm rate that MFU figures are relative to.
 #include <errno.h>
 #include <math.h>
-#include <omp.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,7 +8,7 @@
 
 #include "base/base.h"
 #include "cmd.h"
-#include "kernels/kernels.h"
+#include "device/device.h"
 #include "train/train.h"
 
 typedef struct bench_args {
@@ -64,17 +63,18 @@ int slm_cmd_bench_peak(int argc, char **argv) {
     int rc = slm_opt_parse(&k_bench_cli, argc, argv, &x, NULL);
     if (rc >= 0) return rc;
     int64_t n = x.n, reps = x.reps, threads = x.threads;
-    if (threads > 0) omp_set_num_threads((int)threads); // kernels/ splits GEMMs over OpenMP
-    double g = slm_sgemm_peak_gflops((int)n, (int)reps);
+    slm_device *dev = slm_device_cpu(); // the CPU's kernels split GEMMs over its OpenMP threads
+    int nt = slm_device_set_threads(dev, (int)threads); // 0: as the environment set them
+    double g = slm_dev_gemm_peak_gflops(dev, false, (int)n, (int)reps);
     printf("sgemm peak %.1f GFLOP/s (n %lld, best of %lld, %d threads)\n", g, (long long)n,
-           (long long)reps, omp_get_max_threads());
+           (long long)reps, nt);
     if (x.bf16)
         printf("bf16 GEMM peak %.1f GFLOP/s (n %lld, best of %lld, %d threads; oneDNN ISA %s%s)\n",
-               slm_bf16_gemm_peak_gflops((int)n, (int)reps), (long long)n, (long long)reps,
-               omp_get_max_threads(), slm_bf16_gemm_isa(),
+               slm_dev_gemm_peak_gflops(dev, true, (int)n, (int)reps), (long long)n,
+               (long long)reps, nt, slm_dev_bf16_isa(dev),
                getenv("SLM_BF16_GEMM") ? ", SLM_BF16_GEMM set" : "");
     char key[256];
-    slm_peak_key(omp_get_max_threads(), key, sizeof key);
+    slm_peak_key(nt, key, sizeof key);
     if (slm_peak_cache_raise(key, g)) slm_warn("bench-peak: %s", slm_errmsg());
     char *path = slm_peak_cache_path();
     double c = slm_peak_cache_get(key);

@@ -2,13 +2,13 @@
 // and the unigram entropy of a split (src/train/train.h).
 #include <errno.h>
 #include <math.h>
-#include <omp.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "cmd.h"
 #include "ckpt/ckpt.h"
+#include "device/device.h"
 #include "train/train.h"
 
 typedef struct eval_args {
@@ -123,7 +123,7 @@ int slm_cmd_eval(int argc, char **argv) {
                   window_opt);
         return SLM_EXIT_USAGE;
     }
-    if (threads > 0) omp_set_num_threads((int)threads);
+    slm_device_set_threads(NULL, (int)threads); // 0: as the environment set them
     if (unigram) {
         double h = 0;
         int64_t n = 0;

@@ -2,7 +2,6 @@
 // (src/train/train.h).
 #include <errno.h>
 #include <math.h>
-#include <omp.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -10,6 +9,7 @@
 #include "cmd.h"
 #include "ckpt/ckpt.h"
 #include "data/data.h"
+#include "device/device.h"
 #include "train/train.h"
 
 typedef struct generate_args {
@@ -151,7 +151,7 @@ int slm_cmd_generate(int argc, char **argv) {
                       .add_bos = !x.no_bos,
                       .stop_at_eos = x.stop_at_eos};
     bool print_ids = x.ids;
-    if (x.threads > 0) omp_set_num_threads((int)x.threads);
+    slm_device_set_threads(NULL, (int)x.threads); // 0: as the environment set them
     slm_status st = SLM_OK;
     if (!run || !prompt) {
         slm_error("generate: --model RUN_DIR and --prompt TEXT are required");

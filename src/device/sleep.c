@@ -43,9 +43,12 @@ static void sleep_linear_bwd(slm_device *d, bool bf16, float *dinp, float *dW, c
     busy(d, 2.0 * (double)N * (double)I * (double)O * ((dinp ? 1 : 0) + (dW ? 1 : 0)));
 }
 
-// Causal attention: QK^T and PV over the lower triangle, 2 * 2 * B * H * D * T^2 / 2.
+// Attention forward: QK^T and PV, 2 * 2 * B * H * D * T^2, not halved for the causal mask: the
+// count of the MFU numerator (train/flops.h slm_train_flops_per_token, 12 L A T per token over
+// forward and backward), so --simulate-compute's waits and its step line's compute stay the
+// model's 6 N + 12 L A T FLOPs / rate (tests/train/test_sim_compute.sh, bench/scaling/model.py).
 static double attn_flops(int B, int T, int H, int D) {
-    return 2.0 * (double)B * (double)H * (double)D * (double)T * (double)T;
+    return 4.0 * (double)B * (double)H * (double)D * (double)T * (double)T;
 }
 
 static void sleep_attention_fwd(slm_device *d, float *out, float *lse, const float *q,

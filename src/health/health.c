@@ -24,8 +24,8 @@
 
 #include "base/fault.h"
 #include "base/json.h"
+#include "device/device.h"
 #include "dist/dist.h"
-#include "kernels/kernels.h"
 
 #define U32 (1.0 / 16777216.0)
 #define U64 (1.0 / 9007199254740992.0)
@@ -100,17 +100,43 @@ static void fill_uniform(float *x, int64_t n, uint64_t seed, float scale) {
         x[i] = scale * (2.0f * slm_rng_uniform(&r) - 1.0f);
 }
 
+// The known-answer checks compute on the device the trainer computes on (device.h; NULL: the
+// CPU device): inputs are made on the host, copied in, and the results copied back out.
+// A device copy of host x [n floats] (slm_dev_free).
+static float *dev_in(slm_device *d, const float *x, int64_t n) {
+    float *p = slm_dev_alloc_f32(d, n);
+    slm_dev_copy(d, p, x, sizeof(float) * (size_t)n, SLM_H2D);
+    return p;
+}
+
+// A host copy (slm_xmalloc; free) of device x [n floats].
+static float *dev_out(slm_device *d, const float *x, int64_t n) {
+    float *h = slm_xmalloc(sizeof(float) * (size_t)n);
+    slm_dev_copy(d, h, x, sizeof(float) * (size_t)n, SLM_D2H);
+    return h;
+}
+
+// A zeroed device buffer of n floats (slm_dev_free).
+static float *dev_zeros(slm_device *d, int64_t n) {
+    float *p = slm_dev_alloc_f32(d, n);
+    slm_dev_zero(d, p, sizeof(float) * (size_t)n);
+    return p;
+}
+
 // ---------------------------------------------------------------------------------------------
 // gemm: out[N, O] = A[N, I] @ W[O, I]^T
 
 enum { GN = 64, GI = 96, GO = 48 };
 
-static void check_gemm(slm_health_rank *r, uint32_t inject, uint64_t *hash) {
+static void check_gemm(slm_device *d, slm_health_rank *r, uint32_t inject, uint64_t *hash) {
     float *a = slm_xmalloc(sizeof(float) * GN * GI), *w = slm_xmalloc(sizeof(float) * GO * GI);
-    float *out = slm_xmalloc(sizeof(float) * GN * GO);
     fill_uniform(a, GN * GI, 0x9e3779b97f4a7c15ull, 1.0f);
     fill_uniform(w, GO * GI, 0xd1b54a32d192ed03ull, 1.0f);
-    slm_matmul_fwd(out, a, w, GN, GI, GO, false);
+    float *da = dev_in(d, a, GN * GI), *dw = dev_in(d, w, GO * GI);
+    float *dout = slm_dev_alloc_f32(d, GN * GO);
+    slm_dev_linear_fwd(d, false, dout, da, dw, GN, GI, GO, false);
+    float *out = dev_out(d, dout, GN * GO);
+    slm_dev_free(d, da), slm_dev_free(d, dw), slm_dev_free(d, dout);
     if (inject & SLM_HEALTH_GEMM) out[GN * GO / 2] += 1e-3f * (1.0f + fabsf(out[GN * GO / 2]));
     double worst = -1;
     for (int n = 0; n < GN; n++)
@@ -174,32 +200,37 @@ typedef struct mmodel {
     float *dwo, *dx; // [MV, MF], [MN, MC]
 } mmodel;
 
-// fp32 through the training kernels: loss, dW_out and dx (dx perturbed with inject).
-static void model_fp32(mmodel *m, uint32_t inject) {
-    float *gate = slm_xmalloc(sizeof(float) * MN * MF), *up = slm_xmalloc(sizeof(float) * MN * MF);
-    float *h = slm_xmalloc(sizeof(float) * MN * MF), *z = slm_xmalloc(sizeof(float) * MN * MV);
-    float losses[MN];
-    slm_matmul_fwd(gate, m->x, m->wg, MN, MC, MF, false);
-    slm_matmul_fwd(up, m->x, m->wu, MN, MC, MF, false);
-    slm_swiglu_fwd(h, gate, up, MN, MF);
-    slm_matmul_fwd(z, h, m->wo, MN, MF, MV, false);
-    slm_cross_entropy_fused(z, losses, m->tgt, MN, MV, 1.0f / MN); // z becomes dloss/dz
+// fp32 through the training ops on device d: loss, dW_out and dx (dx perturbed with inject).
+static void model_fp32(slm_device *d, mmodel *m, uint32_t inject) {
+    float *x = dev_in(d, m->x, MN * MC), *wg = dev_in(d, m->wg, MF * MC);
+    float *wu = dev_in(d, m->wu, MF * MC), *wo = dev_in(d, m->wo, MV * MF);
+    int32_t *tgt = slm_dev_alloc(d, sizeof m->tgt);
+    slm_dev_copy(d, tgt, m->tgt, sizeof m->tgt, SLM_H2D);
+    float *gate = slm_dev_alloc_f32(d, MN * MF), *up = slm_dev_alloc_f32(d, MN * MF);
+    float *h = slm_dev_alloc_f32(d, MN * MF), *z = slm_dev_alloc_f32(d, MN * MV);
+    float *dlosses = slm_dev_alloc_f32(d, MN), losses[MN];
+    slm_dev_linear_fwd(d, false, gate, x, wg, MN, MC, MF, false);
+    slm_dev_linear_fwd(d, false, up, x, wu, MN, MC, MF, false);
+    slm_dev_swiglu_fwd(d, h, gate, up, MN, MF);
+    slm_dev_linear_fwd(d, false, z, h, wo, MN, MF, MV, false);
+    slm_dev_cross_entropy(d, z, dlosses, tgt, MN, MV, 1.0f / MN); // z becomes dloss/dz
+    slm_dev_copy(d, losses, dlosses, sizeof losses, SLM_D2H);
     float loss = 0;
     for (int n = 0; n < MN; n++)
         loss += losses[n];
     m->loss = loss / MN;
-    float *dh = calloc(MN * MF, sizeof(float)), *dwo = calloc(MV * MF, sizeof(float));
-    float *dgate = slm_xmalloc(sizeof(float) * MN * MF),
-          *dup = slm_xmalloc(sizeof(float) * MN * MF);
-    float *dx = calloc(MN * MC, sizeof(float));
-    if (!dh || !dwo || !dx) slm_fatal("healthcheck: out of memory");
-    slm_matmul_bwd(dh, dwo, z, h, m->wo, MN, MF, MV);
-    slm_swiglu_bwd(dgate, dup, dh, gate, up, MN, MF);
-    slm_matmul_bwd(dx, NULL, dgate, m->x, m->wg, MN, MC, MF);
-    slm_matmul_bwd(dx, NULL, dup, m->x, m->wu, MN, MC, MF);
-    if (inject & SLM_HEALTH_MODEL) dx[5] += 1e-2f * (1.0f + fabsf(dx[5]));
-    m->dwo = dwo, m->dx = dx;
-    free(gate), free(up), free(h), free(z), free(dh), free(dgate), free(dup);
+    float *dh = dev_zeros(d, MN * MF), *dwo = dev_zeros(d, MV * MF), *dx = dev_zeros(d, MN * MC);
+    float *dgate = slm_dev_alloc_f32(d, MN * MF), *dup = slm_dev_alloc_f32(d, MN * MF);
+    slm_dev_linear_bwd(d, false, dh, dwo, z, h, wo, MN, MF, MV);
+    slm_dev_swiglu_bwd(d, dgate, dup, dh, gate, up, MN, MF);
+    slm_dev_linear_bwd(d, false, dx, NULL, dgate, x, wg, MN, MC, MF);
+    slm_dev_linear_bwd(d, false, dx, NULL, dup, x, wu, MN, MC, MF);
+    m->dwo = dev_out(d, dwo, MV * MF), m->dx = dev_out(d, dx, MN * MC);
+    if (inject & SLM_HEALTH_MODEL) m->dx[5] += 1e-2f * (1.0f + fabsf(m->dx[5]));
+    float *bufs[] = {x, wg, wu, wo, gate, up, h, z, dlosses, dh, dwo, dx, dgate, dup};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+        slm_dev_free(d, bufs[i]);
+    slm_dev_free(d, tgt);
 }
 
 // The fp64 reference: each value with its first-order absolute error bound (e*).
@@ -330,7 +361,7 @@ static void ref_backward_in(const mmodel *m, mref *q) {
         }
 }
 
-static void check_model(slm_health_rank *r, uint32_t inject, uint64_t *hash) {
+static void check_model(slm_device *d, slm_health_rank *r, uint32_t inject, uint64_t *hash) {
     mmodel m = {0};
     m.x = slm_xmalloc(sizeof(float) * MN * MC), m.wg = slm_xmalloc(sizeof(float) * MF * MC);
     m.wu = slm_xmalloc(sizeof(float) * MF * MC), m.wo = slm_xmalloc(sizeof(float) * MV * MF);
@@ -340,7 +371,7 @@ static void check_model(slm_health_rank *r, uint32_t inject, uint64_t *hash) {
     fill_uniform(m.wo, MV * MF, 14, 0.5f);
     for (int n = 0; n < MN; n++)
         m.tgt[n] = (n * 7 + 3) % MV;
-    model_fp32(&m, inject);
+    model_fp32(d, &m, inject);
     // fp64 reference with first-order absolute bounds (file comment)
     mref q;
     mref_alloc(&q);
@@ -583,8 +614,9 @@ slm_status slm_health_run(const slm_health_opts *o, slm_health_report *rep) {
     slm_status st = injected_faults(rank, world, &inject);
     if (st) return st;
     uint64_t hash = 0;
-    check_gemm(&me, inject, &hash);
-    check_model(&me, inject, &hash);
+    slm_device *dev = NULL; // the CPU device, which the trainer computes on
+    check_gemm(dev, &me, inject, &hash);
+    check_model(dev, &me, inject, &hash);
     me.out_hash = hash;
     check_mem(&me, o->mem_bytes, inject);
     check_dirs(&me, o, inject);

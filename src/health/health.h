@@ -1,12 +1,13 @@
 // health: the preflight health check of a job (`shardlm healthcheck`, run alone under mpirun or
 // by `shardlm launch` before each training attempt). Every rank runs known-answer tests and the
 // ranks then test their collectives together:
-//  per rank   gemm      a fixed-input fp32 GEMM (slm_matmul_fwd) against an fp64 reference
-//                       computed here, within the rounding-error bound gamma_K * (|A| |B|)
+//  per rank   gemm      a fixed-input fp32 GEMM (slm_dev_linear_fwd on the CPU device, the
+//                       one training computes on) against an fp64 reference computed here,
+//                       within the rounding-error bound gamma_K * (|A| |B|)
 //                       (Higham, Accuracy and Stability of Numerical Algorithms, 3.5), which
 //                       holds for any summation order, blocking or FMA use;
 //             model     one forward and backward of a tiny SwiGLU MLP with a cross-entropy head
-//                       (the kernels training uses: matmul, swiglu, fused cross-entropy) against
+//                       (the device ops training uses: linear, swiglu, fused cross-entropy) against
 //                       an fp64 reference, each output within a first-order error bound
 //                       propagated alongside the reference (see health.c);
 //             bitwise   ranks whose hosts report the same CPU model string must produce

@@ -1,6 +1,6 @@
 // train/: the FLOPs model of MFU (the peak sgemm rate that is its denominator, the FLOPs a token
-// and an FSDP unit cost) and the simulated compute of --simulate-compute. Part of train/train.h
-// (which includes it); peak.c, flops.c and sim.c implement it.
+// and an FSDP unit cost; --simulate-compute's SLEEP device waits for the same count). Part of
+// train/train.h (which includes it); peak.c and flops.c implement it.
 #ifndef SLM_TRAIN_FLOPS_H
 #define SLM_TRAIN_FLOPS_H
 
@@ -42,11 +42,5 @@ double slm_train_attn_width(const slm_llama_config *c);
 // (the final norm and embedding gradients are not matmuls).
 void slm_train_unit_flops(const slm_llama_config *c, int B, int T, bool activation_checkpointing,
                           int unit, double *fwd, double *bwd);
-// One micro-batch's forward + backward of `m` under --simulate-compute: calls m's unit hooks in
-// exactly the order slm_llama_forward / slm_llama_backward do (model.h), and between each pre and
-// post hook sleeps until FLOPs / (gflops x 1e9) seconds have passed since the pre hook returned
-// (clock_nanosleep: no CPU used). No arithmetic, the activations are untouched. Returns the
-// seconds slept in total.
-double slm_train_sim_forward_backward(slm_llama *m, int B, int T, double gflops);
 
 #endif

@@ -2,7 +2,6 @@
 // the training loop by whoever runs it (tools/cmd_train.c). Contract in train.h.
 #include <dirent.h>
 #include <math.h>
-#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -161,7 +160,8 @@ static slm_status metrics_start(void *ctx, slm_trainer *tr) {
                     o->model, (long long)slm_llama_n_params(&tr->cfg), tr->B, tr->T, tr->K,
                     (long long)o->steps, (long long)o->warmup, (double)o->adamw.lr_peak,
                     (double)tr->min_lr, (double)o->adamw.weight_decay, (double)o->grad_clip,
-                    (unsigned long long)o->seed, omp_get_max_threads(), tr->peak, tr->fpt);
+                    (unsigned long long)o->seed, slm_device_threads(tr->model.dev), tr->peak,
+                    tr->fpt);
     // Added in schema 2 (docs/formats.md): the run's shape and where it runs.
     slm_buf_appendf(&b, ",\"schema\":2,\"world\":%d,\"start_step\":%lld,\"attempt\":%ld", tr->W,
                     (long long)tr->step, attempt_number());

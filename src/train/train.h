@@ -233,11 +233,11 @@ typedef struct slm_train_opts {
                                   // (slm_train_add_snapshot_hook); 0: off
     const char *snapshot_dir;     // their directory; NULL: slm_train_snapshot_root's default
     slm_train_metrics_opts metrics; // Prometheus (read by slm_train_prom_new and its hook)
-    double simulate_gflops;         // > 0: --simulate-compute: every unit's forward / backward
-                                    // arithmetic is replaced by a wait of its FLOPs / (this x 1e9)
-                                    // (slm_train_unit_flops); collectives, buffers, schedule,
-                                    // prefetch and the optimizer stay real; losses are 0 and
-                                    // meaningless (docs/scaling.md "Emulated cluster"). 0: off
+    double simulate_gflops;         // > 0: --simulate-compute: the model runs on the SLEEP
+                                    // device (device.h): each GEMM-like op waits for its FLOPs /
+                                    // (this x 1e9) instead of computing; collectives, buffers,
+                                    // schedule, prefetch and the optimizer stay real; losses are
+                                    // 0, meaningless (docs/scaling.md "Emulated cluster"). 0: off
 } slm_train_opts;
 
 // Fills the defaults: grad_accum 1, lr 3e-4, betas (0.9, 0.95), eps 1e-8, weight decay 0.1,

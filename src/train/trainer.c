@@ -5,7 +5,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
-#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,7 +12,6 @@
 #include "ckpt/ckpt.h"
 #include "data/data.h"
 #include "dist/dist.h"
-#include "kernels/kernels.h"
 #include "train/train.h"
 #include "train/train_internal.h"
 
@@ -319,8 +317,9 @@ slm_status slm_train_open(const slm_train_opts *o, slm_trainer **out) {
                      "attempt %d; append :always to fire on every attempt)",
                      getenv("SHARDLM_FAULT"), tr->faults.attempt);
     }
-    // kernels/ splits GEMMs over the OpenMP threads itself (OpenBLAS stays single-threaded).
-    if (o->threads > 0) omp_set_num_threads(o->threads);
+    // The device's compute threads (CPU: kernels/ splits GEMMs over them itself; OpenBLAS stays
+    // single-threaded); threads <= 0 leaves them as the environment set them.
+    slm_device_set_threads(NULL, o->threads);
     st = slm_train_resolve_config(o->model, o->vocab_size, o->T, &tr->cfg);
     if (!st) st = check_memory(o, &tr->cfg, tr->W);
     if (!st && o->init_from_hf) { // the HF weights' shapes against the config, before allocating
@@ -539,7 +538,7 @@ static const char *const k_peak_src[] = {"--peak-gflops", "cached for this CPU a
 static void cache_peak(const slm_trainer *tr) {
     if (tr->rank != 0 || tr->peak_src == 0) return;
     char key[256];
-    slm_peak_key(omp_get_max_threads(), key, sizeof key);
+    slm_peak_key(slm_device_threads(NULL), key, sizeof key);
     if (slm_peak_cache_raise(key, tr->peak)) slm_warn("MFU peak not cached: %s", slm_errmsg());
 }
 
@@ -549,14 +548,14 @@ static void cache_peak(const slm_trainer *tr) {
 static void init_peak(slm_trainer *tr) {
     const slm_train_opts *o = tr->o;
     char key[256];
-    slm_peak_key(omp_get_max_threads(), key, sizeof key);
+    slm_peak_key(slm_device_threads(NULL), key, sizeof key);
     double c = o->peak_gflops > 0 ? NAN : slm_peak_cache_get(key);
     if (o->peak_gflops > 0) {
         tr->peak = o->peak_gflops, tr->peak_src = 0;
     } else if (isfinite(c)) {
         tr->peak = c, tr->peak_src = 1;
     } else {
-        tr->peak = slm_sgemm_peak_gflops(2048, 5), tr->peak_src = 2;
+        tr->peak = slm_dev_gemm_peak_gflops(NULL, false, 2048, 5), tr->peak_src = 2;
         cache_peak(tr);
     }
     tr->peak_logged = tr->peak;
@@ -620,9 +619,16 @@ static void log_state(slm_trainer *tr) {
 slm_status slm_train_init(slm_trainer *tr) {
     const slm_train_opts *o = tr->o;
     // The model holds no buffers; fsdp/ owns the shards and points params / grads at them
-    // through the unit hooks. Its init equals slm_llama_init_weights.
+    // through the unit hooks. Its init equals slm_llama_init_weights. --simulate-compute runs it
+    // on the SLEEP device (device.h): the real forward, backward, collectives and optimizer
+    // calls, the GEMM-like ops waiting for their FLOPs / rate instead of computing.
+    slm_device *dev = o->simulate_gflops > 0 ? slm_device_sleep(o->simulate_gflops) : NULL;
     slm_status st = slm_llama_init(&tr->model, &tr->cfg, false);
-    if (st) return st;
+    if (st) {
+        slm_device_close(dev);
+        return st;
+    }
+    tr->model.dev = dev; // closed by slm_train_close
     tr->model_init = true;
     tr->fault = &slm_train_faults; // SHARDLM_FAULT's points (no-ops without a plan)
     if (o->lora.rank > 0 && (st = slm_llama_lora_init(&tr->model, &o->lora, false, o->seed)))
@@ -637,7 +643,7 @@ slm_status slm_train_init(slm_trainer *tr) {
         slm_log(SLM_LOG_INFO,
                 "train: bf16 compute (matmul inputs rounded to bf16, fp32 "
                 "accumulation); oneDNN reports this CPU as %s",
-                slm_bf16_gemm_isa());
+                slm_dev_bf16_isa(tr->model.dev));
     slm_llama_set_shape(&tr->model, tr->B, tr->T, false);
     tr->win = slm_xmalloc((size_t)tr->K * tr->B * (tr->T + 1) * sizeof(int32_t));
     tr->inp = slm_xmalloc((size_t)tr->B * tr->T * sizeof(int32_t));
@@ -830,23 +836,21 @@ typedef struct fb_sums {
 static int forward_backward(slm_trainer *tr, int64_t n_total, fb_sums *fb) {
     *fb = (fb_sums){.bad = -1};
     slm_fsdp_zero_grad(&tr->fsdp);
+    double slept0 = slm_device_slept_s(tr->model.dev); // the SLEEP device's waits (else 0)
     tr->step_sim_s = 0;
     for (int k = 0; k < tr->K; k++) {
         int stop = k > 0 ? agree_stop(tr, "stop flags (micro-batch)") : 0;
         if (stop) return stop;
-        if (tr->o->simulate_gflops > 0) { // --simulate-compute: real collectives, no arithmetic
-            tr->step_sim_s +=
-                slm_train_sim_forward_backward(&tr->model, tr->B, tr->T, tr->o->simulate_gflops);
-            continue;
-        }
         int64_t n;
         float loss = forward(tr, k, &n);
+        if (tr->o->simulate_gflops > 0) loss = 0; // the SLEEP device computes no values
         // d(mean over the step's tokens)/dp = sum_k (n_k / n_total) d(mean_k)/dp
         float scale = (float)((double)n / (double)n_total);
         tr->fault->micro_batch(tr, k, &loss, &scale);
         if (!isfinite(loss) && fb->bad < 0) fb->bad = k, fb->bad_loss = loss;
         slm_llama_backward(&tr->model, scale);
         fb->loss_sum += (double)loss * (double)n;
+        tr->step_sim_s = slm_device_slept_s(tr->model.dev) - slept0;
     }
     return 0;
 }
@@ -1174,7 +1178,9 @@ void slm_train_close(slm_trainer *tr) {
     if (tr->tok) slm_tokenizer_free(tr->tok);
     if (tr->ds_open) slm_dataset_free(&tr->ds);
     slm_fsdp_free(&tr->fsdp);
+    slm_device *dev = tr->model.dev; // --simulate-compute's SLEEP device (else NULL)
     if (tr->model_init) slm_llama_free(&tr->model);
+    slm_device_close(dev);
     slm_rundir_close(tr->rundir); // last: the lock is held until everything is written
     free(tr);
 }

@@ -14,6 +14,7 @@
 #include "test.h"
 #include "ckpt/ckpt.h"
 #include "data/data.h"
+#include "device/device.h"
 #include "dist/dist.h"
 #include "train/train.h"
 
@@ -335,6 +336,41 @@ static void test_flops_formula(void) {
     // head_dim equal to hidden / heads, given explicitly: the same count as without it
     c.head_dim = 8;
     CHECK_CLOSE(slm_train_flops_per_token(&c, 16), 6 * n + 12.0 * 2 * 32 * 16, 1e-12, 0);
+}
+
+// --simulate-compute runs the model on the SLEEP device (device.h), whose attention and linear
+// ops wait for their FLOPs / rate: the FLOPs must be those of the MFU count (flops.h: 12 A T per
+// token and layer for the attention products, not halved for the causal mask; 6 I O per token
+// for a linear layer's forward and backward), so a simulated step's compute is the model's
+// 6 N + 12 L A T per token / rate (test_sim_compute.sh checks it end to end).
+static void test_sleep_device_flops(void) {
+    slm_llama_config c;
+    CHECK_OK(slm_llama_config_load(g_cfg, &c));
+    int B = 3, T = 16, H = c.num_attention_heads, KV = c.num_key_value_heads;
+    int D = c.hidden_size / H;
+    double rate = 1e6; // GFLOP/s: waits of nanoseconds
+    slm_device *d = slm_device_sleep(rate);
+    int64_t nq = (int64_t)B * T * H * D, nkv = (int64_t)B * T * KV * D;
+    float *q = slm_dev_alloc_f32(d, nq), *k = slm_dev_alloc_f32(d, nkv);
+    float *v = slm_dev_alloc_f32(d, nkv), *out = slm_dev_alloc_f32(d, nq);
+    float *lse = slm_dev_alloc_f32(d, (int64_t)B * H * T), *dq = slm_dev_alloc_f32(d, nq);
+    float *dk = slm_dev_alloc_f32(d, nkv), *dv = slm_dev_alloc_f32(d, nkv);
+    slm_dev_attention_fwd(d, out, lse, q, k, v, NULL, B, T, H, KV, D);
+    slm_dev_attention_bwd(d, dq, dk, dv, out, q, k, v, out, lse, NULL, B, T, H, KV, D);
+    double attn = (slm_train_flops_per_token(&c, T) - 6.0 * (double)slm_llama_n_matmul_params(&c)) /
+                  c.num_hidden_layers; // 12 A T
+    CHECK_CLOSE(slm_device_slept_s(d) * rate * 1e9, attn * B * T, 1e-9, 0);
+    // a linear layer [O, I] = [KV D, H D] on N = B T tokens, forward and backward (dinp, dW)
+    double s0 = slm_device_slept_s(d);
+    int64_t N = (int64_t)B * T, I = (int64_t)H * D, O = (int64_t)KV * D;
+    float *W = slm_dev_alloc_f32(d, O * I), *dW = slm_dev_alloc_f32(d, O * I);
+    slm_dev_linear_fwd(d, false, k, q, W, N, I, O, false);
+    slm_dev_linear_bwd(d, false, dq, dW, dk, q, W, N, I, O);
+    CHECK_CLOSE((slm_device_slept_s(d) - s0) * rate * 1e9, 6.0 * (double)(N * I * O), 1e-9, 0);
+    float *bufs[] = {q, k, v, out, lse, dq, dk, dv, W, dW};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+        slm_dev_free(d, bufs[i]);
+    slm_device_close(d);
 }
 
 static void test_sampler_greedy_and_topk(void) {
@@ -695,6 +731,7 @@ int main(void) {
     RUN(test_option_errors);
     RUN(test_run_check_dataset);
     RUN(test_flops_formula);
+    RUN(test_sleep_device_flops);
     RUN(test_sampler_greedy_and_topk);
     RUN(test_sampler_distribution);
     char cmd[512];
