@@ -623,12 +623,12 @@ slm_status slm_train_init(slm_trainer *tr) {
     // on the SLEEP device (device.h): the real forward, backward, collectives and optimizer
     // calls, the GEMM-like ops waiting for their FLOPs / rate instead of computing.
     slm_device *dev = o->simulate_gflops > 0 ? slm_device_sleep(o->simulate_gflops) : NULL;
-    slm_status st = slm_llama_init(&tr->model, &tr->cfg, false);
+    slm_status st = slm_llama_init_on(&tr->model, dev, &tr->cfg, false);
     if (st) {
         slm_device_close(dev);
         return st;
     }
-    tr->model.dev = dev; // closed by slm_train_close
+    // tr->model.dev is closed by slm_train_close
     tr->model_init = true;
     tr->fault = &slm_train_faults; // SHARDLM_FAULT's points (no-ops without a plan)
     if (o->lora.rank > 0 && (st = slm_llama_lora_init(&tr->model, &o->lora, false, o->seed)))

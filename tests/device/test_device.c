@@ -258,9 +258,10 @@ static double mono_s(void) {
 }
 
 // The SLEEP device: linear / attention account exactly their FLOPs / rate (the rule of
-// device.h and sleep.c: 2 N I O per product; causal attention 2 B H D T^2 forward, twice that
-// backward); other ops account nothing and compute nothing; memory is real. The wall clock
-// passes at least the accounted time (absolute deadline), asserted only as a lower bound.
+// device.h and sleep.c: 2 N I O per product; attention 4 B H D T^2 forward, as the MFU formula
+// 6N + 12 L C T counts it (no causal halving), twice that backward); other ops account nothing and
+// compute nothing; memory is real. The wall clock passes at least the accounted time (absolute
+// deadline), asserted only as a lower bound.
 static void test_sleep(void) {
     slm_device *d = NULL;
     CHECK_OK(slm_device_open("sleep:2000", &d));
@@ -281,7 +282,7 @@ static void test_sleep(void) {
     CHECK_CLOSE(slm_device_slept_s(d), want, 1e-12, 0);
     slm_dev_attention_fwd(d, q, q, p, p, p, NULL, 2, 64, 4, 2, 16);
     slm_dev_attention_bwd(d, q, q, q, p, p, p, p, p, p, NULL, 2, 64, 4, 2, 16);
-    want += 3 * 2.0 * 2 * 4 * 16 * 64 * 64 / 2e12;
+    want += 3 * 4.0 * 2 * 4 * 16 * 64 * 64 / 2e12;
     CHECK_CLOSE(slm_device_slept_s(d), want, 1e-12, 0);
     slm_dev_copy(d, q, x, 4000, SLM_H2D);
     slm_dev_scale(d, q, 2.0f, 1000);
