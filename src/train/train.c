@@ -2,7 +2,6 @@
 // composing the phases of trainer.c (open, init, step, finish). Hooks in hooks.c. Contract in
 // train.h.
 #include <math.h>
-#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -166,7 +166,7 @@ typedef struct slm_train_opts {
                              // max_minutes elapsed x steps), so the cosine ends on time on a
                              // machine of unknown speed (not bitwise reproducible)
     double peak_gflops;      // > 0: MFU denominator; else this machine's cached peak (slm_peak_*),
-                        // measured at start (slm_sgemm_peak_gflops) when none is cached. Either
+                        // measured at start (slm_dev_gemm_peak_gflops) when none is cached. Either
                         // is raised to a step's rate when a step runs faster (logged)
     int log_every; // step line every this many steps (0: never; default 1); read by
                    // the printing hook of tools/, not by the library
