@@ -18,7 +18,7 @@ typedef struct hc_args {
     size_t mem, bw, ckpt_bytes;
     int bw_reps;
     double min_gbps, timeout;
-    const char *run_dir, *model, *report;
+    const char *run_dir, *model, *report, *device;
 } hc_args;
 
 #define A(f) offsetof(hc_args, f)
@@ -66,6 +66,13 @@ static const slm_opt k_hc_opts[] = {
      .help = "fail when a pair's all-reduce bus bandwidth is below G GB/s (0: report only)",
      .dlo = 0,
      .dhi = 1e6},
+    {.name = "--device",
+     .type = SLM_OPT_STRING,
+     .off = A(device),
+     .meta = "DEV",
+     .help = "device the known-answer GEMM runs on: cpu, cuda or cuda:N (on a GPU: bf16 compute "
+             "against fp64, and its uncorrected ECC errors through NVML)",
+     .def = "cpu"},
     {.name = "--collective-timeout",
      .type = SLM_OPT_DOUBLE,
      .off = A(timeout),
@@ -89,7 +96,8 @@ static const slm_cli k_hc_cli = {
     .usage = "usage: mpirun -np N shardlm healthcheck [--run-dir DIR] [--model SPEC] [options]\n"
              "Per rank: a fixed-input GEMM and one forward / backward of a tiny model against\n"
              "fp64 references within derived error bounds, bitwise agreement of ranks on the\n"
-             "same CPU model, a memory test, the run directory writable with free space; across\n"
+             "same CPU model and device, a memory test, the run directory writable with free\n"
+             "space, uncorrected ECC errors of a GPU (--device cuda); across\n"
              "ranks: all-reduce / all-gather / reduce-scatter results and the all-reduce\n"
              "bandwidth between each pair of hosts. `shardlm launch` runs it before training.\n\n",
     .opts = k_hc_opts,
@@ -115,7 +123,10 @@ static void print_report(const slm_health_report *rep) {
                 if (r->failed & (1u << b)) printf(" %s", slm_health_check_name(b));
             printf(" | %s", r->msg);
         }
-        printf(" | cpu %s\n", r->cpu);
+        printf(" | cpu %s", r->cpu);
+        if (strcmp(r->device, "cpu") != 0) printf(" | device %s", r->device);
+        if (r->ecc >= 0) printf(" | ECC uncorrected %.0f", r->ecc);
+        printf("\n");
     }
     for (int k = 0; k < rep->n_links; k++) {
         const slm_health_link *l = &rep->links[k];
@@ -148,7 +159,7 @@ int slm_cmd_healthcheck(int argc, char **argv) {
     int rc = slm_opt_parse(&k_hc_cli, argc, argv, &a, &seen);
     if (rc >= 0) return rc;
     ho.mem_bytes = a.mem, ho.bw_bytes = a.bw, ho.bw_reps = a.bw_reps, ho.min_gbps = a.min_gbps;
-    ho.collective_timeout_s = a.timeout, ho.run_dir = a.run_dir;
+    ho.collective_timeout_s = a.timeout, ho.run_dir = a.run_dir, ho.device = a.device;
     if (slm_opt_given(&k_hc_cli, &seen, "--ckpt-bytes")) {
         ho.ckpt_bytes = (double)a.ckpt_bytes;
     } else if (a.model) {

@@ -32,7 +32,7 @@
 #define C_ELEM 16.0
 
 static const char *const k_check_names[SLM_HEALTH_N_CHECKS] = {
-    "gemm", "model", "bitwise", "mem", "dir", "allreduce", "allgather", "reduce_scatter"};
+    "gemm", "model", "bitwise", "mem", "dir", "allreduce", "allgather", "reduce_scatter", "ecc"};
 
 const char *slm_health_check_name(int i) {
     return i >= 0 && i < SLM_HEALTH_N_CHECKS ? k_check_names[i] : "?";
@@ -75,7 +75,8 @@ static slm_status injected_faults(int rank, int world, uint32_t *bits) {
         if (which < 0)
             return slm_fail(SLM_E_ARG,
                             "SHARDLM_FAULT: fail-health check \"%s\" is unknown (expected gemm, "
-                            "model, bitwise, mem, dir, allreduce, allgather or reduce_scatter)",
+                            "model, bitwise, mem, dir, allreduce, allgather, reduce_scatter or "
+                            "ecc)",
                             f->check);
         *bits |= mine & (1u << which);
     }
@@ -128,15 +129,25 @@ static float *dev_zeros(slm_device *d, int64_t n) {
 
 enum { GN = 64, GI = 96, GO = 48 };
 
+// On a GPU (bf16 compute: operands rounded to bf16, products exact in fp32, fp32 accumulation)
+// the reference is the fp64 product of the bf16-rounded operands and the bound is the fp32
+// accumulation's gamma_GI; on the CPU (fp32) the fp64 product of the inputs themselves.
 static void check_gemm(slm_device *d, slm_health_rank *r, uint32_t inject, uint64_t *hash) {
+    bool bf16 = slm_device_kind_of(d) == SLM_DEVICE_CUDA;
     float *a = slm_xmalloc(sizeof(float) * GN * GI), *w = slm_xmalloc(sizeof(float) * GO * GI);
     fill_uniform(a, GN * GI, 0x9e3779b97f4a7c15ull, 1.0f);
     fill_uniform(w, GO * GI, 0xd1b54a32d192ed03ull, 1.0f);
     float *da = dev_in(d, a, GN * GI), *dw = dev_in(d, w, GO * GI);
     float *dout = slm_dev_alloc_f32(d, GN * GO);
-    slm_dev_linear_fwd(d, false, dout, da, dw, GN, GI, GO, false);
+    slm_dev_linear_fwd(d, bf16, dout, da, dw, GN, GI, GO, false);
     float *out = dev_out(d, dout, GN * GO);
     slm_dev_free(d, da), slm_dev_free(d, dw), slm_dev_free(d, dout);
+    if (bf16) { // the operands as the device multiplied them
+        for (int i = 0; i < GN * GI; i++)
+            a[i] = slm_bf16_to_f32_1(slm_f32_to_bf16_1(a[i]));
+        for (int i = 0; i < GO * GI; i++)
+            w[i] = slm_bf16_to_f32_1(slm_f32_to_bf16_1(w[i]));
+    }
     if (inject & SLM_HEALTH_GEMM) out[GN * GO / 2] += 1e-3f * (1.0f + fabsf(out[GN * GO / 2]));
     double worst = -1;
     for (int n = 0; n < GN; n++)
@@ -152,8 +163,8 @@ static void check_gemm(slm_device *d, slm_health_rank *r, uint32_t inject, uint6
             if (err > bound && !(r->failed & SLM_HEALTH_GEMM))
                 set_fail(r, SLM_HEALTH_GEMM,
                          "gemm: element [%d,%d] is %.9g, fp64 reference %.9g, error %.3g > bound "
-                         "%.3g",
-                         n, o, out[n * GO + o], ref, err, bound);
+                         "%.3g (%s)",
+                         n, o, out[n * GO + o], ref, err, bound, r->device);
         }
     if (inject & SLM_HEALTH_BITWISE) { // one ulp: within the bound, but not bitwise equal
         uint32_t bits;
@@ -470,6 +481,19 @@ static void check_dirs(slm_health_rank *r, const slm_health_opts *o, uint32_t in
 // ---------------------------------------------------------------------------------------------
 // collectives
 
+// ecc: a GPU whose memory has reported uncorrected errors since the driver loaded is not fit to
+// train on (its results may already be wrong). CPUs and GPUs without ECC pass (ecc = -1).
+static void check_ecc(slm_device *d, slm_health_rank *r, uint32_t inject) {
+    slm_device_stats s;
+    slm_device_stats_read(d, &s);
+    r->ecc = s.valid ? s.ecc_uncorrected : -1;
+    if (inject & SLM_HEALTH_ECC) r->ecc = r->ecc > 0 ? r->ecc + 1 : 1;
+    if (r->ecc > 0)
+        set_fail(r, SLM_HEALTH_ECC,
+                 "ecc: %.0f uncorrected ECC error(s) on %s since the driver loaded%s", r->ecc,
+                 r->device, inject & SLM_HEALTH_ECC ? " (injected)" : "");
+}
+
 static void check_collectives(slm_health_rank *r, int rank, int world, uint32_t inject) {
     slm_comm *w = slm_comm_world();
     enum { CN = 1031 };
@@ -614,20 +638,27 @@ slm_status slm_health_run(const slm_health_opts *o, slm_health_report *rep) {
     slm_status st = injected_faults(rank, world, &inject);
     if (st) return st;
     uint64_t hash = 0;
-    slm_device *dev = NULL; // the CPU device, which the trainer computes on
+    slm_device *dev = NULL; // the CPU device, unless o->device names another
+    if (o->device && (st = slm_device_open(o->device, &dev)))
+        return slm_fail_wrap(st, "healthcheck --device %s (rank %d)", o->device, rank);
+    snprintf(me.device, sizeof me.device, "%s", slm_device_describe(dev));
     check_gemm(dev, &me, inject, &hash);
-    check_model(dev, &me, inject, &hash);
+    // The tiny model's bounds are derived for fp32 compute: it runs on the CPU device (its
+    // kernels are the CPU path's), the GEMM above on the device the trainer will use.
+    check_model(NULL, &me, inject, &hash);
     me.out_hash = hash;
     check_mem(&me, o->mem_bytes, inject);
     check_dirs(&me, o, inject);
+    check_ecc(dev, &me, inject);
+    slm_device_close(dev);
     check_collectives(&me, rank, world, inject);
 
     rep->world = world;
     rep->ranks = calloc((size_t)world, sizeof *rep->ranks);
     if (!rep->ranks) return slm_fail(SLM_E_NOMEM, "healthcheck: out of memory");
     slm_dist_allgather(&me, rep->ranks, (int64_t)sizeof me, SLM_DTYPE_U8, "healthcheck results");
-    // bitwise: within each CPU model, the majority's output hash is the reference; a rank
-    // without a strict majority behind its hash (a tie) fails too (the bad core is unknown).
+    // bitwise: within each CPU model and device, the majority's output hash is the reference; a
+    // rank without a strict majority behind its hash (a tie) fails too (the bad core is unknown).
     // Ranks that already failed a bound (gemm, model) are named by it and do not vote.
     const uint32_t bounded = SLM_HEALTH_GEMM | SLM_HEALTH_MODEL;
     for (int i = 0; i < world; i++) {
@@ -635,7 +666,9 @@ slm_status slm_health_run(const slm_health_opts *o, slm_health_report *rep) {
         if (rep->ranks[i].failed & bounded) continue;
         for (int j = 0; j < world; j++) {
             if (rep->ranks[j].failed & bounded) continue;
-            if (strcmp(rep->ranks[j].cpu, rep->ranks[i].cpu) != 0) continue;
+            if (strcmp(rep->ranks[j].cpu, rep->ranks[i].cpu) != 0 ||
+                strcmp(rep->ranks[j].device, rep->ranks[i].device) != 0)
+                continue;
             same++;
             agree += rep->ranks[j].out_hash == rep->ranks[i].out_hash;
         }
@@ -644,6 +677,7 @@ slm_status slm_health_run(const slm_health_opts *o, slm_health_report *rep) {
             for (int j = 0; j < world && other < 0; j++)
                 if (!(rep->ranks[j].failed & bounded) &&
                     !strcmp(rep->ranks[j].cpu, rep->ranks[i].cpu) &&
+                    !strcmp(rep->ranks[j].device, rep->ranks[i].device) &&
                     rep->ranks[j].out_hash != rep->ranks[i].out_hash)
                     other = j;
             set_fail(&rep->ranks[i], SLM_HEALTH_BITWISE,
@@ -676,6 +710,8 @@ slm_status slm_health_write_json(const slm_health_report *rep, const char *path)
         cJSON_AddNumberToObject(x, "rank", r->rank);
         cJSON_AddStringToObject(x, "host", r->host);
         cJSON_AddStringToObject(x, "cpu", r->cpu);
+        cJSON_AddStringToObject(x, "device", r->device);
+        if (r->ecc >= 0) cJSON_AddNumberToObject(x, "ecc_uncorrected", r->ecc);
         cJSON_AddBoolToObject(x, "ok", r->failed == 0);
         for (int b = 0; b < SLM_HEALTH_N_CHECKS; b++)
             if (r->failed & (1u << b))

@@ -40,7 +40,8 @@ enum {
     SLM_HEALTH_ALLREDUCE = 32,
     SLM_HEALTH_ALLGATHER = 64,
     SLM_HEALTH_REDUCE_SCATTER = 128,
-    SLM_HEALTH_N_CHECKS = 8,
+    SLM_HEALTH_ECC = 256, // uncorrected ECC errors on the rank's GPU (NVML); passes on a CPU
+    SLM_HEALTH_N_CHECKS = 9,
 };
 // The name of check bit i ("gemm", "model", ...).
 const char *slm_health_check_name(int i);
@@ -53,6 +54,9 @@ typedef struct slm_health_opts {
     int bw_reps;                 // timed all-reduces per pair (best counts)
     double min_gbps;             // > 0: a pair below this fails the check (names both hosts)
     double collective_timeout_s; // bound on every collective wait
+    const char *device;          // the device the known-answer GEMM runs on (device.h spec: "cpu",
+                        // "cuda", "cuda:N"; NULL: the CPU). On a GPU the GEMM is bf16 compute,
+                        // checked against fp64 with the bf16 bound; ECC errors are read (NVML)
 } slm_health_opts;
 
 // Defaults: 256 MiB memory, 8 MiB x 5 all-reduces, no minimum bandwidth, timeout 120 s.
@@ -64,6 +68,8 @@ typedef struct slm_health_rank {
     uint32_t failed;               // SLM_HEALTH_* bits that failed
     char host[64];                 // gethostname
     char cpu[96];                  // /proc/cpuinfo "model name" (or "unknown")
+    char device[96];               // slm_device_describe of the checked device ("cpu", ...)
+    double ecc;                    // uncorrected ECC errors of the GPU (-1: not a GPU / n/a)
     double gemm_err, gemm_bound;   // max |fp32 - fp64| / its bound's value (same element)
     double model_err, model_bound; // worst err / bound ratio's numerator and denominator
     uint64_t out_hash;             // XXH64 of the gemm and model fp32 outputs

@@ -6,7 +6,10 @@
 #     exit 3, rank 1 and only rank 1 fails, with exactly that check, and the verdict names it
 #     (3 ranks, so the bitwise majority identifies the odd one);
 #  3. fail-health without check= fails every check of rank 1; --ckpt-bytes above the free
-#     space fails the dir check naming the directory; an unknown check name is a usage error.
+#     space fails the dir check naming the directory; an unknown check name is a usage error;
+#  4. --device (issue 22): the CPU's report names the device and carries no ECC field (a CPU
+#     has no counters; injection of check=ecc still fails only rank 1), --device cuda:0 without
+#     a GPU and an unknown device fail naming why.
 # Usage: test_healthcheck.sh MPIEXEC.
 . "$(dirname "$0")/../lib.sh"
 MPIEXEC=${1:-$MPIEXEC}
@@ -27,8 +30,11 @@ check "healthy: exit 0" 0 $?
     ok "link bandwidth measured" || bad "links"
 [ -d "$W/run" ] && [ -z "$(ls -A "$W/run")" ] && ok "run dir created and left empty" || bad "run dir: $(ls -A "$W/run")"
 has "verdict line" "$W/ok.log" 'health: all checks passed on 3 rank(s)'
+# The CPU device has no ECC counters: the check passes and the report says nothing about ECC
+[ "$(aj 'all(r["device"] == "cpu" and "ecc_uncorrected" not in r for r in a["ranks"])')" = True ] &&
+    ok "device cpu, no ECC field on a CPU" || bad "device / ecc fields: $(cat "$R")"
 
-for c in gemm model bitwise mem dir allreduce allgather reduce_scatter; do
+for c in gemm model bitwise mem dir allreduce allgather reduce_scatter ecc; do
     SHARDLM_FAULT=fail-health:rank=1:check=$c slm_mpirun 3 "$BIN" "${HC[@]}" > "$W/$c.log" 2>&1
     rc=$?
     got=$(aj '[(r["rank"], r["failed"]) for r in a["ranks"] if r["failed"]]')
@@ -38,6 +44,21 @@ for c in gemm model bitwise mem dir allreduce allgather reduce_scatter; do
         bad "check $c: exit $rc, failed $got"; cat "$W/$c.log"
     fi
 done
+
+# --device: a GPU where there is none is a clear error naming the device and the reason; an
+# unknown device names the accepted forms
+"$BIN" healthcheck --mem 1MiB --device cuda:0 > "$W/cuda.log" 2>&1
+rc=$?
+if [ "$rc" != 0 ] && [ "$rc" != 3 ] &&
+   grep -Eq 'healthcheck --device cuda:0 \(rank 0\): device "cuda:0": (no CUDA device visible|this build has no CUDA backend)' "$W/cuda.log"; then
+    ok "--device cuda:0 without a GPU: exit $rc, $(grep -o 'device "cuda:0": [^;(]*' "$W/cuda.log" | head -1)"
+else
+    bad "--device cuda:0 without a GPU: exit $rc"; cat "$W/cuda.log"
+fi
+"$BIN" healthcheck --mem 1MiB --device tpu > "$W/tpu.log" 2>&1
+rc=$?
+[ "$rc" != 0 ] && grep -q 'expected "cpu", "sleep:GFLOPS" (GFLOPS > 0), "cuda" or "cuda:N"' "$W/tpu.log" &&
+    ok "--device tpu: exit $rc naming the accepted devices" || { bad "--device tpu: exit $rc"; cat "$W/tpu.log"; }
 
 SHARDLM_FAULT=fail-health:rank=1 slm_mpirun 3 "$BIN" "${HC[@]}" > "$W/all.log" 2>&1
 check "fail-health without check=: exit 3" 3 $?
