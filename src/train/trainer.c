@@ -1243,7 +1243,8 @@ void slm_trainer_ckpt_state(const slm_trainer *tr, int64_t step, slm_ckpt_meta *
     }
     for (int u = 0; u < nu; u++) { // this rank's shard: masters, AdamW m / v
         slm_fsdp_shard x = slm_fsdp_unit_shard(&tr->fsdp, u0 + u);
-        sh[u] = (slm_ckpt_shard){x.begin, x.end, x.master, x.m, x.v};
+        sh[u] = (slm_ckpt_shard){
+            .begin = x.begin, .end = x.end, .params = x.master, .m = x.m, .v = x.v};
     }
 }
 
