@@ -2,14 +2,12 @@
 // composing the phases of trainer.c (open, init, step, finish). Hooks in hooks.c. Contract in
 // train.h.
 #include <math.h>
-#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "data/data.h"
 #include "dist/dist.h"
-#include "kernels/kernels.h"
 #include "train/train.h"
 #include "train/train_internal.h"
 #include "ckpt/ckpt.h"

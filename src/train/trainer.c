@@ -13,7 +13,6 @@
 #include "ckpt/ckpt.h"
 #include "data/data.h"
 #include "dist/dist.h"
-#include "kernels/kernels.h"
 #include "train/train.h"
 #include "train/train_internal.h"
 
@@ -570,7 +569,7 @@ static void init_peak(slm_trainer *tr) {
     } else if (isfinite(c)) {
         tr->peak = c, tr->peak_src = 1;
     } else {
-        tr->peak = slm_sgemm_peak_gflops(2048, 5), tr->peak_src = 2;
+        tr->peak = slm_dev_gemm_peak_gflops(NULL, false, 2048, 5), tr->peak_src = 2; // this CPU
         cache_peak(tr);
     }
     tr->peak_logged = tr->peak;
@@ -651,7 +650,7 @@ slm_status slm_train_init(slm_trainer *tr) {
         slm_log(SLM_LOG_INFO,
                 "train: bf16 compute (matmul inputs rounded to bf16, fp32 "
                 "accumulation); oneDNN reports this CPU as %s",
-                slm_bf16_gemm_isa());
+                slm_dev_bf16_isa(NULL)); // the CPU device's
     slm_llama_set_shape(&tr->model, tr->B, tr->T, false);
     tr->win = slm_xmalloc((size_t)tr->K * tr->B * (tr->T + 1) * sizeof(int32_t));
     tr->inp = slm_xmalloc((size_t)tr->B * tr->T * sizeof(int32_t));
