@@ -82,32 +82,38 @@ void slm_ckpt_describe(slm_ckpt_image *im, int rank, int world, int64_t step,
                        const slm_unit_layout *layout, int n_units, const slm_ckpt_shard *shards) {
     image_layout(im, rank, world, step, layout, n_units, shards);
     im->segs = slm_xcalloc((size_t)(1 + 3 * n_units), sizeof *im->segs);
-    im->segs[im->n_segs++] = (slm_ckpt_seg){im->hdr, SLM_CKPT_HEADER_BYTES};
+    im->segs[im->n_segs++] = (slm_ckpt_seg){.p = im->hdr, .len = SLM_CKPT_HEADER_BYTES};
     for (int u = 0; u < n_units; u++) {
         size_t nb = (size_t)im->ranges[u].stored * sizeof(float);
-        const float *src[3] = {shards[u].params, shards[u].m, shards[u].v};
+        const slm_ckpt_shard *sh = &shards[u];
+        const float *src[3] = {sh->params, sh->m, sh->v};
         for (int k = 0; k < 3 && nb > 0; k++) {
-            SLM_ASSERT(src[k] != NULL);
-            im->segs[im->n_segs++] = (slm_ckpt_seg){(const uint8_t *)src[k], nb};
+            SLM_ASSERT(src[k] != NULL || sh->read != NULL);
+            im->segs[im->n_segs++] =
+                sh->read ? (slm_ckpt_seg){NULL, nb, sh->read, sh->src, sh->src_unit, k}
+                         : (slm_ckpt_seg){(const uint8_t *)src[k], nb, NULL, NULL, 0, 0};
         }
     }
 }
 
-// dst <- src (or zeros) in 1 MiB pieces over the OpenMP threads.
-static void par_copy(uint8_t *dst, const float *src, size_t nb, bool parallel) {
-    const size_t piece = (size_t)1 << 20;
-    int64_t n = (int64_t)((nb + piece - 1) / piece);
-#ifndef _OPENMP
-    (void)parallel; // read only by the OpenMP if clause: a build without OpenMP copies serially
-#endif
-#pragma omp parallel for schedule(static) if (parallel)
-    for (int64_t i = 0; i < n; i++) {
-        size_t off = (size_t)i * piece, len = nb - off < piece ? nb - off : piece;
-        if (src)
-            memcpy(dst + off, (const uint8_t *)src + off, len);
-        else
-            memset(dst + off, 0, len);
-    }
+// Elements [off, off + n) of array k of shard sh into dst (zeros for a NULL host array).
+static void shard_copy(float *dst, const slm_ckpt_shard *sh, int k, int64_t off, int64_t n) {
+    const float *src[3] = {sh->params, sh->m, sh->v};
+    size_t nb = (size_t)n * sizeof(float);
+    if (sh->read)
+        sh->read(sh->src, sh->src_unit, k, off, n, dst);
+    else if (src[k]) // host arrays: the CPU device's copy
+        slm_dev_copy(NULL, dst, src[k] + off, nb, SLM_D2D);
+    else
+        slm_dev_zero(NULL, dst, nb);
+}
+
+// dst <- array k of shard sh, n elements: in one copy (`parallel`: the CPU device spreads a copy
+// of 4 MiB or more over its threads), else in 1 MiB pieces (each copied on the calling thread).
+static void stage_copy(float *dst, const slm_ckpt_shard *sh, int k, int64_t n, bool parallel) {
+    const int64_t piece = parallel ? (n > 0 ? n : 1) : ((int64_t)1 << 20) / (int64_t)sizeof(float);
+    for (int64_t off = 0; off < n; off += piece)
+        shard_copy(dst + off, sh, k, off, n - off < piece ? n - off : piece);
 }
 
 void slm_ckpt_stage(slm_ckpt_image *im, int rank, int world, int64_t step,
@@ -122,15 +128,13 @@ void slm_ckpt_stage(slm_ckpt_image *im, int rank, int world, int64_t step,
     }
     memcpy(im->data, im->hdr, SLM_CKPT_HEADER_BYTES);
     im->segs = slm_xcalloc(1, sizeof *im->segs);
-    im->segs[0] = (slm_ckpt_seg){im->data, off};
+    im->segs[0] = (slm_ckpt_seg){.p = im->data, .len = off};
     im->n_segs = 1;
     for (int u = 0; u < n_units; u++) {
         const slm_ckpt_range *r = &im->ranges[u];
-        size_t nb = (size_t)r->stored * sizeof(float);
-        uint8_t *p = im->data + r->offset;
-        const float *src[3] = {shards[u].params, shards[u].m, shards[u].v};
-        for (int k = 0; k < 3 && nb > 0; k++)
-            par_copy(p + k * nb, src[k], nb, parallel);
+        float *p = (float *)(im->data + r->offset); // offsets are multiples of 4 (64 + 4 n)
+        for (int k = 0; k < 3 && r->stored > 0; k++)
+            stage_copy(p + k * r->stored, &shards[u], k, r->stored, parallel);
     }
 }
 
@@ -154,12 +158,20 @@ static slm_status write_segments(const char *path, const slm_ckpt_image *im, uin
     slm_status st = SLM_OK;
     size_t pos = 0;
     int64_t k = 0;
+    float *bounce = NULL; // segments read through a shard's `read`: one chunk at a time
     for (int i = 0; i < im->n_segs && !st; i++) {
-        const uint8_t *p = im->segs[i].p;
-        size_t left = im->segs[i].len;
+        const slm_ckpt_seg *sg = &im->segs[i];
+        const uint8_t *p = sg->p;
+        size_t left = sg->len;
         while (left > 0 && !st) {
             size_t room = SLM_CKPT_CHUNK_BYTES - pos % SLM_CKPT_CHUNK_BYTES;
             size_t take = left < room ? left : room;
+            if (!sg->p) { // positions and lengths are multiples of 4 (whole floats)
+                if (!bounce) bounce = slm_xaligned(SLM_CKPT_CHUNK_BYTES);
+                int64_t off = (int64_t)(sg->len - left) / (int64_t)sizeof(float);
+                sg->read(sg->src, sg->unit, sg->k, off, (int64_t)(take / sizeof(float)), bounce);
+                p = (const uint8_t *)bounce;
+            }
             st = slm_fd_write_all(fd, p, take, path);
             XXH64_update(hw, p, take);
             XXH64_update(hc, p, take);
@@ -172,6 +184,7 @@ static slm_status write_segments(const char *path, const slm_ckpt_image *im, uin
             }
         }
     }
+    free(bounce);
     if (pos % SLM_CKPT_CHUNK_BYTES) chunks[k++] = XXH64_digest(hc);
     *whole = XXH64_digest(hw);
     XXH64_freeState(hw);
@@ -233,7 +246,7 @@ slm_status slm_ckpt_write_rank(const char *dir, int rank, int world, int64_t ste
     slm_ckpt_image im = {0};
     bool direct = true;
     for (int u = 0; u < n_units; u++)
-        direct &= shards[u].params && shards[u].m && shards[u].v;
+        direct &= (shards[u].params && shards[u].m && shards[u].v) || shards[u].read;
     if (direct)
         slm_ckpt_describe(&im, rank, world, step, layout, n_units, shards);
     else

@@ -82,11 +82,24 @@ typedef struct slm_ckpt_meta {
 // Fills a world-of-one NO_SHARD meta with zero step and the given config.
 void slm_ckpt_meta_default(slm_ckpt_meta *meta, const slm_llama_config *cfg);
 
+// Copies elements [off, off + n) of array k (0 params, 1 AdamW m, 2 AdamW v) of unit `unit`'s
+// shard (element 0 = the shard's `begin`) into host[n]; `src` is the shard's `src`. Called on
+// the training thread or on the saver's background thread (which copies while the training
+// thread runs a forward / backward that only reads the shards).
+typedef void (*slm_ckpt_read_fn)(const void *src, int unit, int k, int64_t off, int64_t n,
+                                 float *host);
+
 // One unit's shard on this rank, as handed to save / filled by load.
-//   params, m, v  [end - begin] f32 each (m / v may be NULL on load: not read)
+//   params, m, v  [end - begin] f32 each, host memory (m / v may be NULL on load: not read)
+// Saving state that lives on a device (fsdp/'s shards): params, m, v NULL and `read` set; the
+// writer then copies through read(src, src_unit, k, ...) into its staging buffer or, writing
+// without a staging copy, piece by piece into a small bounce buffer.
 typedef struct slm_ckpt_shard {
     int64_t begin, end; // element range of the unit's flat buffer (end may exceed numel: padding)
-    float *params, *m, *v; // borrowed
+    float *params, *m, *v; // borrowed host arrays (save: NULL stores zeros unless `read` is set)
+    slm_ckpt_read_fn read; // save only: non-NULL: params, m and v are read through it
+    const void *src;       // read's first argument (borrowed)
+    int src_unit;          // read's unit argument
 } slm_ckpt_shard;
 
 // ---------------------------------------------------------------------------------------------

@@ -11,10 +11,14 @@ typedef struct slm_ckpt_range {
     int64_t begin, end, stored, offset;
 } slm_ckpt_range;
 
-// A piece of a rank file's bytes (borrowed).
+// A piece of a rank file's bytes: in memory (p, borrowed), or (p NULL) array k of a shard read
+// through read(src, unit, k, ...) from element 0 (slm_ckpt_shard.read).
 typedef struct slm_ckpt_seg {
     const uint8_t *p;
     size_t len;
+    slm_ckpt_read_fn read;
+    const void *src;
+    int unit, k;
 } slm_ckpt_seg;
 
 // A rank file's contents as a list of segments: either one segment over the staging buffer
@@ -32,13 +36,16 @@ typedef struct slm_ckpt_image {
 } slm_ckpt_image;
 
 // Copies the shards into the image (header + per unit params, m, v), reusing im->data when it is
-// large enough (im zeroed or from an earlier stage). NULL m / v store zeros. `parallel`: copy
-// with the OpenMP threads (training thread); false on the background writer.
+// large enough (im zeroed or from an earlier stage). NULL m / v store zeros (unless the shard has
+// a `read` source). `parallel`: each array in one copy, which the CPU device spreads over its
+// threads (training thread); false on the background writer: in pieces the CPU device copies
+// on the calling thread alone.
 void slm_ckpt_stage(slm_ckpt_image *im, int rank, int world, int64_t step,
                     const slm_unit_layout *layout, int n_units, const slm_ckpt_shard *shards,
                     bool parallel);
 // Describes the shards in place (header + params, m, v of each unit): nothing is copied, so the
-// shards must stay unchanged until the image is written. m and v must be non-NULL.
+// shards must stay unchanged until the image is written. m and v must be non-NULL, or the shard
+// has a `read` source (the writer then reads it piece by piece).
 void slm_ckpt_describe(slm_ckpt_image *im, int rank, int world, int64_t step,
                        const slm_unit_layout *layout, int n_units, const slm_ckpt_shard *shards);
 void slm_ckpt_image_free(slm_ckpt_image *im);

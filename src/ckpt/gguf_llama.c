@@ -269,12 +269,49 @@ bool slm_gguf_name_of(const char *hf, const slm_llama_config *c, char *out, size
     return true;
 }
 
+// Host staging of walk(): a tensor as read (tmp, for RoPE rows) and as it goes to the device.
+typedef struct gguf_stage {
+    float *tmp, *out;
+    int64_t tmp_cap, out_cap;
+} gguf_stage;
+
+// GGUF tensor t into view v of unit u of m: read on the host (llama.cpp's RoPE row permutation
+// undone head by head when `heads` > 0), checked finite, then copied to the model's device.
+static slm_status load_view(const slm_gguf_file *f, const slm_gguf_tensor *t, slm_llama *m, int u,
+                            const slm_param_view *v, int heads, gguf_stage *s) {
+    size_t nb = (size_t)v->numel * sizeof(float);
+    if (s->out_cap < v->numel) {
+        slm_dev_host_free(m->dev, s->out);
+        s->out = slm_dev_host_alloc(m->dev, nb);
+        s->out_cap = v->numel;
+    }
+    float *dst = s->out;
+    if (!heads) {
+        slm_gguf_read_f32(f, t, dst);
+    } else {
+        if (s->tmp_cap < v->numel) {
+            free(s->tmp);
+            s->tmp = slm_xmalloc(nb);
+            s->tmp_cap = v->numel;
+        }
+        slm_gguf_read_f32(f, t, s->tmp);
+        int64_t rows = v->shape[0], cols = v->shape[1], D = rows / heads, half = D / 2;
+        for (int64_t h = 0; h < heads; h++)
+            for (int64_t j = 0; j < 2; j++)
+                for (int64_t k = 0; k < half; k++)
+                    memcpy(dst + (h * D + j * half + k) * cols, s->tmp + (h * D + 2 * k + j) * cols,
+                           (size_t)cols * sizeof *dst);
+    }
+    slm_status st = slm_check_finite(&m->units[u], u, v->offset, dst, v->numel, "weights", f->path);
+    if (!st) slm_dev_copy(m->dev, m->params[u] + v->offset, dst, nb, SLM_H2D);
+    return st;
+}
+
 // Walks the model's views: each GGUF tensor found, with the shape the view expects (GGUF order),
 // and no GGUF tensor left over. With `m` non-NULL (params allocated) the data is read too.
 static slm_status walk(const slm_gguf_file *f, const slm_llama *lay, slm_llama *m) {
     bool *used = slm_xcalloc((size_t)f->n_tensors + 1, 1);
-    float *tmp = NULL;
-    int64_t tmp_cap = 0;
+    gguf_stage stage = {0};
     slm_status st = SLM_OK;
     double total = 0, done = 0;
     for (int u = 0; u < lay->n_units; u++)
@@ -316,24 +353,7 @@ static slm_status walk(const slm_gguf_file *f, const slm_llama *lay, slm_llama *
                 break;
             }
             if (!m) continue;
-            float *dst = m->params[u] + v->offset;
-            if (!heads) {
-                slm_gguf_read_f32(f, t, dst);
-            } else { // undo llama.cpp's RoPE row permutation, head by head
-                if (tmp_cap < v->numel) {
-                    free(tmp);
-                    tmp = slm_xmalloc((size_t)v->numel * sizeof *tmp);
-                    tmp_cap = v->numel;
-                }
-                slm_gguf_read_f32(f, t, tmp);
-                int64_t D = rows / heads, half = D / 2;
-                for (int64_t h = 0; h < heads; h++)
-                    for (int64_t j = 0; j < 2; j++)
-                        for (int64_t k = 0; k < half; k++)
-                            memcpy(dst + (h * D + j * half + k) * cols,
-                                   tmp + (h * D + 2 * k + j) * cols, (size_t)cols * sizeof *dst);
-            }
-            st = slm_check_finite(&m->units[u], u, v->offset, dst, v->numel, "weights", f->path);
+            st = load_view(f, t, m, u, v, heads, &stage);
             done += 4.0 * (double)v->numel;
             slm_progress_update(&pg, done, "%s", name);
         }
@@ -350,7 +370,8 @@ static slm_status walk(const slm_gguf_file *f, const slm_llama *lay, slm_llama *
         else
             slm_progress_end(&pg, done, "%.0f MB of fp32", done / 1e6);
     }
-    free(tmp);
+    free(stage.tmp);
+    if (m) slm_dev_host_free(m->dev, stage.out);
     free(used);
     return st;
 }

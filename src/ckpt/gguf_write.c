@@ -161,7 +161,8 @@ static slm_status tokenizer_kvs(kvbuf *kv, const slm_tokenizer *t, int32_t V, co
 // are reordered for llama.cpp's RoPE (0: none).
 typedef struct gt {
     char name[64];
-    const float *src; // row-major [rows, cols] (cols = ne0)
+    const float *src; // row-major [rows, cols] (cols = ne0), memory of device `dev`
+    slm_device *dev;  // the model's device; NULL (the CPU device: host memory) for rope_freqs
     int64_t rows, cols;
     int ndim;
     uint32_t type;
@@ -256,13 +257,23 @@ static slm_status write_file(FILE *fp, const char *tmp, const slm_buf *hdr, cons
     for (int i = 0; i < n; i++)
         maxc = ts[i].cols > maxc ? ts[i].cols : maxc;
     uint8_t *row = slm_xmalloc((size_t)maxc * 4);
+    float *host = NULL; // one tensor at a time, copied from its device (rows are permuted)
+    int64_t cap = 0;
     double done = 0;
     for (int i = 0; ok && i < n; i++) {
         const gt *t = &ts[i];
         uint64_t rb = row_bytes(t->type, t->cols);
+        int64_t numel = t->rows * t->cols;
+        if (numel > cap) {
+            free(host);
+            host = slm_xmalloc((size_t)numel * sizeof(float));
+            cap = numel;
+        }
+        slm_dev_copy(t->dev, host, t->src, (size_t)numel * sizeof(float), SLM_D2H);
         for (int64_t r = 0; ok && r < t->rows; r++) {
-            if (!convert_row(t->type, t->src + src_row(t, r) * t->cols, t->cols, row)) {
+            if (!convert_row(t->type, host + src_row(t, r) * t->cols, t->cols, row)) {
                 free(row);
+                free(host);
                 return slm_fail(SLM_E_ARG,
                                 "export --gguf: tensor %s row %" PRId64 ": a block's max |x| "
                                 "exceeds q8_0's range (127 x 65504, the largest fp16 scale); "
@@ -276,6 +287,7 @@ static slm_status write_file(FILE *fp, const char *tmp, const slm_buf *hdr, cons
         slm_progress_update(pg, done, "%.0f of %.0f MB", done / 1e6, pg->total / 1e6);
     }
     free(row);
+    free(host);
     int err = errno;
     if (ok && (fflush(fp) != 0 || fsync(fileno(fp)) != 0)) {
         ok = false;
@@ -358,6 +370,7 @@ static slm_status collect_tensors(const slm_llama *m, uint32_t type, gt *ts, int
                     return slm_fail(SLM_E_UNSUPPORTED,
                                     "export --gguf: tensor %s has no llama.cpp name", v->name);
                 t->src = m->params[u] + v->offset;
+                t->dev = m->dev;
                 t->ndim = v->ndim;
                 t->rows = v->ndim == 2 ? v->shape[0] : 1;
                 t->cols = v->ndim == 2 ? v->shape[1] : v->shape[0];
@@ -393,6 +406,7 @@ static float *rope_freqs_tensor(const slm_llama_config *c, gt *t) {
     free(plain);
     snprintf(t->name, sizeof t->name, SLM_GGUF_T_ROPE_FREQS);
     t->src = freqs;
+    t->dev = NULL; // host memory
     t->ndim = 1;
     t->rows = 1;
     t->cols = D / 2;

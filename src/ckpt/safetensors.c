@@ -219,13 +219,14 @@ void slm_st_read_f32(const slm_st_file *f, const slm_st_tensor *t, float *out) {
 typedef struct st_item {
     const char *name;
     const slm_param_view *v;
-    const float *data;
-    int file; // shard index
+    const float *data; // the unit's parameters, memory of the model's device
+    int file;          // shard index
 } st_item;
 
-// Writes shard `file` of the items; pg counts the bytes of tensor data written (*written).
-static slm_status write_st_file(const char *path, const st_item *items, int n, int file,
-                                slm_dtype dt, slm_progress *pg, double *written) {
+// Writes shard `file` of the items (their data on device `dev`, copied to the host piece by
+// piece); pg counts the bytes of tensor data written (*written).
+static slm_status write_st_file(slm_device *dev, const char *path, const st_item *items, int n,
+                                int file, slm_dtype dt, slm_progress *pg, double *written) {
     cJSON *h = cJSON_CreateObject();
     cJSON *md = cJSON_AddObjectToObject(h, "__metadata__");
     cJSON_AddStringToObject(md, "format", "pt");
@@ -268,14 +269,16 @@ static slm_status write_st_file(const char *path, const st_item *items, int n, i
     bool ok = fwrite(hdr.data, 1, hdr.len, fp) == hdr.len;
     size_t cap = 1 << 16;
     uint8_t *buf = slm_xmalloc(cap * 4);
+    float *host = slm_dev_host_alloc(dev, cap * sizeof(float)); // device -> host staging
     for (int i = 0; ok && i < n; i++) {
         if (items[i].file != file) continue;
         const float *src = items[i].data + items[i].v->offset;
         for (int64_t b = 0; ok && b < items[i].v->numel; b += (int64_t)cap) {
             size_t k = (size_t)(items[i].v->numel - b < (int64_t)cap ? items[i].v->numel - b
                                                                      : (int64_t)cap);
+            slm_dev_copy(dev, host, src + b, k * sizeof(float), SLM_D2H);
             for (size_t j = 0; j < k; j++) {
-                float x = src[b + (int64_t)j];
+                float x = host[j];
                 if (dt == SLM_DTYPE_F32)
                     memcpy(buf + 4 * j, &x, 4);
                 else {
@@ -289,6 +292,7 @@ static slm_status write_st_file(const char *path, const st_item *items, int n, i
         }
     }
     free(buf);
+    slm_dev_host_free(dev, host);
     if (ok) ok = fflush(fp) == 0 && fsync(fileno(fp)) == 0;
     int err = errno;
     if (fclose(fp) != 0) ok = false;
@@ -341,7 +345,7 @@ slm_status slm_peft_export(const slm_llama *m, const char *base_ref, const char 
     for (int i = 0; i < n; i++)
         total += (double)items[i].v->numel * (double)slm_dtype_bytes(dtype);
     slm_progress_begin(&pg, "ckpt export", 0, total);
-    st = write_st_file(p, items, n, 0, dtype, &pg, &written);
+    st = write_st_file(m->dev, p, items, n, 0, dtype, &pg, &written);
     if (st)
         slm_progress_abandon(&pg);
     else
@@ -427,7 +431,7 @@ slm_status slm_hf_export(const slm_llama *m, const char *out_dir, slm_dtype dtyp
         else
             snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", f + 1, n_files);
         char *p = slm_path_join(out_dir, name);
-        st = write_st_file(p, items, n, f, dtype, &pg, &written);
+        st = write_st_file(m->dev, p, items, n, f, dtype, &pg, &written);
         free(p);
     }
     if (st)
@@ -518,6 +522,8 @@ typedef struct hf_load {
     // some exporters write); one that differs is refused (transformers would silently drop it).
     float *lm_head;
     char *lm_head_file;
+    float *host; // [cap] host staging of one tensor on its way to the model's device
+    int64_t cap;
 } hf_load;
 
 // A tied model's lm_head.weight (tensor t of file f, path p): kept to compare with the embedding.
@@ -535,8 +541,18 @@ static slm_status read_tied_lm_head(hf_load *L, const slm_st_file *f, const slm_
     return SLM_OK;
 }
 
-// Tensor t of file f (path p) into the model parameter of its name: once, of the parameter's
-// shape, finite.
+// L->host with room for n floats (one tensor at a time: host memory grows to the largest).
+static float *host_stage(hf_load *L, int64_t n) {
+    if (L->cap < n) {
+        slm_dev_host_free(L->m->dev, L->host);
+        L->host = slm_dev_host_alloc(L->m->dev, (size_t)n * sizeof(float));
+        L->cap = n;
+    }
+    return L->host;
+}
+
+// Tensor t of file f (path p) into the model parameter of its name (through host staging, then
+// to the model's device): once, of the parameter's shape, finite.
 static slm_status read_param(hf_load *L, const slm_st_file *f, const slm_st_tensor *t,
                              const char *p) {
     slm_llama *m = L->m;
@@ -559,11 +575,14 @@ static slm_status read_param(hf_load *L, const slm_st_file *f, const slm_st_tens
                         p, t->name, t->ndim > 0 ? t->shape[0] : 0, t->ndim > 1 ? ", " : "",
                         t->ndim > 1 ? t->shape[1] : 0, t->ndim, v->shape[0],
                         v->ndim > 1 ? ", " : "", v->ndim > 1 ? v->shape[1] : 0);
-    slm_st_read_f32(f, t, m->params[unit] + v->offset);
-    slm_status st = slm_check_finite(&m->units[unit], unit, v->offset, m->params[unit] + v->offset,
-                                     v->numel, "weights", p);
-    if (!st) L->seen[idx] = true;
-    return st;
+    slm_st_read_f32(f, t, host_stage(L, v->numel));
+    slm_status st =
+        slm_check_finite(&m->units[unit], unit, v->offset, L->host, v->numel, "weights", p);
+    if (st) return st;
+    slm_dev_copy(m->dev, m->params[unit] + v->offset, L->host, (size_t)v->numel * sizeof(float),
+                 SLM_H2D);
+    L->seen[idx] = true;
+    return SLM_OK;
 }
 
 // Every tensor of the weight file p.
@@ -583,7 +602,7 @@ static slm_status read_weight_file(hf_load *L, const char *p) {
 }
 
 // After every file: no parameter missing, and a tied lm_head.weight equal to the embedding.
-static slm_status check_complete(const hf_load *L, const char *dir) {
+static slm_status check_complete(hf_load *L, const char *dir) {
     const slm_llama *m = L->m;
     for (int u = 0, idx = 0; u < m->n_units; u++)
         for (int i = 0; i < m->units[u].n_views; i++, idx++)
@@ -592,7 +611,9 @@ static slm_status check_complete(const hf_load *L, const char *dir) {
                                 m->units[u].views[i].name);
     if (!L->lm_head) return SLM_OK;
     const slm_param_view *emb = slm_llama_find(m, "model.embed_tokens.weight", NULL);
-    const float *e = m->params[m->n_units - 1] + emb->offset;
+    const float *e = host_stage(L, emb->numel); // the embedding as loaded, back from the device
+    slm_dev_copy(m->dev, L->host, m->params[m->n_units - 1] + emb->offset,
+                 (size_t)emb->numel * sizeof(float), SLM_D2H);
     for (int64_t i = 0; i < emb->numel; i++)
         if (memcmp(&L->lm_head[i], &e[i], sizeof(float)) != 0)
             return slm_fail(SLM_E_FORMAT,
@@ -626,6 +647,7 @@ slm_status slm_hf_load(slm_llama *m, const char *dir) {
     if (!st) st = check_complete(&L, dir);
     free(L.lm_head);
     free(L.lm_head_file);
+    slm_dev_host_free(m->dev, L.host);
     for (int i = 0; i < n_files; i++)
         free(files[i]);
     free(files);

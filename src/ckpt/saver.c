@@ -223,7 +223,7 @@ slm_status slm_ckpt_saver_save(slm_ckpt_saver *s, const slm_ckpt_meta *meta,
         // from the shards (training waits anyway), or stage a copy when a shard has no m / v.
         bool direct = true;
         for (int u = 0; u < n_units; u++)
-            direct &= shards[u].m && shards[u].v && shards[u].params;
+            direct &= (shards[u].m && shards[u].v && shards[u].params) || shards[u].read;
         if (!s->o.no_write && direct)
             slm_ckpt_describe(&s->image, s->o.rank, s->o.world, meta->step, layout, n_units,
                               shards);

@@ -54,18 +54,26 @@ slm_status slm_precision_parse(const char *what, const char *s, slm_dtype *out) 
 }
 
 // ---------------------------------------------------------------------------------------------
-// Transient memory accounting
+// Device memory. Every parameter, gradient and optimizer buffer (shards, gathered units, bf16
+// staging, full gradients, reduction buffers) lives on the model's device (NULL: the CPU
+// device) and is touched only through device.h. The collectives (dist/) run on these buffers:
+// host memory on the CPU and SLEEP devices; a CUDA device will hand them to dist's slm_dcomm_*
+// (NCCL) instead (not done here).
+
+static slm_device *dev(const slm_fsdp *f) {
+    return f->model->dev;
+}
 
 static void *talloc(slm_fsdp *f, size_t bytes) {
     f->transient_bytes += bytes;
     if (f->transient_bytes > f->peak_transient_bytes) f->peak_transient_bytes = f->transient_bytes;
-    return slm_xaligned(bytes ? bytes : 64);
+    return slm_dev_alloc(dev(f), bytes ? bytes : 64);
 }
 
 static void tfree(slm_fsdp *f, void *p, size_t bytes) {
     if (!p) return;
     f->transient_bytes -= bytes;
-    free(p);
+    slm_dev_free(dev(f), p);
 }
 
 // True when params need no communication and no copy: the full unit is the master itself.
@@ -122,7 +130,7 @@ static void gather_start(slm_fsdp *f, int u) {
     if (f->opts.param_dtype == SLM_DTYPE_BF16) {
         x->bf_send = talloc(f, (size_t)x->shard_numel * 2);
         x->bf_full = talloc(f, (size_t)x->n_padded * 2);
-        slm_f32_to_bf16(x->master, x->bf_send, x->shard_numel);
+        slm_dev_f32_to_bf16(dev(f), x->bf_send, x->master, x->shard_numel);
         slm_dist_iallgather(f->shard, x->bf_send, x->bf_full, x->shard_numel, SLM_DTYPE_BF16,
                             "all-gather (bf16 params)", &x->greq);
         if (f->S > 1) f->stats.bytes_gathered += x->n_padded * 2;
@@ -137,7 +145,7 @@ static void gather_start(slm_fsdp *f, int u) {
 static void gather_complete(slm_fsdp *f, int u) {
     slm_fsdp_unit *x = &f->units[u];
     if (x->bf_full) {
-        slm_bf16_to_f32(x->bf_full, x->full, x->n_padded);
+        slm_dev_bf16_to_f32(dev(f), x->full, x->bf_full, x->n_padded);
         tfree(f, x->bf_send, (size_t)x->shard_numel * 2);
         tfree(f, x->bf_full, (size_t)x->n_padded * 2);
         x->bf_send = x->bf_full = NULL;
@@ -203,19 +211,10 @@ static slm_dtype red_dt(const slm_fsdp *f) {
 static void reduce_finish(slm_fsdp *f, int u) {
     slm_fsdp_unit *x = &f->units[u];
     int64_t n = x->shard_numel;
-    if (f->opts.reduce_dtype == SLM_DTYPE_BF16) {
-        const uint16_t *h = x->rbuf_shard;
-        for (int64_t i = 0; i < n; i++) {
-            uint32_t w = (uint32_t)h[i] << 16;
-            float v;
-            memcpy(&v, &w, 4);
-            x->grad[i] += v;
-        }
-    } else {
-        const float *g = x->rbuf_shard;
-        for (int64_t i = 0; i < n; i++)
-            x->grad[i] += g[i];
-    }
+    if (f->opts.reduce_dtype == SLM_DTYPE_BF16)
+        slm_dev_bf16_accumulate(dev(f), x->grad, x->rbuf_shard, n);
+    else // grad += reduced, element by element (the same additions as a loop)
+        slm_dev_add(dev(f), x->grad, x->grad, x->rbuf_shard, n);
     size_t e = red_elt(f);
     if (x->rbuf_shard != x->rbuf_full) tfree(f, x->rbuf_shard, (size_t)n * e);
     if (x->rbuf_full != x->full_grad) tfree(f, x->rbuf_full, (size_t)x->n_padded * e);
@@ -278,7 +277,7 @@ static void reduce_start(slm_fsdp *f, int u) {
     size_t e = red_elt(f);
     if (f->opts.reduce_dtype == SLM_DTYPE_BF16) {
         x->rbuf_full = talloc(f, (size_t)x->n_padded * 2);
-        slm_f32_to_bf16(x->full_grad, x->rbuf_full, x->n_padded);
+        slm_dev_f32_to_bf16(dev(f), x->rbuf_full, x->full_grad, x->n_padded);
     } else {
         x->rbuf_full = x->full_grad;
     }
@@ -356,7 +355,7 @@ static void grads_begin(slm_fsdp *f, int u) {
         // A reduction of this unit from the previous micro-batch still owns its buffers.
         reduce_wait_unit(f, u);
         x->full_grad = talloc(f, (size_t)x->n_padded * sizeof(float));
-        memset(x->full_grad, 0, (size_t)x->n_padded * sizeof(float));
+        slm_dev_zero(dev(f), x->full_grad, (size_t)x->n_padded * sizeof(float));
         *grad_slot(f, u) = x->full_grad;
     }
 }
@@ -451,22 +450,20 @@ slm_status slm_fsdp_init(slm_fsdp *f, slm_llama *m, const slm_fsdp_opts *o, uint
         x->shard_numel = x->n_padded / f->S;
         x->shard_begin = (int64_t)sr * x->shard_numel;
         size_t b = (size_t)x->shard_numel * sizeof(float);
-        x->master = slm_xaligned(b ? b : 64);
-        if (!x->frozen) {
-            x->grad = slm_xaligned(b ? b : 64);
-            x->m = slm_xaligned(b ? b : 64);
-            x->v = slm_xaligned(b ? b : 64);
-            memset(x->grad, 0, b);
-            memset(x->m, 0, b);
-            memset(x->v, 0, b);
+        float **bufs[4] = {&x->master, &x->grad, &x->m, &x->v};
+        for (int k = 0; k < (x->frozen ? 1 : 4); k++) {
+            *bufs[k] = slm_dev_alloc(m->dev, b ? b : 64);
+            if (k > 0) slm_dev_zero(m->dev, *bufs[k], b);
         }
         f->state_bytes += (x->frozen ? 1 : 4) * b;
+        // The unit's seeded init on the host (a zeroed staging copy of the whole unit: elements
+        // no view covers and the padding stay 0), then this rank's shard of it to the device.
         float *full = slm_xcalloc((size_t)x->n_padded, sizeof(float));
         if (adapter)
             slm_llama_lora_init_unit_weights(m, seed, u - f->n_base, full);
         else
             slm_llama_init_unit_weights(m, seed, u, full);
-        memcpy(x->master, full + x->shard_begin, b);
+        slm_dev_copy(m->dev, x->master, full + x->shard_begin, b, SLM_H2D);
         free(full);
         x->ranges = slm_xcalloc((size_t)lay->n_views + 1, sizeof *x->ranges);
         int64_t s0 = x->shard_begin, s1 = x->shard_begin + x->shard_numel;
@@ -497,10 +494,10 @@ void slm_fsdp_free(slm_fsdp *f) {
     free(f->rq);
     for (int u = 0; u < f->n_units; u++) {
         slm_fsdp_unit *x = &f->units[u];
-        free(x->master);
-        free(x->grad);
-        free(x->m);
-        free(x->v);
+        slm_dev_free(dev(f), x->master);
+        slm_dev_free(dev(f), x->grad);
+        slm_dev_free(dev(f), x->m);
+        slm_dev_free(dev(f), x->v);
         free(x->ranges);
     }
     free(f->units);
@@ -518,7 +515,7 @@ void slm_fsdp_zero_grad(slm_fsdp *f) {
     slm_fsdp_sync_grads(f);
     for (int u = 0; u < f->n_units; u++)
         if (!f->units[u].frozen)
-            memset(f->units[u].grad, 0, (size_t)f->units[u].shard_numel * sizeof(float));
+            slm_dev_zero(dev(f), f->units[u].grad, (size_t)f->units[u].shard_numel * sizeof(float));
 }
 
 void slm_fsdp_sync_grads(slm_fsdp *f) {
@@ -533,19 +530,17 @@ double slm_fsdp_clip_grad_norm(slm_fsdp *f, double max_norm) {
         if (x->frozen) continue;
         int64_t valid = x->numel - x->shard_begin; // padding excluded (it is zero anyway)
         if (valid > x->shard_numel) valid = x->shard_numel;
-        if (valid > 0) ss += slm_sumsq(x->grad, valid);
+        if (valid > 0) ss += slm_dev_sumsq(dev(f), x->grad, valid);
     }
     double t0 = slm_time_s();
     slm_comm_allreduce(f->shard, &ss, 1, SLM_DTYPE_F64, SLM_OP_SUM, "all-reduce (grad norm)");
     f->stats.exposed_comm_s += slm_time_s() - t0;
     double norm = sqrt(ss);
-    if (max_norm > 0 && isfinite(norm)) {
-        double coef = max_norm / (norm + 1e-6);
-        if (coef < 1.0)
-            for (int u = 0; u < f->n_units; u++)
-                if (!f->units[u].frozen)
-                    slm_scale(f->units[u].grad, f->units[u].shard_numel, (float)coef);
-    }
+    double coef = slm_clip_coef(norm, max_norm); // optim's rule, as slm_clip_grad_norm
+    if (coef < 1.0)
+        for (int u = 0; u < f->n_units; u++)
+            if (!f->units[u].frozen)
+                slm_dev_scale(dev(f), f->units[u].grad, (float)coef, f->units[u].shard_numel);
     return norm;
 }
 
@@ -568,26 +563,75 @@ void slm_fsdp_release_all(slm_fsdp *f) {
 
 void slm_fsdp_gather_unit(slm_fsdp *f, int u, float *out) {
     slm_fsdp_unit *x = &f->units[u];
-    float *full = slm_xaligned((size_t)x->n_padded * sizeof(float));
+    size_t b = (size_t)x->n_padded * sizeof(float);
+    float *full = slm_dev_alloc(dev(f), b ? b : 64);
     slm_comm_allgather(f->shard, x->master, full, x->shard_numel, SLM_DTYPE_F32,
                        "all-gather (unit for saving)");
-    memcpy(out, full, (size_t)x->numel * sizeof(float));
-    free(full);
+    slm_dev_copy(dev(f), out, full, (size_t)x->numel * sizeof(float), SLM_D2H);
+    slm_dev_free(dev(f), full);
+}
+
+// Elements of unit u's shard below the unit's numel (the rest is padding).
+static int64_t shard_valid(const slm_fsdp_unit *x) {
+    int64_t valid = x->numel - x->shard_begin;
+    if (valid > x->shard_numel) valid = x->shard_numel;
+    return valid < 0 ? 0 : valid;
 }
 
 void slm_fsdp_load_unit(slm_fsdp *f, int u, const float *full) {
     slm_fsdp_unit *x = &f->units[u];
     release(f, u);
-    int64_t valid = x->numel - x->shard_begin;
-    if (valid > x->shard_numel) valid = x->shard_numel;
-    if (valid < 0) valid = 0;
-    memset(x->master, 0, (size_t)x->shard_numel * sizeof(float));
-    memcpy(x->master, full + x->shard_begin, (size_t)valid * sizeof(float));
+    slm_dev_zero(dev(f), x->master, (size_t)x->shard_numel * sizeof(float));
+    slm_dev_copy(dev(f), x->master, full + x->shard_begin, (size_t)shard_valid(x) * sizeof(float),
+                 SLM_H2D);
 }
 
-slm_fsdp_shard slm_fsdp_unit_shard(const slm_fsdp *f, int u) {
+void slm_fsdp_shard_range(const slm_fsdp *f, int u, int64_t *begin, int64_t *end) {
     const slm_fsdp_unit *x = &f->units[u];
-    return (slm_fsdp_shard){x->shard_begin, x->shard_begin + x->shard_numel, x->master, x->m, x->v};
+    *begin = x->shard_begin;
+    *end = x->shard_begin + x->shard_numel;
+}
+
+bool slm_fsdp_shard_has(const slm_fsdp *f, int u, slm_fsdp_state what) {
+    return what == SLM_FSDP_MASTER || !f->units[u].frozen;
+}
+
+// The device buffer of state `what` of unit u, checked against [off, off + n) of the shard.
+static float *state_buf(const slm_fsdp *f, int u, slm_fsdp_state what, int64_t off, int64_t n) {
+    SLM_ASSERT(u >= 0 && u < f->n_units);
+    const slm_fsdp_unit *x = &f->units[u];
+    SLM_ASSERT(off >= 0 && n >= 0 && off + n <= x->shard_numel);
+    float *p = what == SLM_FSDP_MASTER ? x->master : what == SLM_FSDP_EXP_AVG ? x->m : x->v;
+    SLM_ASSERT(p != NULL); // a frozen unit has no m / v (slm_fsdp_shard_has)
+    return p + off;
+}
+
+void slm_fsdp_shard_read(const slm_fsdp *f, int u, slm_fsdp_state what, int64_t off, int64_t n,
+                         float *host) {
+    if (n > 0)
+        slm_dev_copy(dev(f), host, state_buf(f, u, what, off, n), (size_t)n * sizeof(float),
+                     SLM_D2H);
+}
+
+void slm_fsdp_shard_write(slm_fsdp *f, int u, slm_fsdp_state what, int64_t off, int64_t n,
+                          const float *host) {
+    if (what == SLM_FSDP_MASTER) release(f, u); // a gathered copy would be stale
+    if (n > 0)
+        slm_dev_copy(dev(f), state_buf(f, u, what, off, n), host, (size_t)n * sizeof(float),
+                     SLM_H2D);
+}
+
+bool slm_fsdp_bind_masters(slm_fsdp *f) {
+    if (f->S != 1) return false;
+    slm_fsdp_release_all(f);
+    for (int u = 0; u < f->n_base; u++)
+        *param_slot(f, u) = f->units[u].master;
+    return true;
+}
+
+void slm_fsdp_unbind_masters(slm_fsdp *f) {
+    for (int u = 0; u < f->n_base; u++)
+        if (f->units[u].gstate == G_FREE) *param_slot(f, u) = NULL;
 }
 
 int64_t slm_fsdp_steps_done(const slm_fsdp *f) {

@@ -65,7 +65,8 @@ const char *slm_sharding_name(slm_sharding s);
 slm_status slm_precision_parse(const char *what, const char *s, slm_dtype *out);
 
 // One unit's shard state on this rank. Private to fsdp.c: other modules use the functions below
-// (slm_fsdp_unit_shard, slm_fsdp_steps_done, ...), never these fields.
+// (slm_fsdp_shard_read, slm_fsdp_steps_done, ...), never these fields. Every buffer below is
+// memory of the model's device (m->dev; NULL: the CPU device), touched only through device.h.
 typedef struct slm_fsdp_unit {
     int64_t numel;           // unpadded FlatParameter elements
     int64_t n_padded;        // numel rounded up to a multiple of S
@@ -154,11 +155,11 @@ double slm_fsdp_clip_grad_norm(slm_fsdp *f, double max_norm);
 // 1-based count (f->t + 1); then releases all gathered parameters (they are stale).
 void slm_fsdp_optimizer_step(slm_fsdp *f, const slm_adamw_hparams *h, float lr);
 
-// All-gathers unit u's fp32 master weights into out[numel] (unpadded) on every rank, e.g. to
-// save the model. Collective over the shard group.
+// All-gathers unit u's fp32 master weights into the HOST buffer out[numel] (unpadded) on every
+// rank, e.g. to save the model. Collective over the shard group.
 void slm_fsdp_gather_unit(slm_fsdp *f, int u, float *out);
-// Sets unit u's master shard from the full unit full[numel] (same on every rank; e.g. loaded
-// from a file). Local; releases a gathered copy.
+// Sets unit u's master shard from the full unit in the HOST buffer full[numel] (same on every
+// rank; e.g. loaded from a file). Local; releases a gathered copy.
 void slm_fsdp_load_unit(slm_fsdp *f, int u, const float *full);
 // Releases all gathered parameters (after changing masters outside slm_fsdp_optimizer_step).
 void slm_fsdp_release_all(slm_fsdp *f);
@@ -167,15 +168,32 @@ slm_fsdp_stats slm_fsdp_get_stats(const slm_fsdp *f);
 void slm_fsdp_reset_stats(slm_fsdp *f);
 
 // This rank's shard of unit u: elements [begin, end) of the unit's FlatParameter (end may run
-// past the unit's numel into the zero padding) and their fp32 master weights and AdamW m / v,
-// end - begin elements each, borrowed (valid until slm_fsdp_free; the optimizer step writes
-// them; m and v are NULL for a frozen LoRA base unit). For checkpoints: save and restore exactly
-// these ranges.
-typedef struct slm_fsdp_shard {
-    int64_t begin, end;
-    float *master, *m, *v;
-} slm_fsdp_shard;
-slm_fsdp_shard slm_fsdp_unit_shard(const slm_fsdp *f, int u);
+// past the unit's numel into the zero padding). For checkpoints: save and restore exactly these
+// ranges, through slm_fsdp_shard_read / _write (the shards are device memory: no pointer to them
+// leaves this module).
+void slm_fsdp_shard_range(const slm_fsdp *f, int u, int64_t *begin, int64_t *end);
+// The fp32 states of a shard: master weights, AdamW m (exp_avg) and v (exp_avg_sq).
+typedef enum { SLM_FSDP_MASTER = 0, SLM_FSDP_EXP_AVG = 1, SLM_FSDP_EXP_AVG_SQ = 2 } slm_fsdp_state;
+// Whether unit u has state `what` (a frozen LoRA base unit has only its master weights).
+bool slm_fsdp_shard_has(const slm_fsdp *f, int u, slm_fsdp_state what);
+// Copies elements [begin + off, begin + off + n) of unit u's shard state `what` (0 <= off,
+// off + n <= end - begin) to host[n] (device-to-host; synchronous: the data is in host on
+// return). Local. May run on another thread while the training thread only reads the shards
+// (forward / backward): the checkpoint writer stages with it.
+void slm_fsdp_shard_read(const slm_fsdp *f, int u, slm_fsdp_state what, int64_t off, int64_t n,
+                         float *host);
+// Sets the same elements from host[n] (host-to-device); writing the master weights releases a
+// gathered copy of the unit (it would be stale). Local.
+void slm_fsdp_shard_write(slm_fsdp *f, int u, slm_fsdp_state what, int64_t off, int64_t n,
+                          const float *host);
+// Loading whole-model weights in place (--init-from-hf with a shard group of one): when every
+// rank holds whole units (S == 1), releases the gathered parameters and points the model's
+// params[u] of the base units at the master shards, so a model reader (which writes params[u]
+// through slm_dev_copy on m->dev) fills the masters without a second copy of the model; returns
+// true. Returns false and changes nothing when S > 1 (load with slm_fsdp_load_unit instead).
+// slm_fsdp_unbind_masters clears the pointers again; no step may run in between.
+bool slm_fsdp_bind_masters(slm_fsdp *f);
+void slm_fsdp_unbind_masters(slm_fsdp *f);
 // Optimizer steps done (the AdamW bias-correction count; the next step uses this + 1); set it
 // when restoring a checkpoint.
 int64_t slm_fsdp_steps_done(const slm_fsdp *f);

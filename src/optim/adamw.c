@@ -76,16 +76,20 @@ void slm_scale(float *x, int64_t n, float s) {
     slm_dev_scale(NULL, x, s, n);
 }
 
+double slm_clip_coef(double norm, double max_norm) {
+    if (!(max_norm > 0) || !isfinite(norm)) return 1.0;
+    double coef = max_norm / (norm + 1e-6);
+    return coef < 1.0 ? coef : 1.0;
+}
+
 double slm_clip_grad_norm(float *const *bufs, const int64_t *lens, int n_bufs, double max_norm) {
     double sumsq = 0;
     for (int i = 0; i < n_bufs; i++)
         sumsq += slm_sumsq(bufs[i], lens[i]);
     double norm = sqrt(sumsq);
-    if (max_norm > 0 && isfinite(norm)) {
-        double coef = max_norm / (norm + 1e-6);
-        if (coef < 1.0)
-            for (int i = 0; i < n_bufs; i++)
-                slm_scale(bufs[i], lens[i], (float)coef);
-    }
+    double coef = slm_clip_coef(norm, max_norm);
+    if (coef < 1.0)
+        for (int i = 0; i < n_bufs; i++)
+            slm_scale(bufs[i], lens[i], (float)coef);
     return norm;
 }

@@ -44,6 +44,12 @@ double slm_sumsq(const float *x, int64_t n);
 // Multiplies n floats of host memory by s (slm_dev_scale on the CPU device).
 void slm_scale(float *x, int64_t n, float s);
 
+// The clipping rule of torch.nn.utils.clip_grad_norm_: the factor max_norm / (norm + 1e-6)
+// when max_norm > 0, the norm is finite and that factor is below 1; else 1 (leave the gradients
+// as they are). Callers multiply by the factor rounded to float. Shared by slm_clip_grad_norm and
+// fsdp's slm_fsdp_clip_grad_norm, so both clip by one rule.
+double slm_clip_coef(double norm, double max_norm);
+
 // Global-norm gradient clipping over n_bufs buffers (bufs[i] holds lens[i] floats, scaled in
 // place), as torch.nn.utils.clip_grad_norm_: norm = sqrt(sum of slm_sumsq over the buffers);
 // when max_norm > 0, the norm is finite and max_norm / (norm + 1e-6) < 1, every buffer is

@@ -382,6 +382,22 @@ void slm_model_dir_close(slm_model_dir *d) {
     d->step = -1;
 }
 
+// Elements [0, n) of checkpoint unit u's params into dst (memory of device dev), through host
+// staging of at most 64 MiB at a time (no second copy of a big unit on the host).
+static slm_status read_unit(slm_ckpt *c, int u, int64_t n, slm_device *dev, float *dst) {
+    const int64_t piece = (int64_t)16 << 20; // floats
+    int64_t k = n < piece ? n : piece;
+    float *host = slm_dev_host_alloc(dev, (size_t)(k > 0 ? k : 1) * sizeof(float));
+    slm_status st = SLM_OK;
+    for (int64_t b = 0; b < n && !st; b += piece) {
+        k = n - b < piece ? n - b : piece;
+        st = slm_ckpt_read_range(c, u, b, b + k, host, NULL, NULL);
+        if (!st) slm_dev_copy(dev, dst + b, host, (size_t)k * sizeof(float), SLM_H2D);
+    }
+    slm_dev_host_free(dev, host);
+    return st;
+}
+
 // A LoRA checkpoint: the base from the HF directory it names (its XXH64 checked), then the
 // adapters, merged into the base unless d->keep_lora.
 static slm_status read_lora(slm_model_dir *d, slm_llama *m) {
@@ -408,8 +424,7 @@ static slm_status read_lora(slm_model_dir *d, slm_llama *m) {
     if (m->lora.rank < 1 && (st = slm_llama_lora_init(m, &M->lora, true, 0))) return st;
     if ((st = slm_ckpt_check_model(d->ckpt, m))) return st;
     for (int l = 0; l < m->cfg.num_hidden_layers && !st; l++)
-        st = slm_ckpt_read_range(d->ckpt, l, 0, m->lora_units[l].numel, m->lora_params[l], NULL,
-                                 NULL);
+        st = read_unit(d->ckpt, l, m->lora_units[l].numel, m->dev, m->lora_params[l]);
     if (!st && !d->keep_lora) slm_llama_lora_merge(m);
     return st;
 }
@@ -429,7 +444,7 @@ slm_status slm_model_dir_read_weights(slm_model_dir *d, slm_llama *m) {
     slm_progress pg;
     slm_progress_begin(&pg, "checkpoint load", 0, total);
     for (int u = 0; u < m->n_units && !st; u++) {
-        st = slm_ckpt_read_range(d->ckpt, u, 0, m->units[u].numel, m->params[u], NULL, NULL);
+        st = read_unit(d->ckpt, u, m->units[u].numel, m->dev, m->params[u]);
         done += 4.0 * (double)m->units[u].numel;
         slm_progress_update(&pg, done, "unit %d of %d, %.0f MB", u + 1, m->n_units, done / 1e6);
     }

@@ -374,11 +374,29 @@ static slm_status resume_from(slm_trainer *tr, const char *path) {
     slm_progress pg; // rank 0's share of the reads (params, m, v)
     slm_progress_begin(&pg, "checkpoint load", 0, (double)nu);
     pg.on = pg.on && tr->rank == 0;
+    float *host = NULL; // one unit's params, m, v at a time, then to the device (fsdp/)
+    size_t cap = 0;
     for (int u = 0; !st && u < nu; u++) {
-        slm_fsdp_shard x = slm_fsdp_unit_shard(&tr->fsdp, u0 + u);
-        st = slm_ckpt_read_range(c, u, x.begin, x.end, x.master, x.m, x.v);
+        int64_t b, e;
+        slm_fsdp_shard_range(&tr->fsdp, u0 + u, &b, &e);
+        size_t need = 3 * (size_t)(e - b) * sizeof(float);
+        if (need > cap) {
+            slm_dev_host_free(tr->model.dev, host);
+            host = slm_dev_host_alloc(tr->model.dev, need);
+            cap = need;
+        }
+        float *arr[3];
+        for (int k = 0; k < 3; k++)
+            arr[k] = slm_fsdp_shard_has(&tr->fsdp, u0 + u, (slm_fsdp_state)k)
+                         ? host + (size_t)k * (size_t)(e - b)
+                         : NULL;
+        st = slm_ckpt_read_range(c, u, b, e, arr[0], arr[1], arr[2]);
+        for (int k = 0; !st && k < 3; k++)
+            if (arr[k])
+                slm_fsdp_shard_write(&tr->fsdp, u0 + u, (slm_fsdp_state)k, 0, e - b, arr[k]);
         slm_progress_update(&pg, u + 1, "unit %d of %d", u + 1, nu);
     }
+    slm_dev_host_free(tr->model.dev, host);
     if (st)
         slm_progress_abandon(&pg);
     else
@@ -462,13 +480,9 @@ static slm_status init_weights(const slm_train_opts *o, slm_llama *m) {
 
 static slm_status load_hf(slm_trainer *tr) {
     slm_llama *m = &tr->model;
-    if (slm_fsdp_group_size(&tr->fsdp) == 1) {
-        slm_fsdp_release_all(&tr->fsdp);
-        for (int u = 0; u < m->n_units; u++)
-            m->params[u] = slm_fsdp_unit_shard(&tr->fsdp, u).master;
+    if (slm_fsdp_bind_masters(&tr->fsdp)) { // the model's params are the master shards now
         slm_status st = init_weights(tr->o, m);
-        for (int u = 0; u < m->n_units; u++)
-            m->params[u] = NULL;
+        slm_fsdp_unbind_masters(&tr->fsdp);
         return st;
     }
     slm_llama full;
@@ -555,7 +569,7 @@ static void init_peak(slm_trainer *tr) {
     } else if (isfinite(c)) {
         tr->peak = c, tr->peak_src = 1;
     } else {
-        tr->peak = slm_dev_gemm_peak_gflops(NULL, false, 2048, 5), tr->peak_src = 2;
+        tr->peak = slm_dev_gemm_peak_gflops(NULL, false, 2048, 5), tr->peak_src = 2; // this CPU
         cache_peak(tr);
     }
     tr->peak_logged = tr->peak;
@@ -1209,6 +1223,12 @@ void slm_trainer_step_timing(const slm_trainer *tr, slm_step_timing *t) {
                            .sim_compute_s = tr->step_sim_s};
 }
 
+// The checkpoint writer's source of a shard's params / m / v (slm_ckpt_read_fn): fsdp/'s copy
+// to the host. k is slm_fsdp_state's value (0 master, 1 m, 2 v).
+static void read_shard(const void *src, int unit, int k, int64_t off, int64_t n, float *host) {
+    slm_fsdp_shard_read(src, unit, (slm_fsdp_state)k, off, n, host);
+}
+
 void slm_trainer_ckpt_state(const slm_trainer *tr, int64_t step, slm_ckpt_meta *meta,
                             slm_ckpt_shard *sh) {
     const slm_train_opts *o = tr->o;
@@ -1247,9 +1267,9 @@ void slm_trainer_ckpt_state(const slm_trainer *tr, int64_t step, slm_ckpt_meta *
         u0 = tr->model.n_units;
         nu = tr->cfg.num_hidden_layers;
     }
-    for (int u = 0; u < nu; u++) { // this rank's shard: masters, AdamW m / v
-        slm_fsdp_shard x = slm_fsdp_unit_shard(&tr->fsdp, u0 + u);
-        sh[u] = (slm_ckpt_shard){x.begin, x.end, x.master, x.m, x.v};
+    for (int u = 0; u < nu; u++) { // this rank's shard: masters, AdamW m / v (device memory)
+        sh[u] = (slm_ckpt_shard){.read = read_shard, .src = &tr->fsdp, .src_unit = u0 + u};
+        slm_fsdp_shard_range(&tr->fsdp, u0 + u, &sh[u].begin, &sh[u].end);
     }
 }
 

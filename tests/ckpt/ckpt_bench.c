@@ -71,7 +71,7 @@ int main(int argc, char **argv) {
             p[2 * per + i - b] = full[i] * full[i];
         }
         free(full);
-        sh[u] = (slm_ckpt_shard){b, e, p, p + per, p + 2 * per};
+        sh[u] = (slm_ckpt_shard){.begin = b, .end = e, .params = p, .m = p + per, .v = p + 2 * per};
         local += per;
     }
     char *root = argv[2];

@@ -98,7 +98,8 @@ int main(int argc, char **argv) {
             mv[u] = slm_xmalloc((size_t)n * 4);
             for (int64_t i = 0; i < n; i++)
                 mv[u][i] = m.params[u][i] * 0.5f;
-            sh[u] = (slm_ckpt_shard){0, n, m.params[u], mv[u], mv[u]};
+            sh[u] = (slm_ckpt_shard){
+                .begin = 0, .end = n, .params = m.params[u], .m = mv[u], .v = mv[u]};
         }
         slm_ckpt_meta meta;
         slm_ckpt_meta_default(&meta, &cfg);

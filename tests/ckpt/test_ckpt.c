@@ -5,6 +5,7 @@
 #include "test.h"
 
 #include <fcntl.h>
+#include <string.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -66,7 +67,11 @@ static void state_free(state *s) {
 
 static void full_shards(state *s, slm_ckpt_shard *sh) {
     for (int u = 0; u < s->model.n_units; u++)
-        sh[u] = (slm_ckpt_shard){0, s->model.units[u].numel, s->model.params[u], s->m[u], s->v[u]};
+        sh[u] = (slm_ckpt_shard){.begin = 0,
+                                 .end = s->model.units[u].numel,
+                                 .params = s->model.params[u],
+                                 .m = s->m[u],
+                                 .v = s->v[u]};
 }
 
 static void meta_for(slm_ckpt_meta *meta, const state *s, int64_t step) {
@@ -240,7 +245,8 @@ static void test_reshard_n_to_m(void) {
                 for (int64_t i = b; i < e && i < n; i++)
                     bufs[k][i - b] = src[k][i];
             }
-            sh[u] = (slm_ckpt_shard){b, e, bufs[0], bufs[1], bufs[2]};
+            sh[u] = (slm_ckpt_shard){
+                .begin = b, .end = e, .params = bufs[0], .m = bufs[1], .v = bufs[2]};
         }
         slm_status st = slm_ckpt_write_rank(tmp, r, N, 10, s.model.units, U, sh);
         for (int u = 0; u < U; u++) {
@@ -721,7 +727,8 @@ static slm_status write_rank_of(const char *dir, state *s, int r, int N, int64_t
             for (int64_t i = b; i < e && i < n; i++)
                 bufs[k][i - b] = src[k][i];
         }
-        sh[u] = (slm_ckpt_shard){b, e, bufs[0], bufs[1], bufs[2]};
+        sh[u] =
+            (slm_ckpt_shard){.begin = b, .end = e, .params = bufs[0], .m = bufs[1], .v = bufs[2]};
     }
     slm_status st = slm_ckpt_write_rank(dir, r, N, step, s->model.units, U, sh);
     for (int u = 0; u < U; u++) {
@@ -810,6 +817,77 @@ static void test_recover_pending(void) {
     free(root);
 }
 
+// A shard read through a `read` source (device memory: fsdp/'s shards) gives the same rank file,
+// bit for bit, as the same values in host arrays, on each path: the direct write (bounce buffer
+// of one chunk), the staging copy on the training thread (one copy per array) and on the
+// background writer (pieces of at most 1 MiB). Unit 0 spans more than one 4 MiB chunk; shard
+// ends run past numel into the padding (not stored).
+typedef struct src_log {
+    float *arr[2][3]; // the arrays the source reads (as the host shards hold them)
+    int64_t max_n;    // the largest piece asked for
+    int64_t calls;
+} src_log;
+
+static void read_from_log(const void *src, int unit, int k, int64_t off, int64_t n, float *host) {
+    src_log *L = (src_log *)src;
+    SLM_ASSERT(unit >= 0 && unit < 2 && k >= 0 && k < 3 && off >= 0 && n > 0);
+    memcpy(host, L->arr[unit][k] + off, (size_t)n * sizeof(float));
+    if (n > L->max_n) L->max_n = n;
+    L->calls++;
+}
+
+static char *rank_file(const char *dir) {
+    char *p = slm_path_join(dir, "rank_00000.bin"), *data = NULL;
+    size_t len = 0;
+    slm_status st = slm_file_read_all(p, &data, &len);
+    free(p);
+    return st ? NULL : data;
+}
+
+static void test_read_source(void) {
+    slm_unit_layout lay[2] = {{.numel = (int64_t)1500000 + 3}, {.numel = 1000}};
+    int64_t len[2] = {lay[0].numel + 5, lay[1].numel}; // unit 0's shard ends in padding
+    src_log L = {0};
+    slm_ckpt_shard host[2], dev[2];
+    for (int u = 0; u < 2; u++) {
+        for (int k = 0; k < 3; k++) {
+            L.arr[u][k] = slm_xcalloc((size_t)len[u], sizeof(float));
+            for (int64_t i = 0; i < lay[u].numel; i++)
+                L.arr[u][k][i] = (float)(i % 1009) * 0.25f - (float)(k + 3 * u);
+        }
+        host[u] = (slm_ckpt_shard){
+            .begin = 0, .end = len[u], .params = L.arr[u][0], .m = L.arr[u][1], .v = L.arr[u][2]};
+        dev[u] = (slm_ckpt_shard){
+            .begin = 0, .end = len[u], .read = read_from_log, .src = &L, .src_unit = u};
+    }
+    char *a = root_dir("src_host"), *b = root_dir("src_read");
+    slm_mkdir_p(a);
+    slm_mkdir_p(b);
+    CHECK_OK(slm_ckpt_write_rank(a, 0, 1, 3, lay, 2, host));
+    CHECK_OK(slm_ckpt_write_rank(b, 0, 1, 3, lay, 2, dev)); // direct: through the bounce buffer
+    CHECK(L.calls > 3 && L.max_n <= (int64_t)SLM_CKPT_CHUNK_BYTES / 4);
+    size_t bytes = SLM_CKPT_HEADER_BYTES + 3 * 4 * (size_t)(lay[0].numel + lay[1].numel);
+    char *fa = rank_file(a), *fb = rank_file(b);
+    CHECK(fa && fb && memcmp(fa, fb, bytes) == 0);
+    for (int par = 0; par < 2; par++) {
+        slm_ckpt_image im = {0};
+        L.max_n = 0;
+        slm_ckpt_stage(&im, 0, 1, 3, lay, 2, dev, par == 1);
+        CHECK_EQ_INT((int64_t)im.len, (int64_t)bytes);
+        CHECK(memcmp(im.data, fa, bytes) == 0);
+        // background writer: 1 MiB pieces; training thread: one read per array
+        CHECK_EQ_INT(L.max_n, (par ? lay[0].numel : ((int64_t)1 << 20) / 4));
+        slm_ckpt_image_free(&im);
+    }
+    free(fa);
+    free(fb);
+    for (int u = 0; u < 2; u++)
+        for (int k = 0; k < 3; k++)
+            free(L.arr[u][k]);
+    free(a);
+    free(b);
+}
+
 int main(void) {
     const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
     snprintf(g_tmp, sizeof g_tmp, "%s/slm_test_ckpt_%d", base, (int)getpid());
@@ -826,6 +904,7 @@ int main(void) {
     RUN(test_pick_resume);
     RUN(test_settle);
     RUN(test_recover_pending);
+    RUN(test_read_source);
     char cmd[512];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_tmp);

@@ -21,7 +21,11 @@ static void test_disk_full(void) {
     slm_llama_init_weights(&m, 1);
     slm_ckpt_shard sh[8];
     for (int u = 0; u < m.n_units; u++)
-        sh[u] = (slm_ckpt_shard){0, m.units[u].numel, m.params[u], m.params[u], m.params[u]};
+        sh[u] = (slm_ckpt_shard){.begin = 0,
+                                 .end = m.units[u].numel,
+                                 .params = m.params[u],
+                                 .m = m.params[u],
+                                 .v = m.params[u]};
     char *root = slm_path_join(g_mnt, "checkpoints");
     for (int sync = 0; sync < 2; sync++) {
         slm_ckpt_saver_opts o = {.root = root, .sync = sync == 1, .rank = 0, .world = 1};

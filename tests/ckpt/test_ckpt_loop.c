@@ -111,7 +111,11 @@ static slm_status tr_save(trainer *t, slm_ckpt_saver *s) {
     meta.rng = t->rng;
     slm_ckpt_shard sh[8];
     for (int u = 0; u < t->model.n_units; u++)
-        sh[u] = (slm_ckpt_shard){0, t->model.units[u].numel, t->model.params[u], t->m[u], t->v[u]};
+        sh[u] = (slm_ckpt_shard){.begin = 0,
+                                 .end = t->model.units[u].numel,
+                                 .params = t->model.params[u],
+                                 .m = t->m[u],
+                                 .v = t->v[u]};
     return slm_ckpt_saver_save(s, &meta, t->model.units, t->model.n_units, sh);
 }
 

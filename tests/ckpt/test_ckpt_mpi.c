@@ -40,7 +40,8 @@ static void make_shards(int parts, int idx, slm_ckpt_shard *sh) {
         for (int k = 0; k < 3; k++)
             for (int64_t i = b; i < b + per && i < n; i++)
                 buf[k * per + i - b] = g_full[u][k * n + i];
-        sh[u] = (slm_ckpt_shard){b, b + per, buf, buf + per, buf + 2 * per};
+        sh[u] = (slm_ckpt_shard){
+            .begin = b, .end = b + per, .params = buf, .m = buf + per, .v = buf + 2 * per};
     }
 }
 

@@ -175,7 +175,8 @@ static void save_ckpt(slm_llama *a, const char *root, int64_t step, int vbad_uni
         for (int64_t i = 0; i < n; i++)
             mv[u][i] = vv[u][i] = 0.5f;
         if (u == vbad_unit) vv[u][vbad] = INFINITY;
-        sh[u] = (slm_ckpt_shard){0, n, a->params[u], mv[u], vv[u]};
+        sh[u] =
+            (slm_ckpt_shard){.begin = 0, .end = n, .params = a->params[u], .m = mv[u], .v = vv[u]};
     }
     slm_ckpt_meta meta;
     slm_ckpt_meta_default(&meta, &a->cfg);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every source file with an OpenMP pragma compiles without warnings when OpenMP is off (no
-# -fopenmp: the pragmas are ignored, so a variable read only by a clause, such as par_copy's
-# `parallel` in src/ckpt/ckpt.c, must not be left unused). The build's warning flags plus
+# -fopenmp: the pragmas are ignored, so a variable read only by a clause, such as an `if (...)`
+# clause's flag, must not be left unused). The build's warning flags plus
 # -Werror, syntax only, with the configured C compiler and with clang when it is installed (the
 # fuzz build's compiler). gcc's -Wunknown-pragmas (every ignored pragma) is turned off.
 # Usage: test_no_openmp_warnings.sh CC INCLUDE_DIRS (':'-separated). Env (CTest): SLM_SOURCE_DIR.

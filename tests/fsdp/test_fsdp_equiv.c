@@ -261,6 +261,43 @@ static void run_reference(slm_llama *ref, double *losses, double *norms) {
     free(m), free(v), free(acc), free(mst), free(part), free(inp), free(tgt);
 }
 
+// The shard accessors against the collective: slm_fsdp_shard_read of the master gives this
+// rank's slice of what slm_fsdp_gather_unit all-gathers (the padding past numel reads 0);
+// slm_fsdp_shard_write of the master shows in the next all-gather; AdamW m / v read back what
+// was written. Returns the number of mismatching elements (0 on every rank when they hold).
+static int64_t check_shard_access(slm_fsdp *f, const slm_llama *model) {
+    int64_t bad = 0;
+    for (int u = 0; u < model->n_units; u++) {
+        int64_t n = model->units[u].numel, b, e;
+        slm_fsdp_shard_range(f, u, &b, &e);
+        int64_t k = e - b;
+        float *full = malloc(sizeof(float) * (size_t)n), *sh = malloc(sizeof(float) * (size_t)k),
+              *back = malloc(sizeof(float) * (size_t)k);
+        slm_fsdp_gather_unit(f, u, full);
+        slm_fsdp_shard_read(f, u, SLM_FSDP_MASTER, 0, k, sh);
+        for (int64_t i = 0; i < k; i++)
+            bad += memcmp(&sh[i], b + i < n ? &full[b + i] : &(float){0.0f}, sizeof(float)) != 0;
+        for (int64_t i = 0; i < k; i++)
+            sh[i] = b + i < n ? (float)(b + i) * 0.5f - 3.0f : 0.0f;
+        slm_fsdp_shard_write(f, u, SLM_FSDP_MASTER, 0, k, sh);
+        slm_fsdp_gather_unit(f, u, full);
+        for (int64_t i = 0; i < n; i++)
+            bad += full[i] != (float)i * 0.5f - 3.0f;
+        for (int what = SLM_FSDP_EXP_AVG; what <= SLM_FSDP_EXP_AVG_SQ; what++) {
+            bad += !slm_fsdp_shard_has(f, u, (slm_fsdp_state)what);
+            for (int64_t i = 0; i < k; i++)
+                sh[i] = (float)(what * 1000 + i);
+            slm_fsdp_shard_write(f, u, (slm_fsdp_state)what, 0, k, sh);
+            slm_fsdp_shard_read(f, u, (slm_fsdp_state)what, k / 2, k - k / 2, back);
+            for (int64_t i = k / 2; i < k; i++)
+                bad += back[i - k / 2] != (float)(what * 1000 + i);
+        }
+        free(full), free(sh), free(back);
+    }
+    slm_dist_allreduce(&bad, 1, SLM_DTYPE_I64, SLM_OP_SUM, "test shard access");
+    return bad;
+}
+
 static void test_equivalence(void) {
     int W = slm_dist_world(), R = slm_dist_rank(), BG = B_LOCAL * W, K = g_a.accum;
     double *ref_loss = calloc((size_t)g_a.steps, sizeof(double));
@@ -332,6 +369,7 @@ static void test_equivalence(void) {
                ref_loss[0], g_a.steps - 1, ref_loss[g_a.steps - 1], ref_loss[g_a.steps - 1],
                max_rel, max_w, rel_upd, max_nrel, n_clipped, g_a.steps, slm_fsdp_peak_bytes(&f),
                n_padded);
+    int64_t bad_access = check_shard_access(&f, &model); // overwrites the weights
     free(inp), free(tgt), free(ref_loss), free(ref_norm);
     slm_fsdp_free(&f);
     slm_llama_free(&model);
@@ -347,6 +385,8 @@ static void test_equivalence(void) {
     CHECK_MSG(n_clipped > 0, "clipping never triggered: the test does not cover it");
     CHECK_CLOSE(max_w, 0, 0, g_a.tol_w);
     CHECK_CLOSE(rel_upd, 0, 0, g_a.tol_upd);
+    CHECK_MSG(bad_access == 0, "%lld elements differ through slm_fsdp_shard_read / _write",
+              (long long)bad_access);
 }
 
 int main(int argc, char **argv) {
