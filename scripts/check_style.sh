@@ -12,6 +12,9 @@
 #      sources, so this needs no build); modules listed in scripts/cycle_allow.txt are exempt;
 #  (e) no function over 120 lines in src/ and tools/ (scripts/check_lengths.py; its ALLOW table
 #      names the ones being split on an unmerged branch).
+#  (f) the device boundary (scripts/check_device.py): no OpenMP, BLAS or kernels/kernels.h in
+#      model/, fsdp/, optim/, train/, health/, ckpt/, tools/; no raw allocation or copy of
+#      compute memory in model/, fsdp/, optim/ (everything through src/device/device.h).
 # Usage: scripts/check_style.sh   (from anywhere; needs python3, clang-format for (c))
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -146,6 +149,9 @@ python3 scripts/file_graph.py --allow scripts/cycle_allow.txt | sed 's/^/check_s
 [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 # (e) function length
 python3 scripts/check_lengths.py | { grep -v '^check_lengths: no function' || true; } | sed 's/^/check_style: /'
+[ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+# (f) the device boundary
+python3 scripts/check_device.py | sed 's/^/check_style: /'
 [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 [ $rc -eq 0 ] && echo "check_style: ok"
 exit $rc
