@@ -123,8 +123,9 @@ for mib in $(seq 256 32 2048); do
     rc=$?
     # Open MPI's own start-up under the limit fails in several ways (a plugin that cannot be
     # started, its help parser out of memory, even a double free inside opal_output_verbose
-    # while MPI_Init_thread reports a plugin it could not open): all before prep's code runs.
-    if grep -aEq "mmap failed|cannot start worker|MPI_INIT|pcre2: out of memory|Out of resource|ompi_mpi_init|opal_show_help" \
+    # while MPI_Init_thread reports a plugin it could not open), and in a CUDA build the dynamic
+    # loader cannot map libcublasLt (about 540 MB) under a low limit: all before prep's code runs.
+    if grep -aEq "mmap failed|cannot start worker|MPI_INIT|pcre2: out of memory|Out of resource|ompi_mpi_init|opal_show_help|error while loading shared libraries" \
         "$W/p_err.txt" || [ $rc = 124 ]; then
         rm -rf "$W"/.p_out.prep-tmp.* # an environment failure before prep's own code ran
         continue
