@@ -15,12 +15,14 @@
 # What it checks today (issue 22 item 1): every CUDA kernel against the CPU kernel (bf16 GEMM
 # against the CPU's bf16 path) on random inputs with derived bounds, outputs poisoned, and
 # repeatability; the CUDA device of device.h (device/cuda.c: memory, copies, every op through
-# the backend table) against the CPU device (tests/gpu/test_cuda_device.c); and the device
-# collectives of dist/ (tests/gpu/test_nccl.c under mpirun -np 2,
+# the backend table) against the CPU device (tests/gpu/test_cuda_device.c); eight training steps
+# of a small Llama on the GPU (model, FSDP world of one, AdamW) against the CPU's bf16 run, twice
+# bitwise, and the training state moved across devices mid-run (tests/gpu/test_gpu_train.c,
+# items 2 and 3); and the device collectives of dist/ (tests/gpu/test_nccl.c under mpirun -np 2,
 # with Debian's Open MPI carried in .gpu/debs, about 8 MB more, unpacked under /tmp/slm-deps and
 # run relocated through OPAL_PREFIX): the host-staged path with two ranks sharing GPU 0, NCCL's
-# refusal of that, and with two GPUs NCCL itself and its timeout abort. Not yet: training steps,
-# checkpoints across devices, the benchmark (they need the trainer on the CUDA device).
+# refusal of that, and with two GPUs NCCL itself and its timeout abort. Not yet: two ranks of
+# FSDP on the GPU (fsdp/ does not call dist's device communicators yet), the benchmark.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PKGS=(libopenblas-dev libopenblas-pthread-dev libopenblas0-pthread libopenblas0 libdnnl-dev
@@ -104,6 +106,21 @@ case $d_rc in
 *) row "CUDA device vs CPU device (device.h)" "FAILED (exit $d_rc)"; rc=1 ;;
 esac
 grep -E '^\[(ok|FAIL)|FAIL|outside|bitwise' "$LOG/test_cuda_device.log" | head -40 || true
+
+# Training on the GPU: losses against the CPU's bf16 run, bitwise repeatability, the training
+# state moved GPU -> CPU and CPU -> GPU mid-run (needs fsdp/, built when MPI is carried).
+if [ -x build-gpu/tests/gpu/test_gpu_train ]; then
+    t_rc=0
+    timeout 300 ./build-gpu/tests/gpu/test_gpu_train > "$LOG/test_gpu_train.log" 2>&1 || t_rc=$?
+    case $t_rc in
+    0) row "training: GPU vs CPU bf16, repeat, cross-device" "ok" ;;
+    77) row "training: GPU vs CPU bf16, repeat, cross-device" "SKIPPED: $(grep -m1 SKIP "$LOG/test_gpu_train.log")" ;;
+    *) row "training: GPU vs CPU bf16, repeat, cross-device" "FAILED (exit $t_rc)"; rc=1 ;;
+    esac
+    grep -vE '^shardlm info' "$LOG/test_gpu_train.log" | head -40 || true
+else
+    row "training: GPU vs CPU bf16, repeat, cross-device" "NOT BUILT (no MPI: see configure.log)"
+fi
 
 # dist/'s device collectives: 2 ranks (sharing GPU 0 when there is one GPU: host-staged).
 if [ -x build-gpu/tests/gpu/test_nccl ]; then

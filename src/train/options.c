@@ -240,6 +240,13 @@ const slm_opt slm_train_options[] = {
      .parse = parse_precision,
      .show = show_precision,
      .def = "fp32"},
+    {.name = "--device",
+     .type = SLM_OPT_STRING,
+     F(device),
+     .meta = "DEV",
+     .help = "cpu, cuda or cuda:N: the device the model computes on; a GPU needs "
+             "--compute-dtype bf16 and (for now) one rank (docs/training.md)",
+     .def = "cpu"},
     {.name = "--threads",
      .type = SLM_OPT_INT,
      F(threads),
@@ -683,6 +690,23 @@ static slm_status check_between(const slm_train_opts *o) {
     if (o->simulate_gflops > 0 && o->eval_every > 0 && !o->synthetic)
         return slm_fail(SLM_E_ARG, "--simulate-compute: validation losses would be meaningless (no "
                                    "arithmetic runs); HINT: use --eval-every 0");
+    if (o->device && strcmp(o->device, "cpu") != 0) {
+        const char *d = o->device;
+        bool cuda = strcmp(d, "cuda") == 0 || (strncmp(d, "cuda:", 5) == 0 && d[5] &&
+                                               strspn(d + 5, "0123456789") == strlen(d + 5));
+        if (!cuda) return slm_fail(SLM_E_ARG, "--device %s: expected cpu, cuda or cuda:N", d);
+        if (o->simulate_gflops > 0)
+            return slm_fail(SLM_E_ARG,
+                            "--device %s: --simulate-compute runs on its own SLEEP "
+                            "device; use one or the other",
+                            d);
+        if (o->compute_dtype != SLM_DTYPE_BF16)
+            return slm_fail(SLM_E_ARG,
+                            "--device %s: fp32 compute is not implemented on the GPU; "
+                            "add --compute-dtype bf16 (tensor-core numerics, checked "
+                            "against the CPU's bf16 path)",
+                            d);
+    }
     if (o->simulate_gflops > 0 && o->lora.rank > 0)
         return slm_fail(SLM_E_ARG, "--simulate-compute: its FLOP count is that of full training, "
                                    "not of LoRA adapters (--lora-rank); use one or the other");

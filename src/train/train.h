@@ -160,6 +160,8 @@ typedef struct slm_train_opts {
     bool activation_checkpointing;
     slm_dtype compute_dtype; // SLM_DTYPE_F32, or SLM_DTYPE_BF16: matmul inputs rounded to bf16
                              // with fp32 accumulation (slm_llama.bf16_compute)
+    const char *device;      // device the model computes on (device.h spec): "cpu" (NULL: the
+                             // same), "cuda" / "cuda:N" (one rank; bf16 compute; issue 22)
     int threads;             // OpenMP / BLAS threads; 0: leave as configured
     double max_minutes;      // > 0: stop (and save) after this much wall time
     bool time_schedule;      // with max_minutes: the LR schedule's step is max(step, share of

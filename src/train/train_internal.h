@@ -23,6 +23,8 @@ struct slm_trainer {
     int W, rank, B, T, K;
     float min_lr; // resolved (o->min_lr < 0: lr / 10)
     slm_llama_config cfg;
+    slm_device *dev; // the model's device: --device, or --simulate-compute's SLEEP device
+                     // (NULL: the CPU device); opened by slm_train_open, closed last
     slm_llama model; // holds no buffers: fsdp owns the shards and points params / grads
     bool model_init;
     slm_fsdp fsdp;           // zeroed until init

@@ -31,7 +31,8 @@ static slm_status check_opts(const slm_train_opts *o) {
 // m, v of the rank's shard: 3 x fp32 per parameter) is counted too: when only it does not fit,
 // the run goes ahead and says that its checkpoints will be written synchronously, straight from
 // the shards (the saver decides again at each save).
-static slm_status check_memory(const slm_train_opts *o, const slm_llama_config *cfg, int W) {
+static slm_status check_memory(const slm_train_opts *o, const slm_llama_config *cfg, int W,
+                               slm_device *dev) {
     double n = (double)slm_llama_n_params(cfg);
     double C = cfg->hidden_size, F = cfg->intermediate_size, V = cfg->vocab_size;
     double big_unit = 4 * C * C + 3 * F * C;
@@ -53,6 +54,22 @@ static slm_status check_memory(const slm_train_opts *o, const slm_llama_config *
         double blocks = o->activation_checkpointing ? 1 : cfg->num_hidden_layers;
         acts += (blocks * SLM_LORA_N_TARGETS + 1) * N * o->lora.rank * sizeof(float) +
                 (o->lora.dropout > 0 ? 2 * N * in_max * sizeof(float) : 0);
+    }
+    if (slm_device_kind_of(dev) == SLM_DEVICE_CUDA) { // the state and activations live there
+        char a[32], b[32], c[32];
+        slm_status st = slm_dev_mem_check(
+            dev, state + acts,
+            "model %s (%.3g parameters) with --batch %d --seq %d (%s of parameters, gradients and "
+            "AdamW state, %s of activations)",
+            o->model ? o->model : "(default)", n, o->B, o->T, slm_fmt_bytes(state, a),
+            slm_fmt_bytes(acts, b));
+        if (st) return slm_fail_wrap(st, "on %s", slm_device_describe(dev));
+        if (slm_dist_rank() == 0)
+            slm_info("memory: about %s of %s memory (%s of parameters, gradients and AdamW state, "
+                     "%s of activations)",
+                     slm_fmt_bytes(state + acts, a), slm_device_describe(dev),
+                     slm_fmt_bytes(state, b), slm_fmt_bytes(acts, c));
+        return SLM_OK;
     }
     slm_mem_info mi;
     slm_mem_probe(&mi);
@@ -87,6 +104,28 @@ static slm_status check_memory(const slm_train_opts *o, const slm_llama_config *
                     slm_fmt_bytes(state, b), slm_fmt_bytes(acts, c), slm_fmt_bytes(avail, d),
                     mi.limit_name,
                     o->activation_checkpointing ? "" : ", add --activation-checkpointing");
+}
+
+// The model's device: --simulate-compute's SLEEP device, --device's, or the CPU (NULL). A GPU
+// trains one rank for now: FSDP's collectives on device buffers (dist's slm_dcomm_*: NCCL, or
+// host-staged MPI) are not wired into fsdp/ yet, so a larger world is refused up front.
+static slm_status open_device(slm_trainer *tr) {
+    const slm_train_opts *o = tr->o;
+    if (o->simulate_gflops > 0) {
+        tr->dev = slm_device_sleep(o->simulate_gflops);
+        return SLM_OK;
+    }
+    if (!o->device || strcmp(o->device, "cpu") == 0) return SLM_OK;
+    if (tr->W > 1)
+        return slm_fail(SLM_E_UNSUPPORTED,
+                        "--device %s with %d ranks: FSDP's collectives on GPU buffers (NCCL "
+                        "through dist's device communicators) are not wired into fsdp/ yet; run "
+                        "one rank on the GPU, or --device cpu",
+                        o->device, tr->W);
+    slm_status st = slm_device_open(o->device, &tr->dev);
+    if (st) return slm_fail_wrap(st, "--device %s", o->device);
+    if (tr->rank == 0) slm_info("train: device %s", slm_device_describe(tr->dev));
+    return SLM_OK;
 }
 
 // The train loader (each rank reads its slice, B windows, of the global batch of B x W) and the
@@ -321,7 +360,8 @@ slm_status slm_train_open(const slm_train_opts *o, slm_trainer **out) {
     // single-threaded); threads <= 0 leaves them as the environment set them.
     slm_device_set_threads(NULL, o->threads);
     st = slm_train_resolve_config(o->model, o->vocab_size, o->T, &tr->cfg);
-    if (!st) st = check_memory(o, &tr->cfg, tr->W);
+    if (!st) st = open_device(tr);
+    if (!st) st = check_memory(o, &tr->cfg, tr->W, tr->dev);
     if (!st && o->init_from_hf) { // the HF weights' shapes against the config, before allocating
         st = slm_hf_check_shapes(o->init_from_hf, &tr->cfg);
         if (st) st = slm_fail_wrap(st, "--init-from-hf %s", o->init_from_hf);
@@ -636,13 +676,8 @@ slm_status slm_train_init(slm_trainer *tr) {
     // through the unit hooks. Its init equals slm_llama_init_weights. --simulate-compute runs it
     // on the SLEEP device (device.h): the real forward, backward, collectives and optimizer
     // calls, the GEMM-like ops waiting for their FLOPs / rate instead of computing.
-    slm_device *dev = o->simulate_gflops > 0 ? slm_device_sleep(o->simulate_gflops) : NULL;
-    slm_status st = slm_llama_init_on(&tr->model, dev, &tr->cfg, false);
-    if (st) {
-        slm_device_close(dev);
-        return st;
-    }
-    // tr->model.dev is closed by slm_train_close
+    slm_status st = slm_llama_init_on(&tr->model, tr->dev, &tr->cfg, false);
+    if (st) return st;
     tr->model_init = true;
     tr->fault = &slm_train_faults; // SHARDLM_FAULT's points (no-ops without a plan)
     if (o->lora.rank > 0 && (st = slm_llama_lora_init(&tr->model, &o->lora, false, o->seed)))
@@ -656,7 +691,9 @@ slm_status slm_train_init(slm_trainer *tr) {
     if (tr->model.bf16_compute && tr->rank == 0)
         slm_log(SLM_LOG_INFO,
                 "train: bf16 compute (matmul inputs rounded to bf16, fp32 "
-                "accumulation); oneDNN reports this CPU as %s",
+                "accumulation); %s %s",
+                slm_device_kind_of(tr->dev) == SLM_DEVICE_CPU ? "oneDNN reports this CPU as"
+                                                              : "through",
                 slm_dev_bf16_isa(tr->model.dev));
     slm_llama_set_shape(&tr->model, tr->B, tr->T, false);
     tr->win = slm_xmalloc((size_t)tr->K * tr->B * (tr->T + 1) * sizeof(int32_t));
@@ -1192,9 +1229,8 @@ void slm_train_close(slm_trainer *tr) {
     if (tr->tok) slm_tokenizer_free(tr->tok);
     if (tr->ds_open) slm_dataset_free(&tr->ds);
     slm_fsdp_free(&tr->fsdp);
-    slm_device *dev = tr->model.dev; // --simulate-compute's SLEEP device (else NULL)
     if (tr->model_init) slm_llama_free(&tr->model);
-    slm_device_close(dev);
+    slm_device_close(tr->dev);    // after everything allocated on it
     slm_rundir_close(tr->rundir); // last: the lock is held until everything is written
     free(tr);
 }

@@ -6,7 +6,12 @@
 #     fault (attempt 2) is not checked;
 #  2. a bad --metrics-addr: one "--metrics-addr: " prefix, then the parser's own message (train
 #     and launch share one helper);
-#  3. --loss-spike-window 1..7 is refused naming the minimum 8; 0 and 8 are accepted.
+#  3. --loss-spike-window 1..7 is refused naming the minimum 8; 0 and 8 are accepted;
+#  4. --device (issue 21 / 22): an unknown device or cuda:x is a usage error naming the accepted
+#     forms; cuda without --compute-dtype bf16 and cuda with --simulate-compute are usage errors
+#     saying why; cuda under mpirun -np 2 is refused on every rank before training (FSDP's GPU
+#     collectives are not wired in); cuda where there is no GPU (or no CUDA build) is a runtime
+#     error saying so; --device cpu trains.
 # Usage: test_cli_checks.sh MPIEXEC. Env (CTest): SHARDLM_BIN, SLM_SHARED_DIR.
 . "$(dirname "$0")/../lib.sh"
 set +e # the checks read the exit status of commands meant to fail
@@ -61,4 +66,33 @@ for n in 0 8; do
     "$BIN" "${SY[@]}" --loss-spike-window $n > "$W/s$n.log" 2>&1
     check "--loss-spike-window $n accepted" 0 $?
 done
+
+# --- 4. --device
+for d in tpu cuda:x cuda:; do
+    "$BIN" "${SY[@]}" --device $d --compute-dtype bf16 > "$W/d.log" 2>&1
+    check "--device $d: usage error" 2 $?
+    exact "--device $d: names the accepted forms" "$W/d.log" "--device $d: expected cpu, cuda or cuda:N"
+done
+"$BIN" "${SY[@]}" --device cuda > "$W/d1.log" 2>&1
+check "--device cuda with fp32 compute: usage error" 2 $?
+exact "says to add --compute-dtype bf16" "$W/d1.log" \
+    "--device cuda: fp32 compute is not implemented on the GPU; add --compute-dtype bf16"
+"$BIN" "${SY[@]}" --device cuda:0 --compute-dtype bf16 --simulate-compute 10 > "$W/d2.log" 2>&1
+check "--device cuda:0 with --simulate-compute: usage error" 2 $?
+exact "names the SLEEP device" "$W/d2.log" "--simulate-compute runs on its own SLEEP device"
+slm_mpirun 2 "$BIN" "${SY[@]}" --device cuda --compute-dtype bf16 > "$W/d3.log" 2>&1
+check "--device cuda on 2 ranks: runtime error" 1 $?
+[ "$(grep -c 'with 2 ranks: FSDP' "$W/d3.log")" = 2 ] && ok "every rank says why (2 ranks)" ||
+    { bad "--device cuda on 2 ranks:"; cat "$W/d3.log"; }
+"$BIN" "${SY[@]}" --device cuda --compute-dtype bf16 > "$W/d4.log" 2>&1
+rc=$?
+if nvidia-smi -L > /dev/null 2>&1; then
+    ok "a GPU is present: --device cuda ran (exit $rc), see tests/gpu for its checks"
+else
+    check "--device cuda without a GPU: runtime error" 1 $rc
+    grep -Eq -- '--device cuda: device "cuda:0": (no CUDA device visible|this build has no CUDA backend)' "$W/d4.log" &&
+        ok "says there is no GPU (or no CUDA build)" || { bad "no-GPU message:"; cat "$W/d4.log"; }
+fi
+"$BIN" "${SY[@]}" --device cpu > "$W/d5.log" 2>&1
+check "--device cpu trains" 0 $?
 slm_finish
