@@ -192,13 +192,18 @@ void slm_dev_copy(slm_device *d, void *dst, const void *src, size_t bytes, slm_c
 }
 
 void *slm_dev_host_alloc(slm_device *d, size_t bytes) {
-    (void)d;
+    d = dev(d);
+    if (d->ops->host_alloc) return d->ops->host_alloc(d, bytes);
     return slm_xaligned(bytes ? bytes : 64);
 }
 
 void slm_dev_host_free(slm_device *d, void *p) {
-    (void)d;
-    free(p);
+    if (!p) return;
+    d = dev(d);
+    if (d->ops->host_free)
+        d->ops->host_free(d, p);
+    else
+        free(p);
 }
 
 // Streams and events of the synchronous backends: distinct tokens, nothing to order.

@@ -18,6 +18,9 @@ typedef struct slm_device_ops {
     int (*threads)(const slm_device *d);
     // free / total bytes (CUDA only: NULL means the host's memory, base.h slm_mem_probe)
     void (*mem_info)(slm_device *d, double *free_b, double *total_b);
+    // pinned host staging (NULL: 64-byte aligned host memory)
+    void *(*host_alloc)(slm_device *d, size_t bytes);
+    void (*host_free)(slm_device *d, void *p);
     // counters (NULL: none, valid = false) and a description (NULL: the name)
     void (*stats)(slm_device *d, slm_device_stats *out);
     const char *(*describe)(slm_device *d);

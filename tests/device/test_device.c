@@ -65,6 +65,12 @@ static void test_memory(void) {
         free(y);
     }
     slm_dev_free(d, NULL);
+    // host staging: aligned, writable, freed by its own call (NULL is a no-op)
+    uint8_t *h = slm_dev_host_alloc(d, 1000);
+    CHECK((uintptr_t)h % 64 == 0);
+    memset(h, 7, 1000);
+    slm_dev_host_free(d, h);
+    slm_dev_host_free(d, NULL);
     slm_stream *s = slm_dev_stream_create(d);
     slm_event *e = slm_dev_event_create(d);
     slm_dev_event_record(d, e, NULL);
