@@ -125,6 +125,8 @@ void health_command(const run *r, int world, const char *report, argv_t *a) {
     av_add(a, report);
     if (o->health_mem) av_add(a, "--mem"), av_add(a, o->health_mem);
     if (r->model) av_add(a, "--model"), av_add(a, r->model);
+    // the known-answer GEMM and the ECC check on the device the run will train on
+    if (r->device) av_add(a, "--device"), av_add(a, r->device);
 }
 
 // The value after the last `name` in the train arguments (NULL: absent or last); *idx: that

@@ -53,8 +53,8 @@ static int finish(run *r, int code, const char *result, char **summary) {
 
 // What the launcher adds to or checks in the train arguments: --out (required), --resume
 // (auto or absent), --train-from-scratch, --heartbeat-dir, --grad-accum, HYBRID_SHARD's
-// --shard-group-size, --model, --verify-on-resume, --preempt-grace. SLM_LAUNCH_USAGE with the
-// message printed for bad ones.
+// --shard-group-size, --model, --device, --verify-on-resume, --preempt-grace. SLM_LAUNCH_USAGE with
+// the message printed for bad ones.
 static int read_train_args(run *r, const slm_launch_opts *o) {
     int idx;
     r->run_dir = find_arg(o, "--out", &idx);
@@ -95,6 +95,7 @@ static int read_train_args(run *r, const slm_launch_opts *o) {
         slm_parse_i64("--shard-group-size", sgs, 1, 1 << 20, &sg) == SLM_OK)
         r->shard_group = (int)sg;
     r->model = find_arg(o, "--model", &idx);
+    r->device = find_arg(o, "--device", &idx);
     find_arg(o, "--verify-on-resume", &idx);
     r->has_verify = idx >= 0;
     find_arg(o, "--preempt-grace", &idx);

@@ -149,6 +149,7 @@ typedef struct run {
     bool scratch_had;
     ino_t scratch_ino;
     const char *model;
+    const char *device; // the train arguments' --device (NULL: the CPU): the health check's too
     char transport[1024];
     attempt att[MAX_ATTEMPTS];
     int n_att;

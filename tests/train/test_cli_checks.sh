@@ -11,7 +11,8 @@
 #     forms; cuda without --compute-dtype bf16 and cuda with --simulate-compute are usage errors
 #     saying why; cuda under mpirun -np 2 is refused on every rank before training (FSDP's GPU
 #     collectives are not wired in); cuda where there is no GPU (or no CUDA build) is a runtime
-#     error saying so; --device cpu trains.
+#     error saying so; --device cpu trains; `shardlm launch` runs its health check on the run's
+#     --device, so a GPU job on a host without one stops there (exit 3) naming why.
 # Usage: test_cli_checks.sh MPIEXEC. Env (CTest): SHARDLM_BIN, SLM_SHARED_DIR.
 . "$(dirname "$0")/../lib.sh"
 set +e # the checks read the exit status of commands meant to fail
@@ -95,4 +96,13 @@ else
 fi
 "$BIN" "${SY[@]}" --device cpu > "$W/d5.log" 2>&1
 check "--device cpu trains" 0 $?
+# the launcher's health check runs on the run's --device: no GPU here, so the job never starts
+if ! nvidia-smi -L > /dev/null 2>&1; then
+    "$BIN" launch --nproc 1 --max-restarts 0 --mpirun "$MPIEXEC" -- "${SY[@]}" --device cuda \
+        --compute-dtype bf16 --out "$W/lrun" > "$W/d6.log" 2>&1
+    check "launch --device cuda without a GPU: the health check fails (exit 3)" 3 $?
+    grep -Eq 'healthcheck --device cuda \(rank 0\): device "cuda:0": (no CUDA device visible|this build has no CUDA backend)' "$W/d6.log" &&
+        ok "the launcher's health check ran on --device cuda and says why" ||
+        { bad "launch --device cuda:"; cat "$W/d6.log"; }
+fi
 slm_finish
