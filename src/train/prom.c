@@ -214,29 +214,20 @@ int slm_train_stragglers(const double *busy, int W, double factor, double min_ex
 
 // The GPU gauges per rank, as DCGM's exporter names them in spirit (NVML's counters of the
 // rank's device, sampled at each gather).
-static slm_status register_device(slm_train_prom *p) {
-    const struct {
-        size_t off;
-        const char *name, *help;
-    } k[] = {
-        {offsetof(rank_series, dev_mem), "shardlm_device_memory_used_bytes",
-         "Device memory in use on the rank's GPU (all processes; NVML)."},
-        {offsetof(rank_series, dev_peak), "shardlm_device_memory_peak_bytes",
-         "Highest device memory in use seen on the rank's GPU at a sample."},
-        {offsetof(rank_series, dev_util), "shardlm_device_utilization_ratio",
-         "Fraction of the last NVML sample period the rank's GPU was busy."},
-        {offsetof(rank_series, dev_power), "shardlm_device_power_watts",
-         "Board power draw of the rank's GPU."},
-        {offsetof(rank_series, dev_temp), "shardlm_device_temperature_celsius",
-         "Temperature of the rank's GPU."},
-        {offsetof(rank_series, dev_ecc), "shardlm_device_ecc_uncorrected_errors",
-         "Uncorrected ECC errors of the rank's GPU since the driver loaded (NaN: no ECC)."},
-    };
+// One per-rank family (label rank = 0 .. world-1) per table entry, each series stored at its
+// offset in p->rs[rank].
+typedef struct rank_metric {
+    size_t off; // of the slm_metric * in rank_series
+    slm_metric_type t;
+    const char *name, *help;
+} rank_metric;
+
+static slm_status register_rank_table(slm_train_prom *p, const rank_metric *k, size_t n) {
     const char *rl = "rank";
-    for (size_t i = 0; i < sizeof k / sizeof *k; i++) {
+    for (size_t i = 0; i < n; i++) {
         slm_metric_family *f;
         slm_status st =
-            slm_metrics_family(p->reg, SLM_METRIC_GAUGE, k[i].name, k[i].help, 1, &rl, 0, NULL, &f);
+            slm_metrics_family(p->reg, k[i].t, k[i].name, k[i].help, 1, &rl, 0, NULL, &f);
         for (int q = 0; !st && q < p->world; q++) {
             char rv[16];
             snprintf(rv, sizeof rv, "%d", q);
@@ -246,6 +237,24 @@ static slm_status register_device(slm_train_prom *p) {
         if (st) return st;
     }
     return SLM_OK;
+}
+
+static slm_status register_device(slm_train_prom *p) {
+    static const rank_metric k[] = {
+        {offsetof(rank_series, dev_mem), SLM_METRIC_GAUGE, "shardlm_device_memory_used_bytes",
+         "Device memory in use on the rank's GPU (all processes; NVML)."},
+        {offsetof(rank_series, dev_peak), SLM_METRIC_GAUGE, "shardlm_device_memory_peak_bytes",
+         "Highest device memory in use seen on the rank's GPU at a sample."},
+        {offsetof(rank_series, dev_util), SLM_METRIC_GAUGE, "shardlm_device_utilization_ratio",
+         "Fraction of the last NVML sample period the rank's GPU was busy."},
+        {offsetof(rank_series, dev_power), SLM_METRIC_GAUGE, "shardlm_device_power_watts",
+         "Board power draw of the rank's GPU."},
+        {offsetof(rank_series, dev_temp), SLM_METRIC_GAUGE, "shardlm_device_temperature_celsius",
+         "Temperature of the rank's GPU."},
+        {offsetof(rank_series, dev_ecc), SLM_METRIC_GAUGE, "shardlm_device_ecc_uncorrected_errors",
+         "Uncorrected ECC errors of the rank's GPU since the driver loaded (NaN: no ECC)."},
+    };
+    return register_rank_table(p, k, sizeof k / sizeof *k);
 }
 
 static slm_status register_all(slm_train_prom *p) {
@@ -326,11 +335,7 @@ static slm_status register_all(slm_train_prom *p) {
                             &vl, 0, NULL, &p->val_fam);
     if (st) return st;
     // per rank
-    struct {
-        size_t off;
-        slm_metric_type t;
-        const char *name, *help;
-    } k[] = {
+    static const rank_metric k[] = {
         {offsetof(rank_series, busy), SLM_METRIC_GAUGE, "shardlm_rank_busy_seconds",
          "Mean busy time per step (iteration wall time minus collective waits) over the last "
          "gather window."},
@@ -352,18 +357,8 @@ static slm_status register_all(slm_train_prom *p) {
          "Times the rank was flagged as a straggler."},
     };
     p->rs = slm_xcalloc((size_t)p->world, sizeof *p->rs);
-    const char *rl = "rank";
-    for (size_t i = 0; i < sizeof k / sizeof *k; i++) {
-        slm_metric_family *f;
-        st = slm_metrics_family(r, k[i].t, k[i].name, k[i].help, 1, &rl, 0, NULL, &f);
-        for (int q = 0; !st && q < p->world; q++) {
-            char rv[16];
-            snprintf(rv, sizeof rv, "%d", q);
-            const char *v = rv;
-            st = slm_metrics_series(f, &v, (slm_metric **)((char *)&p->rs[q] + k[i].off));
-        }
-        if (st) return st;
-    }
+    st = register_rank_table(p, k, sizeof k / sizeof *k);
+    if (st) return st;
     return p->dev_gauges ? register_device(p) : SLM_OK;
 }
 
