@@ -40,7 +40,10 @@ slm_device *slm_device_sleep(double gflops);
 // SLM_E_ARG naming the spec and the accepted forms; SLM_E_UNSUPPORTED for a CUDA device in a
 // build without the CUDA backend, or when none (or not N) is visible, saying which.
 slm_status slm_device_open(const char *spec, slm_device **out);
+// Frees a device from slm_device_open / slm_device_sleep after everything allocated on it (CUDA:
+// its stream, cuBLASLt context and scratch); NULL and the CPU device: nothing.
 void slm_device_close(slm_device *d);
+// The backend of d (NULL: SLM_DEVICE_CPU).
 slm_device_kind slm_device_kind_of(const slm_device *d);
 // "cpu", "sleep" or "cuda" (static string).
 const char *slm_device_name(const slm_device *d);

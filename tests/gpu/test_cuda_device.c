@@ -15,18 +15,10 @@
 #include "base/base.h"
 #include "device/device.h"
 #include "test.h"
+#include "gpu_test.h"
 
 static slm_device *g_cu;
 static slm_rng g_rng;
-
-static float *randn(int64_t n, float std) {
-    float *x = slm_xmalloc((size_t)n * sizeof(float));
-    for (int64_t i = 0; i < n; i++) {
-        float v = slm_rng_normal(&g_rng) * std;
-        x[i] = v == 0.0f ? std : v;
-    }
-    return x;
-}
 
 static float *put(slm_device *d, const float *h, int64_t n) {
     float *p = slm_dev_alloc_f32(d, n);
@@ -49,24 +41,9 @@ static float *get(slm_device *d, const float *p, int64_t n) {
     return h;
 }
 
-static void close_to(const char *what, const float *got, const float *want, int64_t n, double rtol,
-                     double atol) {
-    int64_t bad = 0, first = -1;
-    for (int64_t i = 0; i < n; i++) {
-        double d = fabs((double)got[i] - want[i]);
-        if (!(d <= atol + rtol * fabs((double)want[i]))) {
-            if (first < 0) first = i;
-            bad++;
-        }
-    }
-    CHECK_MSG(bad == 0, "%s: %lld of %lld outside the bound (first [%lld]: %.9g vs %.9g)", what,
-              (long long)bad, (long long)n, (long long)first, first >= 0 ? got[first] : 0.0,
-              first >= 0 ? want[first] : 0.0);
-}
-
 static void test_vector_ops(void) {
     int64_t n = 100003;
-    float *x = randn(n, 1), *y = randn(n, 2);
+    float *x = gpu_randn(&g_rng, n, 1), *y = gpu_randn(&g_rng, n, 2);
     slm_device *cpu = slm_device_cpu();
     float *r[2][4];
     slm_device *dv[2] = {cpu, g_cu};
@@ -100,7 +77,7 @@ static void test_vector_ops(void) {
 
 static void test_casts_and_sums(void) {
     int64_t n = 65539;
-    float *x = randn(n, 3);
+    float *x = gpu_randn(&g_rng, n, 3);
     slm_device *dv[2] = {slm_device_cpu(), g_cu};
     uint16_t *h[2];
     float *back[2], *acc[2], *rnd[2];
@@ -140,10 +117,11 @@ static void test_casts_and_sums(void) {
 
 static void test_adamw_softmax(void) {
     int64_t n = 5000, rows = 9, cols = 517;
-    float *p = randn(n, 1), *g = randn(n, 1), *m = randn(n, 0.1f), *v = randn(n, 0.1f);
+    float *p = gpu_randn(&g_rng, n, 1), *g = gpu_randn(&g_rng, n, 1),
+          *m = gpu_randn(&g_rng, n, 0.1f), *v = gpu_randn(&g_rng, n, 0.1f);
     for (int64_t i = 0; i < n; i++)
         v[i] = v[i] * v[i] + 1e-3f;
-    float *s = randn(rows * cols, 3);
+    float *s = gpu_randn(&g_rng, rows * cols, 3);
     slm_device *dv[2] = {slm_device_cpu(), g_cu};
     float *rp[2], *rs[2];
     for (int k = 0; k < 2; k++) {
@@ -157,8 +135,8 @@ static void test_adamw_softmax(void) {
         slm_dev_free(d, pp), slm_dev_free(d, pg), slm_dev_free(d, pm), slm_dev_free(d, pv);
         slm_dev_free(d, ps);
     }
-    close_to("AdamW", rp[1], rp[0], n, 1e-5, 1e-7);
-    close_to("row softmax", rs[1], rs[0], rows * cols, 8 * ldexp(1.0, -24), 1e-12);
+    gpu_close_to("AdamW", rp[1], rp[0], n, 1e-5, 1e-7);
+    gpu_close_to("row softmax", rs[1], rs[0], rows * cols, 8 * ldexp(1.0, -24), 1e-12);
     for (int k = 0; k < 2; k++)
         free(rp[k]), free(rs[k]);
     free(p), free(g), free(m), free(v), free(s);
@@ -168,8 +146,9 @@ static void test_adamw_softmax(void) {
 // of forward, dinp and dW), bf16 compute on both.
 static void test_linear(void) {
     int64_t N = 70, I = 300, O = 130;
-    float *x = randn(N * I, 1), *W = randn(O * I, 1), *dy = randn(N * O, 1);
-    float *init_dx = randn(N * I, 1), *init_dW = randn(O * I, 1);
+    float *x = gpu_randn(&g_rng, N * I, 1), *W = gpu_randn(&g_rng, O * I, 1),
+          *dy = gpu_randn(&g_rng, N * O, 1);
+    float *init_dx = gpu_randn(&g_rng, N * I, 1), *init_dW = gpu_randn(&g_rng, O * I, 1);
     slm_device *dv[2] = {slm_device_cpu(), g_cu};
     float *y[2], *dx[2], *dW[2];
     for (int k = 0; k < 2; k++) {
@@ -186,9 +165,9 @@ static void test_linear(void) {
     // |x|, |W|, |dy| < 6 (normal draws of std 1 with this seed stay well inside), plus the
     // accumulated initial values' rounding (one fp32 add: u |result|)
     double m = 6.0 * 6.0;
-    close_to("linear fwd", y[1], y[0], N * O, 0, 2 * I * u / (1 - I * u) * I * m);
-    close_to("linear dinp", dx[1], dx[0], N * I, 2 * u, 2 * O * u / (1 - O * u) * O * m);
-    close_to("linear dW", dW[1], dW[0], O * I, 2 * u, 2 * N * u / (1 - N * u) * N * m);
+    gpu_close_to("linear fwd", y[1], y[0], N * O, 0, 2 * I * u / (1 - I * u) * I * m);
+    gpu_close_to("linear dinp", dx[1], dx[0], N * I, 2 * u, 2 * O * u / (1 - O * u) * O * m);
+    gpu_close_to("linear dW", dW[1], dW[0], O * I, 2 * u, 2 * N * u / (1 - N * u) * N * m);
     for (int k = 0; k < 2; k++)
         free(y[k]), free(dx[k]), free(dW[k]);
     free(x), free(W), free(dy), free(init_dx), free(init_dW);

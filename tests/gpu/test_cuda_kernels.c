@@ -16,6 +16,7 @@
 #include "base/base.h"
 #include "kernels/kernels.h"
 #include "test.h"
+#include "gpu_test.h"
 
 static slm_rng rng_;
 
@@ -27,15 +28,6 @@ static slm_rng rng_;
             exit(1);                                                                               \
         }                                                                                          \
     } while (0)
-
-static float *randn(int64_t n, float std) {
-    float *x = slm_xmalloc((size_t)n * sizeof(float));
-    for (int64_t i = 0; i < n; i++) {
-        float v = slm_rng_normal(&rng_) * std;
-        x[i] = v == 0.0f ? std : v;
-    }
-    return x;
-}
 
 static void *up(const void *h, size_t bytes) {
     void *d = NULL;
@@ -58,24 +50,9 @@ static float *poisoned(int64_t n) { // a device buffer of NaNs
     return d;
 }
 
-static void close_to(const char *what, const float *got, const float *want, int64_t n, double rtol,
-                     double atol) {
-    int64_t bad = 0, first = -1;
-    for (int64_t i = 0; i < n; i++) {
-        double d = fabs((double)got[i] - want[i]);
-        if (!(d <= atol + rtol * fabs((double)want[i]))) {
-            if (first < 0) first = i;
-            bad++;
-        }
-    }
-    CHECK_MSG(bad == 0, "%s: %lld of %lld outside the bound (first [%lld]: %.9g vs %.9g)", what,
-              (long long)bad, (long long)n, (long long)first, first >= 0 ? got[first] : 0.0,
-              first >= 0 ? want[first] : 0.0);
-}
-
 static void test_swiglu(void) {
     int64_t n = 3 * 1000 + 7;
-    float *g = randn(n, 2), *u = randn(n, 1), *dh = randn(n, 1);
+    float *g = gpu_randn(&rng_, n, 2), *u = gpu_randn(&rng_, n, 1), *dh = gpu_randn(&rng_, n, 1);
     float *h = slm_xmalloc((size_t)n * 4), *dg = slm_xmalloc((size_t)n * 4),
           *du = slm_xmalloc((size_t)n * 4);
     slm_swiglu_fwd(h, g, u, 1, n);
@@ -85,9 +62,9 @@ static void test_swiglu(void) {
     CU(slm_cuda_swiglu_fwd(dH, dG, dU, n, NULL));
     CU(slm_cuda_swiglu_bwd(dDG, dDU, dDH, dG, dU, n, NULL));
     float *a = down(dH, n), *b = down(dDG, n), *c = down(dDU, n);
-    close_to("swiglu fwd", a, h, n, 1e-5, 1e-6);
-    close_to("swiglu bwd dgate", b, dg, n, 1e-5, 1e-6);
-    close_to("swiglu bwd dup", c, du, n, 1e-5, 1e-6);
+    gpu_close_to("swiglu fwd", a, h, n, 1e-5, 1e-6);
+    gpu_close_to("swiglu bwd dgate", b, dg, n, 1e-5, 1e-6);
+    gpu_close_to("swiglu bwd dup", c, du, n, 1e-5, 1e-6);
     free(g), free(u), free(dh), free(h), free(dg), free(du), free(a), free(b), free(c);
     slm_cuda_free(dG), slm_cuda_free(dU), slm_cuda_free(dDH), slm_cuda_free(dH);
     slm_cuda_free(dDG), slm_cuda_free(dDU);
@@ -96,7 +73,8 @@ static void test_swiglu(void) {
 static void test_rmsnorm(void) {
     int64_t N = 37;
     int C = 576;
-    float *x = randn(N * C, 1), *w = randn(C, 1), *dout = randn(N * C, 1);
+    float *x = gpu_randn(&rng_, N * C, 1), *w = gpu_randn(&rng_, C, 1),
+          *dout = gpu_randn(&rng_, N * C, 1);
     float *out = slm_xmalloc((size_t)(N * C) * 4), *rstd = slm_xmalloc((size_t)N * 4);
     float *dx = slm_xcalloc((size_t)(N * C), 4), *dw = slm_xcalloc((size_t)C, 4);
     slm_rmsnorm_fwd(out, rstd, x, w, N, C, 1e-5f);
@@ -112,10 +90,10 @@ static void test_rmsnorm(void) {
     CU(slm_cuda_rmsnorm_fwd(dOut, dR, dX, dW, N, C, 1e-5f, NULL));
     CU(slm_cuda_rmsnorm_bwd(dDX, dDW, dDO, dX, dW, dR, N, C, NULL));
     float *a = down(dOut, N * C), *b = down(dR, N), *c = down(dDX, N * C), *d = down(dDW, C);
-    close_to("rmsnorm fwd", a, out, N * C, 1e-4, 1e-6);
-    close_to("rmsnorm rstd", b, rstd, N, 1e-4, 0);
-    close_to("rmsnorm bwd dx", c, dx, N * C, 1e-4, 1e-5);
-    close_to("rmsnorm bwd dw", d, dw, C, 1e-4, 1e-5);
+    gpu_close_to("rmsnorm fwd", a, out, N * C, 1e-4, 1e-6);
+    gpu_close_to("rmsnorm rstd", b, rstd, N, 1e-4, 0);
+    gpu_close_to("rmsnorm bwd dx", c, dx, N * C, 1e-4, 1e-5);
+    gpu_close_to("rmsnorm bwd dw", d, dw, C, 1e-4, 1e-5);
     free(x), free(w), free(dout), free(out), free(rstd), free(dx), free(dw);
     free(a), free(b), free(c), free(d);
     slm_cuda_free(dX), slm_cuda_free(dW), slm_cuda_free(dDO), slm_cuda_free(dOut);
@@ -124,7 +102,7 @@ static void test_rmsnorm(void) {
 
 static void test_xent(void) {
     int64_t N = 19, V = 4099;
-    float *logits = randn(N * V, 3), *ref = slm_xmalloc((size_t)(N * V) * 4);
+    float *logits = gpu_randn(&rng_, N * V, 3), *ref = slm_xmalloc((size_t)(N * V) * 4);
     int32_t *t = slm_xmalloc((size_t)N * 4);
     for (int64_t i = 0; i < N; i++)
         t[i] = i == 5 ? -1 : (int32_t)((i * 977) % V);
@@ -135,15 +113,16 @@ static void test_xent(void) {
     int32_t *dT = up(t, (size_t)N * 4);
     CU(slm_cuda_cross_entropy(dL, dLoss, dT, N, V, 0.25f, NULL));
     float *a = down(dLoss, N), *b = down(dL, N * V);
-    close_to("cross-entropy loss", a, loss, N, 1e-5, 1e-5);
-    close_to("cross-entropy dlogits", b, ref, N * V, 1e-4, 1e-8);
+    gpu_close_to("cross-entropy loss", a, loss, N, 1e-5, 1e-5);
+    gpu_close_to("cross-entropy dlogits", b, ref, N * V, 1e-4, 1e-8);
     free(logits), free(ref), free(t), free(loss), free(a), free(b);
     slm_cuda_free(dL), slm_cuda_free(dLoss), slm_cuda_free(dT);
 }
 
 static void test_gemm_bf16(void) {
     int64_t M = 130, N = 96, K = 577;
-    float *A = randn(M * K, 1), *B = randn(N * K, 1), *C = slm_xmalloc((size_t)(M * N) * 4);
+    float *A = gpu_randn(&rng_, M * K, 1), *B = gpu_randn(&rng_, N * K, 1),
+          *C = slm_xmalloc((size_t)(M * N) * 4);
     slm_gemm_bf16(false, true, M, N, K, A, K, B, K, false, C, N);
     uint16_t *Ah = slm_xmalloc((size_t)(M * K) * 2), *Bh = slm_xmalloc((size_t)(N * K) * 2);
     slm_f32_to_bf16(A, Ah, M * K);
@@ -164,7 +143,7 @@ static void test_gemm_bf16(void) {
     for (int64_t i = 0; i < N * K; i++)
         bmax = fmax(bmax, fabs(B[i]));
     double u = ldexp(1.0, -23), tol = 2 * K * u / (1 - K * u) * K * amax * bmax * 1.01;
-    close_to("bf16 GEMM vs CPU bf16", c1, C, M * N, 0, tol);
+    gpu_close_to("bf16 GEMM vs CPU bf16", c1, C, M * N, 0, tol);
     slm_cuda_gemm_destroy(g);
     free(A), free(B), free(C), free(Ah), free(Bh), free(c1), free(c2);
     slm_cuda_free(dA), slm_cuda_free(dB), slm_cuda_free(dC);
@@ -176,7 +155,8 @@ static void test_gemm_bf16(void) {
 static void attention_case(bool packed) {
     int B = 2, T = 37, H = 4, KV = 2, D = 48;
     int64_t nq = (int64_t)B * T * H * D, nk = (int64_t)B * T * KV * D, nl = (int64_t)B * H * T;
-    float *q = randn(nq, 1), *k = randn(nk, 1), *v = randn(nk, 1), *dout = randn(nq, 1);
+    float *q = gpu_randn(&rng_, nq, 1), *k = gpu_randn(&rng_, nk, 1), *v = gpu_randn(&rng_, nk, 1),
+          *dout = gpu_randn(&rng_, nq, 1);
     int32_t *pos = slm_xmalloc((size_t)(B * T) * 4);
     for (int b = 0; b < B; b++) // samples of 10, 5 and 22 tokens (b 0), one of 37 (b 1)
         for (int t = 0; t < T; t++)
@@ -203,11 +183,11 @@ static void attention_case(bool packed) {
           *e = down(gDV, nk);
     const char *m = packed ? "packed" : "causal";
     char w[64];
-    snprintf(w, sizeof w, "attention %s out", m), close_to(w, a, out, nq, 1e-4, 1e-5);
-    snprintf(w, sizeof w, "attention %s lse", m), close_to(w, b, lse, nl, 1e-4, 1e-5);
-    snprintf(w, sizeof w, "attention %s dq", m), close_to(w, c, dq, nq, 1e-4, 1e-5);
-    snprintf(w, sizeof w, "attention %s dk", m), close_to(w, d, dk, nk, 1e-4, 1e-5);
-    snprintf(w, sizeof w, "attention %s dv", m), close_to(w, e, dv, nk, 1e-4, 1e-5);
+    snprintf(w, sizeof w, "attention %s out", m), gpu_close_to(w, a, out, nq, 1e-4, 1e-5);
+    snprintf(w, sizeof w, "attention %s lse", m), gpu_close_to(w, b, lse, nl, 1e-4, 1e-5);
+    snprintf(w, sizeof w, "attention %s dq", m), gpu_close_to(w, c, dq, nq, 1e-4, 1e-5);
+    snprintf(w, sizeof w, "attention %s dk", m), gpu_close_to(w, d, dk, nk, 1e-4, 1e-5);
+    snprintf(w, sizeof w, "attention %s dv", m), gpu_close_to(w, e, dv, nk, 1e-4, 1e-5);
     // determinism: the backward again, bitwise
     CU(slm_cuda_attention_bwd(gDQ, gDK, gDV, gS, gDO, gQ, gK, gV, gO, gL, gP, B, T, H, KV, D,
                               NULL));
